@@ -1,0 +1,1 @@
+"""emu: a packet-level emulator of GPU-cluster fabrics."""

@@ -1,0 +1,1 @@
+"""Scenarios: one module per scenario, each declaring parameters, workload and checks."""
