@@ -1,0 +1,346 @@
+"""Fabric lifecycle: Mininet with emu switches, the controller, convergence, teardown.
+
+Owns one running fabric: `with Fabric(graph) as fab:` records the run in the
+registry (emu/registry.py) before creating anything, starts the controller on a
+free loopback port, builds Mininet from the graph (emu/fabric.py) with
+`EmuSwitch` nodes, starts the switches, waits until the controller reports
+that it discovered every switch, link and host and installed routes, and on
+exit (success, error, Ctrl-C, SIGTERM) stops exactly the processes and deletes
+exactly the interfaces it recorded. Scenarios, tests and the CLI drive a fabric
+only through this object, the management sockets and OpenFlow.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from emu import fabric as fabric_mod
+from emu import mgmt
+from emu.registry import Run, clean_dead_runs, stop_pids
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_LISTEN_TIMEOUT_S = 30.0
+
+
+class FabricError(RuntimeError):
+    """The fabric could not be brought up or driven; the message names what and where."""
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1, logs: str = ""):
+    """Poll `condition()` until it returns a truthy value; raise FabricError naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            where = f"; logs in {logs}" if logs else ""
+            raise FabricError(f"timed out after {timeout_s:.0f} s waiting for {what}{where}")
+        time.sleep(interval_s)
+
+
+class Fabric:
+    """A running emulated fabric (context manager).
+
+    Args:
+        graph: the topology from `emu.fabric` (single source of truth).
+        out_dir: where logs go (default: a fresh /tmp directory named in errors).
+        apps: controller applications (module names) to run.
+        seed: base of the per-switch SELECT hash seeds.
+        converge_timeout_s: how long to wait for the controller's convergence.
+
+    Example:
+        >>> with Fabric(leaf_spine(leaves=2, spines=2)) as fab:   # doctest: +SKIP
+        ...     fab.ping("h1", "h3")
+    """
+
+    def __init__(self, graph: nx.Graph, out_dir: str | None = None,
+                 apps: tuple[str, ...] = ("controllers.routing",), seed: int = 0,
+                 converge_timeout_s: float | None = None, log_level: str = "INFO") -> None:
+        fabric_mod.validate(graph)
+        self.graph = graph
+        self.apps = tuple(apps)
+        self.seed = seed
+        self.log_level = log_level
+        n = graph.number_of_nodes()
+        self.converge_timeout_s = converge_timeout_s or 30.0 + 1.5 * n
+        self.out_dir = out_dir
+        self.run: Run | None = None
+        self.net = None
+        self.controller: subprocess.Popen | None = None
+        self.controller_port = 0
+        self.status_path = ""
+        self.started_at = 0.0
+        self.converged_after_s = None
+
+    # ----- lifecycle --------------------------------------------------------
+
+    def __enter__(self) -> Fabric:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        from emu.switch.node import EmuSwitch, disable_offloads
+
+        clean_dead_runs()
+        self.started_at = time.monotonic()
+        log_dir = os.path.join(self.out_dir, "logs") if self.out_dir else None
+        self.run = Run.create(log_dir=log_dir, label=self.graph.graph.get("name", "fabric"))
+        self.run.info["graph"] = self.graph.graph.get("name")
+        self.run.add_interfaces(self._interface_names())
+        self._start_controller()
+        setLogLevel("warning")
+        rates = {}
+        for u, v, data in self.graph.edges(data=True):
+            for node in (u, v):
+                rates[data["intfs"][node]] = data["rate_bps"]
+        switch_cls = functools.partial(
+            _SeededSwitch, EmuSwitch, run=self.run, port_rates=rates,
+            controller_addrs=(f"127.0.0.1:{self.controller_port}",),
+            fabric_seed=self.seed, log_level=self.log_level)
+        self.net = Mininet(topo=fabric_mod.to_mininet(self.graph), switch=switch_cls, host=Host,
+                           controller=None, build=False, autoSetMacs=False,
+                           waitConnected=False)
+        self.net.build()
+        for node in self.net.hosts + self.net.switches:
+            # Interactive bash ignores SIGTERM: Mininet ends its shells with SIGHUP too.
+            self.run.add_pid(node.shell.pid, f"shell {node.name}", group=True,
+                             sig=signal.SIGHUP)
+        for host in self.net.hosts:
+            self.host_run(host.name, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            for intf in host.intfList():
+                disable_offloads(intf.name, run_in=functools.partial(self.host_run, host.name))
+        self.net.start()
+        for sw in self.net.switches:
+            sw.wait_ready()
+        self.wait_converged()
+
+    def stop(self) -> dict:
+        """Tear everything down; idempotent. Returns what the registry removed."""
+        removed: dict = {}
+        if self.run is None:
+            return removed
+        workloads = [p for p in self.run.pids if p["role"].startswith("proc ")]
+        stop_pids(list(reversed(workloads)))
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as exc:  # noqa: BLE001 - teardown must go on
+                log.warning("Mininet stop failed (%s); falling back to the registry", exc)
+            self.net = None
+        if self.controller is not None:
+            self.controller.terminate()
+            try:
+                self.controller.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.controller.kill()
+                self.controller.wait()
+            self.controller = None
+        removed = self.run.teardown()
+        self.run = None
+        return removed
+
+    def _interface_names(self) -> list[str]:
+        names = []
+        for _, _, data in self.graph.edges(data=True):
+            names.extend(data["intfs"].values())
+        return names
+
+    # ----- controller -------------------------------------------------------
+
+    def _start_controller(self) -> None:
+        counts = fabric_mod.expected_counts(self.graph)
+        self.controller_port = free_tcp_port()
+        self.status_path = os.path.join(self.run.sock_dir, "controller-status.json")
+        log_path = os.path.join(self.run.log_dir, "controller.log")
+        argv = [sys.executable, "-m", "controllers.launch",
+                "--ofp-listen-host", "127.0.0.1",
+                "--ofp-tcp-listen-port", str(self.controller_port),
+                "--status-file", self.status_path, "--log-file", log_path,
+                "--expect-switches", str(counts["switches"]),
+                "--expect-links", str(2 * counts["switch_links"]),
+                "--expect-hosts", str(counts["hosts"]), *self.apps]
+        with open(log_path + ".out", "ab") as out:
+            self.controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL)
+        self.run.add_pid(self.controller.pid, "controller")
+
+        def listening() -> bool:
+            if self.controller.poll() is not None:
+                raise FabricError(f"controller exited with {self.controller.returncode}; "
+                                  f"see {log_path} and {log_path}.out")
+            with socket.socket() as s:
+                s.settimeout(0.2)
+                return s.connect_ex(("127.0.0.1", self.controller_port)) == 0
+
+        wait_for(listening, CONTROLLER_LISTEN_TIMEOUT_S,
+                 f"the controller to listen on 127.0.0.1:{self.controller_port}",
+                 logs=self.run.log_dir)
+
+    def controller_status(self) -> dict:
+        """The controller's last published view (see controllers/routing.py)."""
+        try:
+            with open(self.status_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    def wait_converged(self, timeout_s: float | None = None) -> float:
+        """Wait until the controller knows every switch, link and host and installed routes.
+
+        Hosts are found from their ARP: each host announces itself once (an
+        unsolicited ARP), and again while it is still unknown.
+        Returns the seconds from start to convergence.
+        """
+        timeout_s = timeout_s or self.converge_timeout_s
+        counts = fabric_mod.expected_counts(self.graph)
+        announced_at: dict[str, float] = {}
+
+        def converged() -> bool:
+            st = self.controller_status()
+            if len(st.get("links", [])) >= 2 * counts["switch_links"] and \
+                    len(st.get("switches", [])) >= counts["switches"]:
+                known = {h["ip"] for h in st.get("hosts", [])}
+                now = time.monotonic()
+                for h in fabric_mod.hosts(self.graph):
+                    ip = self.graph.nodes[h]["ip"]
+                    if ip not in known and now - announced_at.get(h, 0) > 2.0:
+                        announced_at[h] = now
+                        self.announce(h)
+            return bool(st.get("converged"))
+
+        def describe() -> str:
+            st = self.controller_status()
+            return (f"routing to converge (controller sees {len(st.get('switches', []))}/"
+                    f"{counts['switches']} switches, {len(st.get('links', []))}/"
+                    f"{2 * counts['switch_links']} directed links, "
+                    f"{len(st.get('hosts', []))}/{counts['hosts']} hosts)")
+
+        try:
+            wait_for(converged, timeout_s, "routing", interval_s=0.2)
+        except FabricError:
+            raise FabricError(f"timed out after {timeout_s:.0f} s waiting for {describe()}; "
+                              f"logs in {self.run.log_dir}") from None
+        self.converged_after_s = time.monotonic() - self.started_at
+        return self.converged_after_s
+
+    def announce(self, host: str) -> None:
+        """Make `host` send an unsolicited ARP so that the controller learns where it is."""
+        node = self.graph.nodes[host]
+        intf = f"{host}-eth0"
+        self.popen(host, ["arping", "-q", "-U", "-c", "1", "-I", intf, node["ip"]],
+                   register=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    # ----- driving hosts and switches ---------------------------------------
+
+    def host(self, name: str):
+        try:
+            return self.net[name]
+        except KeyError:
+            raise FabricError(f"unknown node {name!r}; hosts are "
+                              f"{', '.join(fabric_mod.hosts(self.graph))}") from None
+
+    def switch(self, name: str):
+        node = self.host(name)
+        if name not in self.graph or self.graph.nodes[name]["kind"] != "switch":
+            raise FabricError(f"{name!r} is not a switch")
+        return node
+
+    def popen(self, host: str, argv: list[str], register: bool = True, **kwargs: Any):
+        """Start `argv` in `host`'s namespace; registered so teardown stops it."""
+        node = self.host(host)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        proc = node.popen(argv, **kwargs)
+        if register:
+            self.run.add_pid(proc.pid, f"proc {host} {argv[0]}")
+        return proc
+
+    def host_run(self, host: str, argv: list[str], timeout_s: float = 30.0,
+                 check: bool = False) -> subprocess.CompletedProcess:
+        """Run `argv` in `host` and wait for it (bounded by `timeout_s`)."""
+        proc = self.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise FabricError(f"{host}: {' '.join(argv)} did not finish within {timeout_s} s")
+        result = subprocess.CompletedProcess(argv, proc.returncode, out.decode(errors="replace"),
+                                             err.decode(errors="replace"))
+        if check and result.returncode != 0:
+            raise FabricError(f"{host}: {' '.join(argv)} failed: {result.stderr.strip()}")
+        return result
+
+    def ping(self, src: str, dst: str, count: int = 1, timeout_s: float = 1.0,
+             interval_s: float = 0.2) -> tuple[int, int]:
+        """Ping from `src` to `dst`; returns (sent, received)."""
+        ip = self.graph.nodes[dst]["ip"]
+        argv = ["ping", "-n", "-q", "-c", str(count), "-W", str(timeout_s), "-i",
+                str(interval_s), ip]
+        res = self.host_run(src, argv, timeout_s=count * (interval_s + timeout_s) + 5)
+        for line in res.stdout.splitlines():
+            if "packets transmitted" in line:
+                parts = line.split(",")
+                return int(parts[0].split()[0]), int(parts[1].split()[0])
+        return count, 0
+
+    def switch_call(self, name: str, cmd: str, **args: Any) -> Any:
+        sw = self.switch(name)
+        return mgmt.call(sw.mgmt_path, cmd, **args)
+
+    def set_link(self, u: str, v: str, up: bool) -> None:
+        """Take the link u-v down or up at both ends, as a pulled cable would."""
+        if not self.graph.has_edge(u, v):
+            raise FabricError(f"no link between {u!r} and {v!r}")
+        state = "up" if up else "down"
+        for node, intf in self.graph.edges[u, v]["intfs"].items():
+            if self.graph.nodes[node]["kind"] == "switch":
+                subprocess.run(["ip", "link", "set", "dev", intf, state], check=True)
+            else:
+                self.host_run(node, ["ip", "link", "set", "dev", intf, state], check=True)
+
+    def log_dir(self) -> str:
+        return self.run.log_dir if self.run else ""
+
+
+class _SeededSwitch:
+    """Mininet calls `switch(name, **params)`; this adds a per-switch hash seed."""
+
+    def __new__(cls, switch_cls, name, fabric_seed=0, **params):
+        seed = zlib.crc32(f"{fabric_seed}:{name}".encode())
+        return switch_cls(name, seed=seed, **params)
+
+
+def out_path(path: str | None) -> Path | None:
+    return Path(path) if path else None

@@ -1,0 +1,176 @@
+"""The run registry: what a run created, so that exactly that is removed.
+
+Owns the manifest of every run (`/run/emu/runs/<run_id>.json`): the pid and
+start time of the process that owns the run, and every process, interface,
+socket and directory the run creates, recorded *before* creation where the
+name is known in advance (interfaces) and right after spawning for pids.
+`clean_dead_runs()` (used by `emu clean` and at the start of every run)
+removes what dead runs listed and nothing else: a pid is only signalled when
+its start time still matches the recorded one, so a reused pid is never hit.
+Nothing here ends processes by name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+REGISTRY_DIR = Path(os.environ.get("EMU_REGISTRY_DIR", "/run/emu"))
+TERM_GRACE_S = 3.0
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def same_process(pid: int, start_time: int | None) -> bool:
+    """True if `pid` is alive and is the process that was recorded."""
+    return start_time is not None and proc_start_time(pid) == start_time
+
+
+def stop_pids(entries: list[dict], grace_s: float = TERM_GRACE_S) -> list[int]:
+    """TERM, then KILL after `grace_s`, each recorded process still alive; returns those hit."""
+    alive = [e for e in entries if same_process(e["pid"], e.get("start_time"))]
+    for e in alive:
+        # An interactive shell (Mininet's node shell) ignores TERM; its entry says HUP.
+        _signal(e, e.get("sig", signal.SIGTERM))
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not any(same_process(e["pid"], e.get("start_time")) for e in alive):
+            break
+        time.sleep(0.05)
+    for e in alive:
+        if same_process(e["pid"], e.get("start_time")):
+            _signal(e, signal.SIGKILL)
+    for e in alive:
+        try:  # reap our own children so that they do not linger as zombies
+            os.waitpid(e["pid"], os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return [e["pid"] for e in alive]
+
+
+def _signal(entry: dict, sig: int) -> None:
+    try:
+        if entry.get("group"):
+            os.killpg(entry["pid"], sig)
+        else:
+            os.kill(entry["pid"], sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def interface_exists(name: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{name}")
+
+
+def delete_interface(name: str) -> bool:
+    """Delete one interface of ours (a veth end also takes its peer)."""
+    if not interface_exists(name):
+        return False
+    subprocess.run(["ip", "link", "del", "dev", name], capture_output=True, check=False)
+    return True
+
+
+@dataclass
+class Run:
+    """One run's manifest, written to disk on every change."""
+
+    run_id: str
+    owner_pid: int
+    owner_start: int | None
+    created: float
+    log_dir: str
+    sock_dir: str
+    pids: list = field(default_factory=list)
+    interfaces: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def manifest_path(self) -> Path:
+        return REGISTRY_DIR / "runs" / f"{self.run_id}.json"
+
+    @classmethod
+    def create(cls, log_dir: str | None = None, label: str = "run") -> Run:
+        run_id = f"{label}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        sock_dir = REGISTRY_DIR / run_id
+        sock_dir.mkdir(parents=True, exist_ok=True)
+        if log_dir is None:
+            log_dir = str(Path("/tmp") / f"emu-{run_id}")
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        run = cls(run_id, os.getpid(), proc_start_time(os.getpid()), time.time(),
+                  str(log_dir), str(sock_dir))
+        run.paths.append(str(sock_dir))
+        run.save()
+        return run
+
+    def save(self) -> None:
+        path = self.manifest_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=1))
+        os.replace(tmp, path)
+
+    def add_pid(self, pid: int, role: str, group: bool = False,
+                sig: int = signal.SIGTERM) -> None:
+        self.pids.append({"pid": pid, "start_time": proc_start_time(pid), "role": role,
+                          "group": group, "sig": int(sig)})
+        self.save()
+
+    def add_interfaces(self, names: list[str]) -> None:
+        self.interfaces.extend(n for n in names if n not in self.interfaces)
+        self.save()
+
+    def teardown(self) -> dict:
+        """Stop every recorded process, delete every recorded interface and path."""
+        # Newest first: scenario workloads, then switches, then host shells.
+        stopped = stop_pids(list(reversed(self.pids)))
+        deleted = [name for name in self.interfaces if delete_interface(name)]
+        for path in self.paths:
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            self.manifest_path.unlink()
+        except FileNotFoundError:
+            pass
+        return {"run": self.run_id, "stopped_pids": stopped, "deleted_interfaces": deleted}
+
+
+def load_runs() -> list[Run]:
+    runs = []
+    for path in sorted((REGISTRY_DIR / "runs").glob("*.json")):
+        try:
+            runs.append(Run(**json.loads(path.read_text())))
+        except (ValueError, TypeError) as exc:
+            log.warning("unreadable manifest %s: %s", path, exc)
+    return runs
+
+
+def live_runs() -> list[Run]:
+    """Runs whose owner process is still alive."""
+    return [r for r in load_runs() if same_process(r.owner_pid, r.owner_start)]
+
+
+def clean_dead_runs() -> list[dict]:
+    """Remove what runs whose owner died (crash, SIGKILL) left behind."""
+    return [r.teardown() for r in load_runs() if not same_process(r.owner_pid, r.owner_start)]

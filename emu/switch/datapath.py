@@ -1,0 +1,600 @@
+"""The emu switch process: ports, receive, pipeline, queue, paced transmit.
+
+Owns every socket and the clock of one switch: an AF_PACKET socket per veth,
+the OpenFlow channels (an active connection to each controller, with
+reconnect, plus a passive listener for tools such as `ovs-ofctl`), and the
+management socket. It feeds received frames to the pure OpenFlow pipeline
+(`pipeline.py`), classifies them onto 8 egress priorities by DSCP, queues them
+in the per-port schedulers (`scheduler.py`) and transmits them paced at each
+port's link rate. It watches carrier on every port and reports changes as
+OpenFlow PORT_STATUS. Nothing else in emu holds sockets or reads the clock
+for the switch.
+
+Run as `python -m emu.switch.datapath --name leaf1 --dpid 1 --port leaf1-eth1:1:20000000 ...`
+(the Mininet node in `node.py` builds this argv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import logging
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass
+
+from emu.mgmt import MgmtServer
+from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.pipeline import Pipeline
+from emu.switch.ports import PortState
+from emu.switch.scheduler import N_PRIORITIES, PortScheduler
+
+log = logging.getLogger(__name__)
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_STATISTICS = 6
+# Linux 4.20+: do not deliver our own transmitted frames back to us.
+PACKET_IGNORE_OUTGOING = 23
+PACKET_OUTGOING = 4
+PR_SET_PDEATHSIG = 1
+OFPPR_ADD, OFPPR_DELETE, OFPPR_MODIFY = 0, 1, 2
+
+MAX_FRAME_BYTES = 9216
+RX_BATCH = 64
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+CARRIER_POLL_S = 0.1
+EXPIRE_POLL_S = 0.5
+ECHO_INTERVAL_S = 5.0
+ECHO_TIMEOUT_S = 15.0
+RECONNECT_MIN_S = 0.2
+RECONNECT_MAX_S = 2.0
+
+# DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
+# priority 6 (CNP); everything else -> priority 0.
+DEFAULT_DSCP_TO_PRIO = {26: 3, 48: 6}
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` to this process when its parent exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One port from the command line: `ifname:port_no:rate_bps`."""
+
+    name: str
+    port_no: int
+    rate_bps: int
+
+    @classmethod
+    def parse(cls, text: str) -> PortSpec:
+        try:
+            name, port_no, rate = text.rsplit(":", 2)
+            spec = cls(name, int(port_no), int(rate))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"port {text!r}: expected IFNAME:PORT_NO:RATE_BPS, e.g. leaf1-eth1:1:20000000"
+            ) from None
+        if spec.port_no < 1 or spec.rate_bps <= 0:
+            raise argparse.ArgumentTypeError(f"port {text!r}: port_no and rate must be positive")
+        return spec
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if text.startswith("tcp:"):
+        host = host[4:]
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"address {text!r}: expected [tcp:]HOST:PORT") from None
+
+
+class OFChannel:
+    """One OpenFlow TCP connection and its sans-I/O session."""
+
+    def __init__(self, sock: socket.socket, session: OpenFlowSession, active: bool, peer: str):
+        self.sock = sock
+        self.session = session
+        self.active = active
+        self.peer = peer
+        self.outbuf = bytearray()
+        self.connected = not active
+        self.last_rx = time.monotonic()
+        self.echo_sent_at = 0.0
+
+
+class Datapath:
+    """The event loop of one switch."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.name: str = args.name
+        self.dpid: int = args.dpid
+        self.mgmt_path: str = args.mgmt
+        self.controllers: list[tuple[str, int]] = args.controller or []
+        self.of_listen: tuple[str, int] = args.of_listen
+        self.dscp_to_prio = [0] * 64
+        for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
+            self.dscp_to_prio[dscp] = prio
+        self.started_at = time.time()
+        self.ports: dict[int, PortState] = {}
+        self.schedulers: dict[int, PortScheduler] = {}
+        self.port_socks: dict[int, socket.socket] = {}
+        self.busy: set[int] = set()
+        self.stopping = False
+        self.sel = selectors.DefaultSelector()
+        self.channels: list[OFChannel] = []
+        self.reconnect_at: dict[tuple[str, int], float] = {}
+        self.reconnect_delay: dict[tuple[str, int], float] = {}
+        self.kernel_drops: dict[int, int] = {}
+        self.malformed_frames = 0
+
+        for spec in args.port:
+            self._open_port(spec)
+        self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports)
+        self.model = SwitchModel(
+            dpid=self.dpid,
+            pipeline=self.pipeline,
+            ports=self.ports,
+            transmit=self._transmit_outputs,
+            description=f"emu switch {self.name}",
+        )
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(self.of_listen)
+        self.listener.listen(8)
+        self.listener.setblocking(False)
+        self.sel.register(self.listener, selectors.EVENT_READ, ("of-listen", None))
+        self.mgmt = MgmtServer(self.mgmt_path, self._mgmt_handlers())
+        self.sel.register(self.mgmt.listener, selectors.EVENT_READ, ("mgmt-listen", None))
+        for addr in self.controllers:
+            self.reconnect_at[addr] = 0.0
+            self.reconnect_delay[addr] = RECONNECT_MIN_S
+
+    # ----- ports -------------------------------------------------------------
+
+    def _open_port(self, spec: PortSpec) -> None:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        sock.bind((spec.name, ETH_P_ALL))
+        try:
+            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            self.filter_outgoing = False
+        except OSError:
+            self.filter_outgoing = True  # older kernel: filter by pkttype instead
+        ifindex = socket.if_nametoindex(spec.name)
+        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+        sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+        sock.setblocking(False)
+        hw_addr = sock.getsockname()[4]
+        port = PortState(
+            port_no=spec.port_no,
+            name=spec.name,
+            hw_addr=bytes(hw_addr),
+            rate_bps=spec.rate_bps,
+            created_at=time.time(),
+            link_up=self._carrier(spec.name),
+        )
+        self.ports[spec.port_no] = port
+        self.schedulers[spec.port_no] = PortScheduler(rate_bps=spec.rate_bps)
+        self.port_socks[spec.port_no] = sock
+        self.kernel_drops[spec.port_no] = 0
+        self.sel.register(sock, selectors.EVENT_READ, ("port", spec.port_no))
+
+    @staticmethod
+    def _carrier(ifname: str) -> bool:
+        """Carrier as the kernel sees it; a veth whose peer is down reads not 'up'."""
+        try:
+            with open(f"/sys/class/net/{ifname}/operstate") as f:
+                return f.read().strip() in ("up", "unknown")
+        except OSError:
+            return False
+
+    def _poll_carrier(self) -> None:
+        for port in self.ports.values():
+            up = self._carrier(port.name)
+            if up != port.link_up:
+                port.link_up = up
+                log.info("%s: port %d %s link %s", self.name, port.port_no, port.name,
+                         "up" if up else "down")
+                if not up:
+                    port.counters.tx_dropped += self.schedulers[port.port_no].flush()
+                    self.busy.discard(port.port_no)
+                self.pipeline.invalidate()
+                self._port_status(OFPPR_MODIFY, port)
+
+    def _port_status(self, reason: int, port: PortState) -> None:
+        for ch in self.channels:
+            if ch.connected:
+                msg = ch.session.port_status(reason, port)
+                if msg:
+                    self._send(ch, msg)
+
+    def _read_kernel_drops(self) -> None:
+        for port_no, sock in self.port_socks.items():
+            try:
+                raw = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+            except OSError:
+                continue
+            _, drops = struct.unpack("II", raw)  # reading resets the kernel's counters
+            if drops:
+                self.kernel_drops[port_no] += drops
+                self.ports[port_no].counters.rx_dropped += drops
+
+    # ----- the per-packet path ----------------------------------------------
+
+    def _receive(self, port_no: int, now: float) -> None:
+        sock = self.port_socks[port_no]
+        port = self.ports[port_no]
+        counters = port.counters
+        process = self.pipeline.process
+        for _ in range(RX_BATCH):
+            try:
+                if self.filter_outgoing:
+                    frame, addr = sock.recvfrom(MAX_FRAME_BYTES)
+                    if addr[2] == PACKET_OUTGOING:
+                        continue
+                else:
+                    frame = sock.recv(MAX_FRAME_BYTES)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.ENETDOWN, errno.ENXIO):
+                    return
+                raise
+            counters.rx_packets += 1
+            counters.rx_bytes += len(frame)
+            if len(frame) < 14:
+                counters.rx_errors += 1
+                self.malformed_frames += 1
+                continue
+            if not port.live or port.config & 0x4:  # OFPPC_NO_RECV
+                counters.rx_dropped += 1
+                continue
+            outputs, packet_ins = process(port_no, frame, now)
+            if outputs:
+                self._transmit_outputs(outputs)
+            if packet_ins:
+                self._deliver_packet_ins(packet_ins)
+
+    def _classify(self, frame: bytes) -> int:
+        """Egress priority from the IPv4 DSCP (DESIGN.md priority map)."""
+        ethertype = frame[12:14]
+        if ethertype == b"\x08\x00" and len(frame) > 15:
+            return self.dscp_to_prio[frame[15] >> 2]
+        if ethertype == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
+            return self.dscp_to_prio[frame[19] >> 2]
+        return 0
+
+    def _transmit_outputs(self, outputs) -> None:
+        for port_no, frame, queue_id in outputs:
+            sched = self.schedulers.get(port_no)
+            if sched is None:
+                continue
+            prio = queue_id if queue_id is not None and 0 <= queue_id < N_PRIORITIES else \
+                self._classify(frame)
+            if sched.enqueue(frame, prio):
+                self.busy.add(port_no)
+            else:
+                self.ports[port_no].counters.tx_dropped += 1
+
+    def _transmit(self, now: float) -> float | None:
+        """Send every frame whose time has come; return the earliest next deadline."""
+        next_at = None
+        done = []
+        for port_no in self.busy:
+            sched = self.schedulers[port_no]
+            sock = self.port_socks[port_no]
+            counters = self.ports[port_no].counters
+            while True:
+                item = sched.dequeue(now)
+                if item is None:
+                    break
+                frame, prio = item
+                try:
+                    sock.send(frame)
+                except BlockingIOError:
+                    sched.requeue_front(frame, prio)
+                    break
+                except OSError:
+                    counters.tx_dropped += 1
+                    continue
+                counters.tx_packets += 1
+                counters.tx_bytes += len(frame)
+            ready = sched.ready_at()
+            if ready is None:
+                done.append(port_no)
+            elif next_at is None or ready < next_at:
+                next_at = ready
+        for port_no in done:
+            self.busy.discard(port_no)
+        return next_at
+
+    def _deliver_packet_ins(self, packet_ins) -> None:
+        for ch in self.channels:
+            if not (ch.connected and ch.active):
+                continue
+            for rec in packet_ins:
+                msg = ch.session.packet_in(rec)
+                if msg:
+                    self._send(ch, msg)
+
+    # ----- OpenFlow channels ------------------------------------------------
+
+    def _connect(self, addr: tuple[str, int], now: float) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        err = sock.connect_ex(addr)
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            self._schedule_reconnect(addr, now)
+            return
+        ch = OFChannel(sock, OpenFlowSession(self.model, is_controller_channel=True), True,
+                       f"{addr[0]}:{addr[1]}")
+        ch.addr = addr
+        self.channels.append(ch)
+        self.sel.register(sock, selectors.EVENT_WRITE, ("of", ch))
+        self.reconnect_at.pop(addr, None)
+
+    def _schedule_reconnect(self, addr: tuple[str, int], now: float) -> None:
+        delay = self.reconnect_delay[addr]
+        self.reconnect_at[addr] = now + delay
+        self.reconnect_delay[addr] = min(delay * 2, RECONNECT_MAX_S)
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self.listener.accept()
+        except BlockingIOError:
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ch = OFChannel(sock, OpenFlowSession(self.model, is_controller_channel=False), False,
+                       f"{peer[0]}:{peer[1]}")
+        self.channels.append(ch)
+        self.sel.register(sock, selectors.EVENT_READ, ("of", ch))
+        self._send(ch, ch.session.hello())
+
+    def _on_channel(self, ch: OFChannel, events: int, now: float) -> None:
+        if not ch.connected:
+            err = ch.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                self._close_channel(ch, now)
+                return
+            ch.connected = True
+            ch.last_rx = time.monotonic()
+            self.reconnect_delay[ch.addr] = RECONNECT_MIN_S
+            log.info("%s: connected to controller %s", self.name, ch.peer)
+            self._send(ch, ch.session.hello())
+            return
+        if events & selectors.EVENT_WRITE:
+            self._flush(ch)
+        if events & selectors.EVENT_READ:
+            try:
+                data = ch.sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_channel(ch, now)
+                return
+            ch.last_rx = time.monotonic()
+            ch.echo_sent_at = 0.0
+            for reply in ch.session.feed(data, now):
+                self._send(ch, reply)
+            if ch.session.closed:
+                self._flush(ch)
+                self._close_channel(ch, now)
+
+    def _send(self, ch: OFChannel, data: bytes) -> None:
+        ch.outbuf += data
+        self._flush(ch)
+
+    def _flush(self, ch: OFChannel) -> None:
+        if ch.outbuf:
+            try:
+                sent = ch.sock.send(ch.outbuf)
+                del ch.outbuf[:sent]
+            except BlockingIOError:
+                pass
+            except OSError:
+                ch.outbuf.clear()
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if ch.outbuf else 0)
+        try:
+            self.sel.modify(ch.sock, want, ("of", ch))
+        except (KeyError, ValueError):
+            pass
+
+    def _close_channel(self, ch: OFChannel, now: float) -> None:
+        try:
+            self.sel.unregister(ch.sock)
+        except (KeyError, ValueError):
+            pass
+        ch.sock.close()
+        if ch in self.channels:
+            self.channels.remove(ch)
+        if ch.active:
+            log.info("%s: controller %s connection lost; reconnecting", self.name, ch.peer)
+            self._schedule_reconnect(ch.addr, now)
+
+    def _keepalive(self, now: float) -> None:
+        mono = time.monotonic()
+        for ch in list(self.channels):
+            if not (ch.active and ch.connected):
+                continue
+            idle = mono - ch.last_rx
+            if ch.echo_sent_at and mono - ch.echo_sent_at > ECHO_TIMEOUT_S:
+                log.warning("%s: controller %s silent for %.0f s; reconnecting",
+                            self.name, ch.peer, idle)
+                self._close_channel(ch, now)
+            elif idle > ECHO_INTERVAL_S and not ch.echo_sent_at:
+                ch.echo_sent_at = mono
+                self._send(ch, struct.pack("!BBHI", 4, 2, 8, 0xE0E0))  # OFPT_ECHO_REQUEST
+
+    # ----- management -------------------------------------------------------
+
+    def _mgmt_handlers(self) -> dict:
+        return {
+            "ping": lambda: "pong",
+            "info": self._info,
+            "ports": self._ports_report,
+            "flows": lambda: self.pipeline.describe_flows(),
+            "groups": lambda: self.pipeline.describe_groups(),
+            "counters": self._counters,
+        }
+
+    def _info(self) -> dict:
+        return {
+            "name": self.name,
+            "dpid": self.dpid,
+            "pid": os.getpid(),
+            "of_listen": list(self.listener.getsockname()),
+            "controllers": [
+                {"peer": ch.peer, "connected": ch.connected} for ch in self.channels if ch.active
+            ],
+            "uptime_s": time.time() - self.started_at,
+        }
+
+    def _ports_report(self) -> list:
+        out = []
+        for port in sorted(self.ports.values(), key=lambda p: p.port_no):
+            c = port.counters
+            sched = self.schedulers[port.port_no]
+            out.append({
+                "port_no": port.port_no, "name": port.name, "hw_addr": port.hw_addr.hex(":"),
+                "rate_bps": port.rate_bps, "link_up": port.link_up, "config": port.config,
+                "rx_packets": c.rx_packets, "tx_packets": c.tx_packets,
+                "rx_bytes": c.rx_bytes, "tx_bytes": c.tx_bytes,
+                "rx_dropped": c.rx_dropped, "tx_dropped": c.tx_dropped,
+                "rx_errors": c.rx_errors, "tx_errors": c.tx_errors,
+                "queue_bytes": list(sched.depth_bytes),
+            })
+        return out
+
+    def _counters(self) -> dict:
+        queues = {}
+        for port_no, sched in self.schedulers.items():
+            queues[port_no] = [vars(c) for c in sched.counters]
+        return {
+            "time": time.time(),
+            "ports": self._ports_report(),
+            "queues": queues,
+            "kernel_rx_drops": self.kernel_drops,
+            "malformed_frames": self.malformed_frames,
+            "openflow": self.model.counters() if hasattr(self.model, "counters") else {},
+        }
+
+    # ----- the loop ---------------------------------------------------------
+
+    def run(self) -> None:
+        next_carrier = next_expire = 0.0
+        sel = self.sel
+        mgmt_conns = {}
+        while not self.stopping:
+            now = time.monotonic()
+            for addr, at in list(self.reconnect_at.items()):
+                if at <= now:
+                    self._connect(addr, now)
+            if now >= next_carrier:
+                self._poll_carrier()
+                self._keepalive(now)
+                next_carrier = now + CARRIER_POLL_S
+            if now >= next_expire:
+                self._expire(now)
+                self._read_kernel_drops()
+                next_expire = now + EXPIRE_POLL_S
+            next_tx = self._transmit(now) if self.busy else None
+            deadline = next_carrier if next_tx is None else min(next_carrier, next_tx)
+            timeout = max(0.0, deadline - time.monotonic())
+            for key, events in sel.select(timeout):
+                kind, ref = key.data
+                now = time.monotonic()
+                if kind == "port":
+                    self._receive(ref, now)
+                elif kind == "of":
+                    self._on_channel(ref, events, now)
+                elif kind == "of-listen":
+                    self._accept()
+                elif kind == "mgmt-listen":
+                    conn = self.mgmt.accept()
+                    if conn:
+                        mgmt_conns[conn.sock.fileno()] = conn
+                        sel.register(conn.sock, selectors.EVENT_READ, ("mgmt", conn))
+                elif kind == "mgmt":
+                    if not self.mgmt.on_readable(ref):
+                        sel.unregister(ref.sock)
+                        mgmt_conns.pop(ref.sock.fileno(), None)
+                        ref.sock.close()
+        self.close()
+
+    def _expire(self, now: float) -> None:
+        removed = self.pipeline.expire(now)
+        if not removed:
+            return
+        for ch in self.channels:
+            if ch.connected and ch.active:
+                for entry in removed:
+                    msg = ch.session.flow_removed(entry)
+                    if msg:
+                        self._send(ch, msg)
+
+    def close(self) -> None:
+        for ch in list(self.channels):
+            ch.sock.close()
+        for sock in self.port_socks.values():
+            sock.close()
+        self.listener.close()
+        self.mgmt.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="emu-switch", description=__doc__.split("\n")[0])
+    p.add_argument("--name", required=True)
+    p.add_argument("--dpid", required=True, type=lambda s: int(s, 0))
+    p.add_argument("--port", action="append", type=PortSpec.parse, default=[],
+                   help="IFNAME:PORT_NO:RATE_BPS (repeat)")
+    p.add_argument("--controller", action="append", type=_hostport,
+                   help="[tcp:]HOST:PORT of a controller to connect to (repeat)")
+    p.add_argument("--of-listen", type=_hostport, default=("127.0.0.1", 0),
+                   help="passive OpenFlow listener for ovs-ofctl (port 0 = any free)")
+    p.add_argument("--mgmt", required=True, help="path of the management Unix socket")
+    p.add_argument("--tables", type=int, default=8)
+    p.add_argument("--seed", type=lambda s: int(s, 0), default=0,
+                   help="per-switch seed of the SELECT group hash")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    die_with_parent()
+    dp = Datapath(args)
+
+    def stop(signum, frame):
+        dp.stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    log.info("%s: dpid %016x, %d ports, OpenFlow listener %s", dp.name, dp.dpid,
+             len(dp.ports), dp.listener.getsockname())
+    dp.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Per-port egress queues of the emu switch: 8 priorities, strict priority, paced.
+
+Owns the frames waiting on one egress port and the decision of which one leaves
+next and when. Pure: the datapath passes `now` and performs the send. The link
+rate is enforced with a virtual clock (the time the wire becomes free); a small
+burst allowance lets the event loop catch up after a late wake-up without ever
+exceeding `rate_bps * T + burst` over any interval T.
+
+Lossy tail drop at a per-queue byte limit stands in for the shared buffer model
+(which owns admission in `emu/switch/buffer.py` once lossless classes exist).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+N_PRIORITIES = 8
+# Bytes counted per frame on the wire: the frame as handed to the veth. Like
+# tc/HTB, the 4-byte FCS, preamble and inter-frame gap are not modelled, so a
+# configured rate is the rate of Ethernet frames (header + payload).
+DEFAULT_QUEUE_LIMIT_BYTES = 256 * 1024
+
+
+@dataclass
+class QueueCounters:
+    """Counters of one (port, priority) queue."""
+
+    enqueued_packets: int = 0
+    enqueued_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
+    dropped_packets: int = 0
+    dropped_bytes: int = 0
+    watermark_bytes: int = 0
+
+
+@dataclass
+class PortScheduler:
+    """Egress side of one port.
+
+    Args:
+        rate_bps: link rate to pace at.
+        queue_limit_bytes: tail-drop limit of each priority queue.
+        burst_s: how far the virtual clock may lag behind real time (catch-up
+            credit after a late wake-up); at least two full frames' time.
+    """
+
+    rate_bps: int
+    queue_limit_bytes: int = DEFAULT_QUEUE_LIMIT_BYTES
+    burst_s: float = 0.0
+    queues: list = field(default_factory=lambda: [deque() for _ in range(N_PRIORITIES)])
+    depth_bytes: list = field(default_factory=lambda: [0] * N_PRIORITIES)
+    counters: list = field(default_factory=lambda: [QueueCounters() for _ in range(N_PRIORITIES)])
+    free_at: float = 0.0
+    # Priorities whose transmission is stopped (PFC PAUSE, a stuck queue); the
+    # scheduler skips them. Issue 3 fills this from received PAUSE frames.
+    paused: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.rate_bps <= 0:
+            raise ValueError(f"rate_bps must be positive, got {self.rate_bps}")
+        self.s_per_byte = 8.0 / self.rate_bps
+        self.burst_s = max(self.burst_s, 2 * 1514 * self.s_per_byte)
+        self.pending = 0
+
+    def enqueue(self, frame: bytes, prio: int) -> bool:
+        """Queue a frame on priority `prio`; False when tail-dropped."""
+        size = len(frame)
+        c = self.counters[prio]
+        if self.depth_bytes[prio] + size > self.queue_limit_bytes:
+            c.dropped_packets += 1
+            c.dropped_bytes += size
+            return False
+        self.queues[prio].append(frame)
+        depth = self.depth_bytes[prio] + size
+        self.depth_bytes[prio] = depth
+        if depth > c.watermark_bytes:
+            c.watermark_bytes = depth
+        c.enqueued_packets += 1
+        c.enqueued_bytes += size
+        self.pending += 1
+        return True
+
+    def ready_at(self) -> float | None:
+        """When the next frame may leave; None if nothing is eligible."""
+        if not self.pending:
+            return None
+        return self.free_at
+
+    def dequeue(self, now: float) -> tuple[bytes, int] | None:
+        """Pop the highest-priority eligible (frame, prio) if the wire is free at `now`."""
+        if not self.pending or self.free_at > now:
+            return None
+        queues = self.queues
+        for prio in range(N_PRIORITIES - 1, -1, -1):
+            q = queues[prio]
+            if q and prio not in self.paused:
+                frame = q.popleft()
+                size = len(frame)
+                self.depth_bytes[prio] -= size
+                self.pending -= 1
+                c = self.counters[prio]
+                c.tx_packets += 1
+                c.tx_bytes += size
+                start = self.free_at if self.free_at > now - self.burst_s else now - self.burst_s
+                self.free_at = start + size * self.s_per_byte
+                return frame, prio
+        return None
+
+    def requeue_front(self, frame: bytes, prio: int) -> None:
+        """Put back a frame the kernel refused (socket buffer full); undo its accounting."""
+        size = len(frame)
+        self.queues[prio].appendleft(frame)
+        self.depth_bytes[prio] += size
+        self.pending += 1
+        c = self.counters[prio]
+        c.tx_packets -= 1
+        c.tx_bytes -= size
+        self.free_at -= size * self.s_per_byte
+
+    def flush(self) -> int:
+        """Drop everything queued (port down); returns the number of frames dropped."""
+        dropped = 0
+        for prio, q in enumerate(self.queues):
+            self.counters[prio].dropped_packets += len(q)
+            self.counters[prio].dropped_bytes += self.depth_bytes[prio]
+            dropped += len(q)
+            q.clear()
+            self.depth_bytes[prio] = 0
+        self.pending = 0
+        return dropped
