@@ -1,0 +1,218 @@
+"""The `emu` command: run, list, cli, ctl, clean, report.
+
+Owns argument parsing and what the user sees; everything it does goes through
+emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl) and emu.registry
+(clean). Errors the user can fix (bad scenario name or parameter, unknown
+switch, no running fabric) print one line and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from emu import mgmt, registry
+from emu.fabric import FabricError as FabricSpecError
+from emu.scenario import ScenarioError
+
+EXIT_CHECKS_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _raise_interrupt(signum, frame):
+    # Turn TERM/HUP into the same unwinding as Ctrl-C so that every
+    # context manager tears its fabric down.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise ScenarioError(f"{what} builds network namespaces and needs root (try sudo)")
+
+
+def cmd_list(args) -> int:
+    from emu import scenario
+
+    for name, module in sorted(scenario.available().items()):
+        print(f"{name:18s} {module.DESCRIPTION}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from emu import scenario
+
+    module = scenario.load(args.name)
+    scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
+    need_root(f"emu run {args.name}")
+    ctx = scenario.run(args.name, args.set, args.out)
+    print(scenario.render_report(ctx))
+    return 0 if all(c.passed for c in ctx.checks) else EXIT_CHECKS_FAILED
+
+
+def cmd_cli(args) -> int:
+    from emu import scenario
+    from emu.net import Fabric
+
+    class Module:
+        PARAMS = scenario.fabric_params()
+
+    params = scenario.resolve_params(Module, args.set)
+    need_root("emu cli")
+    graph = scenario.build_fabric_graph(params)
+    with Fabric(graph, seed=params["seed"]) as fab:
+        print(f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
+              f"logs in {fab.log_dir()}")
+        print("emu commands: ctl SWITCH flows|ports|groups|counters, status")
+        EmuCLI(fab.net, fab=fab)
+    return 0
+
+
+def _make_emu_cli():
+    from mininet.cli import CLI
+
+    class _EmuCLI(CLI):
+        """Mininet's CLI with emu's commands added."""
+
+        prompt = "emu> "
+
+        def __init__(self, mininet, fab, **kwargs):
+            self.fab = fab
+            super().__init__(mininet, **kwargs)
+
+        def do_ctl(self, line):
+            """ctl SWITCH flows|ports|groups|counters: ask a running emu switch."""
+            parts = line.split()
+            if len(parts) != 2:
+                print("usage: ctl SWITCH flows|ports|groups|counters")
+                return
+            try:
+                print(format_ctl(parts[1], self.fab.switch_call(parts[0], parts[1])))
+            except Exception as exc:  # noqa: BLE001 - the CLI must survive a typo
+                print(f"ctl: {exc}")
+
+        def do_status(self, line):
+            """status: the controller's view (switches, links, hosts, convergence)."""
+            st = self.fab.controller_status()
+            print(f"switches {len(st.get('switches', []))}, links {len(st.get('links', []))}, "
+                  f"hosts {len(st.get('hosts', []))}, converged {st.get('converged')}")
+
+    return _EmuCLI
+
+
+def EmuCLI(net, fab):  # noqa: N802 - reads like the class it builds
+    return _make_emu_cli()(net, fab=fab)
+
+
+def format_ctl(what: str, result) -> str:
+    """Human-readable rendering of a switch's answer."""
+    if what == "ports":
+        head = f"{'port':>4} {'name':14} {'link':4} {'rate':>8} {'rx_pkts':>9} {'tx_pkts':>9} " \
+               f"{'rx_bytes':>11} {'tx_bytes':>11} {'rx_drop':>7} {'tx_drop':>7}"
+        rows = [head]
+        for p in result:
+            rows.append(f"{p['port_no']:>4} {p['name']:14} {'up' if p['link_up'] else 'down':4} "
+                        f"{p['rate_bps'] / 1e6:>7.1f}M {p['rx_packets']:>9} {p['tx_packets']:>9} "
+                        f"{p['rx_bytes']:>11} {p['tx_bytes']:>11} {p['rx_dropped']:>7} "
+                        f"{p['tx_dropped']:>7}")
+        return "\n".join(rows)
+    if what in ("flows", "groups") and isinstance(result, list):
+        return "\n".join(json.dumps(r, default=str) for r in result)
+    return json.dumps(result, indent=2, default=str)
+
+
+def cmd_ctl(args) -> int:
+    runs = registry.live_runs()
+    if args.run:
+        runs = [r for r in runs if r.run_id == args.run]
+    if not runs:
+        raise ScenarioError("no running fabric found (start one with `emu run` or `emu cli`)")
+    for run in runs:
+        path = os.path.join(run.sock_dir, f"{args.switch}.sock")
+        if os.path.exists(path):
+            print(format_ctl(args.what, mgmt.call(path, args.what)))
+            return 0
+    names = sorted(p.stem for r in runs for p in Path(r.sock_dir).glob("*.sock"))
+    raise ScenarioError(f"unknown switch {args.switch!r}; running: {', '.join(names)}")
+
+
+def cmd_clean(args) -> int:
+    need_root("emu clean")
+    removed = registry.clean_dead_runs()
+    if not removed:
+        print("nothing to clean: no dead runs recorded")
+    for r in removed:
+        print(f"{r['run']}: stopped {len(r['stopped_pids'])} processes, "
+              f"deleted {len(r['deleted_interfaces'])} interfaces")
+    live = registry.live_runs()
+    if live:
+        print("left alone (still running): " + ", ".join(
+            f"{r.run_id} (pid {r.owner_pid})" for r in live))
+    return 0
+
+
+def cmd_report(args) -> int:
+    path = Path(args.dir) / "report.txt"
+    if not path.exists():
+        raise ScenarioError(f"no report at {path}")
+    print(path.read_text(), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="emu", description="Packet-level emulator of GPU-cluster "
+                                "fabrics: lossless Ethernet, ECMP and failures on real packets.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("list", help="scenarios with one-line descriptions")
+    s.set_defaults(func=cmd_list)
+    s = sub.add_parser("run", help="run a scenario and print its report")
+    s.add_argument("name")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--out", help="results directory (default results/NAME)")
+    s.set_defaults(func=cmd_run)
+    s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    s.set_defaults(func=cmd_cli)
+    s = sub.add_parser("ctl", help="ask a running switch")
+    s.add_argument("switch")
+    s.add_argument("what", choices=("flows", "ports", "groups", "counters", "info"))
+    s.add_argument("--run", help="run id (default: any running fabric)")
+    s.set_defaults(func=cmd_ctl)
+    s = sub.add_parser("clean", help="remove what crashed runs left behind")
+    s.set_defaults(func=cmd_clean)
+    s = sub.add_parser("report", help="print the report of a results directory")
+    s.add_argument("dir")
+    s.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    try:
+        return args.func(args)
+    except (ScenarioError, FabricSpecError, mgmt.MgmtError) as exc:
+        print(f"emu: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("emu: interrupted; fabric torn down", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - named errors from the fabric
+        from emu.net import FabricError
+
+        if isinstance(exc, FabricError):
+            print(f"emu: {exc}", file=sys.stderr)
+            return EXIT_CHECKS_FAILED
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

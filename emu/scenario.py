@@ -1,0 +1,239 @@
+"""The scenario contract: parameters, checks, report and metrics.json.
+
+Owns what every scenario module shares: declaring parameters with defaults
+(`Param`), parsing `--set key=value` against them (unknown keys and bad values
+are errors that name the key, the value and what is allowed), the `Check`
+record, writing `OUT/metrics.json` and `OUT/report.txt`, and the exit status
+(0 only when every check passed). A scenario module defines `DESCRIPTION`,
+`PARAMS` and `run(ctx) -> None`; it fills `ctx.metrics`, `ctx.tables` and
+`ctx.checks`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import scenarios
+
+
+class ScenarioError(ValueError):
+    """A scenario name or parameter is wrong; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scenario parameter: default, type, help, and optional allowed values/range."""
+
+    default: Any
+    help: str
+    choices: tuple = ()
+    min: float | None = None
+    max: float | None = None
+
+    def parse(self, key: str, text: str) -> Any:
+        kind = type(self.default)
+        try:
+            if kind is bool:
+                if text.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError
+                value = text.lower() in ("1", "true", "yes", "on")
+            else:
+                value = kind(text)
+        except ValueError:
+            raise ScenarioError(f"parameter {key}={text!r}: expected {kind.__name__}") from None
+        self.validate(key, value)
+        return value
+
+    def validate(self, key: str, value: Any) -> None:
+        if self.choices and value not in self.choices:
+            raise ScenarioError(f"parameter {key}={value!r}: allowed values are "
+                                f"{', '.join(map(str, self.choices))}")
+        if self.min is not None and value < self.min:
+            raise ScenarioError(f"parameter {key}={value!r}: must be >= {self.min}")
+        if self.max is not None and value > self.max:
+            raise ScenarioError(f"parameter {key}={value!r}: must be <= {self.max}")
+
+
+@dataclass
+class Check:
+    """One expected outcome: what was measured against what was expected."""
+
+    name: str
+    passed: bool
+    value: Any
+    expected: str
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+    def render(self) -> str:
+        cells = [[_fmt(c) for c in row] for row in self.rows]
+        widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(self.columns)]
+        line = "  ".join(h.ljust(w) for h, w in zip(self.columns, widths))
+        out = [self.title, line, "  ".join("-" * w for w in widths)]
+        out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+        return "\n".join(out)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+@dataclass
+class Context:
+    """What a running scenario sees and fills."""
+
+    name: str
+    params: dict[str, Any]
+    out_dir: Path
+    metrics: dict[str, Any] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    log: Callable[[str], None] = print
+
+    def check(self, name: str, passed: bool, value: Any, expected: str) -> bool:
+        self.checks.append(Check(name, bool(passed), value, expected))
+        return bool(passed)
+
+    def event(self, kind: str, **info: Any) -> None:
+        self.events.append({"t": round(time.monotonic() - self.started, 3), "kind": kind, **info})
+
+    def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+        self.tables.append(Table(title, columns, rows))
+
+
+def available() -> dict[str, Any]:
+    """Scenario name (dashes) -> module."""
+    found = {}
+    for info in pkgutil.iter_modules(scenarios.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"scenarios.{info.name}")
+        if hasattr(module, "run") and hasattr(module, "PARAMS"):
+            found[info.name.replace("_", "-")] = module
+    return found
+
+
+def load(name: str):
+    mods = available()
+    if name not in mods:
+        raise ScenarioError(f"unknown scenario {name!r}; available: {', '.join(sorted(mods))}")
+    return mods[name]
+
+
+def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
+    """Defaults of `module.PARAMS` with `key=value` overrides applied and validated."""
+    params = {k: p.default for k, p in module.PARAMS.items()}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise ScenarioError(f"--set {item!r}: expected KEY=VALUE")
+        if key not in module.PARAMS:
+            raise ScenarioError(f"unknown parameter {key!r}; allowed: "
+                                f"{', '.join(sorted(module.PARAMS))}")
+        params[key] = module.PARAMS[key].parse(key, text.strip())
+    if hasattr(module, "validate"):
+        module.validate(params)
+    return params
+
+
+def render_report(ctx: Context) -> str:
+    lines = [f"emu scenario: {ctx.name}",
+             "parameters: " + ", ".join(f"{k}={v}" for k, v in ctx.params.items()), ""]
+    for table in ctx.tables:
+        lines += [table.render(), ""]
+    if ctx.events:
+        lines.append("events (s since start)")
+        lines += [f"  {e['t']:8.3f}  {e['kind']}  " +
+                  " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t", "kind"))
+                  for e in ctx.events]
+        lines.append("")
+    lines.append("checks")
+    for c in ctx.checks:
+        lines.append(f"  [{'PASS' if c.passed else 'FAIL'}] {c.name}: {_fmt(c.value)} "
+                     f"(expected {c.expected})")
+    passed = sum(c.passed for c in ctx.checks)
+    lines.append(f"\n{passed}/{len(ctx.checks)} checks passed; results in {ctx.out_dir}")
+    return "\n".join(lines)
+
+
+def write_results(ctx: Context) -> None:
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "scenario": ctx.name,
+        "params": ctx.params,
+        "metrics": ctx.metrics,
+        "checks": [asdict(c) for c in ctx.checks],
+        "events": ctx.events,
+        "plots": ctx.plots,
+        "passed": bool(ctx.checks) and all(c.passed for c in ctx.checks),
+    }
+    (ctx.out_dir / "metrics.json").write_text(json.dumps(doc, indent=2, default=str))
+    (ctx.out_dir / "report.txt").write_text(render_report(ctx) + "\n")
+
+
+def run(name: str, overrides: list[str], out_dir: str | None = None,
+        log: Callable[[str], None] = print) -> Context:
+    """Run scenario `name`; returns its context (checks, metrics) after writing results.
+
+    A scenario that raises still writes its results, with a failed check that
+    names the error, before the exception propagates.
+    """
+    module = load(name)
+    params = resolve_params(module, overrides)
+    out = Path(out_dir or f"results/{name}")
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = Context(name=name, params=params, out_dir=out, log=log)
+    try:
+        module.run(ctx)
+    except BaseException as exc:
+        ctx.check("scenario completed", False, f"{type(exc).__name__}: {exc}", "no error")
+        write_results(ctx)
+        raise
+    if not ctx.checks:
+        ctx.check("scenario produced checks", False, 0, ">= 1 check")
+    write_results(ctx)
+    return ctx
+
+
+def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict[str, Param]:
+    """The parameters every fabric-building scenario shares (and `emu cli` takes)."""
+    return {
+        "topology": Param(topology, "fabric shape", choices=("leaf_spine", "fat_tree")),
+        "k": Param(4, "fat-tree arity (even)", min=2, max=8),
+        "leaves": Param(4, "leaf switches (leaf_spine)", min=1, max=32),
+        "spines": Param(2, "spine switches (leaf_spine)", min=1, max=16),
+        "hosts_per_leaf": Param(2, "hosts per leaf (leaf_spine)", min=1, max=32),
+        "rate_mbps": Param(rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)",
+                           min=0.1, max=1000.0),
+        "seed": Param(0, "base of the per-switch ECMP hash seeds"),
+    }
+
+
+def build_fabric_graph(params: dict[str, Any]):
+    """The networkx fabric that `fabric_params()` describe."""
+    from emu import fabric
+
+    rate_bps = int(params["rate_mbps"] * 1e6)
+    if params["topology"] == "fat_tree":
+        if params["k"] % 2:
+            raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
+        return fabric.fat_tree(k=params["k"], rate_bps=rate_bps)
+    return fabric.leaf_spine(leaves=params["leaves"], spines=params["spines"],
+                             hosts_per_leaf=params["hosts_per_leaf"], host_rate_bps=rate_bps)
