@@ -295,7 +295,7 @@ class Fabric:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            raise FabricError(f"{host}: {' '.join(argv)} did not finish within {timeout_s} s")
+            raise FabricError(f"{host}: {' '.join(argv)} did not finish within {timeout_s} s") from None
         result = subprocess.CompletedProcess(argv, proc.returncode, out.decode(errors="replace"),
                                              err.decode(errors="replace"))
         if check and result.returncode != 0:

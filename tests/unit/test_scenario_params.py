@@ -1,0 +1,63 @@
+"""Scenario parameters: defaults, overrides, and errors that name the problem."""
+
+import pytest
+
+from emu import scenario
+from emu.scenario import ScenarioError
+
+
+def test_every_scenario_has_description_params_and_docstring():
+    mods = scenario.available()
+    assert "smoke" in mods
+    for name, mod in mods.items():
+        assert mod.DESCRIPTION and mod.__doc__, name
+        for key, p in mod.PARAMS.items():
+            p.validate(key, p.default)
+
+
+def test_override_is_parsed_to_the_default_type():
+    mod = scenario.load("smoke")
+    params = scenario.resolve_params(mod, ["topology=fat_tree", "k=4", "rate_mbps=10",
+                                           "link_down=off"])
+    assert params["topology"] == "fat_tree" and params["k"] == 4
+    assert params["rate_mbps"] == 10.0 and params["link_down"] is False
+
+
+@pytest.mark.parametrize("item, message", [
+    ("nope=1", "unknown parameter 'nope'"),
+    ("k=four", "k='four': expected int"),
+    ("topology=ring", "allowed values are leaf_spine, fat_tree"),
+    ("spines=0", "spines=0: must be >= 1"),
+    ("rate_mbps=5000", "must be <= 1000"),
+    ("link_down=maybe", "expected bool"),
+    ("k", "expected KEY=VALUE"),
+])
+def test_bad_parameter_names_the_problem(item, message):
+    with pytest.raises(ScenarioError, match=message):
+        scenario.resolve_params(scenario.load("smoke"), [item])
+
+
+def test_unknown_scenario_lists_the_known_ones():
+    with pytest.raises(ScenarioError, match="available: .*smoke"):
+        scenario.load("nosuch")
+
+
+def test_odd_fat_tree_is_rejected():
+    params = scenario.resolve_params(scenario.load("smoke"), ["topology=fat_tree", "k=3"])
+    with pytest.raises(ScenarioError, match="even k"):
+        scenario.build_fabric_graph(params)
+
+
+def test_report_and_metrics_json(tmp_path):
+    ctx = scenario.Context(name="x", params={"a": 1}, out_dir=tmp_path)
+    ctx.table("t", ["c1", "c2"], [[1, 2.5]])
+    ctx.check("good", True, 1, "1")
+    ctx.check("bad", False, 0, "1")
+    scenario.write_results(ctx)
+    import json
+
+    doc = json.loads((tmp_path / "metrics.json").read_text())
+    assert doc["passed"] is False
+    assert doc["checks"][1] == {"name": "bad", "passed": False, "value": 0, "expected": "1"}
+    report = (tmp_path / "report.txt").read_text()
+    assert "[FAIL] bad" in report and "[PASS] good" in report and "1/2 checks passed" in report
