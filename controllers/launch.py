@@ -1,0 +1,252 @@
+"""Launcher of emu's os-ken controller apps (os-ken 4.x has no ``osken-manager``).
+
+Usage::
+
+    python -m controllers.launch --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port PORT \\
+        --status-file FILE [--log-file FILE] [--expect-switches N --expect-links N --expect-hosts N] \\
+        [--lldp-interval S] [--verbose] controllers.routing [more apps]
+
+It owns the process around the apps: argument checking (bad arguments give a
+one-line message and exit status 2, never a traceback), logging, dying with
+its parent (``PR_SET_PDEATHSIG``), exiting promptly on SIGTERM/SIGINT/SIGHUP,
+and handing options to the apps.  It does what os-ken's old ``cmd/manager.py``
+did: register options, ``os_ken.cfg.CONF(args=..., project='os_ken')``, then
+``AppManager.run_apps(apps)``.
+
+emu's own options are registered as os-ken CLI options on ``os_ken.cfg.CONF``
+(``status_file``, ``expect_switches``, ``expect_links``, ``expect_hosts``,
+``lldp_interval``); apps read them through ``app_options()``, which falls back
+to defaults when the app runs under another launcher.
+
+os-ken 4.2 runs on native threads (``os_ken.lib.hub`` with
+``OSKEN_HUB_TYPE=native``, the default; eventlet is only imported when that
+variable says ``eventlet``), so no monkey patching is needed; the launcher pins
+``native``.  Its threads are not daemons and cannot be killed
+(``hub.kill`` is a no-op), so the launcher leaves with ``os._exit`` after
+flushing the logs: the apps keep no state that needs a graceful close (the
+status file is always replaced atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+# Pin the hub before anything imports os_ken.lib.hub (it reads the variable at import).
+os.environ["OSKEN_HUB_TYPE"] = "native"
+
+import oslo_config.cfg as oslo_cfg  # noqa: E402
+from os_ken import cfg  # noqa: E402  (must follow the hub pin)
+
+LOG = logging.getLogger(__name__)
+
+EXIT_BAD_ARGS = 2
+EXIT_FAILED = 1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@dataclass(frozen=True)
+class AppOptions:
+    """emu's options as seen by an app."""
+
+    status_file: Optional[str] = None
+    expect_switches: Optional[int] = None
+    expect_links: Optional[int] = None
+    expect_hosts: Optional[int] = None
+    lldp_interval_s: float = 1.0
+
+
+def _emu_opts() -> list:
+    return [
+        cfg.StrOpt("status-file", default=None, help="JSON convergence status written atomically"),
+        cfg.IntOpt("expect-switches", default=None, help="switches emu expects"),
+        cfg.IntOpt("expect-links", default=None, help="inter-switch cables emu expects"),
+        cfg.IntOpt("expect-hosts", default=None, help="hosts emu expects"),
+        cfg.FloatOpt("lldp-interval", default=1.0, help="LLDP period in seconds"),
+    ]
+
+
+def register_opts() -> None:
+    """Register emu's options on os-ken's CONF (idempotent; must precede ``CONF(...)``)."""
+    cfg.CONF.register_cli_opts(_emu_opts())
+
+
+def app_options() -> AppOptions:
+    """emu's options from os-ken's CONF, or defaults when they were not registered or parsed."""
+    conf = cfg.CONF
+    try:
+        return AppOptions(
+            status_file=conf.status_file,
+            expect_switches=conf.expect_switches,
+            expect_links=conf.expect_links,
+            expect_hosts=conf.expect_hosts,
+            lldp_interval_s=conf.lldp_interval,
+        )
+    except (oslo_cfg.Error, AttributeError):
+        return AppOptions()
+
+
+# ---------------------------------------------------------------------------- argument checking
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own exit status is 2 as well
+        self.exit(EXIT_BAD_ARGS, f"{self.prog}: error: {message}\n")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"port {text!r} not in 1..65535")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"count {text!r} must be >= 0")
+    return value
+
+
+def _interval(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"interval {text!r} must be > 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m controllers.launch", description="Run emu's os-ken controller apps."
+    )
+    p.add_argument("--ofp-listen-host", default="127.0.0.1")
+    p.add_argument("--ofp-tcp-listen-port", type=_port, required=True)
+    p.add_argument("--status-file", required=True)
+    p.add_argument("--log-file")
+    p.add_argument("--expect-switches", type=_count)
+    p.add_argument("--expect-links", type=_count)
+    p.add_argument("--expect-hosts", type=_count)
+    p.add_argument("--lldp-interval", type=_interval, default=1.0)
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
+    return p
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("status_file", "log_file"):
+        path = getattr(args, name)
+        if path is not None:
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory):
+                parser.error(
+                    f"--{name.replace('_', '-')} {path!r}: directory {directory!r} does not exist"
+                )
+    try:
+        family = socket.AF_INET6 if ":" in args.ofp_listen_host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((args.ofp_listen_host, args.ofp_tcp_listen_port))
+    except OSError as e:
+        parser.error(
+            f"cannot listen on {args.ofp_listen_host}:{args.ofp_tcp_listen_port}: {e.strerror}"
+        )
+    for app in args.apps:
+        try:
+            importlib.import_module(app)
+        except ImportError as e:
+            parser.error(f"app {app!r} cannot be imported: {e}")
+
+
+# ---------------------------------------------------------------------------- process plumbing
+
+
+def _die_with_parent() -> None:
+    # The controller must not outlive emu (DESIGN.md: children die with their parent).
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        LOG.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def _exit_now(status: int) -> None:
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    LOG.info("signal %d: exiting", signum)
+    _exit_now(0)
+
+
+def _setup_logging(log_file: Optional[str], verbose: bool) -> None:
+    handler: logging.Handler = (
+        logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def _os_ken_args(args: argparse.Namespace) -> List[str]:
+    out = [
+        "--ofp-listen-host", args.ofp_listen_host,
+        "--ofp-tcp-listen-port", str(args.ofp_tcp_listen_port),
+        "--status-file", os.path.abspath(args.status_file),
+        "--lldp-interval", repr(args.lldp_interval),
+    ]  # fmt: skip
+    for name in ("expect_switches", "expect_links", "expect_hosts"):
+        value = getattr(args, name)
+        if value is not None:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the apps named on the command line; returns only on failure (signals exit directly)."""
+    _die_with_parent()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_file, args.verbose)
+    # os-ken registers its own CLI options when these modules are imported; all
+    # options must be known before CONF() parses.
+    from os_ken import flags, log  # noqa: F401
+    from os_ken.base import app_manager
+
+    register_opts()
+    _check(parser, args)
+    try:
+        cfg.CONF(args=_os_ken_args(args), project="os_ken", default_config_files=[])
+    except oslo_cfg.Error as e:
+        parser.error(str(e))
+    LOG.info(
+        "controller on %s:%d, apps %s, status %s",
+        args.ofp_listen_host, args.ofp_tcp_listen_port, args.apps, args.status_file,
+    )  # fmt: skip
+    try:
+        app_manager.AppManager.run_apps(list(args.apps))
+    except Exception:  # the apps failed to start: say where the details are, then leave
+        LOG.exception("controller apps failed")
+        print(f"controller apps failed; see {args.log_file or 'stderr'}", file=sys.stderr)
+        _exit_now(EXIT_FAILED)
+    LOG.error("controller stopped (OpenFlow listener ended)")
+    _exit_now(EXIT_FAILED)
+    return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

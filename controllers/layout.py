@@ -1,0 +1,68 @@
+"""Table ids, cookie bands, group-id bands and priority bands of every controller app.
+
+This module owns the shared vocabulary that keeps emu's controller apps from
+stepping on each other inside one switch: which table an app writes, which
+cookie band marks its flows (so an app can delete exactly its own flows with a
+cookie mask after a restart), which group ids it may allocate, and which
+priorities it uses.  It holds constants only; ``controllers/ofmsg.py`` builds
+the messages and the apps (``controllers/routing.py`` ...) decide what to
+install.
+
+Cookie layout (64 bit)::
+
+    bits 63..60  app band    (0x1 = routing, 0x2 = adaptive, 0x3 = aggregation)
+    bits 59..0   free for the app (routing keeps them 0)
+
+Routing (``controllers/routing.py``), table 0:
+
+    ==========================  ========  ==========================================
+    what                        priority  match / action
+    ==========================  ========  ==========================================
+    LLDP punt                   0xF000    eth_type=0x88cc -> CONTROLLER
+    ARP punt                    0xF000    eth_type=0x0806 -> CONTROLLER
+    host route                  0x8000    eth_type=0x0800, ipv4_dst=H/32 -> group G
+                                          (or set eth_dst + output at H's switch)
+    default drop                0x0001    (any) -> no actions
+    ==========================  ========  ==========================================
+
+Group ids of routing are ``ROUTING_GROUP_BASE + n`` (one SELECT group per
+distinct set of next-hop ports, per switch).  OpenFlow 1.3 groups carry no
+cookie, so a resync deletes groups with ``OFPG_ALL``: an app that shares a
+switch with routing must reinstall its groups after routing's resync (it
+receives the same switch-enter event).
+"""
+
+from __future__ import annotations
+
+#: Mask selecting the app band of a cookie (OpenFlow 1.3 ``cookie_mask``).
+COOKIE_BAND_MASK = 0xF000_0000_0000_0000
+
+#: Routing app: all of its flows carry exactly this cookie.
+ROUTING_COOKIE = 0x1000_0000_0000_0000
+#: Reserved for the adaptive-routing app (``controllers/adaptive.py``).
+ADAPTIVE_COOKIE = 0x2000_0000_0000_0000
+#: Reserved for the aggregation manager (``controllers/aggregation.py``).
+AGGREGATION_COOKIE = 0x3000_0000_0000_0000
+
+#: Routing writes table 0 only (the first table every OpenFlow switch has).
+ROUTING_TABLE = 0
+
+#: Punts of frames the controller asked for (LLDP, ARP): above everything of routing.
+PRIO_PUNT = 0xF000
+#: Per-host IPv4 routes: the middle of the band, leaving room above for adaptive overrides.
+PRIO_HOST_ROUTE = 0x8000
+#: Explicit drop of everything else (OpenFlow 1.3 table-miss is drop too; the
+#: explicit flow makes the behaviour the same on switches whose miss is "controller").
+PRIO_DEFAULT_DROP = 0x0001
+
+#: Group ids routing allocates from (one per distinct next-hop port set).
+ROUTING_GROUP_BASE = 0x1000_0000
+#: Group ids reserved for other apps start here.
+ADAPTIVE_GROUP_BASE = 0x2000_0000
+AGGREGATION_GROUP_BASE = 0x3000_0000
+
+#: Source MAC of frames the controller originates (ARP probes for unknown
+#: targets); locally administered, so it never collides with a host NIC.  ARP
+#: packet-ins whose sender is this MAC are our own frames leaking over a not yet
+#: discovered inter-switch port and teach nothing.
+CONTROLLER_MAC = "0e:00:00:00:00:01"

@@ -1,0 +1,781 @@
+"""Routing app: LLDP topology discovery, host discovery and proxy ARP, shortest-path ECMP, failover.
+
+Two layers, as in Faucet:
+
+* ``RoutingManager`` is pure: it owns the discovered topology (switches, ports,
+  directed links), the hosts, the desired and the installed flow/group state of
+  every switch and the convergence bookkeeping.  Its methods take an event and
+  ``now`` and return a list of ``(dpid, message)`` to send; it owns no socket,
+  thread or clock, so the unit tests drive it with synthetic events.
+* ``RoutingApp`` is the thin os-ken shim: one handler per OpenFlow event, a hub
+  thread for the periodic LLDP tick, a lock around the manager, and the status
+  file that emu waits on.
+
+What goes into a switch (table, cookie and priorities from ``layout.py``): punt
+LLDP and ARP to the controller, a default drop, and per known host an IPv4 route
+``ipv4_dst=H -> SELECT group`` whose buckets are every next-hop port on a
+shortest path to H's switch (one group per distinct port set, watch_port = the
+output port), or ``set eth_dst, output`` at H's own switch.  After each
+topology change only the difference is sent, followed by a barrier per switch;
+the barrier replies tell which topology version is installed everywhere.
+
+Messages are built only by ``controllers/ofmsg.py``.  This module never
+imports emu's switch: it drives any OpenFlow 1.3 switch.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+
+import networkx as nx
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    set_ev_cls,
+)
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_3
+
+from controllers import layout, ofmsg
+from controllers.launch import app_options
+
+LOG = logging.getLogger(__name__)
+
+Msgs = List[Tuple[int, Any]]
+PortKey = Tuple[int, int]  # (dpid, port_no)
+
+ZERO_IP = "0.0.0.0"
+ZERO_MAC = "00:00:00:00:00:00"
+#: Barrier xids come from their own range so they do not meet os-ken's per-datapath counter often;
+#: a reply is matched on (dpid, xid) anyway.
+BARRIER_XID_BASE = 0x4000_0000
+
+
+class RoutingInvariantError(RuntimeError):
+    """The manager's own bookkeeping is inconsistent (a bug, not bad input)."""
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Timers and expectations of the routing manager.
+
+    Attributes:
+        lldp_interval_s: period of LLDP on every port once converged (Ryu's
+            topology discovery also uses about 1 s).
+        lldp_burst_interval_s: faster LLDP period right after a switch connects,
+            so that discovery converges in well under a second per hop.
+        lldp_burst_duration_s: how long after connect the burst period applies.
+        link_timeout_intervals: a link not refreshed for this many intervals is removed.
+        expect_switches, expect_links, expect_hosts: counts emu expects; links
+            are cables (a cable counts when both directions were discovered).
+        arp_flood_holddown_s: minimum time between two floods for the same unknown target.
+        arp_pending_timeout_s: how long a requester waits for an unknown target.
+        max_events: how many recent events the status keeps.
+        set_eth_dst: rewrite eth_dst to the host's MAC at the last hop.
+    """
+
+    lldp_interval_s: float = 1.0
+    lldp_burst_interval_s: float = 0.1
+    lldp_burst_duration_s: float = 2.0
+    link_timeout_intervals: int = 3
+    expect_switches: Optional[int] = None
+    expect_links: Optional[int] = None
+    expect_hosts: Optional[int] = None
+    arp_flood_holddown_s: float = 0.5
+    arp_pending_timeout_s: float = 5.0
+    max_events: int = 200
+    set_eth_dst: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("lldp_interval_s", "lldp_burst_interval_s", "arp_pending_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be > 0")
+        if self.link_timeout_intervals < 1:
+            raise ValueError(
+                f"link_timeout_intervals={self.link_timeout_intervals!r}: must be >= 1"
+            )
+        for name in ("expect_switches", "expect_links", "expect_hosts"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name}={value!r}: must be >= 0 or None")
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host learned from ARP: where it is attached."""
+
+    ip: str
+    mac: str
+    dpid: int
+    port: int
+
+
+@dataclass(frozen=True)
+class PortInfo:
+    """One switch port as reported by PortDesc or PortStatus."""
+
+    port_no: int
+    hw_addr: str
+    live: bool
+
+
+# A route at one switch: ("ecmp", frozenset of ports) or ("local", port, mac).
+Route = Tuple[Any, ...]
+FlowKey = Tuple[int, str]  # (priority, ipv4_dst)
+
+
+@dataclass
+class _Switch:
+    dp: Any
+    ports: Dict[int, str]  # live ports: port_no -> hw_addr
+    entered_s: float
+    next_lldp_s: float
+    acked_version: int = 0
+    flows: Dict[str, Tuple[ofmsg.Action, ...]] = field(
+        default_factory=dict
+    )  # installed: ipv4_dst -> actions
+    groups: Dict[int, FrozenSet[int]] = field(default_factory=dict)  # installed: gid -> ports
+    gid_by_ports: Dict[FrozenSet[int], int] = field(default_factory=dict)
+    next_gid: int = layout.ROUTING_GROUP_BASE
+
+
+@dataclass
+class _Pending:
+    requester: Host
+    expires_s: float
+
+
+def _host_match(ip: str) -> Dict[str, Any]:
+    return {"eth_type": ofmsg.ETH_TYPE_IPV4, "ipv4_dst": ip}
+
+
+class RoutingManager:
+    """Pure routing logic: events in, ``(dpid, message)`` out.
+
+    Args:
+        config: timers and expectations.
+
+    Examples:
+        >>> mgr = RoutingManager(RoutingConfig(expect_switches=1))
+        >>> msgs = mgr.switch_enter(dp, [PortInfo(1, "02:00:00:00:00:01", True)], now=0.0)
+    """
+
+    def __init__(self, config: Optional[RoutingConfig] = None) -> None:
+        self.config = config or RoutingConfig()
+        self._switches: Dict[int, _Switch] = {}
+        # directed link: (src dpid, src port) -> (dst dpid, dst port); last refresh separately
+        self._links: Dict[PortKey, PortKey] = {}
+        self._link_seen_s: Dict[PortKey, float] = {}
+        self._hosts: Dict[str, Host] = {}
+        self._pending: Dict[str, List[_Pending]] = {}
+        self._flooded_s: Dict[str, float] = {}
+        self._barriers: Dict[Tuple[int, int], int] = {}  # (dpid, xid) -> version
+        self._next_xid = BARRIER_XID_BASE
+        self._events: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
+        self.topology_version = 0
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def switches(self) -> List[int]:
+        return sorted(self._switches)
+
+    @property
+    def links(self) -> List[Tuple[int, int, int, int]]:
+        return sorted((s, sp, d, dp) for (s, sp), (d, dp) in self._links.items())
+
+    @property
+    def hosts(self) -> List[Host]:
+        return sorted(self._hosts.values(), key=lambda h: tuple(int(x) for x in h.ip.split(".")))
+
+    def cable_count(self) -> int:
+        """Number of links discovered in both directions."""
+        both = sum(1 for src, dst in self._links.items() if self._links.get(dst) == src)
+        return both // 2
+
+    def installed_version(self) -> int:
+        """The topology version acknowledged by a barrier on every connected switch."""
+        if not self._switches:
+            return self.topology_version
+        return min(sw.acked_version for sw in self._switches.values())
+
+    def converged(self) -> bool:
+        cfg = self.config
+        if cfg.expect_switches is not None and len(self._switches) < cfg.expect_switches:
+            return False
+        if cfg.expect_links is not None and self.cable_count() < cfg.expect_links:
+            return False
+        if cfg.expect_hosts is not None and len(self._hosts) < cfg.expect_hosts:
+            return False
+        return self.installed_version() == self.topology_version
+
+    def edge_ports(self, dpid: int) -> List[int]:
+        """Live ports of ``dpid`` that are not an end of any discovered inter-switch link."""
+        sw = self._switches.get(dpid)
+        if sw is None:
+            return []
+        return sorted(p for p in sw.ports if not self._is_fabric_port(dpid, p))
+
+    def installed_groups(self, dpid: int) -> Dict[int, FrozenSet[int]]:
+        return dict(self._switches[dpid].groups)
+
+    def installed_flows(self, dpid: int) -> Dict[str, Tuple[ofmsg.Action, ...]]:
+        return dict(self._switches[dpid].flows)
+
+    def status(self) -> Dict[str, Any]:
+        """The convergence status emu waits on (see the module docstring of ``launch.py``)."""
+        return {
+            "switches": self.switches,
+            "links": [list(link) for link in self.links],
+            "hosts": [
+                {"ip": h.ip, "mac": h.mac, "dpid": h.dpid, "port": h.port} for h in self.hosts
+            ],
+            "topology_version": self.topology_version,
+            "installed_version": self.installed_version(),
+            "converged": self.converged(),
+            "expected": {
+                "switches": self.config.expect_switches,
+                "links": self.config.expect_links,
+                "hosts": self.config.expect_hosts,
+            },
+            "events": list(self._events),
+        }
+
+    # ------------------------------------------------------------------ switch events
+
+    def switch_enter(self, dp: Any, ports: Iterable[PortInfo], now: float) -> Msgs:
+        """A switch connected (or reconnected): resync it, punt LLDP/ARP, discover, route.
+
+        Resync deletes every flow of routing's cookie band and every group first,
+        so the tables equal what a freshly started controller installs.
+        """
+        dpid = dp.id
+        msgs: Msgs = []
+        if dpid in self._switches:
+            # A reconnect overtook the old connection's teardown.
+            msgs += self.switch_leave(dpid, now)
+        sw = _Switch(dp=dp, ports={}, entered_s=now, next_lldp_s=now)
+        self._switches[dpid] = sw
+        for p in ports:
+            if p.live and p.port_no <= dp.ofproto.OFPP_MAX:
+                sw.ports[p.port_no] = p.hw_addr
+        msgs += [
+            (
+                dpid,
+                ofmsg.flow_delete_by_cookie(
+                    dp, cookie=layout.ROUTING_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK
+                ),
+            ),
+            (dpid, ofmsg.group_delete(dp)),
+            (dpid, self._barrier(dpid, self.topology_version)),
+        ]
+        common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
+        ctrl = [(ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER)]
+        msgs += [
+            (
+                dpid,
+                ofmsg.flow_add(
+                    dp,
+                    priority=layout.PRIO_PUNT,
+                    match={"eth_type": ofmsg.ETH_TYPE_LLDP},
+                    action_specs=ctrl,
+                    **common,
+                ),
+            ),
+            (
+                dpid,
+                ofmsg.flow_add(
+                    dp,
+                    priority=layout.PRIO_PUNT,
+                    match={"eth_type": ofmsg.ETH_TYPE_ARP},
+                    action_specs=ctrl,
+                    **common,
+                ),
+            ),
+            (
+                dpid,
+                ofmsg.flow_add(
+                    dp, priority=layout.PRIO_DEFAULT_DROP, match={}, action_specs=[], **common
+                ),
+            ),
+            (dpid, ofmsg.port_desc_request(dp)),
+        ]
+        msgs += self._lldp_out(dpid, sorted(sw.ports))
+        sw.next_lldp_s = now + self.config.lldp_burst_interval_s
+        self._event(now, "switch_enter", dpid=dpid)
+        LOG.info("switch %016x entered with ports %s", dpid, sorted(sw.ports))
+        msgs += self._changed(now)
+        return msgs
+
+    def switch_leave(self, dpid: int, now: float) -> Msgs:
+        """A switch disconnected: forget its links (hosts stay: they come back with it)."""
+        if self._switches.pop(dpid, None) is None:
+            return []
+        for src, dst in list(self._links.items()):
+            if src[0] == dpid or dst[0] == dpid:
+                self._remove_link(src, now)
+        self._barriers = {k: v for k, v in self._barriers.items() if k[0] != dpid}
+        self._event(now, "switch_leave", dpid=dpid)
+        LOG.info("switch %016x left", dpid)
+        return self._changed(now)
+
+    def port_desc(self, dpid: int, ports: Iterable[PortInfo], now: float) -> Msgs:
+        """A PortDesc reply (part): update the live ports, LLDP on new ones, drop links on dead ones."""
+        msgs: Msgs = []
+        for p in ports:
+            msgs += self.port_status(dpid, p, now)
+        return msgs
+
+    def port_status(self, dpid: int, port: PortInfo, now: float, deleted: bool = False) -> Msgs:
+        """A port came up, went down, appeared or was deleted.
+
+        Down: the links on it (either direction) are removed and routes
+        recomputed at once; the switch's group liveness bridges the gap. Up:
+        LLDP goes out of it immediately.
+        """
+        sw = self._switches.get(dpid)
+        if sw is None or port.port_no > sw.dp.ofproto.OFPP_MAX:
+            return []
+        if port.live and not deleted:
+            was_live = port.port_no in sw.ports
+            sw.ports[port.port_no] = port.hw_addr
+            return [] if was_live else self._lldp_out(dpid, [port.port_no])
+        sw.ports.pop(port.port_no, None)
+        changed = False
+        for src, dst in list(self._links.items()):
+            if (dpid, port.port_no) in (src, dst):
+                self._remove_link(src, now)
+                changed = True
+        return self._changed(now) if changed else []
+
+    def barrier_reply(self, dpid: int, xid: int, now: float) -> Msgs:
+        """A barrier reply: everything sent to ``dpid`` before it is in place."""
+        version = self._barriers.pop((dpid, xid), None)
+        sw = self._switches.get(dpid)
+        if version is not None and sw is not None and version > sw.acked_version:
+            sw.acked_version = version
+        return []
+
+    # ------------------------------------------------------------------ packet-ins
+
+    def packet_in(self, dpid: int, in_port: int, data: bytes, now: float) -> Msgs:
+        """A punted frame: our LLDP teaches a link, ARP teaches a host and asks for proxy ARP."""
+        if dpid not in self._switches:
+            return []
+        etype = ofmsg.eth_type(data)
+        if etype == ofmsg.ETH_TYPE_LLDP:
+            peer = ofmsg.parse_lldp(data)
+            return [] if peer is None else self._lldp_in(peer, (dpid, in_port), now)
+        if etype == ofmsg.ETH_TYPE_ARP:
+            info = ofmsg.parse_arp(data)
+            return [] if info is None else self._arp_in(dpid, in_port, info, now)
+        return []
+
+    def _lldp_in(self, src: PortKey, dst: PortKey, now: float) -> Msgs:
+        if src[0] not in self._switches or src == dst or src[0] == dst[0]:
+            return []
+        if src[1] not in self._switches[src[0]].ports:
+            return []  # stale frame from a port that went down meanwhile
+        self._link_seen_s[src] = now
+        if self._links.get(src) == dst:
+            return []
+        if src in self._links:
+            self._remove_link(src, now)
+        # A port has at most one peer: a different link into dst is stale.
+        for other_src, other_dst in list(self._links.items()):
+            if other_dst == dst:
+                self._remove_link(other_src, now)
+        self._links[src] = dst
+        self._link_seen_s[src] = now
+        self._event(
+            now, "link_up", src_dpid=src[0], src_port=src[1], dst_dpid=dst[0], dst_port=dst[1]
+        )
+        LOG.info("link up %016x:%d -> %016x:%d", src[0], src[1], dst[0], dst[1])
+        for ip, host in list(self._hosts.items()):
+            if (host.dpid, host.port) in (src, dst):
+                # Seen on what is in fact a fabric port: it was a leaked frame.
+                del self._hosts[ip]
+                self._event(
+                    now, "host_removed", ip=host.ip, mac=host.mac, dpid=host.dpid, port=host.port
+                )
+        return self._changed(now)
+
+    def _arp_in(self, dpid: int, in_port: int, info: ofmsg.ArpInfo, now: float) -> Msgs:
+        if self._is_fabric_port(dpid, in_port) or info.src_mac == layout.CONTROLLER_MAC:
+            return []  # our own probe leaking over a fabric port teaches nothing
+        msgs: Msgs = []
+        if info.src_ip != ZERO_IP:
+            msgs += self._learn_host(Host(info.src_ip, info.src_mac, dpid, in_port), now)
+        if info.op != ofmsg.ARP_REQUEST or info.dst_ip == info.src_ip or info.src_ip == ZERO_IP:
+            return msgs
+        requester = Host(info.src_ip, info.src_mac, dpid, in_port)
+        target = self._hosts.get(info.dst_ip)
+        if target is not None:
+            msgs.append(self._arp_reply(requester, target))
+            return msgs
+        self._pending.setdefault(info.dst_ip, []).append(
+            _Pending(requester, now + self.config.arp_pending_timeout_s)
+        )
+        last = self._flooded_s.get(info.dst_ip)
+        if last is None or now - last >= self.config.arp_flood_holddown_s:
+            self._flooded_s[info.dst_ip] = now
+            msgs += self._arp_flood(info.dst_ip, exclude=(dpid, in_port))
+        return msgs
+
+    def _learn_host(self, host: Host, now: float) -> Msgs:
+        old = self._hosts.get(host.ip)
+        msgs: Msgs = []
+        if old != host:
+            self._hosts[host.ip] = host
+            self._event(
+                now, "host_learned", ip=host.ip, mac=host.mac, dpid=host.dpid, port=host.port
+            )
+            LOG.info("host %s %s at %016x:%d", host.ip, host.mac, host.dpid, host.port)
+            msgs += self._changed(now)
+        for pending in self._pending.pop(host.ip, []):
+            if pending.expires_s >= now and pending.requester.dpid in self._switches:
+                msgs.append(self._arp_reply(pending.requester, host))
+        self._flooded_s.pop(host.ip, None)
+        return msgs
+
+    def _arp_reply(self, requester: Host, target: Host) -> Tuple[int, Any]:
+        frame = ofmsg.arp_frame(
+            op=ofmsg.ARP_REPLY,
+            src_mac=target.mac,
+            src_ip=target.ip,
+            dst_mac=requester.mac,
+            dst_ip=requester.ip,
+        )
+        dp = self._switches[requester.dpid].dp
+        return requester.dpid, ofmsg.packet_out(dp, data=frame, ports=[requester.port])
+
+    def _arp_flood(self, target_ip: str, exclude: PortKey) -> Msgs:
+        # An ARP probe (sender IP 0.0.0.0, RFC 5227) from the controller's own MAC:
+        # the target answers to that MAC (punted to us) and learns nothing wrong.
+        frame = ofmsg.arp_frame(
+            op=ofmsg.ARP_REQUEST,
+            src_mac=layout.CONTROLLER_MAC,
+            src_ip=ZERO_IP,
+            dst_mac=ZERO_MAC,
+            dst_ip=target_ip,
+        )
+        msgs: Msgs = []
+        for dpid in sorted(self._switches):
+            ports = [p for p in self.edge_ports(dpid) if (dpid, p) != exclude]
+            if ports:
+                msgs.append(
+                    (dpid, ofmsg.packet_out(self._switches[dpid].dp, data=frame, ports=ports))
+                )
+        return msgs
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now: float) -> Msgs:
+        """Periodic work: LLDP on every live port when due, link expiry, pending-ARP expiry."""
+        cfg = self.config
+        msgs: Msgs = []
+        for dpid, sw in sorted(self._switches.items()):
+            if now >= sw.next_lldp_s:
+                msgs += self._lldp_out(dpid, sorted(sw.ports))
+                in_burst = now - sw.entered_s < cfg.lldp_burst_duration_s
+                sw.next_lldp_s = now + (
+                    cfg.lldp_burst_interval_s if in_burst else cfg.lldp_interval_s
+                )
+        timeout_s = cfg.link_timeout_intervals * cfg.lldp_interval_s
+        expired = [src for src in self._links if now - self._link_seen_s.get(src, now) > timeout_s]
+        for src in expired:
+            LOG.info("link %016x:%d expired", *src)
+            self._remove_link(src, now)
+        if expired:
+            msgs += self._changed(now)
+        for ip in list(self._pending):
+            alive = [p for p in self._pending[ip] if p.expires_s >= now]
+            if alive:
+                self._pending[ip] = alive
+            else:
+                del self._pending[ip]
+                self._flooded_s.pop(ip, None)
+        return msgs
+
+    def next_wakeup_s(self) -> Optional[float]:
+        """When ``tick`` has LLDP work next (None without switches)."""
+        return min((sw.next_lldp_s for sw in self._switches.values()), default=None)
+
+    # ------------------------------------------------------------------ internals
+
+    def _event(self, now: float, kind: str, **fields: Any) -> None:
+        self._events.append({"t": now, "kind": kind, **fields})
+
+    def _is_fabric_port(self, dpid: int, port_no: int) -> bool:
+        key = (dpid, port_no)
+        return key in self._links or any(dst == key for dst in self._links.values())
+
+    def _remove_link(self, src: PortKey, now: float) -> None:
+        dst = self._links.pop(src)
+        self._link_seen_s.pop(src, None)
+        self._event(
+            now, "link_down", src_dpid=src[0], src_port=src[1], dst_dpid=dst[0], dst_port=dst[1]
+        )
+        LOG.info("link down %016x:%d -> %016x:%d", src[0], src[1], dst[0], dst[1])
+
+    def _lldp_out(self, dpid: int, ports: Iterable[int]) -> Msgs:
+        sw = self._switches[dpid]
+        msgs: Msgs = []
+        for port in ports:
+            src_mac = sw.ports.get(port) or "02:00:00:00:00:00"
+            frame = ofmsg.lldp_frame(dpid=dpid, port_no=port, src_mac=src_mac)
+            msgs.append((dpid, ofmsg.packet_out(sw.dp, data=frame, ports=[port])))
+        return msgs
+
+    def _barrier(self, dpid: int, version: int) -> Any:
+        xid = self._next_xid
+        self._next_xid = BARRIER_XID_BASE + ((self._next_xid + 1 - BARRIER_XID_BASE) % 0x3FFF_FFFF)
+        self._barriers[(dpid, xid)] = version
+        return ofmsg.barrier(self._switches[dpid].dp, xid=xid)
+
+    def _graph(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        g.add_nodes_from(self._switches)
+        for (s, _sp), (d, _dp) in self._links.items():
+            if s in self._switches and d in self._switches:
+                g.add_edge(s, d)
+        return g
+
+    def routes(self) -> Dict[int, Dict[str, Route]]:
+        """Desired route per switch per host IP: ECMP over every shortest-path next hop."""
+        g = self._graph()
+        rev = g.reverse(copy=False)
+        out_links: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
+        for (s, sp), (d, _dp) in self._links.items():
+            out_links[s].append((sp, d))
+        dist_to: Dict[int, Dict[int, int]] = {}
+        result: Dict[int, Dict[str, Route]] = {dpid: {} for dpid in self._switches}
+        for host in self._hosts.values():
+            if host.dpid not in self._switches:
+                continue
+            dist = dist_to.get(host.dpid)
+            if dist is None:
+                dist = dist_to[host.dpid] = nx.single_source_shortest_path_length(rev, host.dpid)
+            for dpid in self._switches:
+                if dpid == host.dpid:
+                    result[dpid][host.ip] = ("local", host.port, host.mac)
+                    continue
+                if dpid not in dist:
+                    continue
+                ports = frozenset(
+                    sp for sp, d in out_links[dpid] if d in dist and dist[d] == dist[dpid] - 1
+                )
+                if not ports:
+                    raise RoutingInvariantError(
+                        f"switch {dpid:016x} at distance {dist[dpid]} has no next hop"
+                    )
+                result[dpid][host.ip] = ("ecmp", ports)
+        return result
+
+    def _changed(self, now: float) -> Msgs:
+        """Bump the topology version, send every switch its difference and a barrier."""
+        self.topology_version += 1
+        routes = self.routes()
+        msgs: Msgs = []
+        for dpid in sorted(self._switches):
+            msgs += self._sync_switch(dpid, routes.get(dpid, {}))
+            msgs.append((dpid, self._barrier(dpid, self.topology_version)))
+        return msgs
+
+    def _sync_switch(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
+        sw = self._switches[dpid]
+        dp = sw.dp
+        wanted_sets: Set[FrozenSet[int]] = {r[1] for r in routes.values() if r[0] == "ecmp"}
+        group_adds: Msgs = []
+        for ports in sorted(wanted_sets, key=sorted):
+            gid = sw.gid_by_ports.get(ports)
+            if gid is None:
+                gid = sw.gid_by_ports[ports] = sw.next_gid
+                sw.next_gid += 1
+            if gid not in sw.groups:
+                sw.groups[gid] = ports
+                group_adds.append((dpid, ofmsg.select_group(dp, group_id=gid, ports=sorted(ports))))
+        flow_msgs: Msgs = []
+        common = dict(
+            cookie=layout.ROUTING_COOKIE,
+            table_id=layout.ROUTING_TABLE,
+            priority=layout.PRIO_HOST_ROUTE,
+        )
+        for ip in sorted(routes):
+            route = routes[ip]
+            if route[0] == "ecmp":
+                acts: Tuple[ofmsg.Action, ...] = ((ofmsg.ACTION_GROUP, sw.gid_by_ports[route[1]]),)
+            else:
+                _kind, port, mac = route
+                acts = ((ofmsg.ACTION_OUTPUT, port),)
+                if self.config.set_eth_dst:
+                    acts = ((ofmsg.ACTION_SET_FIELD, "eth_dst", mac),) + acts
+            old = sw.flows.get(ip)
+            if old == acts:
+                continue
+            builder = ofmsg.flow_add if old is None else ofmsg.flow_modify_strict
+            flow_msgs.append(
+                (dpid, builder(dp, match=_host_match(ip), action_specs=acts, **common))
+            )
+            sw.flows[ip] = acts
+        for ip in sorted(set(sw.flows) - set(routes)):
+            flow_msgs.append((dpid, ofmsg.flow_delete_strict(dp, match=_host_match(ip), **common)))
+            del sw.flows[ip]
+        group_dels: Msgs = []
+        for gid, ports in sorted(sw.groups.items()):
+            if ports not in wanted_sets:
+                group_dels.append((dpid, ofmsg.group_delete(dp, group_id=gid)))
+                del sw.groups[gid]
+                del sw.gid_by_ports[ports]
+        # Make before break: new groups, then flows, then the groups nothing points to any more.
+        return group_adds + flow_msgs + group_dels
+
+
+# ---------------------------------------------------------------------------- os-ken shim
+
+
+def write_status(path: str, status: Mapping[str, Any]) -> None:
+    """Write ``status`` as JSON atomically (tmp file in the same directory + os.replace)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(status, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _port_info(dp: Any, port: Any) -> PortInfo:
+    ofp = dp.ofproto
+    live = not (port.state & ofp.OFPPS_LINK_DOWN) and not (port.config & ofp.OFPPC_PORT_DOWN)
+    return PortInfo(port.port_no, port.hw_addr, live)
+
+
+class RoutingApp(app_manager.OSKenApp):
+    """os-ken shim around ``RoutingManager``: one handler per event, a tick thread, the status file."""
+
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    TICK_S = 0.05
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        opts = app_options()
+        self._mgr = RoutingManager(
+            RoutingConfig(
+                lldp_interval_s=opts.lldp_interval_s,
+                expect_switches=opts.expect_switches,
+                expect_links=opts.expect_links,
+                expect_hosts=opts.expect_hosts,
+            )
+        )
+        self._status_file = opts.status_file
+        self._lock = threading.Lock()
+        self._dps: Dict[int, Any] = {}
+        self._last_status: Optional[str] = None
+        self._running = True
+        self._write_status()
+
+    def start(self) -> Any:
+        thread = super().start()
+        self.threads.append(hub.spawn(self._tick_loop))
+        return thread
+
+    def stop(self) -> None:
+        self._running = False
+        super().stop()
+
+    # -- plumbing
+
+    def _apply(self, msgs: Msgs) -> None:
+        for dpid, msg in msgs:
+            dp = self._dps.get(dpid)
+            if dp is None:
+                continue
+            dp.send_msg(msg)
+        self._write_status()
+
+    def _write_status(self) -> None:
+        if not self._status_file:
+            return
+        status = self._mgr.status()
+        text = json.dumps(status, sort_keys=True)
+        if text == self._last_status:
+            return
+        self._last_status = text
+        write_status(self._status_file, status)
+
+    def _tick_loop(self) -> None:
+        while self._running:
+            with self._lock:
+                self._apply(self._mgr.tick(time.time()))
+            hub.sleep(self.TICK_S)
+
+    # -- handlers, one per event
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def state_change_handler(self, ev: Any) -> None:
+        dp = ev.datapath
+        with self._lock:
+            if ev.state == MAIN_DISPATCHER:
+                self._dps[dp.id] = dp
+                ports = [_port_info(dp, p) for p in dp.ports.values()]
+                self._apply(self._mgr.switch_enter(dp, ports, time.time()))
+            elif ev.state == DEAD_DISPATCHER and dp.id is not None and self._dps.get(dp.id) is dp:
+                del self._dps[dp.id]
+                self._apply(self._mgr.switch_leave(dp.id, time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def port_desc_handler(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        with self._lock:
+            if self._dps.get(dp.id) is dp:
+                ports = [_port_info(dp, p) for p in ev.msg.body]
+                self._apply(self._mgr.port_desc(dp.id, ports, time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status_handler(self, ev: Any) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        with self._lock:
+            if self._dps.get(dp.id) is dp:
+                deleted = msg.reason == dp.ofproto.OFPPR_DELETE
+                info = _port_info(dp, msg.desc)
+                self._apply(self._mgr.port_status(dp.id, info, time.time(), deleted=deleted))
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def packet_in_handler(self, ev: Any) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        in_port = msg.match.get("in_port")
+        if in_port is None:
+            return
+        with self._lock:
+            if self._dps.get(dp.id) is dp:
+                self._apply(self._mgr.packet_in(dp.id, in_port, bytes(msg.data), time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def barrier_reply_handler(self, ev: Any) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        with self._lock:
+            if self._dps.get(dp.id) is dp:
+                self._apply(self._mgr.barrier_reply(dp.id, msg.xid, time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def error_handler(self, ev: Any) -> None:
+        msg = ev.msg
+        LOG.warning(
+            "switch %s error type=%d code=%d data=%s",
+            msg.datapath.id,
+            msg.type,
+            msg.code,
+            bytes(msg.data[:64]).hex(),
+        )

@@ -1,0 +1,431 @@
+"""Unit tests of the pure routing manager, driven by a simulated fabric.
+
+The simulated fabric delivers what the manager sends: a PacketOut out of a
+fabric port comes back as a packet-in on the peer port (so LLDP frames built
+by the manager teach it the links), a PacketOut out of a host port reaches a
+simulated host that answers ARP for its own address, a barrier gets a reply,
+and every message is serialized with os-ken (as the real shim would).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+import networkx as nx
+import pytest
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+from scapy.layers.l2 import ARP, Ether
+
+from controllers import layout, ofmsg
+from controllers.routing import PortInfo, RoutingConfig, RoutingManager, write_status
+
+OFP = ofproto_v1_3
+PARSER = ofproto_v1_3_parser
+
+
+class StubDatapath:
+    """Just enough of an os-ken Datapath to build and serialize messages."""
+
+    def __init__(self, dpid: int) -> None:
+        self.id = dpid
+        self.ofproto = OFP
+        self.ofproto_parser = PARSER
+
+
+class SimFabric:
+    """Switches and hosts from a networkx graph (nodes with ``kind`` = switch|host)."""
+
+    def __init__(self, graph: nx.Graph, mgr: RoutingManager) -> None:
+        self.mgr = mgr
+        self.now = 1000.0
+        self.dpid: Dict[str, int] = {}
+        self.port: Dict[Tuple[str, str], int] = {}  # (node, neighbour) -> port on node
+        self.peer: Dict[Tuple[int, int], Tuple[int, int]] = {}
+        self.host_at: Dict[Tuple[int, int], Tuple[str, str]] = {}  # (dpid, port) -> (ip, mac)
+        self.host_loc: Dict[str, Tuple[int, int]] = {}
+        self.dps: Dict[int, StubDatapath] = {}
+        self.hold_barriers = False
+        self.held: List[Tuple[int, int]] = []
+        self.to_hosts: List[Tuple[int, int, bytes]] = []
+        self.sent: List[Tuple[int, Any]] = []
+        switches = sorted(n for n, d in graph.nodes(data=True) if d["kind"] == "switch")
+        for i, name in enumerate(switches, start=1):
+            self.dpid[name] = i
+            self.dps[i] = StubDatapath(i)
+        for name in switches:
+            for p, nb in enumerate(sorted(graph.neighbors(name)), start=1):
+                self.port[(name, nb)] = p
+        for a, b in graph.edges():
+            for x, y in ((a, b), (b, a)):
+                if graph.nodes[x]["kind"] == "switch" and graph.nodes[y]["kind"] == "switch":
+                    self.peer[(self.dpid[x], self.port[(x, y)])] = (self.dpid[y], self.port[(y, x)])
+                elif graph.nodes[x]["kind"] == "switch":
+                    ip, mac = graph.nodes[y]["ip"], graph.nodes[y]["mac"]
+                    loc = (self.dpid[x], self.port[(x, y)])
+                    self.host_at[loc] = (ip, mac)
+                    self.host_loc[y] = loc
+        self.graph = graph
+        self.switch_names = switches
+
+    def ports_of(self, dpid: int) -> List[PortInfo]:
+        name = next(n for n, d in self.dpid.items() if d == dpid)
+        return [
+            PortInfo(p, "02:00:00:%02x:00:%02x" % (dpid, p), True)
+            for (n, _nb), p in sorted(self.port.items())
+            if n == name
+        ]
+
+    def start(self) -> None:
+        for dpid in sorted(self.dps):
+            self.deliver(self.mgr.switch_enter(self.dps[dpid], self.ports_of(dpid), self.now))
+
+    def settle(self, ticks: int = 3, step_s: float = 0.1) -> None:
+        for _ in range(ticks):
+            self.now += step_s
+            self.deliver(self.mgr.tick(self.now))
+
+    def release_barriers(self) -> None:
+        held, self.held = self.held, []
+        for dpid, xid in held:
+            self.mgr.barrier_reply(dpid, xid, self.now)
+
+    def host_arp(self, host: str, target_ip: str) -> None:
+        """Host ``host`` sends an ARP request for ``target_ip``."""
+        ip, mac = self.graph.nodes[host]["ip"], self.graph.nodes[host]["mac"]
+        frame = ofmsg.arp_frame(
+            op=ofmsg.ARP_REQUEST,
+            src_mac=mac,
+            src_ip=ip,
+            dst_mac="00:00:00:00:00:00",
+            dst_ip=target_ip,
+        )
+        dpid, port = self.host_loc[host]
+        self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
+
+    def deliver(self, msgs: List[Tuple[int, Any]]) -> None:
+        queue = collections.deque(msgs)
+        while queue:
+            dpid, msg = queue.popleft()
+            if msg.xid is None:
+                msg.set_xid(0)
+            msg.serialize()  # every message must encode
+            assert msg.buf[0] == OFP.OFP_VERSION
+            self.sent.append((dpid, msg))
+            if isinstance(msg, PARSER.OFPBarrierRequest):
+                if self.hold_barriers:
+                    self.held.append((dpid, msg.xid))
+                else:
+                    queue.extend(self.mgr.barrier_reply(dpid, msg.xid, self.now))
+            elif isinstance(msg, PARSER.OFPPacketOut):
+                for action in msg.actions:
+                    out = (dpid, action.port)
+                    if out in self.peer:
+                        pd, pp = self.peer[out]
+                        queue.extend(self.mgr.packet_in(pd, pp, msg.data, self.now))
+                    elif out in self.host_at:
+                        self.to_hosts.append((dpid, action.port, msg.data))
+                        queue.extend(self._host_receives(out, msg.data))
+
+    def _host_receives(self, loc: Tuple[int, int], frame: bytes) -> List[Tuple[int, Any]]:
+        ip, mac = self.host_at[loc]
+        arp = ofmsg.parse_arp(frame)
+        if arp is None or arp.op != ofmsg.ARP_REQUEST or arp.dst_ip != ip:
+            return []
+        # Linux answers an ARP probe (sender IP 0.0.0.0) to the sender's MAC.
+        reply = ofmsg.arp_frame(
+            op=ofmsg.ARP_REPLY, src_mac=mac, src_ip=ip, dst_mac=arp.src_mac, dst_ip=arp.src_ip
+        )
+        return self.mgr.packet_in(loc[0], loc[1], reply, self.now)
+
+    def group_ports(self, switch: str, host: str) -> Optional[frozenset]:
+        """The ports of the group routing ``host``'s IP at ``switch`` (None if not a group)."""
+        dpid = self.dpid[switch]
+        acts = self.mgr.installed_flows(dpid)[self.graph.nodes[host]["ip"]]
+        if acts[0][0] != ofmsg.ACTION_GROUP:
+            return None
+        return self.mgr.installed_groups(dpid)[acts[0][1]]
+
+
+def _add_host(g: nx.Graph, name: str, switch: str, n: int) -> None:
+    g.add_node(name, kind="host", ip=f"10.0.0.{n}", mac="00:00:00:00:00:%02x" % n)
+    g.add_edge(name, switch)
+
+
+def leaf_spine(spines: int = 2, leaves: int = 4) -> nx.Graph:
+    g = nx.Graph()
+    for s in range(1, spines + 1):
+        g.add_node(f"s{s}", kind="switch")
+    for leaf in range(1, leaves + 1):
+        g.add_node(f"l{leaf}", kind="switch")
+        for s in range(1, spines + 1):
+            g.add_edge(f"l{leaf}", f"s{s}")
+        _add_host(g, f"h{leaf}", f"l{leaf}", leaf)
+    return g
+
+
+def fat_tree(k: int = 4) -> nx.Graph:
+    g = nx.Graph()
+    half = k // 2
+    cores = [f"c{i}" for i in range(half * half)]
+    for c in cores:
+        g.add_node(c, kind="switch")
+    n = 0
+    for pod in range(k):
+        aggs = [f"a{pod}_{i}" for i in range(half)]
+        edges = [f"e{pod}_{i}" for i in range(half)]
+        for i, a in enumerate(aggs):
+            g.add_node(a, kind="switch")
+            for j in range(half):
+                g.add_edge(a, cores[i * half + j])
+        for e in edges:
+            g.add_node(e, kind="switch")
+            for a in aggs:
+                g.add_edge(e, a)
+            for _ in range(half):
+                n += 1
+                _add_host(g, f"h{n}", e, n)
+    return g
+
+
+def _learn_all_hosts(fab: SimFabric) -> None:
+    hosts = sorted(
+        (n for n, d in fab.graph.nodes(data=True) if d["kind"] == "host"), key=lambda h: int(h[1:])
+    )
+    for h in hosts:  # every host ARPs for the next one: learns requester, and target via probe
+        nxt = hosts[(hosts.index(h) + 1) % len(hosts)]
+        fab.host_arp(h, fab.graph.nodes[nxt]["ip"])
+
+
+@pytest.fixture
+def leaf_spine_fab() -> SimFabric:
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    _learn_all_hosts(fab)
+    return fab
+
+
+def test_leaf_spine_discovers_every_link(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    expected = sorted((s, sp, d, dp) for (s, sp), (d, dp) in fab.peer.items())
+    assert fab.mgr.links == expected
+    assert len(expected) == 16
+    assert fab.mgr.cable_count() == 8
+    assert fab.mgr.switches == sorted(fab.dps)
+
+
+def test_leaf_spine_hosts_and_ecmp(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    assert [h.ip for h in fab.mgr.hosts] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    uplinks = frozenset(fab.port[("l1", s)] for s in ("s1", "s2"))
+    for remote in ("h2", "h3", "h4"):
+        assert fab.group_ports("l1", remote) == uplinks
+    # one group per distinct port set, shared by all remote destinations
+    assert len(fab.mgr.installed_groups(fab.dpid["l1"])) == 1
+    local = fab.mgr.installed_flows(fab.dpid["l1"])["10.0.0.1"]
+    assert local == (
+        ("set_field", "eth_dst", "00:00:00:00:00:01"),
+        ("output", fab.port[("l1", "h1")]),
+    )
+    assert fab.group_ports("s1", "h3") == frozenset({fab.port[("s1", "l3")]})
+
+
+def test_converged_status_file(leaf_spine_fab: SimFabric, tmp_path: Any) -> None:
+    fab = leaf_spine_fab
+    path = tmp_path / "status.json"
+    write_status(str(path), fab.mgr.status())
+    st = json.loads(path.read_text())
+    assert st["converged"] is True
+    assert st["installed_version"] == st["topology_version"] > 0
+    assert st["switches"] == sorted(fab.dps)
+    assert len(st["links"]) == 16 and all(len(link) == 4 for link in st["links"])
+    assert {h["ip"] for h in st["hosts"]} == {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}
+    assert set(st["hosts"][0]) == {"ip", "mac", "dpid", "port"}
+    kinds = {e["kind"] for e in st["events"]}
+    assert {"switch_enter", "link_up", "host_learned"} <= kinds
+    assert all("t" in e for e in st["events"])
+
+
+def test_not_converged_until_barriers_answered() -> None:
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.hold_barriers = True
+    fab.start()
+    fab.settle()
+    _learn_all_hosts(fab)
+    assert mgr.installed_version() < mgr.topology_version
+    assert mgr.status()["converged"] is False
+    fab.release_barriers()
+    assert mgr.status()["converged"] is True
+
+
+def test_not_converged_when_expectations_unmet() -> None:
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=5))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    _learn_all_hosts(fab)
+    assert mgr.installed_version() == mgr.topology_version
+    assert mgr.converged() is False
+
+
+def test_proxy_arp_reply_bytes(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    fab.to_hosts.clear()
+    fab.host_arp("h1", "10.0.0.3")  # known target: answered by the controller
+    loc = fab.host_loc["h1"]
+    replies = [data for d, p, data in fab.to_hosts if (d, p) == loc]
+    assert len(replies) == 1
+    pkt = Ether(replies[0])
+    assert pkt[Ether].dst == "00:00:00:00:00:01"
+    assert pkt[Ether].src == "00:00:00:00:00:03"
+    assert pkt[ARP].op == 2
+    assert pkt[ARP].hwsrc == "00:00:00:00:00:03" and pkt[ARP].psrc == "10.0.0.3"
+    assert pkt[ARP].hwdst == "00:00:00:00:00:01" and pkt[ARP].pdst == "10.0.0.1"
+
+
+def test_unknown_target_floods_edge_ports_only_and_answers_later() -> None:
+    mgr = RoutingManager(RoutingConfig())
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    fab.sent.clear()
+    fab.to_hosts.clear()
+    fab.host_arp("h1", "10.0.0.4")
+    probes = [
+        (d, m)
+        for d, m in fab.sent
+        if isinstance(m, PARSER.OFPPacketOut)
+        and (a := ofmsg.parse_arp(m.data))
+        and a.src_mac == layout.CONTROLLER_MAC
+    ]
+    assert probes
+    for dpid, m in probes:
+        for action in m.actions:
+            assert (dpid, action.port) not in fab.peer, "flooded onto an inter-switch port"
+            assert (dpid, action.port) != fab.host_loc["h1"], "flooded back to the requester"
+    flooded = {(d, a.port) for d, m in probes for a in m.actions}
+    assert flooded == {fab.host_loc[h] for h in ("h2", "h3", "h4")}
+    # h4 answered the probe: h1 got its answer from the controller
+    replies = [Ether(data) for d, p, data in fab.to_hosts if (d, p) == fab.host_loc["h1"]]
+    assert [(r[ARP].op, r[ARP].psrc, r[ARP].hwsrc) for r in replies] == [
+        (2, "10.0.0.4", "00:00:00:00:00:04")
+    ]
+    assert {h.ip for h in mgr.hosts} == {"10.0.0.1", "10.0.0.4"}
+
+
+def _all_groups_avoid(fab: SimFabric, dead: List[Tuple[int, int]]) -> None:
+    for dpid in fab.dps:
+        for gid, ports in fab.mgr.installed_groups(dpid).items():
+            for d, p in dead:
+                assert not (d == dpid and p in ports), (
+                    f"group {gid:#x} on {dpid} still uses dead port {p}"
+                )
+
+
+def test_link_down_recompute_removes_dead_port(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    a = (fab.dpid["l1"], fab.port[("l1", "s1")])
+    b = fab.peer[a]
+    fab.sent.clear()
+    fab.deliver(fab.mgr.port_status(a[0], PortInfo(a[1], "02:00:00:00:00:00", False), fab.now))
+    assert all(a not in (link[:2], link[2:]) for link in fab.mgr.links)
+    assert len(fab.mgr.links) == 14
+    _all_groups_avoid(fab, [a, b])
+    assert fab.group_ports("l1", "h3") == frozenset({fab.port[("l1", "s2")]})
+    # the peer side (spine 1) now reaches h1 through another leaf and spine 2
+    assert fab.group_ports("s1", "h1") == frozenset(fab.port[("s1", f"l{i}")] for i in (2, 3, 4))
+    assert fab.mgr.converged() is False  # only 7 of 8 cables
+    sent_types = {type(m).__name__ for _d, m in fab.sent}
+    assert (
+        "OFPGroupMod" in sent_types
+        and "OFPFlowMod" in sent_types
+        and "OFPBarrierRequest" in sent_types
+    )
+    # port back up: LLDP at once, link rediscovered, ECMP restored
+    fab.deliver(fab.mgr.port_status(a[0], PortInfo(a[1], "02:00:00:00:00:00", True), fab.now))
+    assert (a + b) in fab.mgr.links  # learned at once from the immediate LLDP
+    fab.settle(ticks=12, step_s=0.1)  # the spine side never went down: its next periodic LLDP
+    assert len(fab.mgr.links) == 16
+    assert fab.group_ports("l1", "h3") == frozenset(fab.port[("l1", s)] for s in ("s1", "s2"))
+    assert fab.mgr.converged() is True
+
+
+def test_link_expires_without_lldp(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    a = (fab.dpid["l1"], fab.port[("l1", "s1")])
+    b = fab.peer.pop(a)
+    fab.peer.pop(b)  # the cable is cut silently: no port status
+    fab.settle(ticks=40, step_s=0.1)  # 4 s > 3 intervals of 1 s
+    assert len(fab.mgr.links) == 14
+    _all_groups_avoid(fab, [a, b])
+
+
+def test_fat_tree_k4_ecmp() -> None:
+    g = fat_tree(4)
+    mgr = RoutingManager(RoutingConfig(expect_switches=20, expect_links=32, expect_hosts=16))
+    fab = SimFabric(g, mgr)
+    fab.start()
+    fab.settle()
+    _learn_all_hosts(fab)
+    assert len(mgr.links) == 64
+    assert len(mgr.hosts) == 16
+    assert mgr.converged()
+    # h1 lives under e0_0; h16 under e3_1 (another pod)
+    e = "e0_0"
+    assert fab.group_ports(e, "h16") == frozenset(fab.port[(e, a)] for a in ("a0_0", "a0_1"))
+    a = "a0_0"
+    cores = [nb for nb in g.neighbors(a) if nb.startswith("c")]
+    assert fab.group_ports(a, "h16") == frozenset(fab.port[(a, c)] for c in cores)
+    assert len(cores) == 2
+    # intra-pod, other edge: up to both aggs, then down
+    assert fab.group_ports(e, "h3") == frozenset(fab.port[(e, x)] for x in ("a0_0", "a0_1"))
+    assert fab.group_ports(a, "h3") == frozenset({fab.port[(a, "e0_1")]})
+    # core switch: single port down into the destination pod
+    assert fab.group_ports("c0", "h16") == frozenset({fab.port[("c0", "a3_0")]})
+
+
+def test_switch_reconnect_resyncs_with_cookie_and_group_delete(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    dpid = fab.dpid["l2"]
+    fab.sent.clear()
+    fab.deliver(fab.mgr.switch_enter(fab.dps[dpid], fab.ports_of(dpid), fab.now))
+    first = [m for d, m in fab.sent if d == dpid][:2]
+    assert isinstance(first[0], PARSER.OFPFlowMod) and first[0].command == OFP.OFPFC_DELETE
+    assert (
+        first[0].cookie == layout.ROUTING_COOKIE and first[0].cookie_mask == layout.COOKIE_BAND_MASK
+    )
+    assert isinstance(first[1], PARSER.OFPGroupMod) and first[1].command == OFP.OFPGC_DELETE
+    assert first[1].group_id == OFP.OFPG_ALL
+    fab.settle()
+    assert fab.mgr.converged()
+    assert len(fab.mgr.installed_flows(dpid)) == 4
+
+
+def test_select_group_buckets_watch_their_port() -> None:
+    dp = StubDatapath(1)
+    msg = ofmsg.select_group(dp, group_id=7, ports=[3, 1])
+    msg.set_xid(1)
+    msg.serialize()
+    assert msg.type == OFP.OFPGT_SELECT
+    assert [(b.weight, b.watch_port, b.actions[0].port) for b in msg.buckets] == [
+        (1, 1, 1),
+        (1, 3, 3),
+    ]
+    ff = ofmsg.fast_failover_group(dp, group_id=8, ports=[3, 1])
+    ff.set_xid(2)
+    ff.serialize()
+    assert [b.watch_port for b in ff.buckets] == [3, 1]
+
+
+def test_lldp_round_trip_and_guard() -> None:
+    frame = ofmsg.lldp_frame(dpid=0x1234, port_no=7, src_mac="02:00:00:00:00:01")
+    assert len(frame) >= 60
+    assert ofmsg.parse_lldp(frame) == (0x1234, 7)
+    assert ofmsg.parse_lldp(frame[:20]) is None
+    assert ofmsg.parse_lldp(b"\x00" * 12 + b"\x88\xcc" + b"\x02\x00" * 10) is None
+    assert ofmsg.parse_arp(frame) is None
+    assert ofmsg.eth_type(b"\x00" * 5) is None
