@@ -1,0 +1,437 @@
+"""The OpenFlow 1.3 agent of one emu switch, sans I/O.
+
+Owns the switch's side of OpenFlow channels: version negotiation, framing,
+roles and async config, and the dispatch of every controller message to the
+pipeline or the port records. `OpenFlowSession.feed(bytes, now)` returns the
+reply messages; the datapath (`datapath.py`) owns the TCP sockets and calls
+`packet_in`, `port_status` and `flow_removed` to build asynchronous messages.
+
+The switch must survive any input: `feed` never raises. Malformed messages get
+an OFPT_ERROR with the spec's type/code, the offending message's first 64
+bytes and its xid, and are counted in `MALFORMED` (telemetry); an unframeable
+stream (length < 8) gets an error and the session is marked `closed`.
+
+Bytes are read and built in `ofcodec.py`; semantics live in `pipeline.py`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+from typing import Callable, Optional
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+
+from emu.switch import ofcodec as codec
+from emu.switch.pipeline import FlowEntry, OFError, PacketIn, Pipeline
+from emu.switch.ports import (
+    OFPPC_NO_FWD,
+    OFPPC_NO_PACKET_IN,
+    OFPPC_NO_RECV,
+    OFPPC_PORT_DOWN,
+    PortState,
+)
+
+LOG = logging.getLogger(__name__)
+
+# Malformed or rejected messages per OFPT type name, for telemetry.
+MALFORMED: collections.Counter = collections.Counter()
+
+_TYPE_NAMES = {v: k for k, v in vars(ofp).items() if k.startswith("OFPT_") and isinstance(v, int)}
+_MODIFYING = {ofp.OFPT_FLOW_MOD, ofp.OFPT_GROUP_MOD, ofp.OFPT_PORT_MOD, ofp.OFPT_PACKET_OUT,
+              ofp.OFPT_TABLE_MOD, ofp.OFPT_METER_MOD}
+_PORT_CONFIG_BITS = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN
+_CAPS = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_GROUP_STATS
+
+
+class SwitchModel:
+    """State shared by all OpenFlow sessions of one switch.
+
+    Args:
+        dpid: datapath id.
+        pipeline: the switch's Pipeline (its `ports` dict is the switch's ports).
+        transmit: called with PacketOut results, a list of (port_no, frame, queue_id).
+        port_mod_applied: called with a port_no after a PortMod changed its config
+            (the datapath then reacts, e.g. sends OFPT_PORT_STATUS).
+        on_flow_removed: called with flow entries removed by a controller's
+            FlowMod/GroupMod, so the datapath can send OFPT_FLOW_REMOVED on every
+            channel (timeouts come from `pipeline.expire`).
+    """
+
+    def __init__(self, dpid: int, pipeline: Pipeline,
+                 transmit: Optional[Callable[[list], None]] = None,
+                 port_mod_applied: Optional[Callable[[int], None]] = None,
+                 on_flow_removed: Optional[Callable[[list], None]] = None,
+                 dp_desc: str = "") -> None:
+        self.dpid = dpid
+        self.pipeline = pipeline
+        self.ports: dict[int, PortState] = pipeline.ports
+        self.n_buffers = 0
+        self.n_tables = pipeline.n_tables
+        self.capabilities = _CAPS
+        self.config_flags = 0
+        self.miss_send_len = ofp.OFPCML_NO_BUFFER
+        self.transmit = transmit
+        self.port_mod_applied = port_mod_applied
+        self.on_flow_removed = on_flow_removed
+        self.dp_desc = dp_desc or "dpid %016x" % dpid
+        self.generation_id: Optional[int] = None
+        self.sessions: list[OpenFlowSession] = []
+
+
+class OpenFlowSession:
+    """One OpenFlow channel (a controller, or a tool like ovs-ofctl)."""
+
+    def __init__(self, model: SwitchModel, is_controller_channel: bool = True) -> None:
+        self.model = model
+        self.is_controller_channel = is_controller_channel
+        self.closed = False
+        self.negotiated = False
+        self.role = ofp.OFPCR_ROLE_EQUAL
+        # ofp_async_config defaults (spec A.3.10): [master/equal, slave].
+        self.packet_in_mask = [(1 << ofp.OFPR_NO_MATCH) | (1 << ofp.OFPR_ACTION), 0]
+        self.port_status_mask = [0x7, 0x7]
+        self.flow_removed_mask = [0xF, 0]
+        self._buf = bytearray()
+        self._now = 0.0
+        model.sessions.append(self)
+
+    # ----- channel -----------------------------------------------------------
+
+    def hello(self) -> bytes:
+        """Our OFPT_HELLO, to send first on a new connection."""
+        return codec.hello()
+
+    def close(self) -> None:
+        self.closed = True
+        if self in self.model.sessions:
+            self.model.sessions.remove(self)
+
+    def feed(self, data: bytes, now: float) -> list[bytes]:
+        """Consume bytes from the channel; return the messages to send back.
+
+        Partial messages are kept until the rest arrives. Never raises.
+        """
+        out: list[bytes] = []
+        if self.closed:
+            return out
+        self._now = now
+        self._buf += data
+        while len(self._buf) >= 8 and not self.closed:
+            version, mtype, length, xid = codec.OFP_HEADER.unpack_from(self._buf, 0)
+            if length < 8:
+                MALFORMED["unframeable"] += 1
+                out.append(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN,
+                                       bytes(self._buf[:64]), xid))
+                self._buf.clear()
+                self.close()
+                break
+            if len(self._buf) < length:
+                break
+            msg = bytes(self._buf[:length])
+            del self._buf[:length]
+            try:
+                out.extend(self._handle(version, mtype, xid, msg))
+            except OFError as e:
+                MALFORMED[_TYPE_NAMES.get(mtype, str(mtype))] += 1
+                LOG.debug("OF error %s for type %d xid %d", e, mtype, xid)
+                out.append(codec.error(e.type, e.code, msg, xid))
+                if e.type == ofp.OFPET_HELLO_FAILED:
+                    self.close()
+            except (struct.error, IndexError, ValueError, TypeError, AssertionError, KeyError):
+                # Raised by os-ken's piece parsers on bytes our checks let through.
+                MALFORMED[_TYPE_NAMES.get(mtype, str(mtype))] += 1
+                LOG.debug("malformed type %d xid %d", mtype, xid, exc_info=True)
+                out.append(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN, msg, xid))
+            except Exception:  # noqa: BLE001 - the switch must answer, not crash
+                MALFORMED["internal"] += 1
+                LOG.warning("internal error on type %d xid %d", mtype, xid, exc_info=True)
+                out.append(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, msg, xid))
+        return out
+
+    # ----- dispatch ----------------------------------------------------------
+
+    def _handle(self, version: int, mtype: int, xid: int, msg: bytes) -> list[bytes]:
+        if mtype == ofp.OFPT_HELLO:
+            return self._hello(version, msg, xid)
+        if version != codec.OFP_VERSION:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_VERSION)
+        if mtype in _MODIFYING and self.role == ofp.OFPCR_ROLE_SLAVE:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)
+        h = self._HANDLERS.get(mtype)
+        if h is None:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE)
+        return h(self, msg, xid)
+
+    def _hello(self, version: int, msg: bytes, xid: int) -> list[bytes]:
+        versions = codec.read_hello_versions(msg)
+        ok = codec.OFP_VERSION in versions if versions is not None \
+            else version >= codec.OFP_VERSION
+        if not ok:
+            self.close()
+            text = b"emu speaks OpenFlow 1.3 (0x04) only"
+            return [codec.error(ofp.OFPET_HELLO_FAILED, ofp.OFPHFC_INCOMPATIBLE, text, xid,
+                                version=min(version, codec.OFP_VERSION) or 1)]
+        self.negotiated = True
+        return []
+
+    def _echo_request(self, msg: bytes, xid: int) -> list[bytes]:
+        return [codec.header(ofp.OFPT_ECHO_REPLY, msg[8:], xid)]
+
+    def _ignore(self, msg: bytes, xid: int) -> list[bytes]:
+        return []
+
+    def _error_in(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) >= 12:
+            LOG.info("controller sent error type %d code %d", *struct.unpack_from("!HH", msg, 8))
+        return []
+
+    def _features(self, msg: bytes, xid: int) -> list[bytes]:
+        m = self.model
+        return [codec.features_reply(xid, m.dpid, m.n_buffers, m.n_tables, m.capabilities)]
+
+    def _get_config(self, msg: bytes, xid: int) -> list[bytes]:
+        m = self.model
+        return [codec.header(ofp.OFPT_GET_CONFIG_REPLY,
+                             struct.pack("!HH", m.config_flags, m.miss_send_len), xid)]
+
+    def _set_config(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) != ofp.OFP_SWITCH_CONFIG_SIZE:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        flags, miss = struct.unpack_from("!HH", msg, 8)
+        if flags & ~ofp.OFPC_FRAG_MASK:
+            raise OFError(ofp.OFPET_SWITCH_CONFIG_FAILED, ofp.OFPSCFC_BAD_FLAGS)
+        self.model.config_flags, self.model.miss_send_len = flags, miss
+        return []
+
+    def _barrier(self, msg: bytes, xid: int) -> list[bytes]:
+        # Every message is applied before feed returns, so a barrier is immediate.
+        return [codec.header(ofp.OFPT_BARRIER_REPLY, b"", xid)]
+
+    def _removed(self, removed: list[FlowEntry]) -> None:
+        if removed and self.model.on_flow_removed is not None:
+            self.model.on_flow_removed(removed)
+
+    def _flow_mod(self, msg: bytes, xid: int) -> list[bytes]:
+        mod = codec.read_flow_mod(msg)
+        if mod.buffer_id != ofp.OFP_NO_BUFFER and mod.command in (
+                ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
+            # n_buffers is 0: no packet was ever buffered (spec A.3.4.1).
+            self.model.pipeline.flow_mod(mod, self._now)
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)
+        self._removed(self.model.pipeline.flow_mod(mod, self._now))
+        return []
+
+    def _group_mod(self, msg: bytes, xid: int) -> list[bytes]:
+        mod = codec.read_group_mod(msg)
+        self._removed(self.model.pipeline.group_mod(mod, self._now))
+        return []
+
+    def _port_mod(self, msg: bytes, xid: int) -> list[bytes]:
+        port_no, hw, config, mask, _adv = codec.read_port_mod(msg)
+        p = self.model.ports.get(port_no)
+        if p is None:
+            raise OFError(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_PORT)
+        if bytes(p.hw_addr) != hw:
+            raise OFError(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_HW_ADDR)
+        if mask & ~_PORT_CONFIG_BITS:
+            raise OFError(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_CONFIG)
+        p.config = (p.config & ~mask) | (config & mask)
+        self.model.pipeline.invalidate()
+        if self.model.port_mod_applied is not None:
+            self.model.port_mod_applied(port_no)
+        return []
+
+    def _packet_out(self, msg: bytes, xid: int) -> list[bytes]:
+        buffer_id, in_port, actions, data = codec.read_packet_out(msg)
+        if buffer_id != ofp.OFP_NO_BUFFER:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)
+        if in_port > ofp.OFPP_MAX and in_port not in (ofp.OFPP_CONTROLLER, ofp.OFPP_LOCAL,
+                                                      ofp.OFPP_ANY) or in_port == 0:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
+        outs, pins = self.model.pipeline.packet_out(in_port, actions, data, self._now)
+        if outs and self.model.transmit is not None:
+            self.model.transmit(outs)
+        return [m for m in (self.packet_in(p) for p in pins) if m is not None]
+
+    def _role(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) != 24:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        role, gen = struct.unpack_from("!I4xQ", msg, 8)
+        if role > ofp.OFPCR_ROLE_SLAVE:
+            raise OFError(ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_BAD_ROLE)
+        m = self.model
+        if role in (ofp.OFPCR_ROLE_MASTER, ofp.OFPCR_ROLE_SLAVE):
+            # Spec 6.3.5: reject a generation_id older than the last one seen,
+            # comparing as a signed 64-bit distance.
+            if m.generation_id is not None:
+                dist = (gen - m.generation_id) & 0xFFFFFFFFFFFFFFFF
+                if dist >= 1 << 63:
+                    raise OFError(ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE)
+            m.generation_id = gen
+        if role == ofp.OFPCR_ROLE_MASTER:
+            for s in m.sessions:
+                if s is not self and s.role == ofp.OFPCR_ROLE_MASTER:
+                    s.role = ofp.OFPCR_ROLE_SLAVE
+        if role != ofp.OFPCR_ROLE_NOCHANGE:
+            self.role = role
+        gen_out = m.generation_id if m.generation_id is not None else 0
+        return [codec.header(ofp.OFPT_ROLE_REPLY, struct.pack("!I4xQ", self.role, gen_out), xid)]
+
+    def _get_async(self, msg: bytes, xid: int) -> list[bytes]:
+        body = struct.pack("!6I", *self.packet_in_mask, *self.port_status_mask,
+                           *self.flow_removed_mask)
+        return [codec.header(ofp.OFPT_GET_ASYNC_REPLY, body, xid)]
+
+    def _set_async(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) != 32:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        v = struct.unpack_from("!6I", msg, 8)
+        self.packet_in_mask, self.port_status_mask = list(v[0:2]), list(v[2:4])
+        self.flow_removed_mask = list(v[4:6])
+        return []
+
+    def _table_mod(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) != ofp.OFP_TABLE_MOD_SIZE:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        tid = msg[8]
+        if tid >= self.model.n_tables and tid != ofp.OFPTT_ALL:
+            raise OFError(ofp.OFPET_TABLE_MOD_FAILED, ofp.OFPTMFC_BAD_TABLE)
+        return []  # OF1.3 table config bits are deprecated; nothing to apply
+
+    def _meter_mod(self, msg: bytes, xid: int) -> list[bytes]:
+        raise OFError(ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_OUT_OF_METERS)
+
+    def _queue_get_config(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) != 16:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        (port,) = struct.unpack_from("!I", msg, 8)
+        if port not in self.model.ports and port != ofp.OFPP_ANY:
+            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
+        return [codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port), xid)]
+
+    def _experimenter(self, msg: bytes, xid: int) -> list[bytes]:
+        raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER)
+
+    # ----- multipart ---------------------------------------------------------
+
+    def _multipart(self, msg: bytes, xid: int) -> list[bytes]:
+        if len(msg) < 16:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        mp_type, _flags = struct.unpack_from("!HH", msg, 8)
+        body = msg[16:]
+        pl = self.model.pipeline
+        now = self._now
+        if mp_type == ofp.OFPMP_DESC:
+            entries = [codec.desc(self.model.dp_desc)]
+        elif mp_type == ofp.OFPMP_PORT_DESC:
+            entries = [codec.ofp_port(self.model.ports[p]) for p in sorted(self.model.ports)]
+        elif mp_type == ofp.OFPMP_PORT_STATS:
+            if len(body) != 8:
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+            (port,) = struct.unpack_from("!I", body, 0)
+            if port == ofp.OFPP_ANY:
+                ps = [self.model.ports[p] for p in sorted(self.model.ports)]
+            elif port in self.model.ports:
+                ps = [self.model.ports[port]]
+            else:
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
+            entries = [codec.port_stats_entry(p, now) for p in ps]
+        elif mp_type in (ofp.OFPMP_FLOW, ofp.OFPMP_AGGREGATE):
+            if len(body) < 32:
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+            tid, out_port, out_group, cookie, cmask = struct.unpack_from("!B3xII4xQQ", body, 0)
+            if tid != ofp.OFPTT_ALL and tid >= self.model.n_tables:
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TABLE_ID)
+            match, end = codec.read_match(body, 32, len(body))
+            if end != len(body):
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+            kw = dict(table_id=tid, out_port=out_port, out_group=out_group, cookie=cookie,
+                      cookie_mask=cmask, match=match)
+            if mp_type == ofp.OFPMP_FLOW:
+                entries = [codec.flow_stats_entry(e, now) for e in pl.flow_stats(**kw)]
+            else:
+                entries = [struct.pack("!QQI4x", *pl.aggregate_stats(**kw))]
+        elif mp_type == ofp.OFPMP_TABLE:
+            entries = [struct.pack("!B3xIQQ", *t) for t in pl.table_stats()]
+        elif mp_type == ofp.OFPMP_GROUP_DESC:
+            entries = [codec.group_desc_entry(pl.groups[g]) for g in sorted(pl.groups)]
+        elif mp_type == ofp.OFPMP_GROUP:
+            if len(body) != 8:
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+            (gid,) = struct.unpack_from("!I", body, 0)
+            gids = sorted(pl.groups) if gid == ofp.OFPG_ALL else [g for g in [gid]
+                                                                    if g in pl.groups]
+            entries = [codec.group_stats_entry(pl.groups[g], pl.group_ref_count(g), now)
+                       for g in gids]
+        elif mp_type == ofp.OFPMP_GROUP_FEATURES:
+            entries = [codec.group_features(pl.group_features())]
+        elif mp_type == ofp.OFPMP_TABLE_FEATURES:
+            entries = []  # an empty reply is allowed (spec 7.3.5.5.1)
+        else:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART)
+        return codec.multipart_replies(mp_type, entries, xid)
+
+    _HANDLERS: dict[int, Callable] = {
+        ofp.OFPT_ECHO_REQUEST: _echo_request,
+        ofp.OFPT_ECHO_REPLY: _ignore,
+        ofp.OFPT_ERROR: _error_in,
+        ofp.OFPT_EXPERIMENTER: _experimenter,
+        ofp.OFPT_FEATURES_REQUEST: _features,
+        ofp.OFPT_GET_CONFIG_REQUEST: _get_config,
+        ofp.OFPT_SET_CONFIG: _set_config,
+        ofp.OFPT_PACKET_OUT: _packet_out,
+        ofp.OFPT_FLOW_MOD: _flow_mod,
+        ofp.OFPT_GROUP_MOD: _group_mod,
+        ofp.OFPT_PORT_MOD: _port_mod,
+        ofp.OFPT_TABLE_MOD: _table_mod,
+        ofp.OFPT_MULTIPART_REQUEST: _multipart,
+        ofp.OFPT_BARRIER_REQUEST: _barrier,
+        ofp.OFPT_QUEUE_GET_CONFIG_REQUEST: _queue_get_config,
+        ofp.OFPT_ROLE_REQUEST: _role,
+        ofp.OFPT_GET_ASYNC_REQUEST: _get_async,
+        ofp.OFPT_SET_ASYNC: _set_async,
+        ofp.OFPT_METER_MOD: _meter_mod,
+    }
+
+    # ----- asynchronous messages ----------------------------------------------
+
+    def _slot(self) -> int:
+        return 1 if self.role == ofp.OFPCR_ROLE_SLAVE else 0
+
+    def packet_in(self, record: PacketIn) -> Optional[bytes]:
+        """OFPT_PACKET_IN for this channel, or None when role/async config/port
+        config (OFPPC_NO_PACKET_IN) says this controller must not get it."""
+        if self.closed or not self.is_controller_channel:
+            return None
+        if not self.packet_in_mask[self._slot()] >> record.reason & 1:
+            return None
+        p = self.model.ports.get(record.in_port)
+        if p is not None and p.config & OFPPC_NO_PACKET_IN:
+            return None
+        data = record.frame
+        if record.max_len != ofp.OFPCML_NO_BUFFER:
+            data = data[:record.max_len]
+        return codec.packet_in(0, ofp.OFP_NO_BUFFER, len(record.frame), record.reason,
+                               record.table_id, record.cookie, record.in_port,
+                               record.metadata, data)
+
+    def port_status(self, reason: int, port: PortState) -> Optional[bytes]:
+        """OFPT_PORT_STATUS (reason OFPPR_ADD/DELETE/MODIFY), or None if masked."""
+        if self.closed or not self.is_controller_channel:
+            return None
+        if not self.port_status_mask[self._slot()] >> reason & 1:
+            return None
+        return codec.port_status(reason, port)
+
+    def flow_removed(self, entry: FlowEntry, now: Optional[float] = None) -> Optional[bytes]:
+        """OFPT_FLOW_REMOVED for an entry with OFPFF_SEND_FLOW_REM, else None."""
+        if self.closed or not self.is_controller_channel:
+            return None
+        if not entry.flags & ofp.OFPFF_SEND_FLOW_REM:
+            return None
+        reason = entry.removed_reason or 0
+        if not self.flow_removed_mask[self._slot()] >> reason & 1:
+            return None
+        return codec.flow_removed(entry, now if now is not None else entry.ctr.used)

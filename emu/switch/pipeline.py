@@ -1,0 +1,952 @@
+"""The OpenFlow 1.3 pipeline of one emu switch: flow tables, groups, actions.
+
+Owns flow entries and groups, their counters and timeouts, and the per-packet
+decision: `process(in_port, frame, now) -> (outputs, packet_ins)`. Pure logic:
+no sockets, threads or clocks; time comes in as `now` (float seconds).
+
+Flow and group mods come in as os-ken objects (`OFPFlowMod`, `OFPGroupMod`,
+or anything with the same attributes), so the agent (`openflow.py`) and the
+controllers' unit tests drive the same code. Errors are raised as `OFError`
+carrying the spec's OFPET_*/code; the agent turns them into OFPT_ERROR.
+
+Speed: every packet is looked up by its extracted header tuple in a
+microflow cache that maps to a compiled "program" (frame rewrites and
+outputs) plus the counters to bump. The slow path interprets the tables once
+per new key. The cache is dropped whenever flows, groups or port liveness
+change; SELECT buckets are a pure function of the key, so caching the choice
+is exact while liveness is unchanged.
+
+Does not own ports (the datapath does; the `ports` dict is shared), queues
+or pacing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as ofpp
+
+from emu.switch import parse
+from emu.switch.parse import FIELD_INDEX, extract_key
+from emu.switch.ports import OFPPC_NO_FWD, OFPPC_NO_RECV, PortState
+
+LOG = logging.getLogger(__name__)
+
+OFP_NO_BUFFER = ofp.OFP_NO_BUFFER
+_CACHE_MAX = 65536
+
+
+class OFError(Exception):
+    """An OpenFlow error to report to the controller (ofp_error_msg type/code)."""
+
+    def __init__(self, type_: int, code: int, text: str = "") -> None:
+        super().__init__(f"OFPET {type_} code {code} {text}".strip())
+        self.type = type_
+        self.code = code
+
+
+class Counter:
+    """Packet/byte counter with last-use time (idle timeouts read `used`)."""
+
+    __slots__ = ("packets", "bytes", "used")
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.packets = 0
+        self.bytes = 0
+        self.used = now
+
+
+@dataclass
+class PacketIn:
+    """A packet for the controller, as the agent needs it to build OFPT_PACKET_IN."""
+
+    reason: int
+    table_id: int
+    cookie: int
+    in_port: int
+    frame: bytes
+    max_len: int
+    metadata: int = 0
+    buffer_id: int = OFP_NO_BUFFER
+
+
+# Match fields: name -> (maskable, prerequisite check on the compiled match dict).
+_MASKABLE = {"eth_dst", "eth_src", "vlan_vid", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
+             "arp_sha", "arp_tha", "metadata"}
+_MAC_FIELDS = {"eth_dst", "eth_src", "arp_sha", "arp_tha"}
+_IP4_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"}
+_FIELD_BITS = {"in_port": 32, "eth_type": 16, "vlan_vid": 13, "vlan_pcp": 3, "ip_dscp": 6,
+               "ip_ecn": 2, "ip_proto": 8, "tcp_src": 16, "tcp_dst": 16, "udp_src": 16,
+               "udp_dst": 16, "icmpv4_type": 8, "icmpv4_code": 8, "arp_op": 16, "metadata": 64,
+               "eth_dst": 48, "eth_src": 48, "arp_sha": 48, "arp_tha": 48, "ipv4_src": 32,
+               "ipv4_dst": 32, "arp_spa": 32, "arp_tpa": 32}
+
+
+def _exact(m: dict, name: str) -> Optional[int]:
+    v = m.get(name)
+    if v is None or v[1] is not None:
+        return None
+    return v[0]
+
+
+def _is_ip(m: dict) -> bool:
+    return _exact(m, "eth_type") in (parse.ETH_TYPE_IP, parse.ETH_TYPE_IPV6)
+
+
+_PREREQ: dict[str, Callable[[dict], bool]] = {
+    # OF1.3 spec table 11/12: prerequisites of each OXM field.
+    "vlan_pcp": lambda m: "vlan_vid" in m and m["vlan_vid"] != (parse.OFPVID_NONE, None),
+    "ip_dscp": _is_ip,
+    "ip_ecn": _is_ip,
+    "ip_proto": _is_ip,
+    "ipv4_src": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP,
+    "ipv4_dst": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP,
+    "tcp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
+    "tcp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
+    "udp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
+    "udp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
+    "icmpv4_type": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP
+    and _exact(m, "ip_proto") == 1,
+    "icmpv4_code": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP
+    and _exact(m, "ip_proto") == 1,
+}
+for _f in ("arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha"):
+    _PREREQ[_f] = lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_ARP
+
+
+def _to_int(name: str, v: Any) -> int:
+    if isinstance(v, int):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return int.from_bytes(v, "big")
+    if name in _MAC_FIELDS:
+        return int(str(v).replace(":", "").replace("-", ""), 16)
+    if name in _IP4_FIELDS:
+        return int(ipaddress.IPv4Address(v))
+    return int(v)
+
+
+def convert_match(ofmatch: Any) -> dict[str, tuple[int, Optional[int]]]:
+    """Turn an os-ken OFPMatch into {field: (value, mask or None)}, validated.
+
+    Raises:
+        OFError: BAD_MATCH with BAD_FIELD, DUP_FIELD, BAD_MASK, BAD_VALUE or BAD_PREREQ.
+    """
+    out: dict[str, tuple[int, Optional[int]]] = {}
+    fields = getattr(ofmatch, "_fields2", None)
+    if fields is None:
+        fields = list(ofmatch.items()) if ofmatch is not None else []
+    for name, raw in fields:
+        if name not in _FIELD_BITS:
+            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_FIELD, name)
+        if name in out:
+            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_DUP_FIELD, name)
+        try:
+            if isinstance(raw, tuple):
+                if name not in _MASKABLE:
+                    raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_MASK, name)
+                val, mask = _to_int(name, raw[0]), _to_int(name, raw[1])
+            else:
+                val, mask = _to_int(name, raw), None
+        except (ValueError, TypeError) as e:
+            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_VALUE, name) from e
+        full = (1 << _FIELD_BITS[name]) - 1
+        if val < 0 or val > full or (mask is not None and (mask < 0 or mask > full)):
+            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_VALUE, name)
+        if mask == full:
+            mask = None
+        if mask is not None:
+            val &= mask
+        out[name] = (val, mask)
+    for name in out:
+        pre = _PREREQ.get(name)
+        if pre is not None and not pre(out):
+            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ, name)
+    return out
+
+
+def _compile_match(m: dict) -> tuple:
+    """(key index, value, mask) triples; metadata gets index -1."""
+    return tuple((FIELD_INDEX.get(name, -1), v, mask) for name, (v, mask) in m.items())
+
+
+def _covers(req: dict, entry: dict) -> bool:
+    """Non-strict: is `entry` at least as specific as `req` (OF1.3 6.4)?"""
+    for name, (rv, rm) in req.items():
+        e = entry.get(name)
+        if e is None:
+            return False
+        ev, em = e
+        if rm is None:
+            if em is not None or ev != rv:
+                return False
+        else:
+            if em is not None and (em & rm) != rm:
+                return False
+            if ev & rm != rv:
+                return False
+    return True
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    """Could one packet match both `a` and `b`?"""
+    for name, (av, am) in a.items():
+        if name in b:
+            bv, bm = b[name]
+            full = (1 << _FIELD_BITS[name]) - 1
+            m = (am if am is not None else full) & (bm if bm is not None else full)
+            if av & m != bv & m:
+                return False
+    return True
+
+
+# Compiled action opcodes.
+A_OUT, A_GROUP, A_XF, A_DECTTL, A_QUEUE = range(5)
+_RESERVED_OUT = {ofp.OFPP_IN_PORT, ofp.OFPP_TABLE, ofp.OFPP_NORMAL, ofp.OFPP_FLOOD,
+                 ofp.OFPP_ALL, ofp.OFPP_CONTROLLER, ofp.OFPP_LOCAL}
+
+
+def _mac_bytes(v: Any) -> bytes:
+    return _to_int("eth_dst", v).to_bytes(6, "big")
+
+
+_SETTERS: dict[str, Callable[[Any], tuple[Callable, Any]]] = {
+    "eth_dst": lambda v: (parse.set_eth_dst, _mac_bytes(v)),
+    "eth_src": lambda v: (parse.set_eth_src, _mac_bytes(v)),
+    "ip_dscp": lambda v: (parse.set_ip_dscp, int(v) & 0x3F),
+    "ip_ecn": lambda v: (parse.set_ip_ecn, int(v) & 0x3),
+    "vlan_vid": lambda v: (parse.set_vlan_vid, int(v) & 0xFFF),
+    "vlan_pcp": lambda v: (parse.set_vlan_pcp, int(v) & 0x7),
+    "ipv4_src": lambda v: (lambda f, a: parse.set_ipv4_addr(f, False, a), _to_int("ipv4_src", v)),
+    "ipv4_dst": lambda v: (lambda f, a: parse.set_ipv4_addr(f, True, a), _to_int("ipv4_dst", v)),
+}
+
+
+def _pop(frame: bytes, _arg: Any) -> bytes:
+    return parse.pop_vlan(frame)
+
+
+class Actions:
+    """A compiled action list plus what delete filters need (ports, groups)."""
+
+    __slots__ = ("ops", "ports", "groups")
+
+    def __init__(self, ops: list, ports: set, groups: set) -> None:
+        self.ops = ops
+        self.ports = ports
+        self.groups = groups
+
+
+def compile_actions(actions: list, groups: dict, allow_table: bool = False) -> Actions:
+    """Validate os-ken action objects and compile them to opcode tuples.
+
+    Raises:
+        OFError: OFPET_BAD_ACTION with the spec code.
+    """
+    ops: list = []
+    ports: set = set()
+    gids: set = set()
+    for a in actions:
+        if isinstance(a, ofpp.OFPActionOutput):
+            port = a.port
+            if port == 0 or port == ofp.OFPP_ANY or (
+                port > ofp.OFPP_MAX and port not in _RESERVED_OUT
+            ) or (port == ofp.OFPP_TABLE and not allow_table):
+                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT, str(port))
+            ops.append((A_OUT, port, a.max_len))
+            ports.add(port)
+        elif isinstance(a, ofpp.OFPActionGroup):
+            if a.group_id not in groups:
+                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_GROUP, str(a.group_id))
+            ops.append((A_GROUP, a.group_id))
+            gids.add(a.group_id)
+        elif isinstance(a, ofpp.OFPActionSetField):
+            mk = _SETTERS.get(a.key)
+            if mk is None:
+                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_TYPE, str(a.key))
+            try:
+                fn, arg = mk(a.value)
+            except (ValueError, TypeError) as e:
+                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_ARGUMENT, a.key) from e
+            ops.append((A_XF, fn, arg, "set:" + a.key))
+        elif isinstance(a, ofpp.OFPActionDecNwTtl):
+            ops.append((A_DECTTL,))
+        elif isinstance(a, ofpp.OFPActionPushVlan):
+            if a.ethertype not in (parse.ETH_TYPE_VLAN, parse.ETH_TYPE_QINQ):
+                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_ARGUMENT, "push_vlan")
+            ops.append((A_XF, parse.push_vlan, a.ethertype, "push"))
+        elif isinstance(a, ofpp.OFPActionPopVlan):
+            ops.append((A_XF, _pop, None, "pop"))
+        elif isinstance(a, ofpp.OFPActionSetQueue):
+            ops.append((A_QUEUE, a.queue_id))
+        else:
+            raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_TYPE, type(a).__name__)
+    return Actions(ops, ports, gids)
+
+
+def _set_category(op: tuple) -> str:
+    if op[0] == A_XF:
+        return op[3]
+    return {A_OUT: "output", A_GROUP: "group", A_DECTTL: "ttl", A_QUEUE: "queue"}[op[0]]
+
+
+def _action_set_order(aset: dict) -> list:
+    """OF1.3 5.10 execution order of the action set (subset we support)."""
+    ops = []
+    for cat in ("pop", "push", "ttl"):
+        if cat in aset:
+            ops.append(aset[cat])
+    ops.extend(v for k, v in aset.items() if k.startswith("set:"))
+    if "queue" in aset:
+        ops.append(aset["queue"])
+    if "group" in aset:
+        ops.append(aset["group"])
+    elif "output" in aset:
+        ops.append(aset["output"])
+    return ops
+
+
+class FlowEntry:
+    """One flow entry; keeps the os-ken match/instructions for flow stats."""
+
+    def __init__(self, table_id: int, mod: Any, match: dict, now: float) -> None:
+        self.table_id = table_id
+        self.priority = mod.priority
+        self.match = match
+        self.cmatch = _compile_match(match)
+        self.ofmatch = mod.match
+        self.cookie = mod.cookie
+        self.idle_timeout = mod.idle_timeout
+        self.hard_timeout = mod.hard_timeout
+        self.flags = mod.flags
+        self.created = now
+        self.ctr = Counter(now)
+        self.removed_reason: Optional[int] = None
+        self.set_instructions(mod.instructions, {})
+
+    def set_instructions(self, instructions: list, compiled: dict) -> None:
+        self.ofinstructions = list(instructions)
+        self.apply: Optional[Actions] = compiled.get(ofp.OFPIT_APPLY_ACTIONS)
+        self.write: Optional[Actions] = compiled.get(ofp.OFPIT_WRITE_ACTIONS)
+        self.clear = ofp.OFPIT_CLEAR_ACTIONS in compiled
+        self.write_md: Optional[tuple] = compiled.get(ofp.OFPIT_WRITE_METADATA)
+        self.goto: Optional[int] = compiled.get(ofp.OFPIT_GOTO_TABLE)
+
+    @property
+    def is_table_miss(self) -> bool:
+        return self.priority == 0 and not self.match
+
+    def outputs_to(self, port: int) -> bool:
+        return any(a is not None and port in a.ports for a in (self.apply, self.write))
+
+    def uses_group(self, gid: int) -> bool:
+        return any(a is not None and gid in a.groups for a in (self.apply, self.write))
+
+
+class Group:
+    """One group: type, buckets (os-ken OFPBucket kept for group desc), counters."""
+
+    def __init__(self, gid: int, type_: int, buckets: list, compiled: list, now: float) -> None:
+        self.group_id = gid
+        self.type = type_
+        self.buckets = list(buckets)
+        self.compiled: list[Actions] = compiled
+        self.bucket_ctrs = [Counter(now) for _ in buckets]
+        self.ctr = Counter(now)
+        self.created = now
+
+    @property
+    def groups(self) -> set:
+        out: set = set()
+        for a in self.compiled:
+            out |= a.groups
+        return out
+
+
+class Table:
+    __slots__ = ("table_id", "entries", "lookup", "matched")
+
+    def __init__(self, table_id: int) -> None:
+        self.table_id = table_id
+        self.entries: list[FlowEntry] = []
+        self.lookup = Counter()
+        self.matched = Counter()
+
+
+# Replay program opcodes.
+P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD = range(6)
+
+
+class Pipeline:
+    """Flow tables and groups of one switch; see the module docstring.
+
+    Args:
+        n_tables: number of flow tables (table ids 0..n_tables-1).
+        seed: per-switch seed mixed into the SELECT group hash.
+        ports: the datapath's port dict (shared; read for liveness and flood).
+    """
+
+    def __init__(self, n_tables: int = 8, seed: int = 0,
+                 ports: Optional[dict[int, PortState]] = None) -> None:
+        self.n_tables = n_tables
+        self.seed = seed
+        self._seed_key = struct.pack("!Q", seed & 0xFFFFFFFFFFFFFFFF)
+        self.ports: dict[int, PortState] = ports if ports is not None else {}
+        self.tables = [Table(i) for i in range(n_tables)]
+        self.groups: dict[int, Group] = {}
+        self._cache: dict[tuple, tuple] = {}
+        self._nports = -1
+        self.dropped_port_down = 0
+        self.dropped_ttl = 0
+        self.cache_misses = 0
+
+    # ----- cache -------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Drop the microflow cache (flows, groups or port liveness changed)."""
+        self._cache.clear()
+        self._nports = len(self.ports)
+
+    # ----- per packet --------------------------------------------------------
+
+    def process(self, in_port: int, frame: bytes, now: float) -> tuple[list, list]:
+        """Run one received frame through the pipeline.
+
+        Returns:
+            (outputs, packet_ins): outputs is a list of (port_no, frame, queue_id
+            or None); packet_ins a list of PacketIn.
+        """
+        if len(self.ports) != self._nports:
+            self.invalidate()
+        key = extract_key(frame, in_port)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._resolve(key, frame, 0, in_port)
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[key] = hit
+        prog, ctrs, fast = hit
+        n = len(frame)
+        for c in ctrs:
+            c.packets += 1
+            c.bytes += n
+            c.used = now
+        if fast is not None:
+            return [(p, frame, q) for p, q in fast], []
+        outs: list = []
+        pins: list = []
+        self._run(prog, frame, in_port, outs, pins)
+        return outs, pins
+
+    def _run(self, prog: list, frame: bytes, in_port: int, outs: list, pins: list) -> bool:
+        for op in prog:
+            code = op[0]
+            if code == P_OUT:
+                outs.append((op[1], frame, op[2]))
+            elif code == P_XF:
+                frame = op[1](frame, op[2])
+            elif code == P_DECTTL:
+                frame, ok = parse.dec_ip_ttl(frame)
+                if not ok:
+                    self.dropped_ttl += 1
+                    return False
+            elif code == P_SUB:
+                self._run(op[1], frame, in_port, outs, pins)
+            elif code == P_CTRL:
+                pins.append(PacketIn(op[1], op[2], op[3], in_port, frame, op[4], op[5]))
+            elif code == P_DEAD:
+                self.dropped_port_down += 1
+                if op[1] is not None:
+                    op[1].counters.tx_dropped += 1
+        return True
+
+    def _resolve(self, key: tuple, frame: bytes, table_id: int, in_port: int) -> tuple:
+        """Interpret the tables for one key: the slow path behind the cache."""
+        self.cache_misses += 1
+        prog: list = []
+        ctrs: list = []
+        st = {"frame": frame, "key": key, "queue": None, "md": 0}
+        port = self.ports.get(in_port)
+        if port is not None and port.config & OFPPC_NO_RECV:
+            return prog, ctrs, []
+        aset: dict = {}
+        while True:
+            table = self.tables[table_id]
+            ctrs.append(table.lookup)
+            entry = self._lookup(table, st["key"], st["md"])
+            if entry is None:
+                aset = {}
+                break
+            ctrs.append(table.matched)
+            ctrs.append(entry.ctr)
+            if entry.apply is not None:
+                self._emit(entry.apply.ops, st, prog, ctrs, in_port, entry)
+            if entry.clear:
+                aset = {}
+            if entry.write is not None:
+                for op in entry.write.ops:
+                    aset[_set_category(op)] = op
+            if entry.write_md is not None:
+                v, m = entry.write_md
+                st["md"] = (st["md"] & ~m) | (v & m)
+            if entry.goto is None:
+                self._emit(_action_set_order(aset), st, prog, ctrs, in_port, entry)
+                break
+            table_id = entry.goto
+        fast = None
+        if all(op[0] == P_OUT for op in prog):
+            fast = [(op[1], op[2]) for op in prog]
+        return prog, ctrs, fast
+
+    @staticmethod
+    def _lookup(table: Table, key: tuple, md: int) -> Optional[FlowEntry]:
+        for e in table.entries:
+            for idx, val, mask in e.cmatch:
+                v = md if idx < 0 else key[idx]
+                if v is None or (v != val if mask is None else (v & mask) != val):
+                    break
+            else:
+                return e
+        return None
+
+    def _emit(self, ops: list, st: dict, prog: list, ctrs: list, in_port: int,
+              entry: Optional[FlowEntry], depth: int = 0) -> None:
+        """Append the replay ops of compiled actions, tracking header changes."""
+        for op in ops:
+            code = op[0]
+            if code == A_XF:
+                prog.append((P_XF, op[1], op[2]))
+                st["frame"] = op[1](st["frame"], op[2])
+                st["key"] = extract_key(st["frame"], in_port)
+            elif code == A_DECTTL:
+                prog.append((P_DECTTL,))
+            elif code == A_QUEUE:
+                st["queue"] = op[1]
+            elif code == A_OUT:
+                self._emit_output(op[1], op[2], st, prog, in_port, entry)
+            elif code == A_GROUP:
+                group = self.groups.get(op[1])
+                if group is None or depth > 16:
+                    continue
+                ctrs.append(group.ctr)
+                for idx in self._buckets(group, st["key"]):
+                    ctrs.append(group.bucket_ctrs[idx])
+                    sub: list = []
+                    sst = dict(st)
+                    self._emit(group.compiled[idx].ops, sst, sub, ctrs, in_port, entry, depth + 1)
+                    prog.append((P_SUB, sub))
+
+    def _emit_output(self, port_no: int, max_len: int, st: dict, prog: list, in_port: int,
+                     entry: Optional[FlowEntry]) -> None:
+        q = st["queue"]
+        if port_no == ofp.OFPP_CONTROLLER:
+            reason = ofp.OFPR_NO_MATCH if entry is not None and entry.is_table_miss \
+                else ofp.OFPR_ACTION
+            tid = entry.table_id if entry is not None else 0
+            cookie = entry.cookie if entry is not None else 0xFFFFFFFFFFFFFFFF
+            prog.append((P_CTRL, reason, tid, cookie, max_len, st["md"]))
+        elif port_no == ofp.OFPP_IN_PORT:
+            self._emit_physical(in_port, q, prog, None)
+        elif port_no in (ofp.OFPP_FLOOD, ofp.OFPP_ALL):
+            for p in sorted(self.ports):
+                ps = self.ports[p]
+                if p == in_port or not ps.live:
+                    continue
+                if port_no == ofp.OFPP_FLOOD and ps.config & OFPPC_NO_FWD:
+                    continue
+                prog.append((P_OUT, p, q))
+        elif port_no == ofp.OFPP_TABLE:
+            # Only reachable from packet-out: handled by packet_out itself.
+            prog.append((P_OUT, ofp.OFPP_TABLE, q))
+        elif port_no <= ofp.OFPP_MAX:
+            if port_no == in_port:
+                return  # OF1.3: sending back out of in_port needs OFPP_IN_PORT
+            self._emit_physical(port_no, q, prog, in_port)
+
+    def _emit_physical(self, port_no: int, q: Optional[int], prog: list,
+                       _in_port: Optional[int]) -> None:
+        ps = self.ports.get(port_no)
+        if ps is None or not ps.live or ps.config & OFPPC_NO_FWD:
+            prog.append((P_DEAD, ps))
+        else:
+            prog.append((P_OUT, port_no, q))
+
+    # ----- groups ------------------------------------------------------------
+
+    def _bucket_live(self, group: Group, idx: int, depth: int = 0) -> bool:
+        b = group.buckets[idx]
+        wp = getattr(b, "watch_port", ofp.OFPP_ANY)
+        wg = getattr(b, "watch_group", ofp.OFPG_ANY)
+        if wp not in (ofp.OFPP_ANY, None):
+            ps = self.ports.get(wp)
+            if ps is None or not ps.live:
+                return False
+        if wg not in (ofp.OFPG_ANY, None) and depth < 16:
+            g = self.groups.get(wg)
+            if g is None or not any(self._bucket_live(g, i, depth + 1)
+                                    for i in range(len(g.buckets))):
+                return False
+        return True
+
+    def select_hash(self, key: tuple) -> int:
+        """Deterministic 5-tuple hash (eth src/dst/type for non-IP), seeded."""
+        if key[parse.K_IPV4_SRC] is not None:
+            l4s = key[parse.K_UDP_SRC] if key[parse.K_UDP_SRC] is not None else key[parse.K_TCP_SRC]
+            l4d = key[parse.K_UDP_DST] if key[parse.K_UDP_DST] is not None else key[parse.K_TCP_DST]
+            data = struct.pack("!IIBHH", key[parse.K_IPV4_SRC], key[parse.K_IPV4_DST],
+                               key[parse.K_IP_PROTO] or 0, l4s or 0, l4d or 0)
+        else:
+            data = struct.pack("!QQH", key[parse.K_ETH_SRC] or 0, key[parse.K_ETH_DST] or 0,
+                               key[parse.K_ETH_TYPE] or 0)
+        d = hashlib.blake2b(data, digest_size=8, key=self._seed_key).digest()
+        return int.from_bytes(d, "big")
+
+    def _buckets(self, group: Group, key: tuple) -> list[int]:
+        """Indices of the buckets that a packet with `key` goes through."""
+        n = len(group.buckets)
+        if group.type == ofp.OFPGT_ALL:
+            return list(range(n))
+        if group.type == ofp.OFPGT_INDIRECT:
+            return [0] if n else []
+        if group.type == ofp.OFPGT_FF:
+            for i in range(n):
+                if self._bucket_live(group, i):
+                    return [i]
+            return []
+        live = [(i, group.buckets[i].weight) for i in range(n)
+                if group.buckets[i].weight > 0 and self._bucket_live(group, i)]
+        if not live:
+            return []
+        total = sum(w for _, w in live)
+        h = self.select_hash(key) % total
+        for i, w in live:
+            if h < w:
+                return [i]
+            h -= w
+        return [live[-1][0]]
+
+    def group_mod(self, mod: Any, now: float = 0.0) -> list[FlowEntry]:
+        """Apply an OFPGroupMod (command, type, group_id, buckets).
+
+        Returns:
+            Flow entries removed because their group was deleted (reason
+            OFPRR_GROUP_DELETE).
+
+        Raises:
+            OFError: OFPET_GROUP_MOD_FAILED / BAD_ACTION with the spec code.
+        """
+        cmd, gid, gtype = mod.command, mod.group_id, mod.type
+        if cmd == ofp.OFPGC_DELETE:
+            return self._group_delete(gid)
+        if cmd not in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_COMMAND)
+        if gid > ofp.OFPG_MAX:
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP)
+        if cmd == ofp.OFPGC_ADD and gid in self.groups:
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_GROUP_EXISTS)
+        if cmd == ofp.OFPGC_MODIFY and gid not in self.groups:
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)
+        if gtype not in (ofp.OFPGT_ALL, ofp.OFPGT_SELECT, ofp.OFPGT_INDIRECT, ofp.OFPGT_FF):
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)
+        if gtype == ofp.OFPGT_INDIRECT and len(mod.buckets) != 1:
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP)
+        compiled = []
+        # A group may reference itself only through a chain; register a
+        # placeholder so references validate, then check for loops.
+        known = dict(self.groups)
+        known.setdefault(gid, None)
+        for b in mod.buckets:
+            if gtype == ofp.OFPGT_FF and b.watch_port == ofp.OFPP_ANY \
+                    and b.watch_group == ofp.OFPG_ANY:
+                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
+            if b.watch_port != ofp.OFPP_ANY and b.watch_port > ofp.OFPP_MAX:
+                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
+            if b.watch_group != ofp.OFPG_ANY and b.watch_group not in known:
+                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
+            try:
+                compiled.append(compile_actions(b.actions, known))
+            except OFError as e:
+                if e.code == ofp.OFPBAC_BAD_OUT_GROUP:
+                    raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP) from e
+                raise
+        g = Group(gid, gtype, mod.buckets, compiled, now)
+        if self._reaches(g.groups, gid):
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_LOOP)
+        old = self.groups.get(gid)
+        if old is not None and old.type == gtype and len(old.buckets) == len(mod.buckets):
+            g.bucket_ctrs = old.bucket_ctrs
+        if old is not None:
+            g.ctr, g.created = old.ctr, old.created
+        self.groups[gid] = g
+        self.invalidate()
+        return []
+
+    def _reaches(self, start: set, target: int) -> bool:
+        seen: set = set()
+        todo = list(start)
+        while todo:
+            g = todo.pop()
+            if g == target:
+                return True
+            if g in seen or g not in self.groups:
+                continue
+            seen.add(g)
+            todo.extend(self.groups[g].groups)
+        return False
+
+    def _group_delete(self, gid: int) -> list[FlowEntry]:
+        victims = list(self.groups) if gid == ofp.OFPG_ALL else [gid]
+        victims = [g for g in victims if g in self.groups]
+        vset = set(victims)
+        for g in self.groups.values():
+            if g.group_id not in vset and g.groups & vset:
+                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_CHAINED_GROUP)
+        removed: list[FlowEntry] = []
+        for g in victims:
+            del self.groups[g]
+            # OF1.3 6.5: deleting a group removes the flows that forward to it.
+            removed += self._remove_where(lambda e, g=g: e.uses_group(g), ofp.OFPRR_GROUP_DELETE)
+        self.invalidate()
+        return removed
+
+    def group_ref_count(self, gid: int) -> int:
+        """Flow entries and groups that forward to group `gid`."""
+        n = sum(1 for t in self.tables for e in t.entries if e.uses_group(gid))
+        return n + sum(1 for g in self.groups.values() if gid in g.groups)
+
+    # ----- flows -------------------------------------------------------------
+
+    def _compile_instructions(self, table_id: int, instructions: list) -> dict:
+        out: dict = {}
+        for ins in instructions:
+            t = getattr(ins, "type", None)
+            if t in out:
+                raise OFError(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_DUP_INST)
+            if isinstance(ins, ofpp.OFPInstructionGotoTable):
+                if ins.table_id <= table_id or ins.table_id >= self.n_tables:
+                    raise OFError(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID)
+                out[t] = ins.table_id
+            elif isinstance(ins, ofpp.OFPInstructionWriteMetadata):
+                out[t] = (ins.metadata, ins.metadata_mask)
+            elif isinstance(ins, ofpp.OFPInstructionActions) and t in (
+                    ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_WRITE_ACTIONS, ofp.OFPIT_CLEAR_ACTIONS):
+                if t == ofp.OFPIT_CLEAR_ACTIONS:
+                    out[t] = True
+                    continue
+                acts = compile_actions(ins.actions, self.groups)
+                if t == ofp.OFPIT_WRITE_ACTIONS:
+                    cats = [_set_category(op) for op in acts.ops]
+                    if len(cats) != len(set(cats)):
+                        raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY)
+                out[t] = acts
+            else:
+                raise OFError(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNSUP_INST)
+        return out
+
+    def flow_mod(self, mod: Any, now: float = 0.0) -> list[FlowEntry]:
+        """Apply an OFPFlowMod.
+
+        Returns:
+            Entries removed by a DELETE (removed_reason OFPRR_DELETE).
+
+        Raises:
+            OFError: FLOW_MOD_FAILED, BAD_MATCH, BAD_INSTRUCTION or BAD_ACTION.
+        """
+        cmd, tid = mod.command, mod.table_id
+        match = convert_match(mod.match)
+        if cmd in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT):
+            if tid != ofp.OFPTT_ALL and tid >= self.n_tables:
+                raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
+            strict = cmd == ofp.OFPFC_DELETE_STRICT
+            sel = self._selector(mod, match, strict, filters=True)
+            removed = self._remove_where(sel, ofp.OFPRR_DELETE,
+                                         None if tid == ofp.OFPTT_ALL else tid)
+            self.invalidate()
+            return removed
+        if tid >= self.n_tables:
+            raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
+        compiled = self._compile_instructions(tid, mod.instructions)
+        table = self.tables[tid]
+        if cmd == ofp.OFPFC_ADD:
+            if mod.flags & ofp.OFPFF_CHECK_OVERLAP:
+                for e in table.entries:
+                    if e.priority == mod.priority and e.match != match \
+                            and _overlap(match, e.match):
+                        raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_OVERLAP)
+            entry = FlowEntry(tid, mod, match, now)
+            entry.set_instructions(mod.instructions, compiled)
+            for i, e in enumerate(table.entries):
+                if e.priority == mod.priority and e.match == match:
+                    # OF1.3 6.4: an identical entry is replaced; counters kept
+                    # unless OFPFF_RESET_COUNTS.
+                    if not mod.flags & ofp.OFPFF_RESET_COUNTS:
+                        entry.ctr = e.ctr
+                    table.entries[i] = entry
+                    break
+            else:
+                pos = len(table.entries)
+                for i, e in enumerate(table.entries):
+                    if e.priority < mod.priority:
+                        pos = i
+                        break
+                table.entries.insert(pos, entry)
+            self.invalidate()
+            return []
+        if cmd in (ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
+            sel = self._selector(mod, match, cmd == ofp.OFPFC_MODIFY_STRICT, filters=False)
+            for e in table.entries:
+                if sel(e):
+                    e.set_instructions(mod.instructions, compiled)
+                    if mod.flags & ofp.OFPFF_RESET_COUNTS:
+                        e.ctr = Counter(now)
+            self.invalidate()
+            return []
+        raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND)
+
+    @staticmethod
+    def _selector(mod: Any, match: dict, strict: bool, filters: bool) -> Callable:
+        cookie_mask = getattr(mod, "cookie_mask", 0)
+        cookie = mod.cookie & cookie_mask
+        out_port = getattr(mod, "out_port", ofp.OFPP_ANY) if filters else ofp.OFPP_ANY
+        out_group = getattr(mod, "out_group", ofp.OFPG_ANY) if filters else ofp.OFPG_ANY
+        prio = mod.priority
+
+        def sel(e: FlowEntry) -> bool:
+            if cookie_mask and e.cookie & cookie_mask != cookie:
+                return False
+            if strict:
+                if e.priority != prio or e.match != match:
+                    return False
+            elif not _covers(match, e.match):
+                return False
+            if out_port != ofp.OFPP_ANY and not e.outputs_to(out_port):
+                return False
+            if out_group != ofp.OFPG_ANY and not e.uses_group(out_group):
+                return False
+            return True
+
+        return sel
+
+    def _remove_where(self, pred: Callable[[FlowEntry], bool], reason: int,
+                      table_id: Optional[int] = None) -> list[FlowEntry]:
+        removed: list[FlowEntry] = []
+        for t in self.tables:
+            if table_id is not None and t.table_id != table_id:
+                continue
+            keep = []
+            for e in t.entries:
+                if pred(e):
+                    e.removed_reason = reason
+                    removed.append(e)
+                else:
+                    keep.append(e)
+            t.entries = keep
+        return removed
+
+    def expire(self, now: float) -> list[FlowEntry]:
+        """Remove flows whose idle or hard timeout passed.
+
+        Returns:
+            All removed entries (removed_reason OFPRR_IDLE_TIMEOUT or
+            OFPRR_HARD_TIMEOUT); the agent sends OFPT_FLOW_REMOVED only for
+            those with OFPFF_SEND_FLOW_REM.
+        """
+        removed: list[FlowEntry] = []
+        for t in self.tables:
+            keep = []
+            for e in t.entries:
+                if e.hard_timeout and now - e.created >= e.hard_timeout:
+                    e.removed_reason = ofp.OFPRR_HARD_TIMEOUT
+                elif e.idle_timeout and now - e.ctr.used >= e.idle_timeout:
+                    e.removed_reason = ofp.OFPRR_IDLE_TIMEOUT
+                else:
+                    keep.append(e)
+                    continue
+                removed.append(e)
+            t.entries = keep
+        if removed:
+            self.invalidate()
+        return removed
+
+    # ----- packet out --------------------------------------------------------
+
+    def packet_out(self, in_port: int, actions: list, frame: bytes,
+                   now: float) -> tuple[list, list]:
+        """Execute a PacketOut's action list (OFPP_TABLE runs table 0).
+
+        Raises:
+            OFError: BAD_ACTION for invalid actions.
+        """
+        acts = compile_actions(actions, self.groups, allow_table=True)
+        key = extract_key(frame, in_port)
+        st = {"frame": frame, "key": key, "queue": None, "md": 0}
+        prog: list = []
+        ctrs: list = []
+        self._emit(acts.ops, st, prog, ctrs, in_port, None)
+        for c in ctrs:
+            c.packets += 1
+            c.bytes += len(frame)
+            c.used = now
+        outs: list = []
+        pins: list = []
+        self._run(prog, frame, in_port, outs, pins)
+        final: list = []
+        for port_no, f, q in outs:
+            if port_no == ofp.OFPP_TABLE:
+                o2, p2 = self.process(in_port, f, now)
+                final += o2
+                pins += p2
+            else:
+                final.append((port_no, f, q))
+        return final, pins
+
+    # ----- stats -------------------------------------------------------------
+
+    def flow_stats(self, table_id: int = ofp.OFPTT_ALL, out_port: int = ofp.OFPP_ANY,
+                   out_group: int = ofp.OFPG_ANY, cookie: int = 0, cookie_mask: int = 0,
+                   match: Any = None) -> list[FlowEntry]:
+        """Entries selected like a non-strict delete (OF1.3 7.3.5.2)."""
+        req = convert_match(match) if match is not None else {}
+        out = []
+        for t in self.tables:
+            if table_id != ofp.OFPTT_ALL and t.table_id != table_id:
+                continue
+            for e in t.entries:
+                if cookie_mask and e.cookie & cookie_mask != cookie & cookie_mask:
+                    continue
+                if out_port != ofp.OFPP_ANY and not e.outputs_to(out_port):
+                    continue
+                if out_group != ofp.OFPG_ANY and not e.uses_group(out_group):
+                    continue
+                if req and not _covers(req, e.match):
+                    continue
+                out.append(e)
+        return out
+
+    def aggregate_stats(self, **kw: Any) -> tuple[int, int, int]:
+        """(packet_count, byte_count, flow_count) over flow_stats(**kw)."""
+        es = self.flow_stats(**kw)
+        return sum(e.ctr.packets for e in es), sum(e.ctr.bytes for e in es), len(es)
+
+    def table_stats(self) -> list[tuple[int, int, int, int]]:
+        """(table_id, active_count, lookup_count, matched_count) per table."""
+        return [(t.table_id, len(t.entries), t.lookup.packets, t.matched.packets)
+                for t in self.tables]
+
+    def group_features(self) -> dict:
+        """ofp_group_features_stats contents."""
+        types = (1 << ofp.OFPGT_ALL) | (1 << ofp.OFPGT_SELECT) | (1 << ofp.OFPGT_INDIRECT) \
+            | (1 << ofp.OFPGT_FF)
+        caps = ofp.OFPGFC_SELECT_WEIGHT | ofp.OFPGFC_SELECT_LIVENESS | ofp.OFPGFC_CHAINING
+        acts = 0
+        for a in (ofp.OFPAT_OUTPUT, ofp.OFPAT_GROUP, ofp.OFPAT_SET_FIELD, ofp.OFPAT_DEC_NW_TTL,
+                  ofp.OFPAT_PUSH_VLAN, ofp.OFPAT_POP_VLAN, ofp.OFPAT_SET_QUEUE):
+            acts |= 1 << a
+        return {"types": types, "capabilities": caps, "max_groups": [ofp.OFPG_MAX] * 4,
+                "actions": [acts] * 4}
