@@ -233,7 +233,19 @@ class RoutingManager:
         return dict(self._switches[dpid].flows)
 
     def status(self) -> Dict[str, Any]:
-        """The convergence status emu waits on (see the module docstring of ``launch.py``)."""
+        """The convergence status emu waits on (written as JSON by the app).
+
+        Keys: ``switches`` (dpids), ``links`` (``[src_dpid, src_port, dst_dpid,
+        dst_port]``, one per discovered direction), ``hosts`` (``{"ip", "mac",
+        "dpid", "port"}``), ``topology_version`` (bumped on every link up/down,
+        host learned/removed, switch enter/leave), ``installed_version`` (the
+        version whose messages every connected switch acknowledged with a barrier
+        reply), ``converged`` (expected counts met, links counted as cables seen
+        in both directions, and installed == topology version), ``expected``
+        (the expected counts, null when not given) and ``events`` (the last
+        ``max_events`` of ``{"t": unix time, "kind": link_up|link_down|
+        host_learned|host_removed|switch_enter|switch_leave, ...}``).
+        """
         return {
             "switches": self.switches,
             "links": [list(link) for link in self.links],
