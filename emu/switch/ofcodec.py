@@ -373,3 +373,42 @@ def multipart_replies(mp_type: int, entries: list[bytes], xid: int) -> list[byte
         out.append(header(ofp.OFPT_MULTIPART_REPLY,
                           struct.pack("!HH4x", mp_type, flags) + b"".join(ch), xid))
     return out
+
+
+def _prop(ptype: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return (struct.pack("!HH", ptype, length) + payload).ljust((length + 7) // 8 * 8, b"\0")
+
+
+def table_features(table_id: int, n_tables: int, name: str) -> bytes:
+    """One ofp_table_features (spec A.3.5.5) describing what the pipeline supports.
+
+    ovs-ofctl asks for these before add-flow and rejects an empty reply.
+    """
+    instr = b"".join(struct.pack("!HH", t, 4) for t in (
+        ofp.OFPIT_GOTO_TABLE, ofp.OFPIT_WRITE_METADATA, ofp.OFPIT_WRITE_ACTIONS,
+        ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_CLEAR_ACTIONS))
+    acts = b"".join(struct.pack("!HH", t, 4) for t in sorted(ACTION_LENS))
+    oxms = b"".join(struct.pack("!I", (ofp.OFPXMC_OPENFLOW_BASIC << 16) | (f << 9) | s)
+                    for f, s in sorted(OXM_SIZES.items()))
+    setf = b"".join(struct.pack("!I", (ofp.OFPXMC_OPENFLOW_BASIC << 16) | (f << 9) | s)
+                    for f, s in sorted(OXM_SIZES.items()) if f in _SETTABLE)
+    nxt = bytes(range(table_id + 1, n_tables))
+    props = b"".join([
+        _prop(ofp.OFPTFPT_INSTRUCTIONS, instr), _prop(ofp.OFPTFPT_INSTRUCTIONS_MISS, instr),
+        _prop(ofp.OFPTFPT_NEXT_TABLES, nxt), _prop(ofp.OFPTFPT_NEXT_TABLES_MISS, nxt),
+        _prop(ofp.OFPTFPT_WRITE_ACTIONS, acts), _prop(ofp.OFPTFPT_WRITE_ACTIONS_MISS, acts),
+        _prop(ofp.OFPTFPT_APPLY_ACTIONS, acts), _prop(ofp.OFPTFPT_APPLY_ACTIONS_MISS, acts),
+        _prop(ofp.OFPTFPT_MATCH, oxms), _prop(ofp.OFPTFPT_WILDCARDS, oxms),
+        _prop(ofp.OFPTFPT_WRITE_SETFIELD, setf), _prop(ofp.OFPTFPT_WRITE_SETFIELD_MISS, setf),
+        _prop(ofp.OFPTFPT_APPLY_SETFIELD, setf), _prop(ofp.OFPTFPT_APPLY_SETFIELD_MISS, setf),
+    ])
+    fixed = struct.pack("!HB5x32sQQII", 64 + len(props), table_id,
+                        name.encode()[:31].ljust(32, b"\0"), 0xFFFFFFFFFFFFFFFF,
+                        0xFFFFFFFFFFFFFFFF, 0, 1 << 20)
+    return fixed + props
+
+
+_SETTABLE = {ofp.OFPXMT_OFB_ETH_DST, ofp.OFPXMT_OFB_ETH_SRC, ofp.OFPXMT_OFB_VLAN_VID,
+             ofp.OFPXMT_OFB_VLAN_PCP, ofp.OFPXMT_OFB_IP_DSCP, ofp.OFPXMT_OFB_IP_ECN,
+             ofp.OFPXMT_OFB_IPV4_SRC, ofp.OFPXMT_OFB_IPV4_DST}

@@ -368,7 +368,11 @@ class OpenFlowSession:
         elif mp_type == ofp.OFPMP_GROUP_FEATURES:
             entries = [codec.group_features(pl.group_features())]
         elif mp_type == ofp.OFPMP_TABLE_FEATURES:
-            entries = []  # an empty reply is allowed (spec 7.3.5.5.1)
+            # A request with a body would set table features: not supported.
+            if body:
+                raise OFError(ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)
+            entries = [codec.table_features(t, self.model.n_tables, "table%d" % t)
+                       for t in range(self.model.n_tables)]
         else:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART)
         return codec.multipart_replies(mp_type, entries, xid)

@@ -85,6 +85,7 @@ FIELD_INDEX: dict[str, int] = {
 _U16 = struct.Struct("!H")
 _U16_AT = _U16.unpack_from
 _II = struct.Struct("!II").unpack_from
+_I = struct.Struct("!I").unpack_from
 _HH = struct.Struct("!HH").unpack_from
 _BB = struct.Struct("!BB").unpack_from
 _from_bytes = int.from_bytes
@@ -149,9 +150,9 @@ def extract_key(frame: bytes, in_port: int) -> tuple:
             return (in_port, dst, src, eth_type, vid, pcp) + _NONE10 + (None,) * 6
         op = _U16_AT(frame, off + 6)[0]
         sha = _from_bytes(frame[off + 8:off + 14], "big")
-        spa = _II(frame, off + 14)[0]
+        spa = _I(frame, off + 14)[0]
         tha = _from_bytes(frame[off + 18:off + 24], "big")
-        tpa = _II(frame, off + 24)[0]
+        tpa = _I(frame, off + 24)[0]
         return (in_port, dst, src, eth_type, vid, pcp) + _NONE10 + (None, op, spa, tpa, sha, tha)
     return (in_port, dst, src, eth_type, vid, pcp) + _NONE10 + (None,) * 6
 
