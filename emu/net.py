@@ -189,7 +189,7 @@ class Fabric:
                 "--ofp-tcp-listen-port", str(self.controller_port),
                 "--status-file", self.status_path, "--log-file", log_path,
                 "--expect-switches", str(counts["switches"]),
-                "--expect-links", str(2 * counts["switch_links"]),
+                "--expect-links", str(counts["switch_links"]),
                 "--expect-hosts", str(counts["hosts"]), *self.apps]
         with open(log_path + ".out", "ab") as out:
             self.controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,

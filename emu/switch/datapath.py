@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 
 from emu.mgmt import MgmtServer
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 from emu.switch.scheduler import N_PRIORITIES, PortScheduler
@@ -91,6 +91,17 @@ class PortSpec:
         return spec
 
 
+def _fmt_field(name: str, value) -> str:
+    val, mask = value
+    if name in ("eth_src", "eth_dst") and isinstance(val, int):
+        text = val.to_bytes(6, "big").hex(":")
+    elif name.startswith(("ipv4_", "arp_spa", "arp_tpa")) and isinstance(val, int):
+        text = socket.inet_ntoa(val.to_bytes(4, "big"))
+    else:
+        text = str(val)
+    return text if mask is None else f"{text}/{mask:#x}"
+
+
 def _hostport(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if text.startswith("tcp:"):
@@ -146,9 +157,10 @@ class Datapath:
         self.model = SwitchModel(
             dpid=self.dpid,
             pipeline=self.pipeline,
-            ports=self.ports,
             transmit=self._transmit_outputs,
-            description=f"emu switch {self.name}",
+            port_mod_applied=self._port_mod_applied,
+            on_flow_removed=self._send_flow_removed,
+            dp_desc=f"emu switch {self.name}",
         )
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -263,7 +275,14 @@ class Datapath:
             if not port.live or port.config & 0x4:  # OFPPC_NO_RECV
                 counters.rx_dropped += 1
                 continue
-            outputs, packet_ins = process(port_no, frame, now)
+            try:
+                outputs, packet_ins = process(port_no, frame, now)
+            except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
+                counters.rx_errors += 1
+                self.malformed_frames += 1
+                log.debug("%s: frame on port %d not processed", self.name, port_no,
+                          exc_info=True)
+                continue
             if outputs:
                 self._transmit_outputs(outputs)
             if packet_ins:
@@ -451,8 +470,8 @@ class Datapath:
             "ping": lambda: "pong",
             "info": self._info,
             "ports": self._ports_report,
-            "flows": lambda: self.pipeline.describe_flows(),
-            "groups": lambda: self.pipeline.describe_groups(),
+            "flows": self._flows_report,
+            "groups": self._groups_report,
             "counters": self._counters,
         }
 
@@ -484,6 +503,33 @@ class Datapath:
             })
         return out
 
+    def _flows_report(self) -> list:
+        now = time.monotonic()
+        out = []
+        for e in self.pipeline.flow_stats():
+            out.append({
+                "table": e.table_id, "priority": e.priority, "cookie": hex(e.cookie),
+                "match": {k: _fmt_field(k, v) for k, v in e.match.items()},
+                "instructions": [str(i) for i in e.ofinstructions],
+                "packets": e.ctr.packets, "bytes": e.ctr.bytes,
+                "duration_s": round(now - e.created, 3),
+            })
+        return out
+
+    def _groups_report(self) -> list:
+        out = []
+        for gid, g in sorted(self.pipeline.groups.items()):
+            out.append({
+                "group_id": gid, "type": {0: "all", 1: "select", 2: "indirect",
+                                          3: "fast_failover"}.get(g.type, g.type),
+                "buckets": [{"weight": b.weight, "watch_port": b.watch_port,
+                             "actions": [str(a) for a in b.actions],
+                             "packets": c.packets, "bytes": c.bytes}
+                            for b, c in zip(g.buckets, g.bucket_ctrs)],
+                "packets": g.ctr.packets, "bytes": g.ctr.bytes,
+            })
+        return out
+
     def _counters(self) -> dict:
         queues = {}
         for port_no, sched in self.schedulers.items():
@@ -494,7 +540,10 @@ class Datapath:
             "queues": queues,
             "kernel_rx_drops": self.kernel_drops,
             "malformed_frames": self.malformed_frames,
-            "openflow": self.model.counters() if hasattr(self.model, "counters") else {},
+            "pipeline": {"cache_misses": self.pipeline.cache_misses,
+                         "dropped_port_down": self.pipeline.dropped_port_down,
+                         "dropped_ttl": self.pipeline.dropped_ttl},
+            "openflow_malformed": dict(MALFORMED),
         }
 
     # ----- the loop ---------------------------------------------------------
@@ -542,14 +591,23 @@ class Datapath:
 
     def _expire(self, now: float) -> None:
         removed = self.pipeline.expire(now)
-        if not removed:
-            return
+        if removed:
+            self._send_flow_removed(removed)
+
+    def _send_flow_removed(self, entries) -> None:
         for ch in self.channels:
-            if ch.connected and ch.active:
-                for entry in removed:
+            if ch.connected:
+                for entry in entries:
                     msg = ch.session.flow_removed(entry)
                     if msg:
                         self._send(ch, msg)
+
+    def _port_mod_applied(self, port_no: int) -> None:
+        port = self.ports[port_no]
+        if not port.live:
+            port.counters.tx_dropped += self.schedulers[port_no].flush()
+        self.pipeline.invalidate()
+        self._port_status(OFPPR_MODIFY, port)
 
     def close(self) -> None:
         for ch in list(self.channels):

@@ -1,0 +1,67 @@
+"""Nothing leaks: after a normal run, a failed run, and a SIGKILLed run + `emu clean`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from emu import fabric, registry
+from emu.net import Fabric, wait_for
+
+from ..conftest import leftovers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def small():
+    return fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
+
+
+def test_normal_run_leaves_nothing(no_leaks):
+    with Fabric(small()) as fab:
+        assert fab.ping("h1", "h2") == (1, 1)
+        pids = [p["pid"] for p in fab.run.pids]
+        assert all(registry.proc_start_time(p) for p in pids)
+    assert not any(registry.proc_start_time(p) for p in pids)
+
+
+def test_failed_run_leaves_nothing(no_leaks):
+    with pytest.raises(RuntimeError, match="scenario blew up"):
+        with Fabric(small()):
+            raise RuntimeError("scenario blew up")
+
+
+def test_sigkilled_run_is_removed_by_emu_clean(no_leaks):
+    script = (
+        "import sys, time\n"
+        "from emu import fabric\n"
+        "from emu.net import Fabric\n"
+        "fab = Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1))\n"
+        "fab.start()\n"
+        "fab.popen('h1', ['sleep', '300'])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        line = proc.stdout.readline()  # blocks until the fabric is up (or the child died)
+        assert line.strip() == "ready", "the child did not bring its fabric up"
+        assert leftovers()["runs"], "the run should be registered while it lives"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    left = leftovers()
+    assert left["interfaces"], "a SIGKILLed run leaves interfaces (this is what clean is for)"
+    out = subprocess.run([sys.executable, "-m", "emu.cli", "clean"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "stopped" in out.stdout
+    # Switch processes die with their parent (PDEATHSIG); the kernel may take a
+    # moment to reap them.
+    wait_for(lambda: not any(leftovers().values()), 10, "the killed run's leftovers to go")
