@@ -286,6 +286,17 @@ class Fabric:
             self.run.add_pid(proc.pid, f"proc {host} {argv[0]}")
         return proc
 
+    def stop_proc(self, proc: subprocess.Popen, timeout_s: float = 3.0) -> None:
+        """Stop a process started with `popen` (TERM, then KILL) and forget it."""
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.run.forget_pid(proc.pid)
+
     def host_run(self, host: str, argv: list[str], timeout_s: float = 30.0,
                  check: bool = False) -> subprocess.CompletedProcess:
         """Run `argv` in `host` and wait for it (bounded by `timeout_s`)."""
@@ -296,6 +307,7 @@ class Fabric:
             proc.kill()
             out, err = proc.communicate()
             raise FabricError(f"{host}: {' '.join(argv)} did not finish within {timeout_s} s") from None
+        self.run.forget_pid(proc.pid)
         result = subprocess.CompletedProcess(argv, proc.returncode, out.decode(errors="replace"),
                                              err.decode(errors="replace"))
         if check and result.returncode != 0:

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 REGISTRY_DIR = Path(os.environ.get("EMU_REGISTRY_DIR", "/run/emu"))
+# Scenarios drive hosts from several threads; one writer at a time.
+_LOCK = threading.Lock()
 TERM_GRACE_S = 3.0
 
 
@@ -126,20 +129,30 @@ class Run:
         return run
 
     def save(self) -> None:
-        path = self.manifest_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.__dict__, indent=1))
-        os.replace(tmp, path)
+        with _LOCK:
+            path = self.manifest_path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.__dict__, indent=1))
+            os.replace(tmp, path)
 
     def add_pid(self, pid: int, role: str, group: bool = False,
                 sig: int = signal.SIGTERM) -> None:
-        self.pids.append({"pid": pid, "start_time": proc_start_time(pid), "role": role,
-                          "group": group, "sig": int(sig)})
+        entry = {"pid": pid, "start_time": proc_start_time(pid), "role": role,
+                 "group": group, "sig": int(sig)}
+        with _LOCK:
+            self.pids.append(entry)
+        self.save()
+
+    def forget_pid(self, pid: int) -> None:
+        """Drop a process that has ended and been reaped (keeps the manifest short)."""
+        with _LOCK:
+            self.pids = [e for e in self.pids if e["pid"] != pid]
         self.save()
 
     def add_interfaces(self, names: list[str]) -> None:
-        self.interfaces.extend(n for n in names if n not in self.interfaces)
+        with _LOCK:
+            self.interfaces.extend(n for n in names if n not in self.interfaces)
         self.save()
 
     def teardown(self) -> dict:

@@ -112,6 +112,9 @@ def all_pairs_ping(ctx: Context, fab: Fabric, label: str) -> None:
                                                  "received": recv, "loss_pct": loss,
                                                  "lossy_pairs": failed[:20]}
     ctx.table(label, ["pairs", "sent", "received", "loss %"], [[len(results), sent, recv, loss]])
+    expected_pairs = len(hosts) * (len(hosts) - 1)
+    ctx.check(f"{label}: every pair tested", len(results) == expected_pairs, len(results),
+              f"{expected_pairs} pairs")
     ctx.check(f"{label}: 0% loss", sent > 0 and recv == sent, f"{loss:.2f}% loss"
               + (f" ({', '.join(failed[:5])})" if failed else ""), "0% loss")
 
@@ -133,8 +136,7 @@ def iperf3(fab: Fabric, src: str, dst: str, seconds: float, parallel: int = 1,
             time.sleep(0.1)
         return doc
     finally:
-        server.kill()
-        server.wait()
+        fab.stop_proc(server)
 
 
 def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) -> None:
@@ -227,17 +229,24 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
                           text=True) for h in senders}
     t0 = time.monotonic()
     time.sleep(1.0)  # let the pings establish before the cut (a schedule, not a wait)
+    wall_down = time.time()
     fab.set_link(leaf, victim, up=False)
     t_down = time.monotonic() - t0
     ctx.event("link_down", link=f"{leaf}-{victim}")
     outages = {}
     for h, proc in procs.items():
         out, _ = proc.communicate(timeout=duration + 10)
+        fab.stop_proc(proc)
         seqs = sorted(int(m) for m in re.findall(r"icmp_seq=(\d+)", out))
         missing = _longest_gap(seqs, count)
         outages[h] = missing * interval
     status = fab.controller_status()
-    seen = [e for e in status.get("events", []) if e.get("kind") == "link_down"]
+    seen = [e for e in status.get("events", []) if e.get("kind") == "link_down"
+            and e.get("t", 0) >= wall_down - 0.5]
+    if seen:
+        ctx.metrics["controller_reaction_s"] = min(e["t"] for e in seen) - wall_down
+        ctx.event("controller saw link down",
+                  after_ms=round(1000 * ctx.metrics["controller_reaction_s"]))
     worst = max(outages.values()) if outages else None
     ctx.metrics["link_failure"] = {"link": [leaf, victim], "t_down_s": t_down,
                                    "outage_s": outages, "controller_events": seen[-4:]}

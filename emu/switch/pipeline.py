@@ -23,7 +23,6 @@ or pacing.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import struct
 from dataclasses import dataclass
@@ -33,22 +32,23 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
 from emu.switch import parse
-from emu.switch.parse import FIELD_INDEX, extract_key
+from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
+    _FIELD_BITS,
+    _MAC_FIELDS,
+    OFError,
+    _compile_match,
+    _covers,
+    _overlap,
+    _to_int,
+    convert_match,
+)
+from emu.switch.parse import extract_key
 from emu.switch.ports import OFPPC_NO_FWD, OFPPC_NO_RECV, PortState
 
 LOG = logging.getLogger(__name__)
 
 OFP_NO_BUFFER = ofp.OFP_NO_BUFFER
 _CACHE_MAX = 65536
-
-
-class OFError(Exception):
-    """An OpenFlow error to report to the controller (ofp_error_msg type/code)."""
-
-    def __init__(self, type_: int, code: int, text: str = "") -> None:
-        super().__init__(f"OFPET {type_} code {code} {text}".strip())
-        self.type = type_
-        self.code = code
 
 
 class Counter:
@@ -74,136 +74,6 @@ class PacketIn:
     max_len: int
     metadata: int = 0
     buffer_id: int = OFP_NO_BUFFER
-
-
-# Match fields: name -> (maskable, prerequisite check on the compiled match dict).
-_MASKABLE = {"eth_dst", "eth_src", "vlan_vid", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
-             "arp_sha", "arp_tha", "metadata"}
-_MAC_FIELDS = {"eth_dst", "eth_src", "arp_sha", "arp_tha"}
-_IP4_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"}
-_FIELD_BITS = {"in_port": 32, "eth_type": 16, "vlan_vid": 13, "vlan_pcp": 3, "ip_dscp": 6,
-               "ip_ecn": 2, "ip_proto": 8, "tcp_src": 16, "tcp_dst": 16, "udp_src": 16,
-               "udp_dst": 16, "icmpv4_type": 8, "icmpv4_code": 8, "arp_op": 16, "metadata": 64,
-               "eth_dst": 48, "eth_src": 48, "arp_sha": 48, "arp_tha": 48, "ipv4_src": 32,
-               "ipv4_dst": 32, "arp_spa": 32, "arp_tpa": 32}
-
-
-def _exact(m: dict, name: str) -> Optional[int]:
-    v = m.get(name)
-    if v is None or v[1] is not None:
-        return None
-    return v[0]
-
-
-def _is_ip(m: dict) -> bool:
-    return _exact(m, "eth_type") in (parse.ETH_TYPE_IP, parse.ETH_TYPE_IPV6)
-
-
-_PREREQ: dict[str, Callable[[dict], bool]] = {
-    # OF1.3 spec table 11/12: prerequisites of each OXM field.
-    "vlan_pcp": lambda m: "vlan_vid" in m and m["vlan_vid"] != (parse.OFPVID_NONE, None),
-    "ip_dscp": _is_ip,
-    "ip_ecn": _is_ip,
-    "ip_proto": _is_ip,
-    "ipv4_src": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP,
-    "ipv4_dst": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP,
-    "tcp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
-    "tcp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
-    "udp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
-    "udp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
-    "icmpv4_type": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP
-    and _exact(m, "ip_proto") == 1,
-    "icmpv4_code": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP
-    and _exact(m, "ip_proto") == 1,
-}
-for _f in ("arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha"):
-    _PREREQ[_f] = lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_ARP
-
-
-def _to_int(name: str, v: Any) -> int:
-    if isinstance(v, int):
-        return v
-    if isinstance(v, (bytes, bytearray)):
-        return int.from_bytes(v, "big")
-    if name in _MAC_FIELDS:
-        return int(str(v).replace(":", "").replace("-", ""), 16)
-    if name in _IP4_FIELDS:
-        return int(ipaddress.IPv4Address(v))
-    return int(v)
-
-
-def convert_match(ofmatch: Any) -> dict[str, tuple[int, Optional[int]]]:
-    """Turn an os-ken OFPMatch into {field: (value, mask or None)}, validated.
-
-    Raises:
-        OFError: BAD_MATCH with BAD_FIELD, DUP_FIELD, BAD_MASK, BAD_VALUE or BAD_PREREQ.
-    """
-    out: dict[str, tuple[int, Optional[int]]] = {}
-    fields = getattr(ofmatch, "_fields2", None)
-    if fields is None:
-        fields = list(ofmatch.items()) if ofmatch is not None else []
-    for name, raw in fields:
-        if name not in _FIELD_BITS:
-            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_FIELD, name)
-        if name in out:
-            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_DUP_FIELD, name)
-        try:
-            if isinstance(raw, tuple):
-                if name not in _MASKABLE:
-                    raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_MASK, name)
-                val, mask = _to_int(name, raw[0]), _to_int(name, raw[1])
-            else:
-                val, mask = _to_int(name, raw), None
-        except (ValueError, TypeError) as e:
-            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_VALUE, name) from e
-        full = (1 << _FIELD_BITS[name]) - 1
-        if val < 0 or val > full or (mask is not None and (mask < 0 or mask > full)):
-            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_VALUE, name)
-        if mask == full:
-            mask = None
-        if mask is not None:
-            val &= mask
-        out[name] = (val, mask)
-    for name in out:
-        pre = _PREREQ.get(name)
-        if pre is not None and not pre(out):
-            raise OFError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ, name)
-    return out
-
-
-def _compile_match(m: dict) -> tuple:
-    """(key index, value, mask) triples; metadata gets index -1."""
-    return tuple((FIELD_INDEX.get(name, -1), v, mask) for name, (v, mask) in m.items())
-
-
-def _covers(req: dict, entry: dict) -> bool:
-    """Non-strict: is `entry` at least as specific as `req` (OF1.3 6.4)?"""
-    for name, (rv, rm) in req.items():
-        e = entry.get(name)
-        if e is None:
-            return False
-        ev, em = e
-        if rm is None:
-            if em is not None or ev != rv:
-                return False
-        else:
-            if em is not None and (em & rm) != rm:
-                return False
-            if ev & rm != rv:
-                return False
-    return True
-
-
-def _overlap(a: dict, b: dict) -> bool:
-    """Could one packet match both `a` and `b`?"""
-    for name, (av, am) in a.items():
-        if name in b:
-            bv, bm = b[name]
-            full = (1 << _FIELD_BITS[name]) - 1
-            m = (am if am is not None else full) & (bm if bm is not None else full)
-            if av & m != bv & m:
-                return False
-    return True
 
 
 # Compiled action opcodes.
