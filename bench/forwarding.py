@@ -1,0 +1,754 @@
+"""Forwarding benchmark: frames/s and Mbit/s through chains of 1..N switches.
+
+Owns one measurement, run on one machine in one go, of three ways to forward
+between two network namespaces `h1` (10.0.0.1) and `h2` (10.0.0.2):
+
+    veth      h1 ================================= h2          (0 hops, ceiling)
+    emu       h1 --- s1 --- s2 --- ... --- sN --- h2          (emu.switch.datapath)
+    ovs-user  h1 --- b1 --- b2 --- ... --- bN --- h2          (OVS, datapath_type=netdev)
+
+Every switch has port 1 towards h1 and port 2 towards h2 and the two flows
+`in_port=1,actions=output:2` and `in_port=2,actions=output:1`, installed with
+`ovs-ofctl -O OpenFlow13`. The veths between switches live in the root
+namespace. Offloads are switched off on every veth end of every variant, since
+AF_PACKET forwarding needs it and the comparison should be fair.
+
+Per row it measures TCP throughput (one iperf3 stream) and small-frame rate
+(iperf3 UDP, 64-byte payload, `-b 0`: frames/s = datagrams the server received
+/ seconds, from the client's JSON `end.sum_received`), and the CPU time the
+switch processes used while doing so.
+
+It does not own emu's fabric code (`emu.fabric`, `emu.net`): it starts the
+switch processes itself so that nothing but forwarding is measured.
+
+Hygiene: every process started is recorded by pid (and argv) in a manifest
+under /run/emu-bench before it starts and is stopped by pid, TERM then KILL;
+every namespace and interface is recorded before it is created and deleted in
+`finally` and on SIGINT/SIGTERM/SIGHUP. A manifest left by a run that died
+(kill -9) is cleaned at the next start. Nothing is killed or deleted by name
+pattern.
+
+Run as root from the repository root:
+
+    .venv/bin/python bench/forwarding.py [--hops 1 3 5] [--seconds 5]
+        [--variants veth,emu,ovs-user] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from emu import mgmt  # noqa: E402  (needs the repo on sys.path when run as a script)
+
+log = logging.getLogger("bench.forwarding")
+
+PREFIX = "emub-"
+BENCH_DIR = Path("/run/emu-bench")
+MANIFEST = BENCH_DIR / "manifest.json"
+H1_IP, H2_IP = "10.0.0.1", "10.0.0.2"
+PREFIX_LEN = 24
+IPERF_PORT = 5201
+# High enough that the emu scheduler's pacing never limits (DESIGN.md: links
+# are paced at their emulated rate; here we want the raw forwarding rate).
+EMU_RATE_BPS = 10_000_000_000
+UDP_PAYLOAD_BYTES = 64
+READY_TIMEOUT_S = 15.0
+PING_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 3.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+OFFLOAD_FEATURES = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
+VARIANTS = ("veth", "emu", "ovs-user")
+OVS_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
+PR_SET_PDEATHSIG = 1
+OVS_NETDEV_TAP = "ovs-netdev"
+
+
+class BenchError(RuntimeError):
+    """A row could not be measured; the message says what and where the logs are."""
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM/SIGHUP arrived; unwinds through every `finally`."""
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: our children get SIGTERM if the bench itself dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _ifexists(name: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{name}")
+
+
+def _netns_list() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _proc_alive(pid: int, argv: Optional[list[str]] = None) -> bool:
+    """True if `pid` runs (not a zombie) and, if given, still has `argv`."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        return False
+    if argv is not None:
+        return cmdline.split(b"\0")[:-1] == [a.encode() for a in argv]
+    return True
+
+
+def _cpu_s(pid: int) -> float:
+    """User+system CPU seconds of `pid` (all its threads), 0.0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # proc(5): utime and stime are fields 14 and 15; fields[0] here is field 3.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _run(argv: list[str], timeout_s: float = 30.0, check: bool = True,
+         env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"{' '.join(argv)}: no answer within {timeout_s:.0f} s") from exc
+    if check and res.returncode != 0:
+        raise BenchError(f"{' '.join(argv)}: exit {res.returncode}: "
+                         f"{(res.stderr or res.stdout).strip()[-300:]}")
+    return res
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    popen: subprocess.Popen
+    log_path: Path
+
+
+@dataclass
+class Resources:
+    """Everything one bench run created, mirrored in MANIFEST before creation.
+
+    Cleanup touches only what is listed here and is idempotent.
+    """
+
+    run_dir: Path
+    procs: list[Proc] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)
+    started_pids: list[int] = field(default_factory=list)
+    all_links: set[str] = field(default_factory=set)
+    stopped: int = 0
+    removed_ns: int = 0
+    removed_links: int = 0
+
+    def save(self) -> None:
+        self.all_links.update(self.links)
+        data = {
+            "bench_pid": os.getpid(),
+            "bench_argv": [a.decode() for a in
+                           Path("/proc/self/cmdline").read_bytes().split(b"\0")[:-1]],
+            "procs": [{"pid": p.popen.pid, "argv": p.argv} for p in self.procs
+                      if p.popen.poll() is None],
+            "netns": self.netns,
+            "links": self.links,
+            "dirs": [str(d) for d in self.dirs],
+        }
+        tmp = MANIFEST.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(MANIFEST)
+
+    # -- creation -------------------------------------------------------
+
+    def start(self, name: str, argv: list[str], netns: Optional[str] = None,
+              env: Optional[dict[str, str]] = None) -> Proc:
+        """Start `argv` (inside `netns` if given), logging to run_dir/logs/NAME.log."""
+        full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+        log_path = self.run_dir / "logs" / f"{name}.log"
+        with open(log_path, "ab") as logf:
+            popen = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=logf,
+                                     stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        # `ip netns exec` execs the command, so the pid is the command's pid.
+        proc = Proc(name, full, popen, log_path)
+        self.procs.append(proc)
+        self.started_pids.append(popen.pid)
+        self.save()
+        return proc
+
+    def run(self, name: str, argv: list[str], timeout_s: float,
+            netns: Optional[str] = None) -> tuple[int, str]:
+        """Run `argv` to completion as a recorded process; return (exit code, output)."""
+        proc = self.start(name, argv, netns=netns)
+        try:
+            proc.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            self.stop(proc)
+        out = proc.log_path.read_text(errors="replace")
+        proc.log_path.unlink()
+        return proc.popen.returncode, out
+
+    def add_netns(self, name: str) -> None:
+        self.netns.append(name)
+        self.save()
+        _run(["ip", "netns", "add", name])
+
+    def add_veth(self, a: str, b: str) -> None:
+        for n in (a, b):
+            if len(n) > 15:
+                raise BenchError(f"interface name {n!r} is longer than 15 characters")
+        self.links += [a, b]
+        self.save()
+        _run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+
+    # -- removal --------------------------------------------------------
+
+    def stop(self, proc: Proc) -> None:
+        """Stop one process by pid: TERM, wait, then KILL."""
+        p = proc.popen
+        if p.poll() is None:
+            try:
+                p.terminate()
+                p.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) ignored SIGTERM for %.0f s; sending SIGKILL (log %s)",
+                            proc.name, p.pid, STOP_TIMEOUT_S, proc.log_path)
+                p.kill()
+                p.wait(STOP_TIMEOUT_S)
+            self.stopped += 1
+        if proc in self.procs:
+            self.procs.remove(proc)
+            self.save()
+
+    def teardown(self) -> None:
+        """Stop every process (newest first), delete namespaces, links, dirs."""
+        for proc in reversed(list(self.procs)):
+            try:
+                self.stop(proc)
+            except OSError as exc:
+                log.warning("stopping %s (pid %d): %s", proc.name, proc.popen.pid, exc)
+        existing = _netns_list()
+        for ns in list(self.netns):
+            if ns in existing:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+                self.removed_ns += 1
+            self.netns.remove(ns)
+        for link in list(self.links):
+            if _ifexists(link):
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+                self.removed_links += 1
+            self.links.remove(link)
+        for d in list(self.dirs):
+            shutil.rmtree(d, ignore_errors=True)
+            self.dirs.remove(d)
+        self.save()
+
+
+def clean_stale_manifest() -> None:
+    """Remove what a bench run that died without cleanup (kill -9) left behind.
+
+    Raises:
+        BenchError: another bench run is alive and owns the manifest.
+    """
+    if not MANIFEST.exists():
+        return
+    data = json.loads(MANIFEST.read_text() or "{}")
+    pid = data.get("bench_pid")
+    if pid and pid != os.getpid() and _proc_alive(pid, data.get("bench_argv")):
+        raise BenchError(f"another forwarding bench (pid {pid}) is running; see {MANIFEST}")
+    for p in data.get("procs", []):
+        if _proc_alive(p["pid"], p["argv"]):
+            print(f"stale: stopping pid {p['pid']} ({' '.join(p['argv'][:4])} ...)")
+            os.kill(p["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while _proc_alive(p["pid"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _proc_alive(p["pid"]):
+                os.kill(p["pid"], signal.SIGKILL)
+    existing = _netns_list()
+    for ns in data.get("netns", []):
+        if ns in existing:
+            print(f"stale: deleting namespace {ns}")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for link in data.get("links", []):
+        if _ifexists(link):
+            print(f"stale: deleting interface {link}")
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+    for d in data.get("dirs", []):
+        shutil.rmtree(d, ignore_errors=True)
+    MANIFEST.unlink()
+
+
+# -- topology -----------------------------------------------------------------
+
+
+def _offloads_off(ifname: str, netns: Optional[str] = None) -> None:
+    """ethtool -K, one feature at a time: a veth refuses some, which is fine."""
+    pre = ["ip", "netns", "exec", netns] if netns else []
+    for feat in OFFLOAD_FEATURES:
+        subprocess.run([*pre, "ethtool", "-K", ifname, feat, "off"], capture_output=True)
+
+
+def _host_end(res: Resources, ifname: str, ns: str, ip: str) -> None:
+    """Move `ifname` into `ns`, address it and bring it up with offloads off."""
+    _run(["ip", "link", "set", ifname, "netns", ns])
+    nx = ["ip", "netns", "exec", ns]
+    _run([*nx, "ip", "link", "set", "lo", "up"])
+    _run([*nx, "ip", "addr", "add", f"{ip}/{PREFIX_LEN}", "dev", ifname])
+    _run([*nx, "ip", "link", "set", ifname, "up"])
+    _offloads_off(ifname, ns)
+
+
+def _root_end(ifname: str) -> None:
+    _run(["ip", "link", "set", ifname, "up"])
+    _offloads_off(ifname)
+
+
+@dataclass
+class Chain:
+    """Names of a chain of `hops` switches between namespaces h1 and h2.
+
+    Switch i has port 1 = `port(i, 1)` (towards h1) and port 2 = `port(i, 2)`.
+    """
+
+    hops: int
+    ns1: str = PREFIX + "h1"
+    ns2: str = PREFIX + "h2"
+    h1_if: str = PREFIX + "h1e"
+    h2_if: str = PREFIX + "h2e"
+
+    @staticmethod
+    def port(i: int, port_no: int) -> str:
+        return f"{PREFIX}s{i}p{port_no}"
+
+    def build(self, res: Resources) -> None:
+        res.add_netns(self.ns1)
+        res.add_netns(self.ns2)
+        if self.hops == 0:
+            res.add_veth(self.h1_if, self.h2_if)
+        else:
+            res.add_veth(self.h1_if, self.port(1, 1))
+            for i in range(1, self.hops):
+                res.add_veth(self.port(i, 2), self.port(i + 1, 1))
+            res.add_veth(self.port(self.hops, 2), self.h2_if)
+            for i in range(1, self.hops + 1):
+                _root_end(self.port(i, 1))
+                _root_end(self.port(i, 2))
+        _host_end(res, self.h1_if, self.ns1, H1_IP)
+        _host_end(res, self.h2_if, self.ns2, H2_IP)
+
+
+# -- switches -----------------------------------------------------------------
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout_s: float,
+          procs: tuple[Proc, ...] = ()) -> None:
+    """Poll `cond` until true; fail naming `what` and the logs of `procs`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for p in procs:
+            if p.popen.poll() is not None:
+                tail = p.log_path.read_text(errors="replace").strip().splitlines()[-3:]
+                raise BenchError(f"{p.name} exited with {p.popen.returncode} while waiting "
+                                 f"for {what}; log {p.log_path}: {' | '.join(tail)}")
+        if cond():
+            return
+        if time.monotonic() > deadline:
+            logs = ", ".join(str(p.log_path) for p in procs) or "none"
+            raise BenchError(f"timed out after {timeout_s:.0f} s waiting for {what}; logs: {logs}")
+        time.sleep(0.1)
+
+
+def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
+    for flow in ("in_port=1,actions=output:2", "in_port=2,actions=output:1"):
+        _run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", target, flow], env=env)
+
+
+class EmuChain:
+    """N emu switch processes, each programmed through its passive OpenFlow port."""
+
+    def __init__(self, res: Resources, chain: Chain) -> None:
+        self.res, self.chain = res, chain
+        self.switches: list[tuple[Proc, str]] = []
+
+    def start(self) -> None:
+        for i in range(1, self.chain.hops + 1):
+            sock = str(self.res.run_dir / f"s{i}.sock")
+            of_port = _free_tcp_port()
+            argv = [sys.executable, "-m", "emu.switch.datapath", "--name", f"s{i}",
+                    "--dpid", hex(i), "--mgmt", sock, "--of-listen", f"127.0.0.1:{of_port}",
+                    "--port", f"{self.chain.port(i, 1)}:1:{EMU_RATE_BPS}",
+                    "--port", f"{self.chain.port(i, 2)}:2:{EMU_RATE_BPS}"]
+            env = dict(os.environ, PYTHONPATH=str(REPO))
+            proc = self.res.start(f"emu-{self.chain.hops}hop-s{i}", argv, env=env)
+            self.switches.append((proc, sock))
+
+            def ready(sock: str = sock) -> bool:
+                try:
+                    mgmt.call(sock, "info", timeout_s=1.0)
+                    return True
+                except mgmt.MgmtError:
+                    return False
+
+            _wait(ready, f"s{i} to answer 'info' on {sock}", READY_TIMEOUT_S, (proc,))
+            _flows(f"tcp:127.0.0.1:{of_port}")
+
+    def pids(self) -> list[int]:
+        return [p.popen.pid for p, _ in self.switches]
+
+    def check_alive(self) -> None:
+        for p, _ in self.switches:
+            if p.popen.poll() is not None:
+                raise BenchError(f"{p.name} died (exit {p.popen.returncode}); log {p.log_path}")
+
+    def snapshot(self, label: str) -> None:
+        """Save each switch's counters next to its log, for post-mortems."""
+        for p, sock in self.switches:
+            try:
+                counters = mgmt.call(sock, "counters", timeout_s=3.0)
+            except mgmt.MgmtError as exc:
+                counters = {"error": str(exc)}
+            with open(p.log_path.with_suffix(".counters.jsonl"), "a") as f:
+                f.write(json.dumps({"after": label, "counters": counters}) + "\n")
+
+
+class OvsChain:
+    """Our own ovsdb-server + ovs-vswitchd in a temporary directory, N netdev bridges."""
+
+    def __init__(self, res: Resources, chain: Chain) -> None:
+        self.res, self.chain = res, chain
+        self.dir = Path(tempfile.mkdtemp(prefix="ovs-", dir=res.run_dir))
+        res.dirs.append(self.dir)
+        res.save()
+        self.db_sock = f"unix:{self.dir}/db.sock"
+        self.env = dict(os.environ, OVS_RUNDIR=str(self.dir), OVS_DBDIR=str(self.dir),
+                        OVS_LOGDIR=str(self.dir), OVS_SYSCONFDIR=str(self.dir),
+                        OVS_PKGDATADIR=str(OVS_SCHEMA.parent))
+        self.vswitchd: Optional[Proc] = None
+
+    def vsctl(self, *args: str) -> None:
+        _run(["ovs-vsctl", f"--db={self.db_sock}", "--timeout=10", *args], env=self.env)
+
+    def bridge(self, i: int) -> str:
+        return f"{PREFIX}b{i}"
+
+    def start(self) -> None:
+        d, tag = self.dir, f"ovs-{self.chain.hops}hop"
+        if not OVS_SCHEMA.exists():
+            raise BenchError(f"{OVS_SCHEMA} missing: is openvswitch-switch installed?")
+        # dpif-netdev keeps a persistent tap named after the datapath; one that
+        # exists already belongs to another OVS, which we must not touch.
+        if _ifexists(OVS_NETDEV_TAP):
+            raise BenchError(f"interface {OVS_NETDEV_TAP} exists: another OVS userspace "
+                             "datapath runs on this machine; not starting ours")
+        _run(["ovsdb-tool", "create", f"{d}/conf.db", str(OVS_SCHEMA)], env=self.env)
+        db = self.res.start(f"{tag}-ovsdb-server", [
+            "ovsdb-server", f"{d}/conf.db", f"--remote=p{self.db_sock}",
+            f"--unixctl={d}/ovsdb-server.ctl", f"--pidfile={d}/ovsdb-server.pid",
+            "-vconsole:off", "-vfile:info", f"--log-file={d}/ovsdb-server.log"], env=self.env)
+        _wait(lambda: os.path.exists(f"{d}/db.sock"), f"ovsdb-server socket {d}/db.sock",
+              READY_TIMEOUT_S, (db,))
+        self.vsctl("--no-wait", "init")
+        self.vswitchd = self.res.start(f"{tag}-ovs-vswitchd", [
+            "ovs-vswitchd", self.db_sock, f"--unixctl={d}/ovs-vswitchd.ctl",
+            f"--pidfile={d}/ovs-vswitchd.pid", "-vconsole:off", "-vfile:info",
+            f"--log-file={d}/ovs-vswitchd.log"], env=self.env)
+        self.res.links.append(OVS_NETDEV_TAP)
+        self.res.save()
+        _wait(lambda: os.path.exists(f"{d}/ovs-vswitchd.ctl"), "ovs-vswitchd control socket",
+              READY_TIMEOUT_S, (self.vswitchd,))
+        for i in range(1, self.chain.hops + 1):
+            br = self.bridge(i)
+            # Its internal port is a tap named like the bridge: record it.
+            self.res.links.append(br)
+            self.res.save()
+            self.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev",
+                       "fail_mode=secure", "protocols=OpenFlow13",
+                       "--", "add-port", br, self.chain.port(i, 1),
+                       "--", "set", "interface", self.chain.port(i, 1), "ofport_request=1",
+                       "--", "add-port", br, self.chain.port(i, 2),
+                       "--", "set", "interface", self.chain.port(i, 2), "ofport_request=2")
+            mgmt_sock = f"unix:{d}/{br}.mgmt"
+            _wait(lambda br=br: os.path.exists(f"{d}/{br}.mgmt"), f"{br}.mgmt", READY_TIMEOUT_S,
+                  (self.vswitchd,))
+            _run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", mgmt_sock], env=self.env)
+            _flows(mgmt_sock, env=self.env)
+
+    def pids(self) -> list[int]:
+        return [self.vswitchd.popen.pid] if self.vswitchd else []
+
+    def check_alive(self) -> None:
+        if self.vswitchd and self.vswitchd.popen.poll() is not None:
+            raise BenchError(f"ovs-vswitchd died; log {self.dir}/ovs-vswitchd.log")
+
+    def snapshot(self, label: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        """Delete our bridges while vswitchd still runs, and keep its log."""
+        for i in range(1, self.chain.hops + 1):
+            try:
+                self.vsctl("--if-exists", "del-br", self.bridge(i))
+            except BenchError as exc:
+                log.warning("%s", exc)
+        for name in ("ovs-vswitchd.log", "ovsdb-server.log"):
+            src = self.dir / name
+            if src.exists():
+                shutil.copy(src, self.res.run_dir / "logs" / f"ovs-{self.chain.hops}hop-{name}")
+
+
+# -- measurement --------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    variant: str
+    hops: int
+    tcp_mbps: Optional[float] = None
+    tcp_retransmits: Optional[int] = None
+    tcp_cpu_pct: Optional[float] = None
+    udp_fps: Optional[float] = None
+    udp_loss_pct: Optional[float] = None
+    udp_cpu_pct: Optional[float] = None
+    error: str = ""
+
+
+def _iperf(res: Resources, ns: str, label: str, args: list[str], seconds: int) -> dict:
+    argv = ["iperf3", "-c", H2_IP, "-p", str(IPERF_PORT), "-t", str(seconds), "-J",
+            "--connect-timeout", "3000", "-A", "0", *args]
+    code, out = res.run(f"{label}-iperf3-client", argv, seconds + 30, netns=ns)
+    try:
+        data = json.loads(out)
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"iperf3 {' '.join(args)}: no JSON (exit {code}): "
+                         f"{out.strip()[-200:]}") from exc
+    if "error" in data:
+        raise BenchError(f"iperf3 {' '.join(args)}: {data['error']}")
+    return data
+
+
+def _cpu_pct(pids: list[int], before: list[float], wall_s: float) -> float:
+    return 100.0 * sum(_cpu_s(p) - b for p, b in zip(pids, before)) / wall_s
+
+
+def measure(res: Resources, variant: str, hops: int, seconds: int) -> Row:
+    """Build one variant with `hops` switches, measure, tear it down."""
+    row = Row(variant, hops)
+    chain = Chain(hops)
+    switches: Optional[EmuChain | OvsChain] = None
+    try:
+        chain.build(res)
+        if variant == "emu":
+            switches = EmuChain(res, chain)
+        elif variant == "ovs-user":
+            switches = OvsChain(res, chain)
+        if switches:
+            switches.start()
+        procs = tuple(p for p in res.procs)
+
+        def pings() -> bool:
+            return subprocess.run(["ip", "netns", "exec", chain.ns1, "ping", "-c", "1", "-W",
+                                   "1", H2_IP], capture_output=True).returncode == 0
+
+        _wait(pings, f"ping {H1_IP} -> {H2_IP} through {hops} {variant} hop(s)",
+              PING_TIMEOUT_S, procs)
+        # Client on CPU 0, server on CPU 1 (iperf3 -A): without pinning the
+        # 0-hop UDP ceiling varied 75k..270k frames/s between runs.
+        server = res.start(f"{variant}-{hops}hop-iperf3-server",
+                           ["iperf3", "-s", "-B", H2_IP, "-p", str(IPERF_PORT), "-A", "1"],
+                           netns=chain.ns2)
+        _wait(lambda: subprocess.run(["ip", "netns", "exec", chain.ns2, "ss", "-Hltn",
+                                      f"sport = :{IPERF_PORT}"], capture_output=True,
+                                     text=True).stdout.strip() != "",
+              "iperf3 server to listen", READY_TIMEOUT_S, (server,))
+        pids = switches.pids() if switches else []
+
+        before, t0 = [_cpu_s(p) for p in pids], time.monotonic()
+        tcp = _iperf(res, chain.ns1, f"{variant}-{hops}hop-tcp", [], seconds)
+        if pids:
+            row.tcp_cpu_pct = _cpu_pct(pids, before, time.monotonic() - t0)
+        row.tcp_mbps = tcp["end"]["sum_received"]["bits_per_second"] / 1e6
+        row.tcp_retransmits = tcp["end"]["sum_sent"].get("retransmits")
+        if switches:
+            switches.check_alive()
+            switches.snapshot("tcp")
+
+        before, t0 = [_cpu_s(p) for p in pids], time.monotonic()
+        udp = _iperf(res, chain.ns1, f"{variant}-{hops}hop-udp",
+                     ["-u", "-l", str(UDP_PAYLOAD_BYTES), "-b", "0"], seconds)
+        if pids:
+            row.udp_cpu_pct = _cpu_pct(pids, before, time.monotonic() - t0)
+        recv = udp["end"]["sum_received"]
+        sent = udp["end"]["sum_sent"]
+        received = recv["packets"] - recv["lost_packets"]
+        row.udp_fps = received / recv["seconds"]
+        row.udp_loss_pct = 100.0 * (1 - received / sent["packets"]) if sent["packets"] else None
+        if switches:
+            switches.check_alive()
+            switches.snapshot("udp")
+    except BenchError as exc:
+        row.error = str(exc)
+    except (KeyError, ZeroDivisionError) as exc:
+        row.error = f"unexpected iperf3 JSON: missing or zero {exc}"
+    finally:
+        if isinstance(switches, OvsChain):
+            switches.stop()
+        res.teardown()
+    return row
+
+
+# -- output -------------------------------------------------------------------
+
+HEADERS = ("variant", "hops", "TCP Mbit/s", "TCP retr", "UDP-64 frames/s", "UDP loss %",
+           "switch CPU % (TCP)", "switch CPU % (UDP)", "error")
+
+
+def _fmt(v: Optional[float], digits: int = 0) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _cells(r: Row) -> list[str]:
+    return [r.variant, str(r.hops), _fmt(r.tcp_mbps, 1), _fmt(r.tcp_retransmits),
+            _fmt(r.udp_fps), _fmt(r.udp_loss_pct, 1),
+            _fmt(r.tcp_cpu_pct), _fmt(r.udp_cpu_pct), r.error]
+
+
+def plain_table(rows: list[Row]) -> str:
+    cells = [list(HEADERS)] + [_cells(r) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS) - 1)]
+    lines = []
+    for c in cells:
+        line = "  ".join(v.rjust(w) if i > 1 else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(c, widths)))
+        lines.append((line + "  " + c[-1]).rstrip())
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |",
+             "| " + " | ".join("---" if i < 2 or i == len(HEADERS) - 1 else "---:"
+                        for i in range(len(HEADERS))) + " |"]
+    for r in rows:
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |")
+    return "\n".join(lines)
+
+
+def leftovers(res: Resources) -> list[str]:
+    """What of ours still exists: processes, namespaces, interfaces."""
+    left = [f"process {p}" for p in res.started_pids if _proc_alive(p)]
+    left += [f"namespace {ns}" for ns in _netns_list() if ns.startswith(PREFIX)]
+    left += [f"interface {n}" for n in os.listdir("/sys/class/net")
+             if n.startswith(PREFIX) or n in res.all_links]
+    return left
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--hops", type=int, nargs="+", default=[1, 3, 5],
+                   help="switch chain lengths to measure (default: 1 3 5)")
+    p.add_argument("--seconds", type=int, default=5, help="length of each iperf3 test")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"comma-separated subset of {','.join(VARIANTS)}")
+    p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    args = p.parse_args(argv)
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        p.error(f"unknown variant(s) {bad}; allowed: {', '.join(VARIANTS)}")
+    if any(h < 1 or h > 99 for h in args.hops):
+        p.error(f"--hops must be between 1 and 99, got {args.hops}")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if os.geteuid() != 0:
+        print("forwarding bench: needs root (namespaces, veths, AF_PACKET)", file=sys.stderr)
+        return 2
+    for tool in ("ip", "ethtool", "iperf3", "ovs-ofctl"):
+        if not shutil.which(tool):
+            print(f"forwarding bench: {tool} not found", file=sys.stderr)
+            return 2
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    clean_stale_manifest()
+    run_dir = BENCH_DIR / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
+    (run_dir / "logs").mkdir(parents=True)
+    res = Resources(run_dir)
+    res.save()
+    plan = [(v, 0) for v in args.variants if v == "veth"]
+    plan += [(v, h) for v in args.variants if v != "veth" for h in args.hops]
+    rows: list[Row] = []
+    status = 0
+    try:
+        for variant, hops in plan:
+            print(f"# {variant}, {hops} hop(s) ...", file=sys.stderr, flush=True)
+            row = measure(res, variant, hops, args.seconds)
+            if row.error:
+                print(f"#   error: {row.error}", file=sys.stderr, flush=True)
+            rows.append(row)
+    except Interrupted as exc:
+        print(f"forwarding bench: interrupted by {exc}; cleaning up", file=sys.stderr)
+        status = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        res.teardown()
+        left = leftovers(res)
+        if not left:
+            MANIFEST.unlink(missing_ok=True)
+    print(plain_table(rows))
+    if args.markdown:
+        print()
+        print(markdown_table(rows))
+    print()
+    print(f"logs: {run_dir / 'logs'}")
+    if left:
+        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {MANIFEST})")
+        status = status or 1
+    else:
+        print(f"cleanup: nothing left ({len(res.started_pids)} processes started and stopped by pid, "
+              f"namespaces and interfaces with prefix {PREFIX!r} all deleted)")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
