@@ -35,6 +35,7 @@ import time
 from emu import fabric as fabric_mod
 from emu.net import Fabric
 from emu.scenario import Context, Param, build_fabric_graph, fabric_params
+from emu.switch.scheduler import MIN_BURST_S
 
 DESCRIPTION = "fabric boots, all-pairs ping, TCP at line rate, ECMP spreading, link failure"
 
@@ -171,7 +172,7 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
     windows = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(samples, samples[1:])
                if t1 > t0]
     peak = max(windows) if windows else 0.0
-    burst_bits = 2 * 1514 * 8
+    burst_bits = max(2 * 1514 * 8, rate_bps * MIN_BURST_S)  # the scheduler's burst allowance
     allowed = rate_bps * (1 + PACING_TOLERANCE) + burst_bits / 0.25
     ctx.metrics["tcp"] = {"src": src, "dst": dst, "goodput_bps": goodput, "wire_bps": wire,
                           "retransmits": retrans, "peak_window_bps": peak,

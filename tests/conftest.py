@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 
 import pytest
@@ -34,11 +35,23 @@ def leftovers() -> dict:
 @pytest.fixture
 def no_leaks():
     """Fail the test if it leaves interfaces, processes or registry entries behind."""
+    registry.clean_dead_runs()  # what an earlier, killed session left is not this test's leak
     before = leftovers()
     assert not any(before.values()), f"machine not clean before the test: {before}"
     yield
     after = leftovers()
     assert not any(after.values()), f"left behind: {after}"
+
+
+def _interrupt(signum, frame):
+    # CI or a user stopping pytest with TERM/HUP: unwind like Ctrl-C so that
+    # every Fabric fixture tears its fabric down.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -196,7 +196,7 @@ class Datapath:
             name=spec.name,
             hw_addr=bytes(hw_addr),
             rate_bps=spec.rate_bps,
-            created_at=time.time(),
+            created_at=time.monotonic(),
             link_up=self._carrier(spec.name),
         )
         self.ports[spec.port_no] = port
@@ -573,6 +573,8 @@ class Datapath:
                 now = time.monotonic()
                 if kind == "port":
                     self._receive(ref, now)
+                    if self.busy:  # send between receive batches, not once per pass
+                        self._transmit(time.monotonic())
                 elif kind == "of":
                     self._on_channel(ref, events, now)
                 elif kind == "of-listen":

@@ -127,6 +127,20 @@ class OpenFlowSession:
                 self._buf.clear()
                 self.close()
                 break
+            if len(self._buf) < length and (
+                    (version != codec.OFP_VERSION
+                     and (mtype != ofp.OFPT_HELLO or self.negotiated))
+                    or mtype > ofp.OFPT_METER_MOD):
+                # A header we could never act on (the rest of a message whose
+                # length lied, or noise) means the stream lost its framing;
+                # waiting for `length` bytes would stall the channel. Say so and close.
+                MALFORMED["unframeable"] += 1
+                code = ofp.OFPBRC_BAD_VERSION if version != codec.OFP_VERSION \
+                    else ofp.OFPBRC_BAD_TYPE
+                out.append(codec.error(ofp.OFPET_BAD_REQUEST, code, bytes(self._buf[:64]), xid))
+                self._buf.clear()
+                self.close()
+                break
             if len(self._buf) < length:
                 break
             msg = bytes(self._buf[:length])
