@@ -36,6 +36,7 @@ from emu import fabric as fabric_mod
 from emu.net import Fabric
 from emu.scenario import Context, Param, build_fabric_graph, fabric_params
 from emu.switch.scheduler import MIN_BURST_S
+from emu.telemetry import Panel, save_panels
 
 DESCRIPTION = "fabric boots, all-pairs ping, TCP at line rate, ECMP spreading, link failure"
 
@@ -75,6 +76,37 @@ def run(ctx: Context) -> None:
         if p["link_down"]:
             link_failure(ctx, fab, graph, src, dst)
             all_pairs_ping(ctx, fab, "all-pairs ping after link failure")
+    plot(ctx, rate_bps)
+
+
+def plot(ctx: Context, rate_bps: int) -> None:
+    """smoke.png: pacing at the receiver's port, ECMP shares, pings across the failure."""
+    m = ctx.metrics
+    panels = []
+    if "tcp" in m:
+        tcp = m["tcp"]
+        panels.append(Panel(
+            f"TCP {tcp['src']} -> {tcp['dst']}: egress rate at the last hop", "time (s)",
+            "Mbit/s", lines={"250 ms windows": (tcp["window_end_s"],
+                                                [w / 1e6 for w in tcp["windows_bps"]])},
+            hline=rate_bps / 1e6, hline_label="link rate", step=True))
+    if "ecmp" in m:
+        panels.append(Panel(f"ECMP: {m['ecmp']['flows']} flows, bytes per top-tier switch",
+                            "switch", "MB", bars={k: v / 1e6 for k, v in
+                                                  m["ecmp"]["bytes_per_top_switch"].items()}))
+    if "link_failure" in m:
+        lf = m["link_failure"]
+        lines = {}
+        for h, seqs in lf["replies"].items():
+            got = set(seqs)
+            xs = [i * lf["interval_s"] for i in range(1, lf["count"] + 1)]
+            lines[h] = (xs, [1 if i in got else 0 for i in range(1, lf["count"] + 1)])
+        panels.append(Panel(f"pings across link {'-'.join(lf['link'])} down", "time (s)",
+                            "reply (1) / lost (0)", lines=lines, vline=lf["t_down_s"],
+                            vline_label="link down", step=True))
+    if panels:
+        path = save_panels(ctx.out_dir / "smoke.png", panels, title=m["fabric"]["name"])
+        ctx.plots.append(path.name)
 
 
 def cross_pair(graph) -> tuple[str, str]:
@@ -174,9 +206,11 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
     peak = max(windows) if windows else 0.0
     burst_bits = max(2 * 1514 * 8, rate_bps * MIN_BURST_S)  # the scheduler's burst allowance
     allowed = rate_bps * (1 + PACING_TOLERANCE) + burst_bits / 0.25
+    t_first = samples[0][0] if samples else 0.0
     ctx.metrics["tcp"] = {"src": src, "dst": dst, "goodput_bps": goodput, "wire_bps": wire,
                           "retransmits": retrans, "peak_window_bps": peak,
-                          "windows_bps": windows}
+                          "windows_bps": windows,
+                          "window_end_s": [t - t_first for t, _ in samples[1:]]}
     ctx.table(f"TCP {src} -> {dst} ({ctx.params['iperf_s']:.0f} s, one flow)",
               ["goodput Mb/s", "on wire Mb/s", "link Mb/s", "of link", "peak 250ms Mb/s",
                "retransmits"],
@@ -234,13 +268,15 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
     fab.set_link(leaf, victim, up=False)
     t_down = time.monotonic() - t0
     ctx.event("link_down", link=f"{leaf}-{victim}")
-    outages = {}
+    outages: dict[str, float] = {}
+    replies: dict[str, list[int]] = {}
     for h, proc in procs.items():
         out, _ = proc.communicate(timeout=duration + 10)
         fab.stop_proc(proc)
         seqs = sorted(int(m) for m in re.findall(r"icmp_seq=(\d+)", out))
         missing = _longest_gap(seqs, count)
         outages[h] = missing * interval
+        replies[h] = seqs
     status = fab.controller_status()
     seen = [e for e in status.get("events", []) if e.get("kind") == "link_down"
             and e.get("t", 0) >= wall_down - 0.5]
@@ -250,7 +286,9 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
                   after_ms=round(1000 * ctx.metrics["controller_reaction_s"]))
     worst = max(outages.values()) if outages else None
     ctx.metrics["link_failure"] = {"link": [leaf, victim], "t_down_s": t_down,
-                                   "outage_s": outages, "controller_events": seen[-4:]}
+                                   "interval_s": interval, "count": count,
+                                   "outage_s": outages, "replies": replies,
+                                   "controller_events": seen[-4:]}
     ctx.event("reachability restored", worst_outage_ms=round(1000 * worst) if worst is not None
               else None)
     ctx.table(f"link {leaf}-{victim} down at t={t_down:.2f} s, pings every "

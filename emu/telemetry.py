@@ -1,0 +1,67 @@
+"""Telemetry output: figures of what a run measured.
+
+Owns turning measured series into PNG files beside `metrics.json` (matplotlib,
+headless Agg backend). Scenarios hand it plain lists and dicts; nothing here
+talks to a switch or a host. Collection of per-port time series from every
+process lands here too as the lossless-Ethernet work adds queue and pause
+samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+
+
+@dataclass
+class Panel:
+    """One subplot: named line series over x, or bars; optional horizontal reference."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    lines: dict[str, tuple[Sequence[float], Sequence[float]]] = field(default_factory=dict)
+    bars: dict[str, float] = field(default_factory=dict)
+    hline: float | None = None
+    hline_label: str = ""
+    vline: float | None = None
+    vline_label: str = ""
+    step: bool = False
+
+
+def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
+    """Draw `panels` side by side into one PNG at `path`; returns the path."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for label, (xs, ys) in panel.lines.items():
+            if panel.step:
+                ax.step(xs, ys, where="post", label=label)
+            else:
+                ax.plot(xs, ys, label=label)
+        if panel.bars:
+            names = list(panel.bars)
+            ax.bar(names, [panel.bars[n] for n in names], color="tab:blue")
+        if panel.hline is not None:
+            ax.axhline(panel.hline, color="tab:red", linestyle="--", label=panel.hline_label)
+        if panel.vline is not None:
+            ax.axvline(panel.vline, color="tab:gray", linestyle=":", label=panel.vline_label)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        if panel.lines or panel.hline_label or panel.vline_label:
+            ax.legend(fontsize=8, loc="best")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
