@@ -51,6 +51,7 @@ def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
             ax.axhline(panel.hline, color="tab:red", linestyle="--", label=panel.hline_label)
         if panel.vline is not None:
             ax.axvline(panel.vline, color="tab:gray", linestyle=":", label=panel.vline_label)
+        ax.set_ylim(bottom=0)  # a rate or a count read from zero is not exaggerated
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
