@@ -109,17 +109,7 @@ def flow_add(
         >>> flow_add(dp, cookie=0x1 << 60, table_id=0, priority=0xF000,
         ...          match={"eth_type": 0x88CC}, action_specs=[("output", 0xFFFFFFFD)])
     """
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPFlowMod(
-        dp,
-        cookie=cookie,
-        table_id=table_id,
-        command=ofp.OFPFC_ADD,
-        priority=priority,
-        buffer_id=ofp.OFP_NO_BUFFER,
-        match=parser.OFPMatch(**dict(match)),
-        instructions=_apply(dp, action_specs),
-    )
+    return _flow_mod(dp, dp.ofproto.OFPFC_ADD, cookie, table_id, priority, match, action_specs)
 
 
 def flow_modify_strict(
@@ -132,12 +122,18 @@ def flow_modify_strict(
     action_specs: Sequence[Action],
 ) -> Any:
     """Build an OFPFC_MODIFY_STRICT FlowMod replacing the actions of one exact flow (counters kept)."""
+    return _flow_mod(dp, dp.ofproto.OFPFC_MODIFY_STRICT, cookie, table_id, priority, match,
+                     action_specs)
+
+
+def _flow_mod(dp: Datapath, command: int, cookie: int, table_id: int, priority: int,
+              match: Mapping[str, Any], action_specs: Sequence[Action]) -> Any:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     return parser.OFPFlowMod(
         dp,
         cookie=cookie,
         table_id=table_id,
-        command=ofp.OFPFC_MODIFY_STRICT,
+        command=command,
         priority=priority,
         buffer_id=ofp.OFP_NO_BUFFER,
         match=parser.OFPMatch(**dict(match)),

@@ -29,7 +29,7 @@ import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu import mgmt
-from emu.registry import Run, clean_dead_runs, stop_pids
+from emu.registry import Run, clean_dead_runs, stop_child, stop_pids
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +160,7 @@ class Fabric:
                 log.warning("Mininet stop failed (%s); falling back to the registry", exc)
             self.net = None
         if self.controller is not None:
-            self.controller.terminate()
-            try:
-                self.controller.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.controller.kill()
-                self.controller.wait()
+            stop_child(self.controller, grace_s=5)
             self.controller = None
         removed = self.run.teardown()
         self.run = None
@@ -288,13 +283,7 @@ class Fabric:
 
     def stop_proc(self, proc: subprocess.Popen, timeout_s: float = 3.0) -> None:
         """Stop a process started with `popen` (TERM, then KILL) and forget it."""
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_child(proc, grace_s=timeout_s)
         self.run.forget_pid(proc.pid)
 
     def host_run(self, host: str, argv: list[str], timeout_s: float = 30.0,

@@ -83,6 +83,17 @@ def _signal(entry: dict, sig: int) -> None:
         pass
 
 
+def stop_child(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
+    """Stop a child we started: TERM, then KILL after `grace_s`; always reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def interface_exists(name: str) -> bool:
     return os.path.exists(f"/sys/class/net/{name}")
 

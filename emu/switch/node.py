@@ -19,7 +19,7 @@ import time
 from mininet.node import Switch
 
 from emu import mgmt
-from emu.registry import Run
+from emu.registry import Run, stop_child
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +135,6 @@ class EmuSwitch(Switch):
         return any(c["connected"] for c in info["controllers"])
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's API)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_child(self.proc)
         super().stop(deleteIntfs)

@@ -22,6 +22,8 @@ from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 
+from .test_openflow import encode
+
 HELLO = bytes.fromhex("0400000800000001")
 ECHO = bytes.fromhex("0402000c0000004261626364")
 
@@ -32,13 +34,6 @@ def mkmodel() -> SwitchModel:
     return SwitchModel(1, Pipeline(ports=ports))
 
 
-def encode(msg) -> bytes:
-    class _DP:
-        ofproto = ofp
-        ofproto_parser = p
-    msg.datapath = _DP()
-    msg.serialize()
-    return bytes(msg.buf)
 
 
 def seeds() -> list[bytes]:
