@@ -68,6 +68,10 @@ def cmd_cli(args) -> int:
         print(f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
               f"logs in {fab.log_dir()}")
         print("emu commands: ctl SWITCH flows|ports|groups|counters, status")
+        from mininet.log import setLogLevel
+
+        setLogLevel("output")  # the CLI prints command output at Mininet's 'output' level
+        logging.getLogger("mininet").propagate = False  # Mininet has its own handler
         EmuCLI(fab.net, fab=fab)
     return 0
 

@@ -10,7 +10,9 @@ Afterwards the switch still answers echo and forwards.
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import socket
 import struct
 import subprocess
@@ -61,7 +63,7 @@ def test_ovs_ofctl_lists_adds_deletes_flows_and_reads_ports(fab):
     stats = ofctl(fab, "dump-ports")
     after = {p["port_no"]: p for p in fab.switch_call("leaf1", "ports")}
     rx = {int(port): int(pkts) for port, pkts in
-          __import__("re").findall(r"port\s+(\d+): rx pkts=(\d+)", stats)}
+          re.findall(r"port\s+(\d+): rx pkts=(\d+)", stats)}
     # Port 1 faces h1: the 5 echo requests came in there; OpenFlow and mgmt agree.
     assert before[1]["rx_packets"] + 5 <= rx[1] <= after[1]["rx_packets"]
 
@@ -290,3 +292,18 @@ def test_malformed_frames_never_stop_switch_or_controller(fab):
     assert fab.controller.poll() is None, "the controller died on punted garbage"
     assert fab.ping("h1", "h2", count=3, interval_s=0.05) == (3, 3)
     assert fab.ping("h2", "h1", count=3, interval_s=0.05) == (3, 3)
+
+
+def test_emu_ctl_asks_a_running_switch(fab):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ports"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "leaf1-eth1" in res.stdout and "up" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "flows"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert '"ipv4_dst": "10.0.2.1"' in res.stdout
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "nosuch", "flows"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 2 and "unknown switch 'nosuch'" in res.stderr
+    assert "leaf1" in res.stderr and "Traceback" not in res.stderr
