@@ -1,0 +1,130 @@
+"""Validated, frozen specifications of the switch's lossless-Ethernet behaviour.
+
+Owns the parameters (and their defaults, each with its source) of the shared
+buffer, PFC and ECN marking. Every spec is a frozen dataclass validated on
+construction; `from_dict` rejects unknown keys. An error names the key, the
+value and what is allowed. Rates and times here are at the emulated link
+rate; `DESIGN.md` explains the time scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+MTU_FRAME_BYTES = 1514
+
+
+class ConfigError(ValueError):
+    """A spec value is out of range or unknown; the message says what is allowed."""
+
+
+def _check(cond: bool, key: str, value: Any, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}={value!r}: {allowed}")
+
+
+def _check_prios(key: str, prios: tuple[int, ...]) -> None:
+    _check(all(isinstance(p, int) and 0 <= p <= 7 for p in prios), key, prios,
+           "priorities are integers 0..7")
+
+
+class _Spec:
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown {cls.__name__} key(s) {', '.join(unknown)}; "
+                              f"allowed: {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class PfcSpec(_Spec):
+    """Priority flow control.
+
+    Defaults: RoCE on priority 3 lossless (DESIGN.md conventions); PAUSE with
+    the largest pause time, refreshed every half pause time while above XOFF
+    and released with quanta 0 below XON (802.1Qbb; ns3-rdma).
+    """
+
+    enabled: bool = True
+    lossless_priorities: tuple[int, ...] = (3,)
+    pause_quanta: int = 0xFFFF
+
+    def __post_init__(self) -> None:
+        _check_prios("lossless_priorities", self.lossless_priorities)
+        _check(1 <= self.pause_quanta <= 0xFFFF, "pause_quanta", self.pause_quanta,
+               "1..65535 quanta (one quantum is 512 bit times)")
+
+
+@dataclass(frozen=True)
+class EcnSpec(_Spec):
+    """RED-style ECN marking at enqueue on ECT packets.
+
+    Defaults: Kmin/Kmax/Pmax of 100 KB/400 KB/0.2 at 25 Gbit/s (DCQCN paper;
+    HPCC ns-3 configs), scaled by the emulated rate and floored at a few
+    frames, where the scaled value would be smaller than a packet.
+    """
+
+    enabled: bool = True
+    priorities: tuple[int, ...] = (3,)
+    kmin_bytes: int | None = None
+    kmax_bytes: int | None = None
+    pmax: float = 0.2
+
+    def __post_init__(self) -> None:
+        _check_prios("priorities", self.priorities)
+        _check(0.0 <= self.pmax <= 1.0, "pmax", self.pmax, "a probability in 0..1")
+        if self.kmin_bytes is not None and self.kmax_bytes is not None:
+            _check(0 <= self.kmin_bytes < self.kmax_bytes, "kmin_bytes", self.kmin_bytes,
+                   f"must be below kmax_bytes={self.kmax_bytes}")
+
+    def thresholds(self, rate_bps: int) -> tuple[int, int]:
+        """(Kmin, Kmax) in bytes at `rate_bps`."""
+        scale = rate_bps / 25e9
+        kmin = self.kmin_bytes if self.kmin_bytes is not None else \
+            max(int(100_000 * scale), 4 * MTU_FRAME_BYTES)
+        kmax = self.kmax_bytes if self.kmax_bytes is not None else \
+            max(int(400_000 * scale), 16 * MTU_FRAME_BYTES)
+        return kmin, max(kmax, kmin + 1)
+
+
+@dataclass(frozen=True)
+class BufferSpec(_Spec):
+    """The switch's shared buffer.
+
+    Defaults: dynamic thresholds with alpha 1/8 for lossless ingress and 1/2
+    for lossy egress (HPCC ns-3 switch model: (buffer - headroom - used) x
+    alpha); headroom per lossless (port, priority) of 3 x rate x link delay
+    (HPCC ns-3), floored at 16 full frames because a Python datapath reacts to
+    PAUSE about a millisecond late; resume (XON) two frames below XOFF.
+    The 1 MiB size is a shallow-buffer switch at emulated rates (at 20 Mbit/s
+    it holds 0.4 s of one port's traffic).
+    """
+
+    size_bytes: int = 1 << 20
+    alpha_lossless: float = 1 / 8
+    alpha_lossy: float = 1 / 2
+    headroom_bytes: int | None = None
+    headroom_floor_frames: int = 16
+    resume_offset_bytes: int = 2 * MTU_FRAME_BYTES
+
+    def __post_init__(self) -> None:
+        _check(self.size_bytes >= 16 * MTU_FRAME_BYTES, "size_bytes", self.size_bytes,
+               f">= {16 * MTU_FRAME_BYTES} (16 full frames)")
+        for key in ("alpha_lossless", "alpha_lossy"):
+            value = getattr(self, key)
+            _check(0 < value <= 64, key, value, "a positive factor (e.g. 1/8)")
+        if self.headroom_bytes is not None:
+            _check(self.headroom_bytes >= MTU_FRAME_BYTES, "headroom_bytes",
+                   self.headroom_bytes, f">= one frame ({MTU_FRAME_BYTES})")
+        _check(self.resume_offset_bytes >= 0, "resume_offset_bytes",
+               self.resume_offset_bytes, ">= 0")
+
+    def headroom(self, rate_bps: int, delay_s: float) -> int:
+        """Headroom of one lossless (port, priority) at `rate_bps` over a link of `delay_s`."""
+        if self.headroom_bytes is not None:
+            return self.headroom_bytes
+        return max(int(3 * rate_bps * delay_s / 8), self.headroom_floor_frames * MTU_FRAME_BYTES)

@@ -1,0 +1,1 @@
+"""Frames emu puts on the wire: Scapy layers, templates and fast codecs."""
