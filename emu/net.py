@@ -174,9 +174,9 @@ class Fabric:
 
     # ----- controller -------------------------------------------------------
 
-    def _start_controller(self) -> None:
+    def _start_controller(self, port: int = 0) -> None:
         counts = fabric_mod.expected_counts(self.graph)
-        self.controller_port = free_tcp_port()
+        self.controller_port = port or free_tcp_port()
         self.status_path = os.path.join(self.run.sock_dir, "controller-status.json")
         log_path = os.path.join(self.run.log_dir, "controller.log")
         argv = [sys.executable, "-m", "controllers.launch",
@@ -202,6 +202,20 @@ class Fabric:
         wait_for(listening, CONTROLLER_LISTEN_TIMEOUT_S,
                  f"the controller to listen on 127.0.0.1:{self.controller_port}",
                  logs=self.run.log_dir)
+
+    def restart_controller(self) -> None:
+        """Stop the controller and start a fresh one on the same port.
+
+        Switches keep forwarding with their flows while it is away, reconnect
+        on their own, and the new controller resynchronises their tables.
+        """
+        stop_child(self.controller, grace_s=5)
+        self.run.forget_pid(self.controller.pid)
+        try:
+            os.unlink(self.status_path)
+        except FileNotFoundError:
+            pass
+        self._start_controller(port=self.controller_port)
 
     def controller_status(self) -> dict:
         """The controller's last published view (see controllers/routing.py)."""
