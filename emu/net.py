@@ -300,6 +300,13 @@ class Fabric:
         stop_child(proc, grace_s=timeout_s)
         self.run.forget_pid(proc.pid)
 
+    def popen_root(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        """Start `argv` in the root namespace (e.g. tcpdump on a switch port); registered."""
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, **kwargs)
+        self.run.add_pid(proc.pid, f"proc root {argv[0]}")
+        return proc
+
     def host_run(self, host: str, argv: list[str], timeout_s: float = 30.0,
                  check: bool = False) -> subprocess.CompletedProcess:
         """Run `argv` in `host` and wait for it (bounded by `timeout_s`)."""

@@ -66,3 +66,23 @@ def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def start_capture(fab, intf: str, path: Path, bpf: str = "", timeout_s: float = 10.0):
+    """tcpdump on a switch-side interface (root namespace) into `path`; registered.
+
+    Returns once tcpdump has opened the file (its pcap header is written), so
+    nothing sent afterwards is missed. Stop it with `fab.stop_proc(proc)`.
+    """
+    from emu.net import wait_for
+
+    path = Path(path)
+    argv = ["tcpdump", "-i", intf, "-w", str(path), "-U", "--immediate-mode", "-s", "256"]
+    if bpf:
+        argv += bpf.split()
+    import subprocess
+
+    proc = fab.popen_root(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: path.exists() and path.stat().st_size >= 24, timeout_s,
+             f"tcpdump to open {path} on {intf}", interval_s=0.02)
+    return proc

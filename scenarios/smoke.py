@@ -26,7 +26,6 @@ Run:  emu run smoke                     (2 spines, 4 leaves, 8 hosts)
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import threading
@@ -37,6 +36,7 @@ from emu.net import Fabric
 from emu.scenario import Context, Param, build_fabric_graph, fabric_params
 from emu.switch.scheduler import MIN_BURST_S
 from emu.telemetry import Panel, save_panels
+from emu.traffic import iperf
 
 DESCRIPTION = "fabric boots, all-pairs ping, TCP at line rate, ECMP spreading, link failure"
 
@@ -152,26 +152,6 @@ def all_pairs_ping(ctx: Context, fab: Fabric, label: str) -> None:
               + (f" ({', '.join(failed[:5])})" if failed else ""), "0% loss")
 
 
-def iperf3(fab: Fabric, src: str, dst: str, seconds: float, parallel: int = 1,
-           port: int = 5201) -> dict:
-    """One iperf3 TCP test src -> dst; returns iperf3's JSON result."""
-    server = fab.popen(dst, ["iperf3", "-s", "-1", "-p", str(port)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        ip = fab.graph.nodes[dst]["ip"]
-        argv = ["iperf3", "-c", ip, "-p", str(port), "-t", str(seconds), "-P", str(parallel),
-                "-J", "--connect-timeout", "3000"]
-        for _ in range(50):  # the server needs a moment to listen; retry on refusal
-            res = fab.host_run(src, argv, timeout_s=seconds + 30)
-            doc = json.loads(res.stdout or "{}")
-            if "connect" not in doc.get("error", ""):
-                return doc
-            time.sleep(0.1)
-        return doc
-    finally:
-        fab.stop_proc(server)
-
-
 def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) -> None:
     dst_leaf = fab.graph.nodes[dst]["leaf"]
     port_no = fab.graph.edges[dst, dst_leaf]["ports"][dst_leaf]
@@ -189,7 +169,7 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        doc = iperf3(fab, src, dst, ctx.params["iperf_s"])
+        doc = iperf.run(fab, src, dst, ctx.params["iperf_s"])
     finally:
         stop.set()
         sampler.join()
@@ -232,7 +212,7 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
     tier = max(graph.nodes[n]["tier"] for n in fabric_mod.switches(graph))
     top = [n for n in fabric_mod.switches(graph) if graph.nodes[n]["tier"] == tier]
     before = _spine_tx(fab, graph, top)
-    doc = iperf3(fab, src, dst, max(2.0, ctx.params["iperf_s"] / 2),
+    doc = iperf.run(fab, src, dst, max(2.0, ctx.params["iperf_s"] / 2),
                  parallel=ctx.params["ecmp_flows"], port=5202)
     after = _spine_tx(fab, graph, top)
     carried = {sw: after[sw] - before[sw] for sw in top}

@@ -29,7 +29,11 @@ import sys
 import time
 from dataclasses import dataclass
 
+from emu import config
 from emu.mgmt import MgmtServer
+from emu.proto import pfc
+from emu.switch import parse
+from emu.switch.buffer import SharedBuffer
 from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
@@ -102,6 +106,38 @@ def _fmt_field(name: str, value) -> str:
     return text if mask is None else f"{text}/{mask:#x}"
 
 
+def _is_ect(frame: bytes) -> bool:
+    """ECN-capable transport: the IPv4 ECN field is ECT(0), ECT(1) or CE."""
+    if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+        return frame[15] & 3 != 0
+    if frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
+        return frame[19] & 3 != 0
+    return False
+
+
+def _qos(text: str) -> dict:
+    """--qos JSON into validated specs; errors name the key."""
+    import json
+
+    try:
+        doc = json.loads(text)
+        unknown = set(doc) - {"buffer", "pfc", "ecn"}
+        if unknown:
+            raise config.ConfigError(f"unknown qos section(s) {sorted(unknown)}; "
+                                     "allowed: buffer, pfc, ecn")
+        return {
+            "buffer": config.BufferSpec.from_dict(doc.get("buffer", {})),
+            "pfc": config.PfcSpec.from_dict(_tuples(doc.get("pfc", {}))),
+            "ecn": config.EcnSpec.from_dict(_tuples(doc.get("ecn", {}))),
+        }
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"--qos: {exc}") from None
+
+
+def _tuples(d: dict) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+
 def _hostport(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if text.startswith("tcp:"):
@@ -154,10 +190,16 @@ class Datapath:
         for spec in args.port:
             self._open_port(spec)
         self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports)
+        qos = args.qos
+        self.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
+                                   {n: p.rate_bps for n, p in self.ports.items()})
+        self.pfc_templates = {n: pfc.template(p.hw_addr.hex(":")) for n, p in self.ports.items()}
+        self.pause_rx: dict[tuple[int, int], int] = {}
+        self.pfc_tx_frames: dict[int, int] = {}
         self.model = SwitchModel(
             dpid=self.dpid,
             pipeline=self.pipeline,
-            transmit=self._transmit_outputs,
+            transmit=self._transmit_packet_out,
             port_mod_applied=self._port_mod_applied,
             on_flow_removed=self._send_flow_removed,
             dp_desc=f"emu switch {self.name}",
@@ -222,10 +264,17 @@ class Datapath:
                 log.info("%s: port %d %s link %s", self.name, port.port_no, port.name,
                          "up" if up else "down")
                 if not up:
-                    port.counters.tx_dropped += self.schedulers[port.port_no].flush()
-                    self.busy.discard(port.port_no)
+                    self._flush_port(port.port_no)
                 self.pipeline.invalidate()
                 self._port_status(OFPPR_MODIFY, port)
+
+    def _flush_port(self, port_no: int) -> None:
+        """Drop what waits on a dead port and give its bytes back to the buffer."""
+        dropped = self.schedulers[port_no].flush()
+        for frame, prio, (in_port, charge) in dropped:
+            self.buffer.release(in_port, prio, port_no, len(frame), charge)
+        self.ports[port_no].counters.tx_dropped += len(dropped)
+        self.busy.discard(port_no)
 
     def _port_status(self, reason: int, port: PortState) -> None:
         for ch in self.channels:
@@ -272,6 +321,11 @@ class Datapath:
                 counters.rx_errors += 1
                 self.malformed_frames += 1
                 continue
+            if frame[12:14] == b"\x88\x08":
+                # 802.3 MAC control (PFC, PAUSE) belongs to the link: honoured here,
+                # never forwarded.
+                self._receive_pause(port_no, frame, now)
+                continue
             if not port.live or port.config & 0x4:  # OFPPC_NO_RECV
                 counters.rx_dropped += 1
                 continue
@@ -284,7 +338,7 @@ class Datapath:
                           exc_info=True)
                 continue
             if outputs:
-                self._transmit_outputs(outputs)
+                self._enqueue(outputs, port_no, now)
             if packet_ins:
                 self._deliver_packet_ins(packet_ins)
 
@@ -297,22 +351,64 @@ class Datapath:
             return self.dscp_to_prio[frame[19] >> 2]
         return 0
 
-    def _transmit_outputs(self, outputs) -> None:
+    def _transmit_packet_out(self, outputs) -> None:
+        # A controller's PacketOut enters the buffer as if from port 0 (the CPU port).
+        self._enqueue(outputs, 0, time.monotonic())
+
+    def _enqueue(self, outputs, in_port: int, now: float) -> None:
+        """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
+        admit = self.buffer.admit
         for port_no, frame, queue_id in outputs:
             sched = self.schedulers.get(port_no)
             if sched is None:
                 continue
             prio = queue_id if queue_id is not None and 0 <= queue_id < N_PRIORITIES else \
                 self._classify(frame)
-            if sched.enqueue(frame, prio):
+            ect = _is_ect(frame)
+            decision = admit(in_port, prio, port_no, len(frame), ect, now)
+            if decision is None:
+                self.ports[port_no].counters.tx_dropped += 1
+                continue
+            charge, mark = decision
+            if mark:
+                frame = parse.set_ip_ecn(frame, 3)  # CE; RoCE's ICRC masks the ECN bits
+            if sched.enqueue(frame, prio, (in_port, charge)):
                 self.busy.add(port_no)
             else:
+                self.buffer.release(in_port, prio, port_no, len(frame), charge)
                 self.ports[port_no].counters.tx_dropped += 1
+
+    # ----- PFC --------------------------------------------------------------
+
+    def _receive_pause(self, port_no: int, frame: bytes, now: float) -> None:
+        decoded = pfc.parse(frame)
+        if decoded is None:
+            self.ports[port_no].counters.rx_errors += 1
+            return
+        sched = self.schedulers[port_no]
+        rate = self.ports[port_no].rate_bps
+        for prio in decoded.enabled():
+            sched.pause(prio, now + pfc.quanta_to_s(decoded.quanta[prio], rate), now)
+            key = (port_no, prio)
+            self.pause_rx[key] = self.pause_rx.get(key, 0) + 1
+        self.busy.add(port_no)  # a resumed queue may have frames to send
+
+    def _send_pfc(self, now: float) -> None:
+        """Send the PAUSE frames the buffer asks for, ahead of any queued frame."""
+        for port_no, quanta in self.buffer.pfc_due(now):
+            frame = pfc.build(self.pfc_templates[port_no], quanta)
+            try:
+                self.port_socks[port_no].send(frame)
+            except OSError:
+                self.ports[port_no].counters.tx_dropped += 1
+                continue
+            self.pfc_tx_frames[port_no] = self.pfc_tx_frames.get(port_no, 0) + 1
 
     def _transmit(self, now: float) -> float | None:
         """Send every frame whose time has come; return the earliest next deadline."""
         next_at = None
         done = []
+        release = self.buffer.release
         for port_no in self.busy:
             sched = self.schedulers[port_no]
             sock = self.port_socks[port_no]
@@ -321,15 +417,17 @@ class Datapath:
                 item = sched.dequeue(now)
                 if item is None:
                     break
-                frame, prio = item
+                frame, prio, meta = item
                 try:
                     sock.send(frame)
                 except BlockingIOError:
-                    sched.requeue_front(frame, prio)
+                    sched.requeue_front(frame, prio, meta)
                     break
                 except OSError:
                     counters.tx_dropped += 1
+                    release(meta[0], prio, port_no, len(frame), meta[1])
                     continue
+                release(meta[0], prio, port_no, len(frame), meta[1])
                 counters.tx_packets += 1
                 counters.tx_bytes += len(frame)
             ready = sched.ready_at()
@@ -539,6 +637,13 @@ class Datapath:
             "ports": self._ports_report(),
             "queues": queues,
             "kernel_rx_drops": self.kernel_drops,
+            "buffer": self.buffer.snapshot(),
+            "pfc": {
+                "pause_rx": {f"{p}:{q}": n for (p, q), n in self.pause_rx.items()},
+                "pfc_tx_frames": self.pfc_tx_frames,
+                "paused_s": {n: [round(x, 6) for x in s.paused_s]
+                             for n, s in self.schedulers.items()},
+            },
             "malformed_frames": self.malformed_frames,
             "pipeline": {"cache_misses": self.pipeline.cache_misses,
                          "dropped_port_down": self.pipeline.dropped_port_down,
@@ -566,13 +671,18 @@ class Datapath:
                 self._read_kernel_drops()
                 next_expire = now + EXPIRE_POLL_S
             next_tx = self._transmit(now) if self.busy else None
+            self._send_pfc(now)
             deadline = next_carrier if next_tx is None else min(next_carrier, next_tx)
+            next_pfc = self.buffer.next_pfc_at()
+            if next_pfc is not None and next_pfc < deadline:
+                deadline = next_pfc
             timeout = max(0.0, deadline - time.monotonic())
             for key, events in sel.select(timeout):
                 kind, ref = key.data
                 now = time.monotonic()
                 if kind == "port":
                     self._receive(ref, now)
+                    self._send_pfc(now)  # XOFF as soon as a threshold is crossed
                     if self.busy:  # send between receive batches, not once per pass
                         self._transmit(time.monotonic())
                 elif kind == "of":
@@ -607,7 +717,7 @@ class Datapath:
     def _port_mod_applied(self, port_no: int) -> None:
         port = self.ports[port_no]
         if not port.live:
-            port.counters.tx_dropped += self.schedulers[port_no].flush()
+            self._flush_port(port_no)
         self.pipeline.invalidate()
         self._port_status(OFPPR_MODIFY, port)
 
@@ -634,6 +744,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", type=int, default=8)
     p.add_argument("--seed", type=lambda s: int(s, 0), default=0,
                    help="per-switch seed of the SELECT group hash")
+    p.add_argument("--qos", type=_qos, default=_qos("{}"),
+                   help='JSON {"buffer": {...}, "pfc": {...}, "ecn": {...}} (see emu/config.py)')
     p.add_argument("--log-level", default="INFO")
     return p
 

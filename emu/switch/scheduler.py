@@ -6,8 +6,11 @@ rate is enforced with a virtual clock (the time the wire becomes free); a small
 burst allowance lets the event loop catch up after a late wake-up without ever
 exceeding `rate_bps * T + burst` over any interval T.
 
-Lossy tail drop at a per-queue byte limit stands in for the shared buffer model
-(which owns admission in `emu/switch/buffer.py` once lossless classes exist).
+Admission (how many bytes may wait) is the shared buffer's decision
+(`emu/switch/buffer.py`); the per-queue byte limit here is only a backstop.
+Each queued frame carries an opaque `meta` (the buffer's accounting) that
+comes back out with it. A PFC PAUSE stops one priority until a given time;
+the scheduler skips it meanwhile and accounts the paused time.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ N_PRIORITIES = 8
 # Bytes counted per frame on the wire: the frame as handed to the veth. Like
 # tc/HTB, the 4-byte FCS, preamble and inter-frame gap are not modelled, so a
 # configured rate is the rate of Ethernet frames (header + payload).
-DEFAULT_QUEUE_LIMIT_BYTES = 256 * 1024
+DEFAULT_QUEUE_LIMIT_BYTES = 16 * 1024 * 1024
 MIN_BURST_S = 0.001
 
 
@@ -54,9 +57,9 @@ class PortScheduler:
     depth_bytes: list = field(default_factory=lambda: [0] * N_PRIORITIES)
     counters: list = field(default_factory=lambda: [QueueCounters() for _ in range(N_PRIORITIES)])
     free_at: float = 0.0
-    # Priorities whose transmission is stopped (PFC PAUSE, a stuck queue); the
-    # scheduler skips them. Issue 3 fills this from received PAUSE frames.
-    paused: set = field(default_factory=set)
+    # Until when each priority is stopped by a received PFC PAUSE (monotonic s).
+    paused_until: list = field(default_factory=lambda: [0.0] * N_PRIORITIES)
+    paused_s: list = field(default_factory=lambda: [0.0] * N_PRIORITIES)
 
     def __post_init__(self) -> None:
         if self.rate_bps <= 0:
@@ -68,15 +71,15 @@ class PortScheduler:
         self.burst_s = max(self.burst_s, 2 * 1514 * self.s_per_byte, MIN_BURST_S)
         self.pending = 0
 
-    def enqueue(self, frame: bytes, prio: int) -> bool:
-        """Queue a frame on priority `prio`; False when tail-dropped."""
+    def enqueue(self, frame: bytes, prio: int, meta=None) -> bool:
+        """Queue a frame (and its `meta`) on priority `prio`; False when tail-dropped."""
         size = len(frame)
         c = self.counters[prio]
         if self.depth_bytes[prio] + size > self.queue_limit_bytes:
             c.dropped_packets += 1
             c.dropped_bytes += size
             return False
-        self.queues[prio].append(frame)
+        self.queues[prio].append((frame, meta))
         depth = self.depth_bytes[prio] + size
         self.depth_bytes[prio] = depth
         if depth > c.watermark_bytes:
@@ -86,21 +89,35 @@ class PortScheduler:
         self.pending += 1
         return True
 
+    def pause(self, prio: int, until: float, now: float) -> None:
+        """A PFC frame for `prio`: stopped until `until` (a time <= now resumes it)."""
+        old = self.paused_until[prio]
+        if old > now:
+            self.paused_s[prio] += max(until, now) - old
+        elif until > now:
+            self.paused_s[prio] += until - now
+        self.paused_until[prio] = until
+
+    def is_paused(self, prio: int, now: float) -> bool:
+        return self.paused_until[prio] > now
+
     def ready_at(self) -> float | None:
-        """When the next frame may leave; None if nothing is eligible."""
+        """When the next frame may leave; None if nothing is queued."""
         if not self.pending:
             return None
-        return self.free_at
+        return max(self.free_at, min(self.paused_until[p] for p in range(N_PRIORITIES)
+                                     if self.queues[p]))
 
-    def dequeue(self, now: float) -> tuple[bytes, int] | None:
-        """Pop the highest-priority eligible (frame, prio) if the wire is free at `now`."""
+    def dequeue(self, now: float) -> tuple[bytes, int, object] | None:
+        """Pop the highest-priority eligible (frame, prio, meta) if the wire is free at `now`."""
         if not self.pending or self.free_at > now:
             return None
         queues = self.queues
+        paused_until = self.paused_until
         for prio in range(N_PRIORITIES - 1, -1, -1):
             q = queues[prio]
-            if q and prio not in self.paused:
-                frame = q.popleft()
+            if q and paused_until[prio] <= now:
+                frame, meta = q.popleft()
                 size = len(frame)
                 self.depth_bytes[prio] -= size
                 self.pending -= 1
@@ -109,13 +126,13 @@ class PortScheduler:
                 c.tx_bytes += size
                 start = self.free_at if self.free_at > now - self.burst_s else now - self.burst_s
                 self.free_at = start + size * self.s_per_byte
-                return frame, prio
+                return frame, prio, meta
         return None
 
-    def requeue_front(self, frame: bytes, prio: int) -> None:
+    def requeue_front(self, frame: bytes, prio: int, meta=None) -> None:
         """Put back a frame the kernel refused (socket buffer full); undo its accounting."""
         size = len(frame)
-        self.queues[prio].appendleft(frame)
+        self.queues[prio].appendleft((frame, meta))
         self.depth_bytes[prio] += size
         self.pending += 1
         c = self.counters[prio]
@@ -123,13 +140,13 @@ class PortScheduler:
         c.tx_bytes -= size
         self.free_at -= size * self.s_per_byte
 
-    def flush(self) -> int:
-        """Drop everything queued (port down); returns the number of frames dropped."""
-        dropped = 0
+    def flush(self) -> list[tuple[bytes, int, object]]:
+        """Drop everything queued (port down); returns the (frame, prio, meta) dropped."""
+        dropped = []
         for prio, q in enumerate(self.queues):
             self.counters[prio].dropped_packets += len(q)
             self.counters[prio].dropped_bytes += self.depth_bytes[prio]
-            dropped += len(q)
+            dropped.extend((frame, prio, meta) for frame, meta in q)
             q.clear()
             self.depth_bytes[prio] = 0
         self.pending = 0

@@ -72,22 +72,32 @@ def test_tail_drop_at_queue_limit_counts():
 
 def test_paused_priority_is_skipped_but_others_flow():
     s = PortScheduler(rate_bps=10**9)
-    s.enqueue(frame(100), 3)
+    s.enqueue(frame(100), 3, meta="m3")
     s.enqueue(frame(100), 0)
-    s.paused.add(3)
+    s.pause(3, until=5.0, now=1.0)
     item = s.dequeue(1.0)
     assert item[1] == 0
     assert s.dequeue(2.0) is None
-    s.paused.clear()
-    assert s.dequeue(3.0)[1] == 3
+    assert s.ready_at() == 5.0  # the paused queue is eligible when its pause ends
+    assert s.dequeue(5.0) == (frame(100), 3, "m3")
+    assert s.paused_s[3] == pytest.approx(4.0)
+
+
+def test_xon_ends_a_pause_early_and_paused_time_counts_only_what_passed():
+    s = PortScheduler(rate_bps=10**9)
+    s.enqueue(frame(100), 3)
+    s.pause(3, until=10.0, now=0.0)
+    s.pause(3, until=2.0, now=2.0)  # XON (quanta 0) at t=2
+    assert s.paused_s[3] == pytest.approx(2.0)
+    assert s.dequeue(2.0)[1] == 3
 
 
 def test_requeue_front_restores_order_and_counters():
     s = PortScheduler(rate_bps=10**9)
     s.enqueue(b"a" * 100, 0)
     s.enqueue(b"b" * 100, 0)
-    f, prio = s.dequeue(0.0)
-    s.requeue_front(f, prio)
+    f, prio, meta = s.dequeue(0.0)
+    s.requeue_front(f, prio, meta)
     assert s.counters[0].tx_packets == 0
     assert s.dequeue(1.0)[0] == b"a" * 100
 
@@ -96,7 +106,7 @@ def test_flush_drops_everything():
     s = PortScheduler(rate_bps=10**6)
     for prio in range(8):
         s.enqueue(frame(100), prio)
-    assert s.flush() == 8
+    assert len(s.flush()) == 8
     assert s.pending == 0 and s.ready_at() is None
 
 

@@ -1,0 +1,1 @@
+"""Workloads that run on a fabric's hosts."""
