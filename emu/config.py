@@ -128,3 +128,31 @@ class BufferSpec(_Spec):
         if self.headroom_bytes is not None:
             return self.headroom_bytes
         return max(int(3 * rate_bps * delay_s / 8), self.headroom_floor_frames * MTU_FRAME_BYTES)
+
+
+WATCHDOG_ACTIONS = ("drop", "forward", "alert")
+
+
+@dataclass(frozen=True)
+class WatchdogSpec(_Spec):
+    """PFC watchdog, with SONiC's semantics (`pfcwd`).
+
+    Defaults: detection 200 ms, restoration 200 ms, action drop (SONiC pfcwd
+    defaults); polled every 100 ms, so a storm is detected within detection
+    time plus one poll. Times are modelled times, multiplied by the fabric's
+    `time_scale` (1.0 by default: emulated time is modelled time).
+    """
+
+    enabled: bool = True
+    detection_s: float = 0.2
+    restoration_s: float = 0.2
+    action: str = "drop"
+    poll_s: float = 0.1
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for key in ("detection_s", "restoration_s", "poll_s", "time_scale"):
+            value = getattr(self, key)
+            _check(isinstance(value, (int, float)) and value > 0, key, value, "> 0 seconds")
+        _check(self.action in WATCHDOG_ACTIONS, "action", self.action,
+               f"one of {', '.join(WATCHDOG_ACTIONS)}")

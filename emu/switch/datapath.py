@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import errno
 import logging
 import os
@@ -38,6 +39,7 @@ from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 from emu.switch.scheduler import N_PRIORITIES, PortScheduler
+from emu.switch.watchdog import PfcWatchdog, QueueView
 
 log = logging.getLogger(__name__)
 
@@ -121,14 +123,15 @@ def _qos(text: str) -> dict:
 
     try:
         doc = json.loads(text)
-        unknown = set(doc) - {"buffer", "pfc", "ecn"}
+        unknown = set(doc) - {"buffer", "pfc", "ecn", "watchdog"}
         if unknown:
             raise config.ConfigError(f"unknown qos section(s) {sorted(unknown)}; "
-                                     "allowed: buffer, pfc, ecn")
+                                     "allowed: buffer, pfc, ecn, watchdog")
         return {
             "buffer": config.BufferSpec.from_dict(doc.get("buffer", {})),
             "pfc": config.PfcSpec.from_dict(_tuples(doc.get("pfc", {}))),
             "ecn": config.EcnSpec.from_dict(_tuples(doc.get("ecn", {}))),
+            "watchdog": config.WatchdogSpec.from_dict(doc.get("watchdog", {})),
         }
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(f"--qos: {exc}") from None
@@ -195,6 +198,12 @@ class Datapath:
                                    {n: p.rate_bps for n, p in self.ports.items()})
         self.pfc_templates = {n: pfc.template(p.hw_addr.hex(":")) for n, p in self.ports.items()}
         self.pause_rx: dict[tuple[int, int], int] = {}
+        self.last_pause_rx: dict[tuple[int, int], float] = {}
+        self.lossless_prios = tuple(qos["pfc"].lossless_priorities)
+        self.watchdog = PfcWatchdog(qos["watchdog"])
+        self.wd_drop: set[tuple[int, int]] = set()         # queues isolated by the watchdog
+        self.wd_ignore_pause: set[tuple[int, int]] = set()
+        self.watchdog_drops = 0
         self.pfc_tx_frames: dict[int, int] = {}
         self.model = SwitchModel(
             dpid=self.dpid,
@@ -268,13 +277,14 @@ class Datapath:
                 self.pipeline.invalidate()
                 self._port_status(OFPPR_MODIFY, port)
 
-    def _flush_port(self, port_no: int) -> None:
-        """Drop what waits on a dead port and give its bytes back to the buffer."""
-        dropped = self.schedulers[port_no].flush()
+    def _flush_port(self, port_no: int, prios=range(N_PRIORITIES)) -> None:
+        """Drop what waits on a dead port (or queue) and give its bytes back to the buffer."""
+        dropped = self.schedulers[port_no].flush(prios)
         for frame, prio, (in_port, charge) in dropped:
             self.buffer.release(in_port, prio, port_no, len(frame), charge)
         self.ports[port_no].counters.tx_dropped += len(dropped)
-        self.busy.discard(port_no)
+        if not self.schedulers[port_no].pending:
+            self.busy.discard(port_no)
 
     def _port_status(self, reason: int, port: PortState) -> None:
         for ch in self.channels:
@@ -364,6 +374,10 @@ class Datapath:
                 continue
             prio = queue_id if queue_id is not None and 0 <= queue_id < N_PRIORITIES else \
                 self._classify(frame)
+            if (port_no, prio) in self.wd_drop:
+                self.watchdog_drops += 1
+                self.ports[port_no].counters.tx_dropped += 1
+                continue
             ect = _is_ect(frame)
             decision = admit(in_port, prio, port_no, len(frame), ect, now)
             if decision is None:
@@ -388,10 +402,48 @@ class Datapath:
         sched = self.schedulers[port_no]
         rate = self.ports[port_no].rate_bps
         for prio in decoded.enabled():
-            sched.pause(prio, now + pfc.quanta_to_s(decoded.quanta[prio], rate), now)
             key = (port_no, prio)
             self.pause_rx[key] = self.pause_rx.get(key, 0) + 1
+            self.last_pause_rx[key] = now
+            if key in self.wd_ignore_pause:
+                continue  # the watchdog isolated this queue: PAUSE is ignored
+            sched.pause(prio, now + pfc.quanta_to_s(decoded.quanta[prio], rate), now)
         self.busy.add(port_no)  # a resumed queue may have frames to send
+
+    def _poll_watchdog(self, now: float) -> None:
+        views = []
+        for port_no, sched in self.schedulers.items():
+            for prio in self.lossless_prios:
+                views.append(QueueView(port_no, prio, sched.depth_bytes[prio],
+                                       sched.counters[prio].tx_packets,
+                                       sched.is_paused(prio, now),
+                                       self.last_pause_rx.get((port_no, prio), float("-inf"))))
+        action = self.watchdog.spec.action
+        for kind, port_no, prio in self.watchdog.poll(now, views):
+            key = (port_no, prio)
+            if kind == "storm":
+                log.warning("%s: PFC storm on port %d priority %d: action %s", self.name,
+                            port_no, prio, action)
+                if action in ("drop", "forward"):
+                    self.wd_ignore_pause.add(key)
+                    self.schedulers[port_no].pause(prio, now, now)  # resume it now
+                if action == "drop":
+                    self.wd_drop.add(key)
+                    self._flush_port(port_no, (prio,))
+            else:
+                log.warning("%s: PFC storm over on port %d priority %d", self.name, port_no,
+                            prio)
+                self.wd_drop.discard(key)
+                self.wd_ignore_pause.discard(key)
+            self.busy.add(port_no)
+
+    def _set_watchdog(self, enabled: bool | None = None, action: str | None = None,
+                      detection_s: float | None = None) -> dict:
+        changes = {k: v for k, v in (("enabled", enabled), ("action", action),
+                                      ("detection_s", detection_s)) if v is not None}
+        spec = dataclasses.replace(self.watchdog.spec, **changes)  # validates
+        self.watchdog.spec = spec
+        return dataclasses.asdict(spec)
 
     def _send_pfc(self, now: float) -> None:
         """Send the PAUSE frames the buffer asks for, ahead of any queued frame."""
@@ -571,6 +623,11 @@ class Datapath:
             "flows": self._flows_report,
             "groups": self._groups_report,
             "counters": self._counters,
+            "watchdog": lambda: {"spec": dataclasses.asdict(self.watchdog.spec),
+                                 "events": self.watchdog.events,
+                                 "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed()),
+                                 "drops": self.watchdog_drops},
+            "set_watchdog": self._set_watchdog,
         }
 
     def _info(self) -> dict:
@@ -638,6 +695,9 @@ class Datapath:
             "queues": queues,
             "kernel_rx_drops": self.kernel_drops,
             "buffer": self.buffer.snapshot(),
+            "watchdog": {"detected": self.watchdog.detected, "restored": self.watchdog.restored,
+                         "drops": self.watchdog_drops,
+                         "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed())},
             "pfc": {
                 "pause_rx": {f"{p}:{q}": n for (p, q), n in self.pause_rx.items()},
                 "pfc_tx_frames": self.pfc_tx_frames,
@@ -654,7 +714,7 @@ class Datapath:
     # ----- the loop ---------------------------------------------------------
 
     def run(self) -> None:
-        next_carrier = next_expire = 0.0
+        next_carrier = next_expire = next_watchdog = 0.0
         sel = self.sel
         mgmt_conns = {}
         while not self.stopping:
@@ -666,6 +726,9 @@ class Datapath:
                 self._poll_carrier()
                 self._keepalive(now)
                 next_carrier = now + CARRIER_POLL_S
+            if now >= next_watchdog:
+                self._poll_watchdog(now)
+                next_watchdog = now + self.watchdog.spec.poll_s
             if now >= next_expire:
                 self._expire(now)
                 self._read_kernel_drops()

@@ -140,14 +140,15 @@ class PortScheduler:
         c.tx_bytes -= size
         self.free_at -= size * self.s_per_byte
 
-    def flush(self) -> list[tuple[bytes, int, object]]:
-        """Drop everything queued (port down); returns the (frame, prio, meta) dropped."""
+    def flush(self, prios: range | tuple = range(N_PRIORITIES)) -> list[tuple[bytes, int, object]]:
+        """Drop what is queued on `prios` (all: port down); returns the (frame, prio, meta)."""
         dropped = []
-        for prio, q in enumerate(self.queues):
+        for prio in prios:
+            q = self.queues[prio]
             self.counters[prio].dropped_packets += len(q)
             self.counters[prio].dropped_bytes += self.depth_bytes[prio]
             dropped.extend((frame, prio, meta) for frame, meta in q)
+            self.pending -= len(q)
             q.clear()
             self.depth_bytes[prio] = 0
-        self.pending = 0
         return dropped
