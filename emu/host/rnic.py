@@ -1,0 +1,386 @@
+"""The RDMA NIC model: RoCEv2 reliable connections, DCQCN, PFC at the host.
+
+Owns one NIC's transport state: queue pairs (a sender side that segments
+messages into RoCEv2 SEND packets, paces them at the link rate and at the
+DCQCN rate, and recovers losses with go-back-N on NAK or retransmit timeout;
+a receiver side that delivers in PSN order, acknowledges, NAKs the first gap
+and answers CE marks with CNPs), the host's PFC behaviour (honour a received
+PAUSE per priority; send PAUSE when the receive buffer fills because the host
+drains slowly, or continuously when the NIC is stuck), and the counters.
+
+Pure: every method takes `now`; `receive(frame)` returns frames to send back
+at once (ACK, NAK, CNP, PAUSE), `next_frame(now)` the next data frame the
+pacing allows. The agent (`agent.py`) owns the socket and the clock.
+PSNs are unbounded integers inside and 24-bit on the wire.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
+from emu.proto import pfc, roce
+
+DEFAULT_MTU_PAYLOAD = 1024          # RoCE path MTU (IB MTU 1024)
+ACK_EVERY = 16                      # request an ACK every N packets (and on a message's last)
+MAX_OUTSTANDING_PACKETS = 512       # go-back-N window
+DATA_PRIO = 3                       # DESIGN.md: DSCP 26 -> priority 3
+CNP_PRIO = 6
+
+
+@dataclass
+class NicConfig:
+    """One NIC: its addresses, link rate, and the congestion and PFC behaviour."""
+
+    mac: str
+    ip: str
+    rate_bps: int
+    mtu_payload: int = DEFAULT_MTU_PAYLOAD
+    rto_s: float = 0.2
+    dcqcn: bool = True
+    dcqcn_spec: DcqcnSpec | None = None
+    # The hardware the emulated link stands for: DCQCN's timers and rate steps
+    # are scaled by modelled/emulated rate (DESIGN.md, time scale). 25 Gbit/s:
+    # the NIC speed of the HPCC/DCQCN ns-3 configurations.
+    modelled_rate_bps: float = 25e9
+    rx_buffer_bytes: int = 256 * 1024
+    rx_xoff_bytes: int = 128 * 1024
+    rx_xon_bytes: int = 64 * 1024
+    drain_rate_bps: float | None = None   # None: the host consumes at once
+    pfc_quanta: int = 0xFFFF
+
+
+@dataclass
+class Message:
+    msg_id: int
+    size_bytes: int
+    first_psn: int
+    end_psn: int          # one past the last packet's PSN
+    posted_at: float
+    completed_at: float | None = None
+
+
+@dataclass
+class SendQP:
+    """The requester side of one reliable connection."""
+
+    qpn: int
+    peer_qpn: int
+    tmpl: roce.DataTemplate
+    rp: ReactionPoint | None
+    next_psn: int = 0
+    una: int = 0                # oldest unacknowledged PSN
+    end_psn: int = 0            # one past the last PSN posted
+    next_tx_at: float = 0.0
+    last_progress: float = 0.0
+    messages: deque = field(default_factory=deque)
+    completed: list = field(default_factory=list)
+    sizes: dict = field(default_factory=dict)   # psn -> (payload, opcode, ack_req) of posted data
+    tx_packets: int = 0
+    tx_bytes: int = 0
+    retransmitted: int = 0
+    naks: int = 0
+    timeouts: int = 0
+    cnps: int = 0
+
+
+@dataclass
+class RecvQP:
+    """The responder side of one reliable connection."""
+
+    qpn: int
+    peer_qpn: int
+    tmpl: roce.DataTemplate
+    expected: int = 0
+    msn: int = 0
+    nak_sent: bool = False
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    out_of_order: int = 0
+    duplicates: int = 0
+    ce_marked: int = 0
+
+
+class Rnic:
+    """A NIC with its queue pairs; see the module docstring."""
+
+    def __init__(self, cfg: NicConfig, now: float = 0.0) -> None:
+        self.cfg = cfg
+        self.send_qps: dict[int, SendQP] = {}
+        self.recv_qps: dict[int, RecvQP] = {}
+        self.free_at = now                       # the NIC's own wire (link-rate pacing)
+        self.paused_until = [0.0] * 8            # PAUSE received, per priority
+        self.paused_s = [0.0] * 8
+        self.pause_rx = 0
+        self.np = NotificationPoint(self._dcqcn_spec()) if cfg.dcqcn else None
+        self.pfc_tmpl = pfc.template(cfg.mac)
+        self.rx_buffer = 0.0                     # bytes delivered but not yet consumed
+        self.rx_drained_at = now
+        self.rx_overflow = 0
+        self.xoff = False
+        self.next_pause_refresh = 0.0
+        self.stuck = False
+        self.pause_tx = 0
+        self.cnps_sent = 0
+        self._msg_ids = 0
+        self._rr: deque[int] = deque()
+
+    def _dcqcn_spec(self) -> DcqcnSpec:
+        return self.cfg.dcqcn_spec or DcqcnSpec.from_hardware(self.cfg.rate_bps,
+                                                              self.cfg.modelled_rate_bps)
+
+    # ----- connections and work -------------------------------------------
+
+    def connect(self, qpn: int, peer_qpn: int, peer_mac: str, peer_ip: str, udp_sport: int,
+                now: float) -> None:
+        """Create both sides of a reliable connection to (peer_ip, peer_qpn)."""
+        if qpn in self.send_qps:
+            raise ValueError(f"QP {qpn} exists")
+        tmpl = roce.DataTemplate(self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport,
+                                 peer_qpn)
+        rp = ReactionPoint(self._dcqcn_spec(), now) if self.cfg.dcqcn else None
+        self.send_qps[qpn] = SendQP(qpn, peer_qpn, tmpl, rp, last_progress=now)
+        self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
+        self._rr.append(qpn)
+
+    def post_send(self, qpn: int, size_bytes: int, now: float) -> int:
+        """Queue a SEND of `size_bytes` on QP `qpn`; returns the message id."""
+        qp = self.send_qps.get(qpn)
+        if qp is None:
+            raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.send_qps)}")
+        if size_bytes <= 0:
+            raise ValueError(f"size_bytes={size_bytes}: must be positive")
+        mtu = self.cfg.mtu_payload
+        n = -(-size_bytes // mtu)
+        first = qp.end_psn
+        for i in range(n):
+            payload = mtu if i < n - 1 else size_bytes - mtu * (n - 1)
+            if n == 1:
+                op = roce.SEND_ONLY
+            else:
+                op = roce.SEND_FIRST if i == 0 else roce.SEND_LAST if i == n - 1 \
+                    else roce.SEND_MIDDLE
+            ack_req = i == n - 1 or (first + i) % ACK_EVERY == ACK_EVERY - 1
+            qp.sizes[first + i] = (payload, op, ack_req)
+        qp.end_psn = first + n
+        self._msg_ids += 1
+        qp.messages.append(Message(self._msg_ids, size_bytes, first, first + n, now))
+        return self._msg_ids
+
+    # ----- transmit ---------------------------------------------------------
+
+    def next_frame(self, now: float) -> bytes | None:
+        """The next data frame if the wire, PFC and the QPs' rates allow it now."""
+        if self.free_at > now or self.paused_until[DATA_PRIO] > now:
+            return None
+        for _ in range(len(self._rr)):
+            qpn = self._rr[0]
+            self._rr.rotate(-1)
+            qp = self.send_qps[qpn]
+            self._check_timeout(qp, now)
+            if qp.next_psn >= qp.end_psn or qp.next_tx_at > now or \
+                    qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
+                continue
+            payload, op, ack_req = qp.sizes[qp.next_psn]
+            frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req)
+            qp.next_psn += 1
+            qp.tx_packets += 1
+            qp.tx_bytes += len(frame)
+            self._wire(len(frame), now)
+            rate = self.cfg.rate_bps
+            if qp.rp is not None:
+                qp.rp.on_bytes_sent(len(frame), now)
+                qp.rp.advance(now)
+                rate = min(rate, qp.rp.rate_bps)
+            qp.next_tx_at = max(qp.next_tx_at, now - 0.001) + len(frame) * 8 / rate
+            return frame
+        return None
+
+    def _wire(self, size: int, now: float) -> None:
+        # The link-rate virtual clock may lag one millisecond behind (a late loop).
+        self.free_at = max(self.free_at, now - 0.001) + size * 8 / self.cfg.rate_bps
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When `next_frame` may next have something (None: nothing to send)."""
+        times = []
+        for qp in self.send_qps.values():
+            if qp.next_psn < qp.end_psn and qp.next_psn - qp.una < MAX_OUTSTANDING_PACKETS:
+                times.append(qp.next_tx_at)
+            elif qp.una < qp.next_psn:
+                times.append(qp.last_progress + self.cfg.rto_s)
+        if not times:
+            return None
+        return max(min(times), self.free_at, self.paused_until[DATA_PRIO])
+
+    def _check_timeout(self, qp: SendQP, now: float) -> None:
+        if qp.una < qp.next_psn and now - qp.last_progress >= self.cfg.rto_s:
+            qp.timeouts += 1
+            qp.retransmitted += qp.next_psn - qp.una
+            qp.next_psn = qp.una
+            qp.last_progress = now
+
+    # ----- receive ----------------------------------------------------------
+
+    def receive(self, frame: bytes, now: float) -> list[bytes]:
+        """Handle one frame from the wire; returns frames to send back at once."""
+        if pfc.is_mac_control(frame):
+            self._on_pause(frame, now)
+            return []
+        info = roce.parse(frame)
+        if info is None:
+            return []
+        if info.opcode == roce.ACKNOWLEDGE:
+            self._on_ack(info, now)
+            return []
+        if info.opcode == roce.CNP:
+            qp = self.send_qps.get(info.dest_qp)
+            if qp is not None and qp.rp is not None:
+                qp.cnps += 1
+                qp.rp.on_cnp(now)
+            return []
+        return self._on_data(info, len(frame), now)
+
+    def _on_pause(self, frame: bytes, now: float) -> None:
+        decoded = pfc.parse(frame)
+        if decoded is None:
+            return
+        self.pause_rx += 1
+        for prio in decoded.enabled():
+            until = now + pfc.quanta_to_s(decoded.quanta[prio], self.cfg.rate_bps)
+            old = self.paused_until[prio]
+            self.paused_s[prio] += (until - old) if old > now else max(0.0, until - now)
+            self.paused_until[prio] = until
+
+    def _on_ack(self, info: roce.RoceInfo, now: float) -> None:
+        qp = self.send_qps.get(info.dest_qp)
+        if qp is None:
+            return
+        kind = info.syndrome & roce.AETH_KIND_MASK
+        psn = self._unwrap(info.psn, qp.una)
+        if kind == roce.AETH_NAK:
+            qp.naks += 1
+            if qp.una <= psn <= qp.next_psn:
+                qp.retransmitted += qp.next_psn - psn
+                qp.una = max(qp.una, psn)
+                qp.next_psn = psn  # go-back-N from the first missing packet
+                qp.last_progress = now
+        elif kind == roce.AETH_ACK and qp.una <= psn < qp.next_psn:
+            qp.una = psn + 1
+            qp.last_progress = now
+        while qp.messages and qp.messages[0].end_psn <= qp.una:
+            msg = qp.messages.popleft()
+            msg.completed_at = now
+            qp.completed.append(msg)
+        for p in [p for p in qp.sizes if p < qp.una][:4096]:
+            del qp.sizes[p]
+
+    @staticmethod
+    def _unwrap(psn24: int, near: int) -> int:
+        return near + roce.psn_diff(psn24, near & roce.PSN_MASK)
+
+    def _on_data(self, info: roce.RoceInfo, size: int, now: float) -> list[bytes]:
+        qp = self.recv_qps.get(info.dest_qp)
+        if qp is None:
+            return []
+        out = []
+        if info.ecn == roce.ECN_CE:
+            qp.ce_marked += 1
+            if self.np is not None and self.np.on_ce(qp.qpn, now):
+                out.append(qp.tmpl.cnp_frame())
+                self.cnps_sent += 1
+        psn = self._unwrap(info.psn, qp.expected)
+        if psn == qp.expected:
+            self._drain(now)
+            if self.rx_buffer + size > self.cfg.rx_buffer_bytes:
+                self.rx_overflow += 1  # the host had no room: as if lost (sender retries)
+                return out
+            qp.expected += 1
+            qp.nak_sent = False
+            qp.rx_packets += 1
+            qp.rx_bytes += info.payload_len
+            self.rx_buffer += size
+            if info.opcode in (roce.SEND_LAST, roce.SEND_ONLY):
+                qp.msn += 1
+            if info.ack_req:
+                out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF))
+            out += self._rx_pfc(now)
+        elif psn > qp.expected:
+            qp.out_of_order += 1
+            if not qp.nak_sent:
+                qp.nak_sent = True
+                out.append(qp.tmpl.nak_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF))
+        else:
+            qp.duplicates += 1
+            if info.ack_req:
+                out.append(qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK,
+                                             qp.msn & 0xFFFFFF))
+        return out
+
+    # ----- host receive buffer and PFC generation -------------------------
+
+    def _drain(self, now: float) -> None:
+        rate = 0.0 if self.stuck else self.cfg.drain_rate_bps
+        if rate is None:
+            self.rx_buffer = 0.0
+        else:
+            self.rx_buffer = max(0.0, self.rx_buffer - (now - self.rx_drained_at) * rate / 8)
+        self.rx_drained_at = now
+
+    def _rx_pfc(self, now: float) -> list[bytes]:
+        """PAUSE out of this NIC when the host cannot keep up (XOFF/refresh/XON)."""
+        self._drain(now)
+        refresh = pfc.quanta_to_s(self.cfg.pfc_quanta, self.cfg.rate_bps) / 2
+        if self.stuck or self.rx_buffer >= self.cfg.rx_xoff_bytes:
+            if not self.xoff or now >= self.next_pause_refresh:
+                self.xoff = True
+                self.next_pause_refresh = now + refresh
+                self.pause_tx += 1
+                return [pfc.build(self.pfc_tmpl, {DATA_PRIO: self.cfg.pfc_quanta})]
+        elif self.xoff and self.rx_buffer <= self.cfg.rx_xon_bytes:
+            self.xoff = False
+            self.pause_tx += 1
+            return [pfc.build(self.pfc_tmpl, {DATA_PRIO: 0})]
+        return []
+
+    def tick(self, now: float) -> list[bytes]:
+        """Timer work: PAUSE refresh/XON as the buffer drains; DCQCN rate increase."""
+        for qp in self.send_qps.values():
+            if qp.rp is not None:
+                qp.rp.advance(now)
+        if self.xoff or self.stuck:
+            return self._rx_pfc(now)
+        return []
+
+    def next_tick(self) -> float | None:
+        times = [qp.rp.next_event_at() for qp in self.send_qps.values() if qp.rp is not None]
+        times = [t for t in times if t is not None]
+        if self.xoff or self.stuck:
+            times.append(self.next_pause_refresh)
+            if self.cfg.drain_rate_bps and not self.stuck:
+                excess = self.rx_buffer - self.cfg.rx_xon_bytes
+                times.append(self.rx_drained_at + max(0.0, excess) * 8 / self.cfg.drain_rate_bps)
+        return min(times) if times else None
+
+    # ----- reporting --------------------------------------------------------
+
+    def stats(self) -> dict:
+        send = {}
+        for qpn, qp in self.send_qps.items():
+            send[qpn] = {
+                "tx_packets": qp.tx_packets, "tx_bytes": qp.tx_bytes,
+                "retransmitted": qp.retransmitted, "naks": qp.naks, "timeouts": qp.timeouts,
+                "cnps": qp.cnps, "una": qp.una, "next_psn": qp.next_psn, "end_psn": qp.end_psn,
+                "rate_bps": qp.rp.rate_bps if qp.rp else self.cfg.rate_bps,
+                "completed": [(m.msg_id, m.size_bytes, m.posted_at, m.completed_at)
+                              for m in qp.completed],
+                "pending_messages": len(qp.messages),
+            }
+        recv = {qpn: {"rx_packets": qp.rx_packets, "rx_bytes": qp.rx_bytes,
+                      "out_of_order": qp.out_of_order, "duplicates": qp.duplicates,
+                      "ce_marked": qp.ce_marked, "expected_psn": qp.expected}
+                for qpn, qp in self.recv_qps.items()}
+        return {"send": send, "recv": recv, "pause_rx": self.pause_rx,
+                "paused_s": self.paused_s, "pause_tx": self.pause_tx, "cnps_sent": self.cnps_sent,
+                "rx_overflow": self.rx_overflow, "rx_buffer_bytes": self.rx_buffer,
+                "stuck": self.stuck}

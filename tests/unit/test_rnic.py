@@ -1,0 +1,128 @@
+"""The NIC model's transport, back to back in memory: go-back-N, PFC, CNPs (time injected)."""
+
+import pytest
+
+from emu.host.rnic import NicConfig, Rnic
+from emu.proto import pfc, roce
+from emu.switch.parse import set_ip_ecn
+
+RATE = 20_000_000
+A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
+B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
+
+
+def pair(**kw):
+    a, b = Rnic(NicConfig(rate_bps=RATE, **A, **kw)), Rnic(NicConfig(rate_bps=RATE, **B, **kw))
+    a.connect(1, 7, B["mac"], B["ip"], 49152, 0.0)
+    b.connect(7, 1, A["mac"], A["ip"], 49153, 0.0)
+    return a, b
+
+
+def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False, step=1e-4):
+    """Move frames a->b (and replies b->a) until `until`; returns frames a sent."""
+    now, sent = 0.0, 0
+    while now < until:
+        for f in b.tick(now):
+            a.receive(f, now)
+        frame = a.next_frame(now)
+        while frame is not None:
+            sent += 1
+            if not drop(sent, frame):
+                if mark(sent, frame):
+                    frame = set_ip_ecn(frame, roce.ECN_CE)
+                for reply in b.receive(frame, now):
+                    a.receive(reply, now)
+            frame = a.next_frame(now)
+        now += step
+    return sent
+
+
+def test_message_completes_and_is_paced_at_link_rate():
+    a, b = pair(dcqcn=False)
+    a.post_send(1, 200_000, 0.0)
+    run(a, b, 0.2)
+    done = a.send_qps[1].completed
+    assert len(done) == 1
+    frame_bytes = a.send_qps[1].tx_bytes
+    # Never faster than the link: the last ACK comes after bytes/rate (1 ms burst allowed).
+    assert done[0].completed_at >= frame_bytes * 8 / RATE - 0.001
+    assert b.recv_qps[7].rx_bytes == 200_000
+
+
+def test_lost_packets_are_recovered_by_go_back_n_on_nak():
+    a, b = pair(dcqcn=False)
+    a.post_send(1, 300_000, 0.0)
+    run(a, b, 0.5, drop=lambda i, f: i in (10, 11, 100))
+    qp = a.send_qps[1]
+    assert len(qp.completed) == 1 and b.recv_qps[7].rx_bytes == 300_000
+    assert qp.naks >= 2 and qp.retransmitted > 0
+    assert b.recv_qps[7].out_of_order > 0
+
+
+def test_lost_tail_is_recovered_by_the_retransmit_timer():
+    a, b = pair(dcqcn=False, rto_s=0.05)
+    a.post_send(1, 4096, 0.0)  # 4 packets; the last (ACK-requesting) one is lost once
+    run(a, b, 0.3, drop=lambda i, f: i == 4)
+    assert len(a.send_qps[1].completed) == 1 and a.send_qps[1].timeouts >= 1
+
+
+def test_received_pause_stops_data_for_the_pause_time():
+    a, b = pair(dcqcn=False)
+    a.post_send(1, 100_000, 0.0)
+    xoff = pfc.build(pfc.template(B["mac"]), {3: 1000})
+    a.receive(xoff, 0.0)
+    assert a.next_frame(0.0) is None
+    until = pfc.quanta_to_s(1000, RATE)
+    assert a.next_wakeup(0.0) == pytest.approx(until)
+    assert a.next_frame(until) is not None
+    a.receive(pfc.build(pfc.template(B["mac"]), {3: 0xFFFF}), until)
+    a.receive(pfc.build(pfc.template(B["mac"]), {3: 0}), until + 0.001)  # XON
+    assert a.next_frame(until + 0.01) is not None
+    assert a.paused_s[3] == pytest.approx(until + 0.001, rel=0.01)
+
+
+def test_slow_receiver_sends_pause_and_releases_it():
+    a, b = pair(dcqcn=False, drain_rate_bps=RATE / 4)
+    a.post_send(1, 400_000, 0.0)
+    paused_seen = []
+    orig = a.receive
+
+    def spy(frame, now):
+        if pfc.is_mac_control(frame):
+            paused_seen.append(pfc.parse(frame).quanta[3])
+        return orig(frame, now)
+
+    a.receive = spy
+    run(a, b, 1.0)
+    assert 0xFFFF in paused_seen and 0 in paused_seen  # XOFF, then XON as it drains
+    assert b.rx_overflow == 0                          # PAUSE kept the buffer from overflowing
+
+
+def test_stuck_nic_pauses_continuously():
+    a, b = pair(dcqcn=False)
+    b.stuck = True
+    frames = []
+    now = 0.0
+    for _ in range(2000):
+        frames += b.tick(now)
+        now += 0.001
+    refresh = pfc.quanta_to_s(0xFFFF, RATE) / 2
+    assert len(frames) >= int(2.0 / refresh)
+    assert all(pfc.parse(f).quanta[3] == 0xFFFF for f in frames)
+
+
+def test_ce_marks_become_cnps_and_slow_the_sender():
+    a, b = pair(dcqcn=True)
+    a.post_send(1, 2_000_000, 0.0)
+    run(a, b, 0.3, mark=lambda i, f: i % 3 == 0)
+    qp = a.send_qps[1]
+    assert b.cnps_sent > 0 and qp.cnps == b.cnps_sent
+    assert qp.rp.rate_bps < RATE / 2
+
+
+def test_bad_work_requests_are_named():
+    a, _ = pair()
+    with pytest.raises(ValueError, match="unknown QP 9"):
+        a.post_send(9, 10, 0.0)
+    with pytest.raises(ValueError, match="size_bytes=0"):
+        a.post_send(1, 0, 0.0)
