@@ -94,6 +94,14 @@ def stop_child(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
             proc.wait()
 
 
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` to this process when its parent exits (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig, 0, 0, 0)
+
+
 def interface_exists(name: str) -> bool:
     return os.path.exists(f"/sys/class/net/{name}")
 

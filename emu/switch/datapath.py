@@ -17,7 +17,6 @@ Run as `python -m emu.switch.datapath --name leaf1 --dpid 1 --port leaf1-eth1:1:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import errno
 import logging
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from emu import config
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
+from emu.registry import die_with_parent
 from emu.switch import parse
 from emu.switch.buffer import SharedBuffer
 from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
@@ -51,7 +51,6 @@ PACKET_STATISTICS = 6
 # Linux 4.20+: do not deliver our own transmitted frames back to us.
 PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
-PR_SET_PDEATHSIG = 1
 OFPPR_ADD, OFPPR_DELETE, OFPPR_MODIFY = 0, 1, 2
 
 MAX_FRAME_BYTES = 9216
@@ -67,12 +66,6 @@ RECONNECT_MAX_S = 2.0
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
 # priority 6 (CNP); everything else -> priority 0.
 DEFAULT_DSCP_TO_PRIO = {26: 3, 48: 6}
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask the kernel to send `sig` to this process when its parent exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""RDMA workloads on the host agents: start NICs, connect queue pairs, post messages.
+
+Owns the orchestration of emu's NIC model across a fabric: one agent process
+per host (emu/host/agent.py, registered with the run so teardown stops it),
+queue pairs connected on both ends, SEND messages posted, counters and
+throughput samples collected. Scenarios use this; nothing here decides what
+a scenario checks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from emu import mgmt
+from emu.net import Fabric, wait_for
+
+AGENT_READY_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Nic:
+    host: str
+    path: str
+    proc: subprocess.Popen
+
+    def call(self, cmd: str, **args):
+        return mgmt.call(self.path, cmd, **args)
+
+
+class RdmaHosts:
+    """The NICs of a fabric's hosts (start them with `start`)."""
+
+    def __init__(self, fab: Fabric, hosts: list[str], dcqcn: bool = True,
+                 modelled_rate_bps: float = 25e9) -> None:
+        self.fab = fab
+        self.nics: dict[str, Nic] = {}
+        self._qpn = 100
+        for h in hosts:
+            node = fab.graph.nodes[h]
+            leaf = node["leaf"]
+            rate = fab.graph.edges[h, leaf]["rate_bps"]
+            path = os.path.join(fab.run.sock_dir, f"{h}.nic.sock")
+            log = open(os.path.join(fab.run.log_dir, f"{h}.nic.log"), "ab")
+            argv = [sys.executable, "-m", "emu.host.agent", "--name", h, "--intf", f"{h}-eth0",
+                    "--mac", node["mac"], "--ip", node["ip"], "--rate-bps", str(rate),
+                    "--modelled-rate-bps", str(modelled_rate_bps), "--mgmt", path]
+            if not dcqcn:
+                argv.append("--no-dcqcn")
+            proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+            self.nics[h] = Nic(h, path, proc)
+        for h, nic in self.nics.items():
+            def ready(nic=nic):
+                if nic.proc.poll() is not None:
+                    raise RuntimeError(f"NIC agent of {nic.host} exited; see "
+                                       f"{fab.run.log_dir}/{nic.host}.nic.log")
+                try:
+                    return nic.call("info", timeout_s=1.0)
+                except mgmt.MgmtError:
+                    return None
+            wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}",
+                     logs=fab.run.log_dir)
+
+    def connect(self, src: str, dst: str) -> int:
+        """A reliable connection src -> dst; returns the QP number (same on both ends)."""
+        self._qpn += 1
+        qpn = self._qpn
+        g = self.fab.graph
+        # RoCEv2 varies the UDP source port per QP: ECMP spreads QPs (DESIGN.md).
+        sport = 49152 + qpn % 16384
+        self.nics[src].call("connect", qpn=qpn, peer_qpn=qpn, peer_mac=g.nodes[dst]["mac"],
+                            peer_ip=g.nodes[dst]["ip"], udp_sport=sport)
+        self.nics[dst].call("connect", qpn=qpn, peer_qpn=qpn, peer_mac=g.nodes[src]["mac"],
+                            peer_ip=g.nodes[src]["ip"], udp_sport=sport)
+        return qpn
+
+    def post(self, src: str, qpn: int, size_bytes: int, count: int = 1) -> list[int]:
+        return self.nics[src].call("post_send", qpn=qpn, size_bytes=size_bytes, count=count)
+
+    def stats(self, host: str) -> dict:
+        return self.nics[host].call("stats")
+
+    def samples(self, host: str, since: float = 0.0) -> list:
+        return self.nics[host].call("samples", since=since)
+
+    def set(self, host: str, **faults) -> dict:
+        return self.nics[host].call("set", **faults)
