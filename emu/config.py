@@ -156,3 +156,30 @@ class WatchdogSpec(_Spec):
             _check(isinstance(value, (int, float)) and value > 0, key, value, "> 0 seconds")
         _check(self.action in WATCHDOG_ACTIONS, "action", self.action,
                f"one of {', '.join(WATCHDOG_ACTIONS)}")
+
+
+QOS_SECTIONS = ("buffer", "pfc", "ecn", "watchdog")
+
+
+def parse_qos(doc: dict[str, Any]) -> dict[str, Any]:
+    """A switch's QoS settings {"buffer", "pfc", "ecn", "watchdog": {...}} as validated specs.
+
+    Raises:
+        ConfigError: an unknown section or key, or a bad value (named).
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError(f"qos must be a mapping of {', '.join(QOS_SECTIONS)}")
+    unknown = sorted(set(doc) - set(QOS_SECTIONS))
+    if unknown:
+        raise ConfigError(f"unknown qos section(s) {', '.join(unknown)}; "
+                          f"allowed: {', '.join(QOS_SECTIONS)}")
+
+    def tuples(d: dict) -> dict:
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+    return {
+        "buffer": BufferSpec.from_dict(doc.get("buffer", {})),
+        "pfc": PfcSpec.from_dict(tuples(doc.get("pfc", {}))),
+        "ecn": EcnSpec.from_dict(tuples(doc.get("ecn", {}))),
+        "watchdog": WatchdogSpec.from_dict(doc.get("watchdog", {})),
+    }

@@ -29,6 +29,7 @@ import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu import mgmt
+from emu.config import parse_qos
 from emu.registry import Run, clean_dead_runs, stop_child, stop_pids
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class Fabric:
         apps: controller applications (module names) to run.
         seed: base of the per-switch SELECT hash seeds.
         converge_timeout_s: how long to wait for the controller's convergence.
+        qos: buffer/PFC/ECN/watchdog settings of every switch, e.g.
+            {"pfc": {"enabled": False}} (see emu/config.py; validated by the switch).
 
     Example:
         >>> with Fabric(leaf_spine(leaves=2, spines=2)) as fab:   # doctest: +SKIP
@@ -76,12 +79,15 @@ class Fabric:
 
     def __init__(self, graph: nx.Graph, out_dir: str | None = None,
                  apps: tuple[str, ...] = ("controllers.routing",), seed: int = 0,
-                 converge_timeout_s: float | None = None, log_level: str = "INFO") -> None:
+                 converge_timeout_s: float | None = None, log_level: str = "INFO",
+                 qos: dict | None = None) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
         self.apps = tuple(apps)
         self.seed = seed
         self.log_level = log_level
+        self.qos = qos or {}
+        parse_qos(self.qos)  # a bad key fails here, naming it, not in 20 switch logs
         n = graph.number_of_nodes()
         self.converge_timeout_s = converge_timeout_s or 30.0 + 1.5 * n
         self.out_dir = out_dir
@@ -128,7 +134,7 @@ class Fabric:
         switch_cls = functools.partial(
             _SeededSwitch, EmuSwitch, run=self.run, port_rates=rates,
             controller_addrs=(f"127.0.0.1:{self.controller_port}",),
-            fabric_seed=self.seed, log_level=self.log_level)
+            fabric_seed=self.seed, log_level=self.log_level, qos=self.qos)
         self.net = Mininet(topo=fabric_mod.to_mininet(self.graph), switch=switch_cls, host=Host,
                            controller=None, build=False, autoSetMacs=False,
                            waitConnected=False)

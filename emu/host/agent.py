@@ -85,8 +85,9 @@ class Agent:
         return [self.rnic.post_send(int(qpn), int(size_bytes), now) for _ in range(int(count))]
 
     def _stats(self) -> dict:
-        st = self.rnic.stats()
-        st["time"] = time.monotonic()
+        now = time.monotonic()
+        st = self.rnic.stats(now)
+        st["time"] = now
         st["tx_errors"] = self.tx_errors
         return st
 

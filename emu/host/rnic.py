@@ -23,7 +23,7 @@ from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
 from emu.proto import pfc, roce
 
 DEFAULT_MTU_PAYLOAD = 1024          # RoCE path MTU (IB MTU 1024)
-ACK_EVERY = 16                      # request an ACK every N packets (and on a message's last)
+ACK_EVERY = 4                       # request an ACK every N packets (and on a message's last)
 MAX_OUTSTANDING_PACKETS = 512       # go-back-N window
 DATA_PRIO = 3                       # DESIGN.md: DSCP 26 -> priority 3
 CNP_PRIO = 6
@@ -37,7 +37,11 @@ class NicConfig:
     ip: str
     rate_bps: int
     mtu_payload: int = DEFAULT_MTU_PAYLOAD
-    rto_s: float = 0.2
+    # Retransmit timeout from the send time of the oldest unacknowledged packet,
+    # in modelled time (scaled like DCQCN's timers): the IBA local ACK timeout
+    # 4.096 us x 2^14 = 67 ms (NCCL_IB_TIMEOUT=14). Lossless queues at emulated
+    # rates hold a packet for seconds, which a shorter timeout would take for a loss.
+    rto_modelled_s: float = 4.096e-6 * 2 ** 14
     dcqcn: bool = True
     dcqcn_spec: DcqcnSpec | None = None
     # The hardware the emulated link stands for: DCQCN's timers and rate steps
@@ -77,6 +81,7 @@ class SendQP:
     messages: deque = field(default_factory=deque)
     completed: list = field(default_factory=list)
     sizes: dict = field(default_factory=dict)   # psn -> (payload, opcode, ack_req) of posted data
+    sent_at: dict = field(default_factory=dict)  # psn -> when it was (last) sent
     tx_packets: int = 0
     tx_bytes: int = 0
     retransmitted: int = 0
@@ -124,6 +129,7 @@ class Rnic:
         self.pause_tx = 0
         self.cnps_sent = 0
         self._msg_ids = 0
+        self.rto_s = cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
         self._rr: deque[int] = deque()
 
     def _dcqcn_spec(self) -> DcqcnSpec:
@@ -184,6 +190,7 @@ class Rnic:
                 continue
             payload, op, ack_req = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req)
+            qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
             qp.tx_packets += 1
             qp.tx_bytes += len(frame)
@@ -208,13 +215,14 @@ class Rnic:
             if qp.next_psn < qp.end_psn and qp.next_psn - qp.una < MAX_OUTSTANDING_PACKETS:
                 times.append(qp.next_tx_at)
             elif qp.una < qp.next_psn:
-                times.append(qp.last_progress + self.cfg.rto_s)
+                times.append(qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s)
         if not times:
             return None
         return max(min(times), self.free_at, self.paused_until[DATA_PRIO])
 
     def _check_timeout(self, qp: SendQP, now: float) -> None:
-        if qp.una < qp.next_psn and now - qp.last_progress >= self.cfg.rto_s:
+        if qp.una < qp.next_psn and \
+                now - qp.sent_at.get(qp.una, qp.last_progress) >= self.rto_s:
             qp.timeouts += 1
             qp.retransmitted += qp.next_psn - qp.una
             qp.next_psn = qp.una
@@ -274,6 +282,7 @@ class Rnic:
             qp.completed.append(msg)
         for p in [p for p in qp.sizes if p < qp.una][:4096]:
             del qp.sizes[p]
+            qp.sent_at.pop(p, None)
 
     @staticmethod
     def _unwrap(psn24: int, near: int) -> int:
@@ -364,7 +373,7 @@ class Rnic:
 
     # ----- reporting --------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self, now: float) -> dict:
         send = {}
         for qpn, qp in self.send_qps.items():
             send[qpn] = {
@@ -380,7 +389,9 @@ class Rnic:
                       "out_of_order": qp.out_of_order, "duplicates": qp.duplicates,
                       "ce_marked": qp.ce_marked, "expected_psn": qp.expected}
                 for qpn, qp in self.recv_qps.items()}
+        paused = [total - max(0.0, until - now)
+                  for total, until in zip(self.paused_s, self.paused_until)]
         return {"send": send, "recv": recv, "pause_rx": self.pause_rx,
-                "paused_s": self.paused_s, "pause_tx": self.pause_tx, "cnps_sent": self.cnps_sent,
+                "paused_s": paused, "pause_tx": self.pause_tx, "cnps_sent": self.cnps_sent,
                 "rx_overflow": self.rx_overflow, "rx_buffer_bytes": self.rx_buffer,
                 "stuck": self.stuck}

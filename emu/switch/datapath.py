@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import json
 import logging
 import os
 import selectors
@@ -112,26 +113,10 @@ def _is_ect(frame: bytes) -> bool:
 
 def _qos(text: str) -> dict:
     """--qos JSON into validated specs; errors name the key."""
-    import json
-
     try:
-        doc = json.loads(text)
-        unknown = set(doc) - {"buffer", "pfc", "ecn", "watchdog"}
-        if unknown:
-            raise config.ConfigError(f"unknown qos section(s) {sorted(unknown)}; "
-                                     "allowed: buffer, pfc, ecn, watchdog")
-        return {
-            "buffer": config.BufferSpec.from_dict(doc.get("buffer", {})),
-            "pfc": config.PfcSpec.from_dict(_tuples(doc.get("pfc", {}))),
-            "ecn": config.EcnSpec.from_dict(_tuples(doc.get("ecn", {}))),
-            "watchdog": config.WatchdogSpec.from_dict(doc.get("watchdog", {})),
-        }
+        return config.parse_qos(json.loads(text))
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(f"--qos: {exc}") from None
-
-
-def _tuples(d: dict) -> dict:
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
 
 def _hostport(text: str) -> tuple[str, int]:
@@ -621,6 +606,7 @@ class Datapath:
                                  "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed()),
                                  "drops": self.watchdog_drops},
             "set_watchdog": self._set_watchdog,
+            "queues": self._queues_report,
         }
 
     def _info(self) -> dict:
@@ -650,6 +636,17 @@ class Datapath:
                 "queue_bytes": list(sched.depth_bytes),
             })
         return out
+
+    def _queues_report(self) -> dict:
+        """Queue depth and PFC state per port and priority, cheap enough to sample often."""
+        now = time.monotonic()
+        return {
+            "time": time.time(),
+            "depth_bytes": {n: list(s.depth_bytes) for n, s in self.schedulers.items()},
+            "paused": {n: [s.is_paused(p, now) for p in range(N_PRIORITIES)]
+                       for n, s in self.schedulers.items()},
+            "tx_bytes": {n: p.counters.tx_bytes for n, p in self.ports.items()},
+        }
 
     def _flows_report(self) -> list:
         now = time.monotonic()
@@ -694,7 +691,7 @@ class Datapath:
             "pfc": {
                 "pause_rx": {f"{p}:{q}": n for (p, q), n in self.pause_rx.items()},
                 "pfc_tx_frames": self.pfc_tx_frames,
-                "paused_s": {n: [round(x, 6) for x in s.paused_s]
+                "paused_s": {n: s.paused_so_far(time.monotonic())
                              for n, s in self.schedulers.items()},
             },
             "malformed_frames": self.malformed_frames,

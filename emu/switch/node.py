@@ -10,6 +10,7 @@ answers; `stop()` ends exactly that pid. The only emu module that imports Minine
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -58,13 +59,14 @@ class EmuSwitch(Switch):
 
     def __init__(self, name: str, run: Run, port_rates: dict[str, int],
                  controller_addrs: tuple[str, ...] = (), seed: int = 0,
-                 log_level: str = "INFO", **params) -> None:
+                 log_level: str = "INFO", qos: dict | None = None, **params) -> None:
         super().__init__(name, **params)
         self.run = run
         self.port_rates = port_rates
         self.controller_addrs = tuple(controller_addrs)
         self.seed = seed
         self.log_level = log_level
+        self.qos = qos or {}
         self.proc: subprocess.Popen | None = None
         self.mgmt_path = os.path.join(run.sock_dir, f"{name}.sock")
         self.log_path = os.path.join(run.log_dir, f"{name}.log")
@@ -92,6 +94,8 @@ class EmuSwitch(Switch):
         ]
         for addr in self.controller_addrs:
             argv += ["--controller", addr]
+        if self.qos:
+            argv += ["--qos", json.dumps(self.qos)]
         if self.listenPort:
             argv += ["--of-listen", f"127.0.0.1:{self.listenPort}"]
         return argv + self.port_args()

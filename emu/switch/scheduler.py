@@ -98,6 +98,11 @@ class PortScheduler:
             self.paused_s[prio] += until - now
         self.paused_until[prio] = until
 
+    def paused_so_far(self, now: float) -> list[float]:
+        """Seconds each priority has been paused up to `now` (not counting the rest of a PAUSE)."""
+        return [round(total - max(0.0, until - now), 6)
+                for total, until in zip(self.paused_s, self.paused_until)]
+
     def is_paused(self, prio: int, now: float) -> bool:
         return self.paused_until[prio] > now
 

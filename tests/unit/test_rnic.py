@@ -60,7 +60,7 @@ def test_lost_packets_are_recovered_by_go_back_n_on_nak():
 
 
 def test_lost_tail_is_recovered_by_the_retransmit_timer():
-    a, b = pair(dcqcn=False, rto_s=0.05)
+    a, b = pair(dcqcn=False, rto_modelled_s=0.05, modelled_rate_bps=RATE)
     a.post_send(1, 4096, 0.0)  # 4 packets; the last (ACK-requesting) one is lost once
     run(a, b, 0.3, drop=lambda i, f: i == 4)
     assert len(a.send_qps[1].completed) == 1 and a.send_qps[1].timeouts >= 1
