@@ -129,6 +129,42 @@ def format_ctl(what: str, result) -> str:
     return json.dumps(result, indent=2, default=str)
 
 
+# `emu ctl TARGET WHAT [ARG...]`: what each word asks of a switch or a host's NIC.
+SWITCH_CTL = {
+    "flows": ("flows", {}), "ports": ("ports", {}), "groups": ("groups", {}),
+    "counters": ("counters", {}), "info": ("info", {}), "queues": ("queues", {}),
+    "watchdog": ("watchdog", {}),
+    "watchdog-on": ("set_watchdog", {"enabled": True}),
+    "watchdog-off": ("set_watchdog", {"enabled": False}),
+}
+NIC_CTL = {
+    "stats": ("stats", {}), "info": ("info", {}),
+    "stuck": ("set", {"stuck": True}), "unstuck": ("set", {"stuck": False}),
+    "drain-unlimited": ("set", {"unlimited_drain": True}),
+}
+
+
+def ctl_request(target_kind: str, what: str, extra: list[str]) -> tuple[str, dict]:
+    """The management request for `emu ctl`; ValueError names a bad word or value."""
+    table = SWITCH_CTL if target_kind == "switch" else NIC_CTL
+    if what == "ecn" and target_kind == "switch":
+        if len(extra) not in (2, 3):
+            raise ScenarioError("usage: emu ctl SWITCH ecn KMIN_BYTES KMAX_BYTES [PMAX]")
+        args = {"kmin_bytes": int(extra[0]), "kmax_bytes": int(extra[1])}
+        if len(extra) == 3:
+            args["pmax"] = float(extra[2])
+        return "set_ecn", args
+    if what == "drain" and target_kind == "host":
+        if len(extra) != 1:
+            raise ScenarioError("usage: emu ctl HOST drain RATE_BPS")
+        return "set", {"drain_rate_bps": float(extra[0])}
+    if what not in table or extra:
+        words = sorted(table) + (["ecn"] if target_kind == "switch" else ["drain"])
+        raise ScenarioError(f"emu ctl on a {target_kind}: {what!r} is not one of "
+                            f"{', '.join(words)}")
+    return table[what]
+
+
 def cmd_ctl(args) -> int:
     runs = registry.live_runs()
     if args.run:
@@ -136,12 +172,14 @@ def cmd_ctl(args) -> int:
     if not runs:
         raise ScenarioError("no running fabric found (start one with `emu run` or `emu cli`)")
     for run in runs:
-        path = os.path.join(run.sock_dir, f"{args.switch}.sock")
-        if os.path.exists(path):
-            print(format_ctl(args.what, mgmt.call(path, args.what)))
-            return 0
-    names = sorted(p.stem for r in runs for p in Path(r.sock_dir).glob("*.sock"))
-    raise ScenarioError(f"unknown switch {args.switch!r}; running: {', '.join(names)}")
+        for kind, sock in (("switch", f"{args.target}.sock"), ("host", f"{args.target}.nic.sock")):
+            path = os.path.join(run.sock_dir, sock)
+            if os.path.exists(path):
+                cmd, req = ctl_request(kind, args.what, args.args)
+                print(format_ctl(args.what, mgmt.call(path, cmd, **req)))
+                return 0
+    names = sorted(p.name.split(".")[0] for r in runs for p in Path(r.sock_dir).glob("*.sock"))
+    raise ScenarioError(f"unknown switch or host {args.target!r}; running: {', '.join(names)}")
 
 
 def cmd_clean(args) -> int:
@@ -182,9 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.set_defaults(func=cmd_cli)
-    s = sub.add_parser("ctl", help="ask a running switch")
-    s.add_argument("switch")
-    s.add_argument("what", choices=("flows", "ports", "groups", "counters", "info"))
+    s = sub.add_parser("ctl", help="ask a running switch or host NIC, or inject a fault",
+                       description="switch: " + ", ".join(sorted(SWITCH_CTL)) + ", ecn KMIN "
+                       "KMAX [PMAX]; host NIC: " + ", ".join(sorted(NIC_CTL)) + ", drain RATE")
+    s.add_argument("target", help="switch or host name")
+    s.add_argument("what")
+    s.add_argument("args", nargs="*")
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ctl)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")

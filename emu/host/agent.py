@@ -75,9 +75,9 @@ class Agent:
     # ----- management -------------------------------------------------------
 
     def _connect(self, qpn: int, peer_qpn: int, peer_mac: str, peer_ip: str,
-                 udp_sport: int) -> dict:
+                 udp_sport: int, max_rate_bps: float | None = None) -> dict:
         self.rnic.connect(int(qpn), int(peer_qpn), peer_mac, peer_ip, int(udp_sport),
-                          time.monotonic())
+                          time.monotonic(), max_rate_bps=max_rate_bps)
         return {"qpn": qpn}
 
     def _post_send(self, qpn: int, size_bytes: int, count: int = 1) -> list[int]:

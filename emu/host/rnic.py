@@ -73,6 +73,7 @@ class SendQP:
     peer_qpn: int
     tmpl: roce.DataTemplate
     rp: ReactionPoint | None
+    max_rate_bps: float | None = None   # a static cap (an application-paced flow)
     next_psn: int = 0
     una: int = 0                # oldest unacknowledged PSN
     end_psn: int = 0            # one past the last PSN posted
@@ -139,14 +140,15 @@ class Rnic:
     # ----- connections and work -------------------------------------------
 
     def connect(self, qpn: int, peer_qpn: int, peer_mac: str, peer_ip: str, udp_sport: int,
-                now: float) -> None:
+                now: float, max_rate_bps: float | None = None) -> None:
         """Create both sides of a reliable connection to (peer_ip, peer_qpn)."""
         if qpn in self.send_qps:
             raise ValueError(f"QP {qpn} exists")
         tmpl = roce.DataTemplate(self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport,
                                  peer_qpn)
         rp = ReactionPoint(self._dcqcn_spec(), now) if self.cfg.dcqcn else None
-        self.send_qps[qpn] = SendQP(qpn, peer_qpn, tmpl, rp, last_progress=now)
+        self.send_qps[qpn] = SendQP(qpn, peer_qpn, tmpl, rp, max_rate_bps=max_rate_bps,
+                                    last_progress=now)
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
         self._rr.append(qpn)
 
@@ -195,7 +197,7 @@ class Rnic:
             qp.tx_packets += 1
             qp.tx_bytes += len(frame)
             self._wire(len(frame), now)
-            rate = self.cfg.rate_bps
+            rate = min(self.cfg.rate_bps, qp.max_rate_bps or self.cfg.rate_bps)
             if qp.rp is not None:
                 qp.rp.on_bytes_sent(len(frame), now)
                 qp.rp.advance(now)

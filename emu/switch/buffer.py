@@ -81,6 +81,12 @@ class SharedBuffer:
         self._pending: dict[int, dict[int, int]] = defaultdict(dict)
         self.counters = BufferCounters()
 
+    def set_ecn(self, ecn: EcnSpec) -> None:
+        """Change the marking thresholds at run time (a misconfiguration, or tuning)."""
+        self.ecn = ecn
+        self.ecn_prios = frozenset(ecn.priorities) if ecn.enabled else frozenset()
+        self.kmin_kmax = {p: ecn.thresholds(r) for p, r in self.port_rates.items()}
+
     # ----- thresholds -------------------------------------------------------
 
     def free_bytes(self) -> int:

@@ -423,6 +423,13 @@ class Datapath:
         self.watchdog.spec = spec
         return dataclasses.asdict(spec)
 
+    def _set_ecn(self, **changes) -> dict:
+        """Change ECN marking (enabled, kmin_bytes, kmax_bytes, pmax); validated."""
+        spec = dataclasses.replace(self.buffer.ecn, **changes)
+        self.buffer.set_ecn(spec)
+        return {**dataclasses.asdict(spec),
+                "thresholds": {n: list(t) for n, t in self.buffer.kmin_kmax.items()}}
+
     def _send_pfc(self, now: float) -> None:
         """Send the PAUSE frames the buffer asks for, ahead of any queued frame."""
         for port_no, quanta in self.buffer.pfc_due(now):
@@ -607,6 +614,7 @@ class Datapath:
                                  "drops": self.watchdog_drops},
             "set_watchdog": self._set_watchdog,
             "queues": self._queues_report,
+            "set_ecn": self._set_ecn,
         }
 
     def _info(self) -> dict:

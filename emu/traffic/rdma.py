@@ -64,15 +64,19 @@ class RdmaHosts:
             wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}",
                      logs=fab.run.log_dir)
 
-    def connect(self, src: str, dst: str) -> int:
-        """A reliable connection src -> dst; returns the QP number (same on both ends)."""
+    def connect(self, src: str, dst: str, max_rate_bps: float | None = None) -> int:
+        """A reliable connection src -> dst; returns the QP number (same on both ends).
+
+        `max_rate_bps` caps the sender (an application that paces itself).
+        """
         self._qpn += 1
         qpn = self._qpn
         g = self.fab.graph
         # RoCEv2 varies the UDP source port per QP: ECMP spreads QPs (DESIGN.md).
         sport = 49152 + qpn % 16384
         self.nics[src].call("connect", qpn=qpn, peer_qpn=qpn, peer_mac=g.nodes[dst]["mac"],
-                            peer_ip=g.nodes[dst]["ip"], udp_sport=sport)
+                            peer_ip=g.nodes[dst]["ip"], udp_sport=sport,
+                            max_rate_bps=max_rate_bps)
         self.nics[dst].call("connect", qpn=qpn, peer_qpn=qpn, peer_mac=g.nodes[src]["mac"],
                             peer_ip=g.nodes[src]["ip"], udp_sport=sport)
         return qpn

@@ -303,9 +303,18 @@ def test_emu_ctl_asks_a_running_switch(fab):
     res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "flows"],
                          capture_output=True, text=True, cwd=root, timeout=30)
     assert '"ipv4_dst": "10.0.2.1"' in res.stdout
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "3000", "9000"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 0 and '"kmin_bytes": 3000' in res.stdout
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "9000", "3000"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 2 and "kmin_bytes=9000" in res.stderr
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "reboot"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 2 and "'reboot' is not one of" in res.stderr
     res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "nosuch", "flows"],
                          capture_output=True, text=True, cwd=root, timeout=30)
-    assert res.returncode == 2 and "unknown switch 'nosuch'" in res.stderr
+    assert res.returncode == 2 and "unknown switch or host 'nosuch'" in res.stderr
     assert "leaf1" in res.stderr and "Traceback" not in res.stderr
 
 
