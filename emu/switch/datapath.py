@@ -397,7 +397,10 @@ class Datapath:
                                        sched.is_paused(prio, now),
                                        self.last_pause_rx.get((port_no, prio), float("-inf"))))
         action = self.watchdog.spec.action
-        for kind, port_no, prio in self.watchdog.poll(now, views):
+        happened = self.watchdog.poll(now, views)
+        for event in self.watchdog.events[len(self.watchdog.events) - len(happened):]:
+            event["wall"] = time.time()  # reports line events up across processes
+        for kind, port_no, prio in happened:
             key = (port_no, prio)
             if kind == "storm":
                 log.warning("%s: PFC storm on port %d priority %d: action %s", self.name,
