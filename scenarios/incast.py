@@ -93,20 +93,23 @@ def run(ctx: Context) -> None:
     results = {}
     for mode in p["modes"].split(","):
         ctx.log(f"incast: mode {mode}")
-        results[mode] = run_mode(ctx, graph, mode, senders, receiver)
+        results[mode] = run_mode(ctx, graph, mode, senders, receiver, QOS[mode],
+                                 dcqcn=(mode == "dcqcn"))
         ctx.event(f"{mode} done", util=round(results[mode]["utilisation"], 3))
     ctx.metrics["modes"] = results
     report(ctx, results)
     plot(ctx, results)
 
 
-def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str) -> dict:
+def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str, qos: dict,
+             dcqcn: bool) -> dict:
+    """One fresh fabric with `qos` on every switch; senders flood the receiver."""
     p = ctx.params
     leaf = graph.nodes[receiver]["leaf"]
     port = graph.edges[receiver, leaf]["ports"][leaf]
     rate = graph.edges[receiver, leaf]["rate_bps"]
-    with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], qos=QOS[mode]) as fab:
-        nics = RdmaHosts(fab, senders + [receiver], dcqcn=(mode == "dcqcn"),
+    with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], qos=qos) as fab:
+        nics = RdmaHosts(fab, senders + [receiver], dcqcn=dcqcn,
                          modelled_rate_bps=p["modelled_gbps"] * 1e9)
         qps = {s: nics.connect(s, receiver) for s in senders}
         backlog = int(2 * rate * p["duration_s"] / 8 / len(senders)) + p["message_bytes"]
@@ -136,11 +139,11 @@ def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str) 
         counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)}
         nic_stats = {h: nics.stats(h) for h in senders}
     return measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, counters,
-                   nic_stats, qps, port, rate)
+                   nic_stats, qps, port, rate, qos)
 
 
 def measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, counters,
-            nic_stats, qps, port, rate) -> dict:
+            nic_stats, qps, port, rate, qos) -> dict:
     p = ctx.params
     w0 = t0 + p["warmup_s"]
     window = [s for s in samples if w0 <= s["time"] <= end]
@@ -174,9 +177,12 @@ def measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, cou
     for h, st in nic_stats.items():
         if st["paused_s"][3] > 0:
             paused_s[h] = st["paused_s"][3]
-    kmin, kmax = EcnSpec().thresholds(rate)
-    in_band = [d for _, d in depth if kmin * 0.5 <= d <= kmax * 1.5]
-    busy = [d for _, d in depth if d > 0]
+    kmin, kmax = EcnSpec.from_dict(qos.get("ecn", {})).thresholds(rate)
+    # Queue statistics over the measurement window: the start-up burst (every
+    # sender at line rate before the first CNP) is not the steady state.
+    steady = [d for t, d in depth if t >= p["warmup_s"]]
+    in_band = [d for d in steady if kmin * 0.5 <= d <= kmax * 1.5]
+    busy = [d for d in steady if d > 0]
     return {
         "utilisation": util,
         "switch_drops": switch_drops, "nic_drops": nic_drops,
@@ -186,8 +192,8 @@ def measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, cou
         "paused_s": paused_s,
         "goodput_bps": goodput, "jain": jain(list(goodput.values())),
         "queue_depth": depth,
-        "queue_p50_bytes": _pct([d for _, d in depth], 50),
-        "queue_p99_bytes": _pct([d for _, d in depth], 99),
+        "queue_p50_bytes": _pct(steady, 50),
+        "queue_p99_bytes": _pct(steady, 99),
         "queue_in_kmin_kmax": len(in_band) / len(busy) if busy else 0.0,
         "kmin_kmax": [kmin, kmax],
         "flows": flows,

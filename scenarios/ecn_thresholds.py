@@ -1,0 +1,95 @@
+"""ecn-thresholds: storage-tuned vs training-tuned ECN marking, same incast, DCQCN on.
+
+      spine1          spine2
+       |  \\          /  |
+      leaf1   leaf2   leaf3
+      h1h2h3  h4h5h6  h7h8 h9   <- h1..h8 send RoCEv2 to h9 with DCQCN
+
+ECN thresholds decide where DCQCN holds the bottleneck queue. Storage
+deployments often mark late (high Kmin/Kmax: deep queues, full links, long
+tail latency); training fabrics mark early (low Kmin/Kmax: short queues, so
+the small, latency-bound messages of collectives are not stuck behind them).
+The same incast runs under both settings; the report shows the queue each
+keeps, the utilisation, the marks and the PAUSE frames. Thresholds are given
+in full frames at the emulated rate (DESIGN.md: floors of a few packets).
+
+Run:  emu run ecn-thresholds
+      emu run ecn-thresholds --set training_kmax_frames=8
+"""
+
+from __future__ import annotations
+
+from emu import fabric as fabric_mod
+from emu.config import MTU_FRAME_BYTES
+from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.telemetry import Panel, save_panels
+from scenarios import incast
+
+DESCRIPTION = "storage-tuned vs training-tuned ECN thresholds under a DCQCN incast"
+
+PARAMS = {
+    **fabric_params(rate_mbps=10.0),
+    "leaves": Param(3, "leaf switches", min=1, max=32),
+    "hosts_per_leaf": Param(3, "hosts per leaf", min=1, max=32),
+    "senders": Param(8, "RDMA senders (the last host receives)", min=1, max=63),
+    "duration_s": Param(10.0, "how long the senders send", min=2.0, max=600.0),
+    "warmup_s": Param(2.0, "start of the measurement window", min=0.0, max=60.0),
+    "message_bytes": Param(65536, "size of each SEND", min=1024, max=16 << 20),
+    "modelled_gbps": Param(1.0, "NIC speed the emulated link stands for", min=0.01, max=800.0),
+    "training_kmin_frames": Param(2, "training-tuned Kmin, in full frames", min=0, max=1000),
+    "training_kmax_frames": Param(10, "training-tuned Kmax, in full frames", min=1, max=1000),
+    "storage_kmin_frames": Param(60, "storage-tuned Kmin, in full frames", min=0, max=1000),
+    "storage_kmax_frames": Param(160, "storage-tuned Kmax, in full frames", min=1, max=1000),
+    "pmax": Param(0.2, "marking probability at Kmax (DCQCN paper)", min=0.0, max=1.0),
+}
+VARIANTS = ("training", "storage")
+
+
+def validate(params: dict) -> None:
+    for v in VARIANTS:
+        if params[f"{v}_kmin_frames"] >= params[f"{v}_kmax_frames"]:
+            raise ScenarioError(f"parameter {v}_kmin_frames={params[f'{v}_kmin_frames']}: "
+                                f"must be below {v}_kmax_frames={params[f'{v}_kmax_frames']}")
+    incast.validate({**params, "modes": "dcqcn"})
+
+
+def qos_for(params: dict, variant: str) -> dict:
+    return {"ecn": {"kmin_bytes": params[f"{variant}_kmin_frames"] * MTU_FRAME_BYTES,
+                    "kmax_bytes": params[f"{variant}_kmax_frames"] * MTU_FRAME_BYTES,
+                    "pmax": params["pmax"]},
+            "watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
+
+
+def run(ctx: Context) -> None:
+    p = ctx.params
+    graph = build_fabric_graph(p)
+    hosts = fabric_mod.hosts(graph)
+    receiver, senders = hosts[-1], hosts[:p["senders"]]
+    ctx.metrics["receiver"], ctx.metrics["senders"] = receiver, senders
+    results = {}
+    for variant in VARIANTS:
+        ctx.log(f"ecn-thresholds: {variant}")
+        results[variant] = incast.run_mode(ctx, graph, variant, senders, receiver,
+                                           qos_for(p, variant), dcqcn=True)
+    ctx.metrics["variants"] = results
+    rows = [[v, f"{p[v + '_kmin_frames']}/{p[v + '_kmax_frames']}", r["utilisation"],
+             r["queue_p50_bytes"], r["queue_p99_bytes"], r["ecn_marks"], r["cnps"],
+             r["pfc_frames"], r["jain"]] for v, r in results.items()]
+    ctx.table("DCQCN incast under two ECN settings",
+              ["variant", "Kmin/Kmax frames", "util", "queue p50 B", "queue p99 B", "CE marks",
+               "CNPs", "PFC frames", "Jain"], rows)
+    tr, st = results["training"], results["storage"]
+    ctx.check("training-tuned keeps a shorter queue (p99 at most half)",
+              tr["queue_p99_bytes"] <= 0.5 * st["queue_p99_bytes"],
+              f"{tr['queue_p99_bytes']:.0f} vs {st['queue_p99_bytes']:.0f} B", "<= 50%")
+    ctx.check("training-tuned marks earlier (more CE marks)", tr["ecn_marks"] > st["ecn_marks"],
+              f"{tr['ecn_marks']} vs {st['ecn_marks']}", "more")
+    ctx.check("storage-tuned keeps the link full (>= 90%)", st["utilisation"] >= 0.9,
+              round(st["utilisation"], 3), ">= 0.9")
+    ctx.check("training-tuned still uses >= 80% of the link", tr["utilisation"] >= 0.8,
+              round(tr["utilisation"], 3), ">= 0.8")
+    panels = [Panel("bottleneck queue (priority 3)", "time (s)", "bytes",
+                    lines={v: ([t for t, _ in r["queue_depth"]], [d for _, d in r["queue_depth"]])
+                           for v, r in results.items()})]
+    path = save_panels(ctx.out_dir / "ecn-thresholds.png", panels, title="ECN thresholds")
+    ctx.plots.append(path.name)
