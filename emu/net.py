@@ -157,6 +157,13 @@ class Fabric:
         removed: dict = {}
         if self.run is None:
             return removed
+        if self.out_dir and self.net is not None:
+            from emu.telemetry import collect_switch_telemetry
+
+            try:
+                collect_switch_telemetry(self, self.out_dir)
+            except Exception as exc:  # noqa: BLE001 - teardown must go on
+                log.warning("telemetry not collected: %s", exc)
         workloads = [p for p in self.run.pids if p["role"].startswith("proc ")]
         stop_pids(list(reversed(workloads)))
         if self.net is not None:

@@ -1,14 +1,16 @@
 """Telemetry output: figures of what a run measured.
 
-Owns turning measured series into PNG files beside `metrics.json` (matplotlib,
-headless Agg backend). Scenarios hand it plain lists and dicts; nothing here
-talks to a switch or a host. Collection of per-port time series from every
-process lands here too as the lossless-Ethernet work adds queue and pause
-samples.
+Owns turning measured series into files beside `metrics.json`: PNG plots
+(matplotlib, headless Agg backend) from plain lists and dicts that scenarios
+hand it; the per-port, per-priority time series that every switch samples
+itself every 100 ms (queue depth, paused state, ECN marks, bytes sent),
+collected after a run into `telemetry/<switch>.csv` and a queue-depth PNG;
+and pcaps of chosen ports (tcpdump).
 """
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -86,3 +88,50 @@ def start_capture(fab, intf: str, path: Path, bpf: str = "", timeout_s: float = 
     wait_for(lambda: path.exists() and path.stat().st_size >= 24, timeout_s,
              f"tcpdump to open {path} on {intf}", interval_s=0.02)
     return proc
+
+
+TELEMETRY_COLUMNS = ["time", "port", "port_tx_bytes"] + [
+    f"p{prio}_{what}" for prio in range(8)
+    for what in ("depth_bytes", "paused", "ecn_marks", "tx_bytes")]
+
+
+def collect_switch_telemetry(fab, out_dir: Path) -> list[Path]:
+    """Write every switch's sampled series to out_dir/telemetry/<switch>.csv (+ one PNG).
+
+    Called by the fabric before teardown; a switch that does not answer is skipped
+    and named in the log.
+    """
+    import logging
+
+    from emu import fabric as fabric_mod
+    from emu import mgmt
+
+    log = logging.getLogger(__name__)
+    folder = Path(out_dir) / "telemetry"
+    folder.mkdir(parents=True, exist_ok=True)
+    written, depth_lines = [], {}
+    for sw in fabric_mod.switches(fab.graph):
+        try:
+            rows = fab.switch_call(sw, "telemetry")
+        except mgmt.MgmtError as exc:
+            log.warning("telemetry of %s not collected: %s", sw, exc)
+            continue
+        path = folder / f"{sw}.csv"
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(TELEMETRY_COLUMNS)
+            writer.writerows(rows)
+        written.append(path)
+        if rows:
+            t0 = rows[0][0]
+            for row in rows:
+                # Lossless priority 3 (DESIGN.md), the queue that PFC and ECN act on.
+                depth = row[3 + 3 * 4]
+                series = depth_lines.setdefault(f"{sw}:{row[1]}", ([], []))
+                series[0].append(row[0] - t0)
+                series[1].append(depth)
+    busiest = dict(sorted(depth_lines.items(), key=lambda kv: -max(kv[1][1]))[:6])
+    if busiest and max(max(v[1]) for v in busiest.values()) > 0:
+        written.append(save_panels(folder / "queues.png", [Panel(
+            "priority-3 queue depth, busiest ports", "time (s)", "bytes", lines=busiest)]))
+    return written

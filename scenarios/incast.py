@@ -29,7 +29,7 @@ from emu import fabric as fabric_mod
 from emu.config import EcnSpec
 from emu.net import Fabric
 from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
-from emu.telemetry import Panel, save_panels
+from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
 
 DESCRIPTION = "N RDMA senders to one receiver: lossy vs PFC vs PFC+ECN/DCQCN"
@@ -109,6 +109,11 @@ def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str, 
     port = graph.edges[receiver, leaf]["ports"][leaf]
     rate = graph.edges[receiver, leaf]["rate_bps"]
     with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], qos=qos) as fab:
+        # pcaps of the bottleneck link and of the first sender's link, for Wireshark.
+        caps = []
+        for h in (receiver, senders[0]):
+            intf = graph.edges[h, graph.nodes[h]["leaf"]]["intfs"][graph.nodes[h]["leaf"]]
+            caps.append(start_capture(fab, intf, ctx.out_dir / mode / f"{intf}.pcap"))
         nics = RdmaHosts(fab, senders + [receiver], dcqcn=dcqcn,
                          modelled_rate_bps=p["modelled_gbps"] * 1e9)
         qps = {s: nics.connect(s, receiver) for s in senders}
@@ -138,6 +143,8 @@ def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str, 
         rx_samples = nics.samples(receiver)
         counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)}
         nic_stats = {h: nics.stats(h) for h in senders}
+        for cap in caps:
+            fab.stop_proc(cap)
     return measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, counters,
                    nic_stats, qps, port, rate, qos)
 

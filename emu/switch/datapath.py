@@ -58,6 +58,8 @@ MAX_FRAME_BYTES = 9216
 RX_BATCH = 64
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 CARRIER_POLL_S = 0.1
+TELEMETRY_SAMPLE_S = 0.1      # queue depth, pause state, marks and bytes per port and priority
+TELEMETRY_KEEP = 36000        # samples kept (an hour at 10 per second)
 EXPIRE_POLL_S = 0.5
 ECHO_INTERVAL_S = 5.0
 ECHO_TIMEOUT_S = 15.0
@@ -182,6 +184,7 @@ class Datapath:
         self.wd_drop: set[tuple[int, int]] = set()         # queues isolated by the watchdog
         self.wd_ignore_pause: set[tuple[int, int]] = set()
         self.watchdog_drops = 0
+        self.telemetry: list[list] = []
         self.pfc_tx_frames: dict[int, int] = {}
         self.model = SwitchModel(
             dpid=self.dpid,
@@ -426,6 +429,19 @@ class Datapath:
         self.watchdog.spec = spec
         return dataclasses.asdict(spec)
 
+    def _sample_telemetry(self, now: float) -> None:
+        """One row per port: time, port, then per priority depth, paused, marks, tx bytes."""
+        wall = time.time()
+        marks = self.buffer.counters.marks
+        for port_no, sched in self.schedulers.items():
+            row = [round(wall, 3), port_no, self.ports[port_no].counters.tx_bytes]
+            for prio in range(N_PRIORITIES):
+                row += [sched.depth_bytes[prio], int(sched.is_paused(prio, now)),
+                        marks.get((port_no, prio), 0), sched.counters[prio].tx_bytes]
+            self.telemetry.append(row)
+        if len(self.telemetry) > TELEMETRY_KEEP * max(1, len(self.schedulers)):
+            del self.telemetry[:len(self.schedulers) * 100]
+
     def _set_ecn(self, **changes) -> dict:
         """Change ECN marking (enabled, kmin_bytes, kmax_bytes, pmax); validated."""
         spec = dataclasses.replace(self.buffer.ecn, **changes)
@@ -617,6 +633,7 @@ class Datapath:
                                  "drops": self.watchdog_drops},
             "set_watchdog": self._set_watchdog,
             "queues": self._queues_report,
+            "telemetry": lambda since=0.0: [r for r in self.telemetry if r[0] >= since],
             "set_ecn": self._set_ecn,
         }
 
@@ -715,7 +732,7 @@ class Datapath:
     # ----- the loop ---------------------------------------------------------
 
     def run(self) -> None:
-        next_carrier = next_expire = next_watchdog = 0.0
+        next_carrier = next_expire = next_watchdog = next_sample = 0.0
         sel = self.sel
         mgmt_conns = {}
         while not self.stopping:
@@ -727,6 +744,9 @@ class Datapath:
                 self._poll_carrier()
                 self._keepalive(now)
                 next_carrier = now + CARRIER_POLL_S
+            if now >= next_sample:
+                self._sample_telemetry(now)
+                next_sample = now + TELEMETRY_SAMPLE_S
             if now >= next_watchdog:
                 self._poll_watchdog(now)
                 next_watchdog = now + self.watchdog.spec.poll_s
