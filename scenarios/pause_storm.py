@@ -29,7 +29,7 @@ from emu import fabric as fabric_mod
 from emu.faults import Faults
 from emu.net import Fabric
 from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
-from emu.telemetry import Panel, save_panels
+from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
 
 DESCRIPTION = "a stuck NIC floods PAUSE: the storm spreads with the watchdog off, not on"
@@ -89,6 +89,10 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
         hosts = fabric_mod.hosts(graph)
         nics = RdmaHosts(fab, hosts, dcqcn=False)
         faults = Faults(fab, nics)
+        # The stuck host's link, for Wireshark: its PAUSE flood and what leaf1 does.
+        stuck_leaf = graph.nodes[stuck]["leaf"]
+        intf = graph.edges[stuck, stuck_leaf]["intfs"][stuck_leaf]
+        capture = start_capture(fab, intf, ctx.out_dir / f"watchdog-{mode}" / f"{intf}.pcap")
         per_flow = p["load"] * rate / (len(hosts) - 1)
         qps = {(s, d): nics.connect(s, d, max_rate_bps=per_flow) for s, d in flows}
         for (s, _), q in qps.items():
@@ -99,6 +103,7 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
         faults.stuck_nic(stuck)
         t_fault = time.time()
         stop.wait(max(0.0, p["duration_s"] - (time.time() - t0)))
+        fab.stop_proc(capture)
         samples = {h: nics.samples(h) for h in hosts}
         collected_at = time.time()
         watchdog = {sw: fab.switch_call(sw, "watchdog") for sw in fabric_mod.switches(graph)}

@@ -33,3 +33,11 @@ def test_pause_storm_watchdog_off_vs_on(tmp_path, no_leaks):
     assert any(e["switch"] == "leaf1" and e["port"] == 1 and e["prio"] == 3
                for e in on["storm_events"])
     assert on["watchdog_drops"] > 0 and doc["metrics"]["modes"]["off"]["watchdog_drops"] == 0
+    # The capture of the stuck host's link shows its PAUSE flood: XOFF for priority 3,
+    # refreshed, never released.
+    res = subprocess.run(["tshark", "-r", str(out / "watchdog-off" / "leaf1-eth1.pcap"),
+                          "-Y", "macc.opcode == 0x0101 && eth.src == 02:00:00:00:00:01",
+                          "-T", "fields", "-e", "macc.cbfc.enbv", "-e", "macc.cbfc.pause_time.c3"],
+                         capture_output=True, text=True, timeout=60)
+    frames = [line.split("\t") for line in res.stdout.splitlines() if line]
+    assert len(frames) >= 3 and all(f == ["0x0008", "65535"] for f in frames), frames
