@@ -21,21 +21,16 @@ from __future__ import annotations
 
 from emu import fabric as fabric_mod
 from emu.config import MTU_FRAME_BYTES
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import Context, Param, ScenarioError, build_fabric_graph
 from emu.telemetry import Panel, save_panels
 from scenarios import incast
 
 DESCRIPTION = "storage-tuned vs training-tuned ECN thresholds under a DCQCN incast"
 
 PARAMS = {
-    **fabric_params(rate_mbps=10.0),
-    "leaves": Param(3, "leaf switches", min=1, max=32),
-    "hosts_per_leaf": Param(3, "hosts per leaf", min=1, max=32),
-    "senders": Param(8, "RDMA senders (the last host receives)", min=1, max=63),
-    "duration_s": Param(10.0, "how long the senders send", min=2.0, max=600.0),
+    # The incast's fabric and workload (see incast.py), without its mode choice.
+    **{k: v for k, v in incast.PARAMS.items() if k != "modes"},
     "warmup_s": Param(2.0, "start of the measurement window", min=0.0, max=60.0),
-    "message_bytes": Param(65536, "size of each SEND", min=1024, max=16 << 20),
-    "modelled_gbps": Param(1.0, "NIC speed the emulated link stands for", min=0.01, max=800.0),
     "training_kmin_frames": Param(2, "training-tuned Kmin, in full frames", min=0, max=1000),
     "training_kmax_frames": Param(10, "training-tuned Kmax, in full frames", min=1, max=1000),
     "storage_kmin_frames": Param(60, "storage-tuned Kmin, in full frames", min=0, max=1000),

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from . import ROOT, assert_checks, emu_run
 
 
 def test_training_vs_storage_thresholds(tmp_path, no_leaks):
-    out = tmp_path / "ecn"
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "run", "ecn-thresholds", "--out",
-                          str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    doc = json.loads((out / "metrics.json").read_text())
-    failed = [c for c in doc["checks"] if not c["passed"]]
-    assert len(doc["checks"]) == 4 and not failed, f"{failed}\n{res.stdout}"
-    assert res.returncode == 0
+    res, doc = emu_run(tmp_path / "ecn", "ecn-thresholds")
+    assert_checks(res, doc, count=4)
     v = doc["metrics"]["variants"]
     # Marks happen only where the thresholds say: the storage setting never marks
     # below its Kmin, so its median queue sits above it.

@@ -7,12 +7,10 @@ fair, short queue, little PAUSE). Every check is asserted by name.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from . import ROOT, assert_checks, emu_run
 
 CHECKS = [
     "PFC: zero drops anywhere",
@@ -28,14 +26,8 @@ CHECKS = [
 
 def test_incast_lossy_vs_pfc_vs_dcqcn(tmp_path, no_leaks):
     out = tmp_path / "incast"
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "run", "incast", "--out", str(out)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
-    doc = json.loads((out / "metrics.json").read_text())
-    checks = {c["name"]: c for c in doc["checks"]}
-    for name in CHECKS:
-        assert name in checks, f"{name!r} missing; report:\n{res.stdout}"
-        assert checks[name]["passed"], f"{name}: {checks[name]}\n{res.stdout}"
-    assert res.returncode == 0
+    res, doc = emu_run(out, "incast")
+    assert_checks(res, doc, CHECKS)
     modes = doc["metrics"]["modes"]
     # The story in numbers: PFC trades drops for PAUSE; DCQCN removes most PAUSE.
     assert modes["pfc"]["pfc_frames"] > 0 and modes["lossy"]["pfc_frames"] == 0

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from . import assert_checks, emu_run
 
 CHECKS = [
     "watchdog off: >= 90% of the other flows stall",
@@ -20,14 +17,8 @@ CHECKS = [
 
 def test_pause_storm_watchdog_off_vs_on(tmp_path, no_leaks):
     out = tmp_path / "ps"
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "run", "pause-storm", "--out",
-                          str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    doc = json.loads((out / "metrics.json").read_text())
-    checks = {c["name"]: c for c in doc["checks"]}
-    for name in CHECKS:
-        assert name in checks, f"{name!r} missing; report:\n{res.stdout}"
-        assert checks[name]["passed"], f"{name}: {checks[name]}\n{res.stdout}"
-    assert res.returncode == 0
+    res, doc = emu_run(out, "pause-storm")
+    assert_checks(res, doc, CHECKS)
     on = doc["metrics"]["modes"]["on"]
     # The storm is detected at the stuck host's leaf, on its port to that host.
     assert any(e["switch"] == "leaf1" and e["port"] == 1 and e["prio"] == 3

@@ -8,14 +8,12 @@ broken point fails here with its value.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from . import ROOT, assert_checks, emu_run
 
 LEAF_SPINE_CHECKS = [
     "LLDP found every link",
@@ -29,27 +27,8 @@ LEAF_SPINE_CHECKS = [
 ]
 
 
-def emu_run(tmp_path, *sets: str) -> tuple[subprocess.CompletedProcess, dict]:
-    out = tmp_path / "out"
-    argv = [sys.executable, "-m", "emu.cli", "run", "smoke", "--out", str(out)]
-    for s in sets:
-        argv += ["--set", s]
-    res = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
-    metrics = json.loads((out / "metrics.json").read_text())
-    return res, metrics
-
-
-def assert_checks(res, metrics, names):
-    checks = {c["name"]: c for c in metrics["checks"]}
-    for name in names:
-        assert name in checks, f"check {name!r} missing; report:\n{res.stdout}"
-        assert checks[name]["passed"], f"{name}: {checks[name]}; report:\n{res.stdout}"
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert metrics["passed"] is True
-
-
 def test_smoke_leaf_spine_2_spines_4_leaves(tmp_path, no_leaks):
-    res, metrics = emu_run(tmp_path, "hosts_per_leaf=1", "iperf_s=4")
+    res, metrics = emu_run(tmp_path / "out", "smoke", "hosts_per_leaf=1", "iperf_s=4")
     assert_checks(res, metrics, LEAF_SPINE_CHECKS)
     assert metrics["metrics"]["fabric"]["switches"] == 6 and metrics["metrics"]["fabric"]["switch_links"] == 8
     # The report is what the user reads: the tables and the when of the failure.
@@ -58,7 +37,8 @@ def test_smoke_leaf_spine_2_spines_4_leaves(tmp_path, no_leaks):
 
 @pytest.mark.slow
 def test_smoke_fat_tree_k4(tmp_path, no_leaks):
-    res, metrics = emu_run(tmp_path, "topology=fat_tree", "k=4", "iperf_s=3", "ping_count=1")
+    res, metrics = emu_run(tmp_path / "out", "smoke", "topology=fat_tree", "k=4", "iperf_s=3",
+                           "ping_count=1")
     assert_checks(res, metrics, LEAF_SPINE_CHECKS)
     assert metrics["metrics"]["fabric"]["switches"] == 20 and metrics["metrics"]["fabric"]["hosts"] == 16
     assert metrics["metrics"]["ping"]["all-pairs ping"]["pairs"] == 16 * 15
