@@ -40,16 +40,17 @@ def _launch(args: List[str]) -> subprocess.Popen:
 
 
 def _connect(port: int, timeout_s: float) -> socket.socket:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def attempt():
         try:
             return socket.create_connection(("127.0.0.1", port), timeout=1.0)
         except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"launcher did not listen on port {port} within {timeout_s} s"
-                ) from None
-            time.sleep(0.05)
+            return None
+
+    try:
+        return wait_for(attempt, timeout_s, f"the launcher to listen on port {port}",
+                        interval_s=0.05)
+    except FabricError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
