@@ -34,9 +34,9 @@ from emu import config
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
 from emu.registry import die_with_parent
-from emu.switch import parse
+from emu.switch import parse, reports
 from emu.switch.buffer import SharedBuffer
-from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
+from emu.switch.openflow import OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 from emu.switch.scheduler import N_PRIORITIES, PortScheduler
@@ -91,17 +91,6 @@ class PortSpec:
         if spec.port_no < 1 or spec.rate_bps <= 0:
             raise argparse.ArgumentTypeError(f"port {text!r}: port_no and rate must be positive")
         return spec
-
-
-def _fmt_field(name: str, value) -> str:
-    val, mask = value
-    if name in ("eth_src", "eth_dst") and isinstance(val, int):
-        text = val.to_bytes(6, "big").hex(":")
-    elif name.startswith(("ipv4_", "arp_spa", "arp_tpa")) and isinstance(val, int):
-        text = socket.inet_ntoa(val.to_bytes(4, "big"))
-    else:
-        text = str(val)
-    return text if mask is None else f"{text}/{mask:#x}"
 
 
 def _is_ect(frame: bytes) -> bool:
@@ -623,16 +612,16 @@ class Datapath:
         return {
             "ping": lambda: "pong",
             "info": self._info,
-            "ports": self._ports_report,
-            "flows": self._flows_report,
-            "groups": self._groups_report,
-            "counters": self._counters,
+            "ports": lambda: reports.ports(self),
+            "flows": lambda: reports.flows(self),
+            "groups": lambda: reports.groups(self),
+            "counters": lambda: reports.counters(self),
             "watchdog": lambda: {"spec": dataclasses.asdict(self.watchdog.spec),
                                  "events": self.watchdog.events,
                                  "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed()),
                                  "drops": self.watchdog_drops},
             "set_watchdog": self._set_watchdog,
-            "queues": self._queues_report,
+            "queues": lambda: reports.queues(self),
             "telemetry": lambda since=0.0: [r for r in self.telemetry if r[0] >= since],
             "set_ecn": self._set_ecn,
         }
@@ -647,86 +636,6 @@ class Datapath:
                 {"peer": ch.peer, "connected": ch.connected} for ch in self.channels if ch.active
             ],
             "uptime_s": time.time() - self.started_at,
-        }
-
-    def _ports_report(self) -> list:
-        out = []
-        for port in sorted(self.ports.values(), key=lambda p: p.port_no):
-            c = port.counters
-            sched = self.schedulers[port.port_no]
-            out.append({
-                "port_no": port.port_no, "name": port.name, "hw_addr": port.hw_addr.hex(":"),
-                "rate_bps": port.rate_bps, "link_up": port.link_up, "config": port.config,
-                "rx_packets": c.rx_packets, "tx_packets": c.tx_packets,
-                "rx_bytes": c.rx_bytes, "tx_bytes": c.tx_bytes,
-                "rx_dropped": c.rx_dropped, "tx_dropped": c.tx_dropped,
-                "rx_errors": c.rx_errors, "tx_errors": c.tx_errors,
-                "queue_bytes": list(sched.depth_bytes),
-            })
-        return out
-
-    def _queues_report(self) -> dict:
-        """Queue depth and PFC state per port and priority, cheap enough to sample often."""
-        now = time.monotonic()
-        return {
-            "time": time.time(),
-            "depth_bytes": {n: list(s.depth_bytes) for n, s in self.schedulers.items()},
-            "paused": {n: [s.is_paused(p, now) for p in range(N_PRIORITIES)]
-                       for n, s in self.schedulers.items()},
-            "tx_bytes": {n: p.counters.tx_bytes for n, p in self.ports.items()},
-        }
-
-    def _flows_report(self) -> list:
-        now = time.monotonic()
-        out = []
-        for e in self.pipeline.flow_stats():
-            out.append({
-                "table": e.table_id, "priority": e.priority, "cookie": hex(e.cookie),
-                "match": {k: _fmt_field(k, v) for k, v in e.match.items()},
-                "instructions": [str(i) for i in e.ofinstructions],
-                "packets": e.ctr.packets, "bytes": e.ctr.bytes,
-                "duration_s": round(now - e.created, 3),
-            })
-        return out
-
-    def _groups_report(self) -> list:
-        out = []
-        for gid, g in sorted(self.pipeline.groups.items()):
-            out.append({
-                "group_id": gid, "type": {0: "all", 1: "select", 2: "indirect",
-                                          3: "fast_failover"}.get(g.type, g.type),
-                "buckets": [{"weight": b.weight, "watch_port": b.watch_port,
-                             "actions": [str(a) for a in b.actions],
-                             "packets": c.packets, "bytes": c.bytes}
-                            for b, c in zip(g.buckets, g.bucket_ctrs)],
-                "packets": g.ctr.packets, "bytes": g.ctr.bytes,
-            })
-        return out
-
-    def _counters(self) -> dict:
-        queues = {}
-        for port_no, sched in self.schedulers.items():
-            queues[port_no] = [vars(c) for c in sched.counters]
-        return {
-            "time": time.time(),
-            "ports": self._ports_report(),
-            "queues": queues,
-            "kernel_rx_drops": self.kernel_drops,
-            "buffer": self.buffer.snapshot(),
-            "watchdog": {"detected": self.watchdog.detected, "restored": self.watchdog.restored,
-                         "drops": self.watchdog_drops,
-                         "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed())},
-            "pfc": {
-                "pause_rx": {f"{p}:{q}": n for (p, q), n in self.pause_rx.items()},
-                "pfc_tx_frames": self.pfc_tx_frames,
-                "paused_s": {n: s.paused_so_far(time.monotonic())
-                             for n, s in self.schedulers.items()},
-            },
-            "malformed_frames": self.malformed_frames,
-            "pipeline": {"cache_misses": self.pipeline.cache_misses,
-                         "dropped_port_down": self.pipeline.dropped_port_down,
-                         "dropped_ttl": self.pipeline.dropped_ttl},
-            "openflow_malformed": dict(MALFORMED),
         }
 
     # ----- the loop ---------------------------------------------------------
