@@ -63,6 +63,8 @@ class Agent:
                              "rate_bps": cfg.rate_bps},
             "connect": self._connect,
             "post_send": self._post_send,
+            "post_write": self._post_write,
+            "poll_completions": self._poll_completions,
             "stats": self._stats,
             "samples": lambda since=0: [s for s in self.samples if s[0] >= since],
             "set": self._set,
@@ -83,6 +85,21 @@ class Agent:
     def _post_send(self, qpn: int, size_bytes: int, count: int = 1) -> list[int]:
         now = time.monotonic()
         return [self.rnic.post_send(int(qpn), int(size_bytes), now) for _ in range(int(count))]
+
+    def _post_write(self, qpn: int, size_bytes: int, count: int = 1, remote_va: int = 0,
+                    rkey: int = 0) -> list[int]:
+        now = time.monotonic()
+        return [self.rnic.post_write(int(qpn), int(size_bytes), now, int(remote_va), int(rkey))
+                for _ in range(int(count))]
+
+    def _poll_completions(self, qpn: int, max_entries: int = 1024) -> list[dict]:
+        """Completions not polled before, oldest first (like ibv_poll_cq)."""
+        qp = self.rnic.send_qps.get(int(qpn))
+        if qp is None:
+            raise ValueError(f"unknown QP {qpn}")
+        done, qp.completed[:] = qp.completed[:max_entries], qp.completed[max_entries:]
+        return [{"msg_id": m.msg_id, "size_bytes": m.size_bytes,
+                 "latency_s": m.completed_at - m.posted_at} for m in done]
 
     def _stats(self) -> dict:
         now = time.monotonic()

@@ -26,6 +26,11 @@ DEFAULT_MTU_PAYLOAD = 1024          # RoCE path MTU (IB MTU 1024)
 ACK_EVERY = 4                       # request an ACK every N packets (and on a message's last)
 MAX_OUTSTANDING_PACKETS = 512       # go-back-N window
 DATA_PRIO = 3                       # DESIGN.md: DSCP 26 -> priority 3
+_SEND_OPS = {"first": roce.SEND_FIRST, "middle": roce.SEND_MIDDLE, "last": roce.SEND_LAST,
+             "only": roce.SEND_ONLY}
+_WRITE_OPS = {"first": roce.RDMA_WRITE_FIRST, "middle": roce.RDMA_WRITE_MIDDLE,
+              "last": roce.RDMA_WRITE_LAST, "only": roce.RDMA_WRITE_ONLY}
+_MESSAGE_ENDS = (roce.SEND_LAST, roce.SEND_ONLY, roce.RDMA_WRITE_LAST, roce.RDMA_WRITE_ONLY)
 CNP_PRIO = 6
 
 
@@ -106,6 +111,7 @@ class RecvQP:
     out_of_order: int = 0
     duplicates: int = 0
     ce_marked: int = 0
+    messages_received: int = 0
 
 
 class Rnic:
@@ -152,8 +158,17 @@ class Rnic:
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
         self._rr.append(qpn)
 
-    def post_send(self, qpn: int, size_bytes: int, now: float) -> int:
-        """Queue a SEND of `size_bytes` on QP `qpn`; returns the message id."""
+    def post_write(self, qpn: int, size_bytes: int, now: float, remote_va: int = 0,
+                   rkey: int = 0) -> int:
+        """Queue an RDMA WRITE of `size_bytes` to (remote_va, rkey); returns the message id."""
+        return self.post_send(qpn, size_bytes, now, write=(remote_va, rkey))
+
+    def post_send(self, qpn: int, size_bytes: int, now: float,
+                  write: tuple[int, int] | None = None) -> int:
+        """Queue a SEND (or, with `write`=(va, rkey), a WRITE) of `size_bytes` on QP `qpn`.
+
+        Returns the message id that its completion carries.
+        """
         qp = self.send_qps.get(qpn)
         if qp is None:
             raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.send_qps)}")
@@ -162,15 +177,17 @@ class Rnic:
         mtu = self.cfg.mtu_payload
         n = -(-size_bytes // mtu)
         first = qp.end_psn
+        ops = _WRITE_OPS if write else _SEND_OPS
         for i in range(n):
             payload = mtu if i < n - 1 else size_bytes - mtu * (n - 1)
             if n == 1:
-                op = roce.SEND_ONLY
+                op = ops["only"]
             else:
-                op = roce.SEND_FIRST if i == 0 else roce.SEND_LAST if i == n - 1 \
-                    else roce.SEND_MIDDLE
+                op = ops["first"] if i == 0 else ops["last"] if i == n - 1 else ops["middle"]
             ack_req = i == n - 1 or (first + i) % ACK_EVERY == ACK_EVERY - 1
-            qp.sizes[first + i] = (payload, op, ack_req)
+            # RETH (va, rkey, length) rides on a WRITE's first packet (IBA 9.4.3).
+            reth = (write[0], write[1], size_bytes) if write and i == 0 else None
+            qp.sizes[first + i] = (payload, op, ack_req, reth)
         qp.end_psn = first + n
         self._msg_ids += 1
         qp.messages.append(Message(self._msg_ids, size_bytes, first, first + n, now))
@@ -190,8 +207,9 @@ class Rnic:
             if qp.next_psn >= qp.end_psn or qp.next_tx_at > now or \
                     qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
                 continue
-            payload, op, ack_req = qp.sizes[qp.next_psn]
-            frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req)
+            payload, op, ack_req, reth = qp.sizes[qp.next_psn]
+            frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,
+                                  reth=reth)
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
             qp.tx_packets += 1
@@ -311,8 +329,9 @@ class Rnic:
             qp.rx_packets += 1
             qp.rx_bytes += info.payload_len
             self.rx_buffer += size
-            if info.opcode in (roce.SEND_LAST, roce.SEND_ONLY):
+            if info.opcode in _MESSAGE_ENDS:
                 qp.msn += 1
+                qp.messages_received += 1
             if info.ack_req:
                 out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF))
             out += self._rx_pfc(now)
@@ -389,7 +408,8 @@ class Rnic:
             }
         recv = {qpn: {"rx_packets": qp.rx_packets, "rx_bytes": qp.rx_bytes,
                       "out_of_order": qp.out_of_order, "duplicates": qp.duplicates,
-                      "ce_marked": qp.ce_marked, "expected_psn": qp.expected}
+                      "ce_marked": qp.ce_marked, "expected_psn": qp.expected,
+                      "messages_received": qp.messages_received}
                 for qpn, qp in self.recv_qps.items()}
         paused = [total - max(0.0, until - now)
                   for total, until in zip(self.paused_s, self.paused_until)]

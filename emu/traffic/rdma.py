@@ -82,7 +82,18 @@ class RdmaHosts:
         return qpn
 
     def post(self, src: str, qpn: int, size_bytes: int, count: int = 1) -> list[int]:
+        """post_send: `count` SENDs of `size_bytes`; returns their message ids."""
         return self.nics[src].call("post_send", qpn=qpn, size_bytes=size_bytes, count=count)
+
+    def post_write(self, src: str, qpn: int, size_bytes: int, count: int = 1,
+                   remote_va: int = 0, rkey: int = 0) -> list[int]:
+        """RDMA WRITEs (RETH on the first packet of each) to (remote_va, rkey)."""
+        return self.nics[src].call("post_write", qpn=qpn, size_bytes=size_bytes, count=count,
+                                   remote_va=remote_va, rkey=rkey)
+
+    def poll_completions(self, src: str, qpn: int) -> list[dict]:
+        """Completed messages not polled before: msg_id, size_bytes, latency_s."""
+        return self.nics[src].call("poll_completions", qpn=qpn)
 
     def stats(self, host: str) -> dict:
         return self.nics[host].call("stats")

@@ -126,3 +126,23 @@ def test_bad_work_requests_are_named():
         a.post_send(9, 10, 0.0)
     with pytest.raises(ValueError, match="size_bytes=0"):
         a.post_send(1, 0, 0.0)
+
+
+def test_rdma_write_carries_reth_on_its_first_packet_and_completes():
+    a, b = pair(dcqcn=False)
+    a.post_write(1, 3000, 0.0, remote_va=0x1000, rkey=0x42)
+    frames = []
+    now = 0.0
+    while now < 0.05:
+        f = a.next_frame(now)
+        while f is not None:
+            frames.append(roce.parse(f))
+            for reply in b.receive(f, now):
+                a.receive(reply, now)
+            f = a.next_frame(now)
+        now += 1e-4
+    assert [f.opcode for f in frames] == [roce.RDMA_WRITE_FIRST, roce.RDMA_WRITE_MIDDLE,
+                                          roce.RDMA_WRITE_LAST]
+    assert frames[0].reth == (0x1000, 0x42, 3000) and frames[1].reth is None
+    assert b.recv_qps[7].messages_received == 1 and b.recv_qps[7].rx_bytes == 3000
+    assert len(a.send_qps[1].completed) == 1
