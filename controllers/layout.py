@@ -22,6 +22,7 @@ Routing (``controllers/routing.py``), table 0:
     ARP punt                    0xF000    eth_type=0x0806 -> CONTROLLER
     host route                  0x8000    eth_type=0x0800, ipv4_dst=H/32 -> group G
                                           (or set eth_dst + output at H's switch)
+    unknown IPv4 destination    0x0002    eth_type=0x0800 -> CONTROLLER (128 bytes)
     default drop                0x0001    (any) -> no actions
     ==========================  ========  ==========================================
 
@@ -51,6 +52,11 @@ ROUTING_TABLE = 0
 PRIO_PUNT = 0xF000
 #: Per-host IPv4 routes: the middle of the band, leaving room above for adaptive overrides.
 PRIO_HOST_ROUTE = 0x8000
+#: IPv4 that no host route matched: punted (first 128 bytes) so that the
+#: controller learns the sender and looks for the destination. This is how a
+#: restarted controller finds hosts whose ARP caches are still warm.
+PRIO_IPV4_MISS = 0x0002
+IPV4_MISS_MAX_LEN = 128
 #: Explicit drop of everything else (OpenFlow 1.3 table-miss is drop too; the
 #: explicit flow makes the behaviour the same on switches whose miss is "controller").
 PRIO_DEFAULT_DROP = 0x0001

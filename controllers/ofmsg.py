@@ -21,6 +21,7 @@ or priorities (``controllers/layout.py`` does).
 from __future__ import annotations
 
 import logging
+import socket
 import struct
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Tuple
@@ -47,7 +48,7 @@ LLDP_TTL_S = 120
 LLDP_CHASSIS_PREFIX = b"dpid:"
 
 # Action tuples (hashable, diffable); converted to os-ken actions by ``actions()``.
-ACTION_OUTPUT = "output"  # ("output", port_no)
+ACTION_OUTPUT = "output"  # ("output", port_no) or ("output", port_no, max_len)
 ACTION_GROUP = "group"  # ("group", group_id)
 ACTION_SET_FIELD = "set_field"  # ("set_field", field_name, value)
 
@@ -77,7 +78,8 @@ def actions(dp: Datapath, specs: Sequence[Action]) -> list:
     for spec in specs:
         kind = spec[0]
         if kind == ACTION_OUTPUT:
-            out.append(parser.OFPActionOutput(spec[1], ofp.OFPCML_NO_BUFFER))
+            max_len = spec[2] if len(spec) > 2 else ofp.OFPCML_NO_BUFFER
+            out.append(parser.OFPActionOutput(spec[1], max_len))
         elif kind == ACTION_GROUP:
             out.append(parser.OFPActionGroup(spec[1]))
         elif kind == ACTION_SET_FIELD:
@@ -334,6 +336,18 @@ def arp_frame(
 
 
 # --------------------------------------------------------------------------- guarded parsers
+
+
+def parse_ipv4_addrs(data: bytes) -> Optional[Tuple[str, str, str]]:
+    """(eth src, IPv4 src, IPv4 dst) of an untagged IPv4 frame; None if it is not one.
+
+    struct only: os-ken's packet library is never given IPv4 (it hangs on a TCP
+    option of length 0; DESIGN.md).
+    """
+    if len(data) < 34 or data[12:14] != b"\x08\x00" or data[14] >> 4 != 4:
+        return None
+    src_mac = ":".join(f"{b:02x}" for b in data[6:12])
+    return (src_mac, socket.inet_ntoa(data[26:30]), socket.inet_ntoa(data[30:34]))
 
 
 def eth_type(data: bytes) -> Optional[int]:

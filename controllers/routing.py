@@ -317,6 +317,17 @@ class RoutingManager:
             (
                 dpid,
                 ofmsg.flow_add(
+                    dp,
+                    priority=layout.PRIO_IPV4_MISS,
+                    match={"eth_type": ofmsg.ETH_TYPE_IPV4},
+                    action_specs=[(ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER,
+                                   layout.IPV4_MISS_MAX_LEN)],
+                    **common,
+                ),
+            ),
+            (
+                dpid,
+                ofmsg.flow_add(
                     dp, priority=layout.PRIO_DEFAULT_DROP, match={}, action_specs=[], **common
                 ),
             ),
@@ -391,7 +402,23 @@ class RoutingManager:
         if etype == ofmsg.ETH_TYPE_ARP:
             info = ofmsg.parse_arp(data)
             return [] if info is None else self._arp_in(dpid, in_port, info, now)
+        if etype == ofmsg.ETH_TYPE_IPV4:
+            return self._ipv4_miss(dpid, in_port, data, now)
         return []
+
+    def _ipv4_miss(self, dpid: int, in_port: int, data: bytes, now: float) -> Msgs:
+        """IPv4 that no route matched: learn its sender, look for its destination."""
+        addrs = ofmsg.parse_ipv4_addrs(data)
+        if addrs is None or self._is_fabric_port(dpid, in_port):
+            return []
+        src_mac, src_ip, dst_ip = addrs
+        msgs = self._learn_host(Host(src_ip, src_mac, dpid, in_port), now)
+        last = self._flooded_s.get(dst_ip)
+        if dst_ip not in self._hosts and (
+                last is None or now - last >= self.config.arp_flood_holddown_s):
+            self._flooded_s[dst_ip] = now
+            msgs += self._arp_flood(dst_ip, exclude=(dpid, in_port))
+        return msgs
 
     def _lldp_in(self, src: PortKey, dst: PortKey, now: float) -> Msgs:
         if src[0] not in self._switches or src == dst or src[0] == dst[0]:

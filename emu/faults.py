@@ -6,17 +6,21 @@ control. Every injected fault is a timestamped event (`Faults.events`) that
 scenarios put in their report. Unknown nodes and bad values are errors that
 name them.
 
-Faults here: link down/up, stuck NIC (stops draining, sends PAUSE
-continuously), slow receiver (drains at a given rate, so its NIC sends PAUSE),
-PFC watchdog on/off or its action, ECN thresholds changed. A flow put on the
-wrong class is a workload property (e.g. iperf3 with `tos=0x68`, see
-emu/traffic/iperf.py).
+Faults here: link down/up/flap, lossy link, switch kill/restart, controller
+kill/restart, stuck NIC (stops draining, sends PAUSE continuously), slow
+receiver (drains at a given rate, so its NIC sends PAUSE), PFC watchdog on/off
+or its action, ECN thresholds changed. A flow put on the wrong class is a
+workload property (e.g. iperf3 with `tos=0x68`, see emu/traffic/iperf.py).
+Every fault takes `at=` (seconds from the call) to happen later, on a timer
+that the fabric cancels when it stops.
 """
 
 from __future__ import annotations
 
+import heapq
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from emu import fabric as fabric_mod
 from emu import mgmt
@@ -39,8 +43,60 @@ class Faults:
         self.nics = nics
         self.t0 = time.time()
         self.events: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._cond = threading.Condition()
+        self._queue: list = []
+        self._seq = 0
+        self._worker: threading.Thread | None = None
+        self._stopping = False
+
+    def _later(self, at: float | None, action: Callable[[], None]) -> None:
+        """Run `action` now, or `at` seconds from now (errors are kept in .errors).
+
+        Scheduled faults run on one worker thread that lives until `cancel()`:
+        processes it restarts (a switch, the controller) die with the thread that
+        spawned them (PR_SET_PDEATHSIG), so that thread must outlive them.
+        """
+        if not at:
+            action()
+            return
+        if at < 0:
+            raise FaultError(f"at={at}: must be >= 0 seconds from now")
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._queue, (time.monotonic() + at, self._seq, action))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._run, name="emu-faults",
+                                                daemon=True)
+                self._worker.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and (
+                        not self._queue or self._queue[0][0] > time.monotonic()):
+                    wait = self._queue[0][0] - time.monotonic() if self._queue else None
+                    self._cond.wait(wait)
+                if self._stopping:
+                    return
+                _, _, action = heapq.heappop(self._queue)
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - reported, not lost in a thread
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def cancel(self) -> None:
+        """Drop faults not yet fired and wait for one that is firing."""
+        with self._cond:
+            self._stopping = True
+            self._queue.clear()
+            self._cond.notify()
+        if self._worker is not None:
+            self._worker.join(timeout=30)
 
     def _event(self, kind: str, **info: Any) -> None:
+        # Every injected fault is a timestamped event, for reports and telemetry.
         self.events.append({"t": round(time.time() - self.t0, 3), "wall": time.time(),
                             "kind": kind, **info})
 
@@ -62,20 +118,74 @@ class Faults:
 
     # ----- links ------------------------------------------------------------
 
-    def link_down(self, u: str, v: str) -> None:
-        self._link(u, v, up=False)
+    def link_down(self, u: str, v: str, at: float | None = None) -> None:
+        self._check_link(u, v)
+        self._later(at, lambda: self._link(u, v, up=False))
 
-    def link_up(self, u: str, v: str) -> None:
-        self._link(u, v, up=True)
+    def link_up(self, u: str, v: str, at: float | None = None) -> None:
+        self._check_link(u, v)
+        self._later(at, lambda: self._link(u, v, up=True))
 
-    def _link(self, u: str, v: str, up: bool) -> None:
+    def flap(self, u: str, v: str, period_s: float, count: int,
+             at: float | None = None) -> None:
+        """Take u-v down and up `count` times, half a period each, from `at` on."""
+        self._check_link(u, v)
+        if period_s <= 0 or count < 1:
+            raise FaultError(f"flap period_s={period_s}, count={count}: need period > 0, "
+                             "count >= 1")
+        start = at or 0.0
+        for i in range(count):
+            self._later(start + i * period_s + 1e-6, lambda: self._link(u, v, up=False))
+            self._later(start + (i + 0.5) * period_s, lambda: self._link(u, v, up=True))
+        self._event("flap_scheduled", link=f"{u}-{v}", period_s=period_s, count=count)
+
+    def lossy_link(self, u: str, v: str, probability: float, at: float | None = None) -> None:
+        """Each frame crossing u-v (either way) is lost with `probability` (0: healthy)."""
+        self._check_link(u, v)
+        if not 0.0 <= probability <= 1.0:
+            raise FaultError(f"probability={probability}: must be within 0..1")
+
+        def apply() -> None:
+            g = self.fab.graph
+            for node in (u, v):
+                if g.nodes[node]["kind"] == "switch":
+                    self.fab.switch_call(node, "set_port_loss",
+                                         port_no=g.edges[u, v]["ports"][node],
+                                         probability=probability)
+            self._event("lossy_link", link=f"{u}-{v}", probability=probability)
+
+        self._later(at, apply)
+
+    def _check_link(self, u: str, v: str) -> None:
         for node in (u, v):
             if node not in self.fab.graph:
                 raise FaultError(f"unknown node {node!r} in link {u}-{v}")
         if not self.fab.graph.has_edge(u, v):
             raise FaultError(f"no link between {u!r} and {v!r}")
+
+    def _link(self, u: str, v: str, up: bool) -> None:
         self.fab.set_link(u, v, up=up)
         self._event("link_up" if up else "link_down", link=f"{u}-{v}")
+
+    # ----- processes --------------------------------------------------------
+
+    def kill_switch(self, switch: str, at: float | None = None) -> None:
+        self._switches(switch)
+        self._later(at, lambda: (self.fab.kill_switch(switch),
+                                 self._event("switch_killed", switch=switch)))
+
+    def restart_switch(self, switch: str, at: float | None = None) -> None:
+        self._switches(switch)
+        self._later(at, lambda: (self.fab.restart_switch(switch),
+                                 self._event("switch_restarted", switch=switch)))
+
+    def kill_controller(self, at: float | None = None) -> None:
+        self._later(at, lambda: (self.fab.kill_controller(),
+                                 self._event("controller_killed")))
+
+    def restart_controller(self, at: float | None = None) -> None:
+        self._later(at, lambda: (self.fab.restart_controller(),
+                                 self._event("controller_restarted")))
 
     # ----- NICs -------------------------------------------------------------
 

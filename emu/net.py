@@ -98,21 +98,23 @@ class Fabric:
         self.status_path = ""
         self.started_at = 0.0
         self.converged_after_s = None
+        self._faults = None
 
     # ----- lifecycle --------------------------------------------------------
 
     def __enter__(self) -> Fabric:
         try:
-            self.start()
+            self.open()
         except BaseException:
-            self.stop()
+            self.close()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        self.close()
 
-    def start(self) -> None:
+    def open(self) -> None:
+        """Bring the fabric up (what `with Fabric(...)` does on entry)."""
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import Host
@@ -152,9 +154,11 @@ class Fabric:
             sw.wait_ready()
         self.wait_converged()
 
-    def stop(self) -> dict:
+    def close(self) -> dict:
         """Tear everything down; idempotent. Returns what the registry removed."""
         removed: dict = {}
+        if self._faults is not None:
+            self._faults.cancel()  # no scheduled fault may fire into a dying fabric
         if self.run is None:
             return removed
         if self.out_dir and self.net is not None:
@@ -216,14 +220,66 @@ class Fabric:
                  f"the controller to listen on 127.0.0.1:{self.controller_port}",
                  logs=self.run.log_dir)
 
+    def kill_switch(self, name: str) -> None:
+        """Crash a switch process (SIGKILL): its ports stop forwarding until restart."""
+        sw = self.switch(name)
+        if sw.proc is None or sw.proc.poll() is not None:
+            raise FabricError(f"switch {name} is not running")
+        sw.proc.kill()
+        sw.proc.wait()
+        self.run.forget_pid(sw.proc.pid)
+
+    def restart_switch(self, name: str) -> None:
+        """Start a crashed switch again: empty tables until the controller resynchronises it."""
+        sw = self.switch(name)
+        if sw.proc is not None and sw.proc.poll() is None:
+            raise FabricError(f"switch {name} is still running")
+        sw.start([])
+        sw.wait_ready()
+
+    def kill_controller(self) -> None:
+        """Crash the controller (SIGKILL); switches keep forwarding with their flows."""
+        if self.controller is None or self.controller.poll() is not None:
+            raise FabricError("the controller is not running")
+        self.controller.kill()
+        self.controller.wait()
+        self.run.forget_pid(self.controller.pid)
+
+    def start(self, workload: str, **options: Any):
+        """Start a workload in the background; returns a job with `wait()`.
+
+        Workloads: "ping" (src, dst, interval_s, duration_s) -> emu.traffic.ping.PingJob;
+        "iperf" (src, dst, seconds, port, udp, bitrate, tos, ...) -> a job whose `wait()`
+        returns iperf3's JSON.
+        """
+        if workload == "ping":
+            from emu.traffic.ping import PingJob
+
+            return PingJob(self, **options)
+        if workload == "iperf":
+            from emu.traffic import iperf
+
+            return iperf.Job(self, **options)
+        raise FabricError(f"unknown workload {workload!r}; known: ping, iperf")
+
+    @property
+    def faults(self):
+        """The fault API on this fabric (emu.faults.Faults); NIC faults need `nics` set."""
+        if self._faults is None:
+            from emu.faults import Faults
+
+            self._faults = Faults(self)
+        return self._faults
+
     def restart_controller(self) -> None:
         """Stop the controller and start a fresh one on the same port.
 
         Switches keep forwarding with their flows while it is away, reconnect
         on their own, and the new controller resynchronises their tables.
         """
-        stop_child(self.controller, grace_s=5)
-        self.run.forget_pid(self.controller.pid)
+        if self.controller.poll() is None:
+            stop_child(self.controller, grace_s=5)
+            self.run.forget_pid(self.controller.pid)
         try:
             os.unlink(self.status_path)
         except FileNotFoundError:

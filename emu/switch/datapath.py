@@ -22,6 +22,7 @@ import errno
 import json
 import logging
 import os
+import random
 import selectors
 import signal
 import socket
@@ -174,6 +175,10 @@ class Datapath:
         self.wd_ignore_pause: set[tuple[int, int]] = set()
         self.watchdog_drops = 0
         self.telemetry: list[list] = []
+        # A lossy link (fault): per port, the probability that a frame sent is lost.
+        self.port_loss: dict[int, float] = {}
+        self.loss_rng = random.Random(self.dpid)
+        self.lost_frames: dict[int, int] = {}
         self.pfc_tx_frames: dict[int, int] = {}
         self.model = SwitchModel(
             dpid=self.dpid,
@@ -431,6 +436,18 @@ class Datapath:
         if len(self.telemetry) > TELEMETRY_KEEP * max(1, len(self.schedulers)):
             del self.telemetry[:len(self.schedulers) * 100]
 
+    def _set_port_loss(self, port_no: int, probability: float) -> dict:
+        """Lose each frame sent on `port_no` with `probability` (0 turns it off)."""
+        if int(port_no) not in self.ports:
+            raise ValueError(f"unknown port {port_no}; ports: {sorted(self.ports)}")
+        if not 0.0 <= float(probability) <= 1.0:
+            raise ValueError(f"probability={probability}: must be within 0..1")
+        if probability:
+            self.port_loss[int(port_no)] = float(probability)
+        else:
+            self.port_loss.pop(int(port_no), None)
+        return {"port_loss": self.port_loss, "lost_frames": self.lost_frames}
+
     def _set_ecn(self, **changes) -> dict:
         """Change ECN marking (enabled, kmin_bytes, kmax_bytes, pmax); validated."""
         spec = dataclasses.replace(self.buffer.ecn, **changes)
@@ -463,6 +480,12 @@ class Datapath:
                 if item is None:
                     break
                 frame, prio, meta = item
+                loss = self.port_loss.get(port_no)
+                if loss and self.loss_rng.random() < loss:
+                    # On the wire and lost: the frame leaves the buffer but never arrives.
+                    self.lost_frames[port_no] = self.lost_frames.get(port_no, 0) + 1
+                    release(meta[0], prio, port_no, len(frame), meta[1])
+                    continue
                 try:
                     sock.send(frame)
                 except BlockingIOError:
@@ -624,6 +647,7 @@ class Datapath:
             "queues": lambda: reports.queues(self),
             "telemetry": lambda since=0.0: [r for r in self.telemetry if r[0] >= since],
             "set_ecn": self._set_ecn,
+            "set_port_loss": self._set_port_loss,
         }
 
     def _info(self) -> dict:

@@ -64,3 +64,19 @@ def finish(fab: Fabric, client: subprocess.Popen, timeout_s: float = 60.0) -> di
 def _listening(fab: Fabric, host: str, port: int) -> bool:
     res = fab.host_run(host, ["ss", "-Hltn", f"sport = :{port}"], timeout_s=5)
     return bool(res.stdout.strip())
+
+
+class Job:
+    """An iperf3 test in the background (`Fabric.start("iperf", ...)`); `wait()` gives its JSON."""
+
+    def __init__(self, fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201,
+                 **options) -> None:
+        self.fab = fab
+        self.seconds = seconds
+        self.client = start(fab, src, dst, seconds, port, **options)
+        self._doc: dict | None = None
+
+    def wait(self, timeout_s: float | None = None) -> dict:
+        if self._doc is None:
+            self._doc = finish(self.fab, self.client, timeout_s or self.seconds + 30)
+        return self._doc

@@ -42,7 +42,7 @@ def test_sigkilled_run_is_removed_by_emu_clean(no_leaks):
         "from emu import fabric\n"
         "from emu.net import Fabric\n"
         "fab = Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1))\n"
-        "fab.start()\n"
+        "fab.open()\n"
         "fab.popen('h1', ['sleep', '300'])\n"
         "print('ready', flush=True)\n"
         "time.sleep(300)\n"

@@ -429,3 +429,30 @@ def test_lldp_round_trip_and_guard() -> None:
     assert ofmsg.parse_lldp(b"\x00" * 12 + b"\x88\xcc" + b"\x02\x00" * 10) is None
     assert ofmsg.parse_arp(frame) is None
     assert ofmsg.eth_type(b"\x00" * 5) is None
+
+
+def test_ipv4_miss_teaches_the_sender_and_probes_for_the_destination() -> None:
+    """A restarted controller finds hosts whose ARP caches are warm from their IPv4."""
+    from scapy.layers.inet import IP, UDP
+
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    assert mgr.hosts == []
+    h1 = fab.graph.nodes["h1"]
+    frame = bytes(Ether(src=h1["mac"], dst="02:00:00:00:00:99") /
+                  IP(src=h1["ip"], dst="10.0.0.3") / UDP(sport=1, dport=2))
+    dpid, port = fab.host_loc["h1"]
+    fab.sent.clear()
+    fab.deliver(mgr.packet_in(dpid, port, frame, fab.now))
+    # h1 was learned from its packet; h3 answered the probe and was learned too.
+    assert {h.ip for h in mgr.hosts} == {"10.0.0.1", "10.0.0.3"}
+    # An IPv4 frame arriving on a fabric port teaches nothing.
+    spine_port = fab.port[("s1", "l2")]
+    h2 = fab.graph.nodes["h2"]
+    leaked = bytes(Ether(src=h2["mac"]) / IP(src=h2["ip"], dst="10.0.0.4") / UDP())
+    fab.deliver(mgr.packet_in(fab.dpid["s1"], spine_port, leaked, fab.now))
+    assert "10.0.0.2" not in {h.ip for h in mgr.hosts}
+    # Truncated or non-IPv4 bytes are ignored, never parsed further.
+    assert mgr.packet_in(dpid, port, frame[:20], fab.now) == []

@@ -1,0 +1,103 @@
+"""emu's own failure tests, written with its pytest plugin (the `fabric` fixture).
+
+The first test is the README's example, verbatim (a test below checks that
+the README still shows exactly this code).
+"""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+
+import pytest
+
+from emu.faults import FaultError
+
+
+def test_my_job_survives_a_spine_failure(fabric):
+    job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=4)
+    fabric.faults.link_down("spine1", "leaf2", at=1.0)
+    result = job.wait()
+    assert result.received > 0.9 * result.sent
+    assert result.longest_outage_s < 1.0
+
+
+def test_readme_shows_the_example_as_it_runs():
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    assert inspect.getsource(test_my_job_survives_a_spine_failure) in readme
+
+
+def test_flapping_link_never_stops_reachability_for_long(fabric):
+    job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=5)
+    fabric.faults.flap("spine1", "leaf1", period_s=0.6, count=5, at=0.5)
+    result = job.wait()
+    assert result.received > 0.8 * result.sent
+    assert result.longest_outage_s < 1.0
+    downs = [e for e in fabric.faults.events if e["kind"] == "link_down"]
+    assert len(downs) == 5
+
+
+def test_lossy_link_loses_about_what_it_was_told(fabric):
+    # One spine only carries the traffic, so every packet crosses the lossy link.
+    fabric.faults.link_down("spine2", "leaf1")
+    fabric.wait_converged(30)
+    fabric.faults.lossy_link("spine1", "leaf2", probability=0.3)
+    result = fabric.start("ping", src="h1", dst="h4", interval_s=0.01, duration_s=4).wait()
+    # Request and reply each cross the link: 1 - 0.7^2 = 51% of pings lost, give or take.
+    assert 0.35 < result.lost / result.sent < 0.67
+
+
+@pytest.mark.emu_fabric(leaves=2, spines=1, hosts_per_leaf=1)
+def test_switch_crash_and_restart_is_survived(fabric):
+    fabric.faults.kill_switch("spine1")
+    assert fabric.ping("h1", "h2", count=2, timeout_s=0.5)[1] == 0  # the only path is gone
+    fabric.faults.restart_switch("spine1")
+    fabric.wait_converged(30)
+    assert fabric.ping("h1", "h2", count=3, interval_s=0.05) == (3, 3)
+    kinds = [e["kind"] for e in fabric.faults.events]
+    assert kinds == ["switch_killed", "switch_restarted"]
+
+
+def test_controller_away_for_a_while_then_back(fabric):
+    routes_before = routing_flows(fabric)
+    job = fabric.start("ping", src="h1", dst="h4", interval_s=0.05, duration_s=5)
+    fabric.faults.kill_controller(at=0.5)
+    fabric.faults.restart_controller(at=2.5)
+    result = job.wait()
+    replied = set(result.replied)
+    # Switches keep forwarding with their last flows while the controller is away
+    # (0.5 s to 2.5 s: pings 10 to 50)...
+    assert all(seq in replied for seq in range(1, 51))
+    # ...and the returning controller's resync (delete, then reinstall as hosts are
+    # relearned from their traffic) costs at most a short gap.
+    assert result.longest_outage_s <= 0.5
+    fabric.wait_converged(30)
+    # After the restart the tables hold what a fresh controller installs.
+    assert routing_flows(fabric) == routes_before
+
+
+def routing_flows(fab) -> list[str]:
+    """The routing app's flows on every switch, without counters, durations or group ids."""
+    import re
+    import subprocess
+
+    strip = re.compile(r"duration=[^,]*, |n_packets=\d+, n_bytes=\d+, |group:\d+")
+    flows = []
+    for sw in ("leaf1", "leaf2", "spine1", "spine2"):
+        host, port = fab.switch_call(sw, "info")["of_listen"]
+        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
+                              f"tcp:{host}:{port}", "cookie=0x1000000000000000/-1"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+        flows += sorted(f"{sw} {strip.sub('', line)}" for line in out.splitlines()[1:])
+    return flows
+
+
+def test_faults_name_what_is_wrong(fabric):
+    with pytest.raises(FaultError, match="unknown node 'spine9'"):
+        fabric.faults.link_down("spine9", "leaf1")
+    with pytest.raises(FaultError, match="no link between 'leaf1' and 'leaf2'"):
+        fabric.faults.link_down("leaf1", "leaf2")
+    with pytest.raises(FaultError, match="probability=1.5"):
+        fabric.faults.lossy_link("spine1", "leaf1", probability=1.5)
+    with pytest.raises(FaultError, match="unknown switch 'h1'"):
+        fabric.faults.kill_switch("h1")
