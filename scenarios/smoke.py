@@ -26,8 +26,6 @@ Run:  emu run smoke                     (2 spines, 4 leaves, 8 hosts)
 
 from __future__ import annotations
 
-import re
-import subprocess
 import threading
 import time
 
@@ -237,26 +235,18 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
         p["tx_bytes"] for p in fab.switch_call(leaf, "ports")
         if p["port_no"] == graph.edges[leaf, n]["ports"][leaf]))
     interval, duration = 0.02, 4.0
-    count = int(duration / interval)
-    ip = graph.nodes[dst]["ip"]
-    procs = {h: fab.popen(h, ["ping", "-n", "-i", str(interval), "-c", str(count), "-W", "1",
-                              ip], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True) for h in senders}
+    jobs = {h: fab.start("ping", src=h, dst=dst, interval_s=interval, duration_s=duration)
+            for h in senders}
+    count = jobs[senders[0]].count
     t0 = time.monotonic()
     time.sleep(1.0)  # let the pings establish before the cut (a schedule, not a wait)
     wall_down = time.time()
     fab.set_link(leaf, victim, up=False)
     t_down = time.monotonic() - t0
     ctx.event("link_down", link=f"{leaf}-{victim}")
-    outages: dict[str, float] = {}
-    replies: dict[str, list[int]] = {}
-    for h, proc in procs.items():
-        out, _ = proc.communicate(timeout=duration + 10)
-        fab.stop_proc(proc)
-        seqs = sorted(int(m) for m in re.findall(r"icmp_seq=(\d+)", out))
-        missing = _longest_gap(seqs, count)
-        outages[h] = missing * interval
-        replies[h] = seqs
+    results = {h: job.wait() for h, job in jobs.items()}
+    outages = {h: r.longest_outage_s for h, r in results.items()}
+    replies = {h: list(r.replied) for h, r in results.items()}
     status = fab.controller_status()
     seen = [e for e in status.get("events", []) if e.get("kind") == "link_down"
             and e.get("t", 0) >= wall_down - 0.5]
@@ -278,13 +268,3 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
               worst is not None and worst < duration - 1.5,
               f"worst outage {1000 * worst:.0f} ms" if worst is not None else "no data",
               f"< {1000 * (duration - 1.5):.0f} ms")
-
-
-def _longest_gap(seqs: list[int], count: int) -> int:
-    """The longest run of sequence numbers in 1..count with no reply."""
-    got = set(seqs)
-    longest = run = 0
-    for s in range(1, count + 1):
-        run = 0 if s in got else run + 1
-        longest = max(longest, run)
-    return longest
