@@ -81,10 +81,17 @@ class RoutingConfig:
         arp_flood_holddown_s: minimum time between two floods for the same unknown target.
         arp_pending_timeout_s: how long a requester waits for an unknown target.
         max_events: how many recent events the status keeps.
+        flap_threshold, flap_window_s, damp_hold_s: a port that goes down
+            `flap_threshold` times within `flap_window_s` is damped: its link
+            stays out of rotation until it has been stable for `damp_hold_s`
+            (route-flap damping as in RFC 2439, on links instead of routes).
         set_eth_dst: rewrite eth_dst to the host's MAC at the last hop.
     """
 
     lldp_interval_s: float = 1.0
+    flap_threshold: int = 3
+    flap_window_s: float = 10.0
+    damp_hold_s: float = 5.0
     lldp_burst_interval_s: float = 0.1
     lldp_burst_duration_s: float = 2.0
     link_timeout_intervals: int = 3
@@ -176,6 +183,8 @@ class RoutingManager:
         # directed link: (src dpid, src port) -> (dst dpid, dst port); last refresh separately
         self._links: Dict[PortKey, PortKey] = {}
         self._link_seen_s: Dict[PortKey, float] = {}
+        self._flaps: Dict[PortKey, List[float]] = {}
+        self._damped: Dict[PortKey, float] = {}  # port -> out of rotation until
         self._hosts: Dict[str, Host] = {}
         self._pending: Dict[str, List[_Pending]] = {}
         self._flooded_s: Dict[str, float] = {}
@@ -255,6 +264,7 @@ class RoutingManager:
             "topology_version": self.topology_version,
             "installed_version": self.installed_version(),
             "converged": self.converged(),
+            "damped_ports": [[d, p] for (d, p) in sorted(self._damped)],
             "expected": {
                 "switches": self.config.expect_switches,
                 "links": self.config.expect_links,
@@ -374,6 +384,7 @@ class RoutingManager:
             sw.ports[port.port_no] = port.hw_addr
             return [] if was_live else self._lldp_out(dpid, [port.port_no])
         sw.ports.pop(port.port_no, None)
+        self._note_flap((dpid, port.port_no), now)
         changed = False
         for src, dst in list(self._links.items()):
             if (dpid, port.port_no) in (src, dst):
@@ -420,9 +431,34 @@ class RoutingManager:
             msgs += self._arp_flood(dst_ip, exclude=(dpid, in_port))
         return msgs
 
+    def _note_flap(self, key: PortKey, now: float) -> None:
+        """Count a port going down; damp it after too many downs in the window."""
+        cfg = self.config
+        downs = [t for t in self._flaps.get(key, []) if now - t <= cfg.flap_window_s] + [now]
+        self._flaps[key] = downs
+        if len(downs) >= cfg.flap_threshold:
+            if key not in self._damped:
+                self._event(now, "link_damped", dpid=key[0], port=key[1], downs=len(downs))
+                LOG.warning("port %016x:%d flapped %d times in %.0f s: damped", key[0], key[1],
+                            len(downs), cfg.flap_window_s)
+            self._damped[key] = now + cfg.damp_hold_s
+
+    def _is_damped(self, key: PortKey, now: float) -> bool:
+        until = self._damped.get(key)
+        if until is None:
+            return False
+        if now < until:
+            return True
+        del self._damped[key]
+        self._flaps.pop(key, None)
+        self._event(now, "link_undamped", dpid=key[0], port=key[1])
+        return False
+
     def _lldp_in(self, src: PortKey, dst: PortKey, now: float) -> Msgs:
         if src[0] not in self._switches or src == dst or src[0] == dst[0]:
             return []
+        if self._is_damped(src, now) or self._is_damped(dst, now):
+            return []  # a flapping link stays out of rotation until it is stable
         if src[1] not in self._switches[src[0]].ports:
             return []  # stale frame from a port that went down meanwhile
         self._link_seen_s[src] = now

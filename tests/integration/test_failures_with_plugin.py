@@ -35,6 +35,9 @@ def test_flapping_link_never_stops_reachability_for_long(fabric):
     assert result.longest_outage_s < 1.0
     downs = [e for e in fabric.faults.events if e["kind"] == "link_down"]
     assert len(downs) == 5
+    # The controller took the flapping link out of rotation (damping).
+    events = fabric.controller_status()["events"]
+    assert any(e["kind"] == "link_damped" for e in events), [e["kind"] for e in events]
 
 
 def test_lossy_link_loses_about_what_it_was_told(fabric):

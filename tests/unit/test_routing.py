@@ -456,3 +456,28 @@ def test_ipv4_miss_teaches_the_sender_and_probes_for_the_destination() -> None:
     assert "10.0.0.2" not in {h.ip for h in mgr.hosts}
     # Truncated or non-IPv4 bytes are ignored, never parsed further.
     assert mgr.packet_in(dpid, port, frame[:20], fab.now) == []
+
+
+def test_a_flapping_link_is_damped_then_restored_when_stable(leaf_spine_fab: SimFabric) -> None:
+    fab = leaf_spine_fab
+    cfg = fab.mgr.config
+    a = (fab.dpid["l1"], fab.port[("l1", "s1")])
+    down = PortInfo(a[1], "02:00:00:00:00:00", False)
+    up = PortInfo(a[1], "02:00:00:00:00:00", True)
+    for _ in range(cfg.flap_threshold):
+        fab.deliver(fab.mgr.port_status(a[0], down, fab.now))
+        fab.now += 0.2
+        fab.deliver(fab.mgr.port_status(a[0], up, fab.now))
+        fab.now += 0.2
+    kinds = [e["kind"] for e in fab.mgr.status()["events"]]
+    assert "link_damped" in kinds
+    # Up and answering LLDP, but out of rotation: no group at l1 uses the port.
+    fab.settle(ticks=20, step_s=0.1)
+    assert all(a not in (link[:2], link[2:]) for link in fab.mgr.links)
+    assert fab.group_ports("l1", "h3") == frozenset({fab.port[("l1", "s2")]})
+    assert [list(a)] == fab.mgr.status()["damped_ports"]
+    # Stable for the hold time: back in rotation, ECMP over both spines again.
+    fab.settle(ticks=int(cfg.damp_hold_s / 0.1) + 15, step_s=0.1)
+    assert any(a == link[:2] for link in fab.mgr.links)
+    assert fab.group_ports("l1", "h3") == frozenset(fab.port[("l1", s)] for s in ("s1", "s2"))
+    assert "link_undamped" in [e["kind"] for e in fab.mgr.status()["events"]]
