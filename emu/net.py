@@ -221,21 +221,32 @@ class Fabric:
                  logs=self.run.log_dir)
 
     def kill_switch(self, name: str) -> None:
-        """Crash a switch process (SIGKILL): its ports stop forwarding until restart."""
+        """Crash a switch: its process is killed (SIGKILL) and its ports go dark.
+
+        A crashed hardware switch takes its links down with it, so its
+        neighbours see carrier loss and fail over at once.
+        """
         sw = self.switch(name)
         if sw.proc is None or sw.proc.poll() is not None:
             raise FabricError(f"switch {name} is not running")
         sw.proc.kill()
         sw.proc.wait()
         self.run.forget_pid(sw.proc.pid)
+        for intf in self._switch_intfs(name):
+            subprocess.run(["ip", "link", "set", "dev", intf, "down"], check=True)
 
     def restart_switch(self, name: str) -> None:
         """Start a crashed switch again: empty tables until the controller resynchronises it."""
         sw = self.switch(name)
         if sw.proc is not None and sw.proc.poll() is None:
             raise FabricError(f"switch {name} is still running")
+        for intf in self._switch_intfs(name):
+            subprocess.run(["ip", "link", "set", "dev", intf, "up"], check=True)
         sw.start([])
         sw.wait_ready()
+
+    def _switch_intfs(self, name: str) -> list[str]:
+        return [data["intfs"][name] for _, _, data in self.graph.edges(name, data=True)]
 
     def kill_controller(self) -> None:
         """Crash the controller (SIGKILL); switches keep forwarding with their flows."""
@@ -332,6 +343,19 @@ class Fabric:
                               f"logs in {self.run.log_dir}") from None
         self.converged_after_s = time.monotonic() - self.started_at
         return self.converged_after_s
+
+    def wait_routes_installed(self, timeout_s: float = 30.0) -> None:
+        """Wait until the controller's routes for the topology it sees now are acknowledged.
+
+        Unlike `wait_converged`, this does not expect every link of the graph: after
+        a failure that is not repaired, the fabric is settled when routing is.
+        """
+        def settled() -> bool:
+            st = self.controller_status()
+            return bool(st) and st.get("installed_version") == st.get("topology_version")
+
+        wait_for(settled, timeout_s, "the controller to install routes for the current "
+                 "topology", logs=self.run.log_dir)
 
     def announce(self, host: str) -> None:
         """Make `host` send an unsolicited ARP so that the controller learns where it is."""
