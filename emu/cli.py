@@ -154,12 +154,16 @@ def ctl_request(target_kind: str, what: str, extra: list[str]) -> tuple[str, dic
         if len(extra) == 3:
             args["pmax"] = float(extra[2])
         return "set_ecn", args
+    if what == "loss" and target_kind == "switch":
+        if len(extra) != 2:
+            raise ScenarioError("usage: emu ctl SWITCH loss PORT_NO PROBABILITY")
+        return "set_port_loss", {"port_no": int(extra[0]), "probability": float(extra[1])}
     if what == "drain" and target_kind == "host":
         if len(extra) != 1:
             raise ScenarioError("usage: emu ctl HOST drain RATE_BPS")
         return "set", {"drain_rate_bps": float(extra[0])}
     if what not in table or extra:
-        words = sorted(table) + (["ecn"] if target_kind == "switch" else ["drain"])
+        words = sorted(table) + (["ecn", "loss"] if target_kind == "switch" else ["drain"])
         raise ScenarioError(f"emu ctl on a {target_kind}: {what!r} is not one of "
                             f"{', '.join(words)}")
     return table[what]
@@ -222,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_cli)
     s = sub.add_parser("ctl", help="ask a running switch or host NIC, or inject a fault",
                        description="switch: " + ", ".join(sorted(SWITCH_CTL)) + ", ecn KMIN "
-                       "KMAX [PMAX]; host NIC: " + ", ".join(sorted(NIC_CTL)) + ", drain RATE")
+                       "KMAX [PMAX], loss PORT PROB; host NIC: " + ", ".join(sorted(NIC_CTL)) + ", drain RATE")
     s.add_argument("target", help="switch or host name")
     s.add_argument("what")
     s.add_argument("args", nargs="*")

@@ -309,6 +309,14 @@ def test_emu_ctl_asks_a_running_switch(fab):
     res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "9000", "3000"],
                          capture_output=True, text=True, cwd=root, timeout=30)
     assert res.returncode == 2 and "kmin_bytes=9000" in res.stderr
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "1", "0.5"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 0 and '"1": 0.5' in res.stdout
+    subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "1", "0"],
+                   capture_output=True, text=True, cwd=root, timeout=30, check=True)
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "9", "0.5"],
+                         capture_output=True, text=True, cwd=root, timeout=30)
+    assert res.returncode == 2 and "unknown port 9" in res.stderr
     res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "reboot"],
                          capture_output=True, text=True, cwd=root, timeout=30)
     assert res.returncode == 2 and "'reboot' is not one of" in res.stderr
