@@ -302,47 +302,20 @@ class RoutingManager:
             (dpid, self._barrier(dpid, self.topology_version)),
         ]
         common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
-        ctrl = [(ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER)]
-        msgs += [
-            (
-                dpid,
-                ofmsg.flow_add(
-                    dp,
-                    priority=layout.PRIO_PUNT,
-                    match={"eth_type": ofmsg.ETH_TYPE_LLDP},
-                    action_specs=ctrl,
-                    **common,
-                ),
-            ),
-            (
-                dpid,
-                ofmsg.flow_add(
-                    dp,
-                    priority=layout.PRIO_PUNT,
-                    match={"eth_type": ofmsg.ETH_TYPE_ARP},
-                    action_specs=ctrl,
-                    **common,
-                ),
-            ),
-            (
-                dpid,
-                ofmsg.flow_add(
-                    dp,
-                    priority=layout.PRIO_IPV4_MISS,
-                    match={"eth_type": ofmsg.ETH_TYPE_IPV4},
-                    action_specs=[(ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER,
-                                   layout.IPV4_MISS_MAX_LEN)],
-                    **common,
-                ),
-            ),
-            (
-                dpid,
-                ofmsg.flow_add(
-                    dp, priority=layout.PRIO_DEFAULT_DROP, match={}, action_specs=[], **common
-                ),
-            ),
-            (dpid, ofmsg.port_desc_request(dp)),
+        to_ctrl = (ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER)
+        # (priority, match, actions) of the flows every switch gets on connect.
+        base_flows = [
+            (layout.PRIO_PUNT, {"eth_type": ofmsg.ETH_TYPE_LLDP}, [to_ctrl]),
+            (layout.PRIO_PUNT, {"eth_type": ofmsg.ETH_TYPE_ARP}, [to_ctrl]),
+            (layout.PRIO_IPV4_MISS, {"eth_type": ofmsg.ETH_TYPE_IPV4},
+             [to_ctrl + (layout.IPV4_MISS_MAX_LEN,)]),
+            (layout.PRIO_DEFAULT_DROP, {}, []),
         ]
+        msgs += [
+            (dpid, ofmsg.flow_add(dp, priority=prio, match=match, action_specs=acts, **common))
+            for prio, match, acts in base_flows
+        ]
+        msgs.append((dpid, ofmsg.port_desc_request(dp)))
         msgs += self._lldp_out(dpid, sorted(sw.ports))
         sw.next_lldp_s = now + self.config.lldp_burst_interval_s
         self._event(now, "switch_enter", dpid=dpid)

@@ -38,14 +38,14 @@ def test_failed_run_leaves_nothing(no_leaks):
 
 def test_sigkilled_run_is_removed_by_emu_clean(no_leaks):
     script = (
-        "import sys, time\n"
+        "import signal\n"
         "from emu import fabric\n"
         "from emu.net import Fabric\n"
         "fab = Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1))\n"
         "fab.open()\n"
         "fab.popen('h1', ['sleep', '300'])\n"
         "print('ready', flush=True)\n"
-        "time.sleep(300)\n"
+        "signal.pause()  # until the test kills this process\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             cwd=ROOT)

@@ -3,7 +3,6 @@
 import os
 import selectors
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -59,7 +58,7 @@ def test_missing_socket_is_a_named_error(tmp_path):
 
 def test_registry_cleans_only_dead_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "REGISTRY_DIR", tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = subprocess.Popen(["sleep", "60"])  # a process to stop
     run = registry.Run.create(log_dir=str(tmp_path / "logs"), label="t")
     run.add_pid(child.pid, "proc sleeper")
     # Alive owner: left alone.
@@ -78,7 +77,7 @@ def test_registry_cleans_only_dead_runs(tmp_path, monkeypatch):
 
 def test_registry_never_signals_a_reused_pid(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "REGISTRY_DIR", tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = subprocess.Popen(["sleep", "60"])  # a process to stop
     try:
         entry = {"pid": child.pid, "start_time": registry.proc_start_time(child.pid) + 1}
         assert registry.stop_pids([entry], grace_s=0.1) == []
