@@ -102,6 +102,15 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig, 0, 0, 0)
 
 
+def stop_on_signals(loop) -> None:
+    """TERM, INT and HUP set `loop.stopping`: an event loop (switch, NIC agent) ends cleanly."""
+    def stop(signum, frame):
+        loop.stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def interface_exists(name: str) -> bool:
     return os.path.exists(f"/sys/class/net/{name}")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import selectors
-import signal
 import socket
 import sys
 import time
@@ -25,7 +24,7 @@ import time
 from emu.host.rnic import NicConfig, Rnic
 from emu.mgmt import MgmtServer
 from emu.proto.roce import ROCEV2_UDP_PORT
-from emu.registry import die_with_parent
+from emu.registry import die_with_parent, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -202,12 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     die_with_parent()
     agent = Agent(args)
-
-    def stop(signum, frame):
-        agent.stopping = True
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, stop)
+    stop_on_signals(agent)
     agent.run()
     return 0
 

@@ -24,7 +24,6 @@ import logging
 import os
 import random
 import selectors
-import signal
 import socket
 import struct
 import sys
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from emu import config
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
-from emu.registry import die_with_parent
+from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import parse, reports
 from emu.switch.buffer import SharedBuffer
 from emu.switch.openflow import OpenFlowSession, SwitchModel
@@ -773,12 +772,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     die_with_parent()
     dp = Datapath(args)
-
-    def stop(signum, frame):
-        dp.stopping = True
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, stop)
+    stop_on_signals(dp)
     log.info("%s: dpid %016x, %d ports, OpenFlow listener %s", dp.name, dp.dpid,
              len(dp.ports), dp.listener.getsockname())
     dp.run()
