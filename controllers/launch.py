@@ -4,7 +4,8 @@ Usage::
 
     python -m controllers.launch --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port PORT \\
         --status-file FILE [--log-file FILE] [--expect-switches N --expect-links N --expect-hosts N] \\
-        [--lldp-interval S] [--verbose] controllers.routing [more apps]
+        [--lldp-interval S] [--flowlet-gap-us US] [--poll-interval S] [--elephant-fraction F] \\
+        [--verbose] controllers.routing|controllers.adaptive [more apps]
 
 It owns the process around the apps: argument checking (bad arguments give a
 one-line message and exit status 2, never a traceback), logging, dying with
@@ -62,6 +63,9 @@ class AppOptions:
     expect_links: Optional[int] = None
     expect_hosts: Optional[int] = None
     lldp_interval_s: float = 1.0
+    flowlet_gap_us: Optional[int] = None
+    poll_interval_s: float = 1.0
+    elephant_fraction: float = 0.1
 
 
 def _emu_opts() -> list:
@@ -71,6 +75,11 @@ def _emu_opts() -> list:
         cfg.IntOpt("expect-links", default=None, help="inter-switch cables emu expects"),
         cfg.IntOpt("expect-hosts", default=None, help="hosts emu expects"),
         cfg.FloatOpt("lldp-interval", default=1.0, help="LLDP period in seconds"),
+        cfg.IntOpt("flowlet-gap-us", default=None,
+                   help="SELECT groups in flowlet mode with this gap (emu extension)"),
+        cfg.FloatOpt("poll-interval", default=1.0, help="adaptive: statistics period (s)"),
+        cfg.FloatOpt("elephant-fraction", default=0.1,
+                     help="adaptive: elephant above this fraction of the NIC rate (Hedera)"),
     ]
 
 
@@ -89,6 +98,9 @@ def app_options() -> AppOptions:
             expect_links=conf.expect_links,
             expect_hosts=conf.expect_hosts,
             lldp_interval_s=conf.lldp_interval,
+            flowlet_gap_us=conf.flowlet_gap_us,
+            poll_interval_s=conf.poll_interval,
+            elephant_fraction=conf.elephant_fraction,
         )
     except (oslo_cfg.Error, AttributeError):
         return AppOptions()
@@ -123,6 +135,20 @@ def _interval(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"fraction {text!r} must be between 0 and 1")
+    return value
+
+
+def _gap_us(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 2**32:
+        raise argparse.ArgumentTypeError(f"gap {text!r} must be 1..4294967295 microseconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m controllers.launch", description="Run emu's os-ken controller apps."
@@ -135,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect-links", type=_count)
     p.add_argument("--expect-hosts", type=_count)
     p.add_argument("--lldp-interval", type=_interval, default=1.0)
+    p.add_argument("--flowlet-gap-us", type=_gap_us,
+                   help="switch-local adaptive routing: SELECT groups in flowlet mode")
+    p.add_argument("--poll-interval", type=_interval, default=1.0,
+                   help="controllers.adaptive: port and flow statistics period (s)")
+    p.add_argument("--elephant-fraction", type=_fraction, default=0.1,
+                   help="controllers.adaptive: elephant threshold, fraction of the NIC rate")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
     return p
@@ -206,7 +238,11 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
         "--ofp-tcp-listen-port", str(args.ofp_tcp_listen_port),
         "--status-file", os.path.abspath(args.status_file),
         "--lldp-interval", repr(args.lldp_interval),
+        "--poll-interval", repr(args.poll_interval),
+        "--elephant-fraction", repr(args.elephant_fraction),
     ]  # fmt: skip
+    if args.flowlet_gap_us is not None:
+        out += ["--flowlet-gap-us", str(args.flowlet_gap_us)]
     for name in ("expect_switches", "expect_links", "expect_hosts"):
         value = getattr(args, name)
         if value is not None:

@@ -28,6 +28,8 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from os_ken.lib.packet import arp, ethernet, lldp, packet
 
+from emu.proto import ofext
+
 LOG = logging.getLogger(__name__)
 
 ETH_TYPE_IPV4 = 0x0800
@@ -185,7 +187,7 @@ def flow_delete_by_cookie(
 # --------------------------------------------------------------------------- groups
 
 
-def _watched_buckets(dp: Datapath, ports: Sequence[int], weight: int) -> list:
+def _watched_buckets(dp: Datapath, ports: Sequence[int], weights: Sequence[int]) -> list:
     # watch_port = the output port: a switch that tracks bucket liveness skips a
     # dead uplink by itself, before the controller has reacted (OF1.3 5.6.1).
     ofp, parser = dp.ofproto, dp.ofproto_parser
@@ -196,23 +198,29 @@ def _watched_buckets(dp: Datapath, ports: Sequence[int], weight: int) -> list:
             watch_group=ofp.OFPG_ANY,
             actions=[parser.OFPActionOutput(port, 0)],
         )
-        for port in ports
+        for port, weight in zip(ports, weights)
     ]
 
 
-def select_group(dp: Datapath, *, group_id: int, ports: Sequence[int], modify: bool = False) -> Any:
+def select_group(dp: Datapath, *, group_id: int, ports: Sequence[int],
+                 weights: Optional[Sequence[int]] = None, modify: bool = False) -> Any:
     """Build a GroupMod (ADD, or MODIFY when ``modify``) for a SELECT group over ``ports``.
 
-    Every bucket has weight 1, ``watch_port`` = its output port and outputs to it.
-    Ports are emitted in ascending order so equal port sets give equal bytes.
+    Each bucket has ``watch_port`` = its output port and outputs to it; weights
+    pair with the ports in ascending order (default all 1). Ports are emitted in
+    ascending order so equal port sets give equal bytes.
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
+    ports = sorted(ports)
+    weights = [1] * len(ports) if weights is None else list(weights)
+    if len(weights) != len(ports) or min(weights, default=1) < 1:
+        raise ValueError(f"weights {weights} do not fit ports {ports} (one weight >= 1 per port)")
     return parser.OFPGroupMod(
         dp,
         command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
         type_=ofp.OFPGT_SELECT,
         group_id=group_id,
-        buckets=_watched_buckets(dp, sorted(ports), 1),
+        buckets=_watched_buckets(dp, ports, weights),
     )
 
 
@@ -226,7 +234,7 @@ def fast_failover_group(
         command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
         type_=ofp.OFPGT_FF,
         group_id=group_id,
-        buckets=_watched_buckets(dp, list(ports), 0),
+        buckets=_watched_buckets(dp, list(ports), [0] * len(ports)),
     )
 
 
@@ -273,6 +281,33 @@ def barrier(dp: Datapath, *, xid: Optional[int] = None) -> Any:
 def port_desc_request(dp: Datapath) -> Any:
     """Build a PortDesc multipart request (OFPMP_PORT_DESC)."""
     return dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0)
+
+
+def port_stats_request(dp: Datapath) -> Any:
+    """Build a PortStats multipart request for every port (OFPMP_PORT_STATS)."""
+    return dp.ofproto_parser.OFPPortStatsRequest(dp, 0, dp.ofproto.OFPP_ANY)
+
+
+def flow_stats_request(dp: Datapath, *, cookie: int, cookie_mask: int, table_id: int) -> Any:
+    """Build a FlowStats multipart request for one table's flows of one cookie band."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    return parser.OFPFlowStatsRequest(dp, 0, table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                      cookie, cookie_mask, parser.OFPMatch())
+
+
+def set_select_mode(dp: Datapath, *, group_id: Optional[int],
+                    flowlet_gap_us: Optional[int]) -> Any:
+    """Build emu's experimenter message setting a SELECT group's mode (emu/proto/ofext.py).
+
+    Args:
+        group_id: one group, or None for the switch-wide default (OFPG_ALL).
+        flowlet_gap_us: flowlet mode with this gap; None for hash mode (OpenFlow's).
+    """
+    mode = ofext.SELECT_MODE_HASH if flowlet_gap_us is None else ofext.SELECT_MODE_FLOWLET
+    data = ofext.pack_set_select_mode(ofext.OFPG_ALL if group_id is None else group_id,
+                                      mode, flowlet_gap_us or 0)
+    return dp.ofproto_parser.OFPExperimenter(dp, experimenter=ofext.EMU_EXPERIMENTER_ID,
+                                             exp_type=ofext.EXP_SET_SELECT_MODE, data=data)
 
 
 # --------------------------------------------------------------------------- frames

@@ -32,7 +32,19 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import (
+    Any,
+    Deque,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 import networkx as nx
 from os_ken.base import app_manager
@@ -86,6 +98,9 @@ class RoutingConfig:
             stays out of rotation until it has been stable for `damp_hold_s`
             (route-flap damping as in RFC 2439, on links instead of routes).
         set_eth_dst: rewrite eth_dst to the host's MAC at the last hop.
+        flowlet_gap_us: when set, every SELECT group of every switch runs in
+            flowlet mode with this gap (switch-local adaptive routing, set with
+            emu's OpenFlow extension, emu/proto/ofext.py); None keeps hashing.
     """
 
     lldp_interval_s: float = 1.0
@@ -102,6 +117,7 @@ class RoutingConfig:
     arp_pending_timeout_s: float = 5.0
     max_events: int = 200
     set_eth_dst: bool = True
+    flowlet_gap_us: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name in ("lldp_interval_s", "lldp_burst_interval_s", "arp_pending_timeout_s"):
@@ -115,6 +131,8 @@ class RoutingConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name}={value!r}: must be >= 0 or None")
+        if self.flowlet_gap_us is not None and not 0 < self.flowlet_gap_us < 2**32:
+            raise ValueError(f"flowlet_gap_us={self.flowlet_gap_us!r}: must be 1..2^32-1 or None")
 
 
 @dataclass(frozen=True)
@@ -134,6 +152,7 @@ class PortInfo:
     port_no: int
     hw_addr: str
     live: bool
+    speed_bps: int = 0  # PortDesc curr_speed; 0 when the switch does not say
 
 
 # A route at one switch: ("ecmp", frozenset of ports) or ("local", port, mac).
@@ -152,6 +171,8 @@ class _Switch:
         default_factory=dict
     )  # installed: ipv4_dst -> actions
     groups: Dict[int, FrozenSet[int]] = field(default_factory=dict)  # installed: gid -> ports
+    group_weights: Dict[int, Tuple[int, ...]] = field(default_factory=dict)  # gid -> bucket weights
+    speeds: Dict[int, int] = field(default_factory=dict)  # port_no -> bit/s
     gid_by_ports: Dict[FrozenSet[int], int] = field(default_factory=dict)
     next_gid: int = layout.ROUTING_GROUP_BASE
 
@@ -291,6 +312,7 @@ class RoutingManager:
         for p in ports:
             if p.live and p.port_no <= dp.ofproto.OFPP_MAX:
                 sw.ports[p.port_no] = p.hw_addr
+                sw.speeds[p.port_no] = p.speed_bps
         msgs += [
             (
                 dpid,
@@ -299,8 +321,11 @@ class RoutingManager:
                 ),
             ),
             (dpid, ofmsg.group_delete(dp)),
-            (dpid, self._barrier(dpid, self.topology_version)),
         ]
+        if self.config.flowlet_gap_us is not None:
+            msgs.append((dpid, ofmsg.set_select_mode(
+                dp, group_id=None, flowlet_gap_us=self.config.flowlet_gap_us)))
+        msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
         to_ctrl = (ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER)
         # (priority, match, actions) of the flows every switch gets on connect.
@@ -355,6 +380,7 @@ class RoutingManager:
         if port.live and not deleted:
             was_live = port.port_no in sw.ports
             sw.ports[port.port_no] = port.hw_addr
+            sw.speeds[port.port_no] = port.speed_bps
             return [] if was_live else self._lldp_out(dpid, [port.port_no])
         sw.ports.pop(port.port_no, None)
         self._note_flap((dpid, port.port_no), now)
@@ -650,9 +676,13 @@ class RoutingManager:
             if gid is None:
                 gid = sw.gid_by_ports[ports] = sw.next_gid
                 sw.next_gid += 1
-            if gid not in sw.groups:
+            weights = self._bucket_weights(dpid, sorted(ports))
+            if gid not in sw.groups or sw.group_weights.get(gid) != weights:
+                group_adds.append((dpid, ofmsg.select_group(
+                    dp, group_id=gid, ports=sorted(ports), weights=weights,
+                    modify=gid in sw.groups)))
                 sw.groups[gid] = ports
-                group_adds.append((dpid, ofmsg.select_group(dp, group_id=gid, ports=sorted(ports))))
+                sw.group_weights[gid] = weights
         flow_msgs: Msgs = []
         common = dict(
             cookie=layout.ROUTING_COOKIE,
@@ -685,8 +715,20 @@ class RoutingManager:
                 group_dels.append((dpid, ofmsg.group_delete(dp, group_id=gid)))
                 del sw.groups[gid]
                 del sw.gid_by_ports[ports]
-        # Make before break: new groups, then flows, then the groups nothing points to any more.
-        return group_adds + flow_msgs + group_dels
+                sw.group_weights.pop(gid, None)
+        # Make before break: new groups, then flows (routing's, then another app's that
+        # use routing's groups), then the groups nothing points to any more.
+        return group_adds + flow_msgs + self._app_flows(dpid, routes) + group_dels
+
+    # ------------------------------------------------------------------ hooks for apps built on routing
+
+    def _bucket_weights(self, dpid: int, ports: Sequence[int]) -> Tuple[int, ...]:
+        """Weights of a SELECT group's buckets (one per port, ascending): equal in routing."""
+        return (1,) * len(ports)
+
+    def _app_flows(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
+        """Messages of an app built on routing, after routing's flows at ``dpid`` changed."""
+        return []
 
 
 # ---------------------------------------------------------------------------- os-ken shim
@@ -704,7 +746,7 @@ def write_status(path: str, status: Mapping[str, Any]) -> None:
 def _port_info(dp: Any, port: Any) -> PortInfo:
     ofp = dp.ofproto
     live = not (port.state & ofp.OFPPS_LINK_DOWN) and not (port.config & ofp.OFPPC_PORT_DOWN)
-    return PortInfo(port.port_no, port.hw_addr, live)
+    return PortInfo(port.port_no, port.hw_addr, live, int(port.curr_speed) * 1000)
 
 
 class RoutingApp(app_manager.OSKenApp):
@@ -722,6 +764,7 @@ class RoutingApp(app_manager.OSKenApp):
                 expect_switches=opts.expect_switches,
                 expect_links=opts.expect_links,
                 expect_hosts=opts.expect_hosts,
+                flowlet_gap_us=opts.flowlet_gap_us,
             )
         )
         self._status_file = opts.status_file

@@ -67,6 +67,8 @@ class Fabric:
         graph: the topology from `emu.fabric` (single source of truth).
         out_dir: where logs go (default: a fresh /tmp directory named in errors).
         apps: controller applications (module names) to run.
+        controller_args: extra options of ``controllers.launch`` (e.g.
+            ``("--flowlet-gap-us", "10000")``, ``("--poll-interval", "0.5")``).
         seed: base of the per-switch SELECT hash seeds.
         converge_timeout_s: how long to wait for the controller's convergence.
         qos: buffer/PFC/ECN/watchdog settings of every switch, e.g.
@@ -80,10 +82,11 @@ class Fabric:
     def __init__(self, graph: nx.Graph, out_dir: str | None = None,
                  apps: tuple[str, ...] = ("controllers.routing",), seed: int = 0,
                  converge_timeout_s: float | None = None, log_level: str = "INFO",
-                 qos: dict | None = None) -> None:
+                 qos: dict | None = None, controller_args: tuple[str, ...] = ()) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
         self.apps = tuple(apps)
+        self.controller_args = tuple(controller_args)
         self.seed = seed
         self.log_level = log_level
         self.qos = qos or {}
@@ -202,7 +205,7 @@ class Fabric:
                 "--status-file", self.status_path, "--log-file", log_path,
                 "--expect-switches", str(counts["switches"]),
                 "--expect-links", str(counts["switch_links"]),
-                "--expect-hosts", str(counts["hosts"]), *self.apps]
+                "--expect-hosts", str(counts["hosts"]), *self.controller_args, *self.apps]
         with open(log_path + ".out", "ab") as out:
             self.controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                                stdin=subprocess.DEVNULL)

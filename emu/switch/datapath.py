@@ -162,6 +162,7 @@ class Datapath:
         for spec in args.port:
             self._open_port(spec)
         self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports)
+        self.pipeline.flowlets.queue_bytes = self._queued_bytes
         qos = args.qos
         self.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
                                    {n: p.rate_bps for n, p in self.ports.items()})
@@ -279,6 +280,11 @@ class Datapath:
                 self.ports[port_no].counters.rx_dropped += drops
 
     # ----- the per-packet path ----------------------------------------------
+
+    def _queued_bytes(self, port_no: int) -> int:
+        """Bytes waiting on every priority of an egress port (flowlet choice)."""
+        sched = self.schedulers.get(port_no)
+        return sum(sched.depth_bytes) if sched is not None else 0
 
     def _receive(self, port_no: int, now: float) -> None:
         sock = self.port_socks[port_no]

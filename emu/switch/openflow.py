@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
+from emu.proto import ofext
 from emu.switch import ofcodec as codec
 from emu.switch.pipeline import FlowEntry, OFError, PacketIn, Pipeline
 from emu.switch.ports import (
@@ -40,7 +41,7 @@ MALFORMED: collections.Counter = collections.Counter()
 
 _TYPE_NAMES = {v: k for k, v in vars(ofp).items() if k.startswith("OFPT_") and isinstance(v, int)}
 _MODIFYING = {ofp.OFPT_FLOW_MOD, ofp.OFPT_GROUP_MOD, ofp.OFPT_PORT_MOD, ofp.OFPT_PACKET_OUT,
-              ofp.OFPT_TABLE_MOD, ofp.OFPT_METER_MOD}
+              ofp.OFPT_TABLE_MOD, ofp.OFPT_METER_MOD, ofp.OFPT_EXPERIMENTER}
 _PORT_CONFIG_BITS = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN
 _CAPS = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_GROUP_STATS
 
@@ -326,7 +327,22 @@ class OpenFlowSession:
         return [codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port), xid)]
 
     def _experimenter(self, msg: bytes, xid: int) -> list[bytes]:
-        raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER)
+        """emu's one extension: SELECT group mode (emu/proto/ofext.py)."""
+        if len(msg) < 16:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        exp_id, exp_type = struct.unpack_from("!II", msg, 8)
+        if exp_id != ofext.EMU_EXPERIMENTER_ID:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER)
+        if exp_type != ofext.EXP_SET_SELECT_MODE:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXP_TYPE)
+        try:
+            req = ofext.unpack_set_select_mode(msg[16:])
+        except ofext.ExtensionError as exc:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN, str(exc)) from exc
+        pl = self.model.pipeline
+        pl.flowlets.apply(req, pl.groups)
+        pl.invalidate()
+        return []
 
     # ----- multipart ---------------------------------------------------------
 

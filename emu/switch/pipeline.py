@@ -32,6 +32,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
 from emu.switch import parse
+from emu.switch.flowlet import FlowletTable
 from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
     _FIELD_BITS,
     _MAC_FIELDS,
@@ -249,8 +250,8 @@ class Table:
         self.matched = Counter()
 
 
-# Replay program opcodes.
-P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD = range(6)
+# Replay program opcodes (P_FLOWLET: a per-packet bucket choice of a flowlet-mode group).
+P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET = range(7)
 
 
 class Pipeline:
@@ -275,6 +276,7 @@ class Pipeline:
         self.dropped_port_down = 0
         self.dropped_ttl = 0
         self.cache_misses = 0
+        self.flowlets = FlowletTable()
 
     # ----- cache -------------------------------------------------------------
 
@@ -311,10 +313,11 @@ class Pipeline:
             return [(p, frame, q) for p, q in fast], []
         outs: list = []
         pins: list = []
-        self._run(prog, frame, in_port, outs, pins)
+        self._run(prog, frame, in_port, outs, pins, now)
         return outs, pins
 
-    def _run(self, prog: list, frame: bytes, in_port: int, outs: list, pins: list) -> bool:
+    def _run(self, prog: list, frame: bytes, in_port: int, outs: list, pins: list,
+             now: float) -> bool:
         for op in prog:
             code = op[0]
             if code == P_OUT:
@@ -327,7 +330,13 @@ class Pipeline:
                     self.dropped_ttl += 1
                     return False
             elif code == P_SUB:
-                self._run(op[1], frame, in_port, outs, pins)
+                self._run(op[1], frame, in_port, outs, pins, now)
+            elif code == P_FLOWLET:
+                _idx, _port, sub, ctr = self.flowlets.choose(op[1], op[2], op[3], op[4], now)
+                ctr.packets += 1
+                ctr.bytes += len(frame)
+                ctr.used = now
+                self._run(sub, frame, in_port, outs, pins, now)
             elif code == P_CTRL:
                 pins.append(PacketIn(op[1], op[2], op[3], in_port, frame, op[4], op[5]))
             elif code == P_DEAD:
@@ -405,12 +414,31 @@ class Pipeline:
                 if group is None or depth > 16:
                     continue
                 ctrs.append(group.ctr)
+                gap = self.flowlets.gap_of(group.group_id) \
+                    if group.type == ofp.OFPGT_SELECT else None
+                if gap is not None:
+                    self._emit_flowlet(group, gap, st, prog, in_port, entry, depth)
+                    continue
                 for idx in self._buckets(group, st["key"]):
                     ctrs.append(group.bucket_ctrs[idx])
                     sub: list = []
                     sst = dict(st)
                     self._emit(group.compiled[idx].ops, sst, sub, ctrs, in_port, entry, depth + 1)
                     prog.append((P_SUB, sub))
+
+    def _emit_flowlet(self, group: Group, gap: float, st: dict, prog: list, in_port: int,
+                      entry: Optional[FlowEntry], depth: int) -> None:
+        """Compile every live bucket; the bucket is chosen per packet (flowlet.py)."""
+        options = []
+        for idx in self._live_select(group):
+            sub: list = []
+            # Counters inside a bucket (chained groups) are not bumped per packet here:
+            # the bucket's own counter is, when it is chosen.
+            self._emit(group.compiled[idx].ops, dict(st), sub, [], in_port, entry, depth + 1)
+            port = min((p for p in group.compiled[idx].ports if p <= ofp.OFPP_MAX), default=None)
+            options.append((idx, port, sub, group.bucket_ctrs[idx]))
+        if options:
+            prog.append((P_FLOWLET, group.group_id, gap, self.select_hash(st["key"]), options))
 
     def _emit_output(self, port_no: int, max_len: int, st: dict, prog: list, in_port: int,
                      entry: Optional[FlowEntry]) -> None:
@@ -477,6 +505,10 @@ class Pipeline:
         d = hashlib.blake2b(data, digest_size=8, key=self._seed_key).digest()
         return int.from_bytes(d, "big")
 
+    def _live_select(self, group: Group) -> list[int]:
+        return [i for i in range(len(group.buckets))
+                if group.buckets[i].weight > 0 and self._bucket_live(group, i)]
+
     def _buckets(self, group: Group, key: tuple) -> list[int]:
         """Indices of the buckets that a packet with `key` goes through."""
         n = len(group.buckets)
@@ -489,8 +521,7 @@ class Pipeline:
                 if self._bucket_live(group, i):
                     return [i]
             return []
-        live = [(i, group.buckets[i].weight) for i in range(n)
-                if group.buckets[i].weight > 0 and self._bucket_live(group, i)]
+        live = [(i, group.buckets[i].weight) for i in self._live_select(group)]
         if not live:
             return []
         total = sum(w for _, w in live)
@@ -580,6 +611,7 @@ class Pipeline:
         removed: list[FlowEntry] = []
         for g in victims:
             del self.groups[g]
+            self.flowlets.forget_group(g)
             # OF1.3 6.5: deleting a group removes the flows that forward to it.
             removed += self._remove_where(lambda e, g=g: e.uses_group(g), ofp.OFPRR_GROUP_DELETE)
         self.invalidate()
@@ -765,7 +797,7 @@ class Pipeline:
             c.used = now
         outs: list = []
         pins: list = []
-        self._run(prog, frame, in_port, outs, pins)
+        self._run(prog, frame, in_port, outs, pins, now)
         final: list = []
         for port_no, f, q in outs:
             if port_no == ofp.OFPP_TABLE:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from emu.switch.openflow import MALFORMED
 from emu.switch.scheduler import N_PRIORITIES
@@ -80,8 +80,16 @@ def groups(dp: Datapath) -> list:
                          "packets": c.packets, "bytes": c.bytes}
                         for b, c in zip(g.buckets, g.bucket_ctrs)],
             "packets": g.ctr.packets, "bytes": g.ctr.bytes,
+            "mode": _select_mode(dp, g),
         })
     return out
+
+def _select_mode(dp: Datapath, group) -> Optional[dict]:
+    if group.type != 1:
+        return None
+    gap = dp.pipeline.flowlets.gap_of(group.group_id)
+    return {"mode": "hash"} if gap is None else {"mode": "flowlet", "gap_s": gap}
+
 
 def counters(dp: Datapath) -> dict:
     queues = {}
@@ -92,6 +100,7 @@ def counters(dp: Datapath) -> dict:
         "ports": ports(dp),
         "queues": queues,
         "kernel_rx_drops": dp.kernel_drops,
+        "flowlets": dp.pipeline.flowlets.report(),
         "buffer": dp.buffer.snapshot(),
         "watchdog": {"detected": dp.watchdog.detected, "restored": dp.watchdog.restored,
                      "drops": dp.watchdog_drops,
