@@ -26,6 +26,16 @@ Routing (``controllers/routing.py``), table 0:
     default drop                0x0001    (any) -> no actions
     ==========================  ========  ==========================================
 
+Adaptive routing (``controllers/adaptive.py``: routing plus these), table 0,
+cookie ``ADAPTIVE_COOKIE``, groups from ``ADAPTIVE_GROUP_BASE``:
+
+    ==========================  ========  ==========================================
+    elephant hop                0x8200    eth_type=0x0800, ipv4_src=S, ipv4_dst=D
+                                          -> FAST_FAILOVER group (chosen port first)
+    pair monitor (source's      0x8100    eth_type=0x0800, ipv4_src=S, ipv4_dst=D
+    switch only)                          -> the same actions as routing's host route
+    ==========================  ========  ==========================================
+
 Group ids of routing are ``ROUTING_GROUP_BASE + n`` (one SELECT group per
 distinct set of next-hop ports, per switch).  OpenFlow 1.3 groups carry no
 cookie, so a resync deletes groups with ``OFPG_ALL``: an app that shares a
@@ -52,6 +62,10 @@ ROUTING_TABLE = 0
 PRIO_PUNT = 0xF000
 #: Per-host IPv4 routes: the middle of the band, leaving room above for adaptive overrides.
 PRIO_HOST_ROUTE = 0x8000
+#: Adaptive routing: one counting copy of the host route per (source, destination) pair.
+PRIO_PAIR_MONITOR = 0x8100
+#: Adaptive routing: an elephant pinned to its placed path, above its pair monitor.
+PRIO_ELEPHANT = 0x8200
 #: IPv4 that no host route matched: punted (first 128 bytes) so that the
 #: controller learns the sender and looks for the destination. This is how a
 #: restarted controller finds hosts whose ARP caches are still warm.

@@ -758,7 +758,7 @@ class RoutingApp(app_manager.OSKenApp):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         opts = app_options()
-        self._mgr = RoutingManager(
+        self._mgr = self._make_manager(
             RoutingConfig(
                 lldp_interval_s=opts.lldp_interval_s,
                 expect_switches=opts.expect_switches,
@@ -773,6 +773,10 @@ class RoutingApp(app_manager.OSKenApp):
         self._last_status: Optional[str] = None
         self._running = True
         self._write_status()
+
+    def _make_manager(self, config: RoutingConfig) -> RoutingManager:
+        """The manager this shim drives (an app built on routing returns its own)."""
+        return RoutingManager(config)
 
     def start(self) -> Any:
         thread = super().start()

@@ -1,0 +1,513 @@
+"""Congestion-aware routing: Hedera-style elephant placement and SELECT re-weighting on top of routing.
+
+``controllers.adaptive`` runs *instead of* ``controllers.routing`` (it is
+routing plus the following), so that a scenario switches adaptive routing on
+or off by naming one app or the other, and static ECMP, adaptive routing and
+the non-blocking ideal run the same traffic.
+
+What it adds to routing, every ``poll_interval_s``:
+
+* Measurement. At every switch with hosts it installs one *pair monitor* flow
+  per (local source host, remote destination host) that does exactly what
+  routing's host route does, but counts the pair's bytes. It polls those
+  counters (flow stats, its own cookie band) and every port's tx bytes (port
+  stats).
+* Elephants (Hedera, NSDI 2010). A pair sending above ``elephant_fraction``
+  of its NIC rate (10 %) is an elephant. Its *natural* demand -- what it would
+  get if only NICs limited it -- comes from Hedera's demand estimator
+  (``estimate_demands``), since the measured rate of a flow on a congested path
+  says nothing about what it would get elsewhere.
+* Global first fit. Each new elephant goes onto the first shortest path whose
+  every link still has room for its demand (links reserved by elephants
+  already placed); when none has, onto the path whose busiest link is least
+  loaded. The path is installed hop by hop as a FAST_FAILOVER group whose
+  first bucket is the chosen port and whose other buckets are routing's other
+  next hops, so a link failure moves the elephant at once, without a
+  controller round trip. An elephant quiet for ``idle_polls`` polls, or whose
+  path lost a link, is removed and falls back to ECMP.
+* Re-weighting. A SELECT group's bucket weight drops for a port that is hot
+  (tx above ``hot_fraction`` of its rate until it cools below
+  ``cool_fraction``) or that flapped within routing's flap window without
+  being damped yet (damped links are out of rotation in routing already).
+
+All logic is in ``AdaptiveManager`` (pure: events in, ``(dpid, message)``
+out); ``AdaptiveApp`` is the os-ken shim.  Cookie band, priorities and group
+ids come from ``controllers/layout.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+import networkx as nx
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import MAIN_DISPATCHER, set_ev_cls
+
+from controllers import layout, ofmsg
+from controllers.launch import app_options
+from controllers.routing import (
+    Msgs,
+    PortKey,
+    Route,
+    RoutingApp,
+    RoutingConfig,
+    RoutingManager,
+)
+
+Pair = Tuple[str, str]  # (source host IP, destination host IP)
+Hop = Tuple[int, int]  # (dpid, output port)
+
+WEIGHT_NORMAL = 4
+WEIGHT_HOT = 2
+WEIGHT_FLAPPING = 1
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Knobs of the adaptive manager (defaults: Hedera; see DESIGN.md's table).
+
+    Attributes:
+        poll_interval_s: statistics period and scheduling period. Hedera runs
+            every 5 s of hardware time; emu's flows last seconds, so the default
+            is 1 s of real time and scenarios set it.
+        elephant_fraction: a pair above this fraction of its NIC rate is an elephant.
+        idle_polls: an elephant below the threshold for this many polls is unplaced.
+        hot_fraction, cool_fraction: a port is hot above the first and cools
+            below the second (hysteresis keeps groups from being rewritten each poll).
+        reweight: re-weight SELECT groups at all.
+    """
+
+    poll_interval_s: float = 1.0
+    elephant_fraction: float = 0.1
+    idle_polls: int = 2
+    hot_fraction: float = 0.9
+    cool_fraction: float = 0.6
+    reweight: bool = True
+
+    def __post_init__(self) -> None:
+        if self.poll_interval_s <= 0:
+            raise ValueError(f"poll_interval_s={self.poll_interval_s!r}: must be > 0")
+        if not 0 < self.elephant_fraction < 1:
+            raise ValueError(f"elephant_fraction={self.elephant_fraction!r}: must be in (0, 1)")
+        if not 0 < self.cool_fraction < self.hot_fraction:
+            raise ValueError("need 0 < cool_fraction < hot_fraction")
+        if self.idle_polls < 1:
+            raise ValueError(f"idle_polls={self.idle_polls!r}: must be >= 1")
+
+
+@dataclass
+class Placement:
+    """An elephant on its path: the hops that carry it (the last switch routes it locally)."""
+
+    hops: Tuple[Hop, ...]
+    links: Tuple[Tuple[int, int], ...]  # (dpid, dpid) per hop
+    demand: float
+    placed_s: float
+    quiet_polls: int = 0
+
+
+@dataclass
+class _Counters:
+    """Last byte counter readings, to turn counters into rates."""
+
+    readings: Dict[Any, Tuple[int, float]] = field(default_factory=dict)
+    rates_bps: Dict[Any, float] = field(default_factory=dict)
+
+    def update(self, key: Any, value: int, now: float) -> None:
+        old = self.readings.get(key)
+        self.readings[key] = (value, now)
+        if old is None or now <= old[1]:
+            return
+        # A counter that went backwards was reinstalled: count from zero.
+        delta = value - old[0] if value >= old[0] else value
+        self.rates_bps[key] = 8.0 * delta / (now - old[1])
+
+
+def estimate_demands(pairs: Iterable[Pair], max_rounds: int = 100) -> Dict[Pair, float]:
+    """Hedera's demand estimator: each pair's max-min fair share limited only by NICs.
+
+    Demands are fractions of a NIC's rate. Senders split their NIC equally
+    among their unconverged flows; receivers that are oversubscribed cap their
+    flows at an equal share of what the smaller senders leave (Al-Fares et
+    al., NSDI 2010, Fig. 7), until nothing changes.
+    """
+    pairs = sorted(set(pairs))
+    demand = {f: 0.0 for f in pairs}
+    converged = {f: False for f in pairs}
+    by_src: Dict[str, List[Pair]] = collections.defaultdict(list)
+    by_dst: Dict[str, List[Pair]] = collections.defaultdict(list)
+    for f in pairs:
+        by_src[f[0]].append(f)
+        by_dst[f[1]].append(f)
+    for _ in range(max_rounds):
+        before = dict(demand), dict(converged)
+        for flows in by_src.values():
+            done = sum(demand[f] for f in flows if converged[f])
+            open_ = [f for f in flows if not converged[f]]
+            for f in open_:
+                demand[f] = max(0.0, 1.0 - done) / len(open_)
+        for flows in by_dst.values():
+            if sum(demand[f] for f in flows) <= 1.0 + 1e-12:
+                continue
+            limited = set(flows)
+            small = 0.0
+            share = 1.0 / len(flows)
+            while True:
+                shrink = {f for f in limited if demand[f] < share}
+                if not shrink:
+                    break
+                small += sum(demand[f] for f in shrink)
+                limited -= shrink
+                if not limited:
+                    break
+                share = (1.0 - small) / len(limited)
+            for f in limited:
+                demand[f] = share
+                converged[f] = True
+        if (demand, converged) == before:
+            break
+    return demand
+
+
+class AdaptiveManager(RoutingManager):
+    """Routing plus elephant placement and re-weighting; see the module docstring."""
+
+    def __init__(self, config: Optional[RoutingConfig] = None,
+                 adaptive: Optional[AdaptiveConfig] = None) -> None:
+        super().__init__(config)
+        self.adaptive = adaptive or AdaptiveConfig()
+        self.placements: Dict[Pair, Placement] = {}
+        self._pair_bytes = _Counters()  # key (pair, priority)
+        self._port_bytes = _Counters()  # key (dpid, port)
+        self._hot: Set[PortKey] = set()
+        self._flapping: Set[PortKey] = set()
+        self._monitors: Dict[int, Dict[Pair, Tuple[ofmsg.Action, ...]]] = {}
+        self._hop_groups: Dict[int, Dict[Pair, Tuple[int, Tuple[int, ...]]]] = {}
+        self._free_gids: Dict[int, List[int]] = {}
+        self._next_gid: Dict[int, int] = {}
+        self._next_poll_s: Optional[float] = None
+        self._now = 0.0
+        self.placed_total = 0
+        self.unplaced_total = 0
+
+    # ------------------------------------------------------------------ measurement in
+
+    def flow_stats(self, dpid: int, stats: Iterable[Tuple[int, Mapping[str, Any], int]],
+                   now: float) -> Msgs:
+        """Flow stats of our cookie band at ``dpid``: (priority, match fields, byte_count)."""
+        for priority, match, byte_count in stats:
+            src, dst = match.get("ipv4_src"), match.get("ipv4_dst")
+            if src is None or dst is None:
+                continue
+            host = self._hosts.get(src)
+            if host is None or host.dpid != dpid:
+                continue  # only the source's switch counts a pair once
+            self._pair_bytes.update(((src, dst), priority), byte_count, now)
+        return []
+
+    def port_stats(self, dpid: int, stats: Iterable[Tuple[int, int]], now: float) -> Msgs:
+        """Port stats: (port_no, tx_bytes) per port of ``dpid``."""
+        for port_no, tx_bytes in stats:
+            self._port_bytes.update((dpid, port_no), tx_bytes, now)
+        return []
+
+    def pair_rates_bps(self) -> Dict[Pair, float]:
+        rates: Dict[Pair, float] = collections.defaultdict(float)
+        for (pair, _prio), bps in self._pair_bytes.rates_bps.items():
+            rates[pair] += bps
+        return dict(rates)
+
+    # ------------------------------------------------------------------ periodic work
+
+    def tick(self, now: float) -> Msgs:
+        """Routing's timers, plus scheduling and a statistics round every poll interval."""
+        self._now = now
+        msgs = super().tick(now)
+        if self._next_poll_s is None:
+            self._next_poll_s = now + self.adaptive.poll_interval_s
+        if now < self._next_poll_s or not self.converged:
+            return msgs
+        self._next_poll_s = now + self.adaptive.poll_interval_s
+        msgs += self.schedule(now)
+        for dpid in sorted(self._switches):
+            dp = self._switches[dpid].dp
+            msgs.append((dpid, ofmsg.port_stats_request(dp)))
+            if self._monitors.get(dpid):
+                msgs.append((dpid, ofmsg.flow_stats_request(
+                    dp, cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK,
+                    table_id=layout.ROUTING_TABLE)))
+        return msgs
+
+    def schedule(self, now: float) -> Msgs:
+        """One Hedera round on the latest rates: age, estimate, place; then re-weight."""
+        self._now = now
+        rates = self.pair_rates_bps()
+        elephants = {pair for pair, bps in rates.items()
+                     if self._host_rate(pair[0]) and
+                     bps > self.adaptive.elephant_fraction * self._host_rate(pair[0])}
+        changed: Set[int] = set()
+        for pair in list(self.placements):
+            pl = self.placements[pair]
+            pl.quiet_polls = 0 if pair in elephants else pl.quiet_polls + 1
+            if pl.quiet_polls >= self.adaptive.idle_polls:
+                changed |= self._unplace(pair, now, "idle")
+        demands = estimate_demands(elephants | set(self.placements))
+        reserved: Dict[Tuple[int, int], float] = collections.defaultdict(float)
+        for pair, pl in self.placements.items():
+            pl.demand = demands.get(pair, pl.demand)
+            for link in pl.links:
+                reserved[link] += pl.demand
+        new = sorted((p for p in elephants if p not in self.placements),
+                     key=lambda p: (-demands[p], p))
+        for pair in new:
+            path = self._first_fit(pair, demands[pair], reserved)
+            if path is None:
+                continue
+            hops, links = path
+            self.placements[pair] = Placement(hops, links, demands[pair], now)
+            self.placed_total += 1
+            for link in links:
+                reserved[link] += demands[pair]
+            changed |= {dpid for dpid, _ in hops}
+            self._event(now, "elephant_placed", src=pair[0], dst=pair[1],
+                        demand=round(demands[pair], 3), path=[f"{d:x}:{p}" for d, p in hops])
+        msgs: Msgs = []
+        if self.adaptive.reweight and self._update_hot():
+            msgs += self._changed(now)
+        else:
+            routes = self.routes() if changed else {}
+            for dpid in sorted(changed & set(self._switches)):
+                msgs += self._app_flows(dpid, routes.get(dpid, {}))
+        return msgs
+
+    # ------------------------------------------------------------------ placement
+
+    def _host_rate(self, ip: str) -> float:
+        host = self._hosts.get(ip)
+        if host is None or host.dpid not in self._switches:
+            return 0.0
+        return float(self._switches[host.dpid].speeds.get(host.port, 0))
+
+    def _capacity(self, link: Tuple[int, int], nic_bps: float) -> float:
+        """A link's capacity in NIC units (1.0 when the switch reports no speed)."""
+        port = self._port_towards(*link)
+        speed = self._switches[link[0]].speeds.get(port, 0) if port is not None else 0
+        return speed / nic_bps if speed and nic_bps else 1.0
+
+    def _port_towards(self, src: int, dst: int) -> Optional[int]:
+        for (s, sp), (d, _dp) in self._links.items():
+            if s == src and d == dst and not self._is_damped((s, sp), self._now):
+                return sp
+        return None
+
+    def _paths(self, src_dpid: int, dst_dpid: int) -> List[Tuple[Tuple[Hop, ...], Tuple]]:
+        g = nx.DiGraph()
+        for (s, sp), (d, _dp) in self._links.items():
+            if s in self._switches and d in self._switches and not self._is_damped((s, sp),
+                                                                                  self._now):
+                g.add_edge(s, d, port=sp)
+        if src_dpid not in g or dst_dpid not in g or not nx.has_path(g, src_dpid, dst_dpid):
+            return []
+        out = []
+        for nodes in sorted(nx.all_shortest_paths(g, src_dpid, dst_dpid)):
+            links = tuple(zip(nodes, nodes[1:]))
+            hops = tuple((a, g.edges[a, b]["port"]) for a, b in links)
+            out.append((hops, links))
+        return out
+
+    def _first_fit(self, pair: Pair, demand: float,
+                   reserved: Mapping[Tuple[int, int], float]) -> Optional[Tuple]:
+        src, dst = self._hosts.get(pair[0]), self._hosts.get(pair[1])
+        if src is None or dst is None or src.dpid == dst.dpid:
+            return None
+        paths = self._paths(src.dpid, dst.dpid)
+        if not paths:
+            return None
+        nic = self._host_rate(pair[0])
+        for path in paths:
+            if all(reserved.get(link, 0.0) + demand <= self._capacity(link, nic) + 1e-9
+                   for link in path[1]):
+                return path
+        # Nothing has room: the path whose busiest link is least loaded.
+        return min(paths, key=lambda p: max(reserved.get(link, 0.0) / self._capacity(link, nic)
+                                            for link in p[1]))
+
+    def _unplace(self, pair: Pair, now: float, why: str) -> Set[int]:
+        pl = self.placements.pop(pair)
+        self.unplaced_total += 1
+        self._event(now, "elephant_unplaced", src=pair[0], dst=pair[1], why=why)
+        return {dpid for dpid, _ in pl.hops}
+
+    def _changed(self, now: float) -> Msgs:
+        self._now = now
+        # A placement whose path lost a link (or whose link is damped) goes back to ECMP
+        # before routing recomputes, so that the flows sent below are already right.
+        for pair, pl in list(self.placements.items()):
+            if any(self._port_towards(a, b) != port
+                   for (a, port), (_, b) in zip(pl.hops, pl.links)):
+                self._unplace(pair, now, "path_lost")
+        return super()._changed(now)
+
+    # ------------------------------------------------------------------ re-weighting
+
+    def _update_hot(self) -> bool:
+        """Update hot and flapping ports; True when either set changed (weights change)."""
+        flapping = {key for key in self._flaps if self._recently_flapped(key)}
+        flapping_changed = flapping != self._flapping
+        self._flapping = flapping
+        hot = set(self._hot)
+        for key, bps in self._port_bytes.rates_bps.items():
+            sw = self._switches.get(key[0])
+            speed = sw.speeds.get(key[1], 0) if sw is not None else 0
+            if not speed:
+                continue
+            if bps > self.adaptive.hot_fraction * speed:
+                hot.add(key)
+            elif bps < self.adaptive.cool_fraction * speed:
+                hot.discard(key)
+        if hot == self._hot:
+            return flapping_changed
+        self._hot = hot
+        return True
+
+    def _recently_flapped(self, key: PortKey) -> bool:
+        return any(self._now - t <= self.config.flap_window_s for t in self._flaps.get(key, ()))
+
+    def _bucket_weights(self, dpid: int, ports: Sequence[int]) -> Tuple[int, ...]:
+        if not self.adaptive.reweight:
+            return super()._bucket_weights(dpid, ports)
+        weights = []
+        for port in ports:
+            if self._recently_flapped((dpid, port)):
+                weights.append(WEIGHT_FLAPPING)
+            elif (dpid, port) in self._hot:
+                weights.append(WEIGHT_HOT)
+            else:
+                weights.append(WEIGHT_NORMAL)
+        return tuple(weights)
+
+    # ------------------------------------------------------------------ flows
+
+    def switch_enter(self, dp: Any, ports: Iterable[Any], now: float) -> Msgs:
+        """Routing's resync plus our own: delete our cookie band and forget what we installed."""
+        dpid = dp.id
+        self._monitors[dpid] = {}
+        self._hop_groups[dpid] = {}
+        self._free_gids[dpid] = []
+        self._next_gid[dpid] = layout.ADAPTIVE_GROUP_BASE
+        ours = (dpid, ofmsg.flow_delete_by_cookie(
+            dp, cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK))
+        return [ours] + super().switch_enter(dp, ports, now)
+
+    def _app_flows(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
+        """Pair monitors and elephant hops at ``dpid`` (called after routing's flows there)."""
+        sw = self._switches.get(dpid)
+        if sw is None:
+            return []
+        dp = sw.dp
+        msgs: Msgs = []
+        common = dict(cookie=layout.ADAPTIVE_COOKIE, table_id=layout.ROUTING_TABLE)
+        # Pair monitors: routing's action for the destination, counted per source.
+        wanted: Dict[Pair, Tuple[ofmsg.Action, ...]] = {}
+        for src in self._hosts.values():
+            if src.dpid != dpid:
+                continue
+            for dst_ip, acts in sw.flows.items():
+                if dst_ip != src.ip:
+                    wanted[(src.ip, dst_ip)] = acts
+        have = self._monitors.setdefault(dpid, {})
+        for pair in sorted(wanted):
+            if have.get(pair) == wanted[pair]:
+                continue
+            build = ofmsg.flow_add if pair not in have else ofmsg.flow_modify_strict
+            msgs.append((dpid, build(dp, priority=layout.PRIO_PAIR_MONITOR,
+                                     match=_pair_match(pair), action_specs=wanted[pair],
+                                     **common)))
+            have[pair] = wanted[pair]
+        for pair in sorted(set(have) - set(wanted)):
+            msgs.append((dpid, ofmsg.flow_delete_strict(
+                dp, priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **common)))
+            del have[pair]
+        # Elephant hops: FAST_FAILOVER(chosen port, then routing's other next hops).
+        hops: Dict[Pair, Tuple[int, ...]] = {}
+        for pair, pl in self.placements.items():
+            for hop_dpid, port in pl.hops:
+                route = routes.get(pair[1])
+                if hop_dpid != dpid or route is None or route[0] != "ecmp":
+                    continue
+                hops[pair] = (port,) + tuple(sorted(set(route[1]) - {port}))
+        groups = self._hop_groups.setdefault(dpid, {})
+        for pair in sorted(hops):
+            old = groups.get(pair)
+            if old is not None and old[1] == hops[pair]:
+                continue
+            gid = old[0] if old is not None else self._alloc_gid(dpid)
+            msgs.append((dpid, ofmsg.fast_failover_group(dp, group_id=gid, ports=hops[pair],
+                                                         modify=old is not None)))
+            if old is None:
+                msgs.append((dpid, ofmsg.flow_add(
+                    dp, priority=layout.PRIO_ELEPHANT, match=_pair_match(pair),
+                    action_specs=((ofmsg.ACTION_GROUP, gid),), **common)))
+            groups[pair] = (gid, hops[pair])
+        for pair in sorted(set(groups) - set(hops)):
+            gid, _ = groups.pop(pair)
+            msgs.append((dpid, ofmsg.flow_delete_strict(
+                dp, priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **common)))
+            msgs.append((dpid, ofmsg.group_delete(dp, group_id=gid)))
+            self._free_gids[dpid].append(gid)
+        return msgs
+
+    def _alloc_gid(self, dpid: int) -> int:
+        free = self._free_gids.setdefault(dpid, [])
+        if free:
+            return free.pop()
+        gid = self._next_gid.get(dpid, layout.ADAPTIVE_GROUP_BASE)
+        self._next_gid[dpid] = gid + 1
+        return gid
+
+    def status(self) -> Dict[str, Any]:
+        status = super().status()
+        status["adaptive"] = {
+            "placements": {f"{s}->{d}": {"path": [f"{dp:x}:{p}" for dp, p in pl.hops],
+                                         "demand": round(pl.demand, 3)}
+                           for (s, d), pl in sorted(self.placements.items())},
+            "placed_total": self.placed_total,
+            "unplaced_total": self.unplaced_total,
+            "hot_ports": sorted(f"{d:x}:{p}" for d, p in self._hot),
+        }
+        return status
+
+
+def _pair_match(pair: Pair) -> Dict[str, Any]:
+    return {"eth_type": ofmsg.ETH_TYPE_IPV4, "ipv4_src": pair[0], "ipv4_dst": pair[1]}
+
+
+# ---------------------------------------------------------------------------- os-ken shim
+
+
+class AdaptiveApp(RoutingApp):
+    """os-ken shim: routing's handlers plus flow and port statistics replies."""
+
+    def _make_manager(self, routing: RoutingConfig) -> RoutingManager:
+        opts = app_options()
+        return AdaptiveManager(routing, AdaptiveConfig(
+            poll_interval_s=opts.poll_interval_s, elephant_fraction=opts.elephant_fraction))
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def flow_stats_handler(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in ev.msg.body]
+        with self._lock:
+            if self._dps.get(dp.id) is dp:
+                self._apply(self._mgr.flow_stats(dp.id, stats, time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def port_stats_handler(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        stats = [(s.port_no, s.tx_bytes) for s in ev.msg.body]
+        with self._lock:
+            if self._dps.get(dp.id) is dp:
+                self._apply(self._mgr.port_stats(dp.id, stats, time.time()))

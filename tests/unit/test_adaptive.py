@@ -1,0 +1,219 @@
+"""The adaptive controller (controllers/adaptive.py) on emu's own pipelines (no root).
+
+The manager drives a simulated k=4 fat-tree whose switches are real emu
+pipelines (`PipelineFabric`); its statistics requests are answered by those
+pipelines, and "traffic" is frames traced hop by hop through them, so the
+counters the manager reads are the ones the frames bumped.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controllers import layout
+from controllers.adaptive import (
+    WEIGHT_FLAPPING,
+    WEIGHT_HOT,
+    WEIGHT_NORMAL,
+    AdaptiveConfig,
+    AdaptiveManager,
+    estimate_demands,
+)
+from controllers.routing import PortInfo, RoutingConfig, RoutingManager
+
+from .test_openflow import decode
+from .test_routing import _learn_all_hosts, fat_tree
+from .test_routing_on_pipeline import PipelineFabric, hosts_of
+
+NIC_BPS = 16_000  # small, so that a few traced frames make an elephant
+POLL_S = 1.0
+
+
+class StatsFabric(PipelineFabric):
+    """PipelineFabric whose ports report a speed and whose stats replies reach the manager."""
+
+    def ports_of(self, dpid):
+        return [PortInfo(p.port_no, p.hw_addr, p.live, NIC_BPS) for p in super().ports_of(dpid)]
+
+    def deliver(self, msgs):
+        sent_before = len(self.sent)
+        super().deliver(msgs)
+        for dpid, msg in self.sent[sent_before:]:
+            if isinstance(msg, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest)):
+                self._answer(dpid, msg)
+
+    def _answer(self, dpid, msg):
+        for raw in self.sessions[dpid].feed(bytes(msg.buf), self.now):
+            reply = decode(raw)
+            if isinstance(reply, parser.OFPFlowStatsReply):
+                stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in reply.body]
+                super().deliver(self.mgr.flow_stats(dpid, stats, self.now))
+            elif isinstance(reply, parser.OFPPortStatsReply):
+                stats = [(s.port_no, s.tx_bytes) for s in reply.body]
+                super().deliver(self.mgr.port_stats(dpid, stats, self.now))
+
+
+def build(mgr_cls=AdaptiveManager, **adaptive) -> StatsFabric:
+    routing = RoutingConfig(expect_switches=20, expect_links=32, expect_hosts=16)
+    if mgr_cls is AdaptiveManager:
+        mgr = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=POLL_S, **adaptive))
+    else:
+        mgr = mgr_cls(routing)
+    fab = StatsFabric(fat_tree(4), mgr)
+    fab.start()
+    fab.settle()
+    _learn_all_hosts(fab)
+    assert mgr.converged()
+    return fab
+
+
+def stride(fab, n: int) -> list[tuple[str, str]]:
+    hosts = hosts_of(fab)
+    return [(h, hosts[(i + n) % len(hosts)]) for i, h in enumerate(hosts)]
+
+
+def send(fab, pairs, frames: int = 10) -> None:
+    for src, dst in pairs:
+        for _ in range(frames):
+            fab.trace(src, dst, sport=40000)
+
+
+def run_polls(fab, pairs, polls: int) -> None:
+    """Traffic for `polls` poll intervals, the manager ticking through them."""
+    for _ in range(polls):
+        send(fab, pairs)
+        fab.now += POLL_S
+        fab.deliver(fab.mgr.tick(fab.now))
+
+
+def links_used(fab, pairs) -> collections.Counter:
+    used: collections.Counter = collections.Counter()
+    for src, dst in pairs:
+        path = fab.trace(src, dst, sport=40000)
+        used.update(zip(path, path[1:]))
+    return used
+
+
+def test_pair_monitors_count_every_pair_at_its_source_switch() -> None:
+    fab = build()
+    monitors = [e for pl in fab.pipelines.values() for e in pl.tables[0].entries
+                if e.priority == layout.PRIO_PAIR_MONITOR]
+    assert len(monitors) == 16 * 15
+    assert all(e.cookie == layout.ADAPTIVE_COOKIE for e in monitors)
+    # Routing still decides where they go: every pair still reaches its destination.
+    for src, dst in itertools.permutations(hosts_of(fab), 2):
+        fab.trace(src, dst)
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_stride_elephants_get_link_disjoint_paths(n: int) -> None:
+    pairs = stride(fab := build(), n)
+    ecmp = build(RoutingManager)
+    assert max(links_used(ecmp, pairs).values()) >= 2  # hashing collides (seeded per switch)
+    run_polls(fab, pairs, 3)
+    mgr = fab.mgr
+    ips = {h: fab.graph.nodes[h]["ip"] for h in hosts_of(fab)}
+    assert set(mgr.placements) == {(ips[s], ips[d]) for s, d in pairs}
+    assert all(pl.demand == pytest.approx(1.0) for pl in mgr.placements.values())
+    # Through the real pipelines: no link carries two elephants.
+    used = links_used(fab, pairs)
+    assert max(used.values()) == 1, [k for k, v in used.items() if v > 1]
+    assert mgr.status()["adaptive"]["placed_total"] == 16
+
+
+def test_quiet_elephants_go_back_to_ecmp_and_their_groups_go() -> None:
+    fab = build()
+    pairs = stride(fab, 4)
+    run_polls(fab, pairs, 3)
+    assert len(fab.mgr.placements) == 16
+    assert any(gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values()
+               for gid in pl.groups)
+    run_polls(fab, [], 4)
+    assert fab.mgr.placements == {}
+    assert not any(gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values()
+                   for gid in pl.groups)
+    assert not any(e.priority == layout.PRIO_ELEPHANT for pl in fab.pipelines.values()
+                   for e in pl.tables[0].entries)
+
+
+def test_an_elephant_fails_over_in_the_switch_then_is_unplaced() -> None:
+    fab = build()
+    pairs = stride(fab, 8)
+    run_polls(fab, pairs, 3)
+    src, dst = pairs[0]
+    path = fab.trace(src, dst, sport=40000)
+    a, b = path[1], path[2]  # the aggregation -> core link of the elephant
+    # The pipelines alone (no port status to the controller yet): the FF group moves it.
+    for x, y in ((a, b), (b, a)):
+        pl = fab.pipelines[fab.dpid[x]]
+        pl.ports[fab.port[(x, y)]].link_up = False
+        pl.invalidate()
+    moved = fab.trace(src, dst, sport=40000)
+    assert (a, b) not in zip(moved, moved[1:]) and moved[-1] == path[-1]
+    fab.set_link(a, b, up=False)
+    ip_pair = (fab.graph.nodes[src]["ip"], fab.graph.nodes[dst]["ip"])
+    assert ip_pair not in fab.mgr.placements
+    assert any(e["kind"] == "elephant_unplaced" and e["why"] == "path_lost"
+               for e in fab.mgr.status()["events"])
+
+
+def test_hot_and_flapping_ports_lose_weight_in_select_groups() -> None:
+    fab = build()
+    mgr = fab.mgr
+    edge = fab.dpid["e0_0"]
+    up0, up1 = fab.port[("e0_0", "a0_0")], fab.port[("e0_0", "a0_1")]
+
+    def weights():
+        [(gid, ports)] = [(g, p) for g, p in mgr.installed_groups(edge).items()
+                          if p == frozenset({up0, up1})]
+        buckets = fab.pipelines[edge].groups[gid].buckets
+        return {b.watch_port: b.weight for b in buckets}
+
+    assert weights() == {up0: WEIGHT_NORMAL, up1: WEIGHT_NORMAL}
+    t = fab.now
+    mgr.port_stats(edge, [(up0, 0), (up1, 0)], t)
+    mgr.port_stats(edge, [(up0, int(0.95 * NIC_BPS / 8)), (up1, 100)], t + 1)
+    fab.now = t + 1
+    fab.deliver(mgr.schedule(fab.now))
+    assert weights() == {up0: WEIGHT_HOT, up1: WEIGHT_NORMAL}
+    mgr.port_stats(edge, [(up0, int(0.95 * NIC_BPS / 8) + 100), (up1, 200)], t + 2)
+    fab.now = t + 2
+    fab.deliver(mgr.schedule(fab.now))
+    assert weights() == {up0: WEIGHT_NORMAL, up1: WEIGHT_NORMAL}
+    # One flap (below the damping threshold): the port stays in rotation at the lowest weight.
+    fab.set_link("e0_0", "a0_1", up=False)
+    fab.set_link("e0_0", "a0_1", up=True)
+    fab.settle(ticks=5)
+    fab.deliver(mgr.schedule(fab.now))
+    assert weights() == {up0: WEIGHT_NORMAL, up1: WEIGHT_FLAPPING}
+    fab.now += mgr.config.flap_window_s + 1
+    fab.settle(ticks=20, step_s=0.2)
+    fab.deliver(mgr.schedule(fab.now))
+    assert weights() == {up0: WEIGHT_NORMAL, up1: WEIGHT_NORMAL}
+
+
+def test_demand_estimator_follows_hedera() -> None:
+    assert estimate_demands([("a", "x"), ("b", "y")]) == {("a", "x"): 1.0, ("b", "y"): 1.0}
+    d = estimate_demands([("a", "x"), ("a", "y")])
+    assert d[("a", "x")] == pytest.approx(0.5) and d[("a", "y")] == pytest.approx(0.5)
+    d = estimate_demands([("a", "x"), ("b", "x"), ("c", "x")])
+    assert all(v == pytest.approx(1 / 3) for v in d.values())
+    # a splits over x and y; x is shared with b: b gets what a's 0.5 leaves at x.
+    d = estimate_demands([("a", "x"), ("a", "y"), ("b", "x")])
+    assert d == pytest.approx({("a", "x"): 0.5, ("a", "y"): 0.5, ("b", "x"): 0.5})
+    # A small sender leaves the rest of the receiver to the big one.
+    d = estimate_demands([("a", "x"), ("a", "y"), ("a", "z"), ("a", "w"), ("b", "x")])
+    assert d[("a", "x")] == pytest.approx(0.25) and d[("b", "x")] == pytest.approx(0.75)
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="elephant_fraction"):
+        AdaptiveConfig(elephant_fraction=1.5)
+    with pytest.raises(ValueError, match="poll_interval_s"):
+        AdaptiveConfig(poll_interval_s=0)
+    assert ofp.OFPGT_FF == 3  # the elephant hops' group type (layout's table says so)
