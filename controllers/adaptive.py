@@ -360,6 +360,8 @@ class AdaptiveManager(RoutingManager):
         self._flapping = flapping
         hot = set(self._hot)
         for key, bps in self._port_bytes.rates_bps.items():
+            if not self._is_fabric_port(*key):
+                continue  # only ports in SELECT groups have a weight to change
             sw = self._switches.get(key[0])
             speed = sw.speeds.get(key[1], 0) if sw is not None else 0
             if not speed:

@@ -212,6 +212,8 @@ class RoutingManager:
         self._barriers: Dict[Tuple[int, int], int] = {}  # (dpid, xid) -> version
         self._next_xid = BARRIER_XID_BASE
         self._events: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
+        # Damping decisions on their own: a long flap would push them out of `_events`.
+        self._damping: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
         self.topology_version = 0
 
     # ------------------------------------------------------------------ queries
@@ -272,7 +274,8 @@ class RoutingManager:
         version whose messages every connected switch acknowledged with a barrier
         reply), ``converged`` (expected counts met, links counted as cables seen
         in both directions, and installed == topology version), ``expected``
-        (the expected counts, null when not given) and ``events`` (the last
+        (the expected counts, null when not given), ``damped_ports`` and
+        ``damping`` (the last damp/undamp decisions), and ``events`` (the last
         ``max_events`` of ``{"t": unix time, "kind": link_up|link_down|
         host_learned|host_removed|switch_enter|switch_leave, ...}``).
         """
@@ -286,6 +289,7 @@ class RoutingManager:
             "installed_version": self.installed_version(),
             "converged": self.converged(),
             "damped_ports": [[d, p] for (d, p) in sorted(self._damped)],
+            "damping": list(self._damping),
             "expected": {
                 "switches": self.config.expect_switches,
                 "links": self.config.expect_links,
@@ -438,6 +442,8 @@ class RoutingManager:
         if len(downs) >= cfg.flap_threshold:
             if key not in self._damped:
                 self._event(now, "link_damped", dpid=key[0], port=key[1], downs=len(downs))
+                self._damping.append({"t": now, "kind": "damped", "dpid": key[0],
+                                      "port": key[1]})
                 LOG.warning("port %016x:%d flapped %d times in %.0f s: damped", key[0], key[1],
                             len(downs), cfg.flap_window_s)
             self._damped[key] = now + cfg.damp_hold_s
@@ -451,6 +457,7 @@ class RoutingManager:
         del self._damped[key]
         self._flaps.pop(key, None)
         self._event(now, "link_undamped", dpid=key[0], port=key[1])
+        self._damping.append({"t": now, "kind": "undamped", "dpid": key[0], "port": key[1]})
         return False
 
     def _lldp_in(self, src: PortKey, dst: PortKey, now: float) -> Msgs:

@@ -158,12 +158,18 @@ def ctl_request(target_kind: str, what: str, extra: list[str]) -> tuple[str, dic
         if len(extra) != 2:
             raise ScenarioError("usage: emu ctl SWITCH loss PORT_NO PROBABILITY")
         return "set_port_loss", {"port_no": int(extra[0]), "probability": float(extra[1])}
+    if what == "rate" and target_kind == "switch":
+        if len(extra) != 2:
+            raise ScenarioError("usage: emu ctl SWITCH rate PORT_NO RATE_BPS|default")
+        rate = None if extra[1] == "default" else float(extra[1])
+        return "set_port_rate", {"port_no": int(extra[0]), "rate_bps": rate}
     if what == "drain" and target_kind == "host":
         if len(extra) != 1:
             raise ScenarioError("usage: emu ctl HOST drain RATE_BPS")
         return "set", {"drain_rate_bps": float(extra[0])}
     if what not in table or extra:
-        words = sorted(table) + (["ecn", "loss"] if target_kind == "switch" else ["drain"])
+        words = sorted(table) + (["ecn", "loss", "rate"] if target_kind == "switch"
+                                 else ["drain"])
         raise ScenarioError(f"emu ctl on a {target_kind}: {what!r} is not one of "
                             f"{', '.join(words)}")
     return table[what]
@@ -226,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_cli)
     s = sub.add_parser("ctl", help="ask a running switch or host NIC, or inject a fault",
                        description="switch: " + ", ".join(sorted(SWITCH_CTL)) + ", ecn KMIN "
-                       "KMAX [PMAX], loss PORT PROB; host NIC: " + ", ".join(sorted(NIC_CTL)) + ", drain RATE")
+                       "KMAX [PMAX], loss PORT PROB, rate PORT BPS|default; host NIC: " + ", ".join(sorted(NIC_CTL)) + ", drain RATE")
     s.add_argument("target", help="switch or host name")
     s.add_argument("what")
     s.add_argument("args", nargs="*")

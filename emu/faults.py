@@ -187,6 +187,40 @@ class Faults:
         self._later(at, lambda: (self.fab.restart_controller(),
                                  self._event("controller_restarted")))
 
+    # ----- hosts ------------------------------------------------------------
+
+    def slow_host(self, host: str, factor: float, at: float | None = None) -> None:
+        """Host `host` sends and receives `factor` times slower than its link (1: healthy).
+
+        A straggler for kernel traffic: its switch port paces towards it at
+        rate / factor, and a token bucket on its own interface paces what it
+        sends (tc tbf; the qdisc is removed again at factor 1).
+        """
+        g = self.fab.graph
+        if host not in g or g.nodes[host]["kind"] != "host":
+            raise FaultError(f"unknown host {host!r}; hosts: "
+                             f"{', '.join(fabric_mod.hosts(g))}")
+        if not factor >= 1.0:
+            raise FaultError(f"factor={factor}: must be >= 1 (1 = healthy, 4 = four times slower)")
+        [switch] = list(g.neighbors(host))
+        link = g.edges[host, switch]
+        rate_bps = link["rate_bps"] / factor
+
+        def apply() -> None:
+            self.fab.switch_call(switch, "set_port_rate", port_no=link["ports"][switch],
+                                 rate_bps=None if factor == 1.0 else rate_bps)
+            intf = link["intfs"][host]
+            if factor == 1.0:
+                self.fab.host_run(host, ["tc", "qdisc", "del", "dev", intf, "root"])
+            else:
+                # Burst of a few frames and 50 ms of queue: a slower NIC, not a deep buffer.
+                self.fab.host_run(host, ["tc", "qdisc", "replace", "dev", intf, "root", "tbf",
+                                         "rate", f"{int(rate_bps)}bit", "burst", "6000",
+                                         "latency", "50ms"], check=True)
+            self._event("slow_host", host=host, factor=factor, rate_bps=rate_bps)
+
+        self._later(at, apply)
+
     # ----- NICs -------------------------------------------------------------
 
     def stuck_nic(self, host: str, stuck: bool = True) -> None:

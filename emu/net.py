@@ -437,6 +437,16 @@ class Fabric:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)
 
+    def reseed(self, fabric_seed: int) -> None:
+        """Give every switch the SELECT hash seed it would have had with `seed=fabric_seed`.
+
+        Lets one running fabric repeat an experiment over several ECMP hash
+        seeds without being rebuilt.
+        """
+        for name in fabric_mod.switches(self.graph):
+            self.switch_call(name, "set_hash_seed", seed=switch_seed(fabric_seed, name))
+        self.seed = fabric_seed
+
     def set_link(self, u: str, v: str, up: bool) -> None:
         """Take the link u-v down or up at both ends, as a pulled cable would."""
         if not self.graph.has_edge(u, v):
@@ -452,11 +462,16 @@ class Fabric:
         return self.run.log_dir if self.run else ""
 
 
+def switch_seed(fabric_seed: int, name: str) -> int:
+    """The SELECT hash seed of switch `name` in a fabric seeded with `fabric_seed`."""
+    return zlib.crc32(f"{fabric_seed}:{name}".encode())
+
+
 class _SeededSwitch:
     """Mininet calls `switch(name, **params)`; this adds a per-switch hash seed."""
 
     def __new__(cls, switch_cls, name, fabric_seed=0, **params):
-        seed = zlib.crc32(f"{fabric_seed}:{name}".encode())
+        seed = switch_seed(fabric_seed, name)
         return switch_cls(name, seed=seed, **params)
 
 

@@ -5,7 +5,8 @@ fabric (2 spines, 2 leaves, 2 hosts per leaf, the routing controller, emu
 switches), torn down after the test whatever happens, with the fault API at
 `fabric.faults` and workloads from `fabric.start(...)`. Mark a test with
 `@pytest.mark.emu_fabric(...)` to change the fabric (leaf_spine's arguments,
-or topology="fat_tree", k=4) or its switches' QoS (qos={...}).
+or topology="fat_tree", k=4), its switches' QoS (qos={...}) or its controller
+(apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
 
     def test_my_job_survives_a_spine_failure(fabric):
         job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=4)
@@ -29,7 +30,8 @@ DEFAULT_FABRIC = {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "emu_fabric(**kw): the fabric the `fabric` fixture builds "
-        "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...})")
+        "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; apps=(...); "
+        "controller_args=(...))")
 
 
 @pytest.fixture
@@ -46,12 +48,14 @@ def fabric(request, tmp_path):
         options.update(marker.kwargs)
     topology = options.pop("topology", "leaf_spine")
     qos = options.pop("qos", None)
+    controller = {key: tuple(options.pop(key)) for key in ("apps", "controller_args")
+                  if key in options}
     if topology == "fat_tree":
         graph = fabric_mod.fat_tree(**{k: v for k, v in options.items()
                                        if k not in DEFAULT_FABRIC})
     else:
         graph = fabric_mod.leaf_spine(**options)
-    with Fabric(graph, out_dir=str(tmp_path / "emu"), qos=qos) as fab:
+    with Fabric(graph, out_dir=str(tmp_path / "emu"), qos=qos, **controller) as fab:
         yield fab
         errors = list(fab.faults.errors)
     if errors:

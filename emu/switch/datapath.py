@@ -441,6 +441,23 @@ class Datapath:
         if len(self.telemetry) > TELEMETRY_KEEP * max(1, len(self.schedulers)):
             del self.telemetry[:len(self.schedulers) * 100]
 
+    def _set_port_rate(self, port_no: int, rate_bps: float | None = None) -> dict:
+        """Pace `port_no`'s egress at `rate_bps` (None: the port's own rate again)."""
+        if int(port_no) not in self.ports:
+            raise ValueError(f"unknown port {port_no}; ports: {sorted(self.ports)}")
+        rate = self.ports[int(port_no)].rate_bps if rate_bps is None else float(rate_bps)
+        if not rate > 0:
+            raise ValueError(f"rate_bps={rate_bps}: must be > 0")
+        self.schedulers[int(port_no)].set_rate(rate)
+        return {"port_no": int(port_no), "rate_bps": rate}
+
+    def _set_hash_seed(self, seed: int) -> dict:
+        """A new SELECT hash seed: the same fabric, hashing as another run would."""
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ValueError(f"seed={seed!r}: must be an integer in 0..2^64-1")
+        self.pipeline.set_seed(seed)
+        return {"seed": seed}
+
     def _set_port_loss(self, port_no: int, probability: float) -> dict:
         """Lose each frame sent on `port_no` with `probability` (0 turns it off)."""
         if int(port_no) not in self.ports:
@@ -653,6 +670,8 @@ class Datapath:
             "telemetry": lambda since=0.0: [r for r in self.telemetry if r[0] >= since],
             "set_ecn": self._set_ecn,
             "set_port_loss": self._set_port_loss,
+            "set_hash_seed": self._set_hash_seed,
+            "set_port_rate": self._set_port_rate,
         }
 
     def _info(self) -> dict:

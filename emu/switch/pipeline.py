@@ -266,8 +266,7 @@ class Pipeline:
     def __init__(self, n_tables: int = 8, seed: int = 0,
                  ports: Optional[dict[int, PortState]] = None) -> None:
         self.n_tables = n_tables
-        self.seed = seed
-        self._seed_key = struct.pack("!Q", seed & 0xFFFFFFFFFFFFFFFF)
+        self.set_seed(seed)
         self.ports: dict[int, PortState] = ports if ports is not None else {}
         self.tables = [Table(i) for i in range(n_tables)]
         self.groups: dict[int, Group] = {}
@@ -277,6 +276,12 @@ class Pipeline:
         self.dropped_ttl = 0
         self.cache_misses = 0
         self.flowlets = FlowletTable()
+
+    def set_seed(self, seed: int) -> None:
+        """Change the SELECT hash seed (another run of the same fabric hashes anew)."""
+        self.seed = seed
+        self._seed_key = struct.pack("!Q", seed & 0xFFFFFFFFFFFFFFFF)
+        self._cache = {}
 
     # ----- cache -------------------------------------------------------------
 

@@ -62,14 +62,20 @@ class PortScheduler:
     paused_s: list = field(default_factory=lambda: [0.0] * N_PRIORITIES)
 
     def __post_init__(self) -> None:
-        if self.rate_bps <= 0:
-            raise ValueError(f"rate_bps must be positive, got {self.rate_bps}")
+        self._burst_floor_s = self.burst_s
+        self.set_rate(self.rate_bps)
+        self.pending = 0
+
+    def set_rate(self, rate_bps: float) -> None:
+        """Pace at `rate_bps` from now on (a degraded link, a slow host's port)."""
+        if rate_bps <= 0:
+            raise ValueError(f"rate_bps must be positive, got {rate_bps}")
+        self.rate_bps = rate_bps
         self.s_per_byte = 8.0 / self.rate_bps
         # The Python event loop may spend a millisecond between two transmit
         # passes (a receive batch, an OpenFlow burst); the clock may lag that
         # much so that the time is not lost, at the price of that burst.
-        self.burst_s = max(self.burst_s, 2 * 1514 * self.s_per_byte, MIN_BURST_S)
-        self.pending = 0
+        self.burst_s = max(self._burst_floor_s, 2 * 1514 * self.s_per_byte, MIN_BURST_S)
 
     def enqueue(self, frame: bytes, prio: int, meta=None) -> bool:
         """Queue a frame (and its `meta`) on priority `prio`; False when tail-dropped."""

@@ -24,20 +24,55 @@ def run(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **opt
     return finish(fab, start(fab, src, dst, seconds, port, **options), timeout_s=seconds + 30)
 
 
-def start(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, parallel: int = 1,
-          udp: bool = False, bitrate: str | None = None, tos: int | None = None,
-          length: int | None = None) -> subprocess.Popen:
+def start(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options
+          ) -> subprocess.Popen:
     """Start server and client; the client runs in the background until `finish`."""
-    server = fab.popen(dst, ["iperf3", "-s", "-1", "-p", str(port)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    [client] = start_many(fab, [(src, dst)], seconds, first_port=port, **options)
+    return client
+
+
+def start_many(fab: Fabric, flows: list[tuple[str, str]], seconds: float, first_port: int = 5201,
+               parallel: int = 1, udp: bool = False, bitrate: str | None = None,
+               tos: int | None = None, length: int | None = None,
+               omit_s: float | None = None) -> list[subprocess.Popen]:
+    """Start one iperf3 test per (src, dst), all servers first, then all clients together.
+
+    Flows that start together share the fabric for the same window (a pattern
+    of simultaneous flows, as in Hedera's experiments). `omit_s` leaves the
+    first seconds (slow start, routing reacting) out of iperf3's totals.
+    Finish each with `finish`.
+    """
+    servers = []
+    clients: list[subprocess.Popen] = []
     try:
-        wait_for(lambda: _listening(fab, dst, port), SERVER_READY_TIMEOUT_S,
-                 f"iperf3 server on {dst}:{port}", interval_s=0.05)
+        for i, (_src, dst) in enumerate(flows):
+            servers.append(fab.popen(dst, ["iperf3", "-s", "-1", "-p", str(first_port + i)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for i, (_src, dst) in enumerate(flows):
+            wait_for(lambda dst=dst, i=i: _listening(fab, dst, first_port + i),
+                     SERVER_READY_TIMEOUT_S, f"iperf3 server on {dst}:{first_port + i}",
+                     interval_s=0.05)
+        for i, (src, dst) in enumerate(flows):
+            argv = _client_argv(fab, dst, first_port + i, seconds, parallel, udp, bitrate, tos,
+                                length, omit_s)
+            client = fab.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
+            client.server = servers[i]
+            clients.append(client)
     except BaseException:
-        fab.stop_proc(server)
+        for proc in clients + servers:
+            fab.stop_proc(proc)
         raise
+    return clients
+
+
+def _client_argv(fab: Fabric, dst: str, port: int, seconds: float, parallel: int, udp: bool,
+                 bitrate: str | None, tos: int | None, length: int | None,
+                 omit_s: float | None) -> list[str]:
     argv = ["iperf3", "-c", fab.graph.nodes[dst]["ip"], "-p", str(port), "-t", str(seconds),
             "-P", str(parallel), "-J", "--connect-timeout", "3000"]
+    if omit_s:
+        argv += ["-O", str(omit_s)]
     if udp:
         argv.append("-u")
     if bitrate:
@@ -46,9 +81,7 @@ def start(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, par
         argv += ["--tos", str(tos)]
     if length:
         argv += ["-l", str(length)]
-    client = fab.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    client.server = server
-    return client
+    return argv
 
 
 def finish(fab: Fabric, client: subprocess.Popen, timeout_s: float = 60.0) -> dict:

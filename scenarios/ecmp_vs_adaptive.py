@@ -1,0 +1,326 @@
+"""ecmp-vs-adaptive: Hedera's traffic patterns on a k=4 fat-tree, static ECMP vs adaptive routing.
+
+Every host sends one long TCP flow (iperf3) at the same time; the pattern says
+to whom (Al-Fares et al., "Hedera", NSDI 2010, section 6.1):
+
+- stride(i): host x sends to host (x + i) mod 16. On a k=4 fat-tree stride 1
+  stays mostly on an edge switch, stride 2 inside a pod, strides 4 and 8
+  cross the core, where hash collisions cost the most.
+- random: a random permutation (every host sends to one and receives from one).
+- staggered(P_edge, P_pod): to a host on the same edge switch with P_edge,
+  in the same pod with P_pod, elsewhere otherwise.
+
+Each pattern runs over `seeds` ECMP hash seeds (random and staggered also draw
+a new matrix per seed) under each routing mode, on one fabric per mode:
+
+- ecmp: controllers.routing, SELECT groups hashing the 5-tuple.
+- adaptive: controllers.adaptive, Hedera's elephant detection, demand
+  estimation and global first fit, polling every `poll_interval_s`.
+- flowlet: controllers.routing with switch-local flowlet groups (emu's
+  OpenFlow extension): a new flowlet goes to the shortest egress queue.
+- the non-blocking ideal: the same hosts on one switch (normalisation).
+
+Throughput is iperf3's received rate over the window after `omit_s`,
+summed over the flows and divided by the non-blocking run of the same
+receiver fan-in. The report also prints the flow-level expectation for ECMP
+(random paths, max-min fair rates), which the measured ECMP should match.
+
+Run:  emu run ecmp-vs-adaptive [--set patterns=stride4,stride8 --set seeds=5]
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import networkx as nx  # noqa: E402
+
+from emu import fabric as fabric_mod  # noqa: E402
+from emu.net import Fabric, wait_for  # noqa: E402
+from emu.proto import ofext  # noqa: E402
+from emu.scenario import Context, Param, ScenarioError, fabric_params  # noqa: E402
+from emu.traffic import iperf  # noqa: E402
+
+DESCRIPTION = "Hedera's stride/random/staggered patterns on a k=4 fat-tree: ECMP vs adaptive"
+PATTERNS = ("stride1", "stride2", "stride4", "stride8", "random", "staggered")
+MODES = ("ecmp", "adaptive", "flowlet")
+FIRST_PORT = 5600
+ACCEPT_STRIDES = ("stride4", "stride8")
+
+PARAMS = {
+    **fabric_params(topology="fat_tree", rate_mbps=4.0),
+    "patterns": Param(",".join(PATTERNS), f"comma list of {', '.join(PATTERNS)}"),
+    "modes": Param(",".join(MODES), f"comma list of {', '.join(MODES)}"),
+    "seeds": Param(5, "hash seeds (and random draws) per pattern", min=1, max=20),
+    "duration_s": Param(6.5, "length of each iperf3 run", min=3.0, max=120.0),
+    "omit_s": Param(2.5, "first seconds left out of the throughput (routing reacts)",
+                    min=0.0, max=60.0),
+    "poll_interval_s": Param(0.5, "adaptive controller's statistics period", min=0.1, max=10.0),
+    "modelled_gbps": Param(1.0, "modelled NIC speed: scales the 100 us flowlet gap",
+                           min=0.01, max=800.0),
+    "p_edge": Param(0.2, "staggered: probability of a same-edge destination", min=0.0, max=1.0),
+    "p_pod": Param(0.3, "staggered: probability of a same-pod destination", min=0.0, max=1.0),
+    "alpha_lossy": Param(1 / 16, "lossy egress threshold factor of the shared buffer: TCP "
+                         "queues of tens of frames, not a second's worth", min=0.001, max=64.0),
+    "min_gain": Param(1.5, "the adaptive/ECMP throughput ratio stride4 and stride8 must reach",
+                      min=1.0, max=3.0),
+    "model_samples": Param(2000, "draws for the flow-level ECMP expectation", min=100,
+                           max=100000),
+}
+
+
+def validate(params: dict) -> None:
+    if params["topology"] != "fat_tree":
+        raise ScenarioError("ecmp-vs-adaptive needs topology=fat_tree (Hedera's patterns are "
+                            "defined on a fat-tree)")
+    for key, known in (("patterns", PATTERNS), ("modes", MODES)):
+        chosen = [x for x in params[key].split(",") if x]
+        if not chosen or any(x not in known for x in chosen):
+            raise ScenarioError(f"parameter {key}={params[key]!r}: a comma list of "
+                                f"{', '.join(known)}")
+    if params["omit_s"] + 1.0 > params["duration_s"]:
+        raise ScenarioError(f"parameter duration_s={params['duration_s']}: must exceed "
+                            f"omit_s + 1 s")
+    if params["p_edge"] + params["p_pod"] > 1.0:
+        raise ScenarioError("parameters p_edge + p_pod must not exceed 1")
+
+
+# ----- traffic matrices ---------------------------------------------------------------
+
+
+def traffic(graph: nx.Graph, pattern: str, rng: random.Random, p_edge: float = 0.2,
+            p_pod: float = 0.3) -> list[tuple[str, str]]:
+    """One (src, dst) per host for `pattern`; hosts in fat-tree order (pod, edge, host)."""
+    hosts = fabric_mod.hosts(graph)
+    n = len(hosts)
+    if pattern.startswith("stride"):
+        step = int(pattern[len("stride"):])
+        return [(h, hosts[(i + step) % n]) for i, h in enumerate(hosts)]
+    if pattern == "random":
+        while True:  # a random derangement: nobody sends to itself
+            perm = hosts[:]
+            rng.shuffle(perm)
+            if all(a != b for a, b in zip(hosts, perm)):
+                return list(zip(hosts, perm))
+    flows = []
+    for h in hosts:
+        node = graph.nodes[h]
+        same_edge = [x for x in hosts if x != h and graph.nodes[x]["leaf"] == node["leaf"]]
+        same_pod = [x for x in hosts if graph.nodes[x]["pod"] == node["pod"]
+                    and graph.nodes[x]["leaf"] != node["leaf"]]
+        other = [x for x in hosts if graph.nodes[x]["pod"] != node["pod"]]
+        r = rng.random()
+        group = same_edge if r < p_edge else same_pod if r < p_edge + p_pod else other
+        flows.append((h, rng.choice(group or other)))
+    return flows
+
+
+def fan_in(flows: list[tuple[str, str]]) -> tuple[int, ...]:
+    """Receivers' in-degrees, sorted: all a non-blocking switch's throughput depends on."""
+    counts: dict[str, int] = {}
+    for _s, d in flows:
+        counts[d] = counts.get(d, 0) + 1
+    return tuple(sorted(counts.values()))
+
+
+# ----- the flow-level model -------------------------------------------------------------
+
+
+def max_min_rates(paths: list[list[tuple]], capacity: float = 1.0) -> list[float]:
+    """Max-min fair rates of flows over links (progressive filling); all links `capacity`."""
+    rates = [0.0] * len(paths)
+    active = set(range(len(paths)))
+    left: dict[tuple, float] = {}
+    users: dict[tuple, set] = {}
+    for i, path in enumerate(paths):
+        for link in path:
+            left.setdefault(link, capacity)
+            users.setdefault(link, set()).add(i)
+    while active:
+        share = min(left[link] / len(users[link] & active)
+                    for link in users if users[link] & active)
+        for i in active:
+            rates[i] += share
+        for link in users:
+            left[link] -= share * len(users[link] & active)
+        full = {link for link in users if users[link] & active and left[link] <= 1e-9}
+        frozen = {i for link in full for i in users[link] & active}
+        active -= frozen
+    return rates
+
+
+def ecmp_expectation(graph: nx.Graph, draw, samples: int, rng: random.Random) -> float:
+    """Mean over `samples` of max-min throughput with uniformly random shortest paths,
+    normalised to the non-blocking throughput of the same matrix."""
+    g = nx.Graph(graph)
+    cache: dict[tuple, list] = {}
+    total = 0.0
+    for _ in range(samples):
+        flows = draw()
+        paths = []
+        for s, d in flows:
+            if (s, d) not in cache:
+                cache[(s, d)] = list(nx.all_shortest_paths(g, s, d))
+            nodes = rng.choice(cache[(s, d)])
+            paths.append(list(zip(nodes, nodes[1:])))
+        fabric = sum(max_min_rates(paths))
+        ideal = sum(max_min_rates([[(s, "sw"), ("sw", d)] for s, d in flows]))
+        total += fabric / ideal
+    return total / samples
+
+
+# ----- running ----------------------------------------------------------------------------
+
+
+def run(ctx: Context) -> None:
+    p = ctx.params
+    patterns = [x for x in p["patterns"].split(",") if x]
+    modes = [x for x in p["modes"].split(",") if x]
+    rate_bps = int(p["rate_mbps"] * 1e6)
+    graph = fabric_mod.fat_tree(k=p["k"], rate_bps=rate_bps)
+    rng = random.Random(p["seed"])
+    matrices = {pat: [traffic(graph, pat, rng, p["p_edge"], p["p_pod"])
+                      for _ in range(p["seeds"])] for pat in patterns}
+    seeds = [p["seed"] + i for i in range(p["seeds"])]
+
+    measured: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
+    for mode in modes:
+        ctx.log(f"ecmp-vs-adaptive: {mode} on a k={p['k']} fat-tree")
+        with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], qos=_qos(p),
+                    **_mode_options(mode, p, rate_bps)) as fab:
+            for pat in patterns:
+                for seed, flows in zip(seeds, matrices[pat]):
+                    fab.reseed(seed)
+                    bps = measure(fab, flows, p)
+                    measured[mode].setdefault(pat, []).append(bps)
+                    ctx.log(f"  {mode} {pat} seed {seed}: {bps / 1e6:.1f} Mbit/s")
+                    if mode == "adaptive":
+                        _wait_unplaced(fab)
+            if mode == "adaptive":
+                ctx.metrics["adaptive_status"] = fab.controller_status().get("adaptive", {})
+
+    ideal_graph = fabric_mod.single_switch(hosts=len(fabric_mod.hosts(graph)), rate_bps=rate_bps)
+    rename = dict(zip(fabric_mod.hosts(graph), fabric_mod.hosts(ideal_graph)))
+    ideal: dict[tuple, float] = {}
+    ctx.log("ecmp-vs-adaptive: the non-blocking switch")
+    with Fabric(ideal_graph, out_dir=str(ctx.out_dir / "nonblocking"), qos=_qos(p)) as fab:
+        for pat in patterns:
+            for flows in matrices[pat]:
+                key = fan_in(flows)
+                if key not in ideal:
+                    ideal[key] = measure(fab, [(rename[s], rename[d]) for s, d in flows], p)
+                    ctx.log(f"  non-blocking fan-in {key[-3:]}: {ideal[key] / 1e6:.1f} Mbit/s")
+
+    norm = {m: {pat: [bps / ideal[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
+                for pat in patterns} for m in modes}
+    model_rng = random.Random(p["seed"] + 1)
+    expect = {}
+    if "random" in patterns:
+        expect["random"] = ecmp_expectation(
+            graph, lambda: traffic(graph, "random", model_rng), p["model_samples"], model_rng)
+    report(ctx, patterns, modes, norm, measured, ideal, matrices, expect)
+
+
+def _qos(p: dict) -> dict:
+    # With the default (1/2) one congested port may hold a third of a second of
+    # traffic: ACKs queued behind it stretch some flows' RTT to seconds and
+    # starve them, whatever the routing.
+    return {"buffer": {"alpha_lossy": p["alpha_lossy"]}}
+
+
+def _mode_options(mode: str, p: dict, rate_bps: int) -> dict:
+    if mode == "adaptive":
+        return {"apps": ("controllers.adaptive",),
+                "controller_args": ("--poll-interval", str(p["poll_interval_s"]))}
+    if mode == "flowlet":
+        gap = ofext.gap_us_for(rate_bps, p["modelled_gbps"])
+        return {"controller_args": ("--flowlet-gap-us", str(gap))}
+    return {}
+
+
+def measure(fab: Fabric, flows: list[tuple[str, str]], p: dict) -> float:
+    """Sum of the flows' received bit/s after `omit_s` (iperf3 -O)."""
+    clients = iperf.start_many(fab, flows, p["duration_s"], first_port=FIRST_PORT,
+                               omit_s=p["omit_s"])
+    docs = [iperf.finish(fab, c, timeout_s=p["duration_s"] + 30) for c in clients]
+    bad = [f"{s}->{d}: {doc.get('error')}" for (s, d), doc in zip(flows, docs) if "error" in doc]
+    if bad:
+        raise RuntimeError("iperf3 failed: " + "; ".join(bad))
+    return sum(doc["end"]["sum_received"]["bits_per_second"] for doc in docs)
+
+
+def _wait_unplaced(fab: Fabric) -> None:
+    """Adaptive: the next run starts from ECMP, as the first did (placements age out)."""
+    wait_for(lambda: not fab.controller_status().get("adaptive", {}).get("placements"),
+             10.0, "the adaptive controller to release the last run's elephants", interval_s=0.1)
+
+
+def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expect) -> None:
+    p = ctx.params
+    means = {m: {pat: statistics.mean(norm[m][pat]) for pat in patterns} for m in modes}
+    rows = []
+    for pat in patterns:
+        row = [pat]
+        for m in modes:
+            vals = norm[m][pat]
+            row.append(f"{means[m][pat]:.2f} ({min(vals):.2f}-{max(vals):.2f})")
+        if "ecmp" in modes and "adaptive" in modes:
+            row.append(f"{means['adaptive'][pat] / means['ecmp'][pat]:.2f}x")
+        rows.append(row)
+    cols = ["pattern"] + [f"{m} (min-max)" for m in modes]
+    if "ecmp" in modes and "adaptive" in modes:
+        cols.append("adaptive / ecmp")
+    ctx.table(f"throughput normalised to a non-blocking switch, mean of {p['seeds']} seeds "
+              f"({len(fabric_mod.hosts(fabric_mod.fat_tree(k=p['k'])))} flows at "
+              f"{p['rate_mbps']:g} Mbit/s)", cols, rows)
+    ctx.metrics.update({
+        "normalised": norm, "mean_normalised": means,
+        "aggregate_bps": measured, "nonblocking_bps": {str(k): v for k, v in ideal.items()},
+        "ecmp_model": expect,
+        "matrices": {pat: [[f"{s}->{d}" for s, d in f] for f in fs] for pat, fs in
+                     matrices.items()},
+    })
+    if "ecmp" in modes and "adaptive" in modes:
+        for pat in ACCEPT_STRIDES:
+            if pat not in patterns:
+                continue
+            gain = means["adaptive"][pat] / means["ecmp"][pat]
+            ctx.check(f"{pat}: adaptive at least {p['min_gain']:g}x ECMP",
+                      gain >= p["min_gain"], f"{gain:.2f}x", f">= {p['min_gain']:.2f}x")
+            ctx.check(f"{pat}: adaptive at least 0.8 of non-blocking",
+                      means["adaptive"][pat] >= 0.8, f"{means['adaptive'][pat]:.2f}", ">= 0.80")
+    if "ecmp" in modes and "random" in expect:
+        got, want = means["ecmp"]["random"], expect["random"]
+        ctx.check("random permutations: ECMP matches the flow-level expectation",
+                  abs(got - want) <= 0.1, f"{got:.2f}", f"{want:.2f} +- 0.10")
+    plot(ctx, patterns, modes, norm, expect)
+
+
+def plot(ctx: Context, patterns, modes, norm, expect) -> None:
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(modes)
+    for i, m in enumerate(modes):
+        xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(patterns))]
+        ys = [statistics.mean(norm[m][pat]) for pat in patterns]
+        errs = [[y - min(norm[m][pat]) for y, pat in zip(ys, patterns)],
+                [max(norm[m][pat]) - y for y, pat in zip(ys, patterns)]]
+        ax.bar(xs, ys, width, yerr=errs, capsize=3, label=m)
+    if "random" in expect:
+        j = patterns.index("random")
+        ax.hlines(expect["random"], j - 0.45, j + 0.45, colors="k", linestyles="dashed",
+                  label="ECMP flow-level model")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(patterns)), patterns)
+    ax.set_ylabel("throughput / non-blocking")
+    ax.set_ylim(0, 1.15)
+    ax.set_title("ecmp-vs-adaptive: k=4 fat-tree, one TCP flow per host")
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    path = ctx.out_dir / "ecmp-vs-adaptive.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    ctx.plots.append(path.name)

@@ -1,0 +1,184 @@
+"""link-flap: a spine link flapping every few hundred milliseconds under load, static vs adaptive.
+
+      spine1 ~~~~~~~ spine2          leaf1-spine1 goes down and up every
+       |  \\          /  |             `period_s` for `flap_s` seconds while
+      leaf1   leaf2   leaf3   leaf4  every host sends TCP to a host two
+      h1 h2   h3 h4   h5 h6   h7 h8  leaves away and pings one on every leaf
+
+A link that flaps makes ECMP reshuffle flows on every transition and makes
+the controller recompute on every port status. Routing damps it (RFC 2439 on
+links): three downs within 10 s take the link out of rotation until it has
+been stable for 5 s. The adaptive controller (controllers.adaptive)
+additionally gives a port that flapped the lowest SELECT weight before it is
+damped and moves its elephants off at once.
+
+The report prints, per mode: when the link was damped, how many route
+recomputations the controller made, the TCP throughput before, during and
+after the flapping, the longest ping outage of any pair, and whether any
+switch or the controller died. Checks: damped, no flow stuck (every TCP flow
+keeps moving bytes through the flapping and after it), everything alive.
+
+Run:  emu run link-flap [--set modes=static,adaptive --set flap_s=30]
+"""
+
+from __future__ import annotations
+
+import time
+
+from emu import fabric as fabric_mod
+from emu.net import Fabric
+from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.telemetry import Panel, save_panels
+from emu.traffic import iperf
+
+DESCRIPTION = "a spine link flapping under TCP load: damping, stuck flows, survival"
+MODES = {"static": "controllers.routing", "adaptive": "controllers.adaptive"}
+FLAPPING_LINK = ("leaf1", "spine1")
+FIRST_PORT = 5700
+
+PARAMS = {
+    **fabric_params(rate_mbps=10.0),
+    "modes": Param("static,adaptive", "comma list of static, adaptive"),
+    "period_s": Param(0.3, "flap period (down half, up half)", min=0.05, max=10.0),
+    "flap_s": Param(30.0, "how long the link flaps", min=1.0, max=600.0),
+    "start_s": Param(3.0, "when the flapping starts", min=1.0, max=60.0),
+    "after_s": Param(9.0, "how long traffic runs after the flapping", min=2.0, max=120.0),
+    "ping_interval_s": Param(0.05, "probe interval between leaves", min=0.01, max=1.0),
+    "stuck_s": Param(3.0, "a flow with no bytes for this long counts as stuck", min=1.0,
+                     max=60.0),
+}
+
+
+def validate(params: dict) -> None:
+    modes = [m for m in params["modes"].split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        raise ScenarioError(f"parameter modes={params['modes']!r}: a comma list of "
+                            f"{', '.join(MODES)}")
+    if params["topology"] != "leaf_spine" or params["spines"] < 2 or params["leaves"] < 3:
+        raise ScenarioError("link-flap needs topology=leaf_spine with spines >= 2 and "
+                            "leaves >= 3 (traffic must have a path around the flapping link)")
+
+
+def tcp_flows(graph) -> list[tuple[str, str]]:
+    """Every host to the host two leaves on (so half the flows cross leaf1's uplinks)."""
+    hosts = fabric_mod.hosts(graph)
+    per_leaf = len(hosts) // len({graph.nodes[h]["leaf"] for h in hosts})
+    return [(h, hosts[(i + 2 * per_leaf) % len(hosts)]) for i, h in enumerate(hosts)]
+
+
+def probes(graph) -> list[tuple[str, str]]:
+    """From the first host of leaf1 to the first host of every other leaf, and back."""
+    firsts: dict[str, str] = {}
+    for h in fabric_mod.hosts(graph):
+        firsts.setdefault(graph.nodes[h]["leaf"], h)
+    src = firsts["leaf1"]
+    return [(src, d) for leaf, d in firsts.items() if leaf != "leaf1"] + \
+           [(d, src) for leaf, d in firsts.items() if leaf != "leaf1"]
+
+
+def run(ctx: Context) -> None:
+    p = ctx.params
+    graph = build_fabric_graph(p)
+    results = {}
+    for mode in [m for m in p["modes"].split(",") if m]:
+        ctx.log(f"link-flap: {mode}")
+        results[mode] = run_mode(ctx, graph, mode)
+    ctx.metrics["modes"] = {m: {k: v for k, v in r.items() if k != "timeline"}
+                            for m, r in results.items()}
+    rows = []
+    for mode, r in results.items():
+        rows.append([mode, "-" if r["damped_after_s"] is None else f"{r['damped_after_s']:.2f}",
+                     r["flaps"], r["recomputations"], f"{r['before_mbps']:.1f}",
+                     f"{r['during_mbps']:.1f}", f"{r['after_mbps']:.1f}",
+                     f"{r['worst_outage_s'] * 1000:.0f}", r["stuck_flows"],
+                     ", ".join(r["dead"]) or "none"])
+    ctx.table(f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} flapping every {p['period_s']:g} s for "
+              f"{p['flap_s']:g} s under {len(tcp_flows(graph))} TCP flows",
+              ["mode", "damped after (s)", "downs", "route recomputations",
+               "TCP before (Mbit/s)", "during", "after", "worst ping outage (ms)",
+               "stuck flows", "died"], rows)
+    for mode, r in results.items():
+        ctx.check(f"{mode}: the flapping link is damped", r["damped_after_s"] is not None,
+                  r["damped_after_s"], "a link_damped event")
+        ctx.check(f"{mode}: no flow stuck", r["stuck_flows"] == 0, r["stuck_flows"],
+                  f"0 flows silent for >= {p['stuck_s']:g} s")
+        ctx.check(f"{mode}: no switch or controller died", not r["dead"],
+                  ", ".join(r["dead"]) or "none", "none")
+        ctx.check(f"{mode}: every probe pair reachable at the end", r["unreachable_after"] == 0,
+                  r["unreachable_after"], "0 pairs")
+    panels = [Panel("aggregate TCP throughput", "time (s)", "Mbit/s",
+                    lines={m: r["timeline"] for m, r in results.items()},
+                    vline=p["start_s"], vline_label="flapping starts")]
+    path = save_panels(ctx.out_dir / "link-flap.png", panels, title="link-flap")
+    ctx.plots.append(path.name)
+
+
+def run_mode(ctx: Context, graph, mode: str) -> dict:
+    p = ctx.params
+    duration = p["start_s"] + p["flap_s"] + p["after_s"]
+    flows = tcp_flows(graph)
+    with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"],
+                apps=(MODES[mode],)) as fab:
+        clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT)
+        t0 = time.time()
+        pings = {pair: fab.start("ping", src=pair[0], dst=pair[1],
+                                 interval_s=p["ping_interval_s"], duration_s=duration - 0.5)
+                 for pair in probes(graph)}
+        count = max(1, int(round(p["flap_s"] / p["period_s"])))
+        fab.faults.flap(*FLAPPING_LINK, period_s=p["period_s"], count=count,
+                        at=p["start_s"] - (time.time() - t0))
+        docs = [iperf.finish(fab, c, timeout_s=duration + 30) for c in clients]
+        ping_results = {pair: job.wait() for pair, job in pings.items()}
+        if fab.faults.errors:
+            raise RuntimeError(f"fault injection failed: {'; '.join(fab.faults.errors)}")
+        dead = [name for name in fabric_mod.switches(graph)
+                if fab.switch(name).proc is None or fab.switch(name).proc.poll() is not None]
+        if fab.controller is None or fab.controller.poll() is not None:
+            dead.append("controller")
+        status = fab.controller_status() if "controller" not in dead else {}
+        fab.wait_routes_installed()
+        unreachable = sum(1 for s, d in probes(graph)
+                          if fab.ping(s, d, count=2, interval_s=0.05, timeout_s=1.0)[1] == 0)
+        ctx.events.extend(dict(e, kind=f"{mode}: {e['kind']}") for e in fab.faults.events
+                          if e["kind"] != "link_up" and e["kind"] != "link_down")
+    return summarise(p, t0, docs, ping_results, status, dead, unreachable,
+                     sum(1 for e in fab.faults.events if e["kind"] == "link_down"))
+
+
+def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, dead: list,
+              unreachable: int, downs: int) -> dict:
+    bad = [doc.get("error") for doc in docs if "error" in doc]
+    if bad:
+        raise RuntimeError(f"iperf3 failed: {bad}")
+    per_flow = [[iv["sum"]["bits_per_second"] for iv in doc["intervals"]] for doc in docs]
+    n = min(len(f) for f in per_flow)
+    total = [sum(f[i] for f in per_flow) / 1e6 for i in range(n)]
+    start, end = p["start_s"], p["start_s"] + p["flap_s"]
+
+    def mean_over(lo: float, hi: float) -> float:
+        vals = [total[i] for i in range(n) if lo <= i and i + 1 <= hi]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    # A flow is stuck if, once the link is flapping, it moves no bytes for stuck_s in a row.
+    window = max(1, int(round(p["stuck_s"])))
+    stuck = sum(1 for f in per_flow
+                if any(all(x == 0 for x in f[i:i + window])
+                       for i in range(int(start), len(f) - window + 1)))
+    damping = status.get("damping", [])
+    damped = [e["t"] - t0 - start for e in damping if e["kind"] == "damped"]
+    return {
+        "damped_after_s": min(damped) if damped else None,
+        "undamped": sum(1 for e in damping if e["kind"] == "undamped"),
+        "flaps": downs,
+        # Every topology change is one recomputation and one round of flow mods.
+        "recomputations": status.get("topology_version"),
+        "before_mbps": mean_over(1, start),
+        "during_mbps": mean_over(start + 1, end),
+        "after_mbps": mean_over(end + 6, n),
+        "worst_outage_s": max(r.longest_outage_s for r in pings.values()),
+        "stuck_flows": stuck,
+        "dead": dead,
+        "unreachable_after": unreachable,
+        "adaptive": status.get("adaptive"),
+        "timeline": (list(range(1, n + 1)), total),
+    }
