@@ -433,6 +433,11 @@ class Fabric:
                 return int(parts[0].split()[0]), int(parts[1].split()[0])
         return count, 0
 
+    def unreachable(self, pairs) -> int:
+        """How many (src, dst) pairs get no reply to two quick pings (after a failure)."""
+        return sum(1 for s, d in pairs
+                   if self.ping(s, d, count=2, interval_s=0.05, timeout_s=1.0)[1] == 0)
+
     def switch_call(self, name: str, cmd: str, **args: Any) -> Any:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)

@@ -124,8 +124,7 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
         else:
             fab.wait_converged()
         # Reachability at the end, on the healed fabric, one probe per pair.
-        unreachable = sum(1 for s, d in flows if fab.ping(s, d, count=2, interval_s=0.05,
-                                                          timeout_s=1.0)[1] == 0)
+        unreachable = fab.unreachable(flows)
         ctx.events.extend(dict(e, kind=f"{failure}: {e['kind']}") for e in faults.events)
     saw = [e["t"] - t_fail for e in status.get("events", [])
            if e.get("kind") in ("link_down", "switch_leave") and e.get("t", 0) >= t_fail - 0.2]

@@ -137,8 +137,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
             dead.append("controller")
         status = fab.controller_status() if "controller" not in dead else {}
         fab.wait_routes_installed()
-        unreachable = sum(1 for s, d in probes(graph)
-                          if fab.ping(s, d, count=2, interval_s=0.05, timeout_s=1.0)[1] == 0)
+        unreachable = fab.unreachable(probes(graph))
         ctx.events.extend(dict(e, kind=f"{mode}: {e['kind']}") for e in fab.faults.events
                           if e["kind"] != "link_up" and e["kind"] != "link_down")
     return summarise(p, t0, docs, ping_results, status, dead, unreachable,
