@@ -26,6 +26,13 @@ variable says ``eventlet``), so no monkey patching is needed; the launcher pins
 (``hub.kill`` is a no-op), so the launcher leaves with ``os._exit`` after
 flushing the logs: the apps keep no state that needs a graceful close (the
 status file is always replaced atomically).
+
+Stop signals are blocked in every thread and taken by ``sigwait`` in the main
+thread, while the apps run in a worker thread.  A Python signal handler would
+not do: the kernel may deliver a process-wide signal to any thread that does
+not block it, and if that is one of os-ken's threads, the handler waits for the
+main thread to run bytecode, which it never does while it sits in
+``Thread.join``.  Under CPU load that lost the death-with-parent signal.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -52,6 +60,7 @@ LOG = logging.getLogger(__name__)
 EXIT_BAD_ARGS = 2
 EXIT_FAILED = 1
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 @dataclass(frozen=True)
@@ -217,9 +226,18 @@ def _exit_now(status: int) -> None:
     os._exit(status)
 
 
-def _on_signal(signum: int, _frame: object) -> None:
-    LOG.info("signal %d: exiting", signum)
-    _exit_now(0)
+def _run_apps(apps: List[str], log_file: Optional[str]) -> None:
+    """The worker thread: os-ken's apps; if they ever return, the controller has failed."""
+    from os_ken.base import app_manager  # noqa: F401
+
+    try:
+        app_manager.AppManager.run_apps(apps)
+    except Exception:  # the apps failed to start: say where the details are, then leave
+        LOG.exception("controller apps failed")
+        print(f"controller apps failed; see {log_file or 'stderr'}", file=sys.stderr)
+        _exit_now(EXIT_FAILED)
+    LOG.error("controller stopped (OpenFlow listener ended)")
+    _exit_now(EXIT_FAILED)
 
 
 def _setup_logging(log_file: Optional[str], verbose: bool) -> None:
@@ -251,17 +269,17 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the apps named on the command line; returns only on failure (signals exit directly)."""
+    """Run the apps named on the command line until a stop signal; never returns."""
+    # Blocked before any thread exists, so every thread os-ken starts inherits the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     _die_with_parent()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _on_signal)
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.log_file, args.verbose)
     # os-ken registers its own CLI options when these modules are imported; all
     # options must be known before CONF() parses.
     from os_ken import flags, log  # noqa: F401
-    from os_ken.base import app_manager
+    from os_ken.base import app_manager  # noqa: F401
 
     register_opts()
     _check(parser, args)
@@ -273,15 +291,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "controller on %s:%d, apps %s, status %s",
         args.ofp_listen_host, args.ofp_tcp_listen_port, args.apps, args.status_file,
     )  # fmt: skip
-    try:
-        app_manager.AppManager.run_apps(list(args.apps))
-    except Exception:  # the apps failed to start: say where the details are, then leave
-        LOG.exception("controller apps failed")
-        print(f"controller apps failed; see {args.log_file or 'stderr'}", file=sys.stderr)
-        _exit_now(EXIT_FAILED)
-    LOG.error("controller stopped (OpenFlow listener ended)")
-    _exit_now(EXIT_FAILED)
-    return EXIT_FAILED
+    worker = threading.Thread(
+        target=_run_apps, args=(list(args.apps), args.log_file), name="os-ken", daemon=True
+    )
+    worker.start()
+    signum = signal.sigwait(STOP_SIGNALS)
+    LOG.info("signal %d: exiting", signum)
+    _exit_now(0)
+    return 0
 
 
 if __name__ == "__main__":
