@@ -5,7 +5,8 @@ Usage::
     python -m controllers.launch --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port PORT \\
         --status-file FILE [--log-file FILE] [--expect-switches N --expect-links N --expect-hosts N] \\
         [--lldp-interval S] [--flowlet-gap-us US] [--poll-interval S] [--elephant-fraction F] \\
-        [--verbose] controllers.routing|controllers.adaptive [more apps]
+        [--agg-socket PATH] [--agg-slots-per-switch N] \\
+        [--verbose] controllers.routing|controllers.adaptive [controllers.aggregation]
 
 It owns the process around the apps: argument checking (bad arguments give a
 one-line message and exit status 2, never a traceback), logging, dying with
@@ -75,6 +76,8 @@ class AppOptions:
     flowlet_gap_us: Optional[int] = None
     poll_interval_s: float = 1.0
     elephant_fraction: float = 0.1
+    agg_socket: Optional[str] = None
+    agg_slots_per_switch: int = 1024
 
 
 def _emu_opts() -> list:
@@ -89,6 +92,10 @@ def _emu_opts() -> list:
         cfg.FloatOpt("poll-interval", default=1.0, help="adaptive: statistics period (s)"),
         cfg.FloatOpt("elephant-fraction", default=0.1,
                      help="adaptive: elephant above this fraction of the NIC rate (Hedera)"),
+        cfg.StrOpt("agg-socket", default=None,
+                   help="aggregation: Unix socket where jobs register"),
+        cfg.IntOpt("agg-slots-per-switch", default=1024,
+                   help="aggregation: slots of each switch's reduction engine"),
     ]
 
 
@@ -110,6 +117,8 @@ def app_options() -> AppOptions:
             flowlet_gap_us=conf.flowlet_gap_us,
             poll_interval_s=conf.poll_interval,
             elephant_fraction=conf.elephant_fraction,
+            agg_socket=conf.agg_socket,
+            agg_slots_per_switch=conf.agg_slots_per_switch,
         )
     except (oslo_cfg.Error, AttributeError):
         return AppOptions()
@@ -158,6 +167,13 @@ def _gap_us(text: str) -> int:
     return value
 
 
+def _slots(text: str) -> int:
+    value = int(text)
+    if not 0 < value <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"slots {text!r} must be 1..65535")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m controllers.launch", description="Run emu's os-ken controller apps."
@@ -176,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="controllers.adaptive: port and flow statistics period (s)")
     p.add_argument("--elephant-fraction", type=_fraction, default=0.1,
                    help="controllers.adaptive: elephant threshold, fraction of the NIC rate")
+    p.add_argument("--agg-socket",
+                   help="controllers.aggregation: Unix socket where jobs register "
+                        "(default: aggregation.sock beside the status file)")
+    p.add_argument("--agg-slots-per-switch", type=_slots, default=1024,
+                   help="controllers.aggregation: slots of each switch's reduction engine")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
     return p
@@ -261,6 +282,10 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
     ]  # fmt: skip
     if args.flowlet_gap_us is not None:
         out += ["--flowlet-gap-us", str(args.flowlet_gap_us)]
+    agg_socket = args.agg_socket or os.path.join(
+        os.path.dirname(os.path.abspath(args.status_file)), "aggregation.sock")
+    out += ["--agg-socket", os.path.abspath(agg_socket),
+            "--agg-slots-per-switch", str(args.agg_slots_per_switch)]
     for name in ("expect_switches", "expect_links", "expect_hosts"):
         value = getattr(args, name)
         if value is not None:

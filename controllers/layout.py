@@ -36,6 +36,15 @@ cookie ``ADAPTIVE_COOKIE``, groups from ``ADAPTIVE_GROUP_BASE``:
     switch only)                          -> the same actions as routing's host route
     ==========================  ========  ==========================================
 
+Aggregation manager (``controllers/aggregation.py``, beside routing or adaptive),
+table 0, cookie ``AGGREGATION_COOKIE | job_id``, on every switch of a job's tree:
+
+    ==========================  ========  ==========================================
+    steer a job to the engine   0x9000    eth_type=0x0800, ip_proto=17,
+                                          ipv4_dst=job address, udp_dst=4792
+                                          -> output AGG_PORT (emu/proto/ofext.py)
+    ==========================  ========  ==========================================
+
 Group ids of routing are ``ROUTING_GROUP_BASE + n`` (one SELECT group per
 distinct set of next-hop ports, per switch).  OpenFlow 1.3 groups carry no
 cookie, so a resync deletes groups with ``OFPG_ALL``: an app that shares a
@@ -66,6 +75,8 @@ PRIO_HOST_ROUTE = 0x8000
 PRIO_PAIR_MONITOR = 0x8100
 #: Adaptive routing: an elephant pinned to its placed path, above its pair monitor.
 PRIO_ELEPHANT = 0x8200
+#: Aggregation frames of a job, steered to the switch's reduction engine: above every route.
+PRIO_AGGREGATION = 0x9000
 #: IPv4 that no host route matched: punted (first 128 bytes) so that the
 #: controller learns the sender and looks for the destination. This is how a
 #: restarted controller finds hosts whose ARP caches are still warm.

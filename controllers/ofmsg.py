@@ -310,6 +310,20 @@ def set_select_mode(dp: Datapath, *, group_id: Optional[int],
                                              exp_type=ofext.EXP_SET_SELECT_MODE, data=data)
 
 
+def agg_job_set(dp: Datapath, job: ofext.AggJobSet) -> Any:
+    """emu's experimenter message configuring an aggregation job on a switch's engine."""
+    return dp.ofproto_parser.OFPExperimenter(dp, experimenter=ofext.EMU_EXPERIMENTER_ID,
+                                             exp_type=ofext.EXP_AGG_JOB_SET,
+                                             data=ofext.pack_agg_job_set(job))
+
+
+def agg_job_delete(dp: Datapath, *, job_id: int) -> Any:
+    """emu's experimenter message removing an aggregation job (and freeing its slots)."""
+    return dp.ofproto_parser.OFPExperimenter(dp, experimenter=ofext.EMU_EXPERIMENTER_ID,
+                                             exp_type=ofext.EXP_AGG_JOB_DEL,
+                                             data=ofext.pack_agg_job_del(job_id))
+
+
 # --------------------------------------------------------------------------- frames
 
 

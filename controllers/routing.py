@@ -230,6 +230,15 @@ class RoutingManager:
     def hosts(self) -> List[Host]:
         return sorted(self._hosts.values(), key=lambda h: tuple(int(x) for x in h.ip.split(".")))
 
+    def snapshot(self) -> Dict[str, Any]:
+        """A copy of the discovered topology (see ``RoutingApp.topology_snapshot``)."""
+        return {
+            "version": self.topology_version,
+            "switches": {d: dict(sw.ports) for d, sw in self._switches.items()},
+            "links": self.links,
+            "hosts": self.hosts,
+        }
+
     def cable_count(self) -> int:
         """Number of links discovered in both directions."""
         both = sum(1 for src, dst in self._links.items() if self._links.get(dst) == src)
@@ -784,6 +793,16 @@ class RoutingApp(app_manager.OSKenApp):
     def _make_manager(self, config: RoutingConfig) -> RoutingManager:
         """The manager this shim drives (an app built on routing returns its own)."""
         return RoutingManager(config)
+
+    def topology_snapshot(self) -> Dict[str, Any]:
+        """What routing discovered, copied under its lock, for apps beside it (aggregation).
+
+        Returns ``version`` (the topology version), ``switches`` (dpid -> live
+        port -> MAC), ``links`` (directed ``(dpid, port, dpid, port)``) and
+        ``hosts`` (``Host`` records).
+        """
+        with self._lock:
+            return self._mgr.snapshot()
 
     def start(self) -> Any:
         thread = super().start()

@@ -133,7 +133,7 @@ def format_ctl(what: str, result) -> str:
 SWITCH_CTL = {
     "flows": ("flows", {}), "ports": ("ports", {}), "groups": ("groups", {}),
     "counters": ("counters", {}), "info": ("info", {}), "queues": ("queues", {}),
-    "watchdog": ("watchdog", {}),
+    "watchdog": ("watchdog", {}), "agg": ("agg", {}),
     "watchdog-on": ("set_watchdog", {"enabled": True}),
     "watchdog-off": ("set_watchdog", {"enabled": False}),
 }

@@ -198,11 +198,14 @@ class Fabric:
         counts = fabric_mod.expected_counts(self.graph)
         self.controller_port = port or free_tcp_port()
         self.status_path = os.path.join(self.run.sock_dir, "controller-status.json")
+        # Where controllers.aggregation (when it runs) takes job registrations.
+        self.agg_socket_path = os.path.join(self.run.sock_dir, "aggregation.sock")
         log_path = os.path.join(self.run.log_dir, "controller.log")
         argv = [sys.executable, "-m", "controllers.launch",
                 "--ofp-listen-host", "127.0.0.1",
                 "--ofp-tcp-listen-port", str(self.controller_port),
                 "--status-file", self.status_path, "--log-file", log_path,
+                "--agg-socket", self.agg_socket_path,
                 "--expect-switches", str(counts["switches"]),
                 "--expect-links", str(counts["switch_links"]),
                 "--expect-hosts", str(counts["hosts"]), *self.controller_args, *self.apps]

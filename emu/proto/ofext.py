@@ -1,6 +1,6 @@
-"""emu's OpenFlow 1.3 experimenter extension: switch-local adaptive (flowlet) SELECT groups.
+"""emu's OpenFlow 1.3 experimenter extension: flowlet SELECT groups and aggregation jobs.
 
-Owns the wire format of the one vendor message emu's switch understands
+Owns the wire format of the vendor messages emu's switch understands
 beyond OpenFlow 1.3, so that the switch (`emu/switch/openflow.py`) and the
 controllers (`controllers/ofmsg.py`) share a single definition.
 
@@ -34,17 +34,50 @@ for an unknown exp_type, ``OFPBRC_BAD_LEN`` for a wrong length;
 not exist, ``OFPGMFC_BAD_TYPE`` for a group that is not SELECT or an unknown
 mode, and ``OFPGMFC_BAD_BUCKET`` for a zero gap in flowlet mode.
 
+Aggregation jobs (SHARP-like reduction engines, emu/switch/aggregation.py) are
+configured with two more exp_types, sent by controllers/aggregation.py::
+
+    EXP_AGG_JOB_SET = 2   add a job to this switch's engine, or replace it
+        uint16 job_id
+        uint16 nslots         slots (chunks in flight) the job holds here, 1..
+        uint8  flags          AGG_FLAG_ROOT (1): this switch is the tree's root
+        uint8  n_children     1..64
+        uint16 pad
+        uint32 parent_port    the port towards the root (0 at the root)
+        4 bytes job_ip        the job's address: aggregation frames are sent
+        6 bytes job_mac       to it, and flows steer it to the engine
+        uint16 pad
+        n_children x (uint32 port, 6 bytes mac, uint16 pad, 4 bytes ip):
+                              a child port and where results sent down it are
+                              addressed (a host: its own MAC and IP; a switch:
+                              the job's)
+    EXP_AGG_JOB_DEL = 3   remove a job and free its slots
+        uint16 job_id         (AGG_JOB_ALL = 0xFFFF: every job)
+        uint16 pad
+
+The engine counts each child once per chunk and sums what it expects from
+``n_children`` contributions. Errors: ``OFPBRC_BAD_LEN`` for a wrong length,
+``OFPBRC_BAD_PORT`` for a parent or child port the switch does not have (or a
+root with a parent, or a non-root without one), and, when the switch's slot
+pool cannot hold ``nslots`` more, an ``OFPET_EXPERIMENTER`` error (type
+0xFFFF) with ``exp_type`` = AGG_ERR_NO_SLOTS (1) and experimenter
+EMU_EXPERIMENTER_ID: the manager then refuses the job. Flows steer a job's
+frames to the engine with ``output:AGG_PORT``, a logical port number.
+
 The id is not ONF-registered: it is private to emu, and an OpenFlow switch
 that is not emu's rejects the message with ``OFPBRC_BAD_EXPERIMENTER``.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import dataclass
 
 EMU_EXPERIMENTER_ID = 0x454D5531
 EXP_SET_SELECT_MODE = 1
+EXP_AGG_JOB_SET = 2
+EXP_AGG_JOB_DEL = 3
 
 SELECT_MODE_HASH = 0
 SELECT_MODE_FLOWLET = 1
@@ -115,3 +148,108 @@ def gap_us_for(link_rate_bps: float, modelled_gbps: float,
     scaled = gap_modelled_s * modelled_gbps * 1e9 / link_rate_bps
     floor = 3 * 1514 * 8 / link_rate_bps
     return max(1, int(round(max(scaled, floor) * 1e6)))
+
+
+# ----------------------------------------------------------------- aggregation jobs
+
+#: The logical port of the switch's reduction engine (below OFPP_MAX, above any real port).
+AGG_PORT = 0xFFFFFE00
+AGG_FLAG_ROOT = 1
+AGG_JOB_ALL = 0xFFFF
+AGG_MAX_CHILDREN = 64
+#: exp_type of the OFPET_EXPERIMENTER error a switch answers when its slots run out.
+AGG_ERR_NO_SLOTS = 1
+OFPET_EXPERIMENTER = 0xFFFF
+
+_AGG_JOB = struct.Struct("!HHBBxxI4s6sxx")   # 24 bytes
+_AGG_CHILD = struct.Struct("!I6sxx4s")       # 16 bytes
+_AGG_DEL = struct.Struct("!Hxx")
+
+
+@dataclass(frozen=True)
+class AggChild:
+    """A child port of a job's tree and where results sent down it are addressed."""
+
+    port: int
+    mac: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class AggJobSet:
+    """The decoded body of EXP_AGG_JOB_SET."""
+
+    job_id: int
+    nslots: int
+    root: bool
+    parent_port: int
+    job_ip: str
+    job_mac: str
+    children: tuple[AggChild, ...]
+
+
+def _mac_bytes(mac: str) -> bytes:
+    raw = bytes.fromhex(mac.replace(":", ""))
+    if len(raw) != 6:
+        raise ExtensionError(f"bad MAC address {mac!r}")
+    return raw
+
+
+def _ip_bytes(ip: str) -> bytes:
+    try:
+        return socket.inet_pton(socket.AF_INET, ip)
+    except OSError:
+        raise ExtensionError(f"bad IPv4 address {ip!r}") from None
+
+
+def pack_agg_job_set(job: AggJobSet) -> bytes:
+    """The experimenter data of EXP_AGG_JOB_SET."""
+    if not 1 <= len(job.children) <= AGG_MAX_CHILDREN:
+        raise ExtensionError(f"{len(job.children)} children: allowed 1..{AGG_MAX_CHILDREN}")
+    if not 1 <= job.nslots <= 0xFFFF or not 0 <= job.job_id < AGG_JOB_ALL:
+        raise ExtensionError(f"job {job.job_id} with {job.nslots} slots: out of range")
+    ports = [job.parent_port] + [c.port for c in job.children]
+    if not all(0 <= p <= 0xFFFFFFFF for p in ports):
+        raise ExtensionError(f"port numbers {ports} out of range 0..2^32-1")
+    out = _AGG_JOB.pack(job.job_id, job.nslots, AGG_FLAG_ROOT if job.root else 0,
+                        len(job.children), job.parent_port, _ip_bytes(job.job_ip),
+                        _mac_bytes(job.job_mac))
+    for c in job.children:
+        out += _AGG_CHILD.pack(c.port, _mac_bytes(c.mac), _ip_bytes(c.ip))
+    return out
+
+
+def unpack_agg_job_set(data: bytes) -> AggJobSet:
+    """Decode EXP_AGG_JOB_SET data; ExtensionError on a bad length or count."""
+    if len(data) < _AGG_JOB.size:
+        raise ExtensionError(f"AGG_JOB_SET body is {len(data)} bytes, need at least "
+                             f"{_AGG_JOB.size}")
+    job_id, nslots, flags, n, parent, ip, mac = _AGG_JOB.unpack_from(data)
+    if len(data) != _AGG_JOB.size + n * _AGG_CHILD.size:
+        raise ExtensionError(f"AGG_JOB_SET body is {len(data)} bytes; {n} children need "
+                             f"{_AGG_JOB.size + n * _AGG_CHILD.size}")
+    if not 1 <= n <= AGG_MAX_CHILDREN or nslots == 0 or job_id == AGG_JOB_ALL:
+        raise ExtensionError(f"AGG_JOB_SET job {job_id}: {n} children, {nslots} slots")
+    children = []
+    for i in range(n):
+        port, cmac, cip = _AGG_CHILD.unpack_from(data, _AGG_JOB.size + i * _AGG_CHILD.size)
+        children.append(AggChild(port, cmac.hex(":"), socket.inet_ntoa(cip)))
+    return AggJobSet(job_id, nslots, bool(flags & AGG_FLAG_ROOT), parent,
+                     socket.inet_ntoa(ip), mac.hex(":"), tuple(children))
+
+
+def pack_agg_job_del(job_id: int) -> bytes:
+    """The experimenter data of EXP_AGG_JOB_DEL (AGG_JOB_ALL: every job)."""
+    return _AGG_DEL.pack(job_id)
+
+
+def unpack_agg_job_del(data: bytes) -> int:
+    if len(data) != _AGG_DEL.size:
+        raise ExtensionError(f"AGG_JOB_DEL body is {len(data)} bytes, expected {_AGG_DEL.size}")
+    return _AGG_DEL.unpack(data)[0]
+
+
+def experimenter_message(exp_type: int, data: bytes, xid: int = 0) -> bytes:
+    """A whole OFPT_EXPERIMENTER message of emu's (for tests and raw-OpenFlow tools)."""
+    body = struct.pack("!II", EMU_EXPERIMENTER_ID, exp_type) + data
+    return struct.pack("!BBHI", OFP_VERSION, OFPT_EXPERIMENTER, 8 + len(body), xid) + body

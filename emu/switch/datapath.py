@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from emu import config
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
+from emu.proto.ofext import AGG_PORT
 from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import parse, reports
+from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
 from emu.switch.openflow import OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
@@ -110,6 +112,16 @@ def _qos(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"--qos: {exc}") from None
 
 
+def _slots(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--agg-slots {text!r}: expected an integer >= 0")
+    return value
+
+
 def _hostport(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if text.startswith("tcp:"):
@@ -163,6 +175,9 @@ class Datapath:
             self._open_port(spec)
         self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports)
         self.pipeline.flowlets.queue_bytes = self._queued_bytes
+        # Starts empty on every (re)start: the controller configures jobs when we connect.
+        self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
+        self.agg_errors = 0
         qos = args.qos
         self.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
                                    {n: p.rate_bps for n, p in self.ports.items()})
@@ -187,6 +202,7 @@ class Datapath:
             port_mod_applied=self._port_mod_applied,
             on_flow_removed=self._send_flow_removed,
             dp_desc=f"emu switch {self.name}",
+            agg=self.agg,
         )
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -351,6 +367,8 @@ class Datapath:
         for port_no, frame, queue_id in outputs:
             sched = self.schedulers.get(port_no)
             if sched is None:
+                if port_no == AGG_PORT:
+                    self._aggregate(in_port, frame, now)
                 continue
             prio = queue_id if queue_id is not None and 0 <= queue_id < N_PRIORITIES else \
                 self._classify(frame)
@@ -371,6 +389,23 @@ class Datapath:
             else:
                 self.buffer.release(in_port, prio, port_no, len(frame), charge)
                 self.ports[port_no].counters.tx_dropped += 1
+
+    def _aggregate(self, in_port: int, frame: bytes, now: float) -> None:
+        """A frame output to AGG_PORT: the reduction engine takes it; queue what it sends.
+
+        The engine's frames are charged to the ingress port of the frame that
+        triggered them (so a paused parent or child link backs up to PFC) and
+        are classified by their DSCP like every other frame.
+        """
+        try:
+            outputs = self.agg.receive(in_port, frame, now)
+        except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
+            self.agg_errors += 1
+            log.debug("%s: aggregation engine failed on a frame from port %d", self.name,
+                      in_port, exc_info=True)
+            return
+        if outputs:
+            self._enqueue(outputs, in_port, now)
 
     # ----- PFC --------------------------------------------------------------
 
@@ -660,6 +695,7 @@ class Datapath:
             "ports": lambda: reports.ports(self),
             "flows": lambda: reports.flows(self),
             "groups": lambda: reports.groups(self),
+            "agg": lambda: reports.agg(self),
             "counters": lambda: reports.counters(self),
             "watchdog": lambda: {"spec": dataclasses.asdict(self.watchdog.spec),
                                  "events": self.watchdog.events,
@@ -783,6 +819,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="passive OpenFlow listener for ovs-ofctl (port 0 = any free)")
     p.add_argument("--mgmt", required=True, help="path of the management Unix socket")
     p.add_argument("--tables", type=int, default=8)
+    p.add_argument("--agg-slots", type=_slots, default=1024,
+                   help="aggregation slots the reduction engine holds for all jobs")
     p.add_argument("--seed", type=lambda s: int(s, 0), default=0,
                    help="per-switch seed of the SELECT group hash")
     p.add_argument("--qos", type=_qos, default=_qos("{}"),

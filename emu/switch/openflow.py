@@ -11,7 +11,10 @@ an OFPT_ERROR with the spec's type/code, the offending message's first 64
 bytes and its xid, and are counted in `MALFORMED` (telemetry); an unframeable
 stream (length < 8) gets an error and the session is marked `closed`.
 
-Bytes are read and built in `ofcodec.py`; semantics live in `pipeline.py`.
+Bytes are read and built in `ofcodec.py`; semantics live in `pipeline.py`
+(flows, groups, SELECT modes) and `aggregation.py` (aggregation jobs, set by
+emu's experimenter messages; a full slot pool is answered with emu's
+OFPET_EXPERIMENTER error).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from emu.proto import ofext
 from emu.switch import ofcodec as codec
+from emu.switch.aggregation import AggEngine
 from emu.switch.pipeline import FlowEntry, OFError, PacketIn, Pipeline
 from emu.switch.ports import (
     OFPPC_NO_FWD,
@@ -46,6 +50,19 @@ _PORT_CONFIG_BITS = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PA
 _CAPS = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_GROUP_STATS
 
 
+_EXP_UNPACK: dict[int, Callable] = {
+    ofext.EXP_SET_SELECT_MODE: ofext.unpack_set_select_mode,
+    ofext.EXP_AGG_JOB_SET: ofext.unpack_agg_job_set,
+    ofext.EXP_AGG_JOB_DEL: ofext.unpack_agg_job_del,
+}
+
+
+def _experimenter_error(exp_type: int, offending: bytes, xid: int) -> bytes:
+    """ofp_error_experimenter_msg (spec A.4.4): type 0xFFFF, exp_type, experimenter, data."""
+    body = struct.pack("!HHI", ofext.OFPET_EXPERIMENTER, exp_type, ofext.EMU_EXPERIMENTER_ID)
+    return codec.header(ofp.OFPT_ERROR, body + bytes(offending[:64]), xid)
+
+
 class SwitchModel:
     """State shared by all OpenFlow sessions of one switch.
 
@@ -58,13 +75,15 @@ class SwitchModel:
         on_flow_removed: called with flow entries removed by a controller's
             FlowMod/GroupMod, so the datapath can send OFPT_FLOW_REMOVED on every
             channel (timeouts come from `pipeline.expire`).
+        agg: the switch's reduction engine, configured by emu's experimenter
+            messages (default: a new one on the pipeline's ports).
     """
 
     def __init__(self, dpid: int, pipeline: Pipeline,
                  transmit: Optional[Callable[[list], None]] = None,
                  port_mod_applied: Optional[Callable[[int], None]] = None,
                  on_flow_removed: Optional[Callable[[list], None]] = None,
-                 dp_desc: str = "") -> None:
+                 dp_desc: str = "", agg: Optional[AggEngine] = None) -> None:
         self.dpid = dpid
         self.pipeline = pipeline
         self.ports: dict[int, PortState] = pipeline.ports
@@ -79,6 +98,7 @@ class SwitchModel:
         self.dp_desc = dp_desc or "dpid %016x" % dpid
         self.generation_id: Optional[int] = None
         self.sessions: list[OpenFlowSession] = []
+        self.agg = agg if agg is not None else AggEngine(pipeline.ports)
 
 
 class OpenFlowSession:
@@ -151,7 +171,10 @@ class OpenFlowSession:
             except OFError as e:
                 MALFORMED[_TYPE_NAMES.get(mtype, str(mtype))] += 1
                 LOG.debug("OF error %s for type %d xid %d", e, mtype, xid)
-                out.append(codec.error(e.type, e.code, msg, xid))
+                if e.type == ofext.OFPET_EXPERIMENTER:
+                    out.append(_experimenter_error(e.code, msg, xid))
+                else:
+                    out.append(codec.error(e.type, e.code, msg, xid))
                 if e.type == ofp.OFPET_HELLO_FAILED:
                     self.close()
             except (struct.error, IndexError, ValueError, TypeError, AssertionError, KeyError):
@@ -327,21 +350,27 @@ class OpenFlowSession:
         return [codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port), xid)]
 
     def _experimenter(self, msg: bytes, xid: int) -> list[bytes]:
-        """emu's one extension: SELECT group mode (emu/proto/ofext.py)."""
+        """emu's extension (emu/proto/ofext.py): SELECT group mode, aggregation jobs."""
         if len(msg) < 16:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         exp_id, exp_type = struct.unpack_from("!II", msg, 8)
         if exp_id != ofext.EMU_EXPERIMENTER_ID:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER)
-        if exp_type != ofext.EXP_SET_SELECT_MODE:
+        unpack = _EXP_UNPACK.get(exp_type)
+        if unpack is None:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXP_TYPE)
         try:
-            req = ofext.unpack_set_select_mode(msg[16:])
+            req = unpack(msg[16:])
         except ofext.ExtensionError as exc:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN, str(exc)) from exc
-        pl = self.model.pipeline
-        pl.flowlets.apply(req, pl.groups)
-        pl.invalidate()
+        if exp_type == ofext.EXP_AGG_JOB_SET:
+            self.model.agg.job_set(req)
+        elif exp_type == ofext.EXP_AGG_JOB_DEL:
+            self.model.agg.job_del(req)
+        else:
+            pl = self.model.pipeline
+            pl.flowlets.apply(req, pl.groups)
+            pl.invalidate()
         return []
 
     # ----- multipart ---------------------------------------------------------

@@ -16,6 +16,10 @@ per new key. The cache is dropped whenever flows, groups or port liveness
 change; SELECT buckets are a pure function of the key, so caching the choice
 is exact while liveness is unchanged.
 
+An output to `ofext.AGG_PORT` (a logical port below OFPP_MAX) is an ordinary
+output whose port number is AGG_PORT: the datapath hands it to the reduction
+engine (`aggregation.py`) rather than to a queue.
+
 Does not own ports (the datapath does; the `ports` dict is shared), queues
 or pacing.
 """
@@ -31,6 +35,7 @@ from typing import Any, Callable, Optional
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
+from emu.proto.ofext import AGG_PORT
 from emu.switch import parse
 from emu.switch.flowlet import FlowletTable
 from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
@@ -467,6 +472,10 @@ class Pipeline:
         elif port_no == ofp.OFPP_TABLE:
             # Only reachable from packet-out: handled by packet_out itself.
             prog.append((P_OUT, ofp.OFPP_TABLE, q))
+        elif port_no == AGG_PORT:
+            # The reduction engine's logical port: the datapath hands such outputs to
+            # emu/switch/aggregation.py instead of a queue.
+            prog.append((P_OUT, AGG_PORT, q))
         elif port_no <= ofp.OFPP_MAX:
             if port_no == in_port:
                 return  # OF1.3: sending back out of in_port needs OFPP_IN_PORT

@@ -1,4 +1,5 @@
-"""What a switch reports on its management socket: ports, queues, flows, groups, counters.
+"""What a switch reports on its management socket: ports, queues, flows, groups, counters,
+aggregation jobs.
 
 Owns turning the datapath's state into the JSON answers of `emu ctl` and of
 telemetry. Reads only; the datapath (datapath.py) owns the state.
@@ -91,6 +92,11 @@ def _select_mode(dp: Datapath, group) -> Optional[dict]:
     return {"mode": "hash"} if gap is None else {"mode": "flowlet", "gap_s": gap}
 
 
+def agg(dp: Datapath) -> dict:
+    """The reduction engine: slot pool, engine-wide drops, and every job's counters."""
+    return {"time": time.time(), **dp.agg.report(), "engine_errors": dp.agg_errors}
+
+
 def counters(dp: Datapath) -> dict:
     queues = {}
     for port_no, sched in dp.schedulers.items():
@@ -116,5 +122,6 @@ def counters(dp: Datapath) -> dict:
                      "dropped_port_down": dp.pipeline.dropped_port_down,
                      "dropped_ttl": dp.pipeline.dropped_ttl},
         "openflow_malformed": dict(MALFORMED),
+        "agg": agg(dp),
     }
 
