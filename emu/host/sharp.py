@@ -1,0 +1,157 @@
+"""One rank's side of a SHARP-like in-network all-reduce.
+
+Owns the host half of the aggregation protocol (emu/proto/agg.py): the rank
+cuts its array into chunks of up to 256 elements, sends each chunk up to the
+switch that is its leaf in the job's reduction tree, and writes the reduced
+chunk that comes back down into its result. The job's slots bound what is in
+flight (SwitchML): chunk seq + slots is sent only after the result of seq came
+back, so the switch can recycle the slot. A chunk whose result does not come
+back in time is sent again, with the timeout doubling on every retry; the
+switches count each child once per chunk and resend a result they hold, so a
+retransmission never adds a contribution twice.
+
+Pure: every method takes `now`; the host agent (emu/host/agent.py) owns the
+socket and paces the frames on the NIC's wire clock. Sequence numbers keep
+growing across all-reduces of one job, because a switch starts a new round on
+a slot only for a higher seq.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from emu.proto import agg
+
+#: First retransmission timeout on top of the window's own serialization time.
+BASE_TIMEOUT_S = 0.2
+MAX_TIMEOUT_S = 2.0
+
+
+@dataclass
+class SharpStats:
+    chunks: int = 0
+    frames_sent: int = 0
+    bytes_sent: int = 0              # whole frames, as the host port counts them
+    payload_bytes_sent: int = 0
+    retransmitted: int = 0
+    results: int = 0
+    duplicate_results: int = 0
+    foreign_frames: int = 0          # aggregation frames of another job or seq range
+
+
+class SharpAllReduce:
+    """One all-reduce of `data` through job `job_id`'s reduction tree.
+
+    Args:
+        data: the rank's contribution (int32 or float32, 1-D).
+        rank: this host's rank (carried in the header for captures).
+        job_id, job_ip, job_mac, nslots: what the aggregation manager registered.
+        src_mac, src_ip: this host's addresses.
+        first_seq: the job's next unused sequence number (see the module docstring).
+        rate_bps: the NIC's link rate, to size the retransmission timeout.
+    """
+
+    def __init__(self, data: np.ndarray, *, rank: int, job_id: int, job_ip: str, job_mac: str,
+                 nslots: int, src_mac: str, src_ip: str, first_seq: int, rate_bps: float,
+                 now: float) -> None:
+        if data.ndim != 1 or data.dtype.name not in agg.DTYPE_CODES:
+            raise ValueError(f"data must be 1-D int32 or float32, got {data.dtype} "
+                             f"with shape {data.shape}")
+        if nslots < 1:
+            raise ValueError(f"nslots={nslots}: must be >= 1")
+        self.dtype = agg.DTYPE_CODES[data.dtype.name]
+        self.wire = data.astype(agg.WIRE_DTYPES[self.dtype]).tobytes()
+        self.result = np.zeros_like(data)
+        self.rank, self.job_id, self.nslots = rank, job_id, nslots
+        self.first_seq = first_seq
+        self.nchunks = agg.chunk_count(len(self.wire))
+        self.tmpl = agg.AggTemplate(src_mac, job_mac, src_ip, job_ip)
+        self.received = bytearray(self.nchunks)       # 1 once a chunk's result is in
+        self.sent_at: dict[int, float] = {}           # outstanding chunk -> last send
+        self.timeout: dict[int, float] = {}
+        self.next_new = 0                             # next chunk never sent
+        self.remaining = self.nchunks
+        window_s = nslots * (agg._PAYLOAD_AT + agg.MAX_ELEMENTS * 4) * 8 / rate_bps
+        self.base_timeout_s = BASE_TIMEOUT_S + 2 * window_s
+        self.started_at = now
+        self.finished_at: float | None = None
+        self.stats = SharpStats(chunks=self.nchunks)
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+    @property
+    def next_seq(self) -> int:
+        """The first seq the job's next all-reduce may use."""
+        return self.first_seq + self.nchunks
+
+    def _frame(self, chunk: int) -> bytes:
+        lo = chunk * agg.MAX_ELEMENTS * agg.ELEMENT_BYTES
+        payload = self.wire[lo:lo + agg.MAX_ELEMENTS * agg.ELEMENT_BYTES]
+        seq = self.first_seq + chunk
+        return self.tmpl.frame(agg.KIND_CONTRIB, self.dtype, self.job_id, seq,
+                               seq % self.nslots, payload, rank=self.rank)
+
+    def next_frame(self, now: float) -> bytes | None:
+        """The next frame to send now: a timed-out chunk first, else a new one the window allows."""
+        for chunk, sent in self.sent_at.items():
+            # The same expression as next_wakeup's: a wake-up at that time must find it due.
+            if now >= sent + self.timeout[chunk]:
+                self.stats.retransmitted += 1
+                self.timeout[chunk] = min(MAX_TIMEOUT_S, 2 * self.timeout[chunk])
+                return self._send(chunk, now)
+        chunk = self.next_new
+        if chunk < self.nchunks and (chunk < self.nslots or self.received[chunk - self.nslots]):
+            self.next_new += 1
+            self.timeout[chunk] = self.base_timeout_s
+            return self._send(chunk, now)
+        return None
+
+    def _send(self, chunk: int, now: float) -> bytes:
+        frame = self._frame(chunk)
+        self.sent_at[chunk] = now
+        self.stats.frames_sent += 1
+        self.stats.bytes_sent += len(frame)
+        self.stats.payload_bytes_sent += len(frame) - agg._PAYLOAD_AT
+        return frame
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When `next_frame` may have something again (None: waiting for results only)."""
+        times = [sent + self.timeout[c] for c, sent in self.sent_at.items()]
+        c = self.next_new
+        if c < self.nchunks and (c < self.nslots or self.received[c - self.nslots]):
+            times.append(now)
+        return min(times) if times else None
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        """Take a RESULT of this all-reduce; False for any frame that is not one."""
+        try:
+            pkt = agg.parse(frame)
+        except agg.MalformedAgg:
+            return False
+        if pkt is None or pkt.kind != agg.KIND_RESULT:
+            return False
+        chunk = pkt.seq - self.first_seq
+        if pkt.job_id != self.job_id or not 0 <= chunk < self.nchunks:
+            self.stats.foreign_frames += 1
+            return True
+        if self.received[chunk]:
+            self.stats.duplicate_results += 1
+            return True
+        lo = chunk * agg.MAX_ELEMENTS
+        expect = min(agg.MAX_ELEMENTS, len(self.result) - lo)
+        if pkt.count != expect or pkt.dtype != self.dtype:
+            self.stats.foreign_frames += 1
+            return True
+        self.result[lo:lo + expect] = pkt.array()
+        self.received[chunk] = 1
+        self.sent_at.pop(chunk, None)
+        self.timeout.pop(chunk, None)
+        self.remaining -= 1
+        self.stats.results += 1
+        if self.remaining == 0:
+            self.finished_at = now
+        return True

@@ -1,0 +1,137 @@
+"""The host side of in-network all-reduce (emu/host/sharp.py) against real switch engines.
+
+Four `SharpAllReduce` ranks talk to the hand-wired two-level tree of
+test_aggregation_engine (two leaf engines, one root engine) in virtual time:
+frames in flight can be lost, and the ranks' timeouts recover them. Results are
+checked against numpy.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from emu.host.sharp import SharpAllReduce
+from emu.proto import agg
+
+from .test_aggregation_engine import HOSTS, JOB, JOB_IP, JOB_MAC, Tree
+
+RATE_BPS = 10e6
+
+
+def _ranks(data: dict[str, np.ndarray], nslots: int, first_seq: int = 0) -> dict:
+    return {h: SharpAllReduce(data[h], rank=rank, job_id=JOB, job_ip=JOB_IP, job_mac=JOB_MAC,
+                              nslots=nslots, src_mac=mac, src_ip=ip, first_seq=first_seq,
+                              rate_bps=RATE_BPS, now=0.0)
+            for h, (_leaf, _port, mac, ip, rank) in HOSTS.items()}
+
+
+def _run(tree: Tree, ranks: dict, loss: float = 0.0, seed: int = 1, max_steps: int = 10**6):
+    """Send what each rank may, deliver frames (some lost), advance time to the next timeout."""
+    rng = random.Random(seed)
+    tree.lose = lambda src, port, pkt: rng.random() < loss
+    now = 0.0
+    for _ in range(max_steps):
+        if all(r.done for r in ranks.values()):
+            return now
+        progressed = False
+        for h, r in ranks.items():
+            frame = r.next_frame(now)
+            while frame is not None:
+                progressed = True
+                if rng.random() >= loss:
+                    tree.send(h, frame)
+                frame = r.next_frame(now)
+        while tree.pool:
+            progressed = True
+            tree.step()
+            for h, box in tree.inbox.items():
+                while box:
+                    pkt = box.pop(0)
+                    frame = agg.AggTemplate("02:00:00:00:ff:ff", "02:00:00:00:00:01", JOB_IP,
+                                            pkt.dst_ip).frame(pkt.kind, pkt.dtype, pkt.job_id,
+                                                              pkt.seq, pkt.slot, pkt.payload,
+                                                              rank=pkt.rank)
+                    assert ranks[h].on_frame(frame, now)
+        if not progressed:
+            wakeups = [w for r in ranks.values() if (w := r.next_wakeup(now)) is not None]
+            assert wakeups, "no rank is done and none has anything left to send: stalled"
+            now = max(now, min(wakeups))
+    raise AssertionError("did not finish")
+
+
+def _inputs(dtype: str, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dtype == "int32":
+        return {h: rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+                for h in HOSTS}
+    return {h: rng.uniform(-1, 1, n).astype(np.float32) for h in HOSTS}
+
+
+def _expected(data: dict[str, np.ndarray]) -> np.ndarray:
+    stack = np.stack(list(data.values()))
+    return np.sum(stack, axis=0, dtype=stack.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 5000])
+def test_every_rank_gets_the_sum(dtype: str, n: int) -> None:
+    data = _inputs(dtype, n)
+    tree = Tree(nslots=8)
+    ranks = _ranks(data, nslots=8)
+    _run(tree, ranks)
+    want = _expected(data)
+    for r in ranks.values():
+        if dtype == "int32":
+            assert r.result.tobytes() == want.tobytes()
+        else:
+            np.testing.assert_allclose(r.result, want, rtol=1e-6, atol=1e-6)
+        assert r.stats.retransmitted == 0 and r.stats.duplicate_results == 0
+        # SHARP sends the data once: S bytes of payload per rank.
+        assert r.stats.payload_bytes_sent == 4 * n
+
+
+def test_lost_frames_are_recovered_by_timeouts_without_double_counting() -> None:
+    data = _inputs("int32", 4000, seed=3)
+    tree = Tree(nslots=4)
+    ranks = _ranks(data, nslots=4)
+    _run(tree, ranks, loss=0.05, seed=7)
+    want = _expected(data)
+    assert all(r.result.tobytes() == want.tobytes() for r in ranks.values())
+    assert sum(r.stats.retransmitted for r in ranks.values()) > 0
+    leaf = tree.engines["leaf1"].report()["jobs"][str(JOB)]
+    assert leaf["duplicates"] > 0  # retransmissions reached the switch and were not re-added
+
+
+def test_a_second_all_reduce_continues_the_sequence() -> None:
+    tree = Tree(nslots=4)
+    first = _inputs("float32", 3000, seed=1)
+    ranks = _ranks(first, nslots=4)
+    _run(tree, ranks)
+    next_seq = ranks["h1"].next_seq
+    assert next_seq == agg.chunk_count(3000 * 4)
+    second = _inputs("float32", 700, seed=2)
+    ranks = _ranks(second, nslots=4, first_seq=next_seq)
+    _run(tree, ranks)
+    for r in ranks.values():
+        np.testing.assert_allclose(r.result, _expected(second), rtol=1e-6, atol=1e-6)
+
+
+def test_frames_that_are_not_this_all_reduces_results_are_left_alone() -> None:
+    data = _inputs("int32", 300)
+    rank = _ranks(data, nslots=4)["h1"]
+    tmpl = agg.AggTemplate("02:00:00:00:ff:ff", "02:00:00:00:00:01", JOB_IP, "10.0.0.1")
+    payload = np.arange(256, dtype=">i4").tobytes()
+    assert not rank.on_frame(b"\x00" * 60, 0.0)
+    assert not rank.on_frame(tmpl.frame(agg.KIND_CONTRIB, agg.DTYPE_INT32, JOB, 0, 0, payload),
+                             0.0)
+    assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB + 1, 0, 0, payload),
+                         0.0)
+    assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB, 99, 3, payload), 0.0)
+    # A result of the wrong length for its chunk does not land in the array.
+    assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB, 1, 1, payload), 0.0)
+    assert rank.stats.foreign_frames == 3 and rank.stats.results == 0 and not rank.done
+    with pytest.raises(ValueError, match="1-D int32 or float32"):
+        _ranks({h: np.zeros(3, dtype=np.float64) for h in HOSTS}, nslots=4)
