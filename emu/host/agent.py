@@ -2,11 +2,19 @@
 
 Owns the sockets and the clock of the NIC model (`rnic.py`) inside a host's
 network namespace: an AF_PACKET socket on the host's interface for RoCEv2 and
-PFC frames, a UDP socket bound to 4791 so that the kernel does not answer our
-RoCEv2 frames with ICMP port-unreachable, and the management socket (emu/mgmt.py)
-through which workloads connect queue pairs, post messages, read counters and
-inject faults (stuck NIC, slow receiver). Kernel traffic (ping, iperf3) keeps
-flowing beside it on the lossy class.
+PFC frames, UDP sockets bound to 4791 and 4792 so that the kernel does not
+answer RoCEv2 and aggregation frames with ICMP port-unreachable, and the
+management socket (emu/mgmt.py) through which workloads connect queue pairs,
+post messages, read counters and inject faults (stuck NIC, slow receiver).
+Kernel traffic (ping, iperf3) keeps flowing beside it on the lossy class.
+
+It also runs collectives (emu/traffic/collectives.py) on the host's own data:
+`coll_setup` / `coll_start` / `coll_status` / `coll_clear` manage a job's rank
+here, and the loop drives its hook (a `CollectiveRank`: `tick`, `next_wakeup`,
+`on_message` for whole messages taken from the NIC's receive queues, and the
+optional `on_frame` / `next_frame` for collectives that speak non-RoCE
+frames). Only commands and counters cross the management socket, never data.
+A hook that raises fails its job, not the loop.
 
 Run in a host: `python -m emu.host.agent --name h1 --intf h1-eth0 --mac ... --ip ...
 --rate-bps 20000000 --mgmt /run/emu/<run>/h1.nic.sock`.
@@ -23,8 +31,11 @@ import time
 
 from emu.host.rnic import NicConfig, Rnic
 from emu.mgmt import MgmtServer
+from emu.proto import pfc, roce
+from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
 from emu.registry import die_with_parent, stop_on_signals
+from emu.traffic.collectives import CollectiveRank, CollectiveSpec
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +61,15 @@ class Agent:
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.setblocking(False)
-        # Our RoCEv2 frames also reach the kernel's UDP stack; a bound socket we
-        # never read keeps it from answering them with ICMP port-unreachable.
-        self.sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sink.bind(("0.0.0.0", ROCEV2_UDP_PORT))
-        self.sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        # Our RoCEv2 frames (and in-network aggregation's) also reach the kernel's
+        # UDP stack; a bound socket we never read keeps it from answering them
+        # with ICMP port-unreachable.
+        self.sinks = []
+        for port in (ROCEV2_UDP_PORT, AGG_UDP_PORT):
+            sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sink.bind(("0.0.0.0", port))
+            sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            self.sinks.append(sink)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.sock, selectors.EVENT_READ, "port")
         self.mgmt = MgmtServer(args.mgmt, {
@@ -67,11 +82,21 @@ class Agent:
             "stats": self._stats,
             "samples": lambda since=0: [s for s in self.samples if s[0] >= since],
             "set": self._set,
+            "coll_setup": self._coll_setup,
+            "coll_start": self._coll_start,
+            "coll_status": self._coll_status,
+            "coll_clear": self._coll_clear,
+            "coll_list": lambda: sorted(self.jobs),
         })
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, "mgmt-listen")
         self.samples: list = []
         self.tx_errors = 0
         self.stopping = False
+        self.jobs: dict[str, CollectiveRank] = {}
+        self.job_errors: dict[str, str] = {}    # jobs whose hook raised
+        self._qp_owner: dict[int, str] = {}      # receive QP -> the job that consumes it
+        self._frame_takers: list[str] = []       # jobs with on_frame
+        self._frame_makers: list[str] = []       # jobs with next_frame
 
     # ----- management -------------------------------------------------------
 
@@ -120,6 +145,138 @@ class Agent:
             self.rnic.stuck = bool(stuck)
         return {"drain_rate_bps": self.rnic.cfg.drain_rate_bps, "stuck": self.rnic.stuck}
 
+    # ----- collectives -------------------------------------------------------
+
+    def _coll_setup(self, **args) -> dict:
+        """Set up this host's rank of a collective job (see CollectiveSpec for the keys).
+
+        Generates the rank's input and the expected result (the rank checks
+        itself), and turns data delivery on for the QPs it receives on.
+        Returns {"job", "rank", "recv_qpns", "tx_qpns"}.
+        """
+        spec = CollectiveSpec.from_args(args)
+        if spec.job in self.jobs:
+            raise ValueError(f"job {spec.job!r} exists; coll_clear it first")
+        job = CollectiveRank(spec, self.rnic)
+        busy = {q: self._qp_owner[q] for q in job.recv_qpns if q in self._qp_owner}
+        if busy:
+            raise ValueError(f"job {spec.job!r}: QPs {busy} are taken by other jobs")
+        for q in job.recv_qpns:
+            self.rnic.set_deliver_data(q, True)
+            self._qp_owner[q] = spec.job
+        self.jobs[spec.job] = job
+        self._refresh_hooks()
+        return {"job": spec.job, "rank": spec.rank, "recv_qpns": list(job.recv_qpns),
+                "tx_qpns": list(job.tx_qpns)}
+
+    def _coll_start(self, job: str, at: float | None = None) -> dict:
+        """Start `job` at wall-clock time `at` (time.time() seconds; None or past: now).
+
+        Wall-clock rather than monotonic time, so that ranks on different
+        machines can be told one instant. Returns {"start_in_s"}.
+        """
+        j = self._job(job)
+        now = time.monotonic()
+        delay = 0.0 if at is None else max(0.0, float(at) - time.time())
+        j.start(now + delay)
+        return {"start_in_s": delay}
+
+    def _coll_status(self, job: str) -> dict:
+        """The job's status on this rank: state, done, elapsed_s per iteration, wrong, bytes."""
+        st = dict(self._job(job).status(time.monotonic()))
+        if job in self.job_errors:
+            st.update(state="failed", done=False, error=self.job_errors[job])
+        return st
+
+    def _coll_clear(self, job: str) -> dict:
+        """Forget `job` (finished or not) and stop delivering data on its receive QPs."""
+        j = self._job(job)
+        for q in [q for q, owner in self._qp_owner.items() if owner == job]:
+            del self._qp_owner[q]
+            self.rnic.set_deliver_data(q, False)
+        close = getattr(j, "close", None)
+        if close is not None:
+            close()
+        del self.jobs[job]
+        self.job_errors.pop(job, None)
+        self._refresh_hooks()
+        return {"cleared": job}
+
+    def _job(self, job: str) -> CollectiveRank:
+        j = self.jobs.get(job)
+        if j is None:
+            raise ValueError(f"unknown job {job!r}; jobs here: {sorted(self.jobs)}")
+        return j
+
+    def _refresh_hooks(self) -> None:
+        live = [name for name in self.jobs if name not in self.job_errors]
+        self._frame_takers = [n for n in live if getattr(self.jobs[n], "wants_frames",
+                                                         hasattr(self.jobs[n], "on_frame"))]
+        self._frame_makers = [n for n in live if getattr(self.jobs[n], "sends_frames",
+                                                         hasattr(self.jobs[n], "next_frame"))]
+
+    def _job_failed(self, name: str, exc: Exception) -> None:
+        log.warning("collective job %s failed: %s", name, exc,
+                    exc_info=log.isEnabledFor(logging.DEBUG))
+        self.job_errors[name] = f"{type(exc).__name__}: {exc}"
+        fail = getattr(self.jobs[name], "fail", None)
+        if fail is not None:
+            fail(self.job_errors[name])
+        self._refresh_hooks()
+
+    def _jobs_tick(self, now: float) -> None:
+        for name, job in list(self.jobs.items()):
+            if name in self.job_errors:
+                continue
+            try:
+                job.tick(now)
+            except Exception as exc:  # noqa: BLE001 - a failing job must not stop the NIC
+                self._job_failed(name, exc)
+
+    def _jobs_frames(self, now: float) -> None:
+        for name in list(self._frame_makers):
+            try:
+                frame = self.jobs[name].next_frame(now)
+                while frame is not None:
+                    self._send(frame)
+                    frame = self.jobs[name].next_frame(now)
+            except Exception as exc:  # noqa: BLE001 - a failing job must not stop the NIC
+                self._job_failed(name, exc)
+
+    def _jobs_wakeup(self, now: float) -> float | None:
+        times = []
+        for name, job in self.jobs.items():
+            if name not in self.job_errors:
+                t = job.next_wakeup(now)
+                if t is not None:
+                    times.append(t)
+        return min(times) if times else None
+
+    def _deliver_messages(self, now: float) -> None:
+        """Hand whole received messages to the jobs that own their QPs, in order."""
+        for qpn, name in list(self._qp_owner.items()):
+            if not self.rnic.recv_qps[qpn].inbox:
+                continue
+            messages = self.rnic.take_messages(qpn)
+            if name in self.job_errors:
+                continue  # a failed job's data is dropped
+            job = self.jobs[name]
+            try:
+                for msn, data in messages:
+                    job.on_message(qpn, msn, data, now)
+            except Exception as exc:  # noqa: BLE001 - a failing job must not stop the NIC
+                self._job_failed(name, exc)
+
+    def _offer_frame(self, frame: bytes, now: float) -> bool:
+        """Give a non-RoCE, non-PFC frame to the jobs that take frames; True if one did."""
+        for name in self._frame_takers:
+            try:
+                if self.jobs[name].on_frame(frame, now):
+                    return True
+            except Exception as exc:  # noqa: BLE001 - a failing job must not stop the NIC
+                self._job_failed(name, exc)
+        return False
+
     # ----- the loop ---------------------------------------------------------
 
     def _send(self, frame: bytes) -> None:
@@ -143,18 +300,27 @@ class Agent:
             now = time.monotonic()
             for frame in rnic.tick(now):
                 self._send(frame)
+            if self.jobs:
+                self._jobs_tick(now)
             frame = rnic.next_frame(now)
             while frame is not None:
                 self._send(frame)
                 frame = rnic.next_frame(now)
+            if self._frame_makers:
+                self._jobs_frames(now)
             if now >= next_sample:
                 self._sample(now)
                 next_sample = now + SAMPLE_S
             deadline = min(t for t in (rnic.next_wakeup(now), rnic.next_tick(), next_sample,
-                                       now + MAX_IDLE_S) if t is not None)
+                                       now + MAX_IDLE_S,
+                                       self._jobs_wakeup(now) if self.jobs else None)
+                           if t is not None)
             for key, _ in self.sel.select(max(0.0, deadline - time.monotonic())):
                 if key.data == "port":
-                    self._receive(time.monotonic())
+                    now = time.monotonic()
+                    self._receive(now)
+                    if self._qp_owner:
+                        self._deliver_messages(now)
                 elif key.data == "mgmt-listen":
                     conn = self.mgmt.accept()
                     if conn:
@@ -166,7 +332,8 @@ class Agent:
                     key.data.sock.close()
         self.mgmt.close()
         self.sock.close()
-        self.sink.close()
+        for sink in self.sinks:
+            sink.close()
 
     def _receive(self, now: float) -> None:
         for _ in range(RX_BATCH):
@@ -176,6 +343,9 @@ class Agent:
                 return
             except OSError:
                 return
+            if self._frame_takers and not roce.is_rocev2(frame) and \
+                    not pfc.is_mac_control(frame) and self._offer_frame(frame, now):
+                continue
             try:
                 replies = self.rnic.receive(frame, now)
             except Exception:  # noqa: BLE001 - a bad frame must never stop the NIC

@@ -8,6 +8,12 @@ and answers CE marks with CNPs), the host's PFC behaviour (honour a received
 PAUSE per priority; send PAUSE when the receive buffer fills because the host
 drains slowly, or continuously when the NIC is stuck), and the counters.
 
+Messages carry either pattern bytes (only their size matters: most
+workloads) or real data (`post_send(..., data=...)`: collectives). A QP whose
+receive side delivers data (`set_deliver_data`) reassembles each message in
+PSN order (go-back-N accepts nothing else) and queues it whole on
+`RecvQP.inbox`, read with `take_messages`; other QPs keep no payload bytes.
+
 Pure: every method takes `now`; `receive(frame)` returns frames to send back
 at once (ACK, NAK, CNP, PAUSE), `next_frame(now)` the next data frame the
 pacing allows. The agent (`agent.py`) owns the socket and the clock.
@@ -32,6 +38,17 @@ _WRITE_OPS = {"first": roce.RDMA_WRITE_FIRST, "middle": roce.RDMA_WRITE_MIDDLE,
               "last": roce.RDMA_WRITE_LAST, "only": roce.RDMA_WRITE_ONLY}
 _MESSAGE_ENDS = (roce.SEND_LAST, roce.SEND_ONLY, roce.RDMA_WRITE_LAST, roce.RDMA_WRITE_ONLY)
 CNP_PRIO = 6
+# IBA table 45 (RNR NAK timer field): code -> seconds. Code 12 (0.64 ms) is
+# what rdma-core's ibv_rc_pingpong asks for as min_rnr_timer.
+RNR_TIMER_S = (655.36e-3, 0.01e-3, 0.02e-3, 0.03e-3, 0.04e-3, 0.06e-3, 0.08e-3, 0.12e-3,
+               0.16e-3, 0.24e-3, 0.32e-3, 0.48e-3, 0.64e-3, 0.96e-3, 1.28e-3, 1.92e-3,
+               2.56e-3, 3.84e-3, 5.12e-3, 7.68e-3, 10.24e-3, 15.36e-3, 20.48e-3, 30.72e-3,
+               40.96e-3, 61.44e-3, 81.92e-3, 122.88e-3, 163.84e-3, 245.76e-3, 327.68e-3,
+               491.52e-3)
+MIN_RNR_TIMER = 12
+# Bookkeeping charged per queued message, so that a flood of empty messages
+# is bounded by `inbox_max_bytes` too.
+INBOX_MESSAGE_OVERHEAD_BYTES = 64
 
 
 @dataclass
@@ -58,6 +75,13 @@ class NicConfig:
     rx_xon_bytes: int = 64 * 1024
     drain_rate_bps: float | None = None   # None: the host consumes at once
     pfc_quanta: int = 0xFFFF
+    # Received data messages not yet taken by the host, per QP. Beyond it the
+    # responder answers RNR NAK (IBA 9.7.5.2.8: receiver not ready) and the
+    # requester retries after the RNR timer, as a verbs QP without posted
+    # receive buffers does. The agent takes messages every loop turn, so this
+    # is a guard against a consumer that stopped, not a working limit; a
+    # single message must fit in it.
+    inbox_max_bytes: int = 64 << 20
 
 
 @dataclass
@@ -86,10 +110,14 @@ class SendQP:
     last_progress: float = 0.0
     messages: deque = field(default_factory=deque)
     completed: list = field(default_factory=list)
-    sizes: dict = field(default_factory=dict)   # psn -> (payload, opcode, ack_req) of posted data
+    # psn -> (payload_len, opcode, ack_req, reth, data slice or None) of posted packets
+    sizes: dict = field(default_factory=dict)
     sent_at: dict = field(default_factory=dict)  # psn -> when it was (last) sent
+    freed: int = 0              # PSNs below this have left `sizes` (all acknowledged)
     tx_packets: int = 0
-    tx_bytes: int = 0
+    tx_bytes: int = 0           # frame bytes, retransmissions included
+    tx_payload_bytes: int = 0   # payload bytes, retransmissions included
+    rnr_naks: int = 0
     retransmitted: int = 0
     naks: int = 0
     timeouts: int = 0
@@ -112,6 +140,12 @@ class RecvQP:
     duplicates: int = 0
     ce_marked: int = 0
     messages_received: int = 0
+    deliver_data: bool = False  # reassemble payloads into `inbox`
+    inbox: deque = field(default_factory=deque)  # (msn, bytes) of whole messages, oldest first
+    inbox_bytes: int = 0        # charged for `inbox` (see INBOX_MESSAGE_OVERHEAD_BYTES)
+    parts: list = field(default_factory=list)    # payloads of the message being received
+    parts_bytes: int = 0
+    rnr_naks_sent: int = 0
 
 
 class Rnic:
@@ -158,24 +192,82 @@ class Rnic:
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
         self._rr.append(qpn)
 
+    def set_deliver_data(self, qpn: int, on: bool = True) -> None:
+        """Make QP `qpn`'s receive side queue whole messages' bytes on its `inbox`.
+
+        Off (the default), received payloads are counted and dropped. Turning
+        it off also discards what was queued.
+
+        Raises:
+            ValueError: `qpn` is not connected.
+        """
+        qp = self.recv_qps.get(qpn)
+        if qp is None:
+            raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.recv_qps)}")
+        qp.deliver_data = bool(on)
+        if not on:
+            qp.inbox.clear()
+            qp.parts.clear()
+            qp.inbox_bytes = qp.parts_bytes = 0
+
+    def take_messages(self, qpn: int, max_messages: int | None = None) -> list[tuple[int, bytes]]:
+        """The (msn, bytes) of messages received whole on QP `qpn`, oldest first; removed.
+
+        Raises:
+            ValueError: `qpn` is not connected.
+        """
+        qp = self.recv_qps.get(qpn)
+        if qp is None:
+            raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.recv_qps)}")
+        out = []
+        while qp.inbox and (max_messages is None or len(out) < max_messages):
+            msn, data = qp.inbox.popleft()
+            qp.inbox_bytes -= len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
+            out.append((msn, data))
+        return out
+
     def post_write(self, qpn: int, size_bytes: int, now: float, remote_va: int = 0,
-                   rkey: int = 0) -> int:
+                   rkey: int = 0, data: bytes | bytearray | memoryview | None = None) -> int:
         """Queue an RDMA WRITE of `size_bytes` to (remote_va, rkey); returns the message id."""
-        return self.post_send(qpn, size_bytes, now, write=(remote_va, rkey))
+        return self.post_send(qpn, size_bytes, now, write=(remote_va, rkey), data=data)
 
     def post_send(self, qpn: int, size_bytes: int, now: float,
-                  write: tuple[int, int] | None = None) -> int:
+                  write: tuple[int, int] | None = None,
+                  data: bytes | bytearray | memoryview | None = None) -> int:
         """Queue a SEND (or, with `write`=(va, rkey), a WRITE) of `size_bytes` on QP `qpn`.
 
-        Returns the message id that its completion carries.
+        Args:
+            qpn: a connected QP.
+            size_bytes: the message length; > 0 for pattern messages, >= 0
+                with `data` (a zero-length SEND is one empty SEND_ONLY).
+            now: the time it is posted (completions report latency from it).
+            write: (remote_va, rkey) to make it an RDMA WRITE.
+            data: the message's bytes, `size_bytes` of them; each packet carries
+                its slice. Like a registered buffer in verbs, it must not change
+                until the message completes (the NIC reads it again to
+                retransmit). None: pattern bytes.
+
+        Returns:
+            The message id that its completion carries.
+
+        Raises:
+            ValueError: unknown QP, a bad size, or data of another length.
         """
         qp = self.send_qps.get(qpn)
         if qp is None:
             raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.send_qps)}")
-        if size_bytes <= 0:
+        view = None
+        if data is not None:
+            try:
+                view = memoryview(data).cast("B")
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"data must be contiguous bytes-like: {exc}") from None
+            if view.nbytes != size_bytes:
+                raise ValueError(f"data has {view.nbytes} bytes but size_bytes={size_bytes}")
+        elif size_bytes <= 0:
             raise ValueError(f"size_bytes={size_bytes}: must be positive")
         mtu = self.cfg.mtu_payload
-        n = -(-size_bytes // mtu)
+        n = max(1, -(-size_bytes // mtu))
         first = qp.end_psn
         ops = _WRITE_OPS if write else _SEND_OPS
         for i in range(n):
@@ -187,7 +279,8 @@ class Rnic:
             ack_req = i == n - 1 or (first + i) % ACK_EVERY == ACK_EVERY - 1
             # RETH (va, rkey, length) rides on a WRITE's first packet (IBA 9.4.3).
             reth = (write[0], write[1], size_bytes) if write and i == 0 else None
-            qp.sizes[first + i] = (payload, op, ack_req, reth)
+            chunk = view[i * mtu:i * mtu + payload] if view is not None else None
+            qp.sizes[first + i] = (payload, op, ack_req, reth, chunk)
         qp.end_psn = first + n
         self._msg_ids += 1
         qp.messages.append(Message(self._msg_ids, size_bytes, first, first + n, now))
@@ -207,13 +300,14 @@ class Rnic:
             if qp.next_psn >= qp.end_psn or qp.next_tx_at > now or \
                     qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
                 continue
-            payload, op, ack_req, reth = qp.sizes[qp.next_psn]
+            payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,
-                                  reth=reth)
+                                  reth=reth, payload=data)
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
             qp.tx_packets += 1
             qp.tx_bytes += len(frame)
+            qp.tx_payload_bytes += payload
             self._wire(len(frame), now)
             rate = min(self.cfg.rate_bps, qp.max_rate_bps or self.cfg.rate_bps)
             if qp.rp is not None:
@@ -227,6 +321,16 @@ class Rnic:
     def _wire(self, size: int, now: float) -> None:
         # The link-rate virtual clock may lag one millisecond behind (a late loop).
         self.free_at = max(self.free_at, now - 0.001) + size * 8 / self.cfg.rate_bps
+
+    def use_wire(self, size_bytes: int, now: float) -> None:
+        """Account a frame of `size_bytes` sent at `now` outside the QPs on the NIC's wire.
+
+        For collectives that build their own frames (non-RoCE aggregation):
+        send only when `free_at <= now` (and the data priority is not paused,
+        `paused_until[DATA_PRIO] <= now`), then call this so that QP traffic
+        and theirs share the link rate.
+        """
+        self._wire(size_bytes, now)
 
     def next_wakeup(self, now: float) -> float | None:
         """When `next_frame` may next have something (None: nothing to send)."""
@@ -267,7 +371,14 @@ class Rnic:
                 qp.cnps += 1
                 qp.rp.on_cnp(now)
             return []
-        return self._on_data(info, len(frame), now)
+        out = self._on_data(info, frame, now)
+        # ACKs, NAKs, CNPs and PAUSEs leave on the same wire as data: they take
+        # its time, so that data plus control never exceed the link rate (else
+        # the switch port towards the peer, which carries both, builds a
+        # standing queue: 62-byte ACKs every 4 packets are 1.4% of the link).
+        for f in out:
+            self._wire(len(f), now)
+        return out
 
     def _on_pause(self, frame: bytes, now: float) -> None:
         decoded = pfc.parse(frame)
@@ -293,6 +404,15 @@ class Rnic:
                 qp.una = max(qp.una, psn)
                 qp.next_psn = psn  # go-back-N from the first missing packet
                 qp.last_progress = now
+        elif kind == roce.AETH_RNR_NAK:
+            # The responder had no room: resend from `psn` after the RNR timer (IBA 9.7.5.2.8).
+            qp.rnr_naks += 1
+            if qp.una <= psn <= qp.next_psn:
+                qp.retransmitted += qp.next_psn - psn
+                qp.una = max(qp.una, psn)
+                qp.next_psn = psn
+                qp.last_progress = now
+                qp.next_tx_at = max(qp.next_tx_at, now + self._rnr_s(info.syndrome & 0x1F))
         elif kind == roce.AETH_ACK and qp.una <= psn < qp.next_psn:
             qp.una = psn + 1
             qp.last_progress = now
@@ -300,18 +420,26 @@ class Rnic:
             msg = qp.messages.popleft()
             msg.completed_at = now
             qp.completed.append(msg)
-        for p in [p for p in qp.sizes if p < qp.una][:4096]:
-            del qp.sizes[p]
-            qp.sent_at.pop(p, None)
+        # PSNs are posted contiguously, so what was acknowledged is freed from the
+        # bottom up: the cost is per acknowledged packet, whatever is outstanding.
+        while qp.freed < qp.una:
+            qp.sizes.pop(qp.freed, None)
+            qp.sent_at.pop(qp.freed, None)
+            qp.freed += 1
+
+    def _rnr_s(self, code: int) -> float:
+        """The RNR timer `code` in emulated seconds (scaled like the RTO)."""
+        return RNR_TIMER_S[code] * self.cfg.modelled_rate_bps / self.cfg.rate_bps
 
     @staticmethod
     def _unwrap(psn24: int, near: int) -> int:
         return near + roce.psn_diff(psn24, near & roce.PSN_MASK)
 
-    def _on_data(self, info: roce.RoceInfo, size: int, now: float) -> list[bytes]:
+    def _on_data(self, info: roce.RoceInfo, frame: bytes, now: float) -> list[bytes]:
         qp = self.recv_qps.get(info.dest_qp)
         if qp is None:
             return []
+        size = len(frame)
         out = []
         if info.ecn == roce.ECN_CE:
             qp.ce_marked += 1
@@ -324,6 +452,18 @@ class Rnic:
             if self.rx_buffer + size > self.cfg.rx_buffer_bytes:
                 self.rx_overflow += 1  # the host had no room: as if lost (sender retries)
                 return out
+            if qp.deliver_data:
+                if qp.inbox_bytes + qp.parts_bytes + info.payload_len > self.cfg.inbox_max_bytes:
+                    # Each retry of the expected PSN is answered (the requester
+                    # waits the RNR timer in between); nak_sent keeps the packets
+                    # already in flight behind it from drawing sequence NAKs.
+                    qp.nak_sent = True
+                    qp.rnr_naks_sent += 1
+                    out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF,
+                                                 roce.AETH_RNR_NAK | MIN_RNR_TIMER))
+                    return out
+                qp.parts.append(bytes(roce.payload(frame, info)))
+                qp.parts_bytes += info.payload_len
             qp.expected += 1
             qp.nak_sent = False
             qp.rx_packets += 1
@@ -332,6 +472,12 @@ class Rnic:
             if info.opcode in _MESSAGE_ENDS:
                 qp.msn += 1
                 qp.messages_received += 1
+                if qp.deliver_data:
+                    data = b"".join(qp.parts) if len(qp.parts) != 1 else qp.parts[0]
+                    qp.parts.clear()
+                    qp.parts_bytes = 0
+                    qp.inbox.append((qp.msn, data))
+                    qp.inbox_bytes += len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
             if info.ack_req:
                 out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF))
             out += self._rx_pfc(now)
@@ -379,7 +525,10 @@ class Rnic:
             if qp.rp is not None:
                 qp.rp.advance(now)
         if self.xoff or self.stuck:
-            return self._rx_pfc(now)
+            out = self._rx_pfc(now)
+            for f in out:
+                self._wire(len(f), now)
+            return out
         return []
 
     def next_tick(self) -> float | None:
@@ -399,6 +548,7 @@ class Rnic:
         for qpn, qp in self.send_qps.items():
             send[qpn] = {
                 "tx_packets": qp.tx_packets, "tx_bytes": qp.tx_bytes,
+                "tx_payload_bytes": qp.tx_payload_bytes, "rnr_naks": qp.rnr_naks,
                 "retransmitted": qp.retransmitted, "naks": qp.naks, "timeouts": qp.timeouts,
                 "cnps": qp.cnps, "una": qp.una, "next_psn": qp.next_psn, "end_psn": qp.end_psn,
                 "rate_bps": qp.rp.rate_bps if qp.rp else self.cfg.rate_bps,
@@ -409,7 +559,9 @@ class Rnic:
         recv = {qpn: {"rx_packets": qp.rx_packets, "rx_bytes": qp.rx_bytes,
                       "out_of_order": qp.out_of_order, "duplicates": qp.duplicates,
                       "ce_marked": qp.ce_marked, "expected_psn": qp.expected,
-                      "messages_received": qp.messages_received}
+                      "messages_received": qp.messages_received,
+                      "inbox_messages": len(qp.inbox), "inbox_bytes": qp.inbox_bytes,
+                      "rnr_naks_sent": qp.rnr_naks_sent}
                 for qpn, qp in self.recv_qps.items()}
         paused = [total - max(0.0, until - now)
                   for total, until in zip(self.paused_s, self.paused_until)]

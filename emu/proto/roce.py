@@ -20,10 +20,13 @@ stored least significant byte first, as Linux rxe and Scapy do. Because tos
 and ttl are masked, a switch that marks ECN CE or decrements the TTL only
 fixes the IPv4 checksum (`emu.switch.parse.set_ip_ecn`).
 
-The UDP checksum is 0 (allowed for RoCEv2 over IPv4). Payload bytes are a
-fixed pattern (0, 1, ..., 255, 0, ...): the emulator models how many bytes
-cross, not their content. Payloads are padded to a multiple of 4 bytes and the
-BTH pad count says how many pad bytes follow (IBA 9.2.4).
+The UDP checksum is 0 (allowed for RoCEv2 over IPv4). A frame carries either
+the caller's bytes (`DataTemplate.frame(..., payload=...)`: collectives move
+real data) or, when only a length is given, a fixed pattern (0, 1, ..., 255,
+0, ...): most workloads model how many bytes cross, not their content.
+`parse` says where the payload starts (`RoceInfo.payload_offset`) and
+`payload(frame, info)` cuts it out. Payloads are padded to a multiple of 4
+bytes and the BTH pad count says how many pad bytes follow (IBA 9.2.4).
 """
 
 from __future__ import annotations
@@ -245,32 +248,56 @@ class DataTemplate:
         self._cnp = _Header(src_mac, dst_mac, src_ip, dst_ip, udp_sport, cnp_dscp, ECN_NOT_ECT,
                             becn=True)
 
-    def frame(self, opcode: int, psn: int, payload_len: int, ack_req: bool = False,
-              reth: tuple[int, int, int] | None = None) -> bytes:
-        """A data frame (SEND/RDMA WRITE) of `payload_len` pattern bytes.
+    def frame(self, opcode: int, psn: int, payload_len: int | None = None,
+              ack_req: bool = False, reth: tuple[int, int, int] | None = None,
+              payload: bytes | bytearray | memoryview | None = None) -> bytes:
+        """A data frame (SEND/RDMA WRITE) carrying `payload`, or `payload_len` pattern bytes.
 
         Args:
             opcode: a BTH opcode (SEND_* or RDMA_WRITE_*).
             psn: packet sequence number (taken modulo 2**24).
-            payload_len: payload bytes, 0..MAX_PAYLOAD_BYTES; padded to a
-                multiple of 4 on the wire, with the BTH pad count set.
+            payload_len: payload bytes, 0..MAX_PAYLOAD_BYTES, of the fixed
+                pattern; padded to a multiple of 4 on the wire, with the BTH
+                pad count set. May be omitted when `payload` is given (if
+                given too, it must equal `len(payload)`).
             ack_req: the BTH AckReq bit (ask the responder for an ACK now).
             reth: (va, rkey, dma_len) for RDMA_WRITE_FIRST/ONLY; required
                 exactly for those opcodes.
+            payload: the payload's bytes (a bytes-like object of at most
+                MAX_PAYLOAD_BYTES bytes; a memoryview must be contiguous).
 
         Returns:
             The Ethernet frame, ICRC included (no FCS).
 
         Raises:
-            ValueError: a payload too long, or a RETH missing or unexpected.
+            ValueError: a payload too long, lengths that disagree, neither a
+                length nor a payload, or a RETH missing or unexpected.
+
+        Examples:
+            >>> t = DataTemplate("02:00:00:00:00:01", "02:00:00:00:00:02",
+            ...                  "10.0.0.1", "10.0.0.2", 49152, dest_qp=0x11)
+            >>> f = t.frame(SEND_MIDDLE, psn=8, payload=b"hello")
+            >>> info = parse(f, verify_icrc=True)
+            >>> bytes(payload(f, info)), info.payload_len, info.ok
+            (b'hello', 5, True)
         """
+        if payload is not None:
+            n = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+            if payload_len is not None and payload_len != n:
+                raise ValueError(f"payload_len={payload_len!r} but the payload has {n} bytes")
+            payload_len = n
+        elif payload_len is None:
+            raise ValueError("give payload_len (pattern bytes) or payload (the bytes)")
         if not 0 <= payload_len <= MAX_PAYLOAD_BYTES:
             raise ValueError(f"payload_len={payload_len!r}: allowed 0..{MAX_PAYLOAD_BYTES}")
         if (reth is not None) != (opcode in _RETH_OPCODES):
             raise ValueError(f"opcode={opcode:#x} with reth={reth!r}: a RETH goes exactly "
                              "with RDMA_WRITE_FIRST and RDMA_WRITE_ONLY")
         pad = -payload_len & 3
-        body = _PAYLOAD[:payload_len] + _PADS[pad]
+        if payload is None:
+            body = _PAYLOAD[:payload_len] + _PADS[pad]
+        else:
+            body = bytes(payload) + _PADS[pad]
         if reth is not None:
             body = _RETH.pack(*reth) + body
         hdr, crc = self._data.pack(_UDP_BYTES + BTH_BYTES + ICRC_BYTES + len(body), opcode,
@@ -321,8 +348,9 @@ class RoceInfo(NamedTuple):
     Addresses are strings as the template takes them ("02:00:00:00:00:01",
     "10.0.0.1"). `syndrome`/`msn` are set for ACKNOWLEDGE only, `reth` as
     (va, rkey, dma_len) for RDMA_WRITE_FIRST/ONLY only. `payload_len` excludes
-    extension headers, pad bytes and ICRC. `ok` is the ICRC check, None when
-    not verified.
+    extension headers, pad bytes and ICRC; the payload is
+    `frame[payload_offset:payload_offset + payload_len]` (see `payload`). `ok`
+    is the ICRC check, None when not verified.
     """
 
     src_mac: str
@@ -342,6 +370,7 @@ class RoceInfo(NamedTuple):
     reth: tuple[int, int, int] | None
     payload_len: int
     ok: bool | None
+    payload_offset: int = 0
 
 
 _IPV4_HEAD = struct.Struct("!BBHHHBB")  # ver/ihl, tos, len, id, flags/frag, ttl, proto
@@ -397,4 +426,33 @@ def parse(frame: bytes, verify_icrc: bool = False) -> RoceInfo | None:
     return RoceInfo(frame[6:12].hex(":"), frame[0:6].hex(":"),
                     socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34]),
                     sport, tos >> 2, tos & 3, opcode, dqpn & PSN_MASK, apsn & PSN_MASK,
-                    apsn >> 31 == 1, dqpn & _BECN != 0, syndrome, msn, reth, payload_len, ok)
+                    apsn >> 31 == 1, dqpn & _BECN != 0, syndrome, msn, reth, payload_len, ok,
+                    x + ext)
+
+
+def payload(frame: bytes, info: RoceInfo) -> memoryview:
+    """The payload bytes of `frame` as `parse` decoded it into `info` (no copy).
+
+    Examples:
+        >>> t = DataTemplate("02:00:00:00:00:01", "02:00:00:00:00:02",
+        ...                  "10.0.0.1", "10.0.0.2", 49152, dest_qp=0x11)
+        >>> f = t.frame(RDMA_WRITE_ONLY, psn=1, payload=b"abc", reth=(0, 0, 3))
+        >>> bytes(payload(f, parse(f)))
+        b'abc'
+    """
+    return memoryview(frame)[info.payload_offset:info.payload_offset + info.payload_len]
+
+
+def is_rocev2(frame: bytes) -> bool:
+    """Whether `frame` is IPv4/UDP to port 4791 (a cheap test before `parse`).
+
+    Examples:
+        >>> t = DataTemplate("02:00:00:00:00:01", "02:00:00:00:00:02",
+        ...                  "10.0.0.1", "10.0.0.2", 49152, dest_qp=0x11)
+        >>> is_rocev2(t.cnp_frame()), is_rocev2(b"\\xff" * 64)
+        (True, False)
+    """
+    if len(frame) < _HDR_BYTES or frame[12] != 0x08 or frame[13] != 0x00 or frame[23] != 17:
+        return False
+    u = _ETH_BYTES + (frame[14] & 0x0F) * 4
+    return len(frame) >= u + _UDP_BYTES and frame[u + 2] << 8 | frame[u + 3] == ROCEV2_UDP_PORT

@@ -1,0 +1,908 @@
+"""Collectives on real data: ring all-reduce over the NIC model, and its nccl-tests report.
+
+Owns three layers, from pure to driven:
+
+1. `RingAllReduce`: the ring all-reduce algorithm of one rank as a pure state
+   machine (no sockets, no clock): reduce-scatter then all-gather, every
+   chunk cut into slices that are pipelined as NCCL does. It says what to
+   send and consumes what arrives.
+2. `CollectiveRank`: one rank of a collective job inside a host agent
+   (emu/host/agent.py): input generation from (seed, rank), iterations with a
+   compute step before each (stragglers), timing from first post to last
+   receive, the rank's own check of its result, NIC byte counts. It is the
+   agent's collective hook (see `CollectiveRank` for the interface) and
+   drives one `Algorithm` object per iteration; `ALGORITHMS` maps names to
+   their factories ("ring" here; others, such as in-network aggregation whose
+   frames are not RoCE, plug in with the optional frame hooks).
+3. `run_allreduce`: the orchestration from outside the hosts, through the
+   agents' management sockets only (the data never crosses them), and
+   `nccl_table`, the nccl-tests all_reduce_perf rows.
+
+Not owned here: the transport (emu/host/rnic.py), the agent's loop and
+sockets (emu/host/agent.py), starting agents and connecting QPs
+(emu/traffic/rdma.py).
+
+Data: rank r's input is `rank_input(seed, r, count, dtype)` (numpy's
+default_rng seeded with (seed, r)): int32 over its whole range (sums wrap
+modulo 2**32, which is exact whatever the order), float32 uniform in [-1, 1).
+Every rank regenerates all inputs, one array at a time, to know the exact
+sum; int32 must match bit for bit, float32 within the recursive-summation
+bound gamma_{n-1} * sum_i |x_i| (Higham, Accuracy and Stability of Numerical
+Algorithms, 2nd ed., eq. 4.4; gamma_k = k u / (1 - k u), u = 2**-24): the ring
+adds each element's n terms in float32, in an order that depends on the
+element's chunk, so results differ from a numpy sum in the last bits but
+never by more than that bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import weakref
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from emu.mgmt import MgmtError
+
+if TYPE_CHECKING:
+    from emu.host.rnic import Rnic
+    from emu.net import Fabric
+    from emu.traffic.rdma import RdmaHosts
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SLICE_BYTES = 64 * 1024  # bytes per pipelined message (a few NCCL_STEPS of 8-16 KiB)
+MAX_SLICE_BYTES = 16 << 20      # a message must fit in the receiver's inbox (rnic.inbox_max_bytes)
+# Little-endian on the wire and in memory, whatever the machine.
+DTYPES = {"int32": np.dtype("<i4"), "float32": np.dtype("<f4")}
+_DTYPE_ALIASES = {"int32": "int32", "int": "int32", "float32": "float32", "float": "float32"}
+NCCL_TYPE_NAMES = {"int32": "int32", "float32": "float"}  # nccl-tests test_typenames
+FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
+
+
+class CollectiveError(RuntimeError):
+    """A collective could not run or finish: names the job, the rank and why."""
+
+
+def dtype_name(dtype: str | np.dtype) -> str:
+    """The canonical name ("int32" or "float32") of `dtype`.
+
+    Raises:
+        ValueError: any other type.
+
+    Examples:
+        >>> dtype_name("float"), dtype_name(np.int32)
+        ('float32', 'int32')
+    """
+    try:
+        key = dtype if isinstance(dtype, str) else str(np.dtype(dtype))
+    except (TypeError, ValueError):
+        key = None
+    name = _DTYPE_ALIASES.get(key) if isinstance(key, str) else None
+    if name is None:
+        raise ValueError(f"dtype={dtype!r}: allowed {sorted(_DTYPE_ALIASES)}")
+    return name
+
+
+# ----------------------------------------------------------------- data and check
+
+
+def rank_input(seed: int, rank: int, count: int, dtype: str) -> np.ndarray:
+    """Rank `rank`'s input: `count` elements from numpy's default_rng((seed, rank)).
+
+    Examples:
+        >>> a = rank_input(7, 1, 4, "float32")
+        >>> a.dtype.name, bool((a >= -1).all() and (a < 1).all())
+        ('float32', True)
+        >>> bool((a == rank_input(7, 1, 4, "float32")).all())
+        True
+    """
+    name = dtype_name(dtype)
+    rng = np.random.default_rng([int(seed), int(rank)])
+    if name == "int32":
+        info = np.iinfo(np.int32)
+        return rng.integers(info.min, info.max, size=count, dtype=np.int32, endpoint=True)
+    # k * 2**-24 in [0, 1) -> 2x - 1 is exact in float32: [-1, 1) on a 2**-23 grid.
+    return rng.random(count, dtype=np.float32) * np.float32(2) - np.float32(1)
+
+
+@dataclass
+class ExpectedSum:
+    """The exact all-reduce result of a job and how far a correct result may be from it."""
+
+    exact: np.ndarray             # int32 (wrapped) or float64 (exact: float32 terms on a 2**-23 grid)
+    tolerance: np.ndarray | None  # float32 only: per element bound on |result - exact|
+
+    def wrong(self, result: np.ndarray) -> int:
+        """Elements of `result` that are not the sum (NaN counts as wrong)."""
+        if result.shape != self.exact.shape:
+            return int(self.exact.size)
+        if self.tolerance is None:
+            return int(np.count_nonzero(result != self.exact))
+        ok = np.abs(result.astype(np.float64) - self.exact) <= self.tolerance
+        return int(ok.size - np.count_nonzero(ok))
+
+
+def expected_sum(seed: int, nranks: int, count: int, dtype: str) -> ExpectedSum:
+    """Regenerate every rank's input, one array at a time, and sum them exactly.
+
+    int32 sums wrap modulo 2**32 like the ring's (exact, any order). float32
+    terms are multiples of 2**-23 in [-1, 1), so their float64 sum is exact
+    for fewer than 2**29 ranks; the tolerance is gamma_{n-1} * sum |x_i|.
+
+    Examples:
+        >>> e = expected_sum(1, 3, 5, "int32")
+        >>> r = rank_input(1, 0, 5, "int32") + rank_input(1, 1, 5, "int32") \\
+        ...     + rank_input(1, 2, 5, "int32")
+        >>> e.wrong(r)
+        0
+    """
+    name = dtype_name(dtype)
+    if name == "int32":
+        acc = np.zeros(count, dtype=np.int32)
+        for r in range(nranks):
+            acc += rank_input(seed, r, count, name)
+        return ExpectedSum(acc, None)
+    acc = np.zeros(count, dtype=np.float64)
+    mag = np.zeros(count, dtype=np.float64)
+    for r in range(nranks):
+        x = rank_input(seed, r, count, name)
+        acc += x
+        mag += np.abs(x)
+    k = max(nranks - 1, 0) * FLOAT32_UNIT_ROUNDOFF
+    return ExpectedSum(acc, mag * (k / (1 - k)))
+
+
+# ----------------------------------------------------------------- the ring, pure
+
+
+class RingAllReduce:
+    """Ring all-reduce (sum) of one rank, chunked and pipelined; pure.
+
+    The array is cut into `nranks` near-equal chunks (chunk c holds elements
+    [c*L/n, (c+1)*L/n) rounded down); every chunk into the same number of
+    near-equal slices, each at most `slice_bytes`. Step k = 0..n-2 is the
+    reduce-scatter: rank r sends chunk (r-k) mod n and receives chunk
+    (r-k-1) mod n, which it adds into its copy; steps n-1..2n-3 are the
+    all-gather, the same pattern copying finished chunks. Messages from the
+    previous rank arrive in order (one RC QP), so the m-th received message is
+    step m // nslices, slice m % nslices: it is reduced (or copied) and, unless
+    it was the last step, sent on at once as the next step's slice. That is
+    the pipeline: a rank forwards slice s of step k+1 while slice s+1 of step
+    k is still on the wire. Empty slices (fewer elements than ranks x slices)
+    are sent as empty messages so that every rank counts the same.
+
+    Args:
+        rank: this rank, 0..nranks-1; it sends to rank+1 and receives from rank-1.
+        nranks: ranks in the ring (>= 1).
+        data: the local input, a 1-D int32 or float32 array (not modified:
+            out of place, as nccl-tests' default).
+        slice_bytes: the largest message, in bytes.
+
+    Raises:
+        ValueError: a rank out of range, a bad array or slice size.
+
+    Examples:
+        >>> xs = [np.arange(5, dtype=np.int32) * (r + 1) for r in range(3)]
+        >>> ring = [RingAllReduce(r, 3, xs[r], slice_bytes=4) for r in range(3)]
+        >>> wires = [deque(ring[r].start()) for r in range(3)]  # wires[r]: r -> r+1
+        >>> while any(wires):
+        ...     for r in range(3):
+        ...         if wires[r]:
+        ...             nxt = (r + 1) % 3
+        ...             wires[nxt].extend(ring[nxt].on_message(wires[r].popleft()))
+        >>> [ring[r].result.tolist() for r in range(3)]
+        [[0, 6, 12, 18, 24], [0, 6, 12, 18, 24], [0, 6, 12, 18, 24]]
+    """
+
+    def __init__(self, rank: int, nranks: int, data: np.ndarray,
+                 slice_bytes: int = DEFAULT_SLICE_BYTES) -> None:
+        if not isinstance(nranks, int) or nranks < 1:
+            raise ValueError(f"nranks={nranks!r}: must be an integer >= 1")
+        if not isinstance(rank, int) or not 0 <= rank < nranks:
+            raise ValueError(f"rank={rank!r}: allowed 0..{nranks - 1}")
+        if not isinstance(data, np.ndarray) or data.ndim != 1:
+            raise ValueError(f"data must be a 1-D numpy array, got {type(data).__name__}"
+                             f"{'' if not isinstance(data, np.ndarray) else f' of shape {data.shape}'}")
+        self.dtype = DTYPES[dtype_name(data.dtype)]
+        if not isinstance(slice_bytes, int) or not self.dtype.itemsize <= slice_bytes <= MAX_SLICE_BYTES:
+            raise ValueError(f"slice_bytes={slice_bytes!r}: allowed {self.dtype.itemsize}.."
+                             f"{MAX_SLICE_BYTES}")
+        self.rank, self.nranks = rank, nranks
+        self.buf = np.array(data, dtype=self.dtype)  # a copy: the input stays as it was
+        count = self.buf.size
+        edges = [c * count // nranks for c in range(nranks + 1)]
+        largest = max(edges[c + 1] - edges[c] for c in range(nranks))
+        slice_elems = slice_bytes // self.dtype.itemsize
+        self.nslices = max(1, -(-largest // slice_elems))
+        self._slices = [[(edges[c] + s * (edges[c + 1] - edges[c]) // self.nslices,
+                          edges[c] + (s + 1) * (edges[c + 1] - edges[c]) // self.nslices)
+                         for s in range(self.nslices)] for c in range(nranks)]
+        self.steps = 2 * (nranks - 1)
+        self.messages_expected = self.steps * self.nslices
+        self.received = 0
+        self.started = False
+
+    @property
+    def done(self) -> bool:
+        """Every message of every step received (at once for a single rank)."""
+        return self.started and self.received == self.messages_expected
+
+    @property
+    def result(self) -> np.ndarray:
+        """The reduced array (complete once `done`)."""
+        return self.buf
+
+    def chunk_bounds(self, chunk: int) -> tuple[int, int]:
+        """[lo, hi) element indices of chunk `chunk`."""
+        sl = self._slices[chunk]
+        return sl[0][0], sl[-1][1]
+
+    def start(self) -> list[bytes]:
+        """Step 0's messages: the slices of chunk `rank`, to send to rank+1 in this order.
+
+        Raises:
+            ValueError: started twice.
+        """
+        if self.started:
+            raise ValueError(f"rank {self.rank}: the ring all-reduce was started already")
+        self.started = True
+        if self.nranks == 1:
+            return []
+        return [self.buf[lo:hi].tobytes() for lo, hi in self._slices[self.rank]]
+
+    def on_message(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Consume the next message from rank-1; returns what to send on to rank+1.
+
+        Raises:
+            ValueError: not started, more messages than the ring has, or a
+                message whose length is not the slice's.
+        """
+        if not self.started:
+            raise ValueError(f"rank {self.rank}: message before start()")
+        if self.received >= self.messages_expected:
+            raise ValueError(f"rank {self.rank}: message {self.received + 1} but the ring has "
+                             f"{self.messages_expected}")
+        step, s = divmod(self.received, self.nslices)
+        chunk = (self.rank - step - 1) % self.nranks
+        lo, hi = self._slices[chunk][s]
+        nbytes = memoryview(data).nbytes
+        if nbytes != (hi - lo) * self.dtype.itemsize:
+            raise ValueError(f"rank {self.rank}: message {self.received} (step {step}, chunk "
+                             f"{chunk}, slice {s}) has {nbytes} bytes, expected "
+                             f"{(hi - lo) * self.dtype.itemsize}")
+        incoming = np.frombuffer(data, dtype=self.dtype)
+        if step < self.nranks - 1:
+            self.buf[lo:hi] += incoming  # int32 wraps modulo 2**32, as NCCL's sum does
+        else:
+            self.buf[lo:hi] = incoming
+        self.received += 1
+        if step + 1 < self.steps:
+            return [self.buf[lo:hi].tobytes()]
+        return []
+
+
+# ----------------------------------------------------------------- the agent side
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One rank's part of a collective job, as `coll_setup` receives it.
+
+    Args:
+        job: the job's name (unique on the host while it exists).
+        rank, nranks: this rank and the job's size.
+        dtype: "int32" or "float32" (nccl-tests' "int" and "float" accepted).
+        count: elements per rank (>= 1).
+        seed: the data seed (rank r's input is rank_input(seed, r, ...)).
+        algo: a key of ALGORITHMS.
+        iters: iterations (each starts with the compute step).
+        compute_s: seconds the rank is busy before it communicates, every
+            iteration (a straggler has a larger one).
+        slice_bytes: the pipelined message size.
+        send_qpn, recv_qpn: the ring's QPs to rank+1 and from rank-1.
+        options: algorithm-specific settings (e.g. an aggregation switch).
+
+    Raises:
+        ValueError: an unknown key or a value out of range, named.
+    """
+
+    job: str
+    rank: int
+    nranks: int
+    dtype: str
+    count: int
+    seed: int = 0
+    algo: str = "ring"
+    iters: int = 1
+    compute_s: float = 0.0
+    slice_bytes: int = DEFAULT_SLICE_BYTES
+    send_qpn: int | None = None
+    recv_qpn: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, name: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r}: {allowed}")
+
+        check(isinstance(self.job, str) and self.job != "", "job", "a non-empty string")
+        check(_is_int(self.nranks) and self.nranks >= 1, "nranks", "an integer >= 1")
+        check(_is_int(self.rank) and 0 <= self.rank < self.nranks, "rank",
+              f"an integer in 0..{self.nranks - 1}")
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        check(_is_int(self.count) and self.count >= 1, "count", "an integer >= 1")
+        check(_is_int(self.seed), "seed", "an integer")
+        check(self.algo in ALGORITHMS, "algo", f"one of {sorted(ALGORITHMS)}")
+        check(_is_int(self.iters) and self.iters >= 1, "iters", "an integer >= 1")
+        check(isinstance(self.compute_s, (int, float)) and 0 <= self.compute_s < math.inf,
+              "compute_s", "a finite number >= 0")
+        check(_is_int(self.slice_bytes) and DTYPES[self.dtype].itemsize <= self.slice_bytes
+              <= MAX_SLICE_BYTES, "slice_bytes", f"an integer in {DTYPES[self.dtype].itemsize}.."
+              f"{MAX_SLICE_BYTES}")
+        for name in ("send_qpn", "recv_qpn"):
+            check(getattr(self, name) is None or _is_int(getattr(self, name)), name,
+                  "an integer QP number")
+        check(isinstance(self.options, Mapping), "options", "a mapping")
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> CollectiveSpec:
+        """From management-call arguments; unknown keys are named in the error."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(args) - known)
+        if unknown:
+            raise ValueError(f"unknown key(s) {unknown}; allowed: {sorted(known)}")
+        missing = sorted(k for k in ("job", "rank", "nranks", "dtype", "count") if k not in args)
+        if missing:
+            raise ValueError(f"missing key(s) {missing}")
+        return cls(**args)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Algorithm(Protocol):
+    """One iteration of a collective on one rank, on the NIC (what `ALGORITHMS` builds).
+
+    Required: `recv_qpns` (QPs whose whole messages it consumes: the agent
+    turns data delivery on for them), `tx_qpns` (QPs whose NIC counters are
+    its traffic), `done` (this rank's part is over: all it sends is sent or
+    posted to the NIC, all it needs is received), `result`, `start(now)`
+    (post the first sends), `on_message(qpn, data, now)` (a whole message
+    received on one of `recv_qpns`, in order; the job holds back messages
+    that arrive before `start`). Optional, for algorithms that speak their
+    own frames (e.g. in-network aggregation on UDP 4792): `on_frame(frame,
+    now) -> bool` (a non-RoCE frame, possibly before `start`; True if it was
+    consumed), `next_frame(now) -> bytes | None` (a frame to send now, asked
+    only while the iteration runs: it must honour and advance the NIC's wire
+    clock with `rnic.free_at` / `rnic.use_wire(len(frame), now)` and the
+    PAUSE state `rnic.paused_until`), `next_wakeup(now)` (when `next_frame`
+    may have something).
+    """
+
+    recv_qpns: tuple[int, ...]
+    tx_qpns: tuple[int, ...]
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def result(self) -> np.ndarray: ...
+
+    def start(self, now: float) -> None: ...
+
+    def on_message(self, qpn: int, data: bytes, now: float) -> None: ...
+
+
+class RingOnNic:
+    """`RingAllReduce` on the NIC: its messages become SENDs with data on `send_qpn`."""
+
+    def __init__(self, spec: CollectiveSpec, rnic: Rnic, data: np.ndarray) -> None:
+        if spec.send_qpn is None or spec.recv_qpn is None:
+            raise ValueError(f"job {spec.job!r}: the ring needs send_qpn (to rank+1) and "
+                             "recv_qpn (from rank-1)")
+        if spec.send_qpn not in rnic.send_qps:
+            raise ValueError(f"job {spec.job!r}: unknown QP send_qpn={spec.send_qpn}; "
+                             f"connected: {sorted(rnic.send_qps)}")
+        if spec.recv_qpn not in rnic.recv_qps:
+            raise ValueError(f"job {spec.job!r}: unknown QP recv_qpn={spec.recv_qpn}; "
+                             f"connected: {sorted(rnic.recv_qps)}")
+        self.rnic = rnic
+        self.send_qpn, self.recv_qpn = spec.send_qpn, spec.recv_qpn
+        self.recv_qpns = (spec.recv_qpn,)
+        self.tx_qpns = (spec.send_qpn,)
+        self.ring = RingAllReduce(spec.rank, spec.nranks, data, spec.slice_bytes)
+
+    @property
+    def done(self) -> bool:
+        return self.ring.done
+
+    @property
+    def result(self) -> np.ndarray:
+        return self.ring.result
+
+    def _post(self, messages: list[bytes], now: float) -> None:
+        for m in messages:
+            self.rnic.post_send(self.send_qpn, len(m), now, data=m)
+
+    def start(self, now: float) -> None:
+        self._post(self.ring.start(), now)
+
+    def on_message(self, qpn: int, data: bytes, now: float) -> None:
+        if qpn != self.recv_qpn:
+            raise ValueError(f"message on QP {qpn}; the ring receives on {self.recv_qpn}")
+        self._post(self.ring.on_message(data), now)
+
+
+# name -> factory(spec, rnic, input) of one iteration. SHARP-like aggregation plugs in here.
+ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = {
+    "ring": RingOnNic,
+}
+
+
+class CollectiveRank:
+    """One rank of a collective job inside a host agent: the agent's collective hook.
+
+    The agent's loop calls, all with its clock's `now`:
+
+    - `tick(now)`: timed work (the start time, the end of a compute step:
+      then the iteration's first sends are posted);
+    - `next_wakeup(now)`: when `tick` or `next_frame` next has work (None: none);
+    - `on_message(qpn, msn, data, now)` for every whole message taken from
+      the inbox of a QP in `recv_qpns`;
+    - `on_frame(frame, now) -> bool` for every non-RoCE, non-PFC frame (True:
+      consumed);
+    - `next_frame(now) -> bytes | None` until None, for algorithms that send
+      their own frames;
+    - `status(now)` for `coll_status`; `close()` when the job is dropped.
+
+    A rank that is computing (or has not started) keeps early messages from
+    rank-1 in order and feeds them to the iteration when it starts: the
+    previous rank may be at most one iteration ahead.
+
+    Args:
+        spec: the job as set up.
+        rnic: the host's NIC model (pure; the agent owns its socket).
+
+    Raises:
+        ValueError: a bad spec for the algorithm (e.g. unknown QPs).
+    """
+
+    def __init__(self, spec: CollectiveSpec, rnic: Rnic) -> None:
+        self.spec = spec
+        self.rnic = rnic
+        self.input = rank_input(spec.seed, spec.rank, spec.count, spec.dtype)
+        self.expected = expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype)
+        self.algo = ALGORITHMS[spec.algo](spec, rnic, self.input)
+        self.recv_qpns = tuple(self.algo.recv_qpns)
+        self.tx_qpns = tuple(self.algo.tx_qpns)
+        # The agent offers frames / asks for frames only to jobs that use them.
+        self.wants_frames = hasattr(self.algo, "on_frame")
+        self.sends_frames = hasattr(self.algo, "next_frame")
+        self.state = "ready"   # ready -> scheduled -> compute -> running -> ... -> done | failed
+        self.error: str | None = None
+        self.wake_at: float | None = None    # when `tick` has work
+        self.compute_until = 0.0
+        self.iteration = 0
+        self.iter_began = 0.0
+        self.first_post = 0.0
+        self.early: deque = deque()
+        self.elapsed_s: list[float] = []   # per iteration: first post -> last receive
+        self.iter_s: list[float] = []      # per iteration: compute start -> last receive
+        self.wrong: list[int] = []         # per iteration
+        self.digest: int | None = None     # crc32 of the last result: equal on every rank
+        self.frames_sent = 0
+        self.frame_bytes_sent = 0
+        self._tx0 = self._tx_counters()
+
+    # ----- the hook ---------------------------------------------------------
+
+    def start(self, at: float) -> None:
+        """Start (the first compute step) at `at` on the agent's clock."""
+        if self.state != "ready":
+            raise ValueError(f"job {self.spec.job!r} is {self.state}, not ready to start")
+        self.state = "scheduled"
+        self.wake_at = at
+
+    def tick(self, now: float) -> None:
+        if self.state == "running":
+            self._maybe_finish(now)  # an algorithm may finish on its own clock
+        if self.wake_at is None or now < self.wake_at:
+            return
+        self.wake_at = None
+        if self.state == "scheduled":
+            self._begin_compute(now)
+        if self.state == "compute" and now >= self.compute_until:
+            self.wake_at = None
+            self.state = "running"
+            self.first_post = now
+            self.algo.start(now)
+            self._maybe_finish(now)  # a single rank has nothing to wait for
+            # Messages that came during the compute step, in their order; any
+            # beyond this iteration's stay queued for the next one.
+            while self.early and self.state == "running":
+                qpn, data = self.early.popleft()
+                self._deliver(qpn, data, now)
+                self._maybe_finish(now)
+
+    def next_wakeup(self, now: float) -> float | None:
+        times = [self.wake_at]
+        hook = getattr(self.algo, "next_wakeup", None)
+        if hook is not None:
+            times.append(hook(now))
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def on_message(self, qpn: int, msn: int, data: bytes, now: float) -> None:
+        if self.state != "running":
+            if self.state in ("done", "failed"):
+                raise ValueError(f"job {self.spec.job!r} is {self.state}: unexpected message "
+                                 f"on QP {qpn}")
+            self.early.append((qpn, data))
+            return
+        self._deliver(qpn, data, now)
+        self._maybe_finish(now)
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        hook = getattr(self.algo, "on_frame", None)
+        if hook is None or self.state in ("done", "failed"):
+            return False
+        consumed = hook(frame, now)
+        if consumed:
+            self._maybe_finish(now)
+        return consumed
+
+    def next_frame(self, now: float) -> bytes | None:
+        hook = getattr(self.algo, "next_frame", None)
+        if hook is None or self.state != "running":
+            return None
+        frame = hook(now)
+        if frame is not None:
+            self.frames_sent += 1
+            self.frame_bytes_sent += len(frame)
+            self._maybe_finish(now)
+        return frame
+
+    def fail(self, error: str) -> None:
+        """Stop the job with `error` (the agent calls it when a hook raised)."""
+        self.state = "failed"
+        self.error = error
+        self.wake_at = None
+
+    def close(self) -> None:
+        """Drop queued state (the job is being removed)."""
+        self.early.clear()
+
+    def status(self, now: float) -> dict:
+        tx = self._tx_counters()
+        t0 = self._tx0
+        return {
+            "job": self.spec.job, "rank": self.spec.rank, "nranks": self.spec.nranks,
+            "algo": self.spec.algo, "dtype": self.spec.dtype, "count": self.spec.count,
+            "state": self.state, "done": self.state == "done", "error": self.error,
+            "iters": self.spec.iters, "iters_done": len(self.elapsed_s),
+            "elapsed_s": list(self.elapsed_s), "iter_s": list(self.iter_s),
+            "wrong": max(self.wrong) if self.wrong else None, "wrong_per_iter": list(self.wrong),
+            "digest": self.digest,
+            "tx_payload_bytes": tx["tx_payload_bytes"] - t0["tx_payload_bytes"],
+            "tx_frame_bytes": tx["tx_bytes"] - t0["tx_bytes"] + self.frame_bytes_sent,
+            "tx_packets": tx["tx_packets"] - t0["tx_packets"] + self.frames_sent,
+            "retransmitted": tx["retransmitted"] - t0["retransmitted"],
+            "early_messages": len(self.early),
+        }
+
+    # ----- inside -------------------------------------------------------------
+
+    def _tx_counters(self) -> dict:
+        out = dict.fromkeys(("tx_payload_bytes", "tx_bytes", "tx_packets", "retransmitted"), 0)
+        for q in self.tx_qpns:
+            qp = self.rnic.send_qps[q]
+            for k in out:
+                out[k] += getattr(qp, k)
+        return out
+
+    def _begin_compute(self, now: float) -> None:
+        self.state = "compute"
+        self.iter_began = now
+        self.compute_until = self.wake_at = now + self.spec.compute_s
+
+    def _deliver(self, qpn: int, data: bytes, now: float) -> None:
+        self.algo.on_message(qpn, data, now)
+
+    def _maybe_finish(self, now: float) -> None:
+        if self.state != "running" or not self.algo.done:
+            return
+        self.elapsed_s.append(now - self.first_post)
+        self.iter_s.append(now - self.iter_began)
+        result = self.algo.result
+        self.wrong.append(self.expected.wrong(result))
+        self.iteration += 1
+        if self.iteration >= self.spec.iters:
+            self.digest = zlib.crc32(result.tobytes())
+            self.state = "done"
+            return
+        # The next iteration is built now, so that messages from rank-1 that
+        # arrive during the compute step have an owner; they wait in `early`.
+        self.algo = ALGORITHMS[self.spec.algo](self.spec, self.rnic, self.input)
+        self._begin_compute(now)  # the loop's next tick starts it (at once if compute_s is 0)
+
+
+# ----------------------------------------------------------------- orchestration
+
+
+@dataclass(frozen=True)
+class AllReduceResult:
+    """One size of an all-reduce run, as nccl-tests reports it, plus the NIC's counts.
+
+    `time_s` is per iteration: the mean over iterations of the slowest rank's
+    time from its first post to its last receive (the collective is over when
+    the last rank has its result). algbw = size / time, busbw = algbw *
+    2(n-1)/n (nccl-tests doc/PERFORMANCE.md). `wrong` is the number of wrong
+    elements summed over ranks (each rank's worst iteration). Byte counts are
+    per host and per iteration, as the host's NIC counted them on the ring's
+    send QP (retransmissions included).
+    """
+
+    size_bytes: int
+    count: int
+    dtype: str
+    nranks: int
+    algo: str
+    iters: int
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    wrong: int
+    tx_payload_bytes: dict
+    tx_frame_bytes: dict
+    retransmitted: dict
+    elapsed_s: dict            # host -> per-iteration times
+    digests_agree: bool        # every rank ended with the same bytes
+
+
+_RING_QPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # RdmaHosts -> {(src, dst): qpn}
+_jobs = 0
+
+
+def _nics_for(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
+    """The NIC agents to run on: `target` itself, or the fabric's (started once).
+
+    A fabric's agents are the ones its fault API drives (`fab.faults.nics`):
+    they are started there on first use, so that a later call, or a NIC
+    fault, finds the same agents instead of starting a second set.
+    """
+    from emu.traffic.rdma import RdmaHosts
+
+    if isinstance(target, RdmaHosts):
+        nics = target
+    else:
+        nics = target.faults.nics
+        if nics is None:
+            nics = target.faults.nics = RdmaHosts(target, list(hosts))
+    missing = [h for h in hosts if h not in nics.nics]
+    if missing:
+        raise ValueError(f"hosts {missing} have no NIC agent here (agents: {sorted(nics.nics)}); "
+                         "pass an RdmaHosts started on them")
+    return nics
+
+
+def ring_qps(nics: RdmaHosts, hosts: Sequence[str]) -> list[int]:
+    """QP i connects hosts[i] -> hosts[i+1 mod n] (connected once, reused)."""
+    conns = _RING_QPS.setdefault(nics, {})
+    qps = []
+    for i, src in enumerate(hosts):
+        dst = hosts[(i + 1) % len(hosts)]
+        if (src, dst) not in conns:
+            conns[(src, dst)] = nics.connect(src, dst)
+        qps.append(conns[(src, dst)])
+    return qps
+
+
+def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
+                  size_bytes: int | Sequence[int], dtype: str = "float32", algo: str = "ring",
+                  seed: int = 0, iters: int = 1, slice_bytes: int = DEFAULT_SLICE_BYTES,
+                  compute_s: float | Mapping[str, float] = 0.0, start_delay_s: float = 0.3,
+                  timeout_s: float | None = None,
+                  options: Mapping[str, Any] | None = None) -> list[AllReduceResult]:
+    """All-reduce (sum) across `hosts`' NIC agents, one job per size; returns one row per size.
+
+    Every rank generates its input, runs `iters` iterations (each after its
+    compute step) and checks its result itself; only commands and counters
+    cross the management sockets. Ranks are `hosts` in order; the ring is
+    hosts[0] -> hosts[1] -> ... -> hosts[0] (QPs connected on first use).
+
+    Args:
+        target: the hosts' NICs (RdmaHosts), or a Fabric (its agents are then
+            started on `hosts` once, kept as `fab.faults.nics`, and reused).
+        hosts: the ranks, in ring order (>= 2).
+        size_bytes: bytes per rank (a multiple of the element size), or several.
+        dtype: "float32" or "int32".
+        algo: a key of ALGORITHMS.
+        seed: the data seed.
+        iters: timed iterations per size.
+        slice_bytes: the pipelined message size.
+        compute_s: seconds of compute before each iteration, for all ranks or
+            per host ({host: seconds}, others 0): a straggler.
+        start_delay_s: lead time so that every rank starts at the same instant.
+        timeout_s: per size; default from the slowest host link and the size.
+        options: algorithm-specific settings for every rank (CollectiveSpec.options).
+
+    Returns:
+        One AllReduceResult per size, in order.
+
+    Raises:
+        ValueError: bad arguments (named).
+        emu.mgmt.MgmtError: an agent refused the job (the message says why).
+        CollectiveError: a rank failed (its error is in the message).
+        emu.net.FabricError: the job did not finish within the timeout.
+
+    Examples:
+        >>> run_allreduce(nics, ["h1", "h2", "h3", "h4"], [1 << 20], "int32")  # doctest: +SKIP
+    """
+    global _jobs
+    hosts = list(hosts)
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
+        raise ValueError(f"hosts={hosts!r}: at least two distinct hosts")
+    name = dtype_name(dtype)
+    itemsize = DTYPES[name].itemsize
+    sizes = [size_bytes] if isinstance(size_bytes, int) else list(size_bytes)
+    for s in sizes:
+        if not _is_int(s) or s < itemsize or s % itemsize:
+            raise ValueError(f"size_bytes={s!r}: a positive multiple of {itemsize} ({name})")
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algo={algo!r}: one of {sorted(ALGORITHMS)}")
+    if isinstance(compute_s, Mapping):
+        unknown = sorted(set(compute_s) - set(hosts))
+        if unknown:
+            raise ValueError(f"compute_s names hosts {unknown} that are not ranks {hosts}")
+        compute = {h: float(compute_s.get(h, 0.0)) for h in hosts}
+    else:
+        compute = dict.fromkeys(hosts, float(compute_s))
+    nics = _nics_for(target, hosts)
+    # The ring's QPs; other algorithms bring their own transport.
+    qps = ring_qps(nics, hosts) if algo == "ring" else [None] * len(hosts)
+    n = len(hosts)
+    g = nics.fab.graph
+    slowest_bps = min(g.edges[h, g.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
+    results = []
+    for size in sizes:
+        _jobs += 1
+        job = f"allreduce-{_jobs}-{int(time.time() * 1000) % 10**9}"
+        count = size // itemsize
+        wire_s = 2 * (n - 1) / n * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
+        limit = timeout_s if timeout_s is not None else \
+            10 * iters * wire_s + iters * max(compute.values()) + 30
+        setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
+        try:
+            for rank, h in enumerate(hosts):
+                nics.nics[h].call("coll_setup", timeout_s=setup_timeout_s, job=job, rank=rank,
+                                  nranks=n, dtype=name, count=count, seed=seed, algo=algo,
+                                  iters=iters, compute_s=compute[h], slice_bytes=slice_bytes,
+                                  send_qpn=qps[rank], recv_qpn=qps[rank - 1],
+                                  options=dict(options or {}))
+            at = time.time() + start_delay_s
+            for h in hosts:
+                nics.nics[h].call("coll_start", job=job, at=at)
+            _wait_done(nics, hosts, job, limit, f"all-reduce {job} of {size} B on {n} ranks")
+            # Read again once all are done: a rank may finish receiving before
+            # its own last sends left its NIC; now every message has arrived.
+            status = {h: nics.nics[h].call("coll_status", job=job) for h in hosts}
+        finally:
+            for h in hosts:
+                try:
+                    nics.nics[h].call("coll_clear", job=job)
+                except MgmtError as exc:  # not set up there, or gone: clear the others
+                    log.debug("coll_clear %s on %s: %s", job, h, exc)
+        per_iter = [max(status[h]["elapsed_s"][i] for h in hosts) for i in range(iters)]
+        t = sum(per_iter) / iters
+        algbw = size / t if t > 0 else math.inf
+        results.append(AllReduceResult(
+            size_bytes=size, count=count, dtype=name, nranks=n, algo=algo, iters=iters,
+            time_s=t, algbw_bytes_per_s=algbw, busbw_bytes_per_s=algbw * 2 * (n - 1) / n,
+            wrong=sum(status[h]["wrong"] for h in hosts),
+            tx_payload_bytes={h: status[h]["tx_payload_bytes"] / iters for h in hosts},
+            tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
+            retransmitted={h: status[h]["retransmitted"] for h in hosts},
+            elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
+            digests_agree=len({status[h]["digest"] for h in hosts}) == 1))
+    return results
+
+
+def _wait_done(nics: RdmaHosts, hosts: list[str], job: str, timeout_s: float,
+               what: str) -> None:
+    """Poll the ranks' coll_status until all are done; a failed rank raises at once.
+
+    One rank is asked per poll (the first not known to be done): management
+    calls interrupt the agents' loops and cost CPU that the fabric needs.
+    """
+    from emu.net import wait_for
+
+    pending = deque(hosts)
+
+    def finished() -> bool:
+        while pending:
+            h = pending[0]
+            st = nics.nics[h].call("coll_status", job=job)
+            if st["state"] == "failed":
+                raise CollectiveError(f"job {job}: rank {st['rank']} ({h}) failed: "
+                                      f"{st['error']}")
+            if not st["done"]:
+                return False
+            pending.popleft()
+        return True
+
+    wait_for(finished, timeout_s, what, interval_s=0.1, logs=nics.fab.run.log_dir)
+
+
+# ----------------------------------------------------------------- nccl-tests output
+
+BW_UNITS = {"GB/s": 1e9, "MB/s": 1e6}
+# Emulated links run at Mbit/s (DESIGN.md, time scale), where nccl-tests' GB/s
+# columns would all read 0.00: the default is MB/s, in the same %6.2f columns,
+# with the unit in the header. bw_unit="GB/s" prints nccl-tests' unit.
+DEFAULT_BW_UNIT = "MB/s"
+
+
+def _bw_scale(bw_unit: str) -> float:
+    if bw_unit not in BW_UNITS:
+        raise ValueError(f"bw_unit={bw_unit!r}: allowed {sorted(BW_UNITS)}")
+    return BW_UNITS[bw_unit]
+
+
+def nccl_header(bw_unit: str = DEFAULT_BW_UNIT) -> str:
+    """nccl-tests' column header (src/common.cu), out-of-place columns only.
+
+    Examples:
+        >>> print(nccl_header())  # doctest: +NORMALIZE_WHITESPACE
+        #                                                        out-of-place
+        #       size         count      type   redop    root     time   algbw   busbw #wrong
+        #        (B)    (elements)                               (us)  (MB/s)  (MB/s)
+    """
+    _bw_scale(bw_unit)
+    unit = f"({bw_unit})"
+    return "\n".join([
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place" % ("", "", "", "", ""),
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s" % (
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"),
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s" % (
+            "(B)", "(elements)", "", "", "", "(us)", unit, unit, ""),
+    ])
+
+
+def nccl_row(result: AllReduceResult, bw_unit: str = DEFAULT_BW_UNIT) -> str:
+    """One all_reduce_perf row: size, count, type, redop, root, time, algbw, busbw, #wrong.
+
+    Formats as nccl-tests' src/common.cu: "%12li  %12li  %8s  %6s  %6s" then
+    "  %7s  %6.2f  %6.2f  %5g", the time with 2, 1 or 0 decimals below 100 us,
+    below 10 ms, above.
+
+    Examples:
+        >>> r = AllReduceResult(1048576, 262144, "float32", 4, "ring", 1, 0.5, 2097152.0,
+        ...                     3145728.0, 0, {}, {}, {}, {}, True)
+        >>> nccl_row(r)
+        '     1048576        262144     float     sum      -1   500000    2.10    3.15      0'
+    """
+    scale = _bw_scale(bw_unit)
+    us = result.time_s * 1e6
+    time_str = "%7.0f" % us if us >= 10000.0 else "%7.1f" % us if us >= 100.0 else "%7.2f" % us
+    return ("%12li  %12li  %8s  %6s  %6s" % (result.size_bytes, result.count,
+                                             NCCL_TYPE_NAMES[result.dtype], "sum", "%6i" % -1)
+            + "  %7s  %6.2f  %6.2f  %5g" % (time_str, result.algbw_bytes_per_s / scale,
+                                            result.busbw_bytes_per_s / scale, result.wrong))
+
+
+def nccl_table(results: Sequence[AllReduceResult], bw_unit: str = DEFAULT_BW_UNIT) -> str:
+    """Header, one row per result, and nccl-tests' two summary lines."""
+    scale = _bw_scale(bw_unit)
+    wrong = sum(r.wrong for r in results)
+    avg = sum(r.busbw_bytes_per_s for r in results) / len(results) / scale if results else 0.0
+    return "\n".join([nccl_header(bw_unit)] + [nccl_row(r, bw_unit) for r in results] + [
+        "# Out of bounds values : %d %s" % (wrong, "FAILED" if wrong else "OK"),
+        "# Avg bus bandwidth    : %g %s" % (avg, bw_unit),
+    ])

@@ -1,0 +1,546 @@
+"""Collectives on real data, without a network: the pure ring against numpy, real
+payloads through RoCE frames and the NIC model (losses, duplicates), and the
+agent-side collective hook driving NICs wired back to back (time injected)."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import deque
+
+import numpy as np
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from emu.host.rnic import NicConfig, Rnic
+from emu.proto import roce
+from emu.traffic import collectives as coll
+from emu.traffic.collectives import (
+    AllReduceResult,
+    CollectiveRank,
+    CollectiveSpec,
+    RingAllReduce,
+    expected_sum,
+    nccl_header,
+    nccl_row,
+    nccl_table,
+    rank_input,
+)
+
+RATE = 20_000_000
+
+
+# ----------------------------------------------------------------- the pure ring
+
+
+def run_ring(arrays, slice_bytes, seed=0):
+    """Every rank's RingAllReduce; links are FIFO, the order across links is random."""
+    n = len(arrays)
+    ring = [RingAllReduce(r, n, arrays[r], slice_bytes=slice_bytes) for r in range(n)]
+    wires = [deque(ring[r].start()) for r in range(n)]  # wires[r]: rank r -> rank r+1
+    sent = [list(w) for w in wires]
+    rng = random.Random(seed)
+    while any(wires):
+        r = rng.choice([i for i in range(n) if wires[i]])
+        nxt = (r + 1) % n
+        out = ring[nxt].on_message(wires[r].popleft())
+        assert len(out) <= 1  # each received slice is forwarded at once, or is the last step
+        wires[nxt].extend(out)
+        sent[nxt].extend(out)
+    return ring, sent
+
+
+def numpy_sum(arrays):
+    stack = np.stack(arrays)
+    if stack.dtype == np.int32:
+        return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
+    return stack.astype(np.float64).sum(axis=0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("count,slice_bytes", [
+    (4096, 1024),      # divisible by every n, several slices per chunk
+    (10_007, 2048),    # a prime: uneven chunks, uneven slices
+    (333, 64 * 1024),  # one slice per chunk
+    (5, 4),            # tiny: chunks and slices of 0 or 1 element
+    (1, 1024),         # a single element: every chunk but one is empty
+])
+def test_ring_equals_numpy_sum(n, dtype, count, slice_bytes):
+    arrays = [rank_input(11, r, count, dtype) for r in range(n)]
+    before = [a.copy() for a in arrays]
+    ring, sent = run_ring(arrays, slice_bytes, seed=n * count)
+    want = numpy_sum(arrays)
+    results = [r.result for r in ring]
+    assert all(r.done for r in ring)
+    if dtype == "int32":
+        for res in results:
+            assert res.dtype == np.int32 and np.array_equal(res, want)
+    else:
+        # n-1 float32 additions per element: |error| <= gamma_{n-1} * sum|x| (Higham 4.4).
+        k = (n - 1) * 2.0 ** -24
+        bound = np.abs(np.stack(arrays)).astype(np.float64).sum(axis=0) * k / (1 - k)
+        for res in results:
+            assert res.dtype == np.float32
+            assert np.all(np.abs(res.astype(np.float64) - want) <= bound)
+    # All-gather copies: every rank holds the very same bytes.
+    assert len({res.tobytes() for res in results}) == 1
+    # Out of place: the inputs are untouched.
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+    # Every rank sends 2(n-1) steps of its chunks: 2(n-1)/n of the array when n divides it.
+    nslices = ring[0].nslices
+    itemsize = arrays[0].itemsize
+    for r in range(n):
+        assert len(sent[r]) == 2 * (n - 1) * nslices
+        assert max(len(m) for m in sent[r]) <= slice_bytes
+        chunks = [(r - k) % n for k in range(2 * (n - 1))]
+        want_bytes = sum(ring[r].chunk_bounds(c)[1] - ring[r].chunk_bounds(c)[0]
+                         for c in chunks) * itemsize
+        assert sum(len(m) for m in sent[r]) == want_bytes
+        if count % n == 0:
+            assert want_bytes == 2 * (n - 1) * count // n * itemsize
+
+
+def test_int32_sums_wrap_like_nccl():
+    big = np.full(8, np.iinfo(np.int32).max, dtype=np.int32)
+    ring, _ = run_ring([big, big, np.ones(8, np.int32)], slice_bytes=8)
+    assert ring[0].result.tolist() == [-1] * 8  # 2*(2**31-1) + 1 = 2**32 - 1 -> -1
+
+
+def test_single_rank_is_done_at_start():
+    x = rank_input(1, 0, 100, "float32")
+    ring = RingAllReduce(0, 1, x)
+    assert ring.start() == [] and ring.done and np.array_equal(ring.result, x)
+
+
+def test_first_step_sends_own_chunk_in_slices():
+    x = np.arange(40, dtype=np.int32)
+    ring = RingAllReduce(1, 4, x, slice_bytes=16)
+    msgs = ring.start()
+    lo, hi = ring.chunk_bounds(1)
+    assert (lo, hi) == (10, 20) and ring.nslices == 3
+    assert b"".join(msgs) == x[10:20].tobytes() and all(len(m) <= 16 for m in msgs)
+
+
+@pytest.mark.parametrize("args,match", [
+    (dict(rank=4, nranks=4, data=np.zeros(4, np.int32)), "rank=4"),
+    (dict(rank=0, nranks=0, data=np.zeros(4, np.int32)), "nranks=0"),
+    (dict(rank=0, nranks=2, data=np.zeros((2, 2), np.int32)), "1-D"),
+    (dict(rank=0, nranks=2, data=[1, 2]), "1-D numpy array"),
+    (dict(rank=0, nranks=2, data=np.zeros(4, np.float64)), "dtype="),
+    (dict(rank=0, nranks=2, data=np.zeros(4, np.int64)), "dtype="),
+    (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), slice_bytes=2), "slice_bytes=2"),
+])
+def test_ring_rejects_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        RingAllReduce(**args)
+
+
+def test_ring_rejects_bad_messages():
+    ring = RingAllReduce(0, 2, np.zeros(8, np.int32), slice_bytes=16)
+    with pytest.raises(ValueError, match="before start"):
+        ring.on_message(bytes(16))
+    ring.start()
+    with pytest.raises(ValueError, match="has 12 bytes, expected 16"):
+        ring.on_message(bytes(12))
+    ring.on_message(bytes(16))
+    ring.on_message(bytes(16))
+    assert ring.done
+    with pytest.raises(ValueError, match="message 3 but the ring has 2"):
+        ring.on_message(bytes(16))
+
+
+def test_expected_sum_counts_wrong_elements():
+    n, count = 4, 1000
+    arrays = [rank_input(3, r, count, "float32") for r in range(n)]
+    ring, _ = run_ring(arrays, 512)
+    exp = expected_sum(3, n, count, "float32")
+    assert exp.wrong(ring[0].result) == 0
+    bad = ring[0].result.copy()
+    bad[[5, 500]] += np.float32(1e-3)   # far beyond n * 2**-24 * 4
+    bad[7] = np.nan
+    assert exp.wrong(bad) == 3
+    ints = expected_sum(3, n, count, "int32")
+    good = numpy_sum([rank_input(3, r, count, "int32") for r in range(n)])
+    assert ints.wrong(good) == 0
+    good[999] ^= 1 << 30  # one flipped bit is caught: int32 is bit exact
+    assert ints.wrong(good) == 1
+    assert ints.wrong(good[:10]) == count  # a result of the wrong length is all wrong
+
+
+def test_inputs_depend_on_seed_and_rank_only():
+    a = rank_input(5, 2, 64, "int32")
+    assert np.array_equal(a, rank_input(5, 2, 64, "int32"))
+    assert not np.array_equal(a, rank_input(5, 3, 64, "int32"))
+    assert not np.array_equal(a, rank_input(6, 2, 64, "int32"))
+    f = rank_input(5, 2, 100_000, "float")
+    assert f.dtype == np.float32 and f.min() >= -1 and f.max() < 1 and f.min() < -0.99
+    with pytest.raises(ValueError, match="dtype='int64'"):
+        rank_input(5, 2, 64, "int64")
+
+
+# ----------------------------------------------------------------- payloads in frames
+
+
+@pytest.fixture
+def tmpl():
+    return roce.DataTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
+                             "10.0.0.2", 49152, dest_qp=0x42)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 1023, 1024])
+def test_payload_round_trips_through_frame_scapy_and_parse(tmpl, n):
+    data = bytes(random.Random(n).randrange(256) for _ in range(n))
+    frame = tmpl.frame(roce.SEND_MIDDLE, 9, payload=memoryview(data))
+    info = roce.parse(frame, verify_icrc=True)
+    assert info.ok is True and info.payload_len == n
+    assert bytes(roce.payload(frame, info)) == data
+    pkt = Ether(frame)
+    assert pkt[BTH].padcount == -n & 3
+    load = bytes(pkt[Raw].load) if Raw in pkt else b""
+    assert load[:n] == data  # Scapy sees our bytes (then the pad bytes)
+
+
+def test_payload_after_reth_and_lengths_must_agree(tmpl):
+    frame = tmpl.frame(roce.RDMA_WRITE_FIRST, 1, payload=b"\x01\x02\x03\x04\x05",
+                       reth=(0x1000, 7, 5))
+    info = roce.parse(frame, verify_icrc=True)
+    assert info.reth == (0x1000, 7, 5) and bytes(roce.payload(frame, info)) == b"\1\2\3\4\5"
+    assert tmpl.frame(roce.SEND_ONLY, 1, 3, payload=b"abc") == tmpl.frame(roce.SEND_ONLY, 1,
+                                                                            payload=b"abc")
+    with pytest.raises(ValueError, match="payload_len=4 but the payload has 3 bytes"):
+        tmpl.frame(roce.SEND_ONLY, 1, 4, payload=b"abc")
+    with pytest.raises(ValueError, match="give payload_len"):
+        tmpl.frame(roce.SEND_ONLY, 1)
+    with pytest.raises(ValueError, match="payload_len=9217"):
+        tmpl.frame(roce.SEND_ONLY, 1, payload=bytes(9217))
+    # Pattern frames are unchanged: the payload starts where parse says.
+    pattern = tmpl.frame(roce.SEND_ONLY, 1, 300)
+    assert bytes(roce.payload(pattern, roce.parse(pattern))) == bytes(range(256)) + bytes(range(44))
+
+
+def test_is_rocev2(tmpl):
+    assert roce.is_rocev2(tmpl.frame(roce.SEND_ONLY, 1, 8)) and roce.is_rocev2(tmpl.ack_frame(1, 1))
+    other = bytearray(tmpl.frame(roce.SEND_ONLY, 1, 8))
+    other[36:38] = (4792).to_bytes(2, "big")   # a SHARP-like aggregation frame
+    assert not roce.is_rocev2(bytes(other)) and not roce.is_rocev2(b"") and \
+        not roce.is_rocev2(bytes(60))
+
+
+# ----------------------------------------------------------------- data through the NIC model
+
+A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
+B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
+
+
+def nic_pair(**kw):
+    kw = dict(dict(dcqcn=False, rto_modelled_s=0.02, modelled_rate_bps=RATE), **kw)
+    a, b = Rnic(NicConfig(rate_bps=RATE, **A, **kw)), Rnic(NicConfig(rate_bps=RATE, **B, **kw))
+    a.connect(1, 7, B["mac"], B["ip"], 49152, 0.0)
+    b.connect(7, 1, A["mac"], A["ip"], 49153, 0.0)
+    b.set_deliver_data(7)
+    return a, b
+
+
+def shuttle(a, b, until, lose=lambda i: False, repeat=lambda i: False, step=1e-4):
+    """a -> b data (dropped or duplicated by index), b -> a replies; returns frames a sent."""
+    now, sent = 0.0, 0
+    while now < until:
+        frame = a.next_frame(now)
+        while frame is not None:
+            sent += 1
+            copies = 0 if lose(sent) else 2 if repeat(sent) else 1
+            for _ in range(copies):
+                for reply in b.receive(frame, now):
+                    a.receive(reply, now)
+            frame = a.next_frame(now)
+        now += step
+    return sent
+
+
+def test_messages_arrive_whole_and_in_order_despite_losses_and_duplicates():
+    a, b = nic_pair()
+    rng = np.random.default_rng(0)
+    msgs = [rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+            for size in (5000, 1, 0, 1024, 3000, 70_000)]
+    for m in msgs:
+        a.post_send(1, len(m), 0.0, data=m)
+    lost = {3, 4, 40, 41, 42, 80}
+    sent = shuttle(a, b, 0.5, lose=lambda i: i in lost, repeat=lambda i: i % 7 == 0)
+    got = b.take_messages(7)
+    assert [m for _, m in got] == msgs
+    assert [msn for msn, _ in got] == list(range(1, len(msgs) + 1))
+    qp, rq = a.send_qps[1], b.recv_qps[7]
+    assert qp.retransmitted > 0 and qp.naks > 0 and rq.duplicates > 0 and rq.out_of_order > 0
+    assert sent > sum(-(-len(m) // 1024) or 1 for m in msgs)
+    assert len(qp.completed) == len(msgs) and qp.sizes == {} and qp.sent_at == {}
+    assert rq.inbox_bytes == 0 and rq.parts == [] and b.take_messages(7) == []
+    assert qp.tx_payload_bytes > sum(map(len, msgs))  # retransmissions are counted too
+
+
+def test_lost_tail_is_retransmitted_by_timer_with_its_data():
+    a, b = nic_pair()
+    a.post_send(1, 4096, 0.0, data=bytes(range(256)) * 16)
+    shuttle(a, b, 0.3, lose=lambda i: i == 4)
+    assert [m for _, m in b.take_messages(7)] == [bytes(range(256)) * 16]
+    assert a.send_qps[1].timeouts >= 1
+
+
+def test_pattern_messages_keep_no_bytes():
+    a, b = nic_pair()
+    b.set_deliver_data(7, False)
+    a.post_send(1, 50_000, 0.0)
+    shuttle(a, b, 0.1)
+    rq = b.recv_qps[7]
+    assert rq.rx_bytes == 50_000 and rq.messages_received == 1
+    assert not rq.inbox and rq.parts == [] and b.take_messages(7) == []
+
+
+def test_full_inbox_answers_rnr_nak_and_recovers_when_taken():
+    a, b = nic_pair(inbox_max_bytes=3000)
+    a.post_send(1, 2000, 0.0, data=bytes(2000))
+    a.post_send(1, 2000, 0.0, data=b"\x07" * 2000)
+    shuttle(a, b, 0.05)
+    assert len(b.recv_qps[7].inbox) == 1 and b.recv_qps[7].rnr_naks_sent >= 1
+    assert a.send_qps[1].rnr_naks >= 1 and len(a.send_qps[1].completed) == 1
+    assert b.take_messages(7) == [(1, bytes(2000))]
+    shuttle(a, b, 0.2)   # the RNR timer (0.64 ms) passes, the requester resends
+    assert b.take_messages(7) == [(2, b"\x07" * 2000)]
+
+
+def test_bad_data_work_requests_are_named():
+    a, b = nic_pair()
+    with pytest.raises(ValueError, match="data has 3 bytes but size_bytes=4"):
+        a.post_send(1, 4, 0.0, data=b"abc")
+    with pytest.raises(ValueError, match="contiguous"):
+        a.post_send(1, 8, 0.0, data=np.arange(4, dtype=np.int32)[::2])
+    with pytest.raises(ValueError, match="unknown QP 3"):
+        b.take_messages(3)
+    with pytest.raises(ValueError, match="unknown QP 3"):
+        b.set_deliver_data(3)
+
+
+# ----------------------------------------------------------------- the agent hook, back to back
+
+
+class RingOfNics:
+    """n NICs in a ring of QPs (QP r: rank r -> r+1) and one CollectiveRank each,
+    driven as the agent's loop drives them, frames delivered at once."""
+
+    def __init__(self, n, dtype, count, iters=1, compute_s=None, slice_bytes=4096, drop=None):
+        self.n = n
+        macs = [f"02:00:00:00:01:{r:02x}" for r in range(n)]
+        ips = [f"10.0.1.{r + 1}" for r in range(n)]
+        self.nics = [Rnic(NicConfig(mac=macs[r], ip=ips[r], rate_bps=RATE, dcqcn=False,
+                                    rto_modelled_s=0.02, modelled_rate_bps=RATE))
+                     for r in range(n)]
+        self.by_ip = dict(zip(ips, self.nics))
+        for r in range(n):
+            nxt = (r + 1) % n
+            self.nics[r].connect(100 + r, 100 + r, macs[nxt], ips[nxt], 49152 + r, 0.0)
+            self.nics[nxt].connect(100 + r, 100 + r, macs[r], ips[r], 49152 + r, 0.0)
+        compute_s = compute_s or [0.0] * n
+        self.jobs = []
+        for r in range(n):
+            spec = CollectiveSpec(job="j", rank=r, nranks=n, dtype=dtype, count=count, seed=9,
+                                  iters=iters, compute_s=compute_s[r], slice_bytes=slice_bytes,
+                                  send_qpn=100 + r, recv_qpn=100 + (r - 1) % n)
+            job = CollectiveRank(spec, self.nics[r])
+            for q in job.recv_qpns:
+                self.nics[r].set_deliver_data(q)
+            self.jobs.append(job)
+        self.drop = drop or (lambda frame: False)
+
+    def run(self, until, step=1e-4):
+        now = 0.0
+        for job in self.jobs:
+            job.start(0.001)
+        while now < until and not all(j.state == "done" for j in self.jobs):
+            for r, nic in enumerate(self.nics):
+                self.jobs[r].tick(now)
+                frame = nic.next_frame(now)
+                while frame is not None:
+                    if not self.drop(frame):
+                        dst = self.by_ip[roce.parse(frame).dst_ip]
+                        for reply in dst.receive(frame, now):
+                            nic.receive(reply, now)
+                    frame = nic.next_frame(now)
+            for r, nic in enumerate(self.nics):
+                for q in self.jobs[r].recv_qpns:
+                    for msn, data in nic.take_messages(q):
+                        self.jobs[r].on_message(q, msn, data, now)
+            now += step
+        return now
+
+
+@pytest.mark.parametrize("n,dtype,count", [(2, "int32", 3001), (4, "float32", 4096),
+                                           (5, "int32", 3)])
+def test_collective_rank_on_nics_checks_itself(n, dtype, count):
+    ring = RingOfNics(n, dtype, count, iters=2)
+    ring.run(5.0)
+    st = [j.status(0.0) for j in ring.jobs]
+    assert all(s["done"] and s["iters_done"] == 2 and s["wrong"] == 0 for s in st)
+    assert len({s["digest"] for s in st}) == 1
+    want = numpy_sum([rank_input(9, r, count, dtype) for r in range(n)])
+    if dtype == "int32":
+        assert zlib.crc32(want.tobytes()) == st[0]["digest"]
+    # Payload bytes per rank: 2(n-1) chunk transfers per iteration, no loss here.
+    r0 = ring.jobs[0].algo.ring
+    per_iter = sum(r0.chunk_bounds((0 - k) % n)[1] - r0.chunk_bounds((0 - k) % n)[0]
+                   for k in range(2 * (n - 1))) * 4
+    assert st[0]["tx_payload_bytes"] == 2 * per_iter and st[0]["retransmitted"] == 0
+    assert st[0]["tx_frame_bytes"] > st[0]["tx_payload_bytes"]
+    assert all(0 < e < 5.0 for s in st for e in s["elapsed_s"])
+
+
+def test_collective_rank_survives_drops():
+    rng = random.Random(3)
+    ring = RingOfNics(3, "float32", 6000, drop=lambda f: rng.random() < 0.02)
+    ring.run(10.0)
+    st = [j.status(0.0) for j in ring.jobs]
+    assert all(s["done"] and s["wrong"] == 0 for s in st)
+    assert sum(s["retransmitted"] for s in st) > 0
+
+
+def test_straggler_delays_everyone_and_early_messages_wait():
+    compute = [0.0, 0.0, 0.3, 0.0]
+    ring = RingOfNics(4, "int32", 2048, iters=2, compute_s=compute)
+    ring.run(5.0)
+    st = [j.status(0.0) for j in ring.jobs]
+    assert all(s["done"] and s["wrong"] == 0 for s in st)
+    # Rank 3 waits for rank 2 (the straggler) in every iteration: its time from
+    # first post to last receive includes the 0.3 s; the straggler's does not.
+    assert all(e > 0.3 for e in st[3]["elapsed_s"])
+    assert all(e < 0.3 for e in st[2]["elapsed_s"])
+    assert all(t >= 0.3 for t in st[2]["iter_s"])
+
+
+def test_spec_rejects_bad_values_by_name():
+    base = dict(job="j", rank=0, nranks=2, dtype="int32", count=8, send_qpn=1, recv_qpn=2)
+    CollectiveSpec.from_args(base)
+    for key, value, match in [("rank", 2, "rank=2"), ("dtype", "float64", "dtype='float64'"),
+                              ("count", 0, "count=0"), ("algo", "tree", "algo='tree'"),
+                              ("iters", 0, "iters=0"), ("compute_s", -1, "compute_s=-1"),
+                              ("slice_bytes", 2, "slice_bytes=2"), ("bogus", 1, "bogus")]:
+        with pytest.raises(ValueError, match=match):
+            CollectiveSpec.from_args(dict(base, **{key: value}))
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['count'\]"):
+        CollectiveSpec.from_args({k: v for k, v in base.items() if k != "count"})
+    nic = Rnic(NicConfig(rate_bps=RATE, **A))
+    with pytest.raises(ValueError, match="unknown QP send_qpn=1"):
+        CollectiveRank(CollectiveSpec.from_args(base), nic)
+
+
+def test_unexpected_message_after_done_is_an_error_not_a_crash():
+    ring = RingOfNics(2, "int32", 16)
+    ring.run(1.0)
+    with pytest.raises(ValueError, match="is done: unexpected message"):
+        ring.jobs[0].on_message(101, 99, b"", 1.0)
+
+
+class SwapFrames:
+    """A toy two-rank all-reduce in its own frames (as in-network aggregation
+    will speak): each rank sends its array in one non-RoCE frame, paced by the
+    NIC's wire clock, and adds the one it receives."""
+
+    HEADER = bytes(12) + b"\x88\xb5"  # local experimental ethertype
+
+    def __init__(self, spec, rnic, data):
+        self.rnic, self.data, self.rank = rnic, data, spec.rank
+        self.recv_qpns, self.tx_qpns = (), ()
+        self.out, self.result, self.sent = None, None, False
+
+    @property
+    def done(self):  # received the peer's and sent its own
+        return self.result is not None and self.sent
+
+    def start(self, now):
+        self.out = self.HEADER + bytes([self.rank]) + self.data.tobytes()
+        self.sent = False
+
+    def next_frame(self, now):
+        if self.out is None or self.rnic.free_at > now:
+            return None
+        frame, self.out = self.out, None
+        self.rnic.use_wire(len(frame), now)
+        self.sent = True
+        return frame
+
+    def next_wakeup(self, now):
+        return self.rnic.free_at if self.out is not None else None
+
+    def on_frame(self, frame, now):
+        if not frame.startswith(self.HEADER) or frame[14] == self.rank:
+            return False
+        self.result = self.data + np.frombuffer(frame[15:], dtype=self.data.dtype)
+        return True
+
+
+def test_collectives_with_their_own_frames_plug_into_the_hook(monkeypatch):
+    monkeypatch.setitem(coll.ALGORITHMS, "swap", SwapFrames)
+    nics = [Rnic(NicConfig(rate_bps=RATE, **A)), Rnic(NicConfig(rate_bps=RATE, **B))]
+    jobs = [CollectiveRank(CollectiveSpec(job="s", rank=r, nranks=2, dtype="int32", count=1000,
+                                          algo="swap"), nics[r]) for r in range(2)]
+    assert all(j.wants_frames and j.sends_frames and j.recv_qpns == () for j in jobs)
+    assert jobs[0].next_frame(0.0) is None  # nothing before the job runs
+    jobs[0].start(0.0)
+    jobs[1].start(0.01)
+    now, wire = 0.0, []
+    while now < 0.1 and not all(j.state == "done" for j in jobs):
+        for r, job in enumerate(jobs):
+            job.tick(now)
+            frame = job.next_frame(now)
+            while frame is not None:
+                wire.append(frame)
+                assert not jobs[1 - r].on_frame(b"\xff" * 60, now)  # not ours: declined
+                assert jobs[1 - r].on_frame(frame, now)
+                frame = job.next_frame(now)
+        now += 1e-3
+    st = [j.status(now) for j in jobs]
+    assert all(s["done"] and s["wrong"] == 0 for s in st) and len(wire) == 2
+    assert st[0]["tx_frame_bytes"] == len(wire[0]) == 15 + 4000 and st[0]["tx_packets"] == 1
+    assert st[0]["tx_payload_bytes"] == 0  # no QP traffic
+    assert nics[0].free_at >= len(wire[0]) * 8 / RATE  # the frame took the NIC's wire time
+    assert st[0]["digest"] == st[1]["digest"]
+    ring = RingOfNics(2, "int32", 8)
+    assert not ring.jobs[0].wants_frames and not ring.jobs[0].sends_frames
+
+
+# ----------------------------------------------------------------- nccl-tests format
+
+
+def result(size, t, n=8, wrong=0, dtype="float32"):
+    algbw = size / t
+    return AllReduceResult(size, size // 4, dtype, n, "ring", 1, t, algbw,
+                           algbw * 2 * (n - 1) / n, wrong, {}, {}, {}, {}, True)
+
+
+def test_nccl_rows_have_nccl_tests_columns():
+    rows = [nccl_row(result(8, 20.76e-6)), nccl_row(result(1 << 20, 0.00123)),
+            nccl_row(result(1 << 26, 12.5, wrong=3, dtype="int32"), bw_unit="GB/s")]
+    # nccl-tests: "%12li  %12li  %8s  %6s  %6s" + "  %7s  %6.2f  %6.2f  %5g"
+    assert rows[0] == ("           8             2     float     sum      -1"
+                       "    20.76    0.39    0.67      0")
+    assert rows[1] == ("     1048576        262144     float     sum      -1"
+                       "   1230.0  852.50  1491.88      0")
+    assert rows[2] == ("    67108864      16777216     int32     sum      -1"
+                       "  12500000    0.01    0.01      3")
+    header = nccl_header("GB/s").splitlines()
+    assert header[1].split() == ["#", "size", "count", "type", "redop", "root", "time",
+                                 "algbw", "busbw", "#wrong"]
+    assert "(GB/s)" in header[2] and "out-of-place" in header[0]
+    # Columns line up with the header's: "#wrong" ends where the row's last field ends.
+    assert len(header[1]) == len(rows[0])
+    table = nccl_table([result(8, 1.0), result(16, 1.0, wrong=2)])
+    assert table.splitlines()[-2] == "# Out of bounds values : 2 FAILED"
+    assert table.splitlines()[-1].startswith("# Avg bus bandwidth    : ")
+    with pytest.raises(ValueError, match="bw_unit='Gb/s'"):
+        nccl_row(result(8, 1.0), bw_unit="Gb/s")
+
+
+def test_busbw_is_algbw_times_2_n_minus_1_over_n():
+    r = result(1 << 20, 0.5, n=4)
+    assert r.busbw_bytes_per_s == pytest.approx(r.algbw_bytes_per_s * 1.5)
+    assert coll.NCCL_TYPE_NAMES == {"int32": "int32", "float32": "float"}
