@@ -283,8 +283,11 @@ class AggregationManager:
         """A new job over `host_ips` (rank order); raises JobError / JobRefused."""
         if len(host_ips) < 2:
             raise JobError(f"a job needs at least 2 hosts, got {list(host_ips)}")
-        if not 1 <= nslots <= self.slots_per_switch:
-            raise JobError(f"nslots={nslots}: allowed 1..{self.slots_per_switch}")
+        if nslots < 1:
+            raise JobError(f"nslots={nslots}: must be >= 1")
+        if nslots > self.slots_per_switch:
+            raise JobRefused(f"refused: nslots={nslots} exceeds a switch's pool of "
+                             f"{self.slots_per_switch} slots")
         job_id = self._allocate_id()
         job_ip, job_mac = job_address(job_id)
         tree = build_tree(topo, list(host_ips), job_ip, job_mac, self.free_slots(), nslots)
@@ -499,22 +502,7 @@ class AggregationApp(app_manager.OSKenApp):
         topo = self._topology()
         with self._lock:
             job, msgs = self._mgr.register(topo, hosts, int(nslots))
-            waits = []
-            for dpid in job.tree:
-                xid, barrier = self._mgr.barrier(dpid)
-                msgs.append((dpid, barrier))
-                waits.append((dpid, xid))
-                self._pending[(dpid, xid)] = None
-            self._send(msgs)
-            # The switches answer in order: once every barrier is back, the
-            # job is in every engine and flow table, or an error came first.
-            deadline = time.monotonic() + REGISTER_TIMEOUT_S
-            while any(self._pending.get(w) is None for w in waits) and job.state == "active":
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            done = [self._pending.pop(w, None) for w in waits]
+            done = self._send_confirmed(msgs, job.tree, lambda: job.state == "active")
             if job.state != "active":
                 self._send(self._mgr.unregister(job.job_id))
                 raise JobRefused(f"refused: {job.reason}")
@@ -524,9 +512,36 @@ class AggregationApp(app_manager.OSKenApp):
                                f"{REGISTER_TIMEOUT_S} s")
             return job.describe()
 
+    def _send_confirmed(self, msgs: Msgs, dpids: Any, still_ok: Any) -> List[Optional[str]]:
+        """Send `msgs` and a barrier to each of `dpids`; wait (lock held) for the replies.
+
+        The switches answer in order: once every barrier is back, everything
+        before it is applied, or an error came first (`still_ok` turns False).
+        Returns, per switch, "ok" or None when it did not answer in time.
+        """
+        waits = []
+        for dpid in dpids:
+            if dpid not in self._mgr._dps:
+                continue
+            xid, barrier = self._mgr.barrier(dpid)
+            msgs.append((dpid, barrier))
+            waits.append((dpid, xid))
+            self._pending[(dpid, xid)] = None
+        self._send(msgs)
+        deadline = time.monotonic() + REGISTER_TIMEOUT_S
+        while any(self._pending.get(w) is None for w in waits) and still_ok():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        return [self._pending.pop(w, None) for w in waits]
+
     def _unregister(self, job_id: int) -> Dict[str, Any]:
+        """Remove a job; returns once every switch of its tree confirmed (slots free)."""
         with self._lock:
-            self._send(self._mgr.unregister(int(job_id)))
+            job = self._mgr.jobs.get(int(job_id))
+            tree = list(job.tree) if job else []
+            self._send_confirmed(self._mgr.unregister(int(job_id)), tree, lambda: True)
         return {"job_id": job_id}
 
     def _jobs(self) -> Dict[str, Any]:

@@ -41,6 +41,7 @@ class Faults:
     def __init__(self, fab, nics=None) -> None:
         self.fab = fab
         self.nics = nics
+        self._nic_stragglers: set[str] = set()
         self.t0 = time.time()
         self.events: list[dict[str, Any]] = []
         self.errors: list[str] = []
@@ -220,6 +221,37 @@ class Faults:
             self._event("slow_host", host=host, factor=factor, rate_bps=rate_bps)
 
         self._later(at, apply)
+
+    def straggler(self, host: str, compute_factor: float = 1.0, nic_factor: float = 1.0,
+                  at: float | None = None) -> None:
+        """Host `host` becomes a straggler rank (1 and 1: healthy again).
+
+        `compute_factor`: the compute step of every collective it runs takes
+        that many times longer (emu/traffic/collectives.py). `nic_factor`: its
+        NIC model paces at link rate / factor, and its link is slowed like
+        `slow_host` for everything else. Needs the host's NIC agent.
+        """
+        for name, value in (("compute_factor", compute_factor), ("nic_factor", nic_factor)):
+            if not 1.0 <= value < float("inf"):
+                raise FaultError(f"{name}={value}: must be >= 1 (1 = healthy)")
+        nic = self._nic(host)
+        g = self.fab.graph
+        [switch] = list(g.neighbors(host))
+        rate_bps = g.edges[host, switch]["rate_bps"] / nic_factor
+
+        def apply() -> None:
+            nic.call("set", compute_factor=compute_factor, rate_bps=rate_bps)
+            self._event("straggler", host=host, compute_factor=compute_factor,
+                        nic_factor=nic_factor)
+
+        self._later(at, apply)
+        # The link too (tc on the host, pacing at its switch port), and back when healed.
+        if nic_factor != 1.0:
+            self._nic_stragglers.add(host)
+            self.slow_host(host, nic_factor, at=at)
+        elif host in self._nic_stragglers:
+            self._nic_stragglers.discard(host)
+            self.slow_host(host, 1.0, at=at)
 
     # ----- NICs -------------------------------------------------------------
 

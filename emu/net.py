@@ -441,6 +441,13 @@ class Fabric:
         return sum(1 for s, d in pairs
                    if self.ping(s, d, count=2, interval_s=0.05, timeout_s=1.0)[1] == 0)
 
+    def agg_call(self, cmd: str, **args: Any) -> Any:
+        """A request to the aggregation manager (controllers.aggregation must be among the apps)."""
+        if "controllers.aggregation" not in self.apps:
+            raise FabricError("the aggregation manager is not running: start the fabric with "
+                              "apps=(..., 'controllers.aggregation')")
+        return mgmt.call(self.agg_socket_path, cmd, **args)
+
     def switch_call(self, name: str, cmd: str, **args: Any) -> Any:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)

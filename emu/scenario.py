@@ -85,6 +85,16 @@ class Table:
         return "\n".join(out)
 
 
+@dataclass
+class Text:
+    """A preformatted block of the report (e.g. an nccl-tests table), printed as it is."""
+
+    text: str
+
+    def render(self) -> str:
+        return self.text
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
@@ -99,7 +109,7 @@ class Context:
     params: dict[str, Any]
     out_dir: Path
     metrics: dict[str, Any] = field(default_factory=dict)
-    tables: list[Table] = field(default_factory=list)
+    tables: list[Table | Text] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
@@ -115,6 +125,10 @@ class Context:
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
         self.tables.append(Table(title, columns, rows))
+
+    def text(self, block: str) -> None:
+        """A preformatted block, in order with the tables."""
+        self.tables.append(Text(block))
 
 
 def available() -> dict[str, Any]:

@@ -35,6 +35,7 @@ class Panel:
     vline: float | None = None
     vline_label: str = ""
     step: bool = False
+    logx: bool = False       # sizes: a log2 x axis
 
 
 def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
@@ -54,6 +55,8 @@ def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
         if panel.vline is not None:
             ax.axvline(panel.vline, color="tab:gray", linestyle=":", label=panel.vline_label)
         ax.set_ylim(bottom=0)  # a rate or a count read from zero is not exaggerated
+        if panel.logx:
+            ax.set_xscale("log", base=2)
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)

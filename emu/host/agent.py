@@ -56,6 +56,8 @@ class Agent:
                         dcqcn=not args.no_dcqcn, modelled_rate_bps=args.modelled_rate_bps)
         self.started = time.monotonic()
         self.rnic = Rnic(cfg, now=self.started)
+        self.link_rate_bps = cfg.rate_bps
+        self.compute_factor = 1.0   # > 1: a straggler (faults.straggler)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.bind((args.intf, ETH_P_ALL))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
@@ -133,8 +135,21 @@ class Agent:
         return st
 
     def _set(self, drain_rate_bps: float | None = None, stuck: bool | None = None,
-             unlimited_drain: bool = False) -> dict:
-        """Faults: a slow receiver (drain rate) or a stuck NIC (no drain, continuous PAUSE)."""
+             unlimited_drain: bool = False, compute_factor: float | None = None,
+             rate_bps: float | None = None) -> dict:
+        """Faults: a slow receiver (drain rate), a stuck NIC (no drain, continuous PAUSE),
+        a straggler (every collective's compute step `compute_factor` times longer) or a
+        slower NIC (`rate_bps`, the wire pacing; its link's rate restores it)."""
+        if compute_factor is not None:
+            if not 0 < float(compute_factor) < float("inf"):
+                raise ValueError(f"compute_factor={compute_factor}: must be a positive number")
+            self.compute_factor = float(compute_factor)
+            for job in self.jobs.values():
+                job.compute_factor = self.compute_factor
+        if rate_bps is not None:
+            if not 0 < float(rate_bps) <= self.link_rate_bps:
+                raise ValueError(f"rate_bps={rate_bps}: must be in (0, {self.link_rate_bps}]")
+            self.rnic.cfg.rate_bps = int(rate_bps)
         if drain_rate_bps is not None:
             if drain_rate_bps < 0:
                 raise ValueError(f"drain_rate_bps={drain_rate_bps}: must be >= 0")
@@ -143,7 +158,8 @@ class Agent:
             self.rnic.cfg.drain_rate_bps = None
         if stuck is not None:
             self.rnic.stuck = bool(stuck)
-        return {"drain_rate_bps": self.rnic.cfg.drain_rate_bps, "stuck": self.rnic.stuck}
+        return {"drain_rate_bps": self.rnic.cfg.drain_rate_bps, "stuck": self.rnic.stuck,
+                "compute_factor": self.compute_factor, "rate_bps": self.rnic.cfg.rate_bps}
 
     # ----- collectives -------------------------------------------------------
 
@@ -164,6 +180,7 @@ class Agent:
         for q in job.recv_qpns:
             self.rnic.set_deliver_data(q, True)
             self._qp_owner[q] = spec.job
+        job.compute_factor = self.compute_factor
         self.jobs[spec.job] = job
         self._refresh_hooks()
         return {"job": spec.job, "rank": spec.rank, "recv_qpns": list(job.recv_qpns),

@@ -11,18 +11,24 @@ switches count each child once per chunk and resend a result they hold, so a
 retransmission never adds a contribution twice.
 
 Pure: every method takes `now`; the host agent (emu/host/agent.py) owns the
-socket and paces the frames on the NIC's wire clock. Sequence numbers keep
+socket. `SharpOnNic` is the collective algorithm the agent runs
+(emu/traffic/collectives.py, ALGORITHMS["sharp"]): it paces the frames on the
+NIC's wire clock and honours PAUSE like the NIC's own traffic. Sequence numbers keep
 growing across all-reduces of one job, because a switch starts a new round on
 a slot only for a higher seq.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from emu.proto import agg
+
+DATA_PRIO = 3  # the lossless class the frames ride on (DSCP 26), as emu/host/rnic.py's
 
 #: First retransmission timeout on top of the window's own serialization time.
 BASE_TIMEOUT_S = 0.2
@@ -73,7 +79,7 @@ class SharpAllReduce:
         self.timeout: dict[int, float] = {}
         self.next_new = 0                             # next chunk never sent
         self.remaining = self.nchunks
-        window_s = nslots * (agg._PAYLOAD_AT + agg.MAX_ELEMENTS * 4) * 8 / rate_bps
+        window_s = nslots * (agg.PAYLOAD_OFFSET + agg.MAX_ELEMENTS * 4) * 8 / rate_bps
         self.base_timeout_s = BASE_TIMEOUT_S + 2 * window_s
         self.started_at = now
         self.finished_at: float | None = None
@@ -115,7 +121,7 @@ class SharpAllReduce:
         self.sent_at[chunk] = now
         self.stats.frames_sent += 1
         self.stats.bytes_sent += len(frame)
-        self.stats.payload_bytes_sent += len(frame) - agg._PAYLOAD_AT
+        self.stats.payload_bytes_sent += len(frame) - agg.PAYLOAD_OFFSET
         return frame
 
     def next_wakeup(self, now: float) -> float | None:
@@ -155,3 +161,78 @@ class SharpAllReduce:
         if self.remaining == 0:
             self.finished_at = now
         return True
+
+
+# Sequence numbers of each aggregation job, per NIC: they keep growing across
+# iterations and sizes (a switch slot starts a new round only for a higher seq).
+_NEXT_SEQ: "weakref.WeakKeyDictionary[Any, dict[int, int]]" = weakref.WeakKeyDictionary()
+
+
+class SharpOnNic:
+    """One iteration of in-network all-reduce on a host's NIC (`collectives.ALGORITHMS["sharp"]`).
+
+    The job's `options` carry what the aggregation manager registered:
+    `job_id`, `job_ip`, `job_mac`, `nslots`. Frames go out on the NIC's wire
+    clock and respect PAUSE on the lossless priority, as the NIC's own RoCE
+    traffic does.
+    """
+
+    recv_qpns: tuple[int, ...] = ()
+    tx_qpns: tuple[int, ...] = ()
+    #: Bytes of a frame before its elements (Ethernet, IPv4, UDP, aggregation header).
+    frame_header_bytes = agg.PAYLOAD_OFFSET
+
+    def __init__(self, spec: Any, rnic: Any, data: np.ndarray) -> None:
+        opts = dict(spec.options)
+        missing = sorted({"job_id", "job_ip", "job_mac", "nslots"} - set(opts))
+        if missing:
+            raise ValueError(f"job {spec.job!r}: sharp needs options {missing} from the "
+                             "aggregation manager")
+        self.rnic = rnic
+        seqs = _NEXT_SEQ.setdefault(rnic, {})
+        job_id = int(opts["job_id"])
+        self.sharp = SharpAllReduce(
+            data, rank=spec.rank, job_id=job_id, job_ip=str(opts["job_ip"]),
+            job_mac=str(opts["job_mac"]), nslots=int(opts["nslots"]), src_mac=rnic.cfg.mac,
+            src_ip=rnic.cfg.ip, first_seq=seqs.get(job_id, 0), rate_bps=rnic.cfg.rate_bps,
+            now=0.0)
+        seqs[job_id] = self.sharp.next_seq
+        self.running = False
+
+    @property
+    def done(self) -> bool:
+        return self.sharp.done
+
+    @property
+    def result(self) -> np.ndarray:
+        return self.sharp.result
+
+    @property
+    def stats(self) -> SharpStats:
+        return self.sharp.stats
+
+    def start(self, now: float) -> None:
+        self.running = True
+
+    def on_message(self, qpn: int, data: bytes, now: float) -> None:
+        raise ValueError(f"in-network all-reduce receives no RoCE messages (QP {qpn})")
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        return self.sharp.on_frame(frame, now)
+
+    def _blocked_until(self) -> float:
+        return max(self.rnic.free_at, self.rnic.paused_until[DATA_PRIO])
+
+    def next_frame(self, now: float) -> bytes | None:
+        if not self.running or self._blocked_until() > now:
+            return None
+        frame = self.sharp.next_frame(now)
+        if frame is not None:
+            self.rnic.use_wire(len(frame), now)
+        return frame
+
+    def next_wakeup(self, now: float) -> float | None:
+        if not self.running:
+            return None
+        t = self.sharp.next_wakeup(now)
+        return None if t is None else max(t, self._blocked_until())

@@ -66,7 +66,7 @@ HEADER_BYTES = HEADER.size  # 16
 _ETH_BYTES = 14
 _IP_BYTES = 20
 _UDP_BYTES = 8
-_PAYLOAD_AT = _ETH_BYTES + _IP_BYTES + _UDP_BYTES + HEADER_BYTES
+PAYLOAD_OFFSET = _ETH_BYTES + _IP_BYTES + _UDP_BYTES + HEADER_BYTES
 _IPV4_HEAD = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")
 
@@ -137,11 +137,11 @@ def parse(frame: bytes) -> AggPacket | None:
     if udp_len != ip_len - _IP_BYTES:
         raise MalformedAgg(f"UDP length {udp_len} does not match IPv4 length {ip_len}")
     end = _ETH_BYTES + ip_len
-    if end < _PAYLOAD_AT:
-        raise MalformedAgg(f"{end - _PAYLOAD_AT + HEADER_BYTES} header bytes, need "
+    if end < PAYLOAD_OFFSET:
+        raise MalformedAgg(f"{end - PAYLOAD_OFFSET + HEADER_BYTES} header bytes, need "
                            f"{HEADER_BYTES}")
     version, kind, dtype, _flags, job_id, slot, seq, count, rank = \
-        HEADER.unpack_from(frame, _PAYLOAD_AT - HEADER_BYTES)
+        HEADER.unpack_from(frame, PAYLOAD_OFFSET - HEADER_BYTES)
     if version != AGG_VERSION:
         raise MalformedAgg(f"version {version}, expected {AGG_VERSION}")
     if kind not in KIND_NAMES:
@@ -150,12 +150,12 @@ def parse(frame: bytes) -> AggPacket | None:
         raise MalformedAgg(f"dtype {dtype} unknown")
     if not 1 <= count <= MAX_ELEMENTS:
         raise MalformedAgg(f"count {count} outside 1..{MAX_ELEMENTS}")
-    if end - _PAYLOAD_AT != count * ELEMENT_BYTES:
-        raise MalformedAgg(f"payload is {end - _PAYLOAD_AT} bytes, count {count} needs "
+    if end - PAYLOAD_OFFSET != count * ELEMENT_BYTES:
+        raise MalformedAgg(f"payload is {end - PAYLOAD_OFFSET} bytes, count {count} needs "
                            f"{count * ELEMENT_BYTES}")
     return AggPacket(kind, dtype, job_id, slot, seq, count, rank, frame[6:12].hex(":"),
                      socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34]),
-                     bytes(frame[_PAYLOAD_AT:end]))
+                     bytes(frame[PAYLOAD_OFFSET:end]))
 
 
 def _ip_checksum(header: bytes) -> int:
@@ -216,14 +216,14 @@ def retarget(frame: bytes, dst_mac: str | None = None, dst_ip: str | None = None
         struct.pack_into("!H", out, 24, 0)
         struct.pack_into("!H", out, 24, _ip_checksum(bytes(out[14:34])))
     if kind is not None:
-        out[_PAYLOAD_AT - HEADER_BYTES + 1] = kind
+        out[PAYLOAD_OFFSET - HEADER_BYTES + 1] = kind
     if rank is not None:
-        struct.pack_into("!H", out, _PAYLOAD_AT - 2, rank)
+        struct.pack_into("!H", out, PAYLOAD_OFFSET - 2, rank)
     if payload is not None:
-        end = _PAYLOAD_AT + len(payload)
+        end = PAYLOAD_OFFSET + len(payload)
         if end > len(out):
             raise ValueError("retarget: the new payload is longer than the old one")
-        out[_PAYLOAD_AT:end] = payload
+        out[PAYLOAD_OFFSET:end] = payload
     return bytes(out)
 
 

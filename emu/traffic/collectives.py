@@ -36,6 +36,7 @@ never by more than that bound.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from emu.host.sharp import SharpOnNic
 from emu.mgmt import MgmtError
 
 if TYPE_CHECKING:
@@ -443,6 +445,7 @@ class RingOnNic:
 # name -> factory(spec, rnic, input) of one iteration. SHARP-like aggregation plugs in here.
 ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = {
     "ring": RingOnNic,
+    "sharp": SharpOnNic,   # in-network aggregation (emu/host/sharp.py)
 }
 
 
@@ -499,6 +502,8 @@ class CollectiveRank:
         self.digest: int | None = None     # crc32 of the last result: equal on every rank
         self.frames_sent = 0
         self.frame_bytes_sent = 0
+        self.frame_payload_bytes = 0
+        self.compute_factor = 1.0   # the agent's straggler factor (faults.straggler)
         self._tx0 = self._tx_counters()
 
     # ----- the hook ---------------------------------------------------------
@@ -566,6 +571,10 @@ class CollectiveRank:
         if frame is not None:
             self.frames_sent += 1
             self.frame_bytes_sent += len(frame)
+            # Payload only for algorithms that say where it starts in their frames.
+            header = getattr(self.algo, "frame_header_bytes", None)
+            if header is not None:
+                self.frame_payload_bytes += len(frame) - header
             self._maybe_finish(now)
         return frame
 
@@ -590,7 +599,8 @@ class CollectiveRank:
             "elapsed_s": list(self.elapsed_s), "iter_s": list(self.iter_s),
             "wrong": max(self.wrong) if self.wrong else None, "wrong_per_iter": list(self.wrong),
             "digest": self.digest,
-            "tx_payload_bytes": tx["tx_payload_bytes"] - t0["tx_payload_bytes"],
+            "tx_payload_bytes": tx["tx_payload_bytes"] - t0["tx_payload_bytes"]
+            + self.frame_payload_bytes,
             "tx_frame_bytes": tx["tx_bytes"] - t0["tx_bytes"] + self.frame_bytes_sent,
             "tx_packets": tx["tx_packets"] - t0["tx_packets"] + self.frames_sent,
             "retransmitted": tx["retransmitted"] - t0["retransmitted"],
@@ -610,7 +620,7 @@ class CollectiveRank:
     def _begin_compute(self, now: float) -> None:
         self.state = "compute"
         self.iter_began = now
-        self.compute_until = self.wake_at = now + self.spec.compute_s
+        self.compute_until = self.wake_at = now + self.spec.compute_s * self.compute_factor
 
     def _deliver(self, qpn: int, data: bytes, now: float) -> None:
         self.algo.on_message(qpn, data, now)
@@ -664,13 +674,30 @@ class AllReduceResult:
     retransmitted: dict
     elapsed_s: dict            # host -> per-iteration times
     digests_agree: bool        # every rank ended with the same bytes
+    iter_s: dict = field(default_factory=dict)          # host -> compute start -> result
+    port_tx_bytes: dict = field(default_factory=dict)   # host -> bytes its leaf port took in
+    agg_job: dict | None = None  # the aggregation manager's job (algo "sharp")
+
+    @property
+    def iteration_s(self) -> float:
+        """Mean over iterations of the slowest rank's compute start -> result (a training step)."""
+        if not self.iter_s:
+            return self.time_s
+        return sum(max(v[i] for v in self.iter_s.values()) for i in range(self.iters)) / self.iters
+
+    @property
+    def mean_port_bytes(self) -> float:
+        """Bytes a host sent per all-reduce, as its leaf switch port counted them (mean)."""
+        if not self.port_tx_bytes:
+            return math.nan
+        return sum(self.port_tx_bytes.values()) / len(self.port_tx_bytes)
 
 
 _RING_QPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # RdmaHosts -> {(src, dst): qpn}
 _jobs = 0
 
 
-def _nics_for(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
+def host_nics(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
     """The NIC agents to run on: `target` itself, or the fabric's (started once).
 
     A fabric's agents are the ones its fault API drives (`fab.faults.nics`):
@@ -709,7 +736,8 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
                   seed: int = 0, iters: int = 1, slice_bytes: int = DEFAULT_SLICE_BYTES,
                   compute_s: float | Mapping[str, float] = 0.0, start_delay_s: float = 0.3,
                   timeout_s: float | None = None,
-                  options: Mapping[str, Any] | None = None) -> list[AllReduceResult]:
+                  options: Mapping[str, Any] | None = None, nslots: int = 64,
+                  count_ports: bool = False) -> list[AllReduceResult]:
     """All-reduce (sum) across `hosts`' NIC agents, one job per size; returns one row per size.
 
     Every rank generates its input, runs `iters` iterations (each after its
@@ -732,6 +760,14 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
         start_delay_s: lead time so that every rank starts at the same instant.
         timeout_s: per size; default from the slowest host link and the size.
         options: algorithm-specific settings for every rank (CollectiveSpec.options).
+        nslots: algo "sharp": the slots the job asks every switch of its tree for.
+            The job is registered with the aggregation manager
+            (controllers.aggregation) for the call and unregistered after it; a
+            refused job (no slots) runs the ring instead, and its rows say "ring".
+            Options with a `job_id` (and job_ip, job_mac, nslots) use a job the
+            caller registered and keeps.
+        count_ports: also read, around every size, the bytes each host's leaf
+            switch port received (`port_tx_bytes`), an independent count.
 
     Returns:
         One AllReduceResult per size, in order.
@@ -745,7 +781,6 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
     Examples:
         >>> run_allreduce(nics, ["h1", "h2", "h3", "h4"], [1 << 20], "int32")  # doctest: +SKIP
     """
-    global _jobs
     hosts = list(hosts)
     if len(hosts) < 2 or len(set(hosts)) != len(hosts):
         raise ValueError(f"hosts={hosts!r}: at least two distinct hosts")
@@ -764,7 +799,59 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
         compute = {h: float(compute_s.get(h, 0.0)) for h in hosts}
     else:
         compute = dict.fromkeys(hosts, float(compute_s))
-    nics = _nics_for(target, hosts)
+    nics = host_nics(target, hosts)
+    agg_job = None
+    if algo == "sharp" and not (options and "job_id" in options):
+        agg_job = _register_agg_job(nics.fab, hosts, nslots)
+        if agg_job is None:
+            algo = "ring"   # refused: the client falls back to the ring
+        else:
+            options = dict(options or {}, job_id=agg_job["job_id"], job_ip=agg_job["job_ip"],
+                           job_mac=agg_job["job_mac"], nslots=agg_job["nslots"])
+    try:
+        return _run_sizes(nics, hosts, sizes, name, algo, seed, iters, slice_bytes, compute,
+                          start_delay_s, timeout_s, options, count_ports, agg_job)
+    finally:
+        if agg_job is not None:
+            try:
+                nics.fab.agg_call("unregister", job_id=agg_job["job_id"])
+            except MgmtError as exc:
+                log.warning("aggregation job %s not unregistered: %s", agg_job["job_id"], exc)
+
+
+def _register_agg_job(fab: Fabric, hosts: list[str], nslots: int) -> dict | None:
+    """Register the ranks with the aggregation manager; None if it refused (no slots)."""
+    ips = [fab.graph.nodes[h]["ip"] for h in hosts]
+    try:
+        return fab.agg_call("register", hosts=ips, nslots=nslots)
+    except MgmtError as exc:
+        if "refused" in str(exc):
+            log.warning("in-network aggregation refused, falling back to the ring: %s", exc)
+            return None
+        raise
+
+
+def _port_bytes(fab: Fabric, hosts: list[str]) -> dict[str, int]:
+    """Bytes each host's leaf switch port has received so far."""
+    g = fab.graph
+    by_leaf: dict[str, list[str]] = {}
+    for h in hosts:
+        by_leaf.setdefault(g.nodes[h]["leaf"], []).append(h)
+    out = {}
+    for leaf, members in by_leaf.items():
+        counters = {p["port_no"]: p["rx_bytes"] for p in fab.switch_call(leaf, "ports")}
+        for h in members:
+            out[h] = counters[g.edges[h, leaf]["ports"][leaf]]
+    return out
+
+
+def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, algo: str,
+               seed: int, iters: int, slice_bytes: int, compute: dict[str, float],
+               start_delay_s: float, timeout_s: float | None,
+               options: Mapping[str, Any] | None, count_ports: bool,
+               agg_job: dict | None) -> list[AllReduceResult]:
+    global _jobs
+    itemsize = DTYPES[name].itemsize
     # The ring's QPs; other algorithms bring their own transport.
     qps = ring_qps(nics, hosts) if algo == "ring" else [None] * len(hosts)
     n = len(hosts)
@@ -786,6 +873,7 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
                                   iters=iters, compute_s=compute[h], slice_bytes=slice_bytes,
                                   send_qpn=qps[rank], recv_qpn=qps[rank - 1],
                                   options=dict(options or {}))
+            ports0 = _port_bytes(nics.fab, hosts) if count_ports else {}
             at = time.time() + start_delay_s
             for h in hosts:
                 nics.nics[h].call("coll_start", job=job, at=at)
@@ -793,6 +881,7 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
             # Read again once all are done: a rank may finish receiving before
             # its own last sends left its NIC; now every message has arrived.
             status = {h: nics.nics[h].call("coll_status", job=job) for h in hosts}
+            ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
         finally:
             for h in hosts:
                 try:
@@ -810,7 +899,10 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
             tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
             retransmitted={h: status[h]["retransmitted"] for h in hosts},
             elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
-            digests_agree=len({status[h]["digest"] for h in hosts}) == 1))
+            digests_agree=len({status[h]["digest"] for h in hosts}) == 1,
+            iter_s={h: status[h]["iter_s"] for h in hosts},
+            port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
+            agg_job=agg_job))
     return results
 
 
@@ -906,3 +998,71 @@ def nccl_table(results: Sequence[AllReduceResult], bw_unit: str = DEFAULT_BW_UNI
         "# Out of bounds values : %d %s" % (wrong, "FAILED" if wrong else "OK"),
         "# Avg bus bandwidth    : %g %s" % (avg, bw_unit),
     ])
+
+
+# ----------------------------------------------------------------- sizes and models
+
+_SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+#: A RoCEv2 frame that carries 1024 payload bytes: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4.
+ROCE_FRAME_BYTES = 1024 + 14 + 20 + 8 + 12 + 4
+
+
+def parse_size(text: str | int, dtype: str = "float32") -> int:
+    """"256K" / "1M" / "4096" -> bytes (binary suffixes, as nccl-tests); a whole number of elements.
+
+    Examples:
+        >>> parse_size("256K"), parse_size("1M", "int32"), parse_size(64)
+        (262144, 1048576, 64)
+    """
+    raw = str(text).strip().upper()
+    num, suffix = raw.rstrip("KMGB"), raw[len(raw.rstrip("KMGB")):]
+    if suffix not in _SUFFIX or not num.isdigit():
+        raise ValueError(f"size {text!r}: a number with an optional K, M or G suffix")
+    size = int(num) * _SUFFIX[suffix]
+    itemsize = DTYPES[dtype_name(dtype)].itemsize
+    if size < itemsize or size % itemsize:
+        raise ValueError(f"size {text!r} = {size} B: a positive multiple of {itemsize} ({dtype})")
+    return size
+
+
+def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]:
+    """"MIN:MAX" (or one size) -> MIN, MIN*factor, ... up to MAX (nccl-tests -b -e -f).
+
+    Examples:
+        >>> parse_sizes("1K:16K", 4)
+        [1024, 4096, 16384]
+    """
+    if not isinstance(factor, int) or factor < 2:
+        raise ValueError(f"factor={factor!r}: an integer >= 2")
+    lo_text, _, hi_text = str(text).partition(":")
+    lo = parse_size(lo_text, dtype)
+    hi = parse_size(hi_text, dtype) if hi_text else lo
+    if hi < lo:
+        raise ValueError(f"sizes {text!r}: the maximum is below the minimum")
+    out = []
+    size = lo
+    while size <= hi:
+        out.append(size)
+        size *= factor
+    return out
+
+
+def roce_goodput_bps(link_rate_bps: float) -> float:
+    """Payload bit/s a link carries in full-MTU RoCEv2 frames (1024 of every 1082 bytes)."""
+    return link_rate_bps * 1024 / ROCE_FRAME_BYTES
+
+
+def model_bytes_per_host(algo: str, size_bytes: int, nranks: int) -> float:
+    """Payload bytes each host sends for one all-reduce: ring 2(n-1)/n x S, in-network S."""
+    if algo == "ring":
+        return 2 * (nranks - 1) / nranks * size_bytes
+    if algo == "sharp":
+        return float(size_bytes)
+    raise ValueError(f"algo={algo!r}: ring or sharp")
+
+
+def as_dict(result: AllReduceResult) -> dict:
+    """A result as plain data (metrics.json), with its derived values."""
+    out = dataclasses.asdict(result)
+    out.update(iteration_s=result.iteration_s, mean_port_bytes=result.mean_port_bytes)
+    return out
