@@ -1,4 +1,4 @@
-"""The `emu` command: run, list, cli, ctl, clean, report.
+"""The `emu` command: run, list, cli, ctl, allreduce, clean, report.
 
 Owns argument parsing and what the user sees; everything it does goes through
 emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl) and emu.registry
@@ -52,6 +52,42 @@ def cmd_run(args) -> int:
     ctx = scenario.run(args.name, args.set, args.out)
     print(scenario.render_report(ctx))
     return 0 if all(c.passed for c in ctx.checks) else EXIT_CHECKS_FAILED
+
+
+def cmd_allreduce(args) -> int:
+    """nccl-tests' all_reduce_perf on an emulated leaf/spine: one table, #wrong counted."""
+    import tempfile
+
+    from emu import fabric
+    from emu.net import Fabric
+    from emu.traffic import collectives
+
+    try:
+        sizes = collectives.parse_sizes(args.sizes, args.factor, args.dtype)
+    except ValueError as exc:
+        raise ScenarioError(f"--sizes {args.sizes!r} --factor {args.factor}: {exc}") from None
+    if not 2 <= args.hosts <= 64:
+        raise ScenarioError(f"--hosts {args.hosts}: allowed 2..64")
+    if not 0.1 <= args.rate_mbps <= 1000:
+        raise ScenarioError(f"--rate-mbps {args.rate_mbps}: allowed 0.1..1000")
+    need_root("emu allreduce")
+    per_leaf = 2 if args.hosts <= 8 else 4
+    leaves = -(-args.hosts // per_leaf)
+    graph = fabric.leaf_spine(leaves=leaves, spines=2, hosts_per_leaf=per_leaf,
+                              host_rate_bps=int(args.rate_mbps * 1e6))
+    hosts = fabric.hosts(graph)[:args.hosts]
+    apps = ("controllers.routing", "controllers.aggregation")
+    out = args.out or tempfile.mkdtemp(prefix="emu-allreduce-")
+    with Fabric(graph, out_dir=out, apps=apps) as fab:
+        results = collectives.run_allreduce(fab, hosts, sizes, dtype=args.dtype, algo=args.algo,
+                                            iters=args.iters, seed=args.seed)
+    used = {r.algo for r in results}
+    print(f"# emu all_reduce: {len(hosts)} ranks on a leaf/spine of {leaves} leaves x "
+          f"{per_leaf} hosts, 2 spines, {args.rate_mbps:g} Mbit/s links; algo "
+          f"{args.algo}{'' if used == {args.algo} else ' (refused: ran the ring)'}; "
+          f"{args.iters} iteration(s); logs in {out}")
+    print(collectives.nccl_table(results, bw_unit=args.bw_unit))
+    return EXIT_CHECKS_FAILED if any(r.wrong for r in results) else 0
 
 
 def cmd_cli(args) -> int:
@@ -238,6 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs="*")
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ctl)
+    s = sub.add_parser("allreduce", help="nccl-tests-style all-reduce (ring or in-network)",
+                       description="Builds a leaf/spine, runs all-reduce (sum) on real data "
+                       "for every size and prints nccl-tests' all_reduce_perf table.")
+    s.add_argument("--hosts", type=int, default=8, help="ranks (2..64; default 8)")
+    s.add_argument("--algo", choices=("ring", "sharp"), default="ring")
+    s.add_argument("--sizes", default="1K:16M", help="MIN:MAX bytes per rank (nccl -b/-e)")
+    s.add_argument("--factor", type=int, default=2, help="size step factor (nccl -f)")
+    s.add_argument("--dtype", choices=("float32", "int32", "float", "int"), default="float32")
+    s.add_argument("--iters", type=int, default=1, help="timed iterations per size")
+    s.add_argument("--seed", type=int, default=0, help="data seed")
+    s.add_argument("--rate-mbps", type=float, default=10.0, help="link rate (default 10)")
+    s.add_argument("--bw-unit", choices=("MB/s", "GB/s"), default="MB/s")
+    s.add_argument("--out", help="directory for the fabric's logs")
+    s.set_defaults(func=cmd_allreduce)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)
     s = sub.add_parser("report", help="print the report of a results directory")

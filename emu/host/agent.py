@@ -29,13 +29,13 @@ import socket
 import sys
 import time
 
+from emu.host.collective import CollectiveRank, CollectiveSpec
 from emu.host.rnic import NicConfig, Rnic
 from emu.mgmt import MgmtServer
 from emu.proto import pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
 from emu.registry import die_with_parent, stop_on_signals
-from emu.traffic.collectives import CollectiveRank, CollectiveSpec
 
 log = logging.getLogger(__name__)
 

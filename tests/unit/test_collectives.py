@@ -14,13 +14,13 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from emu.host import collective as coll_host
+from emu.host.collective import CollectiveRank, CollectiveSpec
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import roce
 from emu.traffic import collectives as coll
 from emu.traffic.collectives import (
     AllReduceResult,
-    CollectiveRank,
-    CollectiveSpec,
     RingAllReduce,
     expected_sum,
     nccl_header,
@@ -479,7 +479,7 @@ class SwapFrames:
 
 
 def test_collectives_with_their_own_frames_plug_into_the_hook(monkeypatch):
-    monkeypatch.setitem(coll.ALGORITHMS, "swap", SwapFrames)
+    monkeypatch.setitem(coll_host.ALGORITHMS, "swap", SwapFrames)
     nics = [Rnic(NicConfig(rate_bps=RATE, **A)), Rnic(NicConfig(rate_bps=RATE, **B))]
     jobs = [CollectiveRank(CollectiveSpec(job="s", rank=r, nranks=2, dtype="int32", count=1000,
                                           algo="swap"), nics[r]) for r in range(2)]
@@ -544,3 +544,8 @@ def test_busbw_is_algbw_times_2_n_minus_1_over_n():
     r = result(1 << 20, 0.5, n=4)
     assert r.busbw_bytes_per_s == pytest.approx(r.algbw_bytes_per_s * 1.5)
     assert coll.NCCL_TYPE_NAMES == {"int32": "int32", "float32": "float"}
+
+
+def test_the_orchestrator_knows_every_algorithm_the_agents_run():
+    # run_allreduce checks names without importing the agent side.
+    assert tuple(coll_host.ALGORITHMS) == coll.ALGORITHM_NAMES

@@ -1,0 +1,389 @@
+"""One rank of a collective job inside a host agent: the job's spec, its algorithms, its driver.
+
+Owns what the host agent (emu/host/agent.py) runs for a collective:
+`CollectiveSpec` (what `coll_setup` receives, checked key by key), the
+`Algorithm` interface and its implementations by name in `ALGORITHMS` (the
+ring on the NIC's queue pairs, `RingOnNic`, and in-network aggregation,
+`emu.host.sharp.SharpOnNic`), and `CollectiveRank`, the agent's hook: input
+from (seed, rank), iterations with a compute step before each (a straggler's
+is longer), timing, the rank's own check of its result, byte counts.
+
+Not owned here: the pure ring and the data and check helpers
+(emu/traffic/collectives.py, which also drives jobs from outside through the
+agents' management sockets), the transport (emu/host/rnic.py), the agent's
+loop and sockets (emu/host/agent.py).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+
+import numpy as np
+
+from emu.host.sharp import SharpOnNic
+from emu.traffic.collectives import (
+    DEFAULT_SLICE_BYTES,
+    DTYPES,
+    MAX_SLICE_BYTES,
+    RingAllReduce,
+    dtype_name,
+    expected_sum,
+    is_int,
+    rank_input,
+)
+
+if TYPE_CHECKING:
+    from emu.host.rnic import Rnic
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One rank's part of a collective job, as `coll_setup` receives it.
+
+    Args:
+        job: the job's name (unique on the host while it exists).
+        rank, nranks: this rank and the job's size.
+        dtype: "int32" or "float32" (nccl-tests' "int" and "float" accepted).
+        count: elements per rank (>= 1).
+        seed: the data seed (rank r's input is rank_input(seed, r, ...)).
+        algo: a key of ALGORITHMS.
+        iters: iterations (each starts with the compute step).
+        compute_s: seconds the rank is busy before it communicates, every
+            iteration (a straggler has a larger one).
+        slice_bytes: the pipelined message size.
+        send_qpn, recv_qpn: the ring's QPs to rank+1 and from rank-1.
+        options: algorithm-specific settings (e.g. an aggregation switch).
+
+    Raises:
+        ValueError: an unknown key or a value out of range, named.
+    """
+
+    job: str
+    rank: int
+    nranks: int
+    dtype: str
+    count: int
+    seed: int = 0
+    algo: str = "ring"
+    iters: int = 1
+    compute_s: float = 0.0
+    slice_bytes: int = DEFAULT_SLICE_BYTES
+    send_qpn: int | None = None
+    recv_qpn: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, name: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r}: {allowed}")
+
+        check(isinstance(self.job, str) and self.job != "", "job", "a non-empty string")
+        check(is_int(self.nranks) and self.nranks >= 1, "nranks", "an integer >= 1")
+        check(is_int(self.rank) and 0 <= self.rank < self.nranks, "rank",
+              f"an integer in 0..{self.nranks - 1}")
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        check(is_int(self.count) and self.count >= 1, "count", "an integer >= 1")
+        check(is_int(self.seed), "seed", "an integer")
+        check(self.algo in ALGORITHMS, "algo", f"one of {sorted(ALGORITHMS)}")
+        check(is_int(self.iters) and self.iters >= 1, "iters", "an integer >= 1")
+        check(isinstance(self.compute_s, (int, float)) and 0 <= self.compute_s < math.inf,
+              "compute_s", "a finite number >= 0")
+        check(is_int(self.slice_bytes) and DTYPES[self.dtype].itemsize <= self.slice_bytes
+              <= MAX_SLICE_BYTES, "slice_bytes", f"an integer in {DTYPES[self.dtype].itemsize}.."
+              f"{MAX_SLICE_BYTES}")
+        for name in ("send_qpn", "recv_qpn"):
+            check(getattr(self, name) is None or is_int(getattr(self, name)), name,
+                  "an integer QP number")
+        check(isinstance(self.options, Mapping), "options", "a mapping")
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> CollectiveSpec:
+        """From management-call arguments; unknown keys are named in the error."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(args) - known)
+        if unknown:
+            raise ValueError(f"unknown key(s) {unknown}; allowed: {sorted(known)}")
+        missing = sorted(k for k in ("job", "rank", "nranks", "dtype", "count") if k not in args)
+        if missing:
+            raise ValueError(f"missing key(s) {missing}")
+        return cls(**args)
+
+
+
+
+class Algorithm(Protocol):
+    """One iteration of a collective on one rank, on the NIC (what `ALGORITHMS` builds).
+
+    Required: `recv_qpns` (QPs whose whole messages it consumes: the agent
+    turns data delivery on for them), `tx_qpns` (QPs whose NIC counters are
+    its traffic), `done` (this rank's part is over: all it sends is sent or
+    posted to the NIC, all it needs is received), `result`, `start(now)`
+    (post the first sends), `on_message(qpn, data, now)` (a whole message
+    received on one of `recv_qpns`, in order; the job holds back messages
+    that arrive before `start`). Optional, for algorithms that speak their
+    own frames (e.g. in-network aggregation on UDP 4792): `on_frame(frame,
+    now) -> bool` (a non-RoCE frame, possibly before `start`; True if it was
+    consumed), `next_frame(now) -> bytes | None` (a frame to send now, asked
+    only while the iteration runs: it must honour and advance the NIC's wire
+    clock with `rnic.free_at` / `rnic.use_wire(len(frame), now)` and the
+    PAUSE state `rnic.paused_until`), `next_wakeup(now)` (when `next_frame`
+    may have something).
+    """
+
+    recv_qpns: tuple[int, ...]
+    tx_qpns: tuple[int, ...]
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def result(self) -> np.ndarray: ...
+
+    def start(self, now: float) -> None: ...
+
+    def on_message(self, qpn: int, data: bytes, now: float) -> None: ...
+
+
+class RingOnNic:
+    """`RingAllReduce` on the NIC: its messages become SENDs with data on `send_qpn`."""
+
+    def __init__(self, spec: CollectiveSpec, rnic: Rnic, data: np.ndarray) -> None:
+        if spec.send_qpn is None or spec.recv_qpn is None:
+            raise ValueError(f"job {spec.job!r}: the ring needs send_qpn (to rank+1) and "
+                             "recv_qpn (from rank-1)")
+        if spec.send_qpn not in rnic.send_qps:
+            raise ValueError(f"job {spec.job!r}: unknown QP send_qpn={spec.send_qpn}; "
+                             f"connected: {sorted(rnic.send_qps)}")
+        if spec.recv_qpn not in rnic.recv_qps:
+            raise ValueError(f"job {spec.job!r}: unknown QP recv_qpn={spec.recv_qpn}; "
+                             f"connected: {sorted(rnic.recv_qps)}")
+        self.rnic = rnic
+        self.send_qpn, self.recv_qpn = spec.send_qpn, spec.recv_qpn
+        self.recv_qpns = (spec.recv_qpn,)
+        self.tx_qpns = (spec.send_qpn,)
+        self.ring = RingAllReduce(spec.rank, spec.nranks, data, spec.slice_bytes)
+
+    @property
+    def done(self) -> bool:
+        return self.ring.done
+
+    @property
+    def result(self) -> np.ndarray:
+        return self.ring.result
+
+    def _post(self, messages: list[bytes], now: float) -> None:
+        for m in messages:
+            self.rnic.post_send(self.send_qpn, len(m), now, data=m)
+
+    def start(self, now: float) -> None:
+        self._post(self.ring.start(), now)
+
+    def on_message(self, qpn: int, data: bytes, now: float) -> None:
+        if qpn != self.recv_qpn:
+            raise ValueError(f"message on QP {qpn}; the ring receives on {self.recv_qpn}")
+        self._post(self.ring.on_message(data), now)
+
+
+# name -> factory(spec, rnic, input) of one iteration. SHARP-like aggregation plugs in here.
+ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = {
+    "ring": RingOnNic,
+    "sharp": SharpOnNic,   # in-network aggregation (emu/host/sharp.py)
+}  # the same names as collectives.ALGORITHM_NAMES, which run_allreduce checks
+
+
+class CollectiveRank:
+    """One rank of a collective job inside a host agent: the agent's collective hook.
+
+    The agent's loop calls, all with its clock's `now`:
+
+    - `tick(now)`: timed work (the start time, the end of a compute step:
+      then the iteration's first sends are posted);
+    - `next_wakeup(now)`: when `tick` or `next_frame` next has work (None: none);
+    - `on_message(qpn, msn, data, now)` for every whole message taken from
+      the inbox of a QP in `recv_qpns`;
+    - `on_frame(frame, now) -> bool` for every non-RoCE, non-PFC frame (True:
+      consumed);
+    - `next_frame(now) -> bytes | None` until None, for algorithms that send
+      their own frames;
+    - `status(now)` for `coll_status`; `close()` when the job is dropped.
+
+    A rank that is computing (or has not started) keeps early messages from
+    rank-1 in order and feeds them to the iteration when it starts: the
+    previous rank may be at most one iteration ahead.
+
+    Args:
+        spec: the job as set up.
+        rnic: the host's NIC model (pure; the agent owns its socket).
+
+    Raises:
+        ValueError: a bad spec for the algorithm (e.g. unknown QPs).
+    """
+
+    def __init__(self, spec: CollectiveSpec, rnic: Rnic) -> None:
+        self.spec = spec
+        self.rnic = rnic
+        self.input = rank_input(spec.seed, spec.rank, spec.count, spec.dtype)
+        self.expected = expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype)
+        self.algo = ALGORITHMS[spec.algo](spec, rnic, self.input)
+        self.recv_qpns = tuple(self.algo.recv_qpns)
+        self.tx_qpns = tuple(self.algo.tx_qpns)
+        # The agent offers frames / asks for frames only to jobs that use them.
+        self.wants_frames = hasattr(self.algo, "on_frame")
+        self.sends_frames = hasattr(self.algo, "next_frame")
+        self.state = "ready"   # ready -> scheduled -> compute -> running -> ... -> done | failed
+        self.error: str | None = None
+        self.wake_at: float | None = None    # when `tick` has work
+        self.compute_until = 0.0
+        self.iteration = 0
+        self.iter_began = 0.0
+        self.first_post = 0.0
+        self.early: deque = deque()
+        self.elapsed_s: list[float] = []   # per iteration: first post -> last receive
+        self.iter_s: list[float] = []      # per iteration: compute start -> last receive
+        self.wrong: list[int] = []         # per iteration
+        self.digest: int | None = None     # crc32 of the last result: equal on every rank
+        self.frames_sent = 0
+        self.frame_bytes_sent = 0
+        self.frame_payload_bytes = 0
+        self.compute_factor = 1.0   # the agent's straggler factor (faults.straggler)
+        self._tx0 = self._tx_counters()
+
+    # ----- the hook ---------------------------------------------------------
+
+    def start(self, at: float) -> None:
+        """Start (the first compute step) at `at` on the agent's clock."""
+        if self.state != "ready":
+            raise ValueError(f"job {self.spec.job!r} is {self.state}, not ready to start")
+        self.state = "scheduled"
+        self.wake_at = at
+
+    def tick(self, now: float) -> None:
+        if self.state == "running":
+            self._maybe_finish(now)  # an algorithm may finish on its own clock
+        if self.wake_at is None or now < self.wake_at:
+            return
+        self.wake_at = None
+        if self.state == "scheduled":
+            self._begin_compute(now)
+        if self.state == "compute" and now >= self.compute_until:
+            self.wake_at = None
+            self.state = "running"
+            self.first_post = now
+            self.algo.start(now)
+            self._maybe_finish(now)  # a single rank has nothing to wait for
+            # Messages that came during the compute step, in their order; any
+            # beyond this iteration's stay queued for the next one.
+            while self.early and self.state == "running":
+                qpn, data = self.early.popleft()
+                self._deliver(qpn, data, now)
+                self._maybe_finish(now)
+
+    def next_wakeup(self, now: float) -> float | None:
+        times = [self.wake_at]
+        hook = getattr(self.algo, "next_wakeup", None)
+        if hook is not None:
+            times.append(hook(now))
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def on_message(self, qpn: int, msn: int, data: bytes, now: float) -> None:
+        if self.state != "running":
+            if self.state in ("done", "failed"):
+                raise ValueError(f"job {self.spec.job!r} is {self.state}: unexpected message "
+                                 f"on QP {qpn}")
+            self.early.append((qpn, data))
+            return
+        self._deliver(qpn, data, now)
+        self._maybe_finish(now)
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        hook = getattr(self.algo, "on_frame", None)
+        if hook is None or self.state in ("done", "failed"):
+            return False
+        consumed = hook(frame, now)
+        if consumed:
+            self._maybe_finish(now)
+        return consumed
+
+    def next_frame(self, now: float) -> bytes | None:
+        hook = getattr(self.algo, "next_frame", None)
+        if hook is None or self.state != "running":
+            return None
+        frame = hook(now)
+        if frame is not None:
+            self.frames_sent += 1
+            self.frame_bytes_sent += len(frame)
+            # Payload only for algorithms that say where it starts in their frames.
+            header = getattr(self.algo, "frame_header_bytes", None)
+            if header is not None:
+                self.frame_payload_bytes += len(frame) - header
+            self._maybe_finish(now)
+        return frame
+
+    def fail(self, error: str) -> None:
+        """Stop the job with `error` (the agent calls it when a hook raised)."""
+        self.state = "failed"
+        self.error = error
+        self.wake_at = None
+
+    def close(self) -> None:
+        """Drop queued state (the job is being removed)."""
+        self.early.clear()
+
+    def status(self, now: float) -> dict:
+        tx = self._tx_counters()
+        t0 = self._tx0
+        return {
+            "job": self.spec.job, "rank": self.spec.rank, "nranks": self.spec.nranks,
+            "algo": self.spec.algo, "dtype": self.spec.dtype, "count": self.spec.count,
+            "state": self.state, "done": self.state == "done", "error": self.error,
+            "iters": self.spec.iters, "iters_done": len(self.elapsed_s),
+            "elapsed_s": list(self.elapsed_s), "iter_s": list(self.iter_s),
+            "wrong": max(self.wrong) if self.wrong else None, "wrong_per_iter": list(self.wrong),
+            "digest": self.digest,
+            "tx_payload_bytes": tx["tx_payload_bytes"] - t0["tx_payload_bytes"]
+            + self.frame_payload_bytes,
+            "tx_frame_bytes": tx["tx_bytes"] - t0["tx_bytes"] + self.frame_bytes_sent,
+            "tx_packets": tx["tx_packets"] - t0["tx_packets"] + self.frames_sent,
+            "retransmitted": tx["retransmitted"] - t0["retransmitted"],
+            "early_messages": len(self.early),
+        }
+
+    # ----- inside -------------------------------------------------------------
+
+    def _tx_counters(self) -> dict:
+        out = dict.fromkeys(("tx_payload_bytes", "tx_bytes", "tx_packets", "retransmitted"), 0)
+        for q in self.tx_qpns:
+            qp = self.rnic.send_qps[q]
+            for k in out:
+                out[k] += getattr(qp, k)
+        return out
+
+    def _begin_compute(self, now: float) -> None:
+        self.state = "compute"
+        self.iter_began = now
+        self.compute_until = self.wake_at = now + self.spec.compute_s * self.compute_factor
+
+    def _deliver(self, qpn: int, data: bytes, now: float) -> None:
+        self.algo.on_message(qpn, data, now)
+
+    def _maybe_finish(self, now: float) -> None:
+        if self.state != "running" or not self.algo.done:
+            return
+        self.elapsed_s.append(now - self.first_post)
+        self.iter_s.append(now - self.iter_began)
+        result = self.algo.result
+        self.wrong.append(self.expected.wrong(result))
+        self.iteration += 1
+        if self.iteration >= self.spec.iters:
+            self.digest = zlib.crc32(result.tobytes())
+            self.state = "done"
+            return
+        # The next iteration is built now, so that messages from rank-1 that
+        # arrive during the compute step have an owner; they wait in `early`.
+        self.algo = ALGORITHMS[self.spec.algo](self.spec, self.rnic, self.input)
+        self._begin_compute(now)  # the loop's next tick starts it (at once if compute_s is 0)

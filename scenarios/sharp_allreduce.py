@@ -1,0 +1,138 @@
+"""sharp-allreduce: ring all-reduce on the NICs vs in-network aggregation in the switches.
+
+            spine1 (root)       spine2      controllers.aggregation builds the job's
+            /   |   |   \\                   tree (leaves -> a spine) and configures
+       leaf1  leaf2  leaf3  leaf4            the switches' reduction engines
+       h1 h2  h3 h4  h5 h6  h7 h8            8 ranks, real numpy data
+
+Every size from `sizes` is all-reduced (sum) by the 8 ranks twice: with the
+ring (reduce-scatter then all-gather over RoCEv2 queue pairs, pipelined in
+slices, as NCCL) and with SHARP-like aggregation (each rank sends its data up
+once in 256-element packets, the switches add them up the tree and the root
+sends the sum down). Every rank checks its own result against numpy.
+
+The report prints both nccl-tests tables (size, count, type, redop, root,
+time, algbw, busbw, #wrong) and the bytes each host sent per all-reduce as the
+leaf switches counted them on the host ports. Checks: no wrong element; the
+ring sends about 2(n-1)/n x S per host and SHARP about S; the ring's bus
+bandwidth on the largest size is at least 0.9 of the link's RoCE goodput; and
+SHARP's algorithm bandwidth over the ring's is within 10 % of 2(n-1)/n, the
+most a switch reduction can gain. Plot: algbw against size for both.
+
+Run:  emu run sharp-allreduce [--set sizes=1K:16M --set factor=4]
+"""
+
+from __future__ import annotations
+
+from emu import fabric as fabric_mod
+from emu.net import Fabric
+from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.telemetry import Panel, save_panels
+from emu.traffic import collectives
+
+DESCRIPTION = "ring vs in-network (SHARP-like) all-reduce, nccl-tests tables, 1 KB to 16 MB"
+APPS = ("controllers.routing", "controllers.aggregation")
+
+PARAMS = {
+    **fabric_params(rate_mbps=10.0),
+    "sizes": Param("1K:16M", "message sizes, MIN:MAX (nccl-tests -b/-e), bytes per rank"),
+    "factor": Param(4, "size step factor (nccl-tests -f)", min=2, max=16),
+    "dtype": Param("float32", "float32 or int32", choices=("float32", "int32")),
+    "iters": Param(1, "timed iterations per size", min=1, max=20),
+    "algos": Param("ring,sharp", "comma list of ring, sharp"),
+    "nslots": Param(64, "aggregation slots the job asks each switch for", min=1, max=1024),
+    "bytes_tolerance": Param(0.12, "allowed excess of port-counted bytes over the payload "
+                             "model (headers, ACKs)", min=0.0, max=1.0),
+}
+
+
+def validate(params: dict) -> None:
+    algos = [a for a in params["algos"].split(",") if a]
+    if not algos or any(a not in ("ring", "sharp") for a in algos):
+        raise ScenarioError(f"parameter algos={params['algos']!r}: a comma list of ring, sharp")
+    try:
+        collectives.parse_sizes(params["sizes"], params["factor"], params["dtype"])
+    except ValueError as exc:
+        raise ScenarioError(f"parameter sizes={params['sizes']!r}: {exc}") from None
+
+
+def run(ctx: Context) -> None:
+    p = ctx.params
+    graph = build_fabric_graph(p)
+    hosts = fabric_mod.hosts(graph)
+    n = len(hosts)
+    sizes = collectives.parse_sizes(p["sizes"], p["factor"], p["dtype"])
+    algos = [a for a in p["algos"].split(",") if a]
+    results: dict[str, list[collectives.AllReduceResult]] = {}
+    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), seed=p["seed"], apps=APPS) as fab:
+        for algo in algos:
+            ctx.log(f"sharp-allreduce: {algo} on {n} ranks, {len(sizes)} sizes")
+            results[algo] = collectives.run_allreduce(
+                fab, hosts, sizes, dtype=p["dtype"], algo=algo, iters=p["iters"],
+                nslots=p["nslots"], count_ports=True)
+        agg_jobs = fab.agg_call("jobs")
+    goodput = collectives.roce_goodput_bps(min(graph.edges[h, graph.nodes[h]["leaf"]]["rate_bps"]
+                                               for h in hosts))
+    ctx.metrics.update({
+        "ranks": n, "goodput_bps": goodput,
+        "results": {a: [collectives.as_dict(r) for r in rs] for a, rs in results.items()},
+        "aggregation_events": agg_jobs.get("events", []),
+    })
+    for algo, rs in results.items():
+        used = {r.algo for r in rs}
+        ctx.text(f"{algo} ({', '.join(sorted(used))}), {n} ranks, "
+                 f"{p['rate_mbps']:g} Mbit/s links\n" + collectives.nccl_table(rs))
+    _bytes_table(ctx, results, n)
+    _checks(ctx, results, n, goodput)
+    lines = {a: ([r.size_bytes for r in rs], [r.algbw_bytes_per_s / 1e6 for r in rs])
+             for a, rs in results.items()}
+    panels = [Panel("algorithm bandwidth", "size per rank (bytes)", "algbw (MB/s)", lines=lines,
+                    hline=goodput / 8 / 1e6, hline_label="link goodput", logx=True)]
+    path = save_panels(ctx.out_dir / "sharp-allreduce.png", panels,
+                       title=f"all-reduce on {n} ranks")
+    ctx.plots.append(path.name)
+
+
+def _bytes_table(ctx: Context, results: dict, n: int) -> None:
+    rows = []
+    for algo, rs in results.items():
+        for r in rs:
+            model = collectives.model_bytes_per_host(r.algo, r.size_bytes, n)
+            rows.append([algo, r.size_bytes, f"{model:.0f}", f"{r.mean_port_bytes:.0f}",
+                         f"{r.mean_port_bytes / model:.3f}"])
+    ctx.table("bytes each host sent per all-reduce (leaf switch port counters, mean over hosts)",
+              ["algo", "size (B)", "payload model (B)", "port-counted (B)", "ratio"], rows)
+
+
+def _checks(ctx: Context, results: dict, n: int, goodput: float) -> None:
+    p = ctx.params
+    tol = p["bytes_tolerance"]
+    for algo, rs in results.items():
+        wrong = sum(r.wrong for r in rs)
+        ctx.check(f"{algo}: every rank's result equals numpy's sum", wrong == 0, wrong,
+                  "0 wrong elements")
+        ctx.check(f"{algo}: every rank ended with the same bytes",
+                  all(r.digests_agree for r in rs), all(r.digests_agree for r in rs), "True")
+        big = rs[-1]
+        model = collectives.model_bytes_per_host(big.algo, big.size_bytes, n)
+        ratio = big.mean_port_bytes / model
+        ctx.check(f"{algo}: bytes per host on the largest size match "
+                  f"{'2(n-1)/n x S' if big.algo == 'ring' else 'S'}",
+                  1.0 - tol / 4 <= ratio <= 1.0 + tol, f"{ratio:.3f} x model",
+                  f"1.00 .. {1 + tol:.2f}")
+    if "ring" in results:
+        big = results["ring"][-1]
+        frac = big.busbw_bytes_per_s * 8 / goodput
+        ctx.check("ring: bus bandwidth on the largest size >= 0.9 of link goodput",
+                  frac >= 0.9, f"{frac:.2f}", ">= 0.90")
+    if "ring" in results and "sharp" in results:
+        ring, sharp = results["ring"][-1], results["sharp"][-1]
+        if sharp.algo != "sharp":
+            ctx.check("sharp: the job was admitted (no fallback to the ring)", False,
+                      sharp.algo, "sharp")
+            return
+        gain = sharp.algbw_bytes_per_s / ring.algbw_bytes_per_s
+        bound = 2 * (n - 1) / n
+        ctx.check(f"sharp/ring algbw on the largest size within 10% of 2(n-1)/n = {bound:.2f}",
+                  abs(gain - bound) <= 0.1 * bound, f"{gain:.2f}",
+                  f"{0.9 * bound:.2f} .. {1.1 * bound:.2f}")
