@@ -44,6 +44,8 @@ PARAMS = {
     "start_s": Param(3.0, "when the flapping starts", min=1.0, max=60.0),
     "after_s": Param(9.0, "how long traffic runs after the flapping", min=2.0, max=120.0),
     "ping_interval_s": Param(0.05, "probe interval between leaves", min=0.01, max=1.0),
+    "alpha_lossy": Param(1 / 16, "lossy egress threshold factor of the shared buffer: TCP "
+                         "queues of tens of frames, not a second's worth", min=0.001, max=64.0),
     "stuck_s": Param(3.0, "a flow with no bytes for this long counts as stuck", min=1.0,
                      max=60.0),
 }
@@ -117,8 +119,12 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     p = ctx.params
     duration = p["start_s"] + p["flap_s"] + p["after_s"]
     flows = tcp_flows(graph)
+    # With the buffer's default lossy threshold (1/2) one congested port holds a third of
+    # a second of traffic; ACKs queued behind it can silence a TCP flow for seconds
+    # whatever the routing does, which would read as a flow stuck by the flapping.
+    qos = {"buffer": {"alpha_lossy": p["alpha_lossy"]}}
     with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"],
-                apps=(MODES[mode],)) as fab:
+                apps=(MODES[mode],), qos=qos) as fab:
         clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT)
         t0 = time.time()
         pings = {pair: fab.start("ping", src=pair[0], dst=pair[1],
