@@ -52,12 +52,15 @@ FIRST_PORT = 5600
 ACCEPT_STRIDES = ("stride4", "stride8")
 
 PARAMS = {
-    **fabric_params(topology="fat_tree", rate_mbps=4.0),
+    # 1 Mbit/s: 16 TCP flows over up to 5 switch hops keep the 2-core machine below
+    # saturation. At 4 Mbit/s the adaptive controller's statistics polls pushed it
+    # over: LLDP was answered late, links expired and routes churned (CI, 230 expiries).
+    **fabric_params(topology="fat_tree", rate_mbps=1.0),
     "patterns": Param(",".join(PATTERNS), f"comma list of {', '.join(PATTERNS)}"),
     "modes": Param(",".join(MODES), f"comma list of {', '.join(MODES)}"),
     "seeds": Param(5, "hash seeds (and random draws) per pattern", min=1, max=20),
-    "duration_s": Param(6.5, "length of each iperf3 run", min=3.0, max=120.0),
-    "omit_s": Param(2.5, "first seconds left out of the throughput (routing reacts)",
+    "duration_s": Param(10.0, "length of each iperf3 run", min=3.0, max=120.0),
+    "omit_s": Param(4.0, "first seconds left out of the throughput (routing reacts)",
                     min=0.0, max=60.0),
     "poll_interval_s": Param(0.5, "adaptive controller's statistics period", min=0.1, max=10.0),
     "modelled_gbps": Param(1.0, "modelled NIC speed: scales the 100 us flowlet gap",

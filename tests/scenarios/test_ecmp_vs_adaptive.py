@@ -11,9 +11,9 @@ from scenarios.ecmp_vs_adaptive import ecmp_expectation, max_min_rates, traffic
 
 from . import assert_checks, emu_run
 
-# Measured on the 2-core CI VM over 5 seeds, adaptive/ECMP is 1.25-1.46x on stride 4
-# and 8 from run to run (issue 4 asks 1.5x; see the README): the test guards that
-# adaptive stays clearly ahead of ECMP, below that spread.
+# Measured on the 2-core VM at 1 Mbit/s, adaptive/ECMP is 1.30-1.73x on stride 4 and 8
+# from run to run (issue 4 asks 1.5x over 5 seeds; see the README): the test guards
+# that adaptive stays clearly ahead of ECMP, below that spread.
 MIN_GAIN_HERE = 1.15
 
 
@@ -39,14 +39,15 @@ def test_patterns_and_the_ecmp_expectation_on_k4():
 
 
 def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):
+    # 3 seeds here to keep CI short; the acceptance run (README) uses 5.
     res, doc = emu_run(tmp_path / "eva", "ecmp-vs-adaptive", "patterns=stride4,stride8,random",
-                       "modes=ecmp,adaptive", "seeds=5", f"min_gain={MIN_GAIN_HERE}",
+                       "modes=ecmp,adaptive", "seeds=3", f"min_gain={MIN_GAIN_HERE}",
                        timeout_s=1500)
     assert_checks(res, doc, count=5)
     means = doc["metrics"]["mean_normalised"]
     for pat in ("stride4", "stride8"):
-        assert len(doc["metrics"]["normalised"]["ecmp"][pat]) == 5
+        assert len(doc["metrics"]["normalised"]["ecmp"][pat]) == 3
         assert means["adaptive"][pat] >= 0.8
     # The adaptive controller placed elephants (and released them between runs).
-    assert doc["metrics"]["adaptive_status"]["placed_total"] >= 5 * 2 * 16 * 0.8
+    assert doc["metrics"]["adaptive_status"]["placed_total"] >= 3 * 2 * 16 * 0.8
     assert (tmp_path / "eva" / "ecmp-vs-adaptive.png").stat().st_size > 10_000
