@@ -43,7 +43,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import selectors
 import threading
 import time
 from dataclasses import dataclass
@@ -63,16 +62,14 @@ from os_ken.ofproto import ofproto_v1_3
 
 from controllers import layout, ofmsg
 from controllers.launch import app_options
-from controllers.routing import Host, RoutingApp
+from controllers.routing import Host, Msgs, RoutingApp
 from emu.mgmt import MgmtServer
 from emu.proto import ofext
 
 LOG = logging.getLogger(__name__)
 
-Msgs = List[Tuple[int, Any]]
 Cable = Tuple[int, int, int, int]  # (dpid, port, dpid, port), both directions discovered
 
-AGG_UDP_PORT = 4792  # emu/proto/agg.py
 JOB_ID_MAX = 0xFFFE
 DEFAULT_NSLOTS = 64
 #: Barrier xids of this app: their own range, apart from routing's.
@@ -379,7 +376,7 @@ class AggregationManager:
             dp, cookie=layout.AGGREGATION_COOKIE | job.job_id, table_id=layout.ROUTING_TABLE,
             priority=layout.PRIO_AGGREGATION,
             match={"eth_type": 0x0800, "ip_proto": 17, "ipv4_dst": job.job_ip,
-                   "udp_dst": AGG_UDP_PORT},
+                   "udp_dst": ofext.AGG_UDP_PORT},
             action_specs=[(ofmsg.ACTION_OUTPUT, ofext.AGG_PORT)])
         # The engine first: a frame the flow steers must find its job.
         return [(node.dpid, ofmsg.agg_job_set(dp, config)), (node.dpid, steer)]
@@ -465,10 +462,12 @@ class AggregationApp(app_manager.OSKenApp):
     def _watch_topology(self) -> None:
         while self._running:
             try:
-                snap = self._routing().topology_snapshot()
+                routing = self._routing()
             except JobError:
-                snap = None
-            if snap is not None and snap["version"] != self._seen_version:
+                routing = None
+            # Copy the topology (under routing's lock) only when its version moved.
+            if routing is not None and routing.topology_version != self._seen_version:
+                snap = routing.topology_snapshot()
                 self._seen_version = snap["version"]
                 with self._lock:
                     self._send(self._mgr.topology_changed(Topology.from_snapshot(snap)))
@@ -483,17 +482,7 @@ class AggregationApp(app_manager.OSKenApp):
             "jobs": self._jobs,
         })
         LOG.info("aggregation jobs register on %s", self._socket_path)
-        sel = selectors.DefaultSelector()
-        sel.register(server.listener, selectors.EVENT_READ, None)
-        while self._running:
-            for key, _ in sel.select(0.5):
-                if key.data is None:
-                    conn = server.accept()
-                    if conn:
-                        sel.register(conn.sock, selectors.EVENT_READ, conn)
-                elif not server.on_readable(key.data):
-                    sel.unregister(key.data.sock)
-                    key.data.sock.close()
+        server.serve(lambda: self._running)
         server.close()
 
     def _register(self, hosts: List[str], nslots: int = DEFAULT_NSLOTS) -> Dict[str, Any]:

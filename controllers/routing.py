@@ -794,6 +794,11 @@ class RoutingApp(app_manager.OSKenApp):
         """The manager this shim drives (an app built on routing returns its own)."""
         return RoutingManager(config)
 
+    @property
+    def topology_version(self) -> int:
+        """The manager's topology version (an int read: no lock needed to poll it)."""
+        return self._mgr.topology_version
+
     def topology_snapshot(self) -> Dict[str, Any]:
         """What routing discovered, copied under its lock, for apps beside it (aggregation).
 

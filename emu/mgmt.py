@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import selectors
 import socket
 from typing import Any, Callable
 
@@ -135,6 +136,26 @@ class MgmtServer:
             log.debug("mgmt answer lost: %s", exc)
         finally:
             conn.sock.setblocking(False)
+
+    def serve(self, running: Callable[[], bool], poll_s: float = 0.5) -> None:
+        """Serve on the calling thread while `running()` (for owners without an event loop)."""
+        sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ, None)
+        try:
+            while running():
+                for key, _ in sel.select(poll_s):
+                    if key.data is None:
+                        conn = self.accept()
+                        if conn:
+                            sel.register(conn.sock, selectors.EVENT_READ, conn)
+                    elif not self.on_readable(key.data):
+                        sel.unregister(key.data.sock)
+                        key.data.sock.close()
+        finally:
+            for key in list(sel.get_map().values()):
+                if key.data is not None:
+                    key.data.sock.close()
+            sel.close()
 
     def close(self) -> None:
         self.listener.close()

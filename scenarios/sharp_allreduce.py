@@ -47,9 +47,10 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    algos = [a for a in params["algos"].split(",") if a]
-    if not algos or any(a not in ("ring", "sharp") for a in algos):
-        raise ScenarioError(f"parameter algos={params['algos']!r}: a comma list of ring, sharp")
+    try:
+        collectives.parse_algos(params["algos"])
+    except ValueError as exc:
+        raise ScenarioError(f"parameter algos={params['algos']!r}: {exc}") from None
     try:
         collectives.parse_sizes(params["sizes"], params["factor"], params["dtype"])
     except ValueError as exc:
@@ -62,7 +63,7 @@ def run(ctx: Context) -> None:
     hosts = fabric_mod.hosts(graph)
     n = len(hosts)
     sizes = collectives.parse_sizes(p["sizes"], p["factor"], p["dtype"])
-    algos = [a for a in p["algos"].split(",") if a]
+    algos = collectives.parse_algos(p["algos"])
     results: dict[str, list[collectives.AllReduceResult]] = {}
     with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), seed=p["seed"], apps=APPS) as fab:
         for algo in algos:

@@ -56,9 +56,10 @@ def _factors(text: str) -> list[float]:
 
 def validate(params: dict) -> None:
     _factors(params["factors"])
-    algos = [a for a in params["algos"].split(",") if a]
-    if not algos or any(a not in ("ring", "sharp") for a in algos):
-        raise ScenarioError(f"parameter algos={params['algos']!r}: a comma list of ring, sharp")
+    try:
+        collectives.parse_algos(params["algos"])
+    except ValueError as exc:
+        raise ScenarioError(f"parameter algos={params['algos']!r}: {exc}") from None
     try:
         collectives.parse_size(params["size"], params["dtype"])
     except ValueError as exc:
@@ -77,7 +78,7 @@ def run(ctx: Context) -> None:
     measured: dict[str, dict[float, float]] = {}
     with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), seed=p["seed"], apps=APPS) as fab:
         collectives.host_nics(fab, hosts)  # the agents the straggler fault talks to
-        for algo in [a for a in p["algos"].split(",") if a]:
+        for algo in collectives.parse_algos(p["algos"]):
             measured[algo] = {}
             for s in factors:
                 fab.faults.straggler(STRAGGLER, compute_factor=s)

@@ -46,7 +46,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-AGG_UDP_PORT = 4792
+from emu.proto.ofext import AGG_UDP_PORT
+
 AGG_VERSION = 1
 KIND_CONTRIB = 0
 KIND_RESULT = 1

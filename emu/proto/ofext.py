@@ -154,6 +154,8 @@ def gap_us_for(link_rate_bps: float, modelled_gbps: float,
 
 #: The logical port of the switch's reduction engine (below OFPP_MAX, above any real port).
 AGG_PORT = 0xFFFFFE00
+#: UDP destination port of aggregation frames (emu/proto/agg.py), which steering flows match.
+AGG_UDP_PORT = 4792
 AGG_FLAG_ROOT = 1
 AGG_JOB_ALL = 0xFFFF
 AGG_MAX_CHILDREN = 64

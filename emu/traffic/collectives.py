@@ -696,6 +696,14 @@ def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]
     return out
 
 
+def parse_algos(text: str) -> list[str]:
+    """"ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names."""
+    algos = [a for a in str(text).split(",") if a]
+    if not algos or any(a not in ALGORITHM_NAMES for a in algos):
+        raise ValueError(f"a comma list of {', '.join(ALGORITHM_NAMES)}")
+    return algos
+
+
 def roce_goodput_bps(link_rate_bps: float) -> float:
     """Payload bit/s a link carries in full-MTU RoCEv2 frames (1024 of every 1082 bytes)."""
     return link_rate_bps * 1024 / ROCE_FRAME_BYTES

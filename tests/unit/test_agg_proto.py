@@ -11,7 +11,6 @@ import struct
 
 import numpy as np
 import pytest
-from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, TCP, UDP
@@ -20,6 +19,8 @@ from scapy.packet import Raw
 
 from emu.proto import agg, ofext
 from emu.switch import openflow
+
+from .test_openflow import decode, encode
 
 HOST_MAC, JOB_MAC = "02:00:00:00:00:01", "02:00:00:00:aa:01"
 HOST_IP, JOB_IP = "10.0.0.1", "10.255.0.1"
@@ -170,19 +171,6 @@ JOB = ofext.AggJobSet(
     job_id=0x0102, nslots=8, root=False, parent_port=3, job_ip=JOB_IP, job_mac=JOB_MAC,
     children=(ofext.AggChild(1, HOST_MAC, HOST_IP), ofext.AggChild(2, "02:00:00:00:00:02",
                                                                     "10.0.0.2")))
-
-
-def encode(msg) -> bytes:
-    class _DP:
-        ofproto = ofp
-        ofproto_parser = p
-    msg.datapath = _DP()
-    msg.serialize()
-    return bytes(msg.buf)
-
-
-def decode(msg: bytes):
-    return ofproto_parser.msg(None, *ofproto_parser.header(msg), msg)
 
 
 def test_job_set_golden_bytes_and_round_trip() -> None:

@@ -15,7 +15,6 @@ import struct
 
 import numpy as np
 import pytest
-from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, TCP, UDP
@@ -31,6 +30,8 @@ from emu.switch.openflow import OpenFlowSession, SwitchModel
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import OFPPC_PORT_DOWN, PortState
 from emu.switch.scheduler import PortScheduler
+
+from .test_openflow import decode, encode
 
 JOB, JOB_IP, JOB_MAC = 1, "10.255.0.1", "02:00:00:00:aa:01"
 HOSTS = {  # name: (leaf, port, mac, ip, rank)
@@ -625,19 +626,6 @@ def session(total_slots: int = 16) -> OpenFlowSession:
     s = OpenFlowSession(model, is_controller_channel=True)
     assert s.feed(HELLO, 0.0) == []
     return s
-
-
-def encode(msg) -> bytes:
-    class _DP:
-        ofproto = ofp
-        ofproto_parser = p
-    msg.datapath = _DP()
-    msg.serialize()
-    return bytes(msg.buf)
-
-
-def decode(msg: bytes):
-    return ofproto_parser.msg(None, *ofproto_parser.header(msg), msg)
 
 
 def job_set_msg(spec: ofext.AggJobSet) -> bytes:

@@ -1,7 +1,6 @@
 """The management protocol and the run registry (no root needed)."""
 
 import os
-import selectors
 import subprocess
 import threading
 
@@ -18,20 +17,8 @@ def server(tmp_path):
     })
     stop = threading.Event()
 
-    def loop():
-        sel = selectors.DefaultSelector()
-        sel.register(srv.listener, selectors.EVENT_READ, None)
-        while not stop.is_set():
-            for key, _ in sel.select(0.05):
-                if key.data is None:
-                    conn = srv.accept()
-                    if conn:
-                        sel.register(conn.sock, selectors.EVENT_READ, conn)
-                elif not srv.on_readable(key.data):
-                    sel.unregister(key.data.sock)
-                    key.data.sock.close()
-
-    t = threading.Thread(target=loop, daemon=True)
+    t = threading.Thread(target=srv.serve, args=(lambda: not stop.is_set(), 0.05),
+                         daemon=True)
     t.start()
     yield srv
     stop.set()
