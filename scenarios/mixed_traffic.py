@@ -9,9 +9,9 @@ rides the lossy class (DSCP 0): the scheduler serves RDMA's priority 3 first,
 RDMA gets the bandwidth it asks for and TCP takes the rest. Misconfigured, the
 TCP flow is marked DSCP 26 and lands in RDMA's lossless queue: it fills the
 queue that DCQCN reads (its packets are not ECN-capable, so only RDMA's are
-marked and only RDMA slows down), and leaf1 pauses h2 for it (a kernel host
-ignores PAUSE, so the lossless class drops at the headroom). The RDMA flow,
-which did nothing wrong, loses its bandwidth.
+marked and only RDMA slows down). When TCP's slow start overshoots XOFF,
+leaf1 also pauses h2 (a kernel host ignores PAUSE, so the lossless class drops
+at the headroom). The RDMA flow, which did nothing wrong, loses its bandwidth.
 
 Run:  emu run mixed-traffic
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 
 from emu import fabric as fabric_mod
+from emu.config import MTU_FRAME_BYTES, PfcSpec
 from emu.net import Fabric
 from emu.scenario import Context, Param, build_fabric_graph, fabric_params
 from emu.telemetry import Panel, save_panels
@@ -87,6 +88,11 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
         "pfc_frames": sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values()),
         "lossless_drops": sum(v.get("headroom_overflow", 0) for v in drops.values()),
         "drops": drops,
+        "kernel_rx_drops": sum(sum(c["kernel_rx_drops"].values()) for c in counters.values()),
+        "lossless_watermark_bytes": max(
+            (v for c in counters.values()
+             for k, v in c["buffer"]["egress_watermark_bytes"].items()
+             if int(k.split(":")[1]) in PfcSpec().lossless_priorities), default=0),
         "rdma_timeline": [(t - pts[0][0], (b1 - b0) * 8 / (t - t0) / 1e6)
                           for (t0, b0), (t, b1) in zip(pts, pts[1:]) if t > t0],
         "tcp_error": tcp_doc.get("error"),
@@ -95,12 +101,12 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
 
 def report(ctx: Context, results: dict) -> None:
     rows = [[v, r["rdma_target_bps"] / 1e6, r["rdma_bps"] / 1e6, r["tcp_bps"] / 1e6,
-             r["rdma_cnps"], r["pfc_frames"], r["lossless_drops"], r["tcp_retransmits"]]
+             r["rdma_cnps"], round(r["lossless_watermark_bytes"] / 1e3), r["pfc_frames"], r["lossless_drops"], r["tcp_retransmits"]]
             for v, r in results.items()]
     ctx.table(f"RDMA {'->'.join(ctx.metrics['rdma_flow'])} beside TCP "
               f"{'->'.join(ctx.metrics['tcp_flow'])} ({ctx.params['rate_mbps']:g} Mbit/s links)",
               ["TCP class", "RDMA asks Mb/s", "RDMA gets Mb/s", "TCP Mb/s", "CNPs to RDMA",
-               "PFC frames", "lossless drops", "TCP retx"], rows)
+               "lossless peak KB", "PFC frames", "lossless drops", "TCP retx"], rows)
     ok, bad = results["correct"], results["misconfigured"]
     ctx.check("correct: RDMA gets >= 90% of what it asks for",
               ok["rdma_bps"] >= 0.9 * ok["rdma_target_bps"],
@@ -111,10 +117,15 @@ def report(ctx: Context, results: dict) -> None:
     ctx.check("misconfigured: RDMA loses bandwidth to TCP (<= 70% of the correct run)",
               bad["rdma_bps"] <= 0.7 * ok["rdma_bps"],
               f"{bad['rdma_bps'] / 1e6:.2f} vs {ok['rdma_bps'] / 1e6:.2f} Mb/s", "<= 70%")
-    ctx.check("misconfigured: the lossless class sees PAUSE or drops it should not",
-              bad["pfc_frames"] + bad["lossless_drops"] > ok["pfc_frames"] + ok["lossless_drops"],
-              f"{bad['pfc_frames']} PFC + {bad['lossless_drops']} drops vs "
-              f"{ok['pfc_frames']} + {ok['lossless_drops']}", "more than when correct")
+    # TCP's bytes in the lossless queue are what hurts RDMA (DCQCN reads that
+    # queue). Whether slow start also overshoots XOFF, so that PAUSE and
+    # headroom drops follow, depends on when HyStart leaves slow start: shown
+    # in the table, not checked.
+    ctx.check("misconfigured: TCP builds a standing queue in the lossless class",
+              bad["lossless_watermark_bytes"] >= 4 * max(ok["lossless_watermark_bytes"],
+                                                         MTU_FRAME_BYTES),
+              f"peak {bad['lossless_watermark_bytes'] / 1e3:.0f} KB vs "
+              f"{ok['lossless_watermark_bytes'] / 1e3:.0f} KB", ">= 4x the correct run")
     panels = [Panel("RDMA goodput at the receiver", "time (s)", "Mbit/s",
                     lines={v: ([t for t, _ in r["rdma_timeline"]],
                                [g for _, g in r["rdma_timeline"]]) for v, r in results.items()},
