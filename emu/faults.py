@@ -195,7 +195,7 @@ class Faults:
 
         A straggler for kernel traffic: its switch port paces towards it at
         rate / factor, and a token bucket on its own interface paces what it
-        sends (tc tbf; the qdisc is removed again at factor 1).
+        sends (`Fabric.set_host_tx_rate`; factor 1 restores the fabric's own).
         """
         g = self.fab.graph
         if host not in g or g.nodes[host]["kind"] != "host":
@@ -210,14 +210,7 @@ class Faults:
         def apply() -> None:
             self.fab.switch_call(switch, "set_port_rate", port_no=link["ports"][switch],
                                  rate_bps=None if factor == 1.0 else rate_bps)
-            intf = link["intfs"][host]
-            if factor == 1.0:
-                self.fab.host_run(host, ["tc", "qdisc", "del", "dev", intf, "root"])
-            else:
-                # Burst of a few frames and 50 ms of queue: a slower NIC, not a deep buffer.
-                self.fab.host_run(host, ["tc", "qdisc", "replace", "dev", intf, "root", "tbf",
-                                         "rate", f"{int(rate_bps)}bit", "burst", "6000",
-                                         "latency", "50ms"], check=True)
+            self.fab.set_host_tx_rate(host, None if factor == 1.0 else rate_bps)
             self._event("slow_host", host=host, factor=factor, rate_bps=rate_bps)
 
         self._later(at, apply)

@@ -41,6 +41,10 @@ class FabricError(RuntimeError):
     """The fabric could not be brought up or driven; the message names what and where."""
 
 
+# The largest frame a host's kernel sends (offloads are off): 1500 + Ethernet header.
+HOST_NIC_FRAME_BYTES = 1514
+
+
 def free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -73,6 +77,13 @@ class Fabric:
         converge_timeout_s: how long to wait for the controller's convergence.
         qos: buffer/PFC/ECN/watchdog settings of every switch, e.g.
             {"pfc": {"enabled": False}} (see emu/config.py; validated by the switch).
+        host_nic_pacing: give every host's kernel a NIC that sends at its link
+            rate (a tc token bucket with a 16-frame ring). Off, a host's veth
+            sends as fast as the CPU allows and its backlog waits in the
+            switch's egress queue, where the host's ACKs queue behind its own
+            data; on, TCP Small Queues keep that backlog in the host, as on a
+            real NIC. Leave it off for the RDMA NIC model, which paces itself
+            and must stop at once on PAUSE (frames in a qdisc would not).
 
     Example:
         >>> with Fabric(leaf_spine(leaves=2, spines=2)) as fab:   # doctest: +SKIP
@@ -82,7 +93,8 @@ class Fabric:
     def __init__(self, graph: nx.Graph, out_dir: str | None = None,
                  apps: tuple[str, ...] = ("controllers.routing",), seed: int = 0,
                  converge_timeout_s: float | None = None, log_level: str = "INFO",
-                 qos: dict | None = None, controller_args: tuple[str, ...] = ()) -> None:
+                 qos: dict | None = None, controller_args: tuple[str, ...] = (),
+                 host_nic_pacing: bool = False) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
         self.apps = tuple(apps)
@@ -90,6 +102,7 @@ class Fabric:
         self.seed = seed
         self.log_level = log_level
         self.qos = qos or {}
+        self.host_nic_pacing = host_nic_pacing
         parse_qos(self.qos)  # a bad key fails here, naming it, not in 20 switch logs
         n = graph.number_of_nodes()
         self.converge_timeout_s = converge_timeout_s or 30.0 + 1.5 * n
@@ -152,6 +165,8 @@ class Fabric:
             self.host_run(host.name, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
             for intf in host.intfList():
                 disable_offloads(intf.name, run_in=functools.partial(self.host_run, host.name))
+            if self.host_nic_pacing:
+                self.set_host_tx_rate(host.name)
         self.net.start()
         for sw in self.net.switches:
             sw.wait_ready()
@@ -422,6 +437,28 @@ class Fabric:
         if check and result.returncode != 0:
             raise FabricError(f"{host}: {' '.join(argv)} failed: {result.stderr.strip()}")
         return result
+
+    def set_host_tx_rate(self, host: str, rate_bps: float | None = None) -> None:
+        """Pace what `host`'s kernel sends at `rate_bps` (None: as the fabric was built).
+
+        A token bucket (tc tbf) with a burst of two frames and a 16-frame
+        queue: a NIC, not a deep buffer. None restores the fabric's own
+        setting: the link rate with `host_nic_pacing`, no qdisc without.
+        """
+        [switch] = list(self.graph.neighbors(host))
+        link = self.graph.edges[host, switch]
+        intf = link["intfs"][host]
+        if rate_bps is None and not self.host_nic_pacing:
+            res = self.host_run(host, ["tc", "qdisc", "del", "dev", intf, "root"])
+            if res.returncode != 0 and "No such file" not in res.stderr \
+                    and "Cannot delete qdisc with handle of zero" not in res.stderr:
+                raise FabricError(f"{host}: removing the qdisc of {intf} failed: "
+                                  f"{res.stderr.strip()}")
+            return
+        rate = int(rate_bps if rate_bps is not None else link["rate_bps"])
+        self.host_run(host, ["tc", "qdisc", "replace", "dev", intf, "root", "tbf",
+                             "rate", f"{rate}bit", "burst", str(2 * HOST_NIC_FRAME_BYTES),
+                             "limit", str(16 * HOST_NIC_FRAME_BYTES)], check=True)
 
     def ping(self, src: str, dst: str, count: int = 1, timeout_s: float = 1.0,
              interval_s: float = 0.2) -> tuple[int, int]:

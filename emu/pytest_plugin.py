@@ -5,8 +5,9 @@ fabric (2 spines, 2 leaves, 2 hosts per leaf, the routing controller, emu
 switches), torn down after the test whatever happens, with the fault API at
 `fabric.faults` and workloads from `fabric.start(...)`. Mark a test with
 `@pytest.mark.emu_fabric(...)` to change the fabric (leaf_spine's arguments,
-or topology="fat_tree", k=4), its switches' QoS (qos={...}) or its controller
-(apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
+or topology="fat_tree", k=4), its switches' QoS (qos={...}), its hosts' NICs
+(host_nic_pacing=True: kernel traffic leaves a host at its link rate) or its
+controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
 
     def test_my_job_survives_a_spine_failure(fabric):
         job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=4)
@@ -30,8 +31,8 @@ DEFAULT_FABRIC = {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "emu_fabric(**kw): the fabric the `fabric` fixture builds "
-        "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; apps=(...); "
-        "controller_args=(...))")
+        "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; "
+        "host_nic_pacing=True; apps=(...); controller_args=(...))")
 
 
 @pytest.fixture
@@ -48,6 +49,7 @@ def fabric(request, tmp_path):
         options.update(marker.kwargs)
     topology = options.pop("topology", "leaf_spine")
     qos = options.pop("qos", None)
+    pacing = bool(options.pop("host_nic_pacing", False))
     controller = {key: tuple(options.pop(key)) for key in ("apps", "controller_args")
                   if key in options}
     if topology == "fat_tree":
@@ -55,7 +57,8 @@ def fabric(request, tmp_path):
                                        if k not in DEFAULT_FABRIC})
     else:
         graph = fabric_mod.leaf_spine(**options)
-    with Fabric(graph, out_dir=str(tmp_path / "emu"), qos=qos, **controller) as fab:
+    with Fabric(graph, out_dir=str(tmp_path / "emu"), qos=qos, host_nic_pacing=pacing,
+                **controller) as fab:
         yield fab
         errors = list(fab.faults.errors)
     if errors:
