@@ -11,10 +11,11 @@ from scenarios.ecmp_vs_adaptive import ecmp_expectation, max_min_rates, traffic
 
 from . import assert_checks, emu_run
 
-# Measured on the 2-core VM at 1 Mbit/s, adaptive/ECMP is 1.30-1.73x on stride 4 and 8
-# from run to run (issue 4 asks 1.5x over 5 seeds; see the README): the test guards
-# that adaptive stays clearly ahead of ECMP, below that spread.
-MIN_GAIN_HERE = 1.15
+# Over 5 seeds on the 2-core VM adaptive/ECMP is 1.53x (stride 4) and 1.67x (stride 8),
+# with ECMP's single seeds from 0.47 to 0.77 of non-blocking (README). Over the 3 seeds
+# CI affords, the test guards that adaptive stays clearly ahead, below that spread.
+MIN_GAIN_HERE = 1.25
+MIN_ADAPTIVE_HERE = 0.85
 
 
 def test_max_min_rates_progressive_filling():
@@ -47,7 +48,7 @@ def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):
     means = doc["metrics"]["mean_normalised"]
     for pat in ("stride4", "stride8"):
         assert len(doc["metrics"]["normalised"]["ecmp"][pat]) == 3
-        assert means["adaptive"][pat] >= 0.8
+        assert means["adaptive"][pat] >= MIN_ADAPTIVE_HERE
     # The adaptive controller placed elephants (and released them between runs).
     assert doc["metrics"]["adaptive_status"]["placed_total"] >= 3 * 2 * 16 * 0.8
     assert (tmp_path / "eva" / "ecmp-vs-adaptive.png").stat().st_size > 10_000
