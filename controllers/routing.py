@@ -87,7 +87,12 @@ class RoutingConfig:
         lldp_burst_interval_s: faster LLDP period right after a switch connects,
             so that discovery converges in well under a second per hop.
         lldp_burst_duration_s: how long after connect the burst period applies.
-        link_timeout_intervals: a link not refreshed for this many intervals is removed.
+        link_timeout_intervals: a link is removed when this many LLDP frames went
+            out of its source port unanswered and as many intervals passed (Ryu
+            removes a link after 5 unanswered LLDPs). Counting frames sent, not
+            only time, keeps a controller or switch that fell behind under CPU
+            load from expiring links that are up; a cut that port status
+            reports removes the link at once whatever this says.
         expect_switches, expect_links, expect_hosts: counts emu expects; links
             are cables (a cable counts when both directions were discovered).
         arp_flood_holddown_s: minimum time between two floods for the same unknown target.
@@ -109,7 +114,7 @@ class RoutingConfig:
     damp_hold_s: float = 5.0
     lldp_burst_interval_s: float = 0.1
     lldp_burst_duration_s: float = 2.0
-    link_timeout_intervals: int = 3
+    link_timeout_intervals: int = 5
     expect_switches: Optional[int] = None
     expect_links: Optional[int] = None
     expect_hosts: Optional[int] = None
@@ -204,6 +209,7 @@ class RoutingManager:
         # directed link: (src dpid, src port) -> (dst dpid, dst port); last refresh separately
         self._links: Dict[PortKey, PortKey] = {}
         self._link_seen_s: Dict[PortKey, float] = {}
+        self._lldp_unanswered: Dict[PortKey, int] = collections.defaultdict(int)
         self._flaps: Dict[PortKey, List[float]] = {}
         self._damped: Dict[PortKey, float] = {}  # port -> out of rotation until
         self._hosts: Dict[str, Host] = {}
@@ -477,6 +483,7 @@ class RoutingManager:
         if src[1] not in self._switches[src[0]].ports:
             return []  # stale frame from a port that went down meanwhile
         self._link_seen_s[src] = now
+        self._lldp_unanswered[src] = 0
         if self._links.get(src) == dst:
             return []
         if src in self._links:
@@ -582,7 +589,9 @@ class RoutingManager:
                     cfg.lldp_burst_interval_s if in_burst else cfg.lldp_interval_s
                 )
         timeout_s = cfg.link_timeout_intervals * cfg.lldp_interval_s
-        expired = [src for src in self._links if now - self._link_seen_s.get(src, now) > timeout_s]
+        expired = [src for src in self._links
+                   if now - self._link_seen_s.get(src, now) > timeout_s
+                   and self._lldp_unanswered[src] >= cfg.link_timeout_intervals]
         for src in expired:
             LOG.info("link %016x:%d expired", *src)
             self._remove_link(src, now)
@@ -613,6 +622,7 @@ class RoutingManager:
     def _remove_link(self, src: PortKey, now: float) -> None:
         dst = self._links.pop(src)
         self._link_seen_s.pop(src, None)
+        self._lldp_unanswered.pop(src, None)
         self._event(
             now, "link_down", src_dpid=src[0], src_port=src[1], dst_dpid=dst[0], dst_port=dst[1]
         )
@@ -622,6 +632,8 @@ class RoutingManager:
         sw = self._switches[dpid]
         msgs: Msgs = []
         for port in ports:
+            if (dpid, port) in self._links:
+                self._lldp_unanswered[(dpid, port)] += 1
             src_mac = sw.ports.get(port) or "02:00:00:00:00:00"
             frame = ofmsg.lldp_frame(dpid=dpid, port_no=port, src_mac=src_mac)
             msgs.append((dpid, ofmsg.packet_out(sw.dp, data=frame, ports=[port])))
