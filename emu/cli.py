@@ -78,16 +78,29 @@ def cmd_allreduce(args) -> int:
     hosts = fabric.hosts(graph)[:args.hosts]
     apps = ("controllers.routing", "controllers.aggregation")
     out = args.out or tempfile.mkdtemp(prefix="emu-allreduce-")
+    algos = ("ring", "sharp") if args.algo == "both" else (args.algo,)
+    tables = {}
     with Fabric(graph, out_dir=out, apps=apps) as fab:
-        results = collectives.run_allreduce(fab, hosts, sizes, dtype=args.dtype, algo=args.algo,
-                                            iters=args.iters, seed=args.seed)
-    used = {r.algo for r in results}
+        for algo in algos:
+            tables[algo] = collectives.run_allreduce(fab, hosts, sizes, dtype=args.dtype,
+                                                     algo=algo, iters=args.iters,
+                                                     seed=args.seed)
     print(f"# emu all_reduce: {len(hosts)} ranks on a leaf/spine of {leaves} leaves x "
-          f"{per_leaf} hosts, 2 spines, {args.rate_mbps:g} Mbit/s links; algo "
-          f"{args.algo}{'' if used == {args.algo} else ' (refused: ran the ring)'}; "
+          f"{per_leaf} hosts, 2 spines, {args.rate_mbps:g} Mbit/s links; "
           f"{args.iters} iteration(s); logs in {out}")
-    print(collectives.nccl_table(results, bw_unit=args.bw_unit))
-    return EXIT_CHECKS_FAILED if any(r.wrong for r in results) else 0
+    for algo, results in tables.items():
+        used = {r.algo for r in results}
+        print(f"#\n# algo {algo}{'' if used == {algo} else ' (refused: ran the ring)'}")
+        print(collectives.nccl_table(results, bw_unit=args.bw_unit))
+    if len(tables) == 2 and tables["ring"] and tables["sharp"]:
+        ring, sharp = tables["ring"][-1], tables["sharp"][-1]
+        if ring.algbw_bytes_per_s > 0:
+            print(f"# sharp/ring algbw at {sharp.size_bytes} bytes: "
+                  f"{sharp.algbw_bytes_per_s / ring.algbw_bytes_per_s:.2f} "
+                  f"(a switch reduction gains at most 2(n-1)/n = "
+                  f"{2 * (len(hosts) - 1) / len(hosts):.2f})")
+    wrong = any(r.wrong for results in tables.values() for r in results)
+    return EXIT_CHECKS_FAILED if wrong else 0
 
 
 def cmd_cli(args) -> int:
@@ -278,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Builds a leaf/spine, runs all-reduce (sum) on real data "
                        "for every size and prints nccl-tests' all_reduce_perf table.")
     s.add_argument("--hosts", type=int, default=8, help="ranks (2..64; default 8)")
-    s.add_argument("--algo", choices=("ring", "sharp"), default="ring")
+    s.add_argument("--algo", choices=("ring", "sharp", "both"), default="ring",
+                   help="both: the ring, then SHARP, on the same fabric")
     s.add_argument("--sizes", default="1K:16M", help="MIN:MAX bytes per rank (nccl -b/-e)")
     s.add_argument("--factor", type=int, default=2, help="size step factor (nccl -f)")
     s.add_argument("--dtype", choices=("float32", "int32", "float", "int"), default="float32")
