@@ -101,7 +101,8 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
 
 def report(ctx: Context, results: dict) -> None:
     rows = [[v, r["rdma_target_bps"] / 1e6, r["rdma_bps"] / 1e6, r["tcp_bps"] / 1e6,
-             r["rdma_cnps"], round(r["lossless_watermark_bytes"] / 1e3), r["pfc_frames"], r["lossless_drops"], r["tcp_retransmits"]]
+             r["rdma_cnps"], round(r["lossless_watermark_bytes"] / 1e3), r["pfc_frames"],
+             r["lossless_drops"], r["tcp_retransmits"]]
             for v, r in results.items()]
     ctx.table(f"RDMA {'->'.join(ctx.metrics['rdma_flow'])} beside TCP "
               f"{'->'.join(ctx.metrics['tcp_flow'])} ({ctx.params['rate_mbps']:g} Mbit/s links)",
