@@ -15,7 +15,7 @@ Two layers, as in ``controllers/routing.py``:
           or an error starting "refused:" when slots ran out (the client
           falls back to the ring) or naming the bad host
       {"cmd": "unregister", "job_id": N}
-      {"cmd": "jobs"}   -> every job with its tree, state and rebuilds
+      {"cmd": "jobs"}   -> every job with its tree, state, rebuilds and epoch
 
 The tree of a job is built with networkx on the current topology.  Its root is
 the switch that reaches all of the job's edge switches (the switches its hosts
@@ -32,7 +32,8 @@ emu's OpenFlow extension (``EXP_AGG_JOB_SET``: children, parent or root, slots;
 job that would exceed any tree switch's slots is refused.  When a link or
 switch of a tree goes away, the tree is rebuilt on what is left (and the job
 is marked failed if nothing is left); a switch that reconnects (a restart
-empties its engine) gets its part again.
+empties its engine) gets its part again. Either bumps the job's epoch: an
+all-reduce in flight across it starts over (``run_allreduce`` does that).
 
 Messages are built only by ``controllers/ofmsg.py``; nothing here imports
 emu's switch.
@@ -139,6 +140,11 @@ class Job:
     state: str = "active"           # active | failed
     reason: str = ""
     rebuilds: int = 0
+    # Bumped whenever engines of the tree get fresh slots (a rebuild, or a
+    # restarted switch given its part again): an all-reduce in flight across
+    # a reset cannot finish (ranks that had a chunk's result will not send it
+    # again) and must start over; run_allreduce watches this.
+    epoch: int = 0
 
     @property
     def root(self) -> int:
@@ -148,7 +154,7 @@ class Job:
         return {
             "job_id": self.job_id, "hosts": list(self.hosts), "nslots": self.nslots,
             "job_ip": self.job_ip, "job_mac": self.job_mac, "state": self.state,
-            "reason": self.reason, "rebuilds": self.rebuilds,
+            "reason": self.reason, "rebuilds": self.rebuilds, "epoch": self.epoch,
             "root": f"{self.root:016x}" if self.tree else None,
             "tree": {f"{d:016x}": {"parent_port": n.parent_port,
                                    "children": [c.port for c in n.children]}
@@ -259,6 +265,8 @@ class AggregationManager:
         for job in self.jobs.values():
             node = job.tree.get(dp.id)
             if job.state == "active" and node is not None:
+                job.epoch += 1
+                self._event("reset", job_id=job.job_id, dpid=f"{dp.id:016x}", epoch=job.epoch)
                 msgs += self._install_node(job, node)
         return msgs
 
@@ -333,7 +341,9 @@ class AggregationManager:
                 continue
             job.tree = new
             job.rebuilds += 1
-            self._event("rebuild", job_id=job.job_id, root=job.root, switches=len(new))
+            job.epoch += 1
+            self._event("rebuild", job_id=job.job_id, root=job.root, switches=len(new),
+                        epoch=job.epoch)
             LOG.info("job %d: tree rebuilt, root %016x", job.job_id, job.root)
             for dpid in old.keys() - new.keys():
                 msgs += self._uninstall_node(job, dpid)

@@ -40,7 +40,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -326,6 +326,7 @@ class AllReduceResult:
     iter_s: dict = field(default_factory=dict)          # host -> compute start -> result
     port_tx_bytes: dict = field(default_factory=dict)   # host -> bytes its leaf port took in
     agg_job: dict | None = None  # the aggregation manager's job (algo "sharp")
+    restarts: int = 0          # times the all-reduce started over after its tree was reset
 
     @property
     def iteration_s(self) -> float:
@@ -506,37 +507,55 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
     n = len(hosts)
     g = nics.fab.graph
     slowest_bps = min(g.edges[h, g.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
+    agg_job_id = int(options["job_id"]) if algo == "sharp" and options else None
     results = []
     for size in sizes:
-        _jobs += 1
-        job = f"allreduce-{_jobs}-{int(time.time() * 1000) % 10**9}"
         count = size // itemsize
         wire_s = 2 * (n - 1) / n * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
         limit = timeout_s if timeout_s is not None else \
             10 * iters * wire_s + iters * max(compute.values()) + 30
         setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
-        try:
-            for rank, h in enumerate(hosts):
-                nics.nics[h].call("coll_setup", timeout_s=setup_timeout_s, job=job, rank=rank,
-                                  nranks=n, dtype=name, count=count, seed=seed, algo=algo,
-                                  iters=iters, compute_s=compute[h], slice_bytes=slice_bytes,
-                                  send_qpn=qps[rank], recv_qpn=qps[rank - 1],
-                                  options=dict(options or {}))
-            ports0 = _port_bytes(nics.fab, hosts) if count_ports else {}
-            at = time.time() + start_delay_s
-            for h in hosts:
-                nics.nics[h].call("coll_start", job=job, at=at)
-            _wait_done(nics, hosts, job, limit, f"all-reduce {job} of {size} B on {n} ranks")
-            # Read again once all are done: a rank may finish receiving before
-            # its own last sends left its NIC; now every message has arrived.
-            status = {h: nics.nics[h].call("coll_status", job=job) for h in hosts}
-            ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
-        finally:
-            for h in hosts:
+        restarts = 0
+        while True:
+            _jobs += 1
+            job = f"allreduce-{_jobs}-{int(time.time() * 1000) % 10**9}"
+            epoch = None if agg_job_id is None else _agg_epoch(nics.fab, agg_job_id)
+            reset = None if epoch is None else \
+                (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)
+            try:
+                for rank, h in enumerate(hosts):
+                    nics.nics[h].call("coll_setup", timeout_s=setup_timeout_s, job=job,
+                                      rank=rank, nranks=n, dtype=name, count=count, seed=seed,
+                                      algo=algo, iters=iters, compute_s=compute[h],
+                                      slice_bytes=slice_bytes, send_qpn=qps[rank],
+                                      recv_qpn=qps[rank - 1], options=dict(options or {}))
+                ports0 = _port_bytes(nics.fab, hosts) if count_ports else {}
+                at = time.time() + start_delay_s
+                for h in hosts:
+                    nics.nics[h].call("coll_start", job=job, at=at)
                 try:
-                    nics.nics[h].call("coll_clear", job=job)
-                except MgmtError as exc:  # not set up there, or gone: clear the others
-                    log.debug("coll_clear %s on %s: %s", job, h, exc)
+                    _wait_done(nics, hosts, job, limit,
+                               f"all-reduce {job} of {size} B on {n} ranks", reset=reset)
+                except _TreeReset:
+                    if restarts >= MAX_TREE_RESETS:
+                        raise CollectiveError(
+                            f"all-reduce of {size} B: aggregation job {agg_job_id}'s tree "
+                            f"was reset {restarts + 1} times during it; gave up") from None
+                    restarts += 1
+                    log.warning("all-reduce %s: aggregation tree of job %s reset; starting "
+                                "over (%d)", job, agg_job_id, restarts)
+                    continue  # the ranks are cleared below, then set up afresh
+                # Read again once all are done: a rank may finish receiving before
+                # its own last sends left its NIC; now every message has arrived.
+                status = {h: nics.nics[h].call("coll_status", job=job) for h in hosts}
+                ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
+            finally:
+                for h in hosts:
+                    try:
+                        nics.nics[h].call("coll_clear", job=job)
+                    except MgmtError as exc:  # not set up there, or gone: clear the others
+                        log.debug("coll_clear %s on %s: %s", job, h, exc)
+            break
         per_iter = [max(status[h]["elapsed_s"][i] for h in hosts) for i in range(iters)]
         t = sum(per_iter) / iters
         algbw = size / t if t > 0 else math.inf
@@ -551,20 +570,44 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
             digests_agree=len({status[h]["digest"] for h in hosts}) == 1,
             iter_s={h: status[h]["iter_s"] for h in hosts},
             port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
-            agg_job=agg_job))
+            agg_job=agg_job, restarts=restarts))
     return results
 
 
+#: How often one size may start over because its aggregation tree was reset.
+MAX_TREE_RESETS = 3
+#: How often a waiting driver asks the aggregation manager for the job's epoch.
+EPOCH_POLL_S = 0.5
+
+
+class _TreeReset(Exception):
+    """The aggregation job's epoch moved while an all-reduce was in flight."""
+
+
+def _agg_epoch(fab: Fabric, job_id: int) -> int:
+    """The aggregation job's epoch (controllers/aggregation.py); a gone or failed job raises."""
+    for j in fab.agg_call("jobs")["jobs"]:
+        if j["job_id"] == job_id:
+            if j["state"] != "active":
+                raise CollectiveError(f"aggregation job {job_id} is {j['state']}: "
+                                      f"{j['reason']}")
+            return j["epoch"]
+    raise CollectiveError(f"aggregation job {job_id} is not registered")
+
+
 def _wait_done(nics: RdmaHosts, hosts: list[str], job: str, timeout_s: float,
-               what: str) -> None:
+               what: str, reset: Callable[[], bool] | None = None) -> None:
     """Poll the ranks' coll_status until all are done; a failed rank raises at once.
 
     One rank is asked per poll (the first not known to be done): management
     calls interrupt the agents' loops and cost CPU that the fabric needs.
+    `reset`, asked every EPOCH_POLL_S while ranks are not done, says whether
+    the job can no longer finish (raises _TreeReset).
     """
     from emu.net import wait_for
 
     pending = deque(hosts)
+    next_reset_check = [time.monotonic() + EPOCH_POLL_S]
 
     def finished() -> bool:
         while pending:
@@ -574,6 +617,10 @@ def _wait_done(nics: RdmaHosts, hosts: list[str], job: str, timeout_s: float,
                 raise CollectiveError(f"job {job}: rank {st['rank']} ({h}) failed: "
                                       f"{st['error']}")
             if not st["done"]:
+                if reset is not None and time.monotonic() >= next_reset_check[0]:
+                    next_reset_check[0] = time.monotonic() + EPOCH_POLL_S
+                    if reset():
+                        raise _TreeReset(job)
                 return False
             pending.popleft()
         return True

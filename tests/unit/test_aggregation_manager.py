@@ -196,8 +196,11 @@ def test_tree_rebuilt_when_a_tree_link_fails(leafspine: SimFabric) -> None:
     old_root = _name(leafspine, job.root)
     assert mgr.topology_changed(topo) == []  # nothing on the tree changed
     broken = _without_cable(topo, leafspine, "l3", old_root)
+    assert job.epoch == 0
     msgs = mgr.topology_changed(broken)
     assert job.rebuilds == 1 and job.state == "active"
+    # Fresh slots everywhere: an all-reduce in flight must start over.
+    assert job.epoch == 1 and job.describe()["epoch"] == 1
     new_root = _name(leafspine, job.root)
     assert new_root != old_root
     configs = _configs(msgs)
@@ -228,7 +231,8 @@ def test_restarted_switch_gets_its_part_again(leafspine: SimFabric) -> None:
     mgr.switch_leave(leaf)
     msgs = mgr.switch_enter(leafspine.dps[leaf])
     assert set(_configs(msgs)) == {leaf} and set(_steering(msgs)) == {leaf}
-    # A switch outside the tree gets nothing.
+    assert job.epoch == 1  # its engine lost the job's slots
+    # A switch outside the tree gets nothing, and the job's epoch stays.
     other = leafspine.dpid["l4"]
     assert mgr.switch_enter(leafspine.dps[other]) == []
-    assert job.state == "active"
+    assert job.state == "active" and job.epoch == 1

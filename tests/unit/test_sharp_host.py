@@ -16,7 +16,7 @@ import pytest
 from emu.host.sharp import SharpAllReduce
 from emu.proto import agg
 
-from .test_aggregation_engine import HOSTS, JOB, JOB_IP, JOB_MAC, Tree
+from .test_aggregation_engine import HOSTS, JOB, JOB_IP, JOB_MAC, LEAF_AT, Tree
 
 RATE_BPS = 10e6
 
@@ -28,13 +28,17 @@ def _ranks(data: dict[str, np.ndarray], nslots: int, first_seq: int = 0) -> dict
             for h, (_leaf, _port, mac, ip, rank) in HOSTS.items()}
 
 
-def _run(tree: Tree, ranks: dict, loss: float = 0.0, seed: int = 1, max_steps: int = 10**6):
-    """Send what each rank may, deliver frames (some lost), advance time to the next timeout."""
+def _run(tree: Tree, ranks: dict, loss: float = 0.0, seed: int = 1, max_steps: int = 10**6,
+         lose=None, until=None):
+    """Send what each rank may, deliver frames (some lost), advance time to the next timeout.
+
+    `lose(src, port, pkt)` replaces random loss; `until()` replaces "every rank is done".
+    """
     rng = random.Random(seed)
-    tree.lose = lambda src, port, pkt: rng.random() < loss
+    tree.lose = lose or (lambda src, port, pkt: rng.random() < loss)
     now = 0.0
     for _ in range(max_steps):
-        if all(r.done for r in ranks.values()):
+        if until() if until else all(r.done for r in ranks.values()):
             return now
         progressed = False
         for h, r in ranks.items():
@@ -135,3 +139,22 @@ def test_frames_that_are_not_this_all_reduces_results_are_left_alone() -> None:
     assert rank.stats.foreign_frames == 3 and rank.stats.results == 0 and not rank.done
     with pytest.raises(ValueError, match="1-D int32 or float32"):
         _ranks({h: np.zeros(3, dtype=np.float64) for h in HOSTS}, nslots=4)
+
+
+def test_a_rebuilt_tree_cannot_finish_a_chunk_some_ranks_already_have() -> None:
+    # Why run_allreduce starts an all-reduce over when its tree is reset
+    # (controllers/aggregation.py's epoch): the cut lost the root's result on
+    # its way to leaf1 after leaf2's ranks had it.
+    data = _inputs("int32", 256)  # one chunk
+    ranks = _ranks(data, nslots=1)
+    _run(Tree(nslots=1), ranks, lose=lambda src, port, pkt: (src, port) == ("root",
+                                                                           LEAF_AT["leaf1"]),
+         until=lambda: ranks["h3"].done and ranks["h4"].done)
+    assert not ranks["h1"].done and not ranks["h2"].done
+    rebuilt = Tree(nslots=1)  # the new tree's engines hold nothing of the old one
+    with pytest.raises(AssertionError, match="did not finish"):
+        _run(rebuilt, ranks, max_steps=200)  # h1 and h2 retransmit; h3 and h4 never will
+    again = _ranks(data, nslots=1, first_seq=ranks["h1"].next_seq)
+    _run(rebuilt, again)
+    for r in again.values():
+        np.testing.assert_array_equal(r.result, _expected(data))
