@@ -198,9 +198,10 @@ class Agent:
         j.start(now + delay)
         return {"start_in_s": delay}
 
-    def _coll_status(self, job: str) -> dict:
-        """The job's status on this rank: state, done, elapsed_s per iteration, wrong, bytes."""
-        st = dict(self._job(job).status(time.monotonic()))
+    def _coll_status(self, job: str, check: bool = False) -> dict:
+        """The job's status on this rank: state, done, elapsed_s per iteration, bytes; with
+        `check`, also `wrong` and `digest` (ask once every rank is done: it costs CPU)."""
+        st = dict(self._job(job).status(time.monotonic(), check=bool(check)))
         if job in self.job_errors:
             st.update(state="failed", done=False, error=self.job_errors[job])
         return st

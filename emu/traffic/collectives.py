@@ -391,8 +391,9 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
     """All-reduce (sum) across `hosts`' NIC agents, one job per size; returns one row per size.
 
     Every rank generates its input, runs `iters` iterations (each after its
-    compute step) and checks its result itself; only commands and counters
-    cross the management sockets. Ranks are `hosts` in order; the ring is
+    compute step) and, once all are done, checks its results itself; only
+    commands and counters cross the management sockets. Ranks are `hosts` in
+    order; the ring is
     hosts[0] -> hosts[1] -> ... -> hosts[0] (QPs connected on first use).
 
     Args:
@@ -547,7 +548,8 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
                     continue  # the ranks are cleared below, then set up afresh
                 # Read again once all are done: a rank may finish receiving before
                 # its own last sends left its NIC; now every message has arrived.
-                status = {h: nics.nics[h].call("coll_status", job=job) for h in hosts}
+                status = {h: nics.nics[h].call("coll_status", job=job, check=True)
+                          for h in hosts}
                 ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
             finally:
                 for h in hosts:

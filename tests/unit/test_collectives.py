@@ -380,8 +380,12 @@ class RingOfNics:
 def test_collective_rank_on_nics_checks_itself(n, dtype, count):
     ring = RingOfNics(n, dtype, count, iters=2)
     ring.run(5.0)
-    st = [j.status(0.0) for j in ring.jobs]
+    # Not checked until asked: the check costs CPU that ranks still sending need.
+    early = ring.jobs[0].status(0.0)
+    assert early["done"] and early["wrong"] is None and early["digest"] is None
+    st = [j.status(0.0, check=True) for j in ring.jobs]
     assert all(s["done"] and s["iters_done"] == 2 and s["wrong"] == 0 for s in st)
+    assert all(s["wrong_per_iter"] == [0, 0] for s in st)
     assert len({s["digest"] for s in st}) == 1
     want = numpy_sum([rank_input(9, r, count, dtype) for r in range(n)])
     if dtype == "int32":
@@ -399,7 +403,7 @@ def test_collective_rank_survives_drops():
     rng = random.Random(3)
     ring = RingOfNics(3, "float32", 6000, drop=lambda f: rng.random() < 0.02)
     ring.run(10.0)
-    st = [j.status(0.0) for j in ring.jobs]
+    st = [j.status(0.0, check=True) for j in ring.jobs]
     assert all(s["done"] and s["wrong"] == 0 for s in st)
     assert sum(s["retransmitted"] for s in st) > 0
 
@@ -408,7 +412,7 @@ def test_straggler_delays_everyone_and_early_messages_wait():
     compute = [0.0, 0.0, 0.3, 0.0]
     ring = RingOfNics(4, "int32", 2048, iters=2, compute_s=compute)
     ring.run(5.0)
-    st = [j.status(0.0) for j in ring.jobs]
+    st = [j.status(0.0, check=True) for j in ring.jobs]
     assert all(s["done"] and s["wrong"] == 0 for s in st)
     # Rank 3 waits for rank 2 (the straggler) in every iteration: its time from
     # first post to last receive includes the 0.3 s; the straggler's does not.
@@ -498,7 +502,7 @@ def test_collectives_with_their_own_frames_plug_into_the_hook(monkeypatch):
                 assert jobs[1 - r].on_frame(frame, now)
                 frame = job.next_frame(now)
         now += 1e-3
-    st = [j.status(now) for j in jobs]
+    st = [j.status(now, check=True) for j in jobs]
     assert all(s["done"] and s["wrong"] == 0 for s in st) and len(wire) == 2
     assert st[0]["tx_frame_bytes"] == len(wire[0]) == 15 + 4000 and st[0]["tx_packets"] == 1
     assert st[0]["tx_payload_bytes"] == 0  # no QP traffic
