@@ -51,6 +51,17 @@ def leaf_agg(fabric, leaf):
     return fabric.switch_call(leaf, "agg")
 
 
+def register(fabric, hosts, nslots):
+    """A job the test keeps: the manager's answer, and run_allreduce's options for it."""
+    job = fabric.agg_call("register", hosts=[fabric.graph.nodes[h]["ip"] for h in hosts],
+                          nslots=nslots)
+    return job, {k: job[k] for k in ("job_id", "job_ip", "job_mac", "nslots")}
+
+
+def spines_by_dpid(fabric):
+    return {f"{fabric.graph.nodes[s]['dpid']:016x}": s for s in ("spine1", "spine2")}
+
+
 @pytest.mark.emu_fabric(leaves=4, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS, apps=APPS)
 def test_sharp_8_ranks_correct_with_S_bytes_per_host(fabric):
     hosts = hosts_of(8)
@@ -152,13 +163,11 @@ def _inject(fabric, host, job, n_bad, tmp_path):
 def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_path):
     hosts = hosts_of(4)
     collectives.host_nics(fabric, hosts)
-    job = fabric.agg_call("register", hosts=[fabric.graph.nodes[h]["ip"] for h in hosts],
-                          nslots=16)
+    job, opts = register(fabric, hosts, nslots=16)
     try:
         # Garbage first, while the job is registered and idle: chunk 0 of h1 arrives
         # early, then h1's own chunk 0 is a duplicate the leaf must count once.
         _inject(fabric, "h1", job, n_bad=5, tmp_path=tmp_path)
-        opts = {k: job[k] for k in ("job_id", "job_ip", "job_mac", "nslots")}
         res = run_allreduce(fabric, hosts, [4 * 5000], "int32", algo="sharp", seed=9,
                             options=opts)
         st = leaf_agg(fabric, "leaf1")
@@ -175,14 +184,12 @@ def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_pa
 @pytest.mark.emu_fabric(leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS, apps=APPS)
 def test_tree_rebuilt_when_its_link_fails(fabric):
     hosts = hosts_of(4)
-    job = fabric.agg_call("register", hosts=[fabric.graph.nodes[h]["ip"] for h in hosts],
-                          nslots=16)
+    job, opts = register(fabric, hosts, nslots=16)
     try:
-        opts = {k: job[k] for k in ("job_id", "job_ip", "job_mac", "nslots")}
         first = run_allreduce(fabric, hosts, [64 << 10], "int32", algo="sharp", seed=10,
                               options=opts)
         check(first, 4)
-        dpid_of = {f"{fabric.graph.nodes[s]['dpid']:016x}": s for s in ("spine1", "spine2")}
+        dpid_of = spines_by_dpid(fabric)
         root = dpid_of[job["root"]]
         fabric.faults.link_down("leaf1", root)
 
@@ -207,11 +214,9 @@ def test_all_reduce_in_flight_starts_over_when_its_tree_is_rebuilt(fabric):
     # flight at the cut. So the job's epoch moves on every rebuild and
     # run_allreduce starts the all-reduce over, whatever was lost.
     hosts = hosts_of(4)
-    job = fabric.agg_call("register", hosts=[fabric.graph.nodes[h]["ip"] for h in hosts],
-                          nslots=16)
+    job, opts = register(fabric, hosts, nslots=16)
     try:
-        opts = {k: job[k] for k in ("job_id", "job_ip", "job_mac", "nslots")}
-        dpid_of = {f"{fabric.graph.nodes[s]['dpid']:016x}": s for s in ("spine1", "spine2")}
+        dpid_of = spines_by_dpid(fabric)
         root = dpid_of[job["root"]]
         # 4 MiB per rank at 10 Mbit/s takes about 3.5 s; the cut comes 1.5 s in.
         fabric.faults.link_down("leaf1", root, at=1.5)
