@@ -29,8 +29,7 @@ from emu.traffic.collectives import (
     rank_input,
 )
 
-RATE = 20_000_000
-
+from .test_rnic import RATE, A, B, pair, run
 
 # ----------------------------------------------------------------- the pure ring
 
@@ -231,33 +230,11 @@ def test_is_rocev2(tmpl):
 
 # ----------------------------------------------------------------- data through the NIC model
 
-A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
-B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
-
-
 def nic_pair(**kw):
-    kw = dict(dict(dcqcn=False, rto_modelled_s=0.02, modelled_rate_bps=RATE), **kw)
-    a, b = Rnic(NicConfig(rate_bps=RATE, **A, **kw)), Rnic(NicConfig(rate_bps=RATE, **B, **kw))
-    a.connect(1, 7, B["mac"], B["ip"], 49152, 0.0)
-    b.connect(7, 1, A["mac"], A["ip"], 49153, 0.0)
+    """Two NIC models back to back (test_rnic's pair); b hands whole messages up on QP 7."""
+    a, b = pair(**dict(dict(dcqcn=False, rto_modelled_s=0.02, modelled_rate_bps=RATE), **kw))
     b.set_deliver_data(7)
     return a, b
-
-
-def shuttle(a, b, until, lose=lambda i: False, repeat=lambda i: False, step=1e-4):
-    """a -> b data (dropped or duplicated by index), b -> a replies; returns frames a sent."""
-    now, sent = 0.0, 0
-    while now < until:
-        frame = a.next_frame(now)
-        while frame is not None:
-            sent += 1
-            copies = 0 if lose(sent) else 2 if repeat(sent) else 1
-            for _ in range(copies):
-                for reply in b.receive(frame, now):
-                    a.receive(reply, now)
-            frame = a.next_frame(now)
-        now += step
-    return sent
 
 
 def test_messages_arrive_whole_and_in_order_despite_losses_and_duplicates():
@@ -268,7 +245,7 @@ def test_messages_arrive_whole_and_in_order_despite_losses_and_duplicates():
     for m in msgs:
         a.post_send(1, len(m), 0.0, data=m)
     lost = {3, 4, 40, 41, 42, 80}
-    sent = shuttle(a, b, 0.5, lose=lambda i: i in lost, repeat=lambda i: i % 7 == 0)
+    sent = run(a, b, 0.5, drop=lambda i, f: i in lost, repeat=lambda i, f: i % 7 == 0)
     got = b.take_messages(7)
     assert [m for _, m in got] == msgs
     assert [msn for msn, _ in got] == list(range(1, len(msgs) + 1))
@@ -283,7 +260,7 @@ def test_messages_arrive_whole_and_in_order_despite_losses_and_duplicates():
 def test_lost_tail_is_retransmitted_by_timer_with_its_data():
     a, b = nic_pair()
     a.post_send(1, 4096, 0.0, data=bytes(range(256)) * 16)
-    shuttle(a, b, 0.3, lose=lambda i: i == 4)
+    run(a, b, 0.3, drop=lambda i, f: i == 4)
     assert [m for _, m in b.take_messages(7)] == [bytes(range(256)) * 16]
     assert a.send_qps[1].timeouts >= 1
 
@@ -292,7 +269,7 @@ def test_pattern_messages_keep_no_bytes():
     a, b = nic_pair()
     b.set_deliver_data(7, False)
     a.post_send(1, 50_000, 0.0)
-    shuttle(a, b, 0.1)
+    run(a, b, 0.1)
     rq = b.recv_qps[7]
     assert rq.rx_bytes == 50_000 and rq.messages_received == 1
     assert not rq.inbox and rq.parts == [] and b.take_messages(7) == []
@@ -302,11 +279,11 @@ def test_full_inbox_answers_rnr_nak_and_recovers_when_taken():
     a, b = nic_pair(inbox_max_bytes=3000)
     a.post_send(1, 2000, 0.0, data=bytes(2000))
     a.post_send(1, 2000, 0.0, data=b"\x07" * 2000)
-    shuttle(a, b, 0.05)
+    run(a, b, 0.05)
     assert len(b.recv_qps[7].inbox) == 1 and b.recv_qps[7].rnr_naks_sent >= 1
     assert a.send_qps[1].rnr_naks >= 1 and len(a.send_qps[1].completed) == 1
     assert b.take_messages(7) == [(1, bytes(2000))]
-    shuttle(a, b, 0.2)   # the RNR timer (0.64 ms) passes, the requester resends
+    run(a, b, 0.2)   # the RNR timer (0.64 ms) passes, the requester resends
     assert b.take_messages(7) == [(2, b"\x07" * 2000)]
 
 

@@ -18,8 +18,12 @@ def pair(**kw):
     return a, b
 
 
-def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False, step=1e-4):
-    """Move frames a->b (and replies b->a) until `until`; returns frames a sent."""
+def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False,
+        repeat=lambda i, f: False, step=1e-4):
+    """Move frames a->b (and replies b->a) until `until`; returns frames a sent.
+
+    The i-th frame a sends is lost (`drop`), CE-marked (`mark`) or delivered twice (`repeat`).
+    """
     now, sent = 0.0, 0
     while now < until:
         for f in b.tick(now):
@@ -30,8 +34,9 @@ def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False, step=1e-4
             if not drop(sent, frame):
                 if mark(sent, frame):
                     frame = set_ip_ecn(frame, roce.ECN_CE)
-                for reply in b.receive(frame, now):
-                    a.receive(reply, now)
+                for _ in range(2 if repeat(sent, frame) else 1):
+                    for reply in b.receive(frame, now):
+                        a.receive(reply, now)
             frame = a.next_frame(now)
         now += step
     return sent
