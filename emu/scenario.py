@@ -226,6 +226,14 @@ def run(name: str, overrides: list[str], out_dir: str | None = None,
     return ctx
 
 
+def parse_param(params: dict[str, Any], key: str, parse, *args: Any) -> Any:
+    """`parse(params[key], *args)`; its ValueError becomes a ScenarioError naming the parameter."""
+    try:
+        return parse(params[key], *args)
+    except ValueError as exc:
+        raise ScenarioError(f"parameter {key}={params[key]!r}: {exc}") from None
+
+
 def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict[str, Param]:
     """The parameters every fabric-building scenario shares (and `emu cli` takes)."""
     return {

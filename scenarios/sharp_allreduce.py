@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from emu import fabric as fabric_mod
 from emu.net import Fabric
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    build_fabric_graph,
+    fabric_params,
+    parse_param,
+)
 from emu.telemetry import Panel, save_panels
 from emu.traffic import collectives
 
@@ -47,14 +53,8 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    try:
-        collectives.parse_algos(params["algos"])
-    except ValueError as exc:
-        raise ScenarioError(f"parameter algos={params['algos']!r}: {exc}") from None
-    try:
-        collectives.parse_sizes(params["sizes"], params["factor"], params["dtype"])
-    except ValueError as exc:
-        raise ScenarioError(f"parameter sizes={params['sizes']!r}: {exc}") from None
+    parse_param(params, "algos", collectives.parse_algos)
+    parse_param(params, "sizes", collectives.parse_sizes, params["factor"], params["dtype"])
 
 
 def run(ctx: Context) -> None:

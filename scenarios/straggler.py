@@ -22,7 +22,14 @@ from __future__ import annotations
 
 from emu import fabric as fabric_mod
 from emu.net import Fabric
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_params,
+    parse_param,
+)
 from emu.telemetry import Panel, save_panels
 from emu.traffic import collectives
 
@@ -56,14 +63,8 @@ def _factors(text: str) -> list[float]:
 
 def validate(params: dict) -> None:
     _factors(params["factors"])
-    try:
-        collectives.parse_algos(params["algos"])
-    except ValueError as exc:
-        raise ScenarioError(f"parameter algos={params['algos']!r}: {exc}") from None
-    try:
-        collectives.parse_size(params["size"], params["dtype"])
-    except ValueError as exc:
-        raise ScenarioError(f"parameter size={params['size']!r}: {exc}") from None
+    parse_param(params, "algos", collectives.parse_algos)
+    parse_param(params, "size", collectives.parse_size, params["dtype"])
 
 
 def run(ctx: Context) -> None:
