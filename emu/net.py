@@ -171,6 +171,9 @@ class Fabric:
         for sw in self.net.switches:
             sw.wait_ready()
         self.wait_converged()
+        from emu.telemetry import reset_fidelity
+
+        reset_fidelity(self)  # judge the experiment, not the boot
 
     def close(self) -> dict:
         """Tear everything down; idempotent. Returns what the registry removed."""
@@ -180,8 +183,12 @@ class Fabric:
         if self.run is None:
             return removed
         if self.out_dir and self.net is not None:
-            from emu.telemetry import collect_switch_telemetry
+            from emu.telemetry import collect_fidelity, collect_switch_telemetry
 
+            try:
+                collect_fidelity(self, self.out_dir)
+            except Exception as exc:  # noqa: BLE001 - teardown must go on
+                log.warning("fidelity not collected: %s", exc)
             try:
                 collect_switch_telemetry(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on

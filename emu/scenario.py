@@ -7,6 +7,12 @@ record, writing `OUT/metrics.json` and `OUT/report.txt`, and the exit status
 (0 only when every check passed). A scenario module defines `DESCRIPTION`,
 `PARAMS` and `run(ctx) -> None`; it fills `ctx.metrics`, `ctx.tables` and
 `ctx.checks`.
+
+Every run is also judged on its fidelity (emu/fidelity.py): after the scenario,
+the records its fabrics left in `OUT/**/fidelity.json` become a fidelity table
+and four fidelity checks. A run whose own checks pass but whose fidelity fails
+is an *unfaithful run*: the report says so in one line naming where and by
+how much, and `emu run` exits with its own status (EXIT_UNFAITHFUL in cli.py).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class Check:
     passed: bool
     value: Any
     expected: str
+    fidelity: bool = False   # a check of the emulator, not of the emulated network
 
 
 @dataclass
@@ -116,8 +123,9 @@ class Context:
     started: float = field(default_factory=time.monotonic)
     log: Callable[[str], None] = print
 
-    def check(self, name: str, passed: bool, value: Any, expected: str) -> bool:
-        self.checks.append(Check(name, bool(passed), value, expected))
+    def check(self, name: str, passed: bool, value: Any, expected: str,
+              fidelity: bool = False) -> bool:
+        self.checks.append(Check(name, bool(passed), value, expected, fidelity))
         return bool(passed)
 
     def event(self, kind: str, **info: Any) -> None:
@@ -184,7 +192,53 @@ def render_report(ctx: Context) -> str:
                      f"(expected {c.expected})")
     passed = sum(c.passed for c in ctx.checks)
     lines.append(f"\n{passed}/{len(ctx.checks)} checks passed; results in {ctx.out_dir}")
+    if not faithful(ctx):
+        lines.append(unfaithful_line(ctx))
     return "\n".join(lines)
+
+
+def faithful(ctx: Context) -> bool:
+    """Every fidelity check passed (the emulator kept up with the emulated network)."""
+    return all(c.passed for c in ctx.checks if c.fidelity)
+
+
+def unfaithful_line(ctx: Context) -> str:
+    """One line that names where the emulator fell behind and by how much."""
+    bad = [c for c in ctx.checks if c.fidelity and not c.passed]
+    others_pass = all(c.passed for c in ctx.checks if not c.fidelity)
+    head = "unfaithful run" if others_pass else "unfaithful run (its failed checks may be the emulator's)"
+    return f"{head}: " + "; ".join(str(c.value) for c in bad)
+
+
+def add_fidelity(ctx: Context) -> None:
+    """Judge the run's fidelity records: a table, four checks and `metrics["fidelity"]`."""
+    from emu import fidelity
+
+    records = fidelity.load_records(ctx.out_dir)
+    missing = fidelity.load_missing(ctx.out_dir)
+    if not records:
+        ctx.check("fidelity: measured", False, "no fidelity records under "
+                  f"{ctx.out_dir}", "every fabric writes fidelity.json", fidelity=True)
+        return
+    limits = fidelity.Limits()
+    verdict = fidelity.judge(records, limits)
+    ctx.table("fidelity (the emulator against its links' clocks; emu/fidelity.py)",
+              fidelity.TABLE_COLUMNS, fidelity.table_rows(records, limits))
+    for measure in ("on_time", "stall", "deficit", "kernel_drops"):
+        worst = verdict.worst.get(measure)
+        if worst is None:
+            continue
+        ctx.check(fidelity.check_name(measure, limits), worst.passed,
+                  worst.text if not worst.passed else f"worst {worst.value:g} at {worst.where}",
+                  fidelity.limit_text(measure, limits), fidelity=True)
+    if missing:
+        ctx.check("fidelity: every switch and NIC answered", False,
+                  f"no record from {', '.join(missing)}", "a record from every process",
+                  fidelity=True)
+    ctx.metrics["fidelity"] = {
+        "faithful": verdict.faithful, "processes": verdict.processes, "frames": verdict.frames,
+        "worst": {m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
+                  for m, f in verdict.worst.items()}}
 
 
 def write_results(ctx: Context) -> None:
@@ -197,6 +251,7 @@ def write_results(ctx: Context) -> None:
         "events": ctx.events,
         "plots": ctx.plots,
         "passed": bool(ctx.checks) and all(c.passed for c in ctx.checks),
+        "faithful": faithful(ctx),
     }
     (ctx.out_dir / "metrics.json").write_text(json.dumps(doc, indent=2, default=str))
     (ctx.out_dir / "report.txt").write_text(render_report(ctx) + "\n")
@@ -218,10 +273,12 @@ def run(name: str, overrides: list[str], out_dir: str | None = None,
         module.run(ctx)
     except BaseException as exc:
         ctx.check("scenario completed", False, f"{type(exc).__name__}: {exc}", "no error")
+        add_fidelity(ctx)
         write_results(ctx)
         raise
     if not ctx.checks:
         ctx.check("scenario produced checks", False, 0, ">= 1 check")
+    add_fidelity(ctx)
     write_results(ctx)
     return ctx
 

@@ -5,7 +5,9 @@ Owns turning measured series into files beside `metrics.json`: PNG plots
 hand it; the per-port, per-priority time series that every switch samples
 itself every 100 ms (queue depth, paused state, ECN marks, bytes sent),
 collected after a run into `telemetry/<switch>.csv` and a queue-depth PNG;
-and pcaps of chosen ports (tcpdump).
+every switch's and NIC agent's fidelity record (emu/fidelity.py), collected
+into `fidelity.json` and `telemetry/fidelity.csv`; and pcaps of chosen ports
+(tcpdump).
 """
 
 from __future__ import annotations
@@ -138,3 +140,77 @@ def collect_switch_telemetry(fab, out_dir: Path) -> list[Path]:
         written.append(save_panels(folder / "queues.png", [Panel(
             "priority-3 queue depth, busiest ports", "time (s)", "bytes", lines=busiest)]))
     return written
+
+
+FIDELITY_COLUMNS = ["process", "kind", "port", "port_name", "rate_bps", "frames",
+                    "on_time_share", "max_late_ms", "deficit_ms", "kernel_drops", "window_s",
+                    "longest_stall_ms", "stalls_over_1", "stalls_over_10", "cpu_share",
+                    "cpu_wait_share"]
+
+
+def fidelity_sockets(fab) -> dict[str, str]:
+    """Name -> management socket of every switch and NIC agent of a running fabric."""
+    socks = {sw: fab.switch(sw).mgmt_path for sw in _switches(fab)}
+    for path in sorted(Path(fab.run.sock_dir).glob("*.nic.sock")):
+        socks[path.name[:-len(".nic.sock")]] = str(path)
+    return socks
+
+
+def _switches(fab) -> list[str]:
+    from emu import fabric as fabric_mod
+
+    return fabric_mod.switches(fab.graph)
+
+
+def reset_fidelity(fab) -> None:
+    """Start every switch's fidelity window now (after boot and convergence)."""
+    from emu import mgmt
+
+    for sw in _switches(fab):
+        try:
+            fab.switch_call(sw, "fidelity_reset")
+        except mgmt.MgmtError:
+            pass  # a switch that does not answer shows up when fidelity is collected
+
+
+def collect_fidelity(fab, out_dir: Path) -> Path:
+    """Every switch's and NIC agent's fidelity record into out_dir/fidelity.json and
+    out_dir/telemetry/fidelity.csv (one row per process and port).
+
+    Called by the fabric before teardown, before the bulky telemetry (serving
+    that would be a stall of its own). A process that does not answer is recorded
+    as such: a run cannot be judged faithful on processes it could not ask.
+    """
+    import json
+    import logging
+
+    from emu import fidelity, mgmt
+
+    log = logging.getLogger(__name__)
+    records, missing = [], []
+    for name, path in fidelity_sockets(fab).items():
+        try:
+            records.append(mgmt.call(path, "fidelity"))
+        except mgmt.MgmtError as exc:
+            log.warning("fidelity of %s not collected: %s", name, exc)
+            missing.append(name)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "fidelity.json"
+    path.write_text(json.dumps({"processes": records, "missing": missing}, indent=1))
+    folder = out / "telemetry"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "fidelity.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(FIDELITY_COLUMNS)
+        for rec in records:
+            loop, cpu = rec["loop"], rec["cpu"]
+            for key, port in rec["ports"].items():
+                writer.writerow([
+                    rec["name"], rec["kind"], key, port["name"], port["rate_bps"],
+                    port["frames"], round(fidelity.on_time_share(port, 1.0), 5),
+                    round(port["max_late_s"] * 1e3, 3), round(port["deficit_s"] * 1e3, 3),
+                    port["kernel_drops"], rec["window_s"],
+                    round(loop["longest_stall_s"] * 1e3, 3), loop["stalls_over_1"],
+                    loop["stalls_over_10"], cpu["cpu_share"], cpu["wait_share"]])
+    return path

@@ -26,9 +26,11 @@ import argparse
 import logging
 import selectors
 import socket
+import struct
 import sys
 import time
 
+from emu.fidelity import ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec
 from emu.host.rnic import NicConfig, Rnic
 from emu.mgmt import MgmtServer
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
+PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 RX_BATCH = 64
 SAMPLE_S = 0.1
@@ -72,7 +75,15 @@ class Agent:
             sink.bind(("0.0.0.0", port))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             self.sinks.append(sink)
-        self.sel = selectors.DefaultSelector()
+        self.intf = args.intf
+        self.fidelity = ProcessFidelity(self.name, "nic", {0: self.rnic.clock},
+                                        self.rnic.clock.frame_s, self.started)
+        self.fidelity.port_names = {0: args.intf}
+        # select(2), not epoll: epoll_wait's timeout is whole milliseconds, so a
+        # loop that sleeps until the next frame's slot woke up to 1 ms late
+        # (1.7 frame times at 20 Mbit/s; measured by emu/fidelity.py). select
+        # takes microseconds, and a switch has a handful of descriptors.
+        self.sel = selectors.SelectSelector()
         self.sel.register(self.sock, selectors.EVENT_READ, "port")
         self.mgmt = MgmtServer(args.mgmt, {
             "info": lambda: {"name": self.name, "ip": cfg.ip, "mac": cfg.mac,
@@ -89,6 +100,8 @@ class Agent:
             "coll_status": self._coll_status,
             "coll_clear": self._coll_clear,
             "coll_list": lambda: sorted(self.jobs),
+            "fidelity": self._fidelity,
+            "fidelity_reset": lambda: self.fidelity.reset(time.monotonic()),
         })
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, "mgmt-listen")
         self.samples: list = []
@@ -160,6 +173,17 @@ class Agent:
             self.rnic.stuck = bool(stuck)
         return {"drain_rate_bps": self.rnic.cfg.drain_rate_bps, "stuck": self.rnic.stuck,
                 "compute_factor": self.compute_factor, "rate_bps": self.rnic.cfg.rate_bps}
+
+    def _read_kernel_drops(self) -> None:
+        try:
+            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        except OSError:
+            return
+        self.fidelity.kernel_drops[0] += struct.unpack("II", raw)[1]  # reading resets them
+
+    def _fidelity(self) -> dict:
+        self._read_kernel_drops()
+        return self.fidelity.snapshot(time.monotonic())
 
     # ----- collectives -------------------------------------------------------
 
@@ -314,6 +338,8 @@ class Agent:
         rnic = self.rnic
         next_sample = time.monotonic()
         conns = {}
+        loop = self.fidelity.loop
+        awake_since = time.monotonic()   # when the loop last came back from select()
         while not self.stopping:
             now = time.monotonic()
             for frame in rnic.tick(now):
@@ -328,12 +354,22 @@ class Agent:
                 self._jobs_frames(now)
             if now >= next_sample:
                 self._sample(now)
+                self._read_kernel_drops()
                 next_sample = now + SAMPLE_S
             deadline = min(t for t in (rnic.next_wakeup(now), rnic.next_tick(), next_sample,
                                        now + MAX_IDLE_S,
                                        self._jobs_wakeup(now) if self.jobs else None)
                            if t is not None)
-            for key, _ in self.sel.select(max(0.0, deadline - time.monotonic())):
+            asleep_at = time.monotonic()
+            timeout = max(0.0, deadline - asleep_at)
+            ready = self.sel.select(timeout)
+            woke = time.monotonic()
+            # A stall: the time since the loop last looked at its socket, plus how
+            # much later than asked select() came back (descheduled, or no CPU).
+            overslept = woke - asleep_at - timeout if not ready else 0.0
+            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0))
+            awake_since = woke
+            for key, _ in ready:
                 if key.data == "port":
                     now = time.monotonic()
                     self._receive(now)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from emu.fidelity import PortClock
 from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
 from emu.proto import pfc, roce
 
@@ -32,6 +33,8 @@ DEFAULT_MTU_PAYLOAD = 1024          # RoCE path MTU (IB MTU 1024)
 ACK_EVERY = 4                       # request an ACK every N packets (and on a message's last)
 MAX_OUTSTANDING_PACKETS = 512       # go-back-N window
 DATA_PRIO = 3                       # DESIGN.md: DSCP 26 -> priority 3
+# How far the wire's virtual clock may lag behind a late loop and still catch up.
+WIRE_CATCH_UP_S = 0.001
 _SEND_OPS = {"first": roce.SEND_FIRST, "middle": roce.SEND_MIDDLE, "last": roce.SEND_LAST,
              "only": roce.SEND_ONLY}
 _WRITE_OPS = {"first": roce.RDMA_WRITE_FIRST, "middle": roce.RDMA_WRITE_MIDDLE,
@@ -107,6 +110,9 @@ class SendQP:
     una: int = 0                # oldest unacknowledged PSN
     end_psn: int = 0            # one past the last PSN posted
     next_tx_at: float = 0.0
+    # When the QP last got something to send after having nothing (posted to an
+    # idle QP, a window reopened, a rewind): the earliest its next frame may go.
+    ready_since: float = 0.0
     last_progress: float = 0.0
     messages: deque = field(default_factory=deque)
     completed: list = field(default_factory=list)
@@ -156,6 +162,7 @@ class Rnic:
         self.send_qps: dict[int, SendQP] = {}
         self.recv_qps: dict[int, RecvQP] = {}
         self.free_at = now                       # the NIC's own wire (link-rate pacing)
+        self.clock = PortClock(cfg.rate_bps)     # fidelity: lateness against that wire
         self.paused_until = [0.0] * 8            # PAUSE received, per priority
         self.paused_s = [0.0] * 8
         self.pause_rx = 0
@@ -269,6 +276,8 @@ class Rnic:
         mtu = self.cfg.mtu_payload
         n = max(1, -(-size_bytes // mtu))
         first = qp.end_psn
+        if qp.next_psn >= qp.end_psn:
+            qp.ready_since = now
         ops = _WRITE_OPS if write else _SEND_OPS
         for i in range(n):
             payload = mtu if i < n - 1 else size_bytes - mtu * (n - 1)
@@ -300,6 +309,11 @@ class Rnic:
             if qp.next_psn >= qp.end_psn or qp.next_tx_at > now or \
                     qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
                 continue
+            slot = max(self.free_at, qp.next_tx_at, qp.ready_since,
+                       self.paused_until[DATA_PRIO])
+            self.clock.departed(now, slot)
+            if slot < now - WIRE_CATCH_UP_S:
+                self.clock.lost(now - WIRE_CATCH_UP_S - slot)
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,
                                   reth=reth, payload=data)
@@ -320,7 +334,7 @@ class Rnic:
 
     def _wire(self, size: int, now: float) -> None:
         # The link-rate virtual clock may lag one millisecond behind (a late loop).
-        self.free_at = max(self.free_at, now - 0.001) + size * 8 / self.cfg.rate_bps
+        self.free_at = max(self.free_at, now - WIRE_CATCH_UP_S) + size * 8 / self.cfg.rate_bps
 
     def use_wire(self, size_bytes: int, now: float) -> None:
         """Account a frame of `size_bytes` sent at `now` outside the QPs on the NIC's wire.
@@ -351,6 +365,7 @@ class Rnic:
             qp.retransmitted += qp.next_psn - qp.una
             qp.next_psn = qp.una
             qp.last_progress = now
+            qp.ready_since = now
 
     # ----- receive ----------------------------------------------------------
 
@@ -404,6 +419,7 @@ class Rnic:
                 qp.una = max(qp.una, psn)
                 qp.next_psn = psn  # go-back-N from the first missing packet
                 qp.last_progress = now
+                qp.ready_since = now
         elif kind == roce.AETH_RNR_NAK:
             # The responder had no room: resend from `psn` after the RNR timer (IBA 9.7.5.2.8).
             qp.rnr_naks += 1
@@ -414,6 +430,8 @@ class Rnic:
                 qp.last_progress = now
                 qp.next_tx_at = max(qp.next_tx_at, now + self._rnr_s(info.syndrome & 0x1F))
         elif kind == roce.AETH_ACK and qp.una <= psn < qp.next_psn:
+            if qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
+                qp.ready_since = now   # the window reopens now
             qp.una = psn + 1
             qp.last_progress = now
         while qp.messages and qp.messages[0].end_psn <= qp.una:

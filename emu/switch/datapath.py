@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 from emu import config
+from emu.fidelity import ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
 from emu.proto.ofext import AGG_PORT
@@ -163,8 +164,16 @@ class Datapath:
         self.schedulers: dict[int, PortScheduler] = {}
         self.port_socks: dict[int, socket.socket] = {}
         self.busy: set[int] = set()
+        # When a busy port may next send (what the last _transmit found, or now when
+        # a port got its first frame): the receive loop sends as soon as it is due
+        # instead of after a whole batch (a 64-frame batch is ~2 frame times at 20 Mbit/s).
+        self.tx_due = 0.0
         self.stopping = False
-        self.sel = selectors.DefaultSelector()
+        # select(2), not epoll: epoll_wait's timeout is whole milliseconds, so a
+        # loop that sleeps until the next frame's slot woke up to 1 ms late
+        # (1.7 frame times at 20 Mbit/s; measured by emu/fidelity.py). select
+        # takes microseconds, and a switch has a handful of descriptors.
+        self.sel = selectors.SelectSelector()
         self.channels: list[OFChannel] = []
         self.reconnect_at: dict[tuple[str, int], float] = {}
         self.reconnect_delay: dict[tuple[str, int], float] = {}
@@ -204,6 +213,13 @@ class Datapath:
             dp_desc=f"emu switch {self.name}",
             agg=self.agg,
         )
+        # Fidelity (emu/fidelity.py): the ports' clocks live in their schedulers;
+        # stalls are counted in frame times of the fastest port.
+        self.fidelity = ProcessFidelity(
+            self.name, "switch", {n: s.clock for n, s in self.schedulers.items()},
+            frame_time_s(max((p.rate_bps for p in self.ports.values()), default=1e9)),
+            time.monotonic())
+        self.fidelity.port_names = {n: p.name for n, p in self.ports.items()}
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(self.of_listen)
@@ -293,6 +309,7 @@ class Datapath:
             _, drops = struct.unpack("II", raw)  # reading resets the kernel's counters
             if drops:
                 self.kernel_drops[port_no] += drops
+                self.fidelity.kernel_drops[port_no] += drops
                 self.ports[port_no].counters.rx_dropped += drops
 
     # ----- the per-packet path ----------------------------------------------
@@ -307,7 +324,10 @@ class Datapath:
         port = self.ports[port_no]
         counters = port.counters
         process = self.pipeline.process
+        monotonic = time.monotonic
         for _ in range(RX_BATCH):
+            if self.tx_due <= now:
+                self._transmit(now)
             try:
                 if self.filter_outgoing:
                     frame, addr = sock.recvfrom(MAX_FRAME_BYTES)
@@ -321,6 +341,7 @@ class Datapath:
                 if exc.errno in (errno.ENETDOWN, errno.ENXIO):
                     return
                 raise
+            now = monotonic()
             counters.rx_packets += 1
             counters.rx_bytes += len(frame)
             if len(frame) < 14:
@@ -384,8 +405,11 @@ class Datapath:
             charge, mark = decision
             if mark:
                 frame = parse.set_ip_ecn(frame, 3)  # CE; RoCE's ICRC masks the ECN bits
-            if sched.enqueue(frame, prio, (in_port, charge)):
-                self.busy.add(port_no)
+            if sched.enqueue(frame, prio, (in_port, charge), now):
+                if port_no not in self.busy:
+                    self.busy.add(port_no)
+                    if now < self.tx_due:
+                        self.tx_due = now
             else:
                 self.buffer.release(in_port, prio, port_no, len(frame), charge)
                 self.ports[port_no].counters.tx_dropped += 1
@@ -424,6 +448,7 @@ class Datapath:
                 continue  # the watchdog isolated this queue: PAUSE is ignored
             sched.pause(prio, now + pfc.quanta_to_s(decoded.quanta[prio], rate), now)
         self.busy.add(port_no)  # a resumed queue may have frames to send
+        self.tx_due = now
 
     def _poll_watchdog(self, now: float) -> None:
         views = []
@@ -454,6 +479,7 @@ class Datapath:
                 self.wd_drop.discard(key)
                 self.wd_ignore_pause.discard(key)
             self.busy.add(port_no)
+            self.tx_due = now
 
     def _set_watchdog(self, enabled: bool | None = None, action: str | None = None,
                       detection_s: float | None = None) -> dict:
@@ -562,6 +588,7 @@ class Datapath:
                 next_at = ready
         for port_no in done:
             self.busy.discard(port_no)
+        self.tx_due = next_at if next_at is not None else float("inf")
         return next_at
 
     def _deliver_packet_ins(self, packet_ins) -> None:
@@ -708,7 +735,13 @@ class Datapath:
             "set_port_loss": self._set_port_loss,
             "set_hash_seed": self._set_hash_seed,
             "set_port_rate": self._set_port_rate,
+            "fidelity": self._fidelity,
+            "fidelity_reset": lambda: self.fidelity.reset(time.monotonic()),
         }
+
+    def _fidelity(self) -> dict:
+        self._read_kernel_drops()
+        return self.fidelity.snapshot(time.monotonic())
 
     def _info(self) -> dict:
         return {
@@ -728,6 +761,8 @@ class Datapath:
         next_carrier = next_expire = next_watchdog = next_sample = 0.0
         sel = self.sel
         mgmt_conns = {}
+        loop = self.fidelity.loop
+        awake_since = time.monotonic()   # when the loop last came back from select()
         while not self.stopping:
             now = time.monotonic()
             for addr, at in list(self.reconnect_at.items()):
@@ -747,14 +782,22 @@ class Datapath:
                 self._expire(now)
                 self._read_kernel_drops()
                 next_expire = now + EXPIRE_POLL_S
-            next_tx = self._transmit(now) if self.busy else None
+            next_tx = self._transmit(time.monotonic()) if self.busy else None
             self._send_pfc(now)
             deadline = next_carrier if next_tx is None else min(next_carrier, next_tx)
             next_pfc = self.buffer.next_pfc_at()
             if next_pfc is not None and next_pfc < deadline:
                 deadline = next_pfc
-            timeout = max(0.0, deadline - time.monotonic())
-            for key, events in sel.select(timeout):
+            asleep_at = time.monotonic()
+            timeout = max(0.0, deadline - asleep_at)
+            ready = sel.select(timeout)
+            woke = time.monotonic()
+            # A stall: the time since the loop last looked at its sockets, plus how
+            # much later than asked select() came back (descheduled, or no CPU).
+            overslept = woke - asleep_at - timeout if not ready else 0.0
+            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0))
+            awake_since = woke
+            for key, events in ready:
                 kind, ref = key.data
                 now = time.monotonic()
                 if kind == "port":

@@ -11,12 +11,19 @@ Admission (how many bytes may wait) is the shared buffer's decision
 Each queued frame carries an opaque `meta` (the buffer's accounting) that
 comes back out with it. A PFC PAUSE stops one priority until a given time;
 the scheduler skips it meanwhile and accounts the paused time.
+
+Fidelity (emu/fidelity.py): each dequeued frame's *slot* is when the wire was
+free for it and it was eligible (queued, not paused); how late it left against
+that slot goes into `clock`, and link time that the catch-up burst could not
+recover goes into the clock's pacing deficit.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+
+from emu.fidelity import PortClock
 
 N_PRIORITIES = 8
 # Bytes counted per frame on the wire: the frame as handed to the veth. Like
@@ -63,6 +70,8 @@ class PortScheduler:
 
     def __post_init__(self) -> None:
         self._burst_floor_s = self.burst_s
+        self.clock = PortClock(self.rate_bps if self.rate_bps > 0 else 1.0)
+        self._undo = (0.0, float("-inf"), 0.0)   # what requeue_front restores
         self.set_rate(self.rate_bps)
         self.pending = 0
 
@@ -72,20 +81,21 @@ class PortScheduler:
             raise ValueError(f"rate_bps must be positive, got {rate_bps}")
         self.rate_bps = rate_bps
         self.s_per_byte = 8.0 / self.rate_bps
+        self.clock.set_rate(rate_bps)
         # The Python event loop may spend a millisecond between two transmit
         # passes (a receive batch, an OpenFlow burst); the clock may lag that
         # much so that the time is not lost, at the price of that burst.
         self.burst_s = max(self._burst_floor_s, 2 * 1514 * self.s_per_byte, MIN_BURST_S)
 
-    def enqueue(self, frame: bytes, prio: int, meta=None) -> bool:
-        """Queue a frame (and its `meta`) on priority `prio`; False when tail-dropped."""
+    def enqueue(self, frame: bytes, prio: int, meta=None, now: float = float("-inf")) -> bool:
+        """Queue a frame (and its `meta`) at `now` on priority `prio`; False when tail-dropped."""
         size = len(frame)
         c = self.counters[prio]
         if self.depth_bytes[prio] + size > self.queue_limit_bytes:
             c.dropped_packets += 1
             c.dropped_bytes += size
             return False
-        self.queues[prio].append((frame, meta))
+        self.queues[prio].append((frame, meta, now))
         depth = self.depth_bytes[prio] + size
         self.depth_bytes[prio] = depth
         if depth > c.watermark_bytes:
@@ -128,14 +138,30 @@ class PortScheduler:
         for prio in range(N_PRIORITIES - 1, -1, -1):
             q = queues[prio]
             if q and paused_until[prio] <= now:
-                frame, meta = q.popleft()
+                frame, meta, queued_at = q.popleft()
                 size = len(frame)
                 self.depth_bytes[prio] -= size
                 self.pending -= 1
                 c = self.counters[prio]
                 c.tx_packets += 1
                 c.tx_bytes += size
-                start = self.free_at if self.free_at > now - self.burst_s else now - self.burst_s
+                # The slot: the wire was free and the frame could go (queued, not paused).
+                slot = self.free_at
+                if queued_at > slot:
+                    slot = queued_at
+                if paused_until[prio] > slot:
+                    slot = paused_until[prio]
+                self.clock.departed(now, slot)
+                earliest = now - self.burst_s
+                lost = 0.0
+                if self.free_at > earliest:
+                    start = self.free_at
+                else:
+                    start = earliest
+                    if slot < earliest:
+                        lost = earliest - slot  # beyond the burst: link time lost
+                        self.clock.lost(lost)
+                self._undo = (self.free_at, queued_at, lost)
                 self.free_at = start + size * self.s_per_byte
                 return frame, prio, meta
         return None
@@ -143,13 +169,16 @@ class PortScheduler:
     def requeue_front(self, frame: bytes, prio: int, meta=None) -> None:
         """Put back a frame the kernel refused (socket buffer full); undo its accounting."""
         size = len(frame)
-        self.queues[prio].appendleft((frame, meta))
+        free_at, queued_at, lost = self._undo
+        self.queues[prio].appendleft((frame, meta, queued_at))
         self.depth_bytes[prio] += size
         self.pending += 1
         c = self.counters[prio]
         c.tx_packets -= 1
         c.tx_bytes -= size
-        self.free_at -= size * self.s_per_byte
+        self.free_at = free_at
+        self.clock.undo_last()
+        self.clock.lost(-lost)
 
     def flush(self, prios: range | tuple = range(N_PRIORITIES)) -> list[tuple[bytes, int, object]]:
         """Drop what is queued on `prios` (all: port down); returns the (frame, prio, meta)."""
@@ -158,7 +187,7 @@ class PortScheduler:
             q = self.queues[prio]
             self.counters[prio].dropped_packets += len(q)
             self.counters[prio].dropped_bytes += self.depth_bytes[prio]
-            dropped.extend((frame, prio, meta) for frame, meta in q)
+            dropped.extend((frame, prio, meta) for frame, meta, _ in q)
             self.pending -= len(q)
             q.clear()
             self.depth_bytes[prio] = 0
