@@ -15,7 +15,10 @@ Measures (pure, fed by the event loops in `emu/switch/datapath.py` and
   the loop fell further behind than the scheduler's catch-up burst.
 - `LoopMonitor`, per process: event-loop stalls, i.e. how long the loop went
   without looking at its sockets and timers (busy or descheduled), with the
-  longest and the counts above 1 and 10 frame times.
+  longest and the counts above 1 and 10 frame times. A frame's lateness is
+  timed from when the loop read it, so a frame that waited in the kernel's
+  receive queue while the loop was away is not late by that measure: the
+  stall is what shows it (and a full receive queue shows as kernel drops).
 - `process_cpu()`: CPU seconds used and seconds spent runnable but waiting for
   a CPU (/proc/self/schedstat), the signature of an overloaded machine.
 - Kernel receive drops (AF_PACKET `PACKET_STATISTICS`) are counted by the loops

@@ -1,0 +1,82 @@
+"""The fidelity monitor on real packets: a faithful fabric, and a switch that fell behind.
+
+A switch process stopped with SIGSTOP for 200 ms under a TCP flow is the
+extreme of a CPU hog: the process gets no CPU at all. Its frames leave late
+against their links' clocks and its loop shows the stall; the run's verdict
+must turn red and name that switch, while the switches that kept up stay green.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from emu import fabric, fidelity, scenario
+from emu.cli import EXIT_UNFAITHFUL, run_status
+from emu.net import Fabric, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STOP_S = 0.2   # 333 frame times at 20 Mbit/s: far beyond any limit
+
+
+def tx_packets(fab, switch: str) -> int:
+    return sum(p["tx_packets"] for p in fab.switch_call(switch, "ports"))
+
+
+def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path):
+    g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
+    with Fabric(g, out_dir=str(tmp_path)) as fab:
+        # The window starts at convergence: a live record says so.
+        live = fab.switch_call("spine1", "fidelity")
+        assert live["kind"] == "switch" and live["window_s"] < 60
+        job = fab.start("iperf", src="h1", dst="h2", seconds=3)
+        before = tx_packets(fab, "leaf1")
+        wait_for(lambda: tx_packets(fab, "leaf1") > before + 500, 10, "TCP through leaf1")
+        pid = fab.switch("leaf1").proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(STOP_S)   # the fault itself: the process gets no CPU for this long
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        job.wait()
+    records = fidelity.load_records(tmp_path)
+    assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1"}
+    verdict = fidelity.judge(records)
+    stall = verdict.worst["stall"]
+    assert not stall.passed and stall.where.startswith("leaf1")
+    assert stall.value >= 0.9 * STOP_S / fidelity.frame_time_s(20e6)
+    # The frames that were queued in leaf1 when it stopped left a stop late. (Frames
+    # still in the kernel's receive queue are timed from when leaf1 read them: the
+    # stall, not the lateness, is what shows a switch that could not receive.)
+    leaf1 = next(r for _, r in records if r["name"] == "leaf1")
+    assert max(p["max_late_s"] for p in leaf1["ports"].values()) >= 0.9 * STOP_S
+    # The report's one line names it too, and `emu run` would exit 3.
+    ctx = scenario.Context("t", {}, tmp_path)
+    ctx.check("TCP got through", True, 1, "1")
+    scenario.add_fidelity(ctx)
+    line = scenario.render_report(ctx).splitlines()[-1]
+    assert line.startswith("unfaithful run: leaf1") and "frame times" in line
+    assert run_status(ctx) == EXIT_UNFAITHFUL
+    # The other switches kept up: each one's own record passes every measure.
+    for _, rec in records:
+        if rec["name"] != "leaf1":
+            assert fidelity.judge([("", rec)]).worst["stall"].passed, rec["name"]
+    rows = (tmp_path / "telemetry" / "fidelity.csv").read_text().splitlines()
+    assert rows[0].startswith("process,kind,port") and any(r.startswith("leaf1,") for r in rows)
+
+
+def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path):
+    g = fabric.leaf_spine(leaves=1, spines=1, hosts_per_leaf=2)
+    with Fabric(g, out_dir=str(tmp_path)) as fab:
+        assert fab.ping("h1", "h2", count=3)[1] == 3
+        res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "fidelity",
+                              "--run", fab.run.run_id], capture_output=True, text=True,
+                             cwd=ROOT, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "leaf1 (switch" in res.stdout and "leaf1-eth1" in res.stdout
+    assert "longest stall" in res.stdout and "on-time" in res.stdout
+    assert json.loads((tmp_path / "fidelity.json").read_text())["missing"] == []

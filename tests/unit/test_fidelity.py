@@ -1,0 +1,170 @@
+"""Fidelity measures (emu/fidelity.py) on the scheduler and the NIC model, and the run's verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emu import fidelity, scenario
+from emu.cli import EXIT_CHECKS_FAILED, EXIT_UNFAITHFUL, run_status
+from emu.host.rnic import NicConfig, Rnic
+from emu.switch.scheduler import PortScheduler
+
+RATE = 20_000_000
+FRAME_S = fidelity.frame_time_s(RATE)          # 605.6 us at 20 Mbit/s
+FRAME = bytes(1514)
+
+
+def backlogged(sched: PortScheduler, n: int, now: float = 0.0) -> None:
+    for _ in range(n):
+        sched.enqueue(FRAME, 0, None, now)
+
+
+def test_frames_sent_at_their_slots_are_on_time():
+    sched = PortScheduler(rate_bps=RATE)
+    backlogged(sched, 50)
+    t = 0.0
+    for _ in range(50):
+        assert sched.dequeue(t) is not None
+        t = sched.free_at                          # the loop wakes exactly at the next slot
+    snap = sched.clock.snapshot()
+    assert snap["frames"] == 50 and snap["hist"][0] == 50 and snap["deficit_s"] == 0
+
+
+def test_a_late_loop_shows_in_the_histogram_and_beyond_the_burst_as_lost_link_time():
+    sched = PortScheduler(rate_bps=RATE)
+    backlogged(sched, 3)
+    sched.dequeue(0.0)
+    # The loop comes back 5 frame times after the next slot: beyond the 2-frame burst.
+    late_by = 5 * FRAME_S
+    sched.dequeue(sched.free_at + late_by)
+    snap = sched.clock.snapshot()
+    assert snap["hist"][fidelity.BUCKET_NAMES.index("<10")] == 1
+    assert snap["max_late_s"] == pytest.approx(late_by, rel=1e-6)
+    assert sched.clock.deficit_s == pytest.approx(late_by - sched.burst_s, rel=1e-6)
+    assert fidelity.on_time_share(snap, 1.0) == 0.5
+
+
+def test_a_frame_queued_on_an_idle_port_is_timed_from_when_it_was_queued():
+    sched = PortScheduler(rate_bps=RATE)
+    sched.enqueue(FRAME, 0, None, 10.0)           # the wire has been free since t=0
+    sched.dequeue(10.0 + 0.2 * FRAME_S)
+    assert sched.clock.snapshot()["hist"][1] == 1  # 0.2 frame times late, not 10 s
+
+
+def test_a_paused_queue_is_timed_from_its_resume():
+    sched = PortScheduler(rate_bps=RATE)
+    sched.enqueue(FRAME, 3, None, 0.0)
+    sched.pause(3, 1.0, 0.0)
+    assert sched.dequeue(0.5) is None
+    sched.dequeue(1.0 + 0.05 * FRAME_S)
+    assert sched.clock.snapshot()["hist"][0] == 1
+
+
+def test_a_frame_the_kernel_refused_is_not_counted_twice():
+    sched = PortScheduler(rate_bps=RATE)
+    backlogged(sched, 1)
+    frame, prio, meta = sched.dequeue(0.0)
+    sched.requeue_front(frame, prio, meta)
+    assert sched.clock.snapshot()["frames"] == 0
+    sched.dequeue(0.0)
+    assert sched.clock.snapshot()["frames"] == 1
+
+
+def test_the_nic_model_times_its_frames_against_its_wire():
+    nic = Rnic(NicConfig(mac="02:00:00:00:00:01", ip="10.0.0.1", rate_bps=RATE,
+                         dcqcn=False), now=0.0)
+    nic.connect(1, 1, "02:00:00:00:00:02", "10.0.0.2", 49153, 0.0)
+    nic.post_send(1, 64 * 1024, 0.0)
+    t, late = 0.0, 0
+    while nic.next_frame(t) is not None:
+        t = nic.free_at
+        late += 1
+        if late == 10:
+            t += 4 * FRAME_S                       # the loop is late once
+    snap = nic.clock.snapshot()
+    assert snap["frames"] == late
+    assert snap["hist"][0] == late - 1
+    assert snap["hist"][fidelity.BUCKET_NAMES.index("<5")] == 1
+
+
+def record(name="leaf1", hist=None, stall_frames=2.0, drops=0, deficit_s=0.0, kind="switch"):
+    hist = hist or [1000, 0, 0, 0, 0, 0, 0, 0]
+    return {"name": name, "kind": kind, "pid": 1, "window_s": 10.0,
+            "cpu": {"cpu_s": 1.0, "cpu_share": 0.1, "wait_s": 0.1, "wait_share": 0.01},
+            "loop": {"frame_s": FRAME_S, "passes": 100, "longest_stall_s": stall_frames * FRAME_S,
+                     "stalls_over_1": 1, "stalls_over_10": 0, "stalled_s": 0.0},
+            "ports": {"3": {"name": f"{name}-eth3", "rate_bps": RATE, "frame_s": FRAME_S,
+                            "frames": sum(hist), "hist": hist, "max_late_s": 0.001,
+                            "deficit_s": deficit_s, "kernel_drops": drops}}}
+
+
+def test_a_faithful_run_passes_every_measure():
+    verdict = fidelity.judge([("", record("leaf1")), ("", record("h1", kind="nic"))])
+    assert verdict.faithful and verdict.processes == 2 and verdict.frames == 2000
+
+
+@pytest.mark.parametrize("bad, measure, named", [
+    (dict(hist=[900, 50, 30, 20, 0, 0, 0, 0]), "on_time", "leaf2 port 3 (leaf2-eth3)"),
+    (dict(stall_frames=25.0), "stall", "leaf2 (switch)"),
+    (dict(drops=3), "kernel_drops", "leaf2 port 3"),
+    (dict(deficit_s=0.5), "deficit", "leaf2 port 3"),
+])
+def test_each_measure_fails_naming_the_process_that_fell_behind(bad, measure, named):
+    verdict = fidelity.judge([("pfc", record("leaf1")), ("pfc", record("leaf2", **bad))])
+    assert not verdict.faithful
+    [failure] = verdict.failures()
+    assert failure.measure == measure
+    assert f"pfc/{named}" in failure.where and named.split()[0] in failure.text
+
+
+def test_a_port_with_few_frames_is_not_judged_on_a_percentile():
+    verdict = fidelity.judge([("", record(hist=[10, 0, 0, 5, 0, 0, 0, 0]))])
+    assert "on_time" not in verdict.worst
+
+
+def ctx_with_records(tmp_path, records, passed=True) -> scenario.Context:
+    (tmp_path / "lossy").mkdir()
+    (tmp_path / "lossy" / "fidelity.json").write_text(
+        json.dumps({"processes": records, "missing": []}))
+    ctx = scenario.Context("x", {}, tmp_path)
+    ctx.check("the network's own check", passed, 1, "1")
+    scenario.add_fidelity(ctx)
+    return ctx
+
+
+def test_an_unfaithful_run_says_so_in_one_line_and_exits_3(tmp_path):
+    ctx = ctx_with_records(tmp_path, [record("leaf1"), record("spine2", stall_frames=40.0)])
+    report = scenario.render_report(ctx)
+    line = report.splitlines()[-1]
+    assert line.startswith("unfaithful run: lossy/spine2 stalled") and "40.0 frame times" in line
+    assert run_status(ctx) == EXIT_UNFAITHFUL
+    assert ctx.metrics["fidelity"]["faithful"] is False
+    assert "fidelity (the emulator" in report
+
+
+def test_failed_network_checks_keep_exit_1_even_when_unfaithful(tmp_path):
+    ctx = ctx_with_records(tmp_path, [record("spine2", stall_frames=40.0)], passed=False)
+    assert run_status(ctx) == EXIT_CHECKS_FAILED
+    assert "may be the emulator's" in scenario.render_report(ctx).splitlines()[-1]
+
+
+def test_a_faithful_run_has_four_passing_fidelity_checks(tmp_path):
+    ctx = ctx_with_records(tmp_path, [record("leaf1")])
+    fid = [c for c in ctx.checks if c.fidelity]
+    assert len(fid) == 4 and all(c.passed for c in fid)
+    assert run_status(ctx) == 0
+    assert "unfaithful" not in scenario.render_report(ctx)
+
+
+def test_a_run_without_fidelity_records_is_not_called_faithful(tmp_path):
+    ctx = scenario.Context("x", {}, tmp_path)
+    ctx.check("the network's own check", True, 1, "1")
+    scenario.add_fidelity(ctx)
+    assert run_status(ctx) == EXIT_UNFAITHFUL
+
+
+def test_ctl_renders_a_record_with_its_buckets():
+    text = fidelity.render_record(record("leaf1", hist=[90, 5, 3, 2, 0, 0, 0, 0]))
+    assert "leaf1-eth3" in text and "98.00%" in text and "<0.1" in text
