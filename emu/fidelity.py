@@ -14,8 +14,8 @@ Measures (pure, fed by the event loops in `emu/switch/datapath.py` and
   frame at the port's rate), and the *pacing deficit*: link time lost because
   the loop fell further behind than the scheduler's catch-up burst.
 - `LoopMonitor`, per process: event-loop stalls, i.e. how long the loop went
-  without looking at its sockets and timers (busy or descheduled), with the
-  longest and the counts above 1 and 10 frame times. A frame's lateness is
+  without looking at its sockets and timers (busy or descheduled) while frames
+  waited for it, with the longest and the counts above 1 and 10 frame times. A frame's lateness is
   timed from when the loop read it, so a frame that waited in the kernel's
   receive queue while the loop was away is not late by that measure: the
   stall is what shows it (and a full receive queue shows as kernel drops).
@@ -113,12 +113,17 @@ class PortClock:
 class LoopMonitor:
     """Stalls of one event loop, in frame times of its fastest port.
 
-    Call `pass_done(busy_s)` once per pass with how long the loop went without
-    looking at its sockets and timers: the time it worked since select()
-    returned plus how much later than asked select() returned.
+    Call `pass_done(stall_s, mattered)` once per pass with how long the loop went
+    without looking at its sockets and timers (the time it worked since select()
+    returned, plus how much later than asked select() returned), and whether
+    anything was waiting for it when it looked again: a frame due to leave, or
+    frames that arrived meanwhile. A stall with nothing waiting (an idle NIC
+    building a 16 MB collective's data) changed no frame's timing; it is
+    counted apart (`idle_longest_s`) and not judged.
     """
 
-    __slots__ = ("frame_s", "passes", "longest_s", "over_1", "over_10", "stalled_s")
+    __slots__ = ("frame_s", "passes", "longest_s", "over_1", "over_10", "stalled_s",
+                 "idle_longest_s")
 
     def __init__(self, frame_s: float) -> None:
         self.frame_s = frame_s
@@ -130,21 +135,28 @@ class LoopMonitor:
         self.over_1 = 0
         self.over_10 = 0
         self.stalled_s = 0.0
+        self.idle_longest_s = 0.0
 
-    def pass_done(self, stall_s: float) -> None:
+    def pass_done(self, stall_s: float, mattered: bool = True) -> None:
         self.passes += 1
-        if stall_s > self.frame_s:
-            self.over_1 += 1
-            self.stalled_s += stall_s
-            if stall_s > 10 * self.frame_s:
-                self.over_10 += 1
-            if stall_s > self.longest_s:
-                self.longest_s = stall_s
+        if stall_s <= self.frame_s:
+            return
+        if not mattered:
+            if stall_s > self.idle_longest_s:
+                self.idle_longest_s = stall_s
+            return
+        self.over_1 += 1
+        self.stalled_s += stall_s
+        if stall_s > 10 * self.frame_s:
+            self.over_10 += 1
+        if stall_s > self.longest_s:
+            self.longest_s = stall_s
 
     def snapshot(self) -> dict:
         return {"frame_s": self.frame_s, "passes": self.passes,
                 "longest_stall_s": round(self.longest_s, 6), "stalls_over_1": self.over_1,
-                "stalls_over_10": self.over_10, "stalled_s": round(self.stalled_s, 6)}
+                "stalls_over_10": self.over_10, "stalled_s": round(self.stalled_s, 6),
+                "idle_longest_stall_s": round(self.idle_longest_s, 6)}
 
 
 def process_cpu() -> dict:

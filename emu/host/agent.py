@@ -48,6 +48,9 @@ PACKET_IGNORE_OUTGOING = 23
 RX_BATCH = 64
 SAMPLE_S = 0.1
 MAX_IDLE_S = 0.05
+# select() that returns within this found its socket already readable: frames
+# arrived while the loop was away.
+STALL_READY_S = 50e-6
 
 
 class Agent:
@@ -356,7 +359,8 @@ class Agent:
                 self._sample(now)
                 self._read_kernel_drops()
                 next_sample = now + SAMPLE_S
-            deadline = min(t for t in (rnic.next_wakeup(now), rnic.next_tick(), next_sample,
+            wire_due = rnic.next_wakeup(now)
+            deadline = min(t for t in (wire_due, rnic.next_tick(), next_sample,
                                        now + MAX_IDLE_S,
                                        self._jobs_wakeup(now) if self.jobs else None)
                            if t is not None)
@@ -366,8 +370,12 @@ class Agent:
             woke = time.monotonic()
             # A stall: the time since the loop last looked at its socket, plus how
             # much later than asked select() came back (descheduled, or no CPU).
+            # It mattered if a frame was due to leave or frames came in meanwhile.
             overslept = woke - asleep_at - timeout if not ready else 0.0
-            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0))
+            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
+                           (wire_due is not None and wire_due <= woke)
+                           or (woke - asleep_at < STALL_READY_S
+                               and any(key.data == "port" for key, _ in ready)))
             awake_since = woke
             for key, _ in ready:
                 if key.data == "port":

@@ -68,6 +68,9 @@ ECHO_INTERVAL_S = 5.0
 ECHO_TIMEOUT_S = 15.0
 RECONNECT_MIN_S = 0.2
 RECONNECT_MAX_S = 2.0
+# select() that returns within this found its sockets already readable: frames
+# arrived while the loop was away (a real wait for them takes longer than this).
+STALL_READY_S = 50e-6
 
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
 # priority 6 (CNP); everything else -> priority 0.
@@ -794,8 +797,12 @@ class Datapath:
             woke = time.monotonic()
             # A stall: the time since the loop last looked at its sockets, plus how
             # much later than asked select() came back (descheduled, or no CPU).
+            # It mattered if a frame was due to leave or frames came in meanwhile.
             overslept = woke - asleep_at - timeout if not ready else 0.0
-            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0))
+            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
+                           (next_tx is not None and next_tx <= woke)
+                           or (woke - asleep_at < STALL_READY_S
+                               and any(key.data[0] == "port" for key, _ in ready)))
             awake_since = woke
             for key, events in ready:
                 kind, ref = key.data

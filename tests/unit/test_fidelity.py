@@ -168,3 +168,13 @@ def test_a_run_without_fidelity_records_is_not_called_faithful(tmp_path):
 def test_ctl_renders_a_record_with_its_buckets():
     text = fidelity.render_record(record("leaf1", hist=[90, 5, 3, 2, 0, 0, 0, 0]))
     assert "leaf1-eth3" in text and "98.00%" in text and "<0.1" in text
+
+
+def test_a_stall_with_nothing_waiting_is_counted_apart_and_not_judged():
+    loop = fidelity.LoopMonitor(FRAME_S)
+    loop.pass_done(500 * FRAME_S, mattered=False)   # an idle NIC building its data
+    loop.pass_done(3 * FRAME_S, mattered=True)
+    snap = loop.snapshot()
+    assert snap["longest_stall_s"] == pytest.approx(3 * FRAME_S, rel=1e-3)
+    assert snap["idle_longest_stall_s"] == pytest.approx(500 * FRAME_S, rel=1e-3)
+    assert snap["stalls_over_1"] == 1 and snap["stalls_over_10"] == 0
