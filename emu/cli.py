@@ -1,4 +1,4 @@
-"""The `emu` command: run, list, cli, ctl, allreduce, clean, report.
+"""The `emu` command: run, list, cli, ctl, allreduce, reproduce, clean, report.
 
 Owns argument parsing and what the user sees; everything it does goes through
 emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl) and emu.registry
@@ -113,6 +113,20 @@ def cmd_allreduce(args) -> int:
                   f"{2 * (len(hosts) - 1) / len(hosts):.2f})")
     wrong = any(r.wrong for results in tables.values() for r in results)
     return EXIT_CHECKS_FAILED if wrong else 0
+
+
+def cmd_reproduce(args) -> int:
+    """Every figure the README quotes, run --runs times, summarised into --doc (emu/reproduce.py)."""
+    from emu import reproduce
+
+    plan = reproduce.make_plan(args.only, args.runs, args.quick)  # bad input: before root
+    reproduce.check_overrides(plan)
+    need_root("emu reproduce")
+    command = reproduce.command_line(args.only, args.runs, args.quick, args.out, args.doc)
+    summaries = reproduce.reproduce(plan, args.out, args.doc, command)
+    verdict = reproduce.overall(summaries)
+    print(f"wrote {args.doc} ({verdict}); runs in {args.out}")
+    return {"passed": 0, "unfaithful": EXIT_UNFAITHFUL}.get(verdict, EXIT_CHECKS_FAILED)
 
 
 def cmd_cli(args) -> int:
@@ -318,6 +332,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bw-unit", choices=("MB/s", "GB/s"), default="MB/s")
     s.add_argument("--out", help="directory for the fabric's logs")
     s.set_defaults(func=cmd_allreduce)
+    s = sub.add_parser("reproduce", help="run what the README quotes; write docs/results.md",
+                       description="Runs every scenario the README quotes --runs times (emu run "
+                       "in a subprocess) and writes min/median/max of each figure over the "
+                       "faithful runs, check pass counts and fidelity per run to --doc.")
+    s.add_argument("--runs", type=int, help="runs per configuration (default 3; 1 with --quick)")
+    s.add_argument("--quick", action="store_true", help="small parameters (the scenario tests')")
+    s.add_argument("--only", metavar="NAME[,NAME]", help="scenarios or configurations to run")
+    s.add_argument("--out", default="results/reproduce", help="run directories")
+    s.add_argument("--doc", default="docs/results.md", help="the markdown to write")
+    s.set_defaults(func=cmd_reproduce)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)
     s = sub.add_parser("report", help="print the report of a results directory")

@@ -1,0 +1,377 @@
+"""`emu reproduce`: figures read from metrics.json, aggregated over faithful runs, rendered.
+
+Pure logic on hand-built metrics.json documents; the shell (`run_once`,
+`reproduce`) runs small Python processes that stand in for `emu run`, so no
+fabric and no root are needed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from emu import cli, reproduce
+from emu.reproduce import Entry, Figure, RunRecord
+from emu.scenario import ScenarioError
+
+TOY = Entry("toy", "smoke", "toy scenario", figures=(
+    Figure("value", ("m", "v")),
+    Figure("value x 1000", ("m", "v"), scale=1e3),
+    Figure("missing", ("m", "nope")),
+))
+
+MACHINE = {"cores": 2, "cpu": "Test CPU 9000", "kernel": "6.1.0-test", "memory": "7.8 GiB"}
+
+
+def fidelity(faithful: bool) -> dict:
+    stall = 13.9 if not faithful else 4.2
+    return {"faithful": faithful, "processes": 6, "frames": 48669, "worst": {
+        "on_time": {"where": "leaf4 port 1 (leaf4-eth1)", "value": 0.995, "limit": 0.99,
+                    "passed": True},
+        "stall": {"where": "leaf1 (switch)", "value": stall, "limit": 10.0,
+                  "passed": faithful},
+        "deficit": {"where": "leaf4 port 1 (leaf4-eth1)", "value": 0.0016, "limit": 0.01,
+                    "passed": True},
+        "kernel_drops": {"where": "spine1 port 1 (spine1-eth1)", "value": 0, "limit": 0,
+                         "passed": True}}}
+
+
+def doc(value, faithful: bool = True, checks=(("network ok", True),), plots=()) -> dict:
+    """A metrics.json as emu.scenario.write_results writes it."""
+    cs = [{"name": n, "passed": p, "value": 1, "expected": "1", "fidelity": False}
+          for n, p in checks]
+    cs.append({"name": "fidelity: stall", "passed": faithful, "value": "x", "expected": "y",
+               "fidelity": True})
+    return {"scenario": "smoke", "params": {}, "metrics": {"m": {"v": value},
+                                                           "fidelity": fidelity(faithful)},
+            "checks": cs, "events": [], "plots": list(plots),
+            "passed": all(c["passed"] for c in cs), "faithful": faithful}
+
+
+def record(i: int, d: dict | None, code: int = 0) -> RunRecord:
+    return RunRecord(i, f"/nonexistent/run-{i}", code, d, 10.0 * i,
+                     "" if d is not None else "no metrics.json in /nonexistent")
+
+
+# ----- reading figures ---------------------------------------------------------------------
+
+
+def test_lookup_follows_keys_indices_and_wildcards():
+    data = {"results": {"ring": [{"size": 1, "bw": 2.0}, {"size": 4, "bw": 3.0}]},
+            "measured_s": {"ring": {"1.5": 0.25}}}
+    assert reproduce.lookup(data, ("results", "ring", -1, "bw")) == 3.0
+    assert reproduce.lookup(data, ("results", "ring", "*", "size")) == [1, 4]
+    assert reproduce.lookup(data, ("results", "*", 0, "bw")) == [2.0]
+    # Keys with dots (the straggler's factors) are one key each, not a dotted path.
+    assert reproduce.lookup(data, ("measured_s", "ring", "1.5")) == 0.25
+    assert reproduce.lookup(data, ("results", "ring", 2, "bw")) is None
+    assert reproduce.lookup(data, ("results", "sharp", -1)) is None
+    assert reproduce.lookup(data, ("results", "ring", "bw")) is None
+
+
+@pytest.mark.parametrize("fig, expected", [
+    (Figure("f", ("a",)), 2.0),
+    (Figure("f", ("a",), scale=1e3), 2000.0),
+    (Figure("f", ("lst",), "len"), 3.0),
+    (Figure("f", ("lst",), "sum"), 6.0),
+    (Figure("f", ("lst",), "mean"), 2.0),
+    (Figure("f", ("per",), "sum"), 5.0),          # a dict's values
+    (Figure("f", ("per",), "max"), 4.0),
+    (Figure("f", ("per",), "max_share"), 0.8),
+    (Figure("f", ("per",), "min_share"), 0.2),
+    (Figure("f", ("a",), "ratio", ("b",)), 0.5),
+    (Figure("f", ("a",), "add", ("b",)), 6.0),
+    (Figure("f", ("a",), "ratio", ("zero",)), None),  # no division by zero, no number
+    (Figure("f", ("none",)), None),                  # detected_after_s is None when off
+    (Figure("f", ("flag",)), None),                  # a bool is not a figure
+    (Figure("f", ("text",)), None),
+    (Figure("f", ("text",), "sum"), None),           # wrong shape: no number, no error
+    (Figure("f", ("a",), "ratio", ("nope",)), None),
+])
+def test_extract_applies_the_figures_operation(fig, expected):
+    metrics = {"a": 2, "b": 4, "zero": 0, "lst": [1, 2, 3], "per": {"x": 1, "y": 4},
+               "none": None, "flag": True, "text": "leaf1"}
+    assert reproduce.extract(metrics, fig) == expected
+
+
+def test_a_figure_with_an_unknown_op_or_missing_operand_is_refused():
+    with pytest.raises(ValueError, match="op 'median'"):
+        Figure("f", ("a",), "median")
+    with pytest.raises(ValueError, match="'ratio' needs `other`"):
+        Figure("f", ("a",), "ratio")
+    with pytest.raises(ValueError, match="'sum' takes no `other`"):
+        Figure("f", ("a",), "sum", ("b",))
+
+
+def test_the_table_reads_a_real_smoke_metrics_shape():
+    smoke = next(e for e in reproduce.ENTRIES if e.id == "smoke")
+    metrics = {"converge_s": 3.8, "fabric": {"rate_bps": 20_000_000},
+               "tcp": {"goodput_bps": 19e6, "wire_bps": 19.9e6, "peak_window_bps": 20e6,
+                       "retransmits": 0},
+               "ecmp": {"bytes_per_top_switch": {"spine1": 3, "spine2": 1}},
+               "link_failure": {"outage_s": {"h1": 0.04, "h2": 0.0}},
+               "controller_reaction_s": 0.061,
+               "ping": {"all-pairs ping": {"pairs": 12, "loss_pct": 0.0}}}
+    got = {f.label: reproduce.extract(metrics, f) for f in smoke.figures}
+    assert got["TCP on the wire / link rate"] == pytest.approx(0.995)
+    assert got["ECMP: largest top-tier switch's share"] == 0.75
+    assert got["link down: longest outage of any sender (ms)"] == pytest.approx(40.0)
+    assert got["all-pairs ping: pairs"] == 12
+    assert got["all-pairs ping after the link failure: loss %"] is None  # not in this run
+
+
+# ----- the table of entries ------------------------------------------------------------------
+
+
+def test_entries_are_unique_and_cover_every_scenario_the_readme_quotes():
+    ids = [e.id for e in reproduce.ENTRIES]
+    assert len(ids) == len(set(ids))
+    assert {e.scenario for e in reproduce.ENTRIES} == {
+        "smoke", "incast", "pause-storm", "mixed-traffic", "ecn-thresholds", "failover",
+        "link-flap", "sharp-allreduce", "straggler", "ecmp-vs-adaptive"}
+    for e in reproduce.ENTRIES:
+        labels = [f.label for f in e.figures]
+        assert labels and len(labels) == len(set(labels)), e.id
+    smoke_ft = next(e for e in reproduce.ENTRIES if e.id == "smoke-fat-tree")
+    assert smoke_ft.full == ("topology=fat_tree", "k=4")
+    eva = next(e for e in reproduce.ENTRIES if e.id == "ecmp-vs-adaptive")
+    assert eva.full == ("patterns=stride4,stride8,random", "modes=ecmp,adaptive")
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_configuration_parses_against_its_scenario(quick):
+    reproduce.check_overrides(reproduce.make_plan(None, None, quick))
+
+
+# ----- aggregation ------------------------------------------------------------------------------
+
+
+def test_min_median_max_over_faithful_runs_only():
+    runs = [record(1, doc(3.0)), record(2, doc(1000.0, faithful=False), code=3),
+            record(3, doc(1.0)), record(4, None, code=1), record(5, doc(2.0))]
+    s = reproduce.summarise(TOY, (), runs)
+    value, scaled, missing = s.figures
+    assert value.values == [3.0, 1.0, 2.0]          # 1000 (unfaithful) left out
+    assert value.left_out == [(2, 1000.0)]
+    assert (value.min, value.median, value.max) == (1.0, 2.0, 3.0)
+    assert value.faithful_runs == 3
+    assert scaled.max == 3000.0
+    assert missing.values == [] and missing.median is None
+    assert [r.index for r in s.faithful_runs] == [1, 3, 5]
+
+
+def test_median_of_an_even_number_of_runs():
+    s = reproduce.summarise(TOY, (), [record(i, doc(v)) for i, v in enumerate((4, 1, 2, 8), 1)])
+    assert s.figures[0].median == 3.0
+
+
+def test_check_pass_counts_over_all_runs_and_over_faithful_runs():
+    runs = [record(1, doc(1, checks=(("a", True), ("b", True)))),
+            record(2, doc(1, checks=(("a", True), ("b", False)))),
+            record(3, doc(1, faithful=False, checks=(("a", False),))),   # b absent
+            record(4, None)]                                             # not counted
+    counts = {c.name: c for c in reproduce.count_checks(runs)}
+    a, b, fid = counts["a"], counts["b"], counts["fidelity: stall"]
+    assert (a.passed, a.runs, a.passed_faithful, a.runs_faithful) == (2, 3, 2, 2)
+    assert (b.passed, b.runs, b.absent, b.passed_faithful) == (1, 3, 1, 1)
+    assert (fid.passed, fid.runs, fid.fidelity) == (2, 3, True)
+    assert list(counts) == ["a", "b", "fidelity: stall"]   # first-seen order
+
+
+def test_plots_come_from_the_last_faithful_run_with_plots():
+    runs = [record(1, doc(1, plots=["smoke.png"])), record(2, doc(1, plots=["smoke.png"])),
+            record(3, doc(1, faithful=False, plots=["smoke.png"])), record(4, doc(1))]
+    assert reproduce.choose_plot_run(runs).index == 2
+    only_bad = [record(1, doc(1, faithful=False, plots=["smoke.png"]))]
+    assert reproduce.choose_plot_run(only_bad).index == 1
+    assert reproduce.choose_plot_run([record(1, None)]) is None
+
+
+def test_overall_verdict():
+    ok = record(1, doc(1))
+    unfaithful = record(2, doc(1, faithful=False), code=3)
+    failed = record(3, doc(1, checks=(("a", False),)), code=1)
+    s = lambda *runs: [reproduce.summarise(TOY, (), list(runs))]  # noqa: E731
+    assert reproduce.overall(s(ok)) == "passed"
+    assert reproduce.overall(s(ok, unfaithful)) == "unfaithful"
+    assert reproduce.overall(s(ok, unfaithful, failed)) == "failed"
+    assert reproduce.overall(s(ok, record(4, None, code=1))) == "failed"
+
+
+# ----- the markdown -------------------------------------------------------------------------------
+
+
+def render(runs, dirty=True, quick=False) -> str:
+    s = reproduce.summarise(TOY, ("hosts_per_leaf=1",), runs)
+    s.plots.append("toy.png")
+    info = {"commit": "1f4841b", "dirty": dirty, "machine": MACHINE,
+            "date": "2025-01-02 03:04 UTC", "command": "emu reproduce --runs 3 --out o --doc d",
+            "runs": len(runs), "quick": quick}
+    return reproduce.render_markdown(info, [s], "results")
+
+
+def test_markdown_names_commit_machine_date_and_command():
+    md = render([record(1, doc(1.0))])
+    assert "`1f4841b` (dirty" in md
+    assert "2 cores, Test CPU 9000, kernel 6.1.0-test, 7.8 GiB memory" in md
+    assert "2025-01-02 03:04 UTC" in md
+    assert "`emu reproduce --runs 3 --out o --doc d`" in md
+    assert "(dirty" not in render([record(1, doc(1.0))], dirty=False)
+    assert "`--quick`" in render([record(1, doc(1.0))], quick=True)
+
+
+def test_markdown_marks_unfaithful_runs_and_leaves_their_figures_out():
+    md = render([record(1, doc(1.0)), record(2, doc(50.0, faithful=False), code=3),
+                 record(3, doc(3.0, plots=["smoke.png"])), record(4, None, code=1)])
+    assert "`emu run smoke --set hosts_per_leaf=1`: 4 run(s), 2 faithful." in md
+    assert "Left out of the figures (unfaithful, or no metrics.json): run 2, run 4." in md
+    assert "| value | 1 | 2 | 3 | 2/2 | run 2: 50 |" in md
+    assert "| value x 1000 | 1000 | 2000 | 3000 | 2/2 | run 2: 50000 |" in md
+    assert "| missing | — | — | — | 0/2 | — |" in md
+    assert "never quoted" in md
+    # Fidelity per run: the unfaithful run says where, and that it was over the limit.
+    row2 = next(line for line in md.splitlines() if line.startswith("| 2 | 3 |"))
+    assert "**no**" in row2 and "13.9 frame times at leaf1 (switch) **over the limit**" in row2
+    row1 = next(line for line in md.splitlines() if line.startswith("| 1 | 0 |"))
+    assert "| yes |" in row1 and "99.50% at leaf4 port 1 (leaf4-eth1)" in row1
+    assert "| 4 | 1 | **no** (no metrics.json) |" in md
+    assert "| network ok | 3/3 passed | 2/2 |" in md
+    assert "| fidelity: stall | 2/3 passed | 2/2 |" in md
+    assert "Plots (run 3):" in md and "![toy: toy.png](results/toy.png)" in md
+    assert "- run 4: no metrics.json in /nonexistent" in md
+
+
+def test_numbers_are_formatted_for_reading():
+    assert [reproduce.fmt(v) for v in (None, 3.0, 0.99524, 19.04, 1144.3, 0.0016)] == \
+        ["—", "3", "0.995", "19", "1144", "0.0016"]
+
+
+# ----- the plan and bad input ----------------------------------------------------------------------
+
+
+def test_only_selects_a_scenarios_configurations_or_one_of_them():
+    plan = reproduce.make_plan("smoke", None, False)
+    assert [e.id for e in plan.entries] == ["smoke", "smoke-fat-tree"] and plan.runs == 3
+    plan = reproduce.make_plan("smoke-fat-tree, incast", 5, False)
+    assert [e.id for e in plan.entries] == ["smoke-fat-tree", "incast"] and plan.runs == 5
+    quick = reproduce.make_plan("smoke", None, True)
+    assert quick.runs == 1 and quick.overrides(quick.entries[0]) == ("hosts_per_leaf=1",
+                                                                     "iperf_s=4")
+    assert len(reproduce.make_plan(None, None, False).entries) == len(reproduce.ENTRIES)
+
+
+@pytest.mark.parametrize("only, runs, message", [
+    ("nope", None, "--only nope: not a scenario the README quotes; choose from .*smoke"),
+    ("smoke,nope,worse", None, "--only nope,worse:"),
+    (",", None, "--only ',': expected NAME"),
+    (None, 0, "--runs 0: must be at least 1"),
+    (None, -2, "--runs -2: must be at least 1"),
+])
+def test_bad_plan_is_a_scenario_error_that_names_the_value(only, runs, message):
+    with pytest.raises(ScenarioError, match=message):
+        reproduce.make_plan(only, runs, False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "nope"], "emu: --only nope: not a scenario the README quotes"),
+    (["--runs", "0"], "emu: --runs 0: must be at least 1"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, monkeypatch):
+    # main() installs TERM/HUP handlers for a fabric's teardown: not in pytest's process.
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
+    assert cli.main(["reproduce", *argv]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_cli_bad_input_as_a_user_runs_it_has_no_traceback(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "emu.cli", "reproduce", "--only", "nope",
+                          "--doc", str(tmp_path / "r.md")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "--only nope" in res.stderr and not (tmp_path / "r.md").exists()
+
+
+def test_command_line_is_explicit():
+    assert reproduce.command_line("smoke", None, True, "/tmp/rp", "/tmp/r.md") == \
+        "emu reproduce --quick --only smoke --out /tmp/rp --doc /tmp/r.md"
+    assert reproduce.command_line(None, 5, False, "results/reproduce", "docs/results.md") == \
+        "emu reproduce --runs 5 --out results/reproduce --doc docs/results.md"
+
+
+# ----- the shell, with a stand-in for `emu run` -----------------------------------------------------
+
+# Writes a metrics.json whose figure is its run number and a PNG, then exits as told.
+FAKE_RUN = textwrap.dedent("""
+    import json, pathlib, sys
+    out, code, faithful = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "smoke.png").write_bytes(b"\\x89PNG fake")
+    doc = json.loads(sys.argv[4])
+    doc["faithful"] = faithful
+    (out / "metrics.json").write_text(json.dumps(doc))
+    print("report of", out)
+    sys.exit(code)
+""")
+
+
+def fake_argv(out_dir, code=0, faithful=True, value=1.0):
+    d = doc(value, faithful=faithful, plots=["smoke.png"])
+    return [sys.executable, "-c", FAKE_RUN, str(out_dir), str(code), "1" if faithful else "0",
+            json.dumps(d)]
+
+
+def test_run_once_reads_the_metrics_of_a_run_that_exits_non_zero(tmp_path):
+    out = tmp_path / "run-1"
+    rec = reproduce.run_once(fake_argv(out, code=3, faithful=False), out, tmp_path / "run-1.log",
+                             60, 1)
+    assert rec.exit_code == 3 and rec.doc is not None and not rec.faithful and rec.note == ""
+    assert "report of" in (tmp_path / "run-1.log").read_text()
+
+
+def test_run_once_never_reads_a_previous_metrics_json(tmp_path):
+    out = tmp_path / "run-1"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps(doc(1.0)))
+    rec = reproduce.run_once([sys.executable, "-c", "import sys; sys.exit(1)"], out,
+                             tmp_path / "run-1.log", 60, 1)
+    assert rec.exit_code == 1 and rec.doc is None and "no metrics.json" in rec.note
+
+
+def test_run_once_stops_a_run_past_its_timeout(tmp_path):
+    killed = []
+    rec = reproduce.run_once([sys.executable, "-c", "import time; time.sleep(120)"],
+                             tmp_path / "run-1", tmp_path / "run-1.log", 0.5, 1,
+                             after_kill=lambda: killed.append(True))
+    assert rec.exit_code is None and "timed out after 0.5 s" in rec.note
+    assert rec.seconds < 30 and killed == []   # SIGTERM sufficed: nothing to clean
+
+
+def test_reproduce_writes_the_doc_and_copies_the_plots(tmp_path, monkeypatch):
+    codes = iter([0, 3, 0])  # run 2 unfaithful
+
+    def argv(entry, overrides, out_dir):
+        code = next(codes)
+        return fake_argv(out_dir, code=code, faithful=code == 0, value=float(out_dir.name[-1]))
+
+    monkeypatch.setattr(reproduce, "emu_run_argv", argv)
+    plan = reproduce.Plan((TOY,), 3, False)
+    said = []
+    doc_path = tmp_path / "docs" / "results.md"
+    summaries = reproduce.reproduce(plan, str(tmp_path / "out"), str(doc_path), "emu reproduce",
+                                    say=said.append)
+    (s,) = summaries
+    assert [r.exit_code for r in s.runs] == [0, 3, 0]
+    assert s.figures[0].values == [1.0, 3.0]         # run 2 left out
+    assert s.plot_run.index == 3 and s.plots == ["toy.png"]
+    assert (tmp_path / "docs" / "results" / "toy.png").read_bytes() == b"\x89PNG fake"
+    md = doc_path.read_text()
+    assert "| value | 1 | 2 | 3 | 2/2 | run 2: 2 |" in md and "![toy: toy.png](results/toy.png)" in md
+    assert "Plots (run 3):" in md
+    assert any("[2/3] toy run 2/3" in line for line in said)
+    assert any("NOT faithful" in line for line in said)
+    assert reproduce.overall(summaries) == "unfaithful"
