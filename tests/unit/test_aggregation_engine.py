@@ -580,7 +580,7 @@ def lite_datapath(ports: dict[int, PortState], pipeline: Pipeline, engine: AggEn
     dp.schedulers = {n: PortScheduler(rate_bps=pt.rate_bps) for n, pt in ports.items()}
     dp.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
                              {n: pt.rate_bps for n, pt in ports.items()})
-    dp.wd_drop, dp.busy, dp.watchdog_drops = set(), set(), 0
+    dp.wd_drop, dp.busy, dp.watchdog_drops, dp.tx_due = set(), set(), 0, float("inf")
     dp.dscp_to_prio = [0] * 64
     for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
         dp.dscp_to_prio[dscp] = prio

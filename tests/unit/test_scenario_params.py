@@ -58,6 +58,7 @@ def test_report_and_metrics_json(tmp_path):
 
     doc = json.loads((tmp_path / "metrics.json").read_text())
     assert doc["passed"] is False
-    assert doc["checks"][1] == {"name": "bad", "passed": False, "value": 0, "expected": "1"}
+    assert doc["checks"][1] == {"name": "bad", "passed": False, "value": 0, "expected": "1",
+                                "fidelity": False}
     report = (tmp_path / "report.txt").read_text()
     assert "[FAIL] bad" in report and "[PASS] good" in report and "1/2 checks passed" in report
