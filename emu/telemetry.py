@@ -150,7 +150,11 @@ FIDELITY_COLUMNS = ["process", "kind", "port", "port_name", "rate_bps", "frames"
 
 def fidelity_sockets(fab) -> dict[str, str]:
     """Name -> management socket of every switch and NIC agent of a running fabric."""
-    socks = {sw: fab.switch(sw).mgmt_path for sw in _switches(fab)}
+    socks = {}
+    for sw in _switches(fab):
+        node = fab.switch(sw)
+        if node.proc is not None and node.proc.poll() is None:
+            socks[sw] = node.mgmt_path   # a switch the run crashed on purpose has no record
     for path in sorted(Path(fab.run.sock_dir).glob("*.nic.sock")):
         socks[path.name[:-len(".nic.sock")]] = str(path)
     return socks
