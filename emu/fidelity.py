@@ -123,7 +123,7 @@ class LoopMonitor:
     """
 
     __slots__ = ("frame_s", "passes", "longest_s", "over_1", "over_10", "stalled_s",
-                 "idle_longest_s")
+                 "idle_longest_s", "longest_work")
 
     def __init__(self, frame_s: float) -> None:
         self.frame_s = frame_s
@@ -136,8 +136,10 @@ class LoopMonitor:
         self.over_10 = 0
         self.stalled_s = 0.0
         self.idle_longest_s = 0.0
+        self.longest_work = ""
 
-    def pass_done(self, stall_s: float, mattered: bool = True) -> None:
+    def pass_done(self, stall_s: float, mattered: bool = True, work: tuple = ()) -> None:
+        """Record one pass; `work` names what the loop did in it (for the longest stall)."""
         self.passes += 1
         if stall_s <= self.frame_s:
             return
@@ -151,12 +153,14 @@ class LoopMonitor:
             self.over_10 += 1
         if stall_s > self.longest_s:
             self.longest_s = stall_s
+            self.longest_work = ",".join(sorted(set(work)))
 
     def snapshot(self) -> dict:
         return {"frame_s": self.frame_s, "passes": self.passes,
                 "longest_stall_s": round(self.longest_s, 6), "stalls_over_1": self.over_1,
                 "stalls_over_10": self.over_10, "stalled_s": round(self.stalled_s, 6),
-                "idle_longest_stall_s": round(self.idle_longest_s, 6)}
+                "idle_longest_stall_s": round(self.idle_longest_s, 6),
+                "longest_stall_work": self.longest_work}
 
 
 def process_cpu() -> dict:
@@ -300,7 +304,8 @@ def judge(records: list[tuple[str, dict]], limits: Limits = Limits()) -> Verdict
         add(Finding("stall", f"{who} ({rec['kind']})", round(stall_frames, 1),
                     limits.max_stall_frames, stall_frames <= limits.max_stall_frames,
                     f"{who} stalled {loop['longest_stall_s'] * 1e3:.1f} ms = "
-                    f"{stall_frames:.1f} frame times (limit {limits.max_stall_frames:g}); "
+                    f"{stall_frames:.1f} frame times (limit {limits.max_stall_frames:g})"
+                    f"{_work(loop)}; "
                     f"CPU {rec['cpu']['cpu_share']:.0%}, waited for a CPU "
                     f"{rec['cpu']['wait_share']:.0%} of the run"), stall_frames)
         for key, port in rec["ports"].items():
@@ -423,13 +428,18 @@ def _short(where: str) -> str:
     return where.split("/")[-1].split(" ")[0]
 
 
+def _work(loop: dict) -> str:
+    work = loop.get("longest_stall_work")
+    return f" in a pass that handled {work}" if work else ""
+
+
 def render_record(rec: dict) -> str:
     """`emu ctl X fidelity`: one process's record as a few readable lines."""
     loop, cpu = rec["loop"], rec["cpu"]
     lines = [f"{rec['name']} ({rec['kind']}, pid {rec['pid']}): window {rec['window_s']:.1f} s, "
              f"CPU {cpu['cpu_share']:.0%}, waited for a CPU {cpu['wait_share']:.0%}",
              f"loop: {loop['passes']} passes, longest stall {loop['longest_stall_s'] * 1e3:.2f} ms "
-             f"({loop['longest_stall_s'] / loop['frame_s']:.1f} frame times), "
+             f"({loop['longest_stall_s'] / loop['frame_s']:.1f} frame times{_work(loop)}), "
              f"{loop['stalls_over_1']} over 1 and {loop['stalls_over_10']} over 10 frame times",
              f"{'port':>4} {'name':14} {'frames':>8} " + " ".join(f"{b:>6}" for b in BUCKET_NAMES)
              + f" {'on-time':>8} {'deficit ms':>10} {'k-drops':>7}"]

@@ -343,6 +343,7 @@ class Agent:
         conns = {}
         loop = self.fidelity.loop
         awake_since = time.monotonic()   # when the loop last came back from select()
+        work: list = []                  # what this pass did (names the longest stall)
         while not self.stopping:
             now = time.monotonic()
             for frame in rnic.tick(now):
@@ -375,8 +376,12 @@ class Agent:
             loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
                            (wire_due is not None and wire_due <= woke)
                            or (woke - asleep_at < STALL_READY_S
-                               and any(key.data == "port" for key, _ in ready)))
+                               and any(key.data == "port" for key, _ in ready)),
+                           work)
             awake_since = woke
+            work = ["mgmt" if key.data != "port" else "port" for key, _ in ready]
+            if self.jobs:
+                work.append("collective")
             for key, _ in ready:
                 if key.data == "port":
                     now = time.monotonic()

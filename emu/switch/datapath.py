@@ -766,6 +766,7 @@ class Datapath:
         mgmt_conns = {}
         loop = self.fidelity.loop
         awake_since = time.monotonic()   # when the loop last came back from select()
+        work: list = []                  # what this pass did (names the longest stall)
         while not self.stopping:
             now = time.monotonic()
             for addr, at in list(self.reconnect_at.items()):
@@ -775,16 +776,20 @@ class Datapath:
                 self._poll_carrier()
                 self._keepalive(now)
                 next_carrier = now + CARRIER_POLL_S
+                work.append("carrier")
             if now >= next_sample:
                 self._sample_telemetry(now)
                 next_sample = now + TELEMETRY_SAMPLE_S
+                work.append("telemetry")
             if now >= next_watchdog:
                 self._poll_watchdog(now)
                 next_watchdog = now + self.watchdog.spec.poll_s
+                work.append("watchdog")
             if now >= next_expire:
                 self._expire(now)
                 self._read_kernel_drops()
                 next_expire = now + EXPIRE_POLL_S
+                work.append("expiry")
             next_tx = self._transmit(time.monotonic()) if self.busy else None
             self._send_pfc(now)
             deadline = next_carrier if next_tx is None else min(next_carrier, next_tx)
@@ -802,10 +807,13 @@ class Datapath:
             loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
                            (next_tx is not None and next_tx <= woke)
                            or (woke - asleep_at < STALL_READY_S
-                               and any(key.data[0] == "port" for key, _ in ready)))
+                               and any(key.data[0] == "port" for key, _ in ready)),
+                           work)
             awake_since = woke
+            work = []
             for key, events in ready:
                 kind, ref = key.data
+                work.append(kind)
                 now = time.monotonic()
                 if kind == "port":
                     self._receive(ref, now)
