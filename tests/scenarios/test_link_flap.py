@@ -1,4 +1,5 @@
-"""The link-flap scenario via `emu run link-flap`: 30 s of flapping, damped, nothing stuck or dead."""
+"""The link-flap scenario via `emu run link-flap`: 30 s of flapping, damped, nothing stuck or dead,
+and goodput during the flapping at least what the flow-level model leaves."""
 
 from __future__ import annotations
 
@@ -7,14 +8,19 @@ from . import assert_checks, emu_run
 
 def test_flapping_spine_link_is_damped_and_nothing_gets_stuck(tmp_path, no_leaks):
     res, doc = emu_run(tmp_path / "lf", "link-flap", timeout_s=900)
-    assert_checks(res, doc, count=8)
+    assert_checks(res, doc, count=10)
     for mode in ("static", "adaptive"):
+        # The scenario's floor: max-min TCP over the worst ECMP outcome with the link damped,
+        # over the same before (2/3 at the defaults), less the RTO backoff left in the window.
+        assert_checks(res, doc, [
+            f"{mode}: goodput during the flapping >= the flow-level model's floor"])
         r = doc["metrics"]["modes"][mode]
         assert r["flaps"] == 100  # every 0.3 s for 30 s
-        # Damped after its third down (each 0.3 s): well inside the first seconds.
+        # Damped at its third down (routing's flap_threshold; one each 0.3 s): well inside
+        # the first seconds, so little RTO backoff reaches the window from 1 s on.
         assert r["damped_after_s"] < 2.0
+        assert r["during_floor"]["downs_before_damping"] == 3
         # Damping bounds the controller's work: far fewer recomputations than flaps.
         assert r["recomputations"] < 100
-        # Traffic kept moving through the flapping (throughput is reported, not asserted:
-        # it depends on the machine; "no flow stuck" is the acceptance).
-        assert r["during_mbps"] > 0 and r["after_mbps"] > 0
+        assert r["after_mbps"] > 0
+
