@@ -12,7 +12,9 @@ float32 (within gamma_{n-1} sum|x|), every rank holds the same bytes, the
 bytes each NIC sent are 2(n-1)/n of the message as the ring algorithm says,
 what crosses the wire is the data (decoded independently with Scapy from a
 tcpdump capture), and a large message's bus bandwidth is at least 0.9 of the
-link's RoCE goodput.
+link's RoCE goodput (nccl-tests: busbw = algbw x 2(n-1)/n approaches it). At
+16 ranks on 2 cores the emulator falls behind and DCQCN answers the queues
+its stalls build; the 16-rank test says what is asserted then and why.
 
 Link rate 10 Mbit/s: measured on the 2-core build machine, 16 agents and 6
 switches at 10 Mbit/s keep the CPUs about 85% busy; at 20 Mbit/s, 8 hosts
@@ -21,6 +23,7 @@ already got ECN marks from scheduling jitter (see the busbw test's notes).
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -29,9 +32,13 @@ from scapy.contrib.roce import BTH
 from scapy.packet import Raw
 from scapy.utils import rdpcap
 
+from emu import fabric as fabric_mod
+from emu import fidelity
+from emu.config import EcnSpec
 from emu.mgmt import MgmtError
 from emu.net import wait_for
 from emu.proto import roce
+from emu.telemetry import collect_fidelity, reset_fidelity
 from emu.traffic.collectives import RingAllReduce, nccl_table, rank_input, run_allreduce
 from emu.traffic.rdma import RdmaHosts
 
@@ -39,6 +46,8 @@ RATE_BPS = 10_000_000
 MTU_PAYLOAD = 1024
 FRAME_BYTES = 14 + 20 + 8 + 12 + MTU_PAYLOAD + 4   # Ethernet/IPv4/UDP/BTH/payload/ICRC
 GOODPUT_BYTES_PER_S = RATE_BPS / 8 * MTU_PAYLOAD / FRAME_BYTES
+# The shallowest queue a switch marks, in the fidelity monitor's unit (full-frame times).
+KMIN_FRAMES = EcnSpec().thresholds(RATE_BPS)[0] / fidelity.FRAME_BYTES
 _SENDS = (roce.SEND_FIRST, roce.SEND_MIDDLE, roce.SEND_LAST, roce.SEND_ONLY)
 
 
@@ -60,14 +69,19 @@ def check(results, n):
             assert r.tx_frame_bytes[h] > sent
 
 
-def assert_busbw(big, n):
+def assert_busbw(big, n, deficit=0.0):
+    """nccl-tests: busbw = algbw x 2(n-1)/n approaches the link's goodput; 0.9 of it leaves
+    the pipeline's fill and each step's latency. `deficit`: the share of link time the
+    emulator lost on its worst port (emu/fidelity.py), which the ring, paced by its
+    slowest link, loses too."""
     frames = sum(big.tx_frame_bytes.values()) / n
     payload = sum(big.tx_payload_bytes.values()) / n
     # Full-size frames: headers cost what the goodput formula says.
     assert payload * FRAME_BYTES / MTU_PAYLOAD <= frames <= payload * FRAME_BYTES / MTU_PAYLOAD * 1.01
     ratio = big.busbw_bytes_per_s / GOODPUT_BYTES_PER_S
-    assert ratio >= 0.9, (f"busbw {big.busbw_bytes_per_s / 1e6:.3f} MB/s is {ratio:.3f} of the "
-                          f"RoCE goodput {GOODPUT_BYTES_PER_S / 1e6:.3f} MB/s "
+    bar = 0.9 * (1 - deficit)
+    assert ratio >= bar, (f"busbw {big.busbw_bytes_per_s / 1e6:.3f} MB/s is {ratio:.3f} of the "
+                          f"RoCE goodput {GOODPUT_BYTES_PER_S / 1e6:.3f} MB/s, below {bar:.3f} "
                           f"(time {big.time_s:.2f} s)")
 
 
@@ -118,22 +132,104 @@ def test_ring_allreduce_8_hosts(fabric):
 
 
 @pytest.mark.emu_fabric(leaves=4, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS)
-def test_ring_allreduce_16_hosts(fabric):
-    """Correct and byte-exact at 16 ranks; busbw is printed, not asserted.
+def test_ring_allreduce_16_hosts(fabric, tmp_path):
+    """Correct and byte-exact at 16 ranks; busbw held to the nccl-tests model when the
+    emulator kept up, and otherwise the emulator's own verdict must say it did not.
 
-    On 2 cores, 16 agents and 6 switches keep the CPUs ~85% busy; their
-    scheduling jitter builds standing queues (data plus ACKs fill every link
-    of the ring, so nothing drains them), ECN marks at Kmin (4 frames) and
-    DCQCN halves rates: busbw measured 0.52-0.79 of goodput with DCQCN,
-    0.92 without (module docstring; the report of this work).
+    Every link of the ring carries one flow at exactly its rate (data one way,
+    the next hop's ACKs the other): the emulated network has no congestion, so
+    the model says busbw -> link goodput, as at 4 and 8 ranks (assert_busbw).
+
+    On the 2-core VM the emulator does not keep up. Judged over the large
+    all-reduce alone (emu/fidelity.py), three runs failed: the leaf switches
+    were runnable but waiting for a CPU 32-54% of the time, stalled with
+    frames waiting for 0.6-2.4 s of a 5 s window (longest 52-74 frame times,
+    limit 10) and sent 75-95% of their frames on time (limit 99%), while the
+    machine was only 76-79% busy: 16 agents and 6 switches wake together on
+    every frame, and 1 MiB over 16 ranks is 30 unpipelined 64 KiB steps that
+    each wait for their slowest hop. With DCQCN on, busbw was 0.32 and 0.42
+    of goodput: a switch stalled S frame times piles S frames up at its
+    egress, on a link loaded at exactly its rate nothing drains them, the
+    queue passes Kmin (4 frames) and DCQCN halves senders (467 CE marks, 34
+    CNPs in one run). With DCQCN off it was 0.57: the stalls alone cost that.
+    An unfaithful run's busbw is not held to the model (DESIGN.md: never
+    quoted); what is asserted is that the monitor says so and, when CNPs were
+    sent on this uncongested ring, that a stall long enough to build a
+    Kmin-deep queue was seen.
     """
     hosts = hosts_of(16)
     nics = RdmaHosts(fabric, hosts)
     res = run_allreduce(nics, hosts, [4 * 7, 4 * 16 * 1001 + 4], "int32", seed=6)
-    res += run_allreduce(nics, hosts, 1 << 20, "float32", seed=7)
     check(res, 16)
-    print("\n" + nccl_table(res))
-    print(f"busbw / goodput at 16 ranks: {res[-1].busbw_bytes_per_s / GOODPUT_BYTES_PER_S:.3f}")
+    window = FidelityWindow(fabric, nics, hosts)
+    big = run_allreduce(nics, hosts, 1 << 20, "float32", seed=7)
+    found = window.close(tmp_path / "big")
+    check(big, 16)
+    ratio = big[0].busbw_bytes_per_s / GOODPUT_BYTES_PER_S
+    print("\n" + nccl_table(res + big))
+    print(f"busbw / goodput at 16 ranks: {ratio:.3f}")
+    print(found["text"])
+    verdict = found["verdict"]
+    if verdict.faithful:
+        assert_busbw(big[0], 16, found["deficit"])
+        return
+    # Unfaithful (the verdict's failures are printed above): busbw is not held to the model.
+    if found["cnps"]:
+        stall = verdict.worst["stall"]
+        assert stall.value >= KMIN_FRAMES, (
+            f"{found['cnps']} CNPs on an uncongested ring, but no stall of Kmin = "
+            f"{KMIN_FRAMES:g} frame times that could have built the queue: {stall.text}\n"
+            f"{found['text']}")
+
+
+class FidelityWindow:
+    """The emulator's fidelity, the machine's CPU and the fabric's congestion signals over one
+    stretch of a test (emu/fidelity.py): reset at construction, read by `close`."""
+
+    def __init__(self, fab, nics, hosts):
+        self.fab, self.nics, self.hosts = fab, nics, hosts
+        reset_fidelity(fab)
+        for h in hosts:
+            nics.nics[h].call("fidelity_reset")
+        self.marks0 = self._marks()
+        self.nic0 = {h: nics.stats(h) for h in hosts}
+        self.cpu0 = _machine_cpu()
+
+    def _marks(self):
+        return sum(sum(c["buffer"]["ecn_marks"].values()) for c in
+                   (self.fab.switch_call(sw, "counters") for sw in fabric_mod.switches(self.fab.graph)))
+
+    def close(self, out_dir):
+        busy, total = (b - a for a, b in zip(self.cpu0, _machine_cpu()))
+        collect_fidelity(self.fab, out_dir)
+        records = fidelity.load_records(out_dir)
+        verdict = fidelity.judge(records)
+        nic1 = {h: self.nics.stats(h) for h in self.hosts}
+        cnps = sum(nic1[h]["cnps_sent"] - self.nic0[h]["cnps_sent"] for h in self.hosts)
+        pauses = sum(nic1[h]["pause_tx"] - self.nic0[h]["pause_tx"] for h in self.hosts)
+        marks = self._marks() - self.marks0
+        used = sum(r["cpu"]["cpu_s"] for _, r in records)
+        window = max(r["window_s"] for _, r in records)
+        lines = [f"machine busy {busy / total:.0%} of {os.cpu_count()} cores; emu processes used "
+                 f"{used / window:.2f} cores; CE marks {marks}, CNPs {cnps}, NIC PAUSE {pauses}"]
+        lines += [f.text for f in verdict.worst.values()]
+        for _, r in sorted(records, key=lambda lr: -lr[1]["cpu"]["wait_share"])[:6]:
+            lines.append(f"  {r['name']}: CPU {r['cpu']['cpu_share']:.0%}, waited "
+                         f"{r['cpu']['wait_share']:.0%}, longest stall "
+                         f"{r['loop']['longest_stall_s'] * 1e3:.1f} ms")
+        deficit = verdict.worst["deficit"].value if "deficit" in verdict.worst else 0.0
+        return {"verdict": verdict, "deficit": deficit,
+                "machine_busy": busy / total, "cores_used": used / window,
+                "marks": marks, "cnps": cnps, "pauses": pauses, "text": "\n".join(lines)}
+
+
+def _machine_cpu():
+    """(busy, total) jiffies of all CPUs since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        # user nice system idle iowait irq softirq steal (guest time is inside user already)
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
 
 
 @pytest.mark.emu_fabric(leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS)
