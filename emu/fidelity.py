@@ -123,7 +123,7 @@ class LoopMonitor:
     """
 
     __slots__ = ("frame_s", "passes", "longest_s", "over_1", "over_10", "stalled_s",
-                 "idle_longest_s", "longest_work")
+                 "idle_longest_s", "longest_work", "longest_cpu_s")
 
     def __init__(self, frame_s: float) -> None:
         self.frame_s = frame_s
@@ -137,9 +137,12 @@ class LoopMonitor:
         self.stalled_s = 0.0
         self.idle_longest_s = 0.0
         self.longest_work = ""
+        self.longest_cpu_s = 0.0
 
-    def pass_done(self, stall_s: float, mattered: bool = True, work: tuple = ()) -> None:
-        """Record one pass; `work` names what the loop did in it (for the longest stall)."""
+    def pass_done(self, stall_s: float, mattered: bool = True, work: tuple = (),
+                  cpu_s: float = 0.0) -> None:
+        """Record one pass; `work` names what the loop did in it and `cpu_s` the CPU it
+        used (a stall far longer than its CPU was spent waiting for a CPU)."""
         self.passes += 1
         if stall_s <= self.frame_s:
             return
@@ -154,13 +157,15 @@ class LoopMonitor:
         if stall_s > self.longest_s:
             self.longest_s = stall_s
             self.longest_work = ",".join(sorted(set(work)))
+            self.longest_cpu_s = cpu_s
 
     def snapshot(self) -> dict:
         return {"frame_s": self.frame_s, "passes": self.passes,
                 "longest_stall_s": round(self.longest_s, 6), "stalls_over_1": self.over_1,
                 "stalls_over_10": self.over_10, "stalled_s": round(self.stalled_s, 6),
                 "idle_longest_stall_s": round(self.idle_longest_s, 6),
-                "longest_stall_work": self.longest_work}
+                "longest_stall_work": self.longest_work,
+                "longest_stall_cpu_s": round(self.longest_cpu_s, 6)}
 
 
 def process_cpu() -> dict:
@@ -430,7 +435,10 @@ def _short(where: str) -> str:
 
 def _work(loop: dict) -> str:
     work = loop.get("longest_stall_work")
-    return f" in a pass that handled {work}" if work else ""
+    text = f" in a pass that handled {work}" if work else ""
+    if "longest_stall_cpu_s" in loop:
+        text += f" using {loop['longest_stall_cpu_s'] * 1e3:.1f} ms of CPU"
+    return text
 
 
 def render_record(rec: dict) -> str:

@@ -343,6 +343,7 @@ class Agent:
         conns = {}
         loop = self.fidelity.loop
         awake_since = time.monotonic()   # when the loop last came back from select()
+        awake_cpu = time.thread_time()
         work: list = []                  # what this pass did (names the longest stall)
         while not self.stopping:
             now = time.monotonic()
@@ -366,9 +367,11 @@ class Agent:
                                        self._jobs_wakeup(now) if self.jobs else None)
                            if t is not None)
             asleep_at = time.monotonic()
+            worked_cpu = time.thread_time() - awake_cpu
             timeout = max(0.0, deadline - asleep_at)
             ready = self.sel.select(timeout)
             woke = time.monotonic()
+            awake_cpu = time.thread_time()
             # A stall: the time since the loop last looked at its socket, plus how
             # much later than asked select() came back (descheduled, or no CPU).
             # It mattered if a frame was due to leave or frames came in meanwhile.
@@ -377,7 +380,7 @@ class Agent:
                            (wire_due is not None and wire_due <= woke)
                            or (woke - asleep_at < STALL_READY_S
                                and any(key.data == "port" for key, _ in ready)),
-                           work)
+                           work, worked_cpu)
             awake_since = woke
             work = ["mgmt" if key.data != "port" else "port" for key, _ in ready]
             if self.jobs:
