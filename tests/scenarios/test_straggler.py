@@ -1,20 +1,40 @@
-"""The straggler scenario via `emu run`: iteration time follows T = s x C + T_comm."""
+"""The straggler scenario via `emu run`: iterations take the time the link-rate model predicts."""
 
 from __future__ import annotations
 
+import pytest
+
+from emu.traffic import model
+
 from . import assert_checks, emu_run
 
+CHECKS = [f"{algo} {name}" for algo in ("ring", "sharp") for name in (
+    "compute x1: iteration = 1 x C + predicted T_comm",
+    "compute x2: iteration = 2 x C + predicted T_comm",
+    "compute x4: iteration = 4 x C + predicted T_comm",
+    "NIC x2: iteration = C + T_comm predicted at the slowest link",
+)]
 
-def test_a_straggler_stretches_iterations_as_the_model_says(tmp_path, no_leaks):
-    res, doc = emu_run(tmp_path / "st", "straggler", "factors=1,2,4", "iters=2",
-                       "compute_s=0.4", timeout_s=600)
-    # Two slowed factors for each of ring and SHARP (s = 1 defines T_comm).
-    assert_checks(res, doc, count=4)
+
+def test_compute_and_nic_stragglers_take_the_predicted_time(tmp_path, no_leaks):
+    res, doc = emu_run(tmp_path / "st", "straggler", "factors=1,2,4", "nic_factors=1,2",
+                       "iters=2", "compute_s=0.4", timeout_s=600)
+    # Four points per algorithm, each a check of the model.
+    assert_checks(res, doc, names=CHECKS, count=len(CHECKS))
     m = doc["metrics"]
+    # The prediction comes from the link rate and the bytes, never from the run.
     for algo in ("ring", "sharp"):
-        t = {float(s): v for s, v in m["measured_s"][algo].items()}
-        # Slower straggler, longer iteration, by about (4 - 2) x C.
-        assert t[1.0] < t[2.0] < t[4.0]
-        assert abs((t[4.0] - t[2.0]) - 2 * 0.4) <= 0.15 * (2 * 0.4) + 0.05
-        assert m["t_comm_s"][algo] > 0
+        want = model.predict_allreduce(algo, 256 << 10, 8, 10e6).time_s
+        assert m["t_comm_predicted_s"][algo] == want
+        assert m["t_comm_s"][algo] > 0   # measured at s = 1, reported beside it
+        pts = {(p["kind"], p["factor"]): p for p in m["points"] if p["algo"] == algo}
+        assert sorted(pts) == [("compute", 1.0), ("compute", 2.0), ("compute", 4.0),
+                               ("nic", 2.0)]
+        # A NIC twice as slow doubles the predicted all-reduce; compute adds s x C.
+        assert pts[("nic", 2.0)]["predicted_comm_s"] == pytest.approx(2 * want)
+        assert pts[("compute", 4.0)]["model_s"] == pytest.approx(4 * 0.4 + want)
+        t = [pts[("compute", s)]["iteration_s"] for s in (1.0, 2.0, 4.0)]
+        assert t[0] < t[1] < t[2]
+    # SHARP's all-reduce is the shorter: S per link against the ring's 2(n-1)/n x S.
+    assert m["t_comm_predicted_s"]["sharp"] < m["t_comm_predicted_s"]["ring"]
     assert (tmp_path / "st" / "straggler.png").stat().st_size > 10_000
