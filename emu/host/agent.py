@@ -186,7 +186,8 @@ class Agent:
 
     def _fidelity(self) -> dict:
         self._read_kernel_drops()
-        return self.fidelity.snapshot(time.monotonic())
+        # The NIC model's data frames are all RoCEv2 on the lossless priority.
+        return self.fidelity.snapshot(time.monotonic(), self.rnic.clock.frames)
 
     # ----- collectives -------------------------------------------------------
 
@@ -375,7 +376,7 @@ class Agent:
             # A stall: the time since the loop last looked at its socket, plus how
             # much later than asked select() came back (descheduled, or no CPU).
             # It mattered if a frame was due to leave or frames came in meanwhile.
-            overslept = woke - asleep_at - timeout if not ready else 0.0
+            overslept = woke - asleep_at - timeout   # late even if sockets became ready
             loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
                            (wire_due is not None and wire_due <= woke)
                            or (woke - asleep_at < STALL_READY_S

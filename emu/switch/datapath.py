@@ -69,11 +69,12 @@ ECHO_TIMEOUT_S = 15.0
 RECONNECT_MIN_S = 0.2
 RECONNECT_MAX_S = 2.0
 # OpenFlow bytes taken per loop pass. A controller's burst after a link change
-# (hundreds of FlowMods and GroupMods) handled in one pass stalled the data
-# path for up to 22 ms (36 frame times at 20 Mbit/s; emu/fidelity.py names the
-# pass). A real switch's ASIC forwards while its CPU programs it; in small
-# bites, frames are served between them and the rest waits in the socket.
-OF_RECV_BYTES = 2048
+# (hundreds of FlowMods and GroupMods, ~0.5 ms of CPU each) handled in one pass
+# stalled the data path for up to 22 ms (36 frame times at 20 Mbit/s;
+# emu/fidelity.py names the pass and its CPU). A real switch's ASIC forwards
+# while its CPU programs it; in bites of a few messages, frames are served
+# between them and the rest waits in the socket.
+OF_RECV_BYTES = 512
 # select() that returns within this found its sockets already readable: frames
 # arrived while the loop was away (a real wait for them takes longer than this).
 STALL_READY_S = 50e-6
@@ -229,6 +230,7 @@ class Datapath:
             frame_time_s(max((p.rate_bps for p in self.ports.values()), default=1e9)),
             time.monotonic())
         self.fidelity.port_names = {n: p.name for n, p in self.ports.items()}
+        self._lossless_at_reset = 0   # lossless frames sent before the window
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(self.of_listen)
@@ -745,12 +747,21 @@ class Datapath:
             "set_hash_seed": self._set_hash_seed,
             "set_port_rate": self._set_port_rate,
             "fidelity": self._fidelity,
-            "fidelity_reset": lambda: self.fidelity.reset(time.monotonic()),
+            "fidelity_reset": self._fidelity_reset,
         }
+
+    def _lossless_sent(self) -> int:
+        return sum(sched.counters[prio].tx_packets for sched in self.schedulers.values()
+                   for prio in self.lossless_prios)
+
+    def _fidelity_reset(self) -> dict:
+        self._lossless_at_reset = self._lossless_sent()
+        return self.fidelity.reset(time.monotonic())
 
     def _fidelity(self) -> dict:
         self._read_kernel_drops()
-        return self.fidelity.snapshot(time.monotonic())
+        return self.fidelity.snapshot(time.monotonic(),
+                                      self._lossless_sent() - self._lossless_at_reset)
 
     def _info(self) -> dict:
         return {
@@ -812,7 +823,7 @@ class Datapath:
             # A stall: the time since the loop last looked at its sockets, plus how
             # much later than asked select() came back (descheduled, or no CPU).
             # It mattered if a frame was due to leave or frames came in meanwhile.
-            overslept = woke - asleep_at - timeout if not ready else 0.0
+            overslept = woke - asleep_at - timeout   # late even if sockets became ready
             loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
                            (next_tx is not None and next_tx <= woke)
                            or (woke - asleep_at < STALL_READY_S

@@ -1,9 +1,9 @@
 """The fidelity monitor on real packets: a faithful fabric, and a switch that fell behind.
 
-A switch process stopped with SIGSTOP for 200 ms under a TCP flow is the
-extreme of a CPU hog: the process gets no CPU at all. Its frames leave late
-against their links' clocks and its loop shows the stall; the run's verdict
-must turn red and name that switch, while the switches that kept up stay green.
+A switch process stopped with SIGSTOP for 200 ms under an RDMA flow (the
+lossless class) is the extreme of a CPU hog: the process gets no CPU at all.
+Its loop shows the stall; the run's verdict must turn red and name that
+switch, and no other process may show a stall like it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from emu import fabric, fidelity, scenario
 from emu.cli import EXIT_UNFAITHFUL, run_status
 from emu.net import Fabric, wait_for
+from emu.traffic.rdma import RdmaHosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STOP_S = 0.2   # 333 frame times at 20 Mbit/s: far beyond any limit
@@ -33,38 +34,39 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path):
         # The window starts at convergence: a live record says so.
         live = fab.switch_call("spine1", "fidelity")
         assert live["kind"] == "switch" and live["window_s"] < 60
-        job = fab.start("iperf", src="h1", dst="h2", seconds=3)
+        nics = RdmaHosts(fab, ["h1", "h2"])
+        qp = nics.connect("h1", "h2")
+        nics.post("h1", qp, 2_000_000)          # 0.8 s at 20 Mbit/s
         before = tx_packets(fab, "leaf1")
-        wait_for(lambda: tx_packets(fab, "leaf1") > before + 500, 10, "TCP through leaf1")
+        wait_for(lambda: tx_packets(fab, "leaf1") > before + 200, 10, "RDMA through leaf1")
         pid = fab.switch("leaf1").proc.pid
         os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(STOP_S)   # the fault itself: the process gets no CPU for this long
         finally:
             os.kill(pid, signal.SIGCONT)
-        job.wait()
+        wait_for(lambda: nics.poll_completions("h1", qp), 30, "the RDMA SEND to complete")
     records = fidelity.load_records(tmp_path)
-    assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1"}
+    assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1", "h1", "h2"}
     verdict = fidelity.judge(records)
     stall = verdict.worst["stall"]
     assert not stall.passed and stall.where.startswith("leaf1")
     assert stall.value >= 0.9 * STOP_S / fidelity.frame_time_s(20e6)
-    # The frames that were queued in leaf1 when it stopped left a stop late. (Frames
-    # still in the kernel's receive queue are timed from when leaf1 read them: the
-    # stall, not the lateness, is what shows a switch that could not receive.)
-    leaf1 = next(r for _, r in records if r["name"] == "leaf1")
-    assert max(p["max_late_s"] for p in leaf1["ports"].values()) >= 0.9 * STOP_S
+    assert next(r for _, r in records if r["name"] == "leaf1")["lossless_frames"] > 200
+    # Frames that reached leaf1 while it was stopped waited in the kernel's receive
+    # queue and are timed from when leaf1 read them: the stall is what shows them.
     # The report's one line names it too, and `emu run` would exit 3.
     ctx = scenario.Context("t", {}, tmp_path)
-    ctx.check("TCP got through", True, 1, "1")
+    ctx.check("the SEND completed", True, 1, "1")
     scenario.add_fidelity(ctx)
     line = scenario.render_report(ctx).splitlines()[-1]
-    assert line.startswith("unfaithful run: leaf1") and "frame times" in line
+    assert line.startswith("unfaithful run: ") and "leaf1 stalled" in line
     assert run_status(ctx) == EXIT_UNFAITHFUL
-    # The other switches kept up: each one's own record passes every measure.
+    # Nothing else stalled as long as the stopped switch (on 2 shared cores the
+    # others may show a burst of their own after it resumes, but not a stop).
     for _, rec in records:
         if rec["name"] != "leaf1":
-            assert fidelity.judge([("", rec)]).worst["stall"].passed, rec["name"]
+            assert rec["loop"]["longest_stall_s"] < 0.5 * STOP_S, rec["name"]
     rows = (tmp_path / "telemetry" / "fidelity.csv").read_text().splitlines()
     assert rows[0].startswith("process,kind,port") and any(r.startswith("leaf1,") for r in rows)
 

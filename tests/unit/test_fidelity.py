@@ -178,3 +178,11 @@ def test_a_stall_with_nothing_waiting_is_counted_apart_and_not_judged():
     assert snap["longest_stall_s"] == pytest.approx(3 * FRAME_S, rel=1e-3)
     assert snap["idle_longest_stall_s"] == pytest.approx(500 * FRAME_S, rel=1e-3)
     assert snap["stalls_over_1"] == 1 and snap["stalls_over_10"] == 0
+
+
+def test_stalls_are_judged_where_lossless_frames_flow():
+    lossy = dict(record("leaf1", stall_frames=25.0), lossless_frames=0)
+    assert fidelity.judge([("", lossy)]).worst["stall"].passed
+    lossless = dict(record("leaf1", stall_frames=25.0), lossless_frames=7)
+    finding = fidelity.judge([("", lossless)]).worst["stall"]
+    assert not finding.passed and "7 lossless frames" in finding.text
