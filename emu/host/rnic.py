@@ -311,12 +311,12 @@ class Rnic:
                 continue
             slot = max(self.free_at, qp.next_tx_at, qp.ready_since,
                        self.paused_until[DATA_PRIO])
-            self.clock.departed(now, slot)
             if slot < now - WIRE_CATCH_UP_S:
                 self.clock.lost(now - WIRE_CATCH_UP_S - slot)
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,
                                   reth=reth, payload=data)
+            self.clock.departed(now, slot, len(frame) * 8 / self.cfg.rate_bps)
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
             qp.tx_packets += 1

@@ -151,7 +151,7 @@ class PortScheduler:
                     slot = queued_at
                 if paused_until[prio] > slot:
                     slot = paused_until[prio]
-                self.clock.departed(now, slot)
+                self.clock.departed(now, slot, size * self.s_per_byte)
                 earliest = now - self.burst_s
                 lost = 0.0
                 if self.free_at > earliest:

@@ -186,3 +186,14 @@ def test_stalls_are_judged_where_lossless_frames_flow():
     lossless = dict(record("leaf1", stall_frames=25.0), lossless_frames=7)
     finding = fidelity.judge([("", lossless)]).worst["stall"]
     assert not finding.passed and "7 lossless frames" in finding.text
+
+
+def test_lost_link_time_is_a_share_of_the_time_the_link_was_in_use():
+    rec = record("leaf1", deficit_s=0.05)
+    rec["ports"]["3"]["busy_s"] = 0.45           # a short busy phase of a 10 s run
+    finding = fidelity.judge([("", rec)]).worst["deficit"]
+    assert finding.value == pytest.approx(0.1) and not finding.passed
+    sched = PortScheduler(rate_bps=RATE)
+    backlogged(sched, 2)
+    sched.dequeue(0.0)
+    assert sched.clock.busy_s == pytest.approx(FRAME_S)
