@@ -822,11 +822,12 @@ class Datapath:
             awake_cpu = time.thread_time()
             # A stall: the time since the loop last looked at its sockets, plus how
             # much later than asked select() came back (descheduled, or no CPU).
-            # It mattered if a frame was due to leave or frames came in meanwhile.
+            # It mattered if a frame was due to leave or frames came in meanwhile
+            # (ready at once, or ready when select() came back later than asked).
             overslept = woke - asleep_at - timeout   # late even if sockets became ready
             loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
                            (next_tx is not None and next_tx <= woke)
-                           or (woke - asleep_at < STALL_READY_S
+                           or ((woke - asleep_at < STALL_READY_S or overslept > 0)
                                and any(key.data[0] == "port" for key, _ in ready)),
                            work, worked_cpu)
             awake_since = woke

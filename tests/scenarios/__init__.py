@@ -27,26 +27,39 @@ def assert_checks(res, doc, names=None, count=None):
     """Every named check (or every check) of the scenario passed, and `emu run` said so.
 
     `count` is the number of the scenario's own checks. Every run also carries
-    the four fidelity checks (emu/fidelity.py); they must be there, but on the
-    2-core CI machine most scenarios at these sizes are not yet faithful by
-    every measure (issue 9: the defaults do not all hold), so an unfaithful run
-    (exit 3, "unfaithful run: ..." in the report) is accepted here and its
-    verdict is recorded in metrics.json, never hidden. Whether the fidelity
-    checks catch an emulator that fell behind is tested in
-    tests/integration/test_fidelity.py.
+    the four fidelity checks (emu/fidelity.py), and their verdict decides what
+    a failed check of the network means:
+
+    - a faithful run (the emulator kept up) must pass every check: a failure
+      is the emulated network's, a real regression;
+    - an unfaithful run is never quoted (DESIGN.md), neither as a pass nor as a
+      fail: if its network checks failed, the test is marked xfail with the
+      run's one "unfaithful run" line, so the reason shows in the summary. On
+      the 2-core CI machine most scenarios at these sizes are not yet faithful
+      by every measure (issue 9: the defaults do not all hold).
+
+    Whether the fidelity checks catch an emulator that fell behind is tested
+    in tests/integration/test_fidelity.py.
     """
+    import pytest
+
     checks = {c["name"]: c for c in doc.get("checks", [])}
     own = {n: c for n, c in checks.items() if not c.get("fidelity")}
     if count is not None:
         assert len(own) == count, f"{len(own)} checks, expected {count}\n{res.stdout}"
     for name in names or list(own):
         assert name in checks, f"check {name!r} missing; report:\n{res.stdout}{res.stderr}"
-        assert checks[name]["passed"], f"{name}: {checks[name]}\n{res.stdout}"
-    assert all(c["passed"] for c in own.values()), res.stdout
     fidelity = [c for c in checks.values() if c.get("fidelity")]
     assert len(fidelity) >= 4, f"no fidelity verdict in the run\n{res.stdout}"
     faithful = all(c["passed"] for c in fidelity)
     assert doc["faithful"] is faithful
+    assert ("unfaithful run" in res.stdout) is not faithful, res.stdout
+    failed = [n for n, c in own.items() if not c["passed"]]
+    if failed and not faithful:
+        line = next(ln for ln in res.stdout.splitlines() if ln.startswith("unfaithful run"))
+        pytest.xfail(f"checks {failed} failed in an unfaithful run: {line}")
+    for name in names or list(own):
+        assert checks[name]["passed"], f"{name}: {checks[name]}\n{res.stdout}"
+    assert not failed, f"checks {failed} failed in a faithful run\n{res.stdout}"
     assert res.returncode == (0 if faithful else EXIT_UNFAITHFUL), res.stdout + res.stderr
-    assert ("unfaithful run:" in res.stdout) is not faithful
     assert doc["passed"] is faithful
