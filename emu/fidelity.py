@@ -341,6 +341,13 @@ def judge(records: list[tuple[str, dict]], limits: Limits = Limits()) -> Verdict
                             f"{limits.on_time_frames:g} frame time of their slot (limit "
                             f"{limits.on_time_share:.0%}); latest "
                             f"{port['max_late_s'] * 1e3:.1f} ms"), 1.0 - share)
+            drops = port["kernel_drops"]
+            add(Finding("kernel_drops", where, drops, limits.max_kernel_drops,
+                        drops <= limits.max_kernel_drops,
+                        f"{where}: the kernel dropped {drops} received frames on emu's "
+                        f"socket (emulator loss, limit {limits.max_kernel_drops})"), drops)
+            if port["frames"] < limits.min_frames:
+                continue   # neither a percentile nor a share of use from a handful of frames
             in_use = port.get("busy_s", rec["window_s"]) + port["deficit_s"]
             deficit = port["deficit_s"] / in_use if in_use > 0 else 0.0
             add(Finding("deficit", where, round(deficit, 4), limits.max_deficit_share,
@@ -348,11 +355,6 @@ def judge(records: list[tuple[str, dict]], limits: Limits = Limits()) -> Verdict
                         f"{where} lost {port['deficit_s'] * 1e3:.0f} ms of link time "
                         f"({deficit:.1%} of the {in_use:.1f} s it was in use; limit "
                         f"{limits.max_deficit_share:.0%})"), deficit)
-            drops = port["kernel_drops"]
-            add(Finding("kernel_drops", where, drops, limits.max_kernel_drops,
-                        drops <= limits.max_kernel_drops,
-                        f"{where}: the kernel dropped {drops} received frames on emu's "
-                        f"socket (emulator loss, limit {limits.max_kernel_drops})"), drops)
     for measure, found in candidates.items():
         verdict.worst[measure] = max(found, key=lambda bf: bf[0])[1]
     return verdict

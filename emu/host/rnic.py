@@ -311,7 +311,9 @@ class Rnic:
                 continue
             slot = max(self.free_at, qp.next_tx_at, qp.ready_since,
                        self.paused_until[DATA_PRIO])
-            if slot < now - WIRE_CATCH_UP_S:
+            if slot < now - WIRE_CATCH_UP_S and slot in (self.free_at, qp.next_tx_at):
+                # Sending on the wire's (or the QP's rate) clock and beyond the
+                # catch-up: link time lost. (A frame that just became ready is only late.)
                 self.clock.lost(now - WIRE_CATCH_UP_S - slot)
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,

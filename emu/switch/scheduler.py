@@ -158,8 +158,10 @@ class PortScheduler:
                     start = self.free_at
                 else:
                     start = earliest
-                    if slot < earliest:
-                        lost = earliest - slot  # beyond the burst: link time lost
+                    if slot < earliest and slot == self.free_at:
+                        # Backlogged on the wire clock and beyond the burst: link time
+                        # lost. (A frame that found the port idle is only late.)
+                        lost = earliest - slot
                         self.clock.lost(lost)
                 self._undo = (self.free_at, queued_at, lost)
                 self.free_at = start + size * self.s_per_byte

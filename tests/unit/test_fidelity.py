@@ -197,3 +197,20 @@ def test_lost_link_time_is_a_share_of_the_time_the_link_was_in_use():
     backlogged(sched, 2)
     sched.dequeue(0.0)
     assert sched.clock.busy_s == pytest.approx(FRAME_S)
+
+
+def test_a_nearly_idle_port_is_not_judged_on_its_share_of_lost_time():
+    rec = record("e6", hist=[3, 0, 0, 0, 0, 0, 0, 1], deficit_s=0.013)
+    rec["ports"]["3"]["busy_s"] = 0.002          # four ARP frames; one was read 13 ms late
+    verdict = fidelity.judge([("", rec)])
+    assert "deficit" not in verdict.worst and verdict.worst["kernel_drops"].passed
+    rec["ports"]["3"]["kernel_drops"] = 1        # drops are judged on every port
+    assert not fidelity.judge([("", rec)]).worst["kernel_drops"].passed
+
+
+def test_a_frame_that_found_its_port_idle_is_late_but_loses_no_link_time():
+    sched = PortScheduler(rate_bps=RATE)
+    sched.enqueue(FRAME, 0, None, 10.0)
+    sched.dequeue(10.0 + 20 * FRAME_S)            # read 20 frame times late
+    assert sched.clock.snapshot()["hist"][fidelity.BUCKET_NAMES.index("<100")] == 1
+    assert sched.clock.deficit_s == 0.0
