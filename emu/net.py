@@ -178,10 +178,12 @@ class Fabric:
     def close(self) -> dict:
         """Tear everything down; idempotent. Returns what the registry removed."""
         removed: dict = {}
-        if self._faults is not None:
-            self._faults.cancel()  # no scheduled fault may fire into a dying fabric
         if self.run is None:
+            if self._faults is not None:
+                self._faults.cancel()
             return removed
+        # Read every process's records before the fault thread ends: a switch that
+        # thread restarted dies with it (PR_SET_PDEATHSIG follows the parent thread).
         if self.out_dir and self.net is not None:
             from emu.telemetry import collect_fidelity, collect_switch_telemetry
 
@@ -193,6 +195,8 @@ class Fabric:
                 collect_switch_telemetry(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("telemetry not collected: %s", exc)
+        if self._faults is not None:
+            self._faults.cancel()  # no scheduled fault may fire into a dying fabric
         workloads = [p for p in self.run.pids if p["role"].startswith("proc ")]
         stop_pids(list(reversed(workloads)))
         if self.net is not None:
