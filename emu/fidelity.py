@@ -52,6 +52,11 @@ EDGES = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 100.0)
 BUCKET_NAMES = ("<0.1", "<0.5", "<1", "<2", "<5", "<10", "<100", ">=100")
 
 
+# select() that returns within this found its sockets already readable: frames
+# arrived while the loop was away (a real wait for them takes longer than this).
+STALL_READY_S = 50e-6
+
+
 def frame_time_s(rate_bps: float) -> float:
     """Seconds a full 1514-byte frame takes on a link of `rate_bps`."""
     return FRAME_BYTES * 8 / rate_bps
@@ -165,6 +170,22 @@ class LoopMonitor:
             self.longest_s = stall_s
             self.longest_work = ",".join(sorted(set(work)))
             self.longest_cpu_s = cpu_s
+
+    def woke(self, awake_since: float, asleep_at: float, timeout: float, woke: float,
+             due_at: float | None, frames_ready: bool, work: tuple = (),
+             cpu_s: float = 0.0) -> None:
+        """The loop came back from select(): record the pass that ended at `asleep_at`.
+
+        The stall is the time since the loop last came back (`awake_since`) plus
+        how much later than `timeout` select() returned (descheduled, or no CPU).
+        It mattered if a frame was due (`due_at` passed) or frames came in
+        meanwhile: ready at once, or ready when select() came back late.
+        """
+        overslept = woke - asleep_at - timeout   # late even if sockets became ready
+        mattered = (due_at is not None and due_at <= woke) or (
+            frames_ready and (woke - asleep_at < STALL_READY_S or overslept > 0))
+        self.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
+                       mattered, work, cpu_s)
 
     def snapshot(self) -> dict:
         return {"frame_s": self.frame_s, "passes": self.passes,

@@ -48,9 +48,6 @@ PACKET_IGNORE_OUTGOING = 23
 RX_BATCH = 64
 SAMPLE_S = 0.1
 MAX_IDLE_S = 0.05
-# select() that returns within this found its socket already readable: frames
-# arrived while the loop was away.
-STALL_READY_S = 50e-6
 
 
 class Agent:
@@ -373,16 +370,8 @@ class Agent:
             ready = self.sel.select(timeout)
             woke = time.monotonic()
             awake_cpu = time.thread_time()
-            # A stall: the time since the loop last looked at its socket, plus how
-            # much later than asked select() came back (descheduled, or no CPU).
-            # It mattered if a frame was due to leave or frames came in meanwhile
-            # (ready at once, or ready when select() came back later than asked).
-            overslept = woke - asleep_at - timeout   # late even if sockets became ready
-            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
-                           (wire_due is not None and wire_due <= woke)
-                           or ((woke - asleep_at < STALL_READY_S or overslept > 0)
-                               and any(key.data == "port" for key, _ in ready)),
-                           work, worked_cpu)
+            loop.woke(awake_since, asleep_at, timeout, woke, wire_due,
+                      any(key.data == "port" for key, _ in ready), work, worked_cpu)
             awake_since = woke
             work = ["mgmt" if key.data != "port" else "port" for key, _ in ready]
             if self.jobs:

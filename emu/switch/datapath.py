@@ -75,9 +75,6 @@ RECONNECT_MAX_S = 2.0
 # while its CPU programs it; in bites of a few messages, frames are served
 # between them and the rest waits in the socket.
 OF_RECV_BYTES = 512
-# select() that returns within this found its sockets already readable: frames
-# arrived while the loop was away (a real wait for them takes longer than this).
-STALL_READY_S = 50e-6
 
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
 # priority 6 (CNP); everything else -> priority 0.
@@ -820,16 +817,8 @@ class Datapath:
             ready = sel.select(timeout)
             woke = time.monotonic()
             awake_cpu = time.thread_time()
-            # A stall: the time since the loop last looked at its sockets, plus how
-            # much later than asked select() came back (descheduled, or no CPU).
-            # It mattered if a frame was due to leave or frames came in meanwhile
-            # (ready at once, or ready when select() came back later than asked).
-            overslept = woke - asleep_at - timeout   # late even if sockets became ready
-            loop.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
-                           (next_tx is not None and next_tx <= woke)
-                           or ((woke - asleep_at < STALL_READY_S or overslept > 0)
-                               and any(key.data[0] == "port" for key, _ in ready)),
-                           work, worked_cpu)
+            loop.woke(awake_since, asleep_at, timeout, woke, next_tx,
+                      any(key.data[0] == "port" for key, _ in ready), work, worked_cpu)
             awake_since = woke
             work = []
             for key, events in ready:
