@@ -18,6 +18,7 @@ import time
 from emu import fabric, fidelity, scenario
 from emu.cli import EXIT_UNFAITHFUL, run_status
 from emu.net import Fabric, wait_for
+from emu.switch.datapath import CARRIER_POLL_S
 from emu.traffic.rdma import RdmaHosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,7 +52,9 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path):
     verdict = fidelity.judge(records)
     stall = verdict.worst["stall"]
     assert not stall.passed and stall.where.startswith("leaf1")
-    assert stall.value >= 0.9 * STOP_S / fidelity.frame_time_s(20e6)
+    # The stop may begin inside a select() that was to sleep up to the carrier poll
+    # (0.1 s): only the overshoot past its timeout is a stall, so at least 0.1 s of it.
+    assert stall.value >= (STOP_S - CARRIER_POLL_S) / fidelity.frame_time_s(20e6)
     assert next(r for _, r in records if r["name"] == "leaf1")["lossless_frames"] > 200
     # Frames that reached leaf1 while it was stopped waited in the kernel's receive
     # queue and are timed from when leaf1 read them: the stall is what shows them.
