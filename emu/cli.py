@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from emu import mgmt, registry
+from emu import mgmt, realtime, registry
 from emu.fabric import FabricError as FabricSpecError
 from emu.scenario import ScenarioError
 
@@ -357,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     try:
+        realtime.configured_priority()  # a bad EMU_RT_PRIORITY is named before anything starts
         return args.func(args)
-    except (ScenarioError, FabricSpecError, mgmt.MgmtError) as exc:
+    except (ScenarioError, FabricSpecError, mgmt.MgmtError, realtime.RealtimeError) as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -39,6 +39,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emu.realtime import describe as describe_sched
+
 # The unit of lateness: a full Ethernet frame (1500 B MTU + 14 B header) at the
 # port's rate. It is the granularity of a store-and-forward link: a real switch
 # never places a frame more precisely than one frame time, so an error below
@@ -219,6 +221,7 @@ class ProcessFidelity:
         self.port_names: dict = {}
         self.kernel_drops: dict = {k: 0 for k in clocks}
         self.loop = LoopMonitor(frame_s)
+        self.sched: dict | None = None         # emu/realtime.py: the policy it runs under
         self.reset(now)
 
     def reset(self, now: float) -> dict:
@@ -248,6 +251,7 @@ class ProcessFidelity:
                 "cpu": {"cpu_s": round(used, 3), "cpu_share": round(used / window, 4),
                         "wait_s": round(waited, 3), "wait_share": round(waited / window, 4)},
                 "loop": self.loop.snapshot(), "ports": ports,
+                **({} if self.sched is None else {"sched": self.sched}),
                 **({} if lossless_frames is None else {"lossless_frames": lossless_frames})}
 
 
@@ -464,6 +468,16 @@ TABLE_COLUMNS = ["fabric", "procs", "frames", "worst on-time", "longest stall (f
                  "worst deficit", "kernel drops", "top CPU", "max CPU wait"]
 
 
+def sched_summary(records: list[tuple[str, dict]]) -> str:
+    """One line: under which policy the switches and NICs ran (emu/realtime.py)."""
+    counts: dict[str, int] = {}
+    for _, rec in records:
+        text = describe_sched(rec.get("sched"))
+        counts[text] = counts.get(text, 0) + 1
+    parts = [f"{n} {text}" for text, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return f"scheduling of the {len(records)} switch and NIC processes: {', '.join(parts)}"
+
+
 def _short(where: str) -> str:
     """'incast/pfc/leaf1 port 3 (leaf1-eth3)' -> 'leaf1-eth3'; a process -> its name."""
     if "(" in where and " port " in where:
@@ -483,7 +497,8 @@ def render_record(rec: dict) -> str:
     """`emu ctl X fidelity`: one process's record as a few readable lines."""
     loop, cpu = rec["loop"], rec["cpu"]
     lines = [f"{rec['name']} ({rec['kind']}, pid {rec['pid']}): window {rec['window_s']:.1f} s, "
-             f"CPU {cpu['cpu_share']:.0%}, waited for a CPU {cpu['wait_share']:.0%}",
+             f"CPU {cpu['cpu_share']:.0%}, waited for a CPU {cpu['wait_share']:.0%}, "
+             f"scheduled {describe_sched(rec.get('sched'))}",
              f"loop: {loop['passes']} passes, longest stall {loop['longest_stall_s'] * 1e3:.2f} ms "
              f"({loop['longest_stall_s'] / loop['frame_s']:.1f} frame times{_work(loop)}), "
              f"{loop['stalls_over_1']} over 1 and {loop['stalls_over_10']} over 10 frame times",

@@ -8,6 +8,12 @@ emu.faults, emu.telemetry and the CLI use: a request is one JSON object
 The server side is sans-I/O friendly (`MgmtServer` is driven by the owning
 process's event loop through `fileno()`/`on_readable()`); the client side is a
 blocking call with a timeout.
+
+A handler whose work is heavy (a collective's 16 MB of input and its exact sum)
+returns a `Deferred`: its `work` runs on the server's one worker thread, under
+the normal scheduling policy while the loop stays real-time (emu/realtime.py),
+and its `then` builds the answer on the loop thread. The loop keeps sending
+frames meanwhile; the client waits for its answer as for any other.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import logging
 import os
 import selectors
 import socket
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
@@ -57,10 +66,24 @@ def call(path: str, cmd: str, timeout_s: float = 5.0, **args: Any) -> Any:
     return answer.get("result")
 
 
+@dataclass
+class Deferred:
+    """A handler's answer that needs heavy work first.
+
+    `work()` runs on the worker thread and must touch nothing the loop owns
+    (take copies, compute, return); `then(result)` runs on the loop thread and
+    returns the answer. An exception in either answers with an error.
+    """
+
+    work: Callable[[], Any]
+    then: Callable[[Any], Any] = lambda result: result
+
+
 class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.inbuf = b""
+        self.waiting: tuple[str, Deferred, Future] | None = None  # a deferred answer
 
 
 class MgmtServer:
@@ -72,9 +95,18 @@ class MgmtServer:
     error; the server keeps running.
     """
 
-    def __init__(self, path: str, handlers: dict[str, Callable[..., Any]]) -> None:
+    def __init__(self, path: str, handlers: dict[str, Callable[..., Any]],
+                 worker_init: Callable[[], None] | None = None) -> None:
         self.path = path
         self.handlers = handlers
+        self._worker_init = worker_init
+        self._worker: ThreadPoolExecutor | None = None
+        self._finished: list[_Conn] = []
+        self._lock = threading.Lock()
+        # The worker writes a byte here when a deferred work is done; the owner
+        # registers `done_reader` with its selector and calls `on_done()`.
+        self.done_reader, self._done_writer = socket.socketpair()
+        self.done_reader.setblocking(False)
         if os.path.exists(path):
             os.unlink(path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,12 +136,55 @@ class MgmtServer:
         if len(conn.inbuf) > MAX_REQUEST_BYTES:
             self._answer(conn, {"ok": False, "error": "request too long"})
             return False
-        while b"\n" in conn.inbuf:
-            line, conn.inbuf = conn.inbuf.split(b"\n", 1)
-            self._answer(conn, self._dispatch(line))
+        self._serve_lines(conn)
         return True
 
-    def _dispatch(self, line: bytes) -> dict:
+    def _serve_lines(self, conn: _Conn) -> None:
+        # Answers go back in request order: behind a deferred one, lines wait.
+        while conn.waiting is None and b"\n" in conn.inbuf:
+            line, conn.inbuf = conn.inbuf.split(b"\n", 1)
+            answer = self._dispatch(line)
+            if isinstance(answer, tuple):
+                conn.waiting = answer
+                answer[2].add_done_callback(lambda _f, conn=conn: self._work_done(conn))
+            else:
+                self._answer(conn, answer)
+
+    def _work_done(self, conn: _Conn) -> None:
+        """On the worker thread: hand the connection back to the loop."""
+        with self._lock:
+            self._finished.append(conn)
+        try:
+            self._done_writer.send(b"!")
+        except OSError:
+            pass  # the wake-up socket is full: the loop has a wake-up pending anyway
+
+    def on_done(self) -> None:
+        """`done_reader` is readable: answer the requests whose deferred work finished."""
+        try:
+            while self.done_reader.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        with self._lock:
+            finished, self._finished = self._finished, []
+        for conn in finished:
+            cmd, deferred, future = conn.waiting
+            conn.waiting = None
+            if conn.sock.fileno() < 0:
+                continue  # the client hung up; the owner closed the connection
+            try:
+                answer = {"ok": True, "result": deferred.then(future.result())}
+            except (ValueError, KeyError, TypeError, MgmtError) as exc:
+                answer = {"ok": False, "error": f"{cmd}: {exc}"}
+            except Exception as exc:  # noqa: BLE001 - the worker's error goes to the client
+                log.warning("%s: deferred work failed", cmd, exc_info=True)
+                answer = {"ok": False, "error": f"{cmd}: {type(exc).__name__}: {exc}"}
+            self._answer(conn, answer)
+            if conn.sock.fileno() >= 0:
+                self._serve_lines(conn)
+
+    def _dispatch(self, line: bytes) -> dict | tuple:
         try:
             req = json.loads(line)
             if not isinstance(req, dict):
@@ -121,9 +196,15 @@ class MgmtServer:
         if handler is None:
             return {"ok": False, "error": f"unknown command {cmd!r}; known: {sorted(self.handlers)}"}
         try:
-            return {"ok": True, "result": handler(**req)}
+            result = handler(**req)
         except (ValueError, KeyError, TypeError, MgmtError) as exc:
             return {"ok": False, "error": f"{cmd}: {exc}"}
+        if isinstance(result, Deferred):
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="mgmt-work",
+                                                  initializer=self._worker_init)
+            return cmd, result, self._worker.submit(result.work)
+        return {"ok": True, "result": result}
 
     def _answer(self, conn: _Conn, answer: dict) -> None:
         data = json.dumps(answer, default=str).encode() + b"\n"
@@ -141,10 +222,13 @@ class MgmtServer:
         """Serve on the calling thread while `running()` (for owners without an event loop)."""
         sel = selectors.DefaultSelector()
         sel.register(self.listener, selectors.EVENT_READ, None)
+        sel.register(self.done_reader, selectors.EVENT_READ, "done")
         try:
             while running():
                 for key, _ in sel.select(poll_s):
-                    if key.data is None:
+                    if key.data == "done":
+                        self.on_done()
+                    elif key.data is None:
                         conn = self.accept()
                         if conn:
                             sel.register(conn.sock, selectors.EVENT_READ, conn)
@@ -153,11 +237,15 @@ class MgmtServer:
                         key.data.sock.close()
         finally:
             for key in list(sel.get_map().values()):
-                if key.data is not None:
+                if isinstance(key.data, _Conn):
                     key.data.sock.close()
             sel.close()
 
     def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+        self.done_reader.close()
+        self._done_writer.close()
         self.listener.close()
         try:
             os.unlink(self.path)

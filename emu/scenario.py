@@ -224,6 +224,7 @@ def add_fidelity(ctx: Context) -> None:
     verdict = fidelity.judge(records, limits)
     ctx.table("fidelity (the emulator against its links' clocks; emu/fidelity.py)",
               fidelity.TABLE_COLUMNS, fidelity.table_rows(records, limits))
+    ctx.text(fidelity.sched_summary(records))
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:
@@ -237,6 +238,7 @@ def add_fidelity(ctx: Context) -> None:
                   fidelity=True)
     ctx.metrics["fidelity"] = {
         "faithful": verdict.faithful, "processes": verdict.processes, "frames": verdict.frames,
+        "scheduling": fidelity.sched_summary(records),
         "worst": {m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
                   for m, f in verdict.worst.items()}}
 

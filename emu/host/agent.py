@@ -30,10 +30,11 @@ import struct
 import sys
 import time
 
+from emu import realtime
 from emu.fidelity import ProcessFidelity
-from emu.host.collective import CollectiveRank, CollectiveSpec
+from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import NicConfig, Rnic
-from emu.mgmt import MgmtServer
+from emu.mgmt import Deferred, MgmtServer
 from emu.proto import pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
@@ -102,8 +103,9 @@ class Agent:
             "coll_list": lambda: sorted(self.jobs),
             "fidelity": self._fidelity,
             "fidelity_reset": lambda: self.fidelity.reset(time.monotonic()),
-        })
+        }, worker_init=realtime.normal_for_this_thread)
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, "mgmt-listen")
+        self.sel.register(self.mgmt.done_reader, selectors.EVENT_READ, "mgmt-done")
         self.samples: list = []
         self.tx_errors = 0
         self.stopping = False
@@ -188,17 +190,25 @@ class Agent:
 
     # ----- collectives -------------------------------------------------------
 
-    def _coll_setup(self, **args) -> dict:
+    def _coll_setup(self, **args) -> Deferred:
         """Set up this host's rank of a collective job (see CollectiveSpec for the keys).
 
         Generates the rank's input and the expected result (the rank checks
-        itself), and turns data delivery on for the QPs it receives on.
-        Returns {"job", "rank", "recv_qpns", "tx_qpns"}.
+        itself) on the management worker, and then turns data delivery on for
+        the QPs it receives on. Returns {"job", "rank", "recv_qpns", "tx_qpns"}.
         """
         spec = CollectiveSpec.from_args(args)
-        if spec.job in self.jobs:
-            raise ValueError(f"job {spec.job!r} exists; coll_clear it first")
-        job = CollectiveRank(spec, self.rnic)
+        self._no_job_yet(spec.job)
+        return Deferred(lambda: RankData.build(spec),
+                        lambda data: self._coll_install(spec, data))
+
+    def _no_job_yet(self, job: str) -> None:
+        if job in self.jobs:
+            raise ValueError(f"job {job!r} exists; coll_clear it first")
+
+    def _coll_install(self, spec: CollectiveSpec, data: RankData) -> dict:
+        self._no_job_yet(spec.job)   # again: another setup of it may have finished first
+        job = CollectiveRank(spec, self.rnic, data)
         busy = {q: self._qp_owner[q] for q in job.recv_qpns if q in self._qp_owner}
         if busy:
             raise ValueError(f"job {spec.job!r}: QPs {busy} are taken by other jobs")
@@ -223,10 +233,21 @@ class Agent:
         j.start(now + delay)
         return {"start_in_s": delay}
 
-    def _coll_status(self, job: str, check: bool = False) -> dict:
+    def _coll_status(self, job: str, check: bool = False) -> dict | Deferred:
         """The job's status on this rank: state, done, elapsed_s per iteration, bytes; with
-        `check`, also `wrong` and `digest` (ask once every rank is done: it costs CPU)."""
-        st = dict(self._job(job).status(time.monotonic(), check=bool(check)))
+        `check`, also `wrong` and `digest` (ask once every rank is done: the comparison
+        runs on the management worker)."""
+        j = self._job(job)
+        if not check:
+            return self._status_of(job, j)
+
+        def recorded(outcomes):
+            j.record_checks(outcomes)
+            return self._status_of(job, j)
+        return Deferred(j.check_work(), recorded)
+
+    def _status_of(self, job: str, j: CollectiveRank) -> dict:
+        st = dict(j.status(time.monotonic()))
         if job in self.job_errors:
             st.update(state="failed", done=False, error=self.job_errors[job])
         return st
@@ -382,6 +403,8 @@ class Agent:
                     self._receive(now)
                     if self._qp_owner:
                         self._deliver_messages(now)
+                elif key.data == "mgmt-done":
+                    self.mgmt.on_done()
                 elif key.data == "mgmt-listen":
                     conn = self.mgmt.accept()
                     if conn:
@@ -426,12 +449,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modelled-rate-bps", type=float, default=25e9)
     p.add_argument("--no-dcqcn", action="store_true")
     p.add_argument("--mgmt", required=True)
+    p.add_argument("--rt-priority", type=int, default=0,
+                   help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     die_with_parent()
+    sched = realtime.apply(args.rt_priority)
+    # The management worker (a collective's setup, emu/mgmt.py) shares the GIL
+    # with the loop; numpy releases it for large arrays, and between those the
+    # loop should wait at most a fraction of a frame time, not Python's 5 ms.
+    sys.setswitchinterval(0.0005)
     agent = Agent(args)
+    agent.fidelity.sched = sched
     stop_on_signals(agent)
     agent.run()
     return 0

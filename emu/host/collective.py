@@ -29,6 +29,7 @@ from emu.traffic.collectives import (
     DEFAULT_SLICE_BYTES,
     DTYPES,
     MAX_SLICE_BYTES,
+    ExpectedSum,
     RingAllReduce,
     dtype_name,
     expected_sum,
@@ -195,6 +196,24 @@ ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = 
 }  # the same names as collectives.ALGORITHM_NAMES, which run_allreduce checks
 
 
+@dataclass(frozen=True)
+class RankData:
+    """A rank's input and the job's exact sum: the heavy part of a setup.
+
+    At 16 MB and 8 ranks, building it costs about half a second of CPU; the
+    agent builds it on its management worker thread (emu/mgmt.py, `Deferred`)
+    so that its loop keeps sending frames meanwhile.
+    """
+
+    input: np.ndarray
+    expected: ExpectedSum
+
+    @classmethod
+    def build(cls, spec: CollectiveSpec) -> RankData:
+        return cls(rank_input(spec.seed, spec.rank, spec.count, spec.dtype),
+                   expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype))
+
+
 class CollectiveRank:
     """One rank of a collective job inside a host agent: the agent's collective hook.
 
@@ -218,16 +237,18 @@ class CollectiveRank:
     Args:
         spec: the job as set up.
         rnic: the host's NIC model (pure; the agent owns its socket).
+        data: the rank's input and the exact sum, if built already (`RankData`).
 
     Raises:
         ValueError: a bad spec for the algorithm (e.g. unknown QPs).
     """
 
-    def __init__(self, spec: CollectiveSpec, rnic: Rnic) -> None:
+    def __init__(self, spec: CollectiveSpec, rnic: Rnic, data: RankData | None = None) -> None:
         self.spec = spec
         self.rnic = rnic
-        self.input = rank_input(spec.seed, spec.rank, spec.count, spec.dtype)
-        self.expected = expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype)
+        data = data if data is not None else RankData.build(spec)
+        self.input = data.input
+        self.expected = data.expected
         self.algo = ALGORITHMS[spec.algo](spec, rnic, self.input)
         self.recv_qpns = tuple(self.algo.recv_qpns)
         self.tx_qpns = tuple(self.algo.tx_qpns)
@@ -337,10 +358,23 @@ class CollectiveRank:
 
     def check_results(self) -> None:
         """Compare the finished iterations' results with the exact sum (`wrong`, `digest`)."""
-        for result in self._unchecked:
-            self.wrong.append(self.expected.wrong(result))
-            self.digest = zlib.crc32(result.tobytes())
-        self._unchecked.clear()
+        self.record_checks(self.check_work()())
+
+    def check_work(self) -> Callable[[], list[tuple[int, int]]]:
+        """The comparison of the finished results, as work for another thread.
+
+        Takes the results out of the rank (they are final), so the work touches
+        nothing the loop changes; `record_checks` takes its outcome back.
+        """
+        results, self._unchecked = self._unchecked, []
+        expected = self.expected
+        return lambda: [(expected.wrong(r), zlib.crc32(r.tobytes())) for r in results]
+
+    def record_checks(self, outcomes: list[tuple[int, int]]) -> None:
+        """(wrong elements, crc32) per checked iteration, in order."""
+        for wrong, digest in outcomes:
+            self.wrong.append(wrong)
+            self.digest = digest
 
     def status(self, now: float, check: bool = False) -> dict:
         """The rank's state and counters; `check` first checks finished results (CPU)."""

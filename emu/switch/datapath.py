@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from emu import config
+from emu import config, realtime
 from emu.fidelity import ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
@@ -893,6 +893,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-switch seed of the SELECT group hash")
     p.add_argument("--qos", type=_qos, default=_qos("{}"),
                    help='JSON {"buffer": {...}, "pfc": {...}, "ecn": {...}} (see emu/config.py)')
+    p.add_argument("--rt-priority", type=int, default=0,
+                   help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -902,7 +904,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     die_with_parent()
+    sched = realtime.apply(args.rt_priority)
     dp = Datapath(args)
+    dp.fidelity.sched = sched
     stop_on_signals(dp)
     log.info("%s: dpid %016x, %d ports, OpenFlow listener %s", dp.name, dp.dpid,
              len(dp.ports), dp.listener.getsockname())

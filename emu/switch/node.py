@@ -19,7 +19,7 @@ import time
 
 from mininet.node import Switch
 
-from emu import mgmt
+from emu import mgmt, realtime
 from emu.registry import Run, stop_child
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class EmuSwitch(Switch):
         argv = self.datapath_command() + [
             "--name", self.name, "--dpid", f"0x{self.dpid}", "--mgmt", self.mgmt_path,
             "--seed", str(self.seed), "--log-level", self.log_level,
+            "--rt-priority", str(realtime.configured_priority()),
         ]
         for addr in self.controller_addrs:
             argv += ["--controller", addr]

@@ -548,7 +548,8 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
                     continue  # the ranks are cleared below, then set up afresh
                 # Read again once all are done: a rank may finish receiving before
                 # its own last sends left its NIC; now every message has arrived.
-                status = {h: nics.nics[h].call("coll_status", job=job, check=True)
+                status = {h: nics.nics[h].call("coll_status", timeout_s=setup_timeout_s,
+                                               job=job, check=True)
                           for h in hosts}
                 ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
             finally:

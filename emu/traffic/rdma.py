@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from emu import mgmt
+from emu import mgmt, realtime
 from emu.net import Fabric, wait_for
 
 AGENT_READY_TIMEOUT_S = 20.0
@@ -46,7 +46,8 @@ class RdmaHosts:
             log = open(os.path.join(fab.run.log_dir, f"{h}.nic.log"), "ab")
             argv = [sys.executable, "-m", "emu.host.agent", "--name", h, "--intf", f"{h}-eth0",
                     "--mac", node["mac"], "--ip", node["ip"], "--rate-bps", str(rate),
-                    "--modelled-rate-bps", str(modelled_rate_bps), "--mgmt", path]
+                    "--modelled-rate-bps", str(modelled_rate_bps), "--mgmt", path,
+                    "--rt-priority", str(realtime.configured_priority())]
             if not dcqcn:
                 argv.append("--no-dcqcn")
             proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from emu import fabric, fidelity, scenario
+from emu import fabric, fidelity, realtime, scenario
 from emu.cli import EXIT_UNFAITHFUL, run_status
 from emu.net import Fabric, wait_for
 from emu.switch.datapath import CARRIER_POLL_S
@@ -49,6 +49,9 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path):
         wait_for(lambda: nics.poll_completions("h1", qp), 30, "the RDMA SEND to complete")
     records = fidelity.load_records(tmp_path)
     assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1", "h1", "h2"}
+    # Switches and NIC agents ran as the hardware they stand for: real-time (emu/realtime.py).
+    assert {r["name"]: r["sched"]["policy"] for _, r in records} == dict.fromkeys(
+        ("leaf1", "leaf2", "spine1", "h1", "h2"), "rr")
     verdict = fidelity.judge(records)
     stall = verdict.worst["stall"]
     assert not stall.passed and stall.where.startswith("leaf1")
@@ -78,10 +81,25 @@ def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path):
     g = fabric.leaf_spine(leaves=1, spines=1, hosts_per_leaf=2)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2", count=3)[1] == 3
+        assert os.sched_getscheduler(fab.switch("leaf1").proc.pid) == os.SCHED_RR
+        assert os.sched_getparam(fab.switch("leaf1").proc.pid).sched_priority == \
+            realtime.DEFAULT_PRIORITY
         res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "fidelity",
                               "--run", fab.run.run_id], capture_output=True, text=True,
                              cwd=ROOT, timeout=30)
     assert res.returncode == 0, res.stderr
     assert "leaf1 (switch" in res.stdout and "leaf1-eth1" in res.stdout
     assert "longest stall" in res.stdout and "on-time" in res.stdout
+    assert f"scheduled SCHED_RR {realtime.DEFAULT_PRIORITY}" in res.stdout
+
+
+def test_emu_rt_priority_0_leaves_the_emulator_under_the_normal_policy(tmp_path, monkeypatch):
+    monkeypatch.setenv(realtime.ENV, "0")
+    g = fabric.leaf_spine(leaves=1, spines=1, hosts_per_leaf=2)
+    with Fabric(g, out_dir=str(tmp_path)) as fab:
+        assert fab.ping("h1", "h2", count=2)[1] == 2
+        assert os.sched_getscheduler(fab.switch("leaf1").proc.pid) == os.SCHED_OTHER
+    records = fidelity.load_records(tmp_path)
+    assert records and all(r["sched"] == {"policy": "other"} for _, r in records)
+    assert fidelity.sched_summary(records).endswith(f"{len(records)} normal")
     assert json.loads((tmp_path / "fidelity.json").read_text())["missing"] == []
