@@ -34,6 +34,7 @@ the "unfaithful run" line.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -132,7 +133,7 @@ class LoopMonitor:
     """
 
     __slots__ = ("frame_s", "passes", "longest_s", "over_1", "over_10", "stalled_s",
-                 "idle_longest_s", "longest_work", "longest_cpu_s")
+                 "idle_longest_s", "longest_work", "longest_cpu_s", "longest_ended_at")
 
     def __init__(self, frame_s: float) -> None:
         self.frame_s = frame_s
@@ -147,11 +148,14 @@ class LoopMonitor:
         self.idle_longest_s = 0.0
         self.longest_work = ""
         self.longest_cpu_s = 0.0
+        self.longest_ended_at = 0.0
 
     def pass_done(self, stall_s: float, mattered: bool = True, work: tuple = (),
-                  cpu_s: float = 0.0) -> None:
-        """Record one pass; `work` names what the loop did in it and `cpu_s` the CPU it
-        used (a stall far longer than its CPU was spent waiting for a CPU)."""
+                  cpu_s: float = 0.0, ended_at: float = 0.0) -> None:
+        """Record one pass; `work` names what the loop did in it, `cpu_s` the CPU it
+        used (a stall far longer than its CPU was spent waiting for a CPU) and
+        `ended_at` when it ended (monotonic: the same clock in every process, so
+        that stalls of many processes at one moment can be told apart)."""
         self.passes += 1
         if stall_s <= self.frame_s:
             return
@@ -167,6 +171,7 @@ class LoopMonitor:
             self.longest_s = stall_s
             self.longest_work = ",".join(sorted(set(work)))
             self.longest_cpu_s = cpu_s
+            self.longest_ended_at = ended_at
 
     def woke(self, awake_since: float, asleep_at: float, timeout: float, woke: float,
              due_at: float | None, frames_ready: bool, work: tuple = (),
@@ -184,7 +189,7 @@ class LoopMonitor:
         # missed a switch stopped for 200 ms on a loaded machine).
         mattered = (due_at is not None and due_at <= woke) or frames_ready
         self.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
-                       mattered, work, cpu_s)
+                       mattered, work, cpu_s, woke)
 
     def snapshot(self) -> dict:
         return {"frame_s": self.frame_s, "passes": self.passes,
@@ -192,7 +197,23 @@ class LoopMonitor:
                 "stalls_over_10": self.over_10, "stalled_s": round(self.stalled_s, 6),
                 "idle_longest_stall_s": round(self.idle_longest_s, 6),
                 "longest_stall_work": self.longest_work,
-                "longest_stall_cpu_s": round(self.longest_cpu_s, 6)}
+                "longest_stall_cpu_s": round(self.longest_cpu_s, 6),
+                "longest_stall_ended_at": round(self.longest_ended_at, 6)}
+
+
+def machine_steal_s() -> float:
+    """CPU time the hypervisor took from this VM so far, summed over CPUs (/proc/stat).
+
+    A VM whose host runs other guests loses its CPUs now and then; every
+    process stalls then and none of them is at fault. The fabric reads it at
+    the start and the end of its window and the report quotes the difference.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def process_cpu() -> dict:
@@ -379,7 +400,43 @@ def judge(records: list[tuple[str, dict]], limits: Limits = Limits()) -> Verdict
                         f"{limits.max_deficit_share:.0%})"), deficit)
     for measure, found in candidates.items():
         verdict.worst[measure] = max(found, key=lambda bf: bf[0])[1]
+    stall = verdict.worst.get("stall")
+    if stall is not None and not stall.passed:
+        together = stalled_together(records, stall.where.split(" (")[0])
+        if together:
+            verdict.worst["stall"] = dataclasses.replace(stall, text=stall.text + together)
     return verdict
+
+
+def stalled_together(records: list[tuple[str, dict]], who: str) -> str:
+    """Text for a stall that most processes shared: the whole emulator stopped.
+
+    Each record keeps its longest stall's end (monotonic, one clock for the
+    machine). When at least half of the processes, and three or more, had
+    their longest stall overlap the worst one, no one loop was at fault: the
+    kernel stopped them all, as its real-time throttling does when the
+    emulator needs more CPU than the machine has (emu/realtime.py), or the
+    VM's host took the CPUs.
+    """
+    def interval(rec: dict) -> tuple[float, float] | None:
+        loop = rec["loop"]
+        end = loop.get("longest_stall_ended_at")
+        if not end:
+            return None
+        return end - loop["longest_stall_s"], end
+
+    spans = {(f"{label}/{rec['name']}" if label else rec["name"]): interval(rec)
+             for label, rec in records}
+    worst = spans.get(who)
+    if worst is None:
+        return ""
+    overlapping = sum(1 for span in spans.values()
+                      if span is not None and span[0] < worst[1] and span[1] > worst[0])
+    if overlapping < 3 or 2 * overlapping < len(records):
+        return ""
+    return (f"; {overlapping} of {len(records)} processes had their longest stall at that "
+            "moment: the whole emulator was stopped (real-time throttling when it needs "
+            "more CPU than the machine has, or the VM's host)")
 
 
 CHECK_NAMES = {
@@ -426,6 +483,17 @@ def load_records(out_dir: Path) -> list[tuple[str, dict]]:
             continue
         found += [(label, rec) for rec in doc.get("processes", [])]
     return found
+
+
+def load_steal_s(out_dir: Path) -> float:
+    """CPU time the VM's host took during the fabrics' windows (every fidelity.json)."""
+    total = 0.0
+    for path in sorted(Path(out_dir).rglob("fidelity.json")):
+        try:
+            total += json.loads(path.read_text()).get("machine", {}).get("steal_s", 0.0)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return total
 
 
 def load_missing(out_dir: Path) -> list[str]:

@@ -114,6 +114,8 @@ class Fabric:
         self.status_path = ""
         self.started_at = 0.0
         self.converged_after_s = None
+        # Hypervisor steal (s) when the fidelity window began (emu/telemetry.py).
+        self.fidelity_steal_start_s: float | None = None
         self._faults = None
 
     # ----- lifecycle --------------------------------------------------------

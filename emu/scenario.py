@@ -224,7 +224,8 @@ def add_fidelity(ctx: Context) -> None:
     verdict = fidelity.judge(records, limits)
     ctx.table("fidelity (the emulator against its links' clocks; emu/fidelity.py)",
               fidelity.TABLE_COLUMNS, fidelity.table_rows(records, limits))
-    ctx.text(fidelity.sched_summary(records))
+    ctx.text(fidelity.sched_summary(records) + "; CPU time the VM's host took meanwhile "
+             f"(steal): {fidelity.load_steal_s(ctx.out_dir) * 1e3:.0f} ms")
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:

@@ -168,8 +168,9 @@ def _switches(fab) -> list[str]:
 
 def reset_fidelity(fab) -> None:
     """Start every switch's fidelity window now (after boot and convergence)."""
-    from emu import mgmt
+    from emu import fidelity, mgmt
 
+    fab.fidelity_steal_start_s = fidelity.machine_steal_s()
     for sw in _switches(fab):
         try:
             fab.switch_call(sw, "fidelity_reset")
@@ -201,7 +202,10 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "fidelity.json"
-    path.write_text(json.dumps({"processes": records, "missing": missing}, indent=1))
+    start = fab.fidelity_steal_start_s
+    steal_s = fidelity.machine_steal_s() - start if start is not None else 0.0
+    path.write_text(json.dumps({"processes": records, "missing": missing,
+                                "machine": {"steal_s": round(steal_s, 3)}}, indent=1))
     folder = out / "telemetry"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "fidelity.csv", "w", newline="") as f:

@@ -214,3 +214,47 @@ def test_a_frame_that_found_its_port_idle_is_late_but_loses_no_link_time():
     sched.dequeue(10.0 + 20 * FRAME_S)            # read 20 frame times late
     assert sched.clock.snapshot()["hist"][fidelity.BUCKET_NAMES.index("<100")] == 1
     assert sched.clock.deficit_s == 0.0
+
+
+def stalled_at(name: str, stall_frames: float, ended_at: float) -> dict:
+    rec = record(name, stall_frames=stall_frames)
+    rec["loop"]["longest_stall_ended_at"] = ended_at
+    return rec
+
+
+def test_a_stall_every_process_shared_is_called_the_whole_emulator_stopping():
+    # Real-time throttling stops every switch and NIC for the rest of a second:
+    # their longest stalls overlap. The line must not blame one loop alone.
+    records = [("", stalled_at(n, 40.0 + i, 100.0 + i * FRAME_S))
+               for i, n in enumerate(("leaf1", "leaf2", "spine1", "h1"))]
+    stall = fidelity.judge(records).worst["stall"]
+    assert not stall.passed and stall.where == "h1 (switch)"
+    assert "4 of 4 processes had their longest stall at that moment" in stall.text
+
+
+def test_a_stall_of_one_process_alone_is_its_own():
+    records = [("", stalled_at("leaf1", 40.0, 100.0)), ("", stalled_at("leaf2", 30.0, 50.0)),
+               ("", stalled_at("spine1", 30.0, 70.0)), ("", stalled_at("h1", 0.5, 100.0))]
+    stall = fidelity.judge(records).worst["stall"]
+    assert not stall.passed and stall.where == "leaf1 (switch)"
+    assert "whole emulator" not in stall.text
+
+
+def test_the_loop_keeps_when_its_longest_stall_ended():
+    loop = fidelity.LoopMonitor(FRAME_S)
+    loop.woke(awake_since=10.0, asleep_at=10.0, timeout=0.0, woke=10.0 + 20 * FRAME_S,
+              due_at=10.0, frames_ready=True)
+    snap = loop.snapshot()
+    assert snap["longest_stall_ended_at"] == pytest.approx(10.0 + 20 * FRAME_S, abs=1e-6)
+
+
+def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_path):
+    for fab, steal in (("a", 0.05), ("b", 0.02)):
+        (tmp_path / fab).mkdir()
+        (tmp_path / fab / "fidelity.json").write_text(json.dumps(
+            {"processes": [record()], "missing": [], "machine": {"steal_s": steal}}))
+    assert fidelity.load_steal_s(tmp_path) == pytest.approx(0.07)
+    assert fidelity.machine_steal_s() >= 0.0
+    ctx = scenario.Context("t", {}, tmp_path)
+    scenario.add_fidelity(ctx)
+    assert "(steal): 70 ms" in scenario.render_report(ctx)
