@@ -140,7 +140,12 @@ def run(ctx: Context) -> None:
                   f"worst-hash model {model['worst_ratio']:.3f} x (1 - "
                   f"{floor['backoff_in_window_s']:.2f} s of RTO backoff / "
                   f"{floor['window_s']:.0f} s)")
-        ctx.check(f"{mode}: no flow stuck", r["stuck_flows"] == 0, r["stuck_flows"],
+        stuck_text = "; ".join(
+            f"{d['flow']} silent {d['silent_s']} s from t={d['silent_from_s']} s "
+            f"({d['retransmits_before']} retransmits in the 3 s before, "
+            f"{d['retransmits_during']} during)" for d in r["stuck_detail"])
+        ctx.check(f"{mode}: no flow stuck", r["stuck_flows"] == 0,
+                  f"{r['stuck_flows']}: {stuck_text}" if stuck_text else r["stuck_flows"],
                   f"0 flows silent for >= {p['stuck_s']:g} s")
         ctx.check(f"{mode}: no switch or controller died", not r["dead"],
                   ", ".join(r["dead"]) or "none", "none")
@@ -267,11 +272,11 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
         ctx.events.extend(dict(e, kind=f"{mode}: {e['kind']}") for e in fab.faults.events
                           if e["kind"] != "link_up" and e["kind"] != "link_down")
     return summarise(p, t0, docs, ping_results, status, dead, unreachable,
-                     sum(1 for e in fab.faults.events if e["kind"] == "link_down"))
+                     sum(1 for e in fab.faults.events if e["kind"] == "link_down"), flows)
 
 
 def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, dead: list,
-              unreachable: int, downs: int) -> dict:
+              unreachable: int, downs: int, flows: list[tuple[str, str]] = ()) -> dict:
     bad = [doc.get("error") for doc in docs if "error" in doc]
     if bad:
         raise RuntimeError(f"iperf3 failed: {bad}")
@@ -286,9 +291,27 @@ def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, d
 
     # A flow is stuck if, once the link is flapping, it moves no bytes for stuck_s in a row.
     window = max(1, int(round(p["stuck_s"])))
-    stuck = sum(1 for f in per_flow
-                if any(all(x == 0 for x in f[i:i + window])
-                       for i in range(int(start), len(f) - window + 1)))
+    stuck_detail = []
+    for k, f in enumerate(per_flow):
+        first = next((i for i in range(int(start), len(f) - window + 1)
+                      if all(x == 0 for x in f[i:i + window])), None)
+        if first is None:
+            continue
+        last = first
+        while last + 1 < len(f) and f[last + 1] == 0:
+            last += 1
+        intervals = docs[k]["intervals"]
+        # Which flow, when (s since the flows began) and for how long, and the
+        # sender's retransmissions around it: the report must let the reader
+        # tell an RTO backoff from a black hole.
+        stuck_detail.append({
+            "flow": "->".join(flows[k]) if k < len(flows) else str(k),
+            "silent_from_s": first, "silent_s": last - first + 1,
+            "retransmits_before": sum(iv["sum"].get("retransmits", 0) or 0
+                                      for iv in intervals[max(0, first - 3):first + 1]),
+            "retransmits_during": sum(iv["sum"].get("retransmits", 0) or 0
+                                      for iv in intervals[first:last + 2])})
+    stuck = len(stuck_detail)
     damping = status.get("damping", [])
     damped = [e["t"] - t0 - start for e in damping if e["kind"] == "damped"]
     return {
@@ -302,6 +325,7 @@ def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, d
         "after_mbps": mean_over(end + 6, n),
         "worst_outage_s": max(r.longest_outage_s for r in pings.values()),
         "stuck_flows": stuck,
+        "stuck_detail": stuck_detail,
         "dead": dead,
         "unreachable_after": unreachable,
         "adaptive": status.get("adaptive"),

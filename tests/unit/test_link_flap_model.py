@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from emu import fabric as fabric_mod
@@ -38,3 +40,19 @@ def test_the_floor_subtracts_the_rto_backoff_left_in_the_window():
     assert floor["ratio"] == pytest.approx(2 / 3 * (1 - floor["backoff_in_window_s"] / 29), abs=1e-4)
     # Never damped: no floor at all (the damping check fails instead).
     assert link_flap.during_floor(p, 2 / 3, {"damped_after_s": None})["ratio"] == 0
+
+
+def test_a_stuck_flow_is_named_with_when_and_its_retransmissions():
+    def doc(rates, retrans):
+        return {"intervals": [{"sum": {"bits_per_second": r, "retransmits": x}}
+                              for r, x in zip(rates, retrans)]}
+
+    p = {"start_s": 3.0, "flap_s": 4.0, "stuck_s": 3.0}
+    moving = doc([5e6] * 10, [0] * 10)
+    silent = doc([5e6, 5e6, 5e6, 5e6, 0, 0, 0, 0, 5e6, 5e6], [0, 0, 0, 2, 1, 1, 0, 1, 0, 0])
+    pings = {("h1", "h3"): SimpleNamespace(longest_outage_s=0.1)}
+    r = link_flap.summarise(p, 0.0, [moving, silent], pings, {}, [], 0, 3,
+                            [("h1", "h5"), ("h2", "h6")])
+    assert r["stuck_flows"] == 1
+    assert r["stuck_detail"] == [{"flow": "h2->h6", "silent_from_s": 4, "silent_s": 4,
+                                  "retransmits_before": 3, "retransmits_during": 3}]
