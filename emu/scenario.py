@@ -207,7 +207,12 @@ def unfaithful_line(ctx: Context) -> str:
     bad = [c for c in ctx.checks if c.fidelity and not c.passed]
     others_pass = all(c.passed for c in ctx.checks if not c.fidelity)
     head = "unfaithful run" if others_pass else "unfaithful run (its failed checks may be the emulator's)"
-    return f"{head}: " + "; ".join(str(c.value) for c in bad)
+    line = f"{head}: " + "; ".join(str(c.value) for c in bad)
+    steal_s = ctx.metrics.get("fidelity", {}).get("steal_s", 0.0)
+    if steal_s >= 0.01:
+        # On a VM whose host is busy, every process stops now and then: name it.
+        line += f"; the VM's host took {steal_s * 1e3:.0f} ms of CPU meanwhile (steal)"
+    return line
 
 
 def add_fidelity(ctx: Context) -> None:
@@ -224,8 +229,9 @@ def add_fidelity(ctx: Context) -> None:
     verdict = fidelity.judge(records, limits)
     ctx.table("fidelity (the emulator against its links' clocks; emu/fidelity.py)",
               fidelity.TABLE_COLUMNS, fidelity.table_rows(records, limits))
+    steal_s = fidelity.load_steal_s(ctx.out_dir)
     ctx.text(fidelity.sched_summary(records) + "; CPU time the VM's host took meanwhile "
-             f"(steal): {fidelity.load_steal_s(ctx.out_dir) * 1e3:.0f} ms")
+             f"(steal): {steal_s * 1e3:.0f} ms")
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:
@@ -239,7 +245,7 @@ def add_fidelity(ctx: Context) -> None:
                   fidelity=True)
     ctx.metrics["fidelity"] = {
         "faithful": verdict.faithful, "processes": verdict.processes, "frames": verdict.frames,
-        "scheduling": fidelity.sched_summary(records),
+        "scheduling": fidelity.sched_summary(records), "steal_s": round(steal_s, 3),
         "worst": {m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
                   for m, f in verdict.worst.items()}}
 
