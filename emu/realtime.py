@@ -17,8 +17,12 @@ priority (10): kernel threads that serve interrupts run at 50, and RT
 throttling (`kernel.sched_rt_runtime_us`, 95% by default) still leaves the
 rest of the machine a share if a loop ever spins.
 
-The priority comes from `EMU_RT_PRIORITY` (1..99; 0 switches it off, to
-compare). Where the kernel refuses (no CAP_SYS_NICE, or a cgroup without a
+The priority comes from `EMU_RT_PRIORITY` (1..99; 0, the default for now,
+leaves the normal policy). It is opt-in until one regression is understood:
+with it on, CI saw link-flap's "no flow stuck" fail in 2 of 2 full runs (a
+TCP flow with 91-146 retransmissions and no progress for 3 s around the end
+of the flapping, in a run that was faithful), while 5 runs on their own
+passed; see the README. Where the kernel refuses (no CAP_SYS_NICE, or a cgroup without a
 real-time budget) a process runs as before and says so in its fidelity
 record, so a report shows it.
 """
@@ -27,7 +31,8 @@ from __future__ import annotations
 
 import os
 
-DEFAULT_PRIORITY = 10
+RECOMMENDED_PRIORITY = 10   # what EMU_RT_PRIORITY=10 asks for; measured below
+DEFAULT_PRIORITY = 0        # opt-in: see the module docstring
 ENV = "EMU_RT_PRIORITY"
 
 

@@ -29,7 +29,8 @@ def tx_packets(fab, switch: str) -> int:
     return sum(p["tx_packets"] for p in fab.switch_call(switch, "ports"))
 
 
-def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path):
+def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch):
+    monkeypatch.setenv(realtime.ENV, str(realtime.RECOMMENDED_PRIORITY))
     g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         # The window starts at convergence: a live record says so.
@@ -77,24 +78,25 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path):
     assert rows[0].startswith("process,kind,port") and any(r.startswith("leaf1,") for r in rows)
 
 
-def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path):
+def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path, monkeypatch):
+    monkeypatch.setenv(realtime.ENV, str(realtime.RECOMMENDED_PRIORITY))
     g = fabric.leaf_spine(leaves=1, spines=1, hosts_per_leaf=2)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2", count=3)[1] == 3
         assert os.sched_getscheduler(fab.switch("leaf1").proc.pid) == os.SCHED_RR
         assert os.sched_getparam(fab.switch("leaf1").proc.pid).sched_priority == \
-            realtime.DEFAULT_PRIORITY
+            realtime.RECOMMENDED_PRIORITY
         res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "fidelity",
                               "--run", fab.run.run_id], capture_output=True, text=True,
                              cwd=ROOT, timeout=30)
     assert res.returncode == 0, res.stderr
     assert "leaf1 (switch" in res.stdout and "leaf1-eth1" in res.stdout
     assert "longest stall" in res.stdout and "on-time" in res.stdout
-    assert f"scheduled SCHED_RR {realtime.DEFAULT_PRIORITY}" in res.stdout
+    assert f"scheduled SCHED_RR {realtime.RECOMMENDED_PRIORITY}" in res.stdout
 
 
-def test_emu_rt_priority_0_leaves_the_emulator_under_the_normal_policy(tmp_path, monkeypatch):
-    monkeypatch.setenv(realtime.ENV, "0")
+def test_by_default_the_emulator_runs_under_the_normal_policy(tmp_path, monkeypatch):
+    monkeypatch.delenv(realtime.ENV, raising=False)
     g = fabric.leaf_spine(leaves=1, spines=1, hosts_per_leaf=2)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2", count=2)[1] == 2
