@@ -470,41 +470,33 @@ def check_name(measure: str, limits: Limits = Limits()) -> str:
                                        deficit=limits.max_deficit_share)
 
 
-def load_records(out_dir: Path) -> list[tuple[str, dict]]:
-    """Every `fidelity.json` under `out_dir`: [(fabric label, process record)]."""
-    found = []
+def _documents(out_dir: Path):
+    """(fabric label, document) of every readable `fidelity.json` under `out_dir`."""
     root = Path(out_dir)
     for path in sorted(root.rglob("fidelity.json")):
         label = str(path.parent.relative_to(root))
-        label = "" if label == "." else label
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        found += [(label, rec) for rec in doc.get("processes", [])]
-    return found
+        if isinstance(doc, dict):
+            yield ("" if label == "." else label), doc
+
+
+def load_records(out_dir: Path) -> list[tuple[str, dict]]:
+    """Every `fidelity.json` under `out_dir`: [(fabric label, process record)]."""
+    return [(label, rec) for label, doc in _documents(out_dir)
+            for rec in doc.get("processes", [])]
 
 
 def load_steal_s(out_dir: Path) -> float:
     """CPU time the VM's host took during the fabrics' windows (every fidelity.json)."""
-    total = 0.0
-    for path in sorted(Path(out_dir).rglob("fidelity.json")):
-        try:
-            total += json.loads(path.read_text()).get("machine", {}).get("steal_s", 0.0)
-        except (OSError, ValueError, AttributeError):
-            continue
-    return total
+    return sum(doc.get("machine", {}).get("steal_s", 0.0) for _, doc in _documents(out_dir))
 
 
 def load_missing(out_dir: Path) -> list[str]:
     """Processes that did not answer when a fabric under `out_dir` collected fidelity."""
-    missing = []
-    for path in sorted(Path(out_dir).rglob("fidelity.json")):
-        try:
-            missing += json.loads(path.read_text()).get("missing", [])
-        except (OSError, ValueError):
-            continue
-    return missing
+    return [name for _, doc in _documents(out_dir) for name in doc.get("missing", [])]
 
 
 def table_rows(records: list[tuple[str, dict]], limits: Limits = Limits()) -> list[list]:

@@ -230,8 +230,9 @@ def add_fidelity(ctx: Context) -> None:
     ctx.table("fidelity (the emulator against its links' clocks; emu/fidelity.py)",
               fidelity.TABLE_COLUMNS, fidelity.table_rows(records, limits))
     steal_s = fidelity.load_steal_s(ctx.out_dir)
-    ctx.text(fidelity.sched_summary(records) + "; CPU time the VM's host took meanwhile "
-             f"(steal): {steal_s * 1e3:.0f} ms")
+    scheduling = fidelity.sched_summary(records)
+    ctx.text(f"{scheduling}; CPU time the VM's host took meanwhile (steal): "
+             f"{steal_s * 1e3:.0f} ms")
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:
@@ -245,7 +246,7 @@ def add_fidelity(ctx: Context) -> None:
                   fidelity=True)
     ctx.metrics["fidelity"] = {
         "faithful": verdict.faithful, "processes": verdict.processes, "frames": verdict.frames,
-        "scheduling": fidelity.sched_summary(records), "steal_s": round(steal_s, 3),
+        "scheduling": scheduling, "steal_s": round(steal_s, 3),
         "worst": {m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
                   for m, f in verdict.worst.items()}}
 
