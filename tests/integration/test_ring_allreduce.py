@@ -133,8 +133,14 @@ def test_ring_allreduce_8_hosts(fabric, tmp_path):
     print(found["text"])
     # Held to the model when the emulator kept up (as at 16 ranks); CI on the 2-core
     # VM measured 0.883 of goodput in a run whose fidelity was not checked here.
-    if found["verdict"].faithful:
+    # An unfaithful run is never quoted: a miss there is xfail with the verdict, not
+    # a silent pass.
+    try:
         assert_busbw(res[-1], 8, found["deficit"])
+    except AssertionError:
+        if found["verdict"].faithful:
+            raise
+        pytest.xfail(f"busbw below the model in an unfaithful run:\n{found['text']}")
 
 
 @pytest.mark.emu_fabric(leaves=4, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS)
