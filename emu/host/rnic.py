@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from emu.fidelity import PortClock
+from emu.fidelity import PortClock, early_departure_s
 from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
 from emu.proto import pfc, roce
 
@@ -298,15 +298,20 @@ class Rnic:
     # ----- transmit ---------------------------------------------------------
 
     def next_frame(self, now: float) -> bytes | None:
-        """The next data frame if the wire, PFC and the QPs' rates allow it now."""
-        if self.free_at > now or self.paused_until[DATA_PRIO] > now:
+        """The next data frame if the wire, PFC and the QPs' rates allow it now.
+
+        A frame due within a quarter frame time goes now (emu.fidelity.EARLY_FRAMES): the
+        wire's and the QP's clocks advance from their own times, not from `now`.
+        """
+        soon = now + early_departure_s(self.cfg.rate_bps)
+        if self.free_at > soon or self.paused_until[DATA_PRIO] > now:
             return None
         for _ in range(len(self._rr)):
             qpn = self._rr[0]
             self._rr.rotate(-1)
             qp = self.send_qps[qpn]
             self._check_timeout(qp, now)
-            if qp.next_psn >= qp.end_psn or qp.next_tx_at > now or \
+            if qp.next_psn >= qp.end_psn or qp.next_tx_at > soon or \
                     qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
                 continue
             slot = max(self.free_at, qp.next_tx_at, qp.ready_since,

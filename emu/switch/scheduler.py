@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from emu.fidelity import PortClock
+from emu.fidelity import PortClock, early_departure_s
 
 N_PRIORITIES = 8
 # Bytes counted per frame on the wire: the frame as handed to the veth. Like
@@ -86,6 +86,7 @@ class PortScheduler:
         # passes (a receive batch, an OpenFlow burst); the clock may lag that
         # much so that the time is not lost, at the price of that burst.
         self.burst_s = max(self._burst_floor_s, 2 * 1514 * self.s_per_byte, MIN_BURST_S)
+        self.early_s = early_departure_s(rate_bps)
 
     def enqueue(self, frame: bytes, prio: int, meta=None, now: float = float("-inf")) -> bool:
         """Queue a frame (and its `meta`) at `now` on priority `prio`; False when tail-dropped."""
@@ -130,8 +131,13 @@ class PortScheduler:
                                      if self.queues[p]))
 
     def dequeue(self, now: float) -> tuple[bytes, int, object] | None:
-        """Pop the highest-priority eligible (frame, prio, meta) if the wire is free at `now`."""
-        if not self.pending or self.free_at > now:
+        """Pop the highest-priority eligible (frame, prio, meta) if the wire is free at `now`.
+
+        "Free" includes up to `early_s` before the wire's clock (see
+        emu.fidelity.EARLY_FRAMES); the clock then advances from its own time,
+        not from `now`, so the early frame takes no extra rate.
+        """
+        if not self.pending or self.free_at > now + self.early_s:
             return None
         queues = self.queues
         paused_until = self.paused_until

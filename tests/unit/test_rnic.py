@@ -2,6 +2,7 @@
 
 import pytest
 
+from emu.fidelity import early_departure_s
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import pfc, roce
 from emu.switch.parse import set_ip_ecn
@@ -52,6 +53,20 @@ def test_message_completes_and_is_paced_at_link_rate():
     # Never faster than the link: the last ACK comes after bytes/rate (1 ms burst allowed).
     assert done[0].completed_at >= frame_bytes * 8 / RATE - 0.001
     assert b.recv_qps[7].rx_bytes == 200_000
+
+
+def test_frame_due_within_a_quarter_frame_leaves_early_on_the_wires_clock():
+    a, _ = pair(dcqcn=False)
+    a.post_send(1, 3 * 1024, 0.0)
+    first = a.next_frame(0.0)
+    assert first is not None
+    due = a.free_at                               # the second frame's slot
+    early = early_departure_s(RATE)
+    assert a.next_frame(due - 1.5 * early) is None
+    second = a.next_frame(due - 0.5 * early)
+    assert second is not None
+    # The wire's clock advanced from the slot: no rate was gained.
+    assert a.free_at == pytest.approx(due + len(second) * 8 / RATE)
 
 
 def test_lost_packets_are_recovered_by_go_back_n_on_nak():

@@ -2,6 +2,7 @@
 
 import pytest
 
+from emu.fidelity import frame_time_s
 from emu.switch.scheduler import PortScheduler
 
 
@@ -59,6 +60,21 @@ def test_late_wakeup_catches_up_only_by_the_burst():
         sent += 1500
     assert sent <= s.burst_s * rate / 8 + 1500
     assert sent >= 1500
+
+
+def test_frame_due_within_a_quarter_frame_leaves_early_without_gaining_rate():
+    rate = 10_000_000
+    s = PortScheduler(rate_bps=rate)
+    for _ in range(3):
+        s.enqueue(frame(1500), 0, now=0.0)
+    assert s.dequeue(0.0) is not None           # the first frame: wire free at 0
+    due = 1500 * 8 / rate                        # the second frame's slot
+    assert s.early_s == pytest.approx(0.25 * frame_time_s(rate))
+    assert s.dequeue(due - 1.5 * s.early_s) is None   # too early: not yet
+    assert s.dequeue(due - 0.5 * s.early_s) is not None  # awake anyway: goes now
+    # The wire's clock moved on from the slot, not from the early send.
+    assert s.ready_at() == pytest.approx(2 * due)
+    assert s.clock.hist[0] == 2 and s.clock.deficit_s == 0.0
 
 
 def test_tail_drop_at_queue_limit_counts():

@@ -1,0 +1,115 @@
+"""What one wake-up of an event loop costs on this machine, in CPU time.
+
+Every emu switch and NIC agent is a process that sleeps in select() until
+its next frame is due or a frame arrives. On a VM a wake-up can cost more CPU
+than forwarding the frame it was for (timer programming, halt and resume of
+the virtual CPU, an inter-processor interrupt for a cross-CPU wake-up), and
+that CPU is what a fabric runs out of. This bench measures, with getrusage:
+
+- a timed sleep: select() with no descriptors and a timeout (one frame time
+  at 10 Mbit/s, 1.2 ms; and 0.1 ms), CPU per sleep;
+- a cross-process wake-up: two processes ping-pong one datagram over a Unix
+  socketpair, each blocked in select(); CPU per round trip of one side, and
+  the round trip's wall time;
+- for scale: one non-blocking SelectSelector.select(0) over 10 sockets, and
+  one time.thread_time() call.
+
+    .venv/bin/python bench/wakeup.py [--rounds 20000]
+
+Results and how emu uses them: docs/performance.md ("Wake-ups").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import select
+import selectors
+import socket
+import sys
+import time
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_sleep(timeout_s: float, rounds: int) -> tuple[float, float]:
+    """(CPU, wall) per select() sleep of `timeout_s`."""
+    c0, t0 = cpu_s(), time.monotonic()
+    for _ in range(rounds):
+        select.select([], [], [], timeout_s)
+    return (cpu_s() - c0) / rounds, (time.monotonic() - t0) / rounds
+
+
+def ping_pong(rounds: int) -> tuple[float, float]:
+    """(CPU of one side, wall) per round trip between two processes."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for _ in range(rounds):
+                select.select([b], [], [], 5)
+                b.recv(64)
+                b.send(b"x")
+        finally:
+            os._exit(0)
+    c0, t0 = cpu_s(), time.monotonic()
+    for _ in range(rounds):
+        a.send(b"x")
+        select.select([a], [], [], 5)
+        a.recv(64)
+    wall = time.monotonic() - t0
+    cpu = cpu_s() - c0
+    os.waitpid(pid, 0)
+    a.close()
+    b.close()
+    return cpu / rounds, wall / rounds
+
+
+def select_zero(rounds: int) -> float:
+    sel = selectors.SelectSelector()
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(10)]
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+    c0 = cpu_s()
+    for _ in range(rounds):
+        sel.select(0)
+    cpu = (cpu_s() - c0) / rounds
+    for s in socks:
+        s.close()
+    return cpu
+
+
+def thread_time_call(rounds: int) -> float:
+    c0 = cpu_s()
+    for _ in range(rounds):
+        time.thread_time()
+    return (cpu_s() - c0) / rounds
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=20000, help="round trips and calls to time")
+    args = p.parse_args(argv)
+    if args.rounds < 100:
+        p.error(f"--rounds {args.rounds}: at least 100")
+    sleeps = max(100, args.rounds // 10)
+    print(f"# {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
+          f"Python {platform.python_version()}")
+    print(f"{'what':42} {'CPU us':>8} {'wall us':>8}")
+    for timeout in (0.0012, 0.0001):
+        cpu, wall = timed_sleep(timeout, sleeps)
+        print(f"{f'select() sleep of {timeout * 1e3:g} ms':42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
+    cpu, wall = ping_pong(args.rounds)
+    print(f"{'cross-process wake-up (ping-pong, one side)':42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
+    print(f"{'SelectSelector.select(0), 10 sockets':42} {select_zero(args.rounds) * 1e6:8.1f}")
+    print(f"{'time.thread_time()':42} {thread_time_call(args.rounds) * 1e6:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
