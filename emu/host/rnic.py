@@ -303,9 +303,9 @@ class Rnic:
         A frame due within a quarter frame time goes now (emu.fidelity.EARLY_FRAMES): the
         wire's and the QP's clocks advance from their own times, not from `now`.
         """
-        soon = now + early_departure_s(self.cfg.rate_bps)
-        if self.free_at > soon or self.paused_until[DATA_PRIO] > now:
+        if not self.may_send(now):
             return None
+        soon = now + early_departure_s(self.cfg.rate_bps)
         for _ in range(len(self._rr)):
             qpn = self._rr[0]
             self._rr.rotate(-1)
@@ -339,6 +339,11 @@ class Rnic:
             return frame
         return None
 
+    def may_send(self, now: float) -> bool:
+        """The wire is free for a data frame at `now` (within a quarter frame) and not paused."""
+        return self.free_at <= now + early_departure_s(self.cfg.rate_bps) and \
+            self.paused_until[DATA_PRIO] <= now
+
     def _wire(self, size: int, now: float) -> None:
         # The link-rate virtual clock may lag one millisecond behind (a late loop).
         self.free_at = max(self.free_at, now - WIRE_CATCH_UP_S) + size * 8 / self.cfg.rate_bps
@@ -347,9 +352,8 @@ class Rnic:
         """Account a frame of `size_bytes` sent at `now` outside the QPs on the NIC's wire.
 
         For collectives that build their own frames (non-RoCE aggregation):
-        send only when `free_at <= now` (and the data priority is not paused,
-        `paused_until[DATA_PRIO] <= now`), then call this so that QP traffic
-        and theirs share the link rate.
+        send only when `may_send(now)`, then call this so that QP traffic and
+        theirs share the link rate.
         """
         self._wire(size_bytes, now)
 

@@ -224,7 +224,7 @@ class SharpOnNic:
         return max(self.rnic.free_at, self.rnic.paused_until[DATA_PRIO])
 
     def next_frame(self, now: float) -> bytes | None:
-        if not self.running or self._blocked_until() > now:
+        if not self.running or not self.rnic.may_send(now):
             return None
         frame = self.sharp.next_frame(now)
         if frame is not None:
