@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from emu import realtime
 from emu.scenario import ScenarioError
 
 # A path into metrics.json["metrics"]: dict keys, list indices (-1 = last), or
@@ -618,6 +619,7 @@ def render_markdown(info: dict, summaries: list[EntrySummary], plots_dir_name: s
               f"{m['memory']} memory",
               f"- date: {info['date']}",
               f"- command: `{info['command']}`",
+              f"- scheduling of switches and NIC agents: {info.get('scheduling', 'not recorded')}",
               f"- runs: {runs}"]
     lines += ["",
               "Each figure is the min, median and max over the **faithful** runs only: a run "
@@ -703,10 +705,20 @@ def command_line(plan_only: str | None, runs: int | None, quick: bool, out: str,
     if plan_only is not None:
         argv += ["--only", plan_only]
     argv += ["--out", str(out), "--doc", str(doc)]
-    return shlex.join(argv)
+    prio = realtime.configured_priority()
+    # The scheduling is part of what was run: the same command must ask for it again.
+    return (f"{realtime.ENV}={prio} " if prio else "") + shlex.join(argv)
 
 
 # ----- the shell: machine, git, running ---------------------------------------------------
+
+
+def scheduling_info() -> str:
+    """How the runs' switches and NIC agents are scheduled (EMU_RT_PRIORITY, emu/realtime.py)."""
+    prio = realtime.configured_priority()
+    if prio:
+        return f"SCHED_RR {prio} asked ({realtime.ENV}={prio}; each run's report says what it got)"
+    return f"normal ({realtime.ENV} unset or 0)"
 
 
 def machine_info() -> dict:
@@ -829,6 +841,9 @@ def reproduce(plan: Plan, out_dir: str, doc_path: str, command: str,
     total = len(plan.entries) * plan.runs
     done = 0
     summaries = []
+    # Read before the runs: the commit they ran at (a tree edited meanwhile is not theirs).
+    commit, dirty = git_info()
+    scheduling = scheduling_info()
     for entry in plan.entries:
         overrides = plan.overrides(entry)
         timeout = entry.timeout_s
@@ -848,10 +863,10 @@ def reproduce(plan: Plan, out_dir: str, doc_path: str, command: str,
         summary = summarise(entry, overrides, runs)
         copy_plots(summary, plots_dir)
         summaries.append(summary)
-    commit, dirty = git_info()
     info = {"commit": commit, "dirty": dirty, "machine": machine_info(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": command, "runs": plan.runs, "quick": plan.quick}
+            "command": command, "runs": plan.runs, "quick": plan.quick,
+            "scheduling": scheduling}
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(render_markdown(info, summaries, plots_dir.name))
     return summaries

@@ -296,11 +296,26 @@ def test_cli_bad_input_as_a_user_runs_it_has_no_traceback(tmp_path):
     assert "--only nope" in res.stderr and not (tmp_path / "r.md").exists()
 
 
-def test_command_line_is_explicit():
+def test_command_line_is_explicit(monkeypatch):
+    monkeypatch.delenv("EMU_RT_PRIORITY", raising=False)
     assert reproduce.command_line("smoke", None, True, "/tmp/rp", "/tmp/r.md") == \
         "emu reproduce --quick --only smoke --out /tmp/rp --doc /tmp/r.md"
     assert reproduce.command_line(None, 5, False, "results/reproduce", "docs/results.md") == \
         "emu reproduce --runs 5 --out results/reproduce --doc docs/results.md"
+
+
+def test_command_line_and_doc_carry_the_scheduling_asked_for(monkeypatch):
+    monkeypatch.setenv("EMU_RT_PRIORITY", "10")
+    assert reproduce.command_line(None, 3, False, "o", "d") == \
+        "EMU_RT_PRIORITY=10 emu reproduce --runs 3 --out o --doc d"
+    assert reproduce.scheduling_info().startswith("SCHED_RR 10 asked")
+    s = reproduce.summarise(TOY, ("hosts_per_leaf=1",), [record(1, doc(1.0))])
+    info = {"commit": "1f4841b", "dirty": False, "machine": MACHINE, "date": "d",
+            "command": "c", "runs": 1, "quick": False, "scheduling": reproduce.scheduling_info()}
+    assert "- scheduling of switches and NIC agents: SCHED_RR 10 asked" in \
+        reproduce.render_markdown(info, [s], "results")
+    monkeypatch.setenv("EMU_RT_PRIORITY", "0")
+    assert reproduce.scheduling_info().startswith("normal")
 
 
 # ----- the shell, with a stand-in for `emu run` -----------------------------------------------------
