@@ -119,6 +119,8 @@ def cmd_reproduce(args) -> int:
     """Every figure the README quotes, run --runs times, summarised into --doc (emu/reproduce.py)."""
     from emu import reproduce
 
+    if args.update_readme:
+        return _update_readme(reproduce, args.update_readme, args.doc)
     plan = reproduce.make_plan(args.only, args.runs, args.quick)  # bad input: before root
     reproduce.check_overrides(plan)
     need_root("emu reproduce")
@@ -127,6 +129,26 @@ def cmd_reproduce(args) -> int:
     verdict = reproduce.overall(summaries)
     print(f"wrote {args.doc} ({verdict}); runs in {args.out}")
     return {"passed": 0, "unfaithful": EXIT_UNFAITHFUL}.get(verdict, EXIT_CHECKS_FAILED)
+
+
+def _update_readme(reproduce, readme_path: str, doc_path: str) -> int:
+    try:
+        with open(readme_path) as f:
+            readme = f.read()
+        with open(doc_path) as f:
+            results = f.read()
+        fresh, unknown = reproduce.update_readme(readme, results)
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"--update-readme: {exc}") from None
+    if unknown:
+        raise ScenarioError(f"--update-readme: {readme_path} has blocks for unknown "
+                         f"configurations: {', '.join(unknown)}")
+    changed = fresh != readme
+    if changed:
+        with open(readme_path, "w") as f:
+            f.write(fresh)
+    print(f"{readme_path}: {'updated from' if changed else 'already matches'} {doc_path}")
+    return 0
 
 
 def cmd_cli(args) -> int:
@@ -341,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--only", metavar="NAME[,NAME]", help="scenarios or configurations to run")
     s.add_argument("--out", default="results/reproduce", help="run directories")
     s.add_argument("--doc", default="docs/results.md", help="the markdown to write")
+    s.add_argument("--update-readme", metavar="README", nargs="?", const="README.md",
+                   help="run nothing: copy --doc's figures into README's "
+                   "<!-- reproduced:ID --> blocks (default README.md)")
     s.set_defaults(func=cmd_reproduce)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)

@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -645,6 +646,102 @@ def _anchor(title: str) -> str:
     """GitHub's heading anchor: lower case, punctuation dropped, spaces to dashes."""
     kept = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
     return kept.replace(" ", "-")
+
+
+# ----- the README's copies -----------------------------------------------------------------
+
+# A README table copied from docs/results.md sits between these markers;
+# `emu reproduce --update-readme` rewrites its body and a test checks it.
+README_BLOCK = re.compile(r"<!-- reproduced:(?P<id>[A-Za-z0-9_-]+) -->\n(?P<body>.*?)"
+                          r"<!-- /reproduced -->", re.S)
+_FIGURE_HEADER = "| figure | min | median | max | runs |"
+
+
+@dataclass
+class ResultsDoc:
+    """What the README copies from docs/results.md: the commit and each entry's figures."""
+
+    commit: str
+    runs: dict = field(default_factory=dict)      # entry id -> (runs, faithful, all passed)
+    figures: dict = field(default_factory=dict)   # entry id -> [[label, min, median, max, runs]]
+
+
+def parse_results(text: str, entries: tuple | None = None) -> ResultsDoc:
+    """Read docs/results.md as `render_markdown` writes it.
+
+    Raises:
+        ValueError: no commit line (not a file this module wrote).
+    """
+    m = re.search(r"^- commit: `([0-9a-f]+)`(.*)$", text, re.M)
+    if m is None:
+        raise ValueError("no '- commit: `...`' line: not written by emu reproduce")
+    doc = ResultsDoc(m.group(1) + (" (dirty)" if "dirty" in m.group(2) else ""))
+    for m in re.finditer(r"^\| \[([A-Za-z0-9_-]+)\]\(#[^)]*\) \| (\d+) \| (\d+) \| (\d+) \|$",
+                         text, re.M):
+        doc.runs[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+    by_title = {e.title: e.id for e in (ENTRIES if entries is None else entries)}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        title, _, body = section.partition("\n")
+        entry_id = by_title.get(title.strip())
+        if entry_id is None:
+            continue
+        rows, in_table = [], False
+        for line in body.splitlines():
+            if line.startswith(_FIGURE_HEADER):
+                in_table = True
+            elif in_table and line.startswith("| ---"):
+                continue
+            elif in_table and line.startswith("|"):
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                rows.append(cells[:5])
+            elif in_table:
+                break
+        doc.figures[entry_id] = rows
+    return doc
+
+
+def readme_block(doc: ResultsDoc, entry_id: str) -> str:
+    """The body of the README's block for `entry_id`: where from, then median and range."""
+    entry = next(e for e in ENTRIES if e.id == entry_id)
+    runs, faithful, passed = doc.runs.get(entry_id, (0, 0, 0))
+    lines = [f"Reproduced at `{doc.commit}` by `emu reproduce`: {runs} runs, {faithful} "
+             f"faithful, every check passed in {passed}. Median and range over the faithful "
+             f"runs; every run, check and plot in "
+             f"[docs/results.md](docs/results.md#{_anchor(entry.title)}).", ""]
+    rows = doc.figures.get(entry_id, [])
+    if not any(r[2] != "—" for r in rows):
+        return "\n".join(lines + ["No faithful run: no figure to quote.", ""])
+    lines += ["| figure | median | min .. max | runs |", "| --- | ---: | --- | --- |"]
+    for label, lo, med, hi, n in rows:
+        lines.append(f"| {label} | {med} | {lo} .. {hi} | {n} |")
+    return "\n".join(lines + [""])
+
+
+def update_readme(readme: str, results: str) -> tuple[str, list[str]]:
+    """Rewrite every block from `results`; returns the new text and the unknown block ids."""
+    doc = parse_results(results)
+    ids = {e.id for e in ENTRIES}
+    unknown = []
+
+    def body(m: re.Match) -> str:
+        if m.group("id") not in ids:
+            unknown.append(m.group("id"))
+            return m.group(0)
+        return (f"<!-- reproduced:{m.group('id')} -->\n{readme_block(doc, m.group('id'))}"
+                "<!-- /reproduced -->")
+
+    return README_BLOCK.sub(body, readme), unknown
+
+
+def readme_problems(readme: str, results: str) -> list[str]:
+    """Blocks that differ from what docs/results.md says (empty: the README matches it)."""
+    fresh, unknown = update_readme(readme, results)
+    problems = [f"block reproduced:{i}: no such configuration" for i in unknown]
+    old = {m.group("id"): m.group("body") for m in README_BLOCK.finditer(readme)}
+    new = {m.group("id"): m.group("body") for m in README_BLOCK.finditer(fresh)}
+    problems += [f"block reproduced:{i} differs from docs/results.md (run emu reproduce "
+                 "--update-readme)" for i in old if old[i] != new.get(i)]
+    return problems
 
 
 # ----- the plan ---------------------------------------------------------------------------

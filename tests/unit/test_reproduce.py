@@ -390,3 +390,80 @@ def test_reproduce_writes_the_doc_and_copies_the_plots(tmp_path, monkeypatch):
     assert any("[2/3] toy run 2/3" in line for line in said)
     assert any("NOT faithful" in line for line in said)
     assert reproduce.overall(summaries) == "unfaithful"
+
+
+# ----- the README's copies of docs/results.md -----------------------------------------------
+
+
+def toy_results(runs) -> str:
+    s = reproduce.summarise(TOY, ("hosts_per_leaf=1",), runs)
+    info = {"commit": "1f4841b", "dirty": False, "machine": MACHINE, "date": "d",
+            "command": "c", "runs": len(runs), "quick": False, "scheduling": "normal"}
+    return reproduce.render_markdown(info, [s], "results")
+
+
+def test_results_are_read_back_as_render_markdown_wrote_them():
+    text = toy_results([record(1, doc(2.0)), record(2, doc(4.0)), record(3, doc(9.0, False))])
+    parsed = reproduce.parse_results(text, entries=(TOY,))
+    assert parsed.commit == "1f4841b"
+    assert parsed.runs == {"toy": (3, 2, 2)}
+    assert parsed.figures["toy"][0] == ["value", "2", "3", "4", "2/2"]
+    with pytest.raises(ValueError, match="commit"):
+        reproduce.parse_results("# not ours\n")
+
+
+def test_readme_block_is_rewritten_from_results_and_a_stale_one_is_named(monkeypatch):
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
+    text = toy_results([record(1, doc(2.0)), record(2, doc(4.0))])
+    readme = ("# emu\n\n<!-- reproduced:toy -->\nold numbers\n<!-- /reproduced -->\n\n"
+              "<!-- reproduced:nope -->\nx\n<!-- /reproduced -->\n")
+    problems = reproduce.readme_problems(readme, text)
+    assert "block reproduced:toy differs from docs/results.md (run emu reproduce " \
+           "--update-readme)" in problems
+    assert "block reproduced:nope: no such configuration" in problems
+    fresh, unknown = reproduce.update_readme(readme, text)
+    assert unknown == ["nope"]
+    assert "Reproduced at `1f4841b` by `emu reproduce`: 2 runs, 2 faithful, every check " \
+           "passed in 2." in fresh
+    assert "| value | 3 | 2 .. 4 | 2/2 |" in fresh and "old numbers" not in fresh
+    assert reproduce.readme_problems(fresh, text) == ["block reproduced:nope: no such "
+                                                      "configuration"]
+
+
+def test_readme_block_without_a_faithful_run_quotes_nothing(monkeypatch):
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
+    text = toy_results([record(1, doc(2.0, False))])
+    fresh, _ = reproduce.update_readme("<!-- reproduced:toy -->\n<!-- /reproduced -->", text)
+    assert "No faithful run: no figure to quote." in fresh and "| value |" not in fresh
+
+
+def test_the_readme_quotes_docs_results_md_for_every_configuration():
+    """The README's figure tables are docs/results.md's, for every configuration it quotes."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    results = (root / "docs" / "results.md").read_text()
+    assert reproduce.readme_problems(readme, results) == []
+    blocks = {m.group("id") for m in reproduce.README_BLOCK.finditer(readme)}
+    assert blocks == {e.id for e in reproduce.ENTRIES}
+
+
+def test_cli_update_readme_copies_the_figures_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
+    results = tmp_path / "results.md"
+    results.write_text(toy_results([record(1, doc(2.0)), record(2, doc(4.0))]))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- reproduced:toy -->\nold\n<!-- /reproduced -->\n")
+    argv = ["reproduce", "--update-readme", str(readme), "--doc", str(results)]
+    assert cli.main(argv) == 0
+    assert "| value | 3 | 2 .. 4 | 2/2 |" in readme.read_text()
+    assert "updated from" in capsys.readouterr().out
+    assert cli.main(argv) == 0 and "already matches" in capsys.readouterr().out
+    readme.write_text("<!-- reproduced:nope -->\n<!-- /reproduced -->\n")
+    assert cli.main(argv) == 2
+    assert "unknown configurations: nope" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--update-readme", str(tmp_path / "none.md"),
+                     "--doc", str(results)]) == 2
+    assert "--update-readme:" in capsys.readouterr().err
