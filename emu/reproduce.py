@@ -802,9 +802,9 @@ def command_line(plan_only: str | None, runs: int | None, quick: bool, out: str,
     if plan_only is not None:
         argv += ["--only", plan_only]
     argv += ["--out", str(out), "--doc", str(doc)]
-    prio = realtime.configured_priority()
-    # The scheduling is part of what was run: the same command must ask for it again.
-    return (f"{realtime.ENV}={prio} " if prio else "") + shlex.join(argv)
+    # The scheduling is part of what was run: the same command must ask for it
+    # again, whatever the default is then.
+    return f"{realtime.ENV}={realtime.configured_priority()} " + shlex.join(argv)
 
 
 # ----- the shell: machine, git, running ---------------------------------------------------
