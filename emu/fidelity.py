@@ -67,7 +67,13 @@ def frame_time_s(rate_bps: float) -> float:
 # same pass saves those wake-ups. The wire's clock still advances by each
 # frame's own time, so a port never sends more than its rate allows over any
 # interval plus this quarter frame, and no frame is ever made late by it.
-EARLY_FRAMES = 0.25
+# OFF (0.0) for now: with it at 0.25, three full CI runs in a row measured
+# ECMP on random permutations at 0.70, 0.71 and 0.75 of non-blocking (3 seeds),
+# above the flow-level model's 0.594; before it, CI passed that check. Until
+# that is understood the mechanism stays, unused (the README's figures at
+# 02dbf94 were measured with 0.25).
+EARLY_FRAMES_MEASURED = 0.25
+EARLY_FRAMES = 0.0
 
 
 def early_departure_s(rate_bps: float) -> float:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from emu import fidelity
 from emu.fidelity import early_departure_s
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import pfc, roce
@@ -55,7 +56,8 @@ def test_message_completes_and_is_paced_at_link_rate():
     assert b.recv_qps[7].rx_bytes == 200_000
 
 
-def test_frame_due_within_a_quarter_frame_leaves_early_on_the_wires_clock():
+def test_frame_due_within_a_quarter_frame_leaves_early_on_the_wires_clock(monkeypatch):
+    monkeypatch.setattr(fidelity, "EARLY_FRAMES", fidelity.EARLY_FRAMES_MEASURED)
     a, _ = pair(dcqcn=False)
     a.post_send(1, 3 * 1024, 0.0)
     first = a.next_frame(0.0)

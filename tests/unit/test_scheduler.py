@@ -2,6 +2,7 @@
 
 import pytest
 
+from emu import fidelity
 from emu.fidelity import frame_time_s
 from emu.switch.scheduler import PortScheduler
 
@@ -62,7 +63,8 @@ def test_late_wakeup_catches_up_only_by_the_burst():
     assert sent >= 1500
 
 
-def test_frame_due_within_a_quarter_frame_leaves_early_without_gaining_rate():
+def test_frame_due_within_a_quarter_frame_leaves_early_without_gaining_rate(monkeypatch):
+    monkeypatch.setattr(fidelity, "EARLY_FRAMES", fidelity.EARLY_FRAMES_MEASURED)
     rate = 10_000_000
     s = PortScheduler(rate_bps=rate)
     for _ in range(3):
