@@ -7,7 +7,7 @@ import random
 import pytest
 
 from emu import fabric as fabric_mod
-from scenarios.ecmp_vs_adaptive import ecmp_expectation, ecmp_model, max_min_rates, traffic
+from scenarios.ecmp_vs_adaptive import ecmp_expectation, max_min_rates, traffic
 
 from . import assert_checks, emu_run
 
@@ -37,11 +37,6 @@ def test_patterns_and_the_ecmp_expectation_on_k4():
     # Random hashing on a k=4 fat-tree gives about 0.6 of a non-blocking switch.
     assert 0.55 < ecmp_expectation(g, lambda: traffic(g, "random", rng), 400, rng) < 0.65
     assert ecmp_expectation(g, lambda: traffic(g, "stride1", rng), 50, rng) == pytest.approx(1.0)
-    # One matrix's spread under random paths, which sizes the check's tolerance
-    # (3 standard errors of an n-seed mean: about 0.13 at 3 seeds, 0.10 at 5).
-    mean, sd = ecmp_model(g, lambda: traffic(g, "random", rng), 400, rng)
-    assert 0.55 < mean < 0.65 and 0.05 < sd < 0.11
-    assert ecmp_model(g, lambda: traffic(g, "stride1", rng), 50, rng)[1] == pytest.approx(0.0)
 
 
 def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):
