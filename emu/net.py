@@ -502,6 +502,58 @@ class Fabric:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)
 
+    def trace_path(self, src: str, dst: str, proto: str = "tcp", sport: int = 49152,
+                   dport: int = 5201) -> list[str]:
+        """The nodes a packet src -> dst (5-tuple) crosses, asked of each switch in turn.
+
+        Every switch traces the frame as it arrives (`Pipeline.trace`: no
+        counter or cache changes) and the walk follows its one output port, so
+        the path is the one the flow's packets take now, ECMP hash and all.
+
+        Raises:
+            FabricError: unknown or non-host endpoints, a bad protocol, or a
+                switch that would drop, flood, send to the controller, or pick
+                per packet (flowlet groups) instead of one port.
+        """
+        from scapy.layers.inet import IP, TCP, UDP
+        from scapy.layers.l2 import Ether
+
+        g = self.graph
+        for end in (src, dst):
+            if end not in g or g.nodes[end].get("kind") != "host":
+                raise FabricError(f"{end!r}: not a host of this fabric")
+        if proto not in ("tcp", "udp"):
+            raise FabricError(f"proto={proto!r}: must be tcp or udp")
+        l4 = (TCP if proto == "tcp" else UDP)(sport=sport, dport=dport)
+        frame = bytes(Ether(src=g.nodes[src]["mac"], dst=g.nodes[dst]["mac"])
+                      / IP(src=g.nodes[src]["ip"], dst=g.nodes[dst]["ip"]) / l4)
+        [(_intf, node, in_port, _rate)] = fabric_mod.port_map(g, src).values()
+        path = [src]
+        while g.nodes[node].get("kind") == "switch":
+            if node in path:
+                raise FabricError(f"{src}->{dst}: loops at {node} ({' '.join(path)})")
+            path.append(node)
+            res = self.switch_call(node, "trace", in_port=in_port, frame=frame.hex())
+            if res["flowlet"]:
+                raise FabricError(f"{src}->{dst}: {node} picks among ports {res['flowlet']} "
+                                  f"per flowlet, not per flow")
+            if len(res["outputs"]) != 1:
+                why = res["dropped"] or (f"{res['controller']} packet-in" if res["controller"]
+                                         else "")
+                raise FabricError(f"{src}->{dst}: {node} (in port {in_port}) sends it to ports "
+                                  f"{[o[0] for o in res['outputs']]} {why}".rstrip())
+            out_port, _queue, frame_hex = res["outputs"][0]
+            frame = bytes.fromhex(frame_hex)
+            links = fabric_mod.port_map(g, path[-1])
+            if out_port not in links:
+                raise FabricError(f"{src}->{dst}: {path[-1]} sends it to port {out_port}, "
+                                  f"which has no link")
+            _intf, node, in_port, _rate = links[out_port]
+        path.append(node)
+        if node != dst:
+            raise FabricError(f"{src}->{dst}: delivered to {node} ({' '.join(path)})")
+        return path
+
     def reseed(self, fabric_seed: int) -> None:
         """Give every switch the SELECT hash seed it would have had with `seed=fabric_seed`.
 

@@ -520,6 +520,19 @@ class Datapath:
         self.schedulers[int(port_no)].set_rate(rate)
         return {"port_no": int(port_no), "rate_bps": rate}
 
+    def _trace(self, in_port: int, frame: str) -> dict:
+        """The pipeline's decision for one frame (hex) arriving on `in_port`; nothing changes."""
+        if not isinstance(in_port, int) or in_port not in self.ports:
+            raise ValueError(f"in_port={in_port!r}: not a port of {self.name} "
+                             f"(ports {sorted(self.ports)})")
+        try:
+            data = bytes.fromhex(frame)
+        except (TypeError, ValueError):
+            raise ValueError(f"frame={str(frame)[:40]!r}: must be the frame's bytes in hex") from None
+        if len(data) < 14:
+            raise ValueError(f"frame of {len(data)} bytes: shorter than an Ethernet header")
+        return self.pipeline.trace(in_port, data)
+
     def _set_hash_seed(self, seed: int) -> dict:
         """A new SELECT hash seed: the same fabric, hashing as another run would."""
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -742,6 +755,7 @@ class Datapath:
             "set_ecn": self._set_ecn,
             "set_port_loss": self._set_port_loss,
             "set_hash_seed": self._set_hash_seed,
+            "trace": self._trace,
             "set_port_rate": self._set_port_rate,
             "fidelity": self._fidelity,
             "fidelity_reset": self._fidelity_reset,

@@ -355,8 +355,63 @@ class Pipeline:
                     op[1].counters.tx_dropped += 1
         return True
 
-    def _resolve(self, key: tuple, frame: bytes, table_id: int, in_port: int) -> tuple:
-        """Interpret the tables for one key: the slow path behind the cache."""
+    def trace(self, in_port: int, frame: bytes) -> dict:
+        """What the pipeline would do with `frame` arriving on `in_port`, touching nothing.
+
+        The question `ovs-appctl ofproto/trace` answers: no counter, cache or
+        flowlet state changes, so a trace on a switch carrying traffic shows
+        the decision its packets get without disturbing them.
+
+        Returns:
+            {"entries": [(table_id, priority, cookie), ...] in match order,
+             "outputs": [(port_no, queue_id or None, frame as it leaves, hex), ...],
+             "controller": packet-ins it would send (count),
+             "flowlet": [[port_no, ...] per flowlet group: chosen per packet],
+             "dropped": "port down" / "no recv" / "ttl" / "no match" or None}
+        """
+        entries: list = []
+        misses = self.cache_misses
+        prog, _ctrs, _fast = self._resolve(extract_key(frame, in_port), frame, 0, in_port,
+                                           entries)
+        self.cache_misses = misses
+        port = self.ports.get(in_port)
+        out: dict = {"entries": entries, "outputs": [], "controller": 0, "flowlet": [],
+                     "dropped": None}
+        if port is not None and port.config & OFPPC_NO_RECV:
+            out["dropped"] = "no recv"
+        elif not entries:
+            out["dropped"] = "no match"
+        self._trace_prog(prog, frame, out)
+        return out
+
+    def _trace_prog(self, prog: list, frame: bytes, out: dict) -> None:
+        for op in prog:
+            code = op[0]
+            if code == P_OUT:
+                out["outputs"].append((op[1], op[2], frame.hex()))
+            elif code == P_XF:
+                frame = op[1](frame, op[2])
+            elif code == P_DECTTL:
+                frame, ok = parse.dec_ip_ttl(frame)
+                if not ok:
+                    out["dropped"] = "ttl"
+                    return
+            elif code == P_SUB:
+                self._trace_prog(op[1], frame, out)
+            elif code == P_FLOWLET:
+                out["flowlet"].append(sorted(port for _i, port, _s, _c in op[4]
+                                             if port is not None))
+            elif code == P_CTRL:
+                out["controller"] += 1
+            elif code == P_DEAD:
+                out["dropped"] = "port down"
+
+    def _resolve(self, key: tuple, frame: bytes, table_id: int, in_port: int,
+                 matched: Optional[list] = None) -> tuple:
+        """Interpret the tables for one key: the slow path behind the cache.
+
+        `matched`, if given, collects (table_id, priority, cookie) of each entry hit.
+        """
         self.cache_misses += 1
         prog: list = []
         ctrs: list = []
@@ -374,6 +429,8 @@ class Pipeline:
                 break
             ctrs.append(table.matched)
             ctrs.append(entry.ctr)
+            if matched is not None:
+                matched.append((table_id, entry.priority, entry.cookie))
             if entry.apply is not None:
                 self._emit(entry.apply.ops, st, prog, ctrs, in_port, entry)
             if entry.clear:

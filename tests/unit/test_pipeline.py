@@ -402,3 +402,32 @@ def test_packet_out_table_and_ports() -> None:
     assert ports_of(outs) == [2, 1, 2, 3, 4, 5]
     with pytest.raises(OFError):
         flow(pl, {}, [out(ofp.OFPP_TABLE)])
+
+
+# ----- trace -------------------------------------------------------------------------
+
+
+def test_trace_gives_the_select_choice_process_makes_and_changes_nothing() -> None:
+    pl, ports = select_pipeline(seed=7)
+    flow(pl, {"eth_type": 0x0800, "ipv4_dst": "10.0.0.9"},
+         [p.OFPActionSetField(eth_dst="02:00:00:00:00:09"), out(4)], prio=20, cookie=0x99)
+    before = (pl.groups[1].ctr.packets, pl.cache_misses, len(pl._cache))
+    for sp in range(50):
+        t = pl.trace(1, udp(sport=sp))
+        assert t["dropped"] is None and t["entries"] == [(0, 10, 0)]
+        [(port, queue, _frame)] = t["outputs"]
+        assert queue is None
+        assert (pl.groups[1].ctr.packets, pl.cache_misses, len(pl._cache)) == before
+        assert ports_of(pl.process(1, udp(sport=sp), 0)[0]) == [port]
+        before = (pl.groups[1].ctr.packets, pl.cache_misses, len(pl._cache))
+    # The frame as it leaves: the rewrite is applied, the entry named.
+    t = pl.trace(1, udp(dst="10.0.0.9"))
+    [(port, _q, frame)] = t["outputs"]
+    assert port == 4 and t["entries"] == [(0, 20, 0x99)]
+    assert Ether(bytes.fromhex(frame)).dst == "02:00:00:00:00:09"
+    # A dead bucket's port is not chosen; no flow at all is a drop by table miss.
+    ports[4].link_up = False
+    pl.invalidate()
+    assert {pl.trace(1, udp(sport=s))["outputs"][0][0] for s in range(100)} == {2, 3, 5}
+    assert Pipeline(ports=mkports()).trace(1, udp()) == {
+        "entries": [], "outputs": [], "controller": 0, "flowlet": [], "dropped": "no match"}
