@@ -38,6 +38,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
+import numpy as np  # noqa: E402
 
 from emu import fabric as fabric_mod  # noqa: E402
 from emu.net import Fabric, wait_for  # noqa: E402
@@ -157,6 +158,85 @@ def max_min_rates(paths: list[list[tuple]], capacity: float = 1.0) -> list[float
     return rates
 
 
+def proportional_fair_rates(paths: list[list[tuple]], gap: float = 1e-7,
+                            max_iter: int = 20000) -> list[float]:
+    """Proportionally fair rates (Kelly 1998: the largest sum of log rates) over unit links.
+
+    Solved in the dual: every link has a price, a flow's rate is 1 / (the sum
+    of its links' prices), and a price grows with its link's load (p <- p x
+    load) until the duality gap, which bounds how far the sum of log rates is
+    from the optimum, is below `gap`. The rates returned are scaled to fit.
+    """
+    links = sorted({link for path in paths for link in path})
+    index = {link: i for i, link in enumerate(links)}
+    routing = np.zeros((len(links), len(paths)))
+    for j, path in enumerate(paths):
+        for link in path:
+            routing[index[link], j] = 1.0
+    price = np.ones(len(links))
+    rates = np.zeros(len(paths))
+    for _ in range(max_iter):
+        path_price = routing.T @ price
+        load = routing @ (1.0 / path_price)
+        rates = 1.0 / path_price / max(1.0, float(load.max()))
+        dual = float(price.sum() - np.log(path_price).sum()) - len(paths)
+        if dual - float(np.log(rates).sum()) < gap:
+            break
+        price = price * load
+    return rates.tolist()
+
+
+def normalised_throughput(flows: list[tuple[str, str]], paths: list[list[str]],
+                          allocate=max_min_rates) -> float:
+    """Throughput of `flows` on the node `paths` they took under the rate `allocate`-ion,
+    over the same allocation on a non-blocking switch."""
+    links = [list(zip(nodes, nodes[1:])) for nodes in paths]
+    return sum(allocate(links)) / sum(allocate([[(s, "sw"), ("sw", d)] for s, d in flows]))
+
+
+# How TCP shares links: max-min fairness is TCP's idealisation; proportional fairness
+# (Kelly 1998) is what window-based congestion control converges to with equal RTTs
+# (Mo & Walrand 2000: TCP Vegas; Reno sits between, at alpha = 2).
+ALLOCATIONS = {"max-min": max_min_rates, "proportional": proportional_fair_rates}
+
+# Two-sided 99% quantiles of Student's t by degrees of freedom (beyond 30: the normal's).
+T_995 = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355,
+         9: 3.250, 10: 3.169, 11: 3.106, 12: 3.055, 13: 3.012, 14: 2.977, 15: 2.947,
+         16: 2.921, 17: 2.898, 18: 2.878, 19: 2.861, 20: 2.845, 22: 2.819, 25: 2.787,
+         30: 2.750}
+# Chi-square at p = 0.001 by degrees of freedom (beyond 7: Wilson-Hilferty).
+CHI2_999 = {1: 10.828, 2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515, 6: 22.458, 7: 24.322}
+
+
+def t_995(df: int) -> float:
+    return next((T_995[d] for d in sorted(T_995) if d >= df), 2.576)
+
+
+def chi2_999(df: int) -> float:
+    if df in CHI2_999:
+        return CHI2_999[df]
+    return df * (1 - 2 / (9 * df) + 3.090 * (2 / (9 * df)) ** 0.5) ** 3
+
+
+def next_hop_choices(graph: nx.Graph, paths: list[list[str]]) -> dict[int, list[int]]:
+    """How often each equal-cost next hop was taken: {number of choices: counts by rank}.
+
+    At every hop where a switch had m > 1 neighbours one hop closer to the
+    destination, the rank (by name) of the one the path took is counted.
+    """
+    dist: dict[str, dict] = {}
+    counts: dict[int, list[int]] = {}
+    for nodes in paths:
+        dst = nodes[-1]
+        if dst not in dist:
+            dist[dst] = nx.single_source_shortest_path_length(graph, dst)
+        for u, v in zip(nodes[1:-1], nodes[2:]):
+            closer = sorted(n for n in graph[u] if dist[dst].get(n) == dist[dst][u] - 1)
+            if len(closer) > 1 and v in closer:
+                counts.setdefault(len(closer), [0] * len(closer))[closer.index(v)] += 1
+    return counts
+
+
 def ecmp_expectation(graph: nx.Graph, draw, samples: int, rng: random.Random) -> float:
     """Mean over `samples` of max-min throughput with uniformly random shortest paths,
     normalised to the non-blocking throughput of the same matrix."""
@@ -192,6 +272,9 @@ def run(ctx: Context) -> None:
     seeds = [p["seed"] + i for i in range(p["seeds"])]
 
     measured: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
+    # ECMP: the flow-level model on the paths the hash chose, by rate allocation
+    on_paths: dict[str, dict[str, list[float]]] = {}
+    paths: dict[str, list] = {}
     for mode in modes:
         ctx.log(f"ecmp-vs-adaptive: {mode} on a k={p['k']} fat-tree")
         with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"],
@@ -199,9 +282,16 @@ def run(ctx: Context) -> None:
             for pat in patterns:
                 for seed, flows in zip(seeds, matrices[pat]):
                     fab.reseed(seed)
-                    bps = measure(fab, flows, p)
+                    bps, ports = measure(fab, flows, p)
                     measured[mode].setdefault(pat, []).append(bps)
                     ctx.log(f"  {mode} {pat} seed {seed}: {bps / 1e6:.1f} Mbit/s")
+                    if mode == "ecmp":
+                        taken = [fab.trace_path(s, d, "tcp", *ports[i])
+                                 for i, (s, d) in enumerate(flows)]
+                        paths.setdefault(pat, []).append(taken)
+                        for name, allocate in ALLOCATIONS.items():
+                            on_paths.setdefault(name, {}).setdefault(pat, []).append(
+                                normalised_throughput(flows, taken, allocate))
                     if mode == "adaptive":
                         _wait_unplaced(fab)
             if mode == "adaptive":
@@ -217,7 +307,8 @@ def run(ctx: Context) -> None:
             for flows in matrices[pat]:
                 key = fan_in(flows)
                 if key not in ideal:
-                    ideal[key] = measure(fab, [(rename[s], rename[d]) for s, d in flows], p)
+                    ideal[key], _ports = measure(fab, [(rename[s], rename[d])
+                                                       for s, d in flows], p)
                     ctx.log(f"  non-blocking fan-in {key[-3:]}: {ideal[key] / 1e6:.1f} Mbit/s")
 
     norm = {m: {pat: [bps / ideal[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
@@ -227,7 +318,13 @@ def run(ctx: Context) -> None:
     if "random" in patterns:
         expect["random"] = ecmp_expectation(
             graph, lambda: traffic(graph, "random", model_rng), p["model_samples"], model_rng)
-    report(ctx, patterns, modes, norm, measured, ideal, matrices, expect)
+    choices: dict[int, list[int]] = {}
+    for runs in paths.values():
+        for taken in runs:
+            for m, counts in next_hop_choices(graph, taken).items():
+                choices[m] = [a + b for a, b in zip(choices.get(m, [0] * m), counts)]
+    report(ctx, patterns, modes, norm, measured, ideal, matrices, expect, on_paths, paths,
+           choices)
 
 
 def _qos(p: dict) -> dict:
@@ -256,15 +353,19 @@ def _mode_options(mode: str, p: dict, rate_bps: int) -> dict:
     return {}
 
 
-def measure(fab: Fabric, flows: list[tuple[str, str]], p: dict) -> float:
-    """Sum of the flows' received bit/s after `omit_s` (iperf3 -O)."""
+def measure(fab: Fabric, flows: list[tuple[str, str]], p: dict
+            ) -> tuple[float, list[tuple[int, int]]]:
+    """Sum of the flows' received bit/s after `omit_s` (iperf3 -O), and each flow's
+    (source port, destination port) of its data connection."""
     clients = iperf.start_many(fab, flows, p["duration_s"], first_port=FIRST_PORT,
                                omit_s=p["omit_s"])
     docs = [iperf.finish(fab, c, timeout_s=p["duration_s"] + 30) for c in clients]
     bad = [f"{s}->{d}: {doc.get('error')}" for (s, d), doc in zip(flows, docs) if "error" in doc]
     if bad:
         raise RuntimeError("iperf3 failed: " + "; ".join(bad))
-    return sum(doc["end"]["sum_received"]["bits_per_second"] for doc in docs)
+    ports = [(c["local_port"], c["remote_port"])
+             for doc in docs for c in doc["start"]["connected"][:1]]
+    return sum(doc["end"]["sum_received"]["bits_per_second"] for doc in docs), ports
 
 
 def _wait_unplaced(fab: Fabric) -> None:
@@ -273,7 +374,8 @@ def _wait_unplaced(fab: Fabric) -> None:
              10.0, "the adaptive controller to release the last run's elephants", interval_s=0.1)
 
 
-def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expect) -> None:
+def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expect,
+           on_paths, paths, choices) -> None:
     p = ctx.params
     means = {m: {pat: statistics.mean(norm[m][pat]) for pat in patterns} for m in modes}
     rows = []
@@ -295,6 +397,10 @@ def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expec
         "normalised": norm, "mean_normalised": means,
         "aggregate_bps": measured, "nonblocking_bps": {str(k): v for k, v in ideal.items()},
         "ecmp_model": expect,
+        "ecmp_model_on_paths": on_paths,
+        "ecmp_next_hop_choices": {str(m): c for m, c in choices.items()},
+        "ecmp_paths": {pat: [[" ".join(nodes) for nodes in run] for run in runs]
+                       for pat, runs in paths.items()},
         "matrices": {pat: [[f"{s}->{d}" for s, d in f] for f in fs] for pat, fs in
                      matrices.items()},
     })
@@ -307,11 +413,52 @@ def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expec
                       gain >= p["min_gain"], f"{gain:.2f}x", f">= {p['min_gain']:.2f}x")
             ctx.check(f"{pat}: adaptive at least 0.8 of non-blocking",
                       means["adaptive"][pat] >= 0.8, f"{means['adaptive'][pat]:.2f}", ">= 0.80")
-    if "ecmp" in modes and "random" in expect:
-        got, want = means["ecmp"]["random"], expect["random"]
-        ctx.check("random permutations: ECMP matches the flow-level expectation",
-                  abs(got - want) <= 0.1, f"{got:.2f}", f"{want:.2f} +- 0.10")
+    if on_paths:
+        _check_ecmp_model(ctx, patterns, norm["ecmp"], on_paths)
+    if choices:
+        _check_ecmp_spread(ctx, choices)
     plot(ctx, patterns, modes, norm, expect)
+
+
+def _check_ecmp_model(ctx: Context, patterns, ecmp: dict, on_paths: dict) -> None:
+    """Measured ECMP against the flow-level model of the very paths the hash chose.
+
+    TCP's allocation lies between max-min (its idealisation) and proportional
+    fairness; a two one-sided t-test at 99% over every ECMP run asks whether
+    the measurements sit below the first or above the second.
+    """
+    got = [x for pat in patterns for x in ecmp[pat]]
+    low = [x for pat in patterns for x in on_paths["max-min"][pat]]
+    high = [x for pat in patterns for x in on_paths["proportional"][pat]]
+    name = "ECMP: throughput matches the flow-level model on the paths the hash chose"
+    if len(got) < 2:
+        ctx.log(f"{name}: not checked, it needs 2 or more ECMP runs (patterns x seeds)")
+        return
+    t = t_995(len(got) - 1)
+    below = [g - m for g, m in zip(got, low)]
+    above = [g - m for g, m in zip(got, high)]
+    slack_low = t * statistics.stdev(below) / len(got) ** 0.5
+    slack_high = t * statistics.stdev(above) / len(got) ** 0.5
+    ok = statistics.mean(below) >= -slack_low and statistics.mean(above) <= slack_high
+    ctx.check(name, ok, f"{statistics.mean(got):.3f}",
+              f"between max-min {statistics.mean(low):.3f} - {slack_low:.3f} and proportional "
+              f"{statistics.mean(high):.3f} + {slack_high:.3f} (99% t-test over "
+              f"{len(got)} runs)")
+
+
+def _check_ecmp_spread(ctx: Context, choices: dict[int, list[int]]) -> None:
+    """The SELECT hash picks every equal-cost next hop equally often (chi-square, p = 0.001)."""
+    stat, df, n = 0.0, 0, 0
+    for m, counts in choices.items():
+        total = sum(counts)
+        stat += sum((c - total / m) ** 2 / (total / m) for c in counts)
+        df += m - 1
+        n += total
+    crit = chi2_999(df)
+    shown = "; ".join(f"{m}-way {counts}" for m, counts in sorted(choices.items()))
+    ctx.check("ECMP: the hash spreads flows evenly over equal-cost next hops",
+              stat <= crit, f"chi-square {stat:.1f} over {n} choices ({shown})",
+              f"<= {crit:.1f} (p = 0.001, {df} degrees of freedom)")
 
 
 def plot(ctx: Context, patterns, modes, norm, expect) -> None:

@@ -7,7 +7,15 @@ import random
 import pytest
 
 from emu import fabric as fabric_mod
-from scenarios.ecmp_vs_adaptive import ecmp_expectation, max_min_rates, traffic
+from scenarios import ecmp_vs_adaptive as eva
+from scenarios.ecmp_vs_adaptive import (
+    ecmp_expectation,
+    max_min_rates,
+    next_hop_choices,
+    normalised_throughput,
+    proportional_fair_rates,
+    traffic,
+)
 
 from . import assert_checks, emu_run
 
@@ -24,6 +32,65 @@ def test_max_min_rates_progressive_filling():
     # The bottleneck of flow 0 frees capacity for flow 1 on the shared link.
     rates = max_min_rates([[("x",), ("y",)], [("y",)], [("x",)], [("x",)]])
     assert rates == pytest.approx([1 / 3, 2 / 3, 1 / 3, 1 / 3])
+
+
+def test_proportional_fairness_penalises_the_flow_that_crosses_two_bottlenecks():
+    # Links a and b, one flow on each and one across both: max-min gives all 1/2,
+    # proportional fairness 2/3, 1/3, 2/3 (Kelly 1998), a larger total.
+    paths = [[("a",)], [("a",), ("b",)], [("b",)]]
+    assert max_min_rates(paths) == pytest.approx([0.5, 0.5, 0.5])
+    assert proportional_fair_rates(paths) == pytest.approx([2 / 3, 1 / 3, 2 / 3], abs=1e-5)
+    # Solved by hand from the Lagrangian: 1/4, 3/4, 3/8, 3/8.
+    paths = [[("x",), ("y",)], [("y",)], [("x",)], [("x",)]]
+    assert proportional_fair_rates(paths) == pytest.approx([0.25, 0.75, 0.375, 0.375],
+                                                           abs=1e-5)
+    # Flows alone on their links get the link, and the rates always fit.
+    assert proportional_fair_rates([[("a",)], [("b",)]]) == pytest.approx([1.0, 1.0])
+
+
+def test_the_model_on_traced_paths_and_the_spread_of_next_hops():
+    g = fabric_mod.fat_tree(k=4)
+    flows = [("h1", "h5"), ("h2", "h6")]
+    # Both flows up through a1 and c1: they share two links, half a link each.
+    same = [["h1", "e1", "a1", "c1", "a3", "e3", "h5"], ["h2", "e1", "a1", "c1", "a3", "e3", "h6"]]
+    apart = [["h1", "e1", "a1", "c1", "a3", "e3", "h5"], ["h2", "e1", "a2", "c4", "a4", "e3", "h6"]]
+    assert all(g.has_edge(u, v) for nodes in same + apart for u, v in zip(nodes, nodes[1:]))
+    assert normalised_throughput(flows, same) == pytest.approx(0.5)
+    assert normalised_throughput(flows, apart) == pytest.approx(1.0)
+    # Each cross-pod path makes two binary choices (edge -> agg, agg -> core).
+    assert next_hop_choices(g, same) == {2: [4, 0]}
+    assert next_hop_choices(g, apart) == {2: [2, 2]}
+
+
+class _Checks:
+    def __init__(self):
+        self.checks = {}
+
+    def check(self, name, passed, value, expected):
+        self.checks[name] = (passed, value, expected)
+
+    def log(self, _msg):
+        pass
+
+
+def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
+    model = {"max-min": {"random": [0.50, 0.60, 0.55, 0.62]},
+             "proportional": {"random": [0.52, 0.63, 0.57, 0.64]}}
+    for measured, ok in (([0.51, 0.62, 0.55, 0.63], True),   # inside the band
+                         ([0.60, 0.70, 0.66, 0.72], False),  # well above fair sharing
+                         ([0.40, 0.52, 0.45, 0.50], False)):  # the fabric lost throughput
+        c = _Checks()
+        eva._check_ecmp_model(c, ["random"], {"random": measured}, model)
+        [(passed, _v, _e)] = c.checks.values()
+        assert passed is ok, (measured, c.checks)
+    for counts, ok in (([246, 210], True), ([300, 156], False), ([456, 0], False)):
+        c = _Checks()
+        eva._check_ecmp_spread(c, {2: counts})
+        [(passed, _v, _e)] = c.checks.values()
+        assert passed is ok, counts
+    assert eva.chi2_999(1) == pytest.approx(10.828)
+    assert eva.chi2_999(12) == pytest.approx(32.909, rel=0.02)  # tables: 32.909
+    assert eva.t_995(14) == pytest.approx(2.977) and eva.t_995(1000) == pytest.approx(2.576)
 
 
 def test_patterns_and_the_ecmp_expectation_on_k4():
@@ -44,11 +111,15 @@ def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):
     res, doc = emu_run(tmp_path / "eva", "ecmp-vs-adaptive", "patterns=stride4,stride8,random",
                        "modes=ecmp,adaptive", "seeds=3", f"min_gain={MIN_GAIN_HERE}",
                        timeout_s=1500)
-    assert_checks(res, doc, count=5)
+    assert_checks(res, doc, count=6)
     means = doc["metrics"]["mean_normalised"]
     for pat in ("stride4", "stride8"):
         assert len(doc["metrics"]["normalised"]["ecmp"][pat]) == 3
         assert means["adaptive"][pat] >= MIN_ADAPTIVE_HERE
+    # Every ECMP run's 16 flows were traced hop by hop through the switches.
+    for pat in ("stride4", "stride8", "random"):
+        for run in doc["metrics"]["ecmp_paths"][pat]:
+            assert len(run) == 16 and all(p.split()[0] != p.split()[-1] for p in run)
     # The adaptive controller placed elephants (and released them between runs).
     assert doc["metrics"]["adaptive_status"]["placed_total"] >= 3 * 2 * 16 * 0.8
     assert (tmp_path / "eva" / "ecmp-vs-adaptive.png").stat().st_size > 10_000
