@@ -293,6 +293,35 @@ def cmd_ctl(args) -> int:
     raise ScenarioError(f"unknown switch or host {args.target!r}; running: {', '.join(names)}")
 
 
+def cmd_path(args) -> int:
+    import networkx as nx
+
+    from emu import trace
+    from emu.net import GRAPH_FILE
+
+    runs = [r for r in registry.live_runs() if not args.run or r.run_id == args.run]
+    runs = [r for r in runs if os.path.exists(os.path.join(r.sock_dir, GRAPH_FILE))]
+    if not runs:
+        raise ScenarioError("no running fabric found (start one with `emu run` or `emu cli`)")
+    graphs = [(r, nx.node_link_graph(json.loads(Path(r.sock_dir, GRAPH_FILE).read_text())))
+              for r in runs]
+    # Of several fabrics, the one with both hosts; otherwise the first names the error.
+    run, graph = next(((r, g) for r, g in graphs if args.src in g and args.dst in g),
+                      graphs[0])
+
+    def ask(switch: str, in_port: int, frame_hex: str):
+        return mgmt.call(os.path.join(run.sock_dir, f"{switch}.sock"), "trace",
+                         in_port=in_port, frame=frame_hex)
+
+    try:
+        path = trace.trace_path(graph, ask, args.src, args.dst, args.proto, args.sport,
+                                args.dport)
+    except trace.TraceError as exc:
+        raise ScenarioError(str(exc)) from None
+    print(f"{args.proto} {args.src}:{args.sport} -> {args.dst}:{args.dport}: " + " ".join(path))
+    return 0
+
+
 def cmd_clean(args) -> int:
     need_root("emu clean")
     removed = registry.clean_dead_runs()
@@ -339,6 +368,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs="*")
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ctl)
+    s = sub.add_parser("path", help="the switches a flow crosses now, asked of each switch",
+                       description="Each switch traces the flow's 5-tuple through its own "
+                       "tables (ECMP hash included) without touching counters; the walk "
+                       "follows the one port it names.")
+    s.add_argument("src", help="source host")
+    s.add_argument("dst", help="destination host")
+    s.add_argument("--proto", choices=("tcp", "udp"), default="tcp")
+    s.add_argument("--sport", type=int, default=49152, help="source port (default 49152)")
+    s.add_argument("--dport", type=int, default=5201, help="destination port (default 5201)")
+    s.add_argument("--run", help="run id (default: the running fabric)")
+    s.set_defaults(func=cmd_path)
     s = sub.add_parser("allreduce", help="nccl-tests-style all-reduce (ring or in-network)",
                        description="Builds a leaf/spine, runs all-reduce (sum) on real data "
                        "for every size and prints nccl-tests' all_reduce_perf table.")

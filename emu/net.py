@@ -28,13 +28,16 @@ from typing import Any
 import networkx as nx
 
 from emu import fabric as fabric_mod
-from emu import mgmt
+from emu import mgmt, trace
 from emu.config import parse_qos
 from emu.registry import Run, clean_dead_runs, stop_child, stop_pids
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_LISTEN_TIMEOUT_S = 30.0
+
+
+GRAPH_FILE = "graph.json"  # in the run's socket directory
 
 
 class FabricError(RuntimeError):
@@ -144,6 +147,8 @@ class Fabric:
         log_dir = os.path.join(self.out_dir, "logs") if self.out_dir else None
         self.run = Run.create(log_dir=log_dir, label=self.graph.graph.get("name", "fabric"))
         self.run.info["graph"] = self.graph.graph.get("name")
+        # The topology for tools outside this process (`emu path` follows its links).
+        Path(self.run.sock_dir, GRAPH_FILE).write_text(json.dumps(nx.node_link_data(self.graph)))
         self.run.add_interfaces(self._interface_names())
         self._start_controller()
         setLogLevel("warning")
@@ -504,55 +509,19 @@ class Fabric:
 
     def trace_path(self, src: str, dst: str, proto: str = "tcp", sport: int = 49152,
                    dport: int = 5201) -> list[str]:
-        """The nodes a packet src -> dst (5-tuple) crosses, asked of each switch in turn.
+        """The nodes a packet src -> dst (5-tuple) crosses now, ECMP hash and all.
 
-        Every switch traces the frame as it arrives (`Pipeline.trace`: no
-        counter or cache changes) and the walk follows its one output port, so
-        the path is the one the flow's packets take now, ECMP hash and all.
-
-        Raises:
-            FabricError: unknown or non-host endpoints, a bad protocol, or a
-                switch that would drop, flood, send to the controller, or pick
-                per packet (flowlet groups) instead of one port.
+        Each switch traces the frame through its own tables without touching
+        counters or caches (emu/trace.py). FabricError names a bad endpoint,
+        or the switch where the packet would not go on along one path.
         """
-        from scapy.layers.inet import IP, TCP, UDP
-        from scapy.layers.l2 import Ether
+        def ask(switch: str, in_port: int, frame_hex: str) -> Any:
+            return self.switch_call(switch, "trace", in_port=in_port, frame=frame_hex)
 
-        g = self.graph
-        for end in (src, dst):
-            if end not in g or g.nodes[end].get("kind") != "host":
-                raise FabricError(f"{end!r}: not a host of this fabric")
-        if proto not in ("tcp", "udp"):
-            raise FabricError(f"proto={proto!r}: must be tcp or udp")
-        l4 = (TCP if proto == "tcp" else UDP)(sport=sport, dport=dport)
-        frame = bytes(Ether(src=g.nodes[src]["mac"], dst=g.nodes[dst]["mac"])
-                      / IP(src=g.nodes[src]["ip"], dst=g.nodes[dst]["ip"]) / l4)
-        [(_intf, node, in_port, _rate)] = fabric_mod.port_map(g, src).values()
-        path = [src]
-        while g.nodes[node].get("kind") == "switch":
-            if node in path:
-                raise FabricError(f"{src}->{dst}: loops at {node} ({' '.join(path)})")
-            path.append(node)
-            res = self.switch_call(node, "trace", in_port=in_port, frame=frame.hex())
-            if res["flowlet"]:
-                raise FabricError(f"{src}->{dst}: {node} picks among ports {res['flowlet']} "
-                                  f"per flowlet, not per flow")
-            if len(res["outputs"]) != 1:
-                why = res["dropped"] or (f"{res['controller']} packet-in" if res["controller"]
-                                         else "")
-                raise FabricError(f"{src}->{dst}: {node} (in port {in_port}) sends it to ports "
-                                  f"{[o[0] for o in res['outputs']]} {why}".rstrip())
-            out_port, _queue, frame_hex = res["outputs"][0]
-            frame = bytes.fromhex(frame_hex)
-            links = fabric_mod.port_map(g, path[-1])
-            if out_port not in links:
-                raise FabricError(f"{src}->{dst}: {path[-1]} sends it to port {out_port}, "
-                                  f"which has no link")
-            _intf, node, in_port, _rate = links[out_port]
-        path.append(node)
-        if node != dst:
-            raise FabricError(f"{src}->{dst}: delivered to {node} ({' '.join(path)})")
-        return path
+        try:
+            return trace.trace_path(self.graph, ask, src, dst, proto, sport, dport)
+        except trace.TraceError as exc:
+            raise FabricError(str(exc)) from None
 
     def reseed(self, fabric_seed: int) -> None:
         """Give every switch the SELECT hash seed it would have had with `seed=fabric_seed`.

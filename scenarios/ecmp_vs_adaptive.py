@@ -71,7 +71,11 @@ PARAMS = {
     "alpha_lossy": Param(1 / 64, "lossy egress threshold factor of the shared buffer: a "
                          "queue of ten frames, not a second's worth", min=0.001, max=64.0),
     "host_nic_pacing": Param(True, "hosts send at their link rate (tc), as a real NIC does"),
-    "min_gain": Param(1.5, "the adaptive/ECMP throughput ratio stride4 and stride8 must reach",
+    # 1.5x ECMP's expected 0.62 on strides 4 and 8 is 0.93 of non-blocking: Hedera's
+    # "96% of optimal bisection" (Al-Fares et al., NSDI 2010, abstract), less the ACKs
+    # that still hash as mice here (README).
+    "min_gain": Param(1.5, "how many times ECMP's expected throughput adaptive must reach on "
+                      "stride4 and stride8",
                       min=1.0, max=3.0),
     "model_samples": Param(2000, "draws for the flow-level ECMP expectation", min=100,
                            max=100000),
@@ -314,10 +318,11 @@ def run(ctx: Context) -> None:
     norm = {m: {pat: [bps / ideal[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
                 for pat in patterns} for m in modes}
     model_rng = random.Random(p["seed"] + 1)
-    expect = {}
-    if "random" in patterns:
-        expect["random"] = ecmp_expectation(
-            graph, lambda: traffic(graph, "random", model_rng), p["model_samples"], model_rng)
+    # What ECMP gives on average over every hash draw (and, for random and staggered,
+    # every matrix): the figure ECMP is compared with as a scheme, not one seed's luck.
+    expect = {pat: ecmp_expectation(
+        graph, lambda pat=pat: traffic(graph, pat, model_rng, p["p_edge"], p["p_pod"]),
+        p["model_samples"], model_rng) for pat in patterns}
     choices: dict[int, list[int]] = {}
     for runs in paths.values():
         for taken in runs:
@@ -408,9 +413,14 @@ def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expec
         for pat in ACCEPT_STRIDES:
             if pat not in patterns:
                 continue
-            gain = means["adaptive"][pat] / means["ecmp"][pat]
-            ctx.check(f"{pat}: adaptive at least {p['min_gain']:g}x ECMP",
-                      gain >= p["min_gain"], f"{gain:.2f}x", f">= {p['min_gain']:.2f}x")
+            # Against ECMP's expectation, not the few seeds measured: those move the
+            # ratio by +-0.1 with the hash's luck (5 seeds of stride 4: 0.54 to 0.66),
+            # while the two ECMP checks below hold the measurement to the same model.
+            gain = means["adaptive"][pat] / expect[pat]
+            ctx.check(f"{pat}: adaptive at least {p['min_gain']:g}x ECMP's expected throughput",
+                      gain >= p["min_gain"], f"{gain:.2f}x",
+                      f">= {p['min_gain']:.2f}x (ECMP over all hash draws: {expect[pat]:.3f} "
+                      f"of non-blocking, flow-level model)")
             ctx.check(f"{pat}: adaptive at least 0.8 of non-blocking",
                       means["adaptive"][pat] >= 0.8, f"{means['adaptive'][pat]:.2f}", ">= 0.80")
     if on_paths:
@@ -470,10 +480,9 @@ def plot(ctx: Context, patterns, modes, norm, expect) -> None:
         errs = [[y - min(norm[m][pat]) for y, pat in zip(ys, patterns)],
                 [max(norm[m][pat]) - y for y, pat in zip(ys, patterns)]]
         ax.bar(xs, ys, width, yerr=errs, capsize=3, label=m)
-    if "random" in expect:
-        j = patterns.index("random")
-        ax.hlines(expect["random"], j - 0.45, j + 0.45, colors="k", linestyles="dashed",
-                  label="ECMP flow-level model")
+    for j, pat in enumerate(patterns):
+        ax.hlines(expect[pat], j - 0.45, j + 0.45, colors="k", linestyles="dashed",
+                  label="ECMP flow-level model (all hash draws)" if j == 0 else None)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(range(len(patterns)), patterns)
     ax.set_ylabel("throughput / non-blocking")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -32,6 +33,18 @@ def test_the_traced_path_is_the_one_packets_take_and_follows_a_failure(fabric):
     assert {p[2] for p in paths.values()} == {"spine1", "spine2"}  # the hash spreads them
     # Same-leaf traffic never leaves the leaf.
     assert fabric.trace_path("h1", "h2", "tcp", 40000, 5201) == ["h1", "leaf1", "h2"]
+
+    # `emu path` asks the same switches from another process, over their sockets.
+    cli = subprocess.run([sys.executable, "-m", "emu.cli", "path", "h1", "h3", "--proto", "udp",
+                          "--sport", "40001", "--dport", "4000", "--run", fabric.run.run_id],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.strip().endswith(" ".join(paths[40001]))
+    cli = subprocess.run([sys.executable, "-m", "emu.cli", "path", "h1", "h99",
+                          "--run", fabric.run.run_id], capture_output=True, text=True,
+                         timeout=60)
+    assert cli.returncode != 0 and "'h99': not a host" in cli.stderr
+    assert "Traceback" not in cli.stderr
 
     sport = 40000
     spine = paths[sport][2]

@@ -19,9 +19,10 @@ from scenarios.ecmp_vs_adaptive import (
 
 from . import assert_checks, emu_run
 
-# Over 5 seeds on the 2-core VM adaptive/ECMP is 1.53x (stride 4) and 1.67x (stride 8),
-# with ECMP's single seeds from 0.47 to 0.77 of non-blocking (README). Over the 3 seeds
-# CI affords, the test guards that adaptive stays clearly ahead, below that spread.
+# The scenario judges adaptive against ECMP's expected throughput (0.62 of non-blocking
+# on strides 4 and 8); its bar, 1.5x, asks for 0.93 of non-blocking, which adaptive
+# reaches on stride 8 and not yet on stride 4 (0.92-0.96: ACKs hashed as mice, README).
+# CI guards that adaptive stays clearly ahead of ECMP over the 3 seeds it affords.
 MIN_GAIN_HERE = 1.25
 MIN_ADAPTIVE_HERE = 0.85
 
