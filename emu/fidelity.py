@@ -67,13 +67,12 @@ def frame_time_s(rate_bps: float) -> float:
 # same pass saves those wake-ups. The wire's clock still advances by each
 # frame's own time, so a port never sends more than its rate allows over any
 # interval plus this quarter frame, and no frame is ever made late by it.
-# OFF (0.0) for now: with it at 0.25, three full CI runs in a row measured
-# ECMP on random permutations at 0.70, 0.71 and 0.75 of non-blocking (3 seeds),
-# above the flow-level model's 0.594; before it, CI passed that check. Until
-# that is understood the mechanism stays, unused (the README's figures at
-# 02dbf94 were measured with 0.25).
-EARLY_FRAMES_MEASURED = 0.25
-EARLY_FRAMES = 0.0
+# It was off from c75edce to the commit after 3c165c6: three CI runs with it had
+# failed ecmp-vs-adaptive's ECMP-against-model check, but CI failed the same
+# check with it off (0.70 against 0.594), and tracing the paths the hash chose
+# showed why: the check compared 3 seeds with the mean over every hash draw,
+# and hash luck, not the datapath, moved the measurement (README).
+EARLY_FRAMES = 0.25
 
 
 def early_departure_s(rate_bps: float) -> float:

@@ -57,7 +57,7 @@ def test_message_completes_and_is_paced_at_link_rate():
 
 
 def test_frame_due_within_a_quarter_frame_leaves_early_on_the_wires_clock(monkeypatch):
-    monkeypatch.setattr(fidelity, "EARLY_FRAMES", fidelity.EARLY_FRAMES_MEASURED)
+    monkeypatch.setattr(fidelity, "EARLY_FRAMES", 0.25)  # a quarter frame, whatever the default
     a, _ = pair(dcqcn=False)
     a.post_send(1, 3 * 1024, 0.0)
     first = a.next_frame(0.0)

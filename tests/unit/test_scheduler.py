@@ -64,7 +64,7 @@ def test_late_wakeup_catches_up_only_by_the_burst():
 
 
 def test_frame_due_within_a_quarter_frame_leaves_early_without_gaining_rate(monkeypatch):
-    monkeypatch.setattr(fidelity, "EARLY_FRAMES", fidelity.EARLY_FRAMES_MEASURED)
+    monkeypatch.setattr(fidelity, "EARLY_FRAMES", 0.25)  # a quarter frame, whatever the default
     rate = 10_000_000
     s = PortScheduler(rate_bps=rate)
     for _ in range(3):
