@@ -164,7 +164,8 @@ def cmd_cli(args) -> int:
     with Fabric(graph, seed=params["seed"]) as fab:
         print(f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
               f"logs in {fab.log_dir()}")
-        print("emu commands: ctl SWITCH flows|ports|groups|counters, status")
+        print("emu commands: ctl SWITCH flows|ports|groups|counters, path SRC DST "
+              "[tcp|udp SPORT DPORT], status")
         from mininet.log import setLogLevel
 
         setLogLevel("output")  # the CLI prints command output at Mininet's 'output' level
@@ -195,6 +196,20 @@ def _make_emu_cli():
                 print(format_ctl(parts[1], self.fab.switch_call(parts[0], parts[1])))
             except Exception as exc:  # noqa: BLE001 - the CLI must survive a typo
                 print(f"ctl: {exc}")
+
+        def do_path(self, line):
+            """path SRC DST [tcp|udp SPORT DPORT]: the switches a flow crosses now."""
+            parts = line.split()
+            if len(parts) not in (2, 5) or (len(parts) == 5 and not
+                                            (parts[3].isdigit() and parts[4].isdigit())):
+                print("usage: path SRC DST [tcp|udp SPORT DPORT]")
+                return
+            proto, sport, dport = (parts[2], int(parts[3]), int(parts[4])) \
+                if len(parts) == 5 else ("tcp", 49152, 5201)
+            try:
+                print(" ".join(self.fab.trace_path(parts[0], parts[1], proto, sport, dport)))
+            except Exception as exc:  # noqa: BLE001 - the CLI must survive a typo
+                print(f"path: {exc}")
 
         def do_status(self, line):
             """status: the controller's view (switches, links, hosts, convergence)."""

@@ -22,9 +22,10 @@ ECT0_DSCP26_TOS = 26 << 2 | 2
 
 
 @pytest.fixture(scope="module")
-def fab():
+def fab(tmp_path_factory):
     g = fabric.leaf_spine(leaves=3, spines=1, hosts_per_leaf=1)
-    with Fabric(g, qos={"watchdog": {"enabled": False}}) as f:
+    with Fabric(g, qos={"watchdog": {"enabled": False}},
+                out_dir=str(tmp_path_factory.mktemp("ecn"))) as f:
         yield f
 
 

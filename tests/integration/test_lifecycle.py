@@ -22,26 +22,27 @@ def small():
     return fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
 
 
-def test_normal_run_leaves_nothing(no_leaks):
-    with Fabric(small()) as fab:
+def test_normal_run_leaves_nothing(no_leaks, tmp_path):
+    with Fabric(small(), out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2") == (1, 1)
         pids = [p["pid"] for p in fab.run.pids]
         assert all(registry.proc_start_time(p) for p in pids)
     assert not any(registry.proc_start_time(p) for p in pids)
 
 
-def test_failed_run_leaves_nothing(no_leaks):
+def test_failed_run_leaves_nothing(no_leaks, tmp_path):
     with pytest.raises(RuntimeError, match="scenario blew up"):
-        with Fabric(small()):
+        with Fabric(small(), out_dir=str(tmp_path)):
             raise RuntimeError("scenario blew up")
 
 
-def test_sigkilled_run_is_removed_by_emu_clean(no_leaks):
+def test_sigkilled_run_is_removed_by_emu_clean(no_leaks, tmp_path):
     script = (
         "import signal\n"
         "from emu import fabric\n"
         "from emu.net import Fabric\n"
-        "fab = Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1))\n"
+        "fab = Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1),\n"
+        f"             out_dir={str(tmp_path)!r})\n"
         "fab.open()\n"
         "fab.popen('h1', ['sleep', '300'])\n"
         "print('ready', flush=True)\n"

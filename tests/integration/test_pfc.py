@@ -27,7 +27,7 @@ DSCP26_TOS = 26 << 2
 def incast(tmp_path_factory):
     out = tmp_path_factory.mktemp("pfc")
     g = fabric.leaf_spine(leaves=3, spines=1, hosts_per_leaf=1)
-    with Fabric(g) as fab:
+    with Fabric(g, out_dir=str(out / "emu")) as fab:
         links = [(u, v) for u, v in fabric.switch_links(g)] + \
             [(h, g.nodes[h]["leaf"]) for h in fabric.hosts(g)]
         caps = {}

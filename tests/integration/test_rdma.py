@@ -10,9 +10,9 @@ from emu.traffic.rdma import RdmaHosts
 
 
 @pytest.fixture(scope="module")
-def rdma():
+def rdma(tmp_path_factory):
     g = fabric.leaf_spine(leaves=2, spines=2, hosts_per_leaf=1)
-    with Fabric(g) as fab:
+    with Fabric(g, out_dir=str(tmp_path_factory.mktemp("rdma"))) as fab:
         yield fab, RdmaHosts(fab, ["h1", "h2"])
 
 

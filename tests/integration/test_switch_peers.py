@@ -29,8 +29,9 @@ HEADER = struct.Struct("!BBHI")
 
 
 @pytest.fixture(scope="module")
-def fab():
-    with Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)) as f:
+def fab(tmp_path_factory):
+    with Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1),
+                out_dir=str(tmp_path_factory.mktemp("peers"))) as f:
         yield f
 
 
