@@ -30,7 +30,7 @@ def tx_packets(fab, switch: str) -> int:
 
 
 def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch):
-    monkeypatch.setenv(realtime.ENV, str(realtime.RECOMMENDED_PRIORITY))
+    monkeypatch.delenv(realtime.ENV, raising=False)   # the default: real-time
     g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         # The window starts at convergence: a live record says so.
@@ -50,7 +50,8 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
         wait_for(lambda: nics.poll_completions("h1", qp), 30, "the RDMA SEND to complete")
     records = fidelity.load_records(tmp_path)
     assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1", "h1", "h2"}
-    # Switches and NIC agents ran as the hardware they stand for: real-time (emu/realtime.py).
+    # Switches and NIC agents ran as the hardware they stand for, by default:
+    # real-time (emu/realtime.py).
     assert {r["name"]: r["sched"]["policy"] for _, r in records} == dict.fromkeys(
         ("leaf1", "leaf2", "spine1", "h1", "h2"), "rr")
     verdict = fidelity.judge(records)
@@ -95,8 +96,8 @@ def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path, monkeypatch):
     assert f"scheduled SCHED_RR {realtime.RECOMMENDED_PRIORITY}" in res.stdout
 
 
-def test_by_default_the_emulator_runs_under_the_normal_policy(tmp_path, monkeypatch):
-    monkeypatch.delenv(realtime.ENV, raising=False)
+def test_with_priority_0_the_emulator_runs_under_the_normal_policy(tmp_path, monkeypatch):
+    monkeypatch.setenv(realtime.ENV, "0")
     g = fabric.leaf_spine(leaves=1, spines=1, hosts_per_leaf=2)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2", count=2)[1] == 2

@@ -12,8 +12,8 @@ from emu import realtime
 
 
 def test_the_default_priority_is_used_when_the_variable_is_unset_or_empty():
-    # Opt-in for now (emu/realtime.py says why): unset means the normal policy.
-    assert realtime.DEFAULT_PRIORITY == 0
+    # The hardware runs first by default; 0 turns it off.
+    assert realtime.DEFAULT_PRIORITY == realtime.RECOMMENDED_PRIORITY
     assert realtime.configured_priority({}) == realtime.DEFAULT_PRIORITY
     assert realtime.configured_priority({realtime.ENV: " "}) == realtime.DEFAULT_PRIORITY
     assert realtime.configured_priority({realtime.ENV: "0"}) == 0

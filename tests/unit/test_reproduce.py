@@ -299,10 +299,10 @@ def test_cli_bad_input_as_a_user_runs_it_has_no_traceback(tmp_path):
 def test_command_line_is_explicit(monkeypatch):
     monkeypatch.delenv("EMU_RT_PRIORITY", raising=False)   # the default priority, spelled out
     assert reproduce.command_line("smoke", None, True, "/tmp/rp", "/tmp/r.md") == \
-        "EMU_RT_PRIORITY=0 emu reproduce --quick --only smoke --out /tmp/rp --doc /tmp/r.md"
-    monkeypatch.setenv("EMU_RT_PRIORITY", "10")
+        "EMU_RT_PRIORITY=10 emu reproduce --quick --only smoke --out /tmp/rp --doc /tmp/r.md"
+    monkeypatch.setenv("EMU_RT_PRIORITY", "0")
     assert reproduce.command_line(None, 5, False, "results/reproduce", "docs/results.md") == \
-        "EMU_RT_PRIORITY=10 emu reproduce --runs 5 --out results/reproduce --doc docs/results.md"
+        "EMU_RT_PRIORITY=0 emu reproduce --runs 5 --out results/reproduce --doc docs/results.md"
 
 
 def test_command_line_and_doc_carry_the_scheduling_asked_for(monkeypatch):
