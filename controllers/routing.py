@@ -328,6 +328,11 @@ class RoutingManager:
             msgs += self.switch_leave(dpid, now)
         sw = _Switch(dp=dp, ports={}, entered_s=now, next_lldp_s=now)
         self._switches[dpid] = sw
+        # A flood made before this switch connected never reached its hosts: the next
+        # miss floods again rather than waiting out the holddown. When the controller
+        # restarts, switches reconnect one by one; without this a host behind a late
+        # switch stayed unknown for the holddown (0.5 s) after its switch was back.
+        self._flooded_s.clear()
         for p in ports:
             if p.live and p.port_no <= dp.ofproto.OFPP_MAX:
                 sw.ports[p.port_no] = p.hw_addr

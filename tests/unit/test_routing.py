@@ -317,6 +317,26 @@ def test_unknown_target_floods_edge_ports_only_and_answers_later() -> None:
     assert {h.ip for h in mgr.hosts} == {"10.0.0.1", "10.0.0.4"}
 
 
+def test_a_switch_that_connects_after_a_flood_gets_the_next_one_at_once() -> None:
+    mgr = RoutingManager(RoutingConfig(arp_flood_holddown_s=0.5))
+    fab = SimFabric(leaf_spine(), mgr)
+    h4_leaf = fab.host_loc["h4"][0]
+    early = [d for d in sorted(fab.dps) if d != h4_leaf]
+    for dpid in early:
+        fab.deliver(mgr.switch_enter(fab.dps[dpid], fab.ports_of(dpid), fab.now))
+    fab.host_arp("h1", "10.0.0.4")  # flooded, but h4's leaf is not connected yet
+    assert "10.0.0.4" not in {h.ip for h in mgr.hosts}
+    fab.now += 0.1  # well inside the holddown
+    fab.deliver(mgr.switch_enter(fab.dps[h4_leaf], fab.ports_of(h4_leaf), fab.now))
+    fab.sent.clear()
+    fab.host_arp("h1", "10.0.0.4")  # h1 asks again
+    probed = {(d, a.port) for d, m in fab.sent if isinstance(m, PARSER.OFPPacketOut)
+              and (arp := ofmsg.parse_arp(m.data)) and arp.src_mac == layout.CONTROLLER_MAC
+              for a in m.actions}
+    assert fab.host_loc["h4"] in probed
+    assert "10.0.0.4" in {h.ip for h in mgr.hosts}
+
+
 def _all_groups_avoid(fab: SimFabric, dead: List[Tuple[int, int]]) -> None:
     for dpid in fab.dps:
         for gid, ports in fab.mgr.installed_groups(dpid).items():
