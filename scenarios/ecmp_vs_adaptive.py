@@ -253,11 +253,8 @@ def ecmp_expectation(graph: nx.Graph, draw, samples: int, rng: random.Random) ->
         for s, d in flows:
             if (s, d) not in cache:
                 cache[(s, d)] = list(nx.all_shortest_paths(g, s, d))
-            nodes = rng.choice(cache[(s, d)])
-            paths.append(list(zip(nodes, nodes[1:])))
-        fabric = sum(max_min_rates(paths))
-        ideal = sum(max_min_rates([[(s, "sw"), ("sw", d)] for s, d in flows]))
-        total += fabric / ideal
+            paths.append(rng.choice(cache[(s, d)]))
+        total += normalised_throughput(flows, paths)
     return total / samples
 
 

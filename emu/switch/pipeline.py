@@ -309,6 +309,7 @@ class Pipeline:
         key = extract_key(frame, in_port)
         hit = self._cache.get(key)
         if hit is None:
+            self.cache_misses += 1
             hit = self._resolve(key, frame, 0, in_port)
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
@@ -370,10 +371,8 @@ class Pipeline:
              "dropped": "port down" / "no recv" / "ttl" / "no match" or None}
         """
         entries: list = []
-        misses = self.cache_misses
         prog, _ctrs, _fast = self._resolve(extract_key(frame, in_port), frame, 0, in_port,
                                            entries)
-        self.cache_misses = misses
         port = self.ports.get(in_port)
         out: dict = {"entries": entries, "outputs": [], "controller": 0, "flowlet": [],
                      "dropped": None}
@@ -412,7 +411,6 @@ class Pipeline:
 
         `matched`, if given, collects (table_id, priority, cookie) of each entry hit.
         """
-        self.cache_misses += 1
         prog: list = []
         ctrs: list = []
         st = {"frame": frame, "key": key, "queue": None, "md": 0}
