@@ -131,6 +131,7 @@ class Point:
     predicted_comm_s: float   # emu/traffic/model.py
     tolerance_s: float
     per_iteration_s: tuple[float, ...] = ()   # the slowest rank's, iteration by iteration
+    retransmitted: int = 0    # frames or packets sent again, all ranks, all iterations
 
     @property
     def model_s(self) -> float:
@@ -201,7 +202,8 @@ def run(ctx: Context) -> None:
                                       for i in range(r.iters))
                 pt = Point(algo, kind, factor, r.iteration_s, r.time_s,
                            (factor if kind == "compute" else 1.0) * c, pred.time_s,
-                           p["tolerance"] * pred.time_s, per_iteration)
+                           p["tolerance"] * pred.time_s, per_iteration,
+                           sum(r.retransmitted.values()))
                 points.append(pt)
                 ctx.log(f"  {algo} {pt.label}: iteration {pt.iteration_s * 1000:.0f} ms "
                         f"(model {pt.model_s * 1000:.0f} ms), all-reduce "
@@ -229,11 +231,12 @@ def _report(ctx: Context, points: list[Point], predict, c: float, size: int, n: 
     ctx.table(f"iteration time with {STRAGGLER} a straggler, {n} ranks, {size} B all-reduce, "
               f"C = {c * ms:.0f} ms; comm = iteration - compute",
               ["algo", "straggler", "measured ms", "model ms", "comm ms", "predicted comm ms",
-               "comm error", "comm per iteration ms"],
+               "comm error", "comm per iteration ms", "retransmitted"],
               [[pt.algo, pt.label, f"{pt.iteration_s * ms:.0f}", f"{pt.model_s * ms:.0f}",
                 f"{pt.comm_s * ms:.0f}", f"{pt.predicted_comm_s * ms:.0f}",
                 f"{pt.error * 100:+.1f}%",
-                " ".join(f"{(t - pt.compute_s) * ms:.0f}" for t in pt.per_iteration_s)]
+                " ".join(f"{(t - pt.compute_s) * ms:.0f}" for t in pt.per_iteration_s),
+                pt.retransmitted]
                for pt in points])
     lines = []
     for algo in algos:

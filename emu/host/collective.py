@@ -130,7 +130,7 @@ class Algorithm(Protocol):
     now) -> bool` (a non-RoCE frame, possibly before `start`; True if it was
     consumed), `next_frame(now) -> bytes | None` (a frame to send now, asked
     only while the iteration runs: it must honour and advance the NIC's wire
-    clock with `rnic.free_at` / `rnic.use_wire(len(frame), now)` and the
+    clock with `rnic.free_at` / `rnic.use_wire(len(frame), now, ready_at)` and the
     PAUSE state `rnic.paused_until`), `next_wakeup(now)` (when `next_frame`
     may have something).
     """
@@ -271,6 +271,9 @@ class CollectiveRank:
         self.frames_sent = 0
         self.frame_bytes_sent = 0
         self.frame_payload_bytes = 0
+        # Retransmissions of algorithms that send their own frames (SHARP's
+        # timed-out chunks), over finished iterations; RoCE QPs count their own.
+        self.frames_retransmitted = 0
         self.compute_factor = 1.0   # the agent's straggler factor (faults.straggler)
         self._tx0 = self._tx_counters()
 
@@ -394,11 +397,16 @@ class CollectiveRank:
             + self.frame_payload_bytes,
             "tx_frame_bytes": tx["tx_bytes"] - t0["tx_bytes"] + self.frame_bytes_sent,
             "tx_packets": tx["tx_packets"] - t0["tx_packets"] + self.frames_sent,
-            "retransmitted": tx["retransmitted"] - t0["retransmitted"],
+            "retransmitted": tx["retransmitted"] - t0["retransmitted"]
+            + self.frames_retransmitted + self._algo_retransmitted(),
             "early_messages": len(self.early),
         }
 
     # ----- inside -------------------------------------------------------------
+
+    def _algo_retransmitted(self) -> int:
+        stats = getattr(self.algo, "stats", None)
+        return getattr(stats, "retransmitted", 0)
 
     def _tx_counters(self) -> dict:
         out = dict.fromkeys(("tx_payload_bytes", "tx_bytes", "tx_packets", "retransmitted"), 0)
@@ -429,6 +437,7 @@ class CollectiveRank:
         if self.iteration >= self.spec.iters:
             self.state = "done"
             return
+        self.frames_retransmitted += self._algo_retransmitted()
         # The next iteration is built now, so that messages from rank-1 that
         # arrive during the compute step have an owner; they wait in `early`.
         self.algo = ALGORITHMS[self.spec.algo](self.spec, self.rnic, self.input)

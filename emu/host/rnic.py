@@ -348,13 +348,21 @@ class Rnic:
         # The link-rate virtual clock may lag one millisecond behind (a late loop).
         self.free_at = max(self.free_at, now - WIRE_CATCH_UP_S) + size * 8 / self.cfg.rate_bps
 
-    def use_wire(self, size_bytes: int, now: float) -> None:
+    def use_wire(self, size_bytes: int, now: float, ready_at: float | None = None) -> None:
         """Account a frame of `size_bytes` sent at `now` outside the QPs on the NIC's wire.
 
         For collectives that build their own frames (non-RoCE aggregation):
         send only when `may_send(now)`, then call this so that QP traffic and
-        theirs share the link rate.
+        theirs share the link rate. `ready_at`, when the frame could first have
+        gone (its window opened, its timeout fired), puts it on the fidelity
+        clock like a QP's frame: how late it left, and link time lost when the
+        wire's clock was the limit. None: `now` (the frame is never late).
         """
+        slot = max(self.free_at, now if ready_at is None else ready_at,
+                   self.paused_until[DATA_PRIO])
+        if slot < now - WIRE_CATCH_UP_S and slot == self.free_at:
+            self.clock.lost(now - WIRE_CATCH_UP_S - slot)
+        self.clock.departed(now, slot, size_bytes * 8 / self.cfg.rate_bps)
         self._wire(size_bytes, now)
 
     def next_wakeup(self, now: float) -> float | None:

@@ -78,6 +78,9 @@ class SharpAllReduce:
         self.sent_at: dict[int, float] = {}           # outstanding chunk -> last send
         self.timeout: dict[int, float] = {}
         self.next_new = 0                             # next chunk never sent
+        # When each chunk's result came in: chunk c + nslots may go from then on.
+        self.result_at = [0.0] * self.nchunks
+        self.last_ready = now   # when the frame next_frame last returned could first have gone
         self.remaining = self.nchunks
         window_s = nslots * (agg.PAYLOAD_OFFSET + agg.MAX_ELEMENTS * 4) * 8 / rate_bps
         self.base_timeout_s = BASE_TIMEOUT_S + 2 * window_s
@@ -107,11 +110,14 @@ class SharpAllReduce:
             # The same expression as next_wakeup's: a wake-up at that time must find it due.
             if now >= sent + self.timeout[chunk]:
                 self.stats.retransmitted += 1
+                self.last_ready = sent + self.timeout[chunk]
                 self.timeout[chunk] = min(MAX_TIMEOUT_S, 2 * self.timeout[chunk])
                 return self._send(chunk, now)
         chunk = self.next_new
         if chunk < self.nchunks and (chunk < self.nslots or self.received[chunk - self.nslots]):
             self.next_new += 1
+            self.last_ready = (self.started_at if chunk < self.nslots
+                               else max(self.started_at, self.result_at[chunk - self.nslots]))
             self.timeout[chunk] = self.base_timeout_s
             return self._send(chunk, now)
         return None
@@ -154,6 +160,7 @@ class SharpAllReduce:
             return True
         self.result[lo:lo + expect] = pkt.array()
         self.received[chunk] = 1
+        self.result_at[chunk] = now
         self.sent_at.pop(chunk, None)
         self.timeout.pop(chunk, None)
         self.remaining -= 1
@@ -213,6 +220,7 @@ class SharpOnNic:
 
     def start(self, now: float) -> None:
         self.running = True
+        self.sharp.started_at = now
 
     def on_message(self, qpn: int, data: bytes, now: float) -> None:
         raise ValueError(f"in-network all-reduce receives no RoCE messages (QP {qpn})")
@@ -228,7 +236,7 @@ class SharpOnNic:
             return None
         frame = self.sharp.next_frame(now)
         if frame is not None:
-            self.rnic.use_wire(len(frame), now)
+            self.rnic.use_wire(len(frame), now, ready_at=self.sharp.last_ready)
         return frame
 
     def next_wakeup(self, now: float) -> float | None:

@@ -158,3 +158,44 @@ def test_a_rebuilt_tree_cannot_finish_a_chunk_some_ranks_already_have() -> None:
     _run(rebuilt, again)
     for r in again.values():
         np.testing.assert_array_equal(r.result, _expected(data))
+
+
+def test_frames_on_the_nic_are_on_its_fidelity_clock() -> None:
+    # The NIC's frames of in-network aggregation count in the run's fidelity
+    # like its RoCE frames: a frame sent when its slot came is on time, one sent
+    # by a loop that came back late is late, and the wire time it missed is lost.
+    from types import SimpleNamespace
+
+    from emu.host.rnic import WIRE_CATCH_UP_S, NicConfig, Rnic
+    from emu.host.sharp import SharpOnNic
+
+    from .test_rnic import A
+
+    nic = Rnic(NicConfig(rate_bps=RATE_BPS, dcqcn=False, **A), now=0.0)
+    spec = SimpleNamespace(options={"job_id": JOB, "job_ip": JOB_IP, "job_mac": JOB_MAC,
+                                    "nslots": 3}, rank=0, job="j")
+    algo = SharpOnNic(spec, nic, np.arange(4 * agg.MAX_ELEMENTS, dtype=np.int32))
+    algo.start(1.0)
+    frame_s = nic.clock.frame_s
+    now = 1.0
+    for _ in range(2):   # on the wire's clock: each when the one before it is through
+        assert algo.next_frame(now) is not None
+        now = nic.free_at
+    late_by = 10 * frame_s
+    assert algo.next_frame(now + late_by) is not None   # the loop came back late
+    assert nic.clock.frames == 3
+    assert nic.clock.max_late_s == pytest.approx(late_by)
+    assert nic.clock.deficit_s == pytest.approx(late_by - WIRE_CATCH_UP_S)
+    assert nic.clock.hist[0] == 2   # the first two left within their frame time
+    # The window (3 slots) is full: chunk 3 may go only once chunk 0's result is
+    # in, and is not late for the time it waited for that result.
+    result_at = nic.free_at + 0.05
+    assert algo.next_frame(result_at) is None
+    result = agg.AggTemplate("02:00:00:00:ff:ff", A["mac"], JOB_IP, A["ip"]).frame(
+        agg.KIND_RESULT, agg.DTYPE_INT32, JOB, 0, 0,
+        np.arange(agg.MAX_ELEMENTS, dtype=">i4").tobytes())
+    assert algo.on_frame(result, result_at)
+    assert algo.next_frame(result_at + frame_s / 2) is not None
+    assert nic.clock.frames == 4
+    assert nic.clock.max_late_s == pytest.approx(late_by)
+    assert nic.clock.deficit_s == pytest.approx(late_by - WIRE_CATCH_UP_S)
