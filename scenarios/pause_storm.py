@@ -157,6 +157,7 @@ def measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collect
         "storm_events": storms,
         "detected_after_s": _detection_delay(storms, t_fault),
         "watchdog_drops": sum(w["drops"] for w in watchdog.values()),
+        "storms_detected": sum(w["detected"] for w in watchdog.values()),
     }
 
 

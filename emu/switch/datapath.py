@@ -748,6 +748,8 @@ class Datapath:
             "watchdog": lambda: {"spec": dataclasses.asdict(self.watchdog.spec),
                                  "events": self.watchdog.events,
                                  "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed()),
+                                 "detected": self.watchdog.detected,
+                                 "restored": self.watchdog.restored,
                                  "drops": self.watchdog_drops},
             "set_watchdog": self._set_watchdog,
             "queues": lambda: reports.queues(self),

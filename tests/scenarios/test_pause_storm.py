@@ -24,6 +24,9 @@ def test_pause_storm_watchdog_off_vs_on(tmp_path, no_leaks):
     assert any(e["switch"] == "leaf1" and e["port"] == 1 and e["prio"] == 3
                for e in on["storm_events"])
     assert on["watchdog_drops"] > 0 and doc["metrics"]["modes"]["off"]["watchdog_drops"] == 0
+    # The switches' storm counters agree with their event logs.
+    assert on["storms_detected"] == len(on["storm_events"]) > 0
+    assert doc["metrics"]["modes"]["off"]["storms_detected"] == 0
     # The capture of the stuck host's link shows its PAUSE flood: XOFF for priority 3,
     # refreshed, never released.
     res = subprocess.run(["tshark", "-r", str(out / "watchdog-off" / "leaf1-eth1.pcap"),
