@@ -8,7 +8,12 @@ flight (SwitchML): chunk seq + slots is sent only after the result of seq came
 back, so the switch can recycle the slot. A chunk whose result does not come
 back in time is sent again, with the timeout doubling on every retry; the
 switches count each child once per chunk and resend a result they hold, so a
-retransmission never adds a contribution twice.
+retransmission never adds a contribution twice. When several chunks time out
+together, only the earliest goes again and the others wait for its backed-off
+timeout (TCP's rule, RFC 6298 5.4-5.5): no result for a whole window most
+likely means a straggling rank, not a lost window, and a window sent again by
+every other rank met the straggler's contributions on the links (measured:
+straggler's sharp compute x2 at 5 Mbit/s, 1344 retransmissions, +22%).
 
 Pure: every method takes `now`; the host agent (emu/host/agent.py) owns the
 socket. `SharpOnNic` is the collective algorithm the agent runs
@@ -75,7 +80,9 @@ class SharpAllReduce:
         self.nchunks = agg.chunk_count(len(self.wire))
         self.tmpl = agg.AggTemplate(src_mac, job_mac, src_ip, job_ip)
         self.received = bytearray(self.nchunks)       # 1 once a chunk's result is in
-        self.sent_at: dict[int, float] = {}           # outstanding chunk -> last send
+        # Outstanding chunk -> when it is sent again; in first-send order, so
+        # the first due chunk is the earliest.
+        self.deadline: dict[int, float] = {}
         self.timeout: dict[int, float] = {}
         self.next_new = 0                             # next chunk never sent
         # When each chunk's result came in: chunk c + nslots may go from then on.
@@ -106,13 +113,17 @@ class SharpAllReduce:
 
     def next_frame(self, now: float) -> bytes | None:
         """The next frame to send now: a timed-out chunk first, else a new one the window allows."""
-        for chunk, sent in self.sent_at.items():
-            # The same expression as next_wakeup's: a wake-up at that time must find it due.
-            if now >= sent + self.timeout[chunk]:
-                self.stats.retransmitted += 1
-                self.last_ready = sent + self.timeout[chunk]
-                self.timeout[chunk] = min(MAX_TIMEOUT_S, 2 * self.timeout[chunk])
-                return self._send(chunk, now)
+        # The same comparison as next_wakeup's: a wake-up at that time must find it due.
+        due = [c for c, t in self.deadline.items() if now >= t]
+        if due:
+            chunk = due[0]
+            self.stats.retransmitted += 1
+            self.last_ready = self.deadline[chunk]
+            self.timeout[chunk] = min(MAX_TIMEOUT_S, 2 * self.timeout[chunk])
+            frame = self._send(chunk, now)
+            for c in due[1:]:   # they go again only if this one's result does not come
+                self.deadline[c] = self.deadline[chunk]
+            return frame
         chunk = self.next_new
         if chunk < self.nchunks and (chunk < self.nslots or self.received[chunk - self.nslots]):
             self.next_new += 1
@@ -124,7 +135,7 @@ class SharpAllReduce:
 
     def _send(self, chunk: int, now: float) -> bytes:
         frame = self._frame(chunk)
-        self.sent_at[chunk] = now
+        self.deadline[chunk] = now + self.timeout[chunk]
         self.stats.frames_sent += 1
         self.stats.bytes_sent += len(frame)
         self.stats.payload_bytes_sent += len(frame) - agg.PAYLOAD_OFFSET
@@ -132,7 +143,7 @@ class SharpAllReduce:
 
     def next_wakeup(self, now: float) -> float | None:
         """When `next_frame` may have something again (None: waiting for results only)."""
-        times = [sent + self.timeout[c] for c, sent in self.sent_at.items()]
+        times = list(self.deadline.values())
         c = self.next_new
         if c < self.nchunks and (c < self.nslots or self.received[c - self.nslots]):
             times.append(now)
@@ -161,7 +172,7 @@ class SharpAllReduce:
         self.result[lo:lo + expect] = pkt.array()
         self.received[chunk] = 1
         self.result_at[chunk] = now
-        self.sent_at.pop(chunk, None)
+        self.deadline.pop(chunk, None)
         self.timeout.pop(chunk, None)
         self.remaining -= 1
         self.stats.results += 1

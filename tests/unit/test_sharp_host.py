@@ -109,6 +109,48 @@ def test_lost_frames_are_recovered_by_timeouts_without_double_counting() -> None
     assert leaf["duplicates"] > 0  # retransmissions reached the switch and were not re-added
 
 
+class _LateRank:
+    """A rank whose compute step ends at `at`: it sends nothing before."""
+
+    def __init__(self, rank: SharpAllReduce, at: float) -> None:
+        self.rank, self.at = rank, at
+
+    done = property(lambda self: self.rank.done)
+    result = property(lambda self: self.rank.result)
+
+    def next_frame(self, now: float):
+        return self.rank.next_frame(now) if now >= self.at else None
+
+    def next_wakeup(self, now: float):
+        return self.rank.next_wakeup(now) if now >= self.at else self.at
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        return self.rank.on_frame(frame, now)
+
+
+def test_waiting_for_a_straggler_sends_one_chunk_again_per_timeout_not_the_window() -> None:
+    # h4 starts 2 s late. The others' whole window (8 chunks) times out at once;
+    # only the earliest chunk goes again, at each backed-off timeout (RFC 6298
+    # 5.4-5.5): a window sent again by every rank would meet h4's contributions.
+    data = _inputs("int32", 5000, seed=4)   # 20 chunks
+    tree = Tree(nslots=8)
+    ranks = _ranks(data, nslots=8)
+    late_at = 2.0
+    ranks["h4"] = _LateRank(ranks["h4"], late_at)
+    _run(tree, ranks)
+    want = _expected(data)
+    assert all(r.result.tobytes() == want.tobytes() for r in ranks.values())
+    base = ranks["h1"].base_timeout_s
+    rounds, t, timeout = 0, base, base   # the backed-off timeouts that fire before h4 starts
+    while t < late_at:
+        rounds, timeout = rounds + 1, min(2 * timeout, 2.0)
+        t += timeout
+    assert rounds == 3
+    for h in ("h1", "h2", "h3"):
+        assert ranks[h].stats.retransmitted == rounds, (h, ranks[h].stats)
+    assert ranks["h4"].rank.stats.retransmitted == 0
+
+
 def test_a_second_all_reduce_continues_the_sequence() -> None:
     tree = Tree(nslots=4)
     first = _inputs("float32", 3000, seed=1)
