@@ -128,27 +128,49 @@ class _LateRank:
         return self.rank.on_frame(frame, now)
 
 
+class _PacedRank(_LateRank):
+    """A rank that sends at most one frame per `gap_s`, as its NIC's wire would."""
+
+    def __init__(self, rank: SharpAllReduce, gap_s: float) -> None:
+        super().__init__(rank, 0.0)
+        self.gap_s, self.free_at = gap_s, 0.0
+
+    def next_frame(self, now: float):
+        if now < self.free_at:
+            return None
+        frame = self.rank.next_frame(now)
+        if frame is not None:
+            self.free_at = now + self.gap_s
+        return frame
+
+    def next_wakeup(self, now: float):
+        t = self.rank.next_wakeup(now)
+        return None if t is None else max(t, self.free_at)
+
+
 def test_waiting_for_a_straggler_sends_one_chunk_again_per_timeout_not_the_window() -> None:
-    # h4 starts 2 s late. The others' whole window (8 chunks) times out at once;
-    # only the earliest chunk goes again, at each backed-off timeout (RFC 6298
-    # 5.4-5.5): a window sent again by every rank would meet h4's contributions.
+    # h4 starts 2 s late. The others' window (8 chunks, sent a frame time
+    # apart) times out chunk after chunk; only the earliest goes again, at each
+    # backed-off timeout (RFC 6298 5.4-5.6): a window sent again by every rank
+    # would meet h4's contributions on the links.
     data = _inputs("int32", 5000, seed=4)   # 20 chunks
     tree = Tree(nslots=8)
-    ranks = _ranks(data, nslots=8)
+    ranks = {h: _PacedRank(r, agg.PAYLOAD_OFFSET * 8 / RATE_BPS + 0.0008)
+             for h, r in _ranks(data, nslots=8).items()}
     late_at = 2.0
     ranks["h4"] = _LateRank(ranks["h4"], late_at)
     _run(tree, ranks)
     want = _expected(data)
     assert all(r.result.tobytes() == want.tobytes() for r in ranks.values())
-    base = ranks["h1"].base_timeout_s
+    base = ranks["h1"].rank.base_timeout_s
     rounds, t, timeout = 0, base, base   # the backed-off timeouts that fire before h4 starts
     while t < late_at:
         rounds, timeout = rounds + 1, min(2 * timeout, 2.0)
         t += timeout
     assert rounds == 3
     for h in ("h1", "h2", "h3"):
-        assert ranks[h].stats.retransmitted == rounds, (h, ranks[h].stats)
-    assert ranks["h4"].rank.stats.retransmitted == 0
+        assert ranks[h].rank.stats.retransmitted == rounds, (h, ranks[h].rank.stats)
+    assert ranks["h4"].rank.rank.stats.retransmitted == 0
 
 
 def test_a_second_all_reduce_continues_the_sequence() -> None:
