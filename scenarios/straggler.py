@@ -54,8 +54,8 @@ switches declared during it, so a failure there names this cause.
 
 The rate is 5 Mbit/s because that is what the 2-core VM keeps up with when all
 8 NICs and 5 switches aggregate at once (as sharp-allreduce): at 10 Mbit/s a
-SHARP all-reduce needed about 530 ms of CPU in its 225 ms on 2 cores (main
-threads, /proc schedstat), the NICs sent 1.2-2.1% of their frames more than a
+SHARP all-reduce took 225 ms while the main threads used 530 ms of CPU over
+the call on 2 cores (/proc schedstat), the NICs sent 1.2-2.1% of their frames more than a
 frame time late and lost 1.0-1.7% of their link time, and the exposed
 all-reduce came out 6-27% long.
 
