@@ -91,8 +91,13 @@ class RoutingConfig:
             out of its source port unanswered and as many intervals passed (Ryu
             removes a link after 5 unanswered LLDPs). Counting frames sent, not
             only time, keeps a controller or switch that fell behind under CPU
-            load from expiring links that are up; a cut that port status
-            reports removes the link at once whatever this says.
+            load from expiring links that are up; and an LLDP counts as
+            unanswered only if the controller took packet-ins from the link's
+            peer switch between it and the previous one, so a peer whose
+            packet-ins wait in a backed-up channel or event queue (32 links
+            of a k=4 fat-tree expired within 2 s that way under adaptive
+            routing's load) does not look like a dead link. A cut that port
+            status reports removes the link at once whatever this says.
         expect_switches, expect_links, expect_hosts: counts emu expects; links
             are cables (a cable counts when both directions were discovered).
         arp_flood_holddown_s: minimum time between two floods for the same unknown target.
@@ -210,6 +215,11 @@ class RoutingManager:
         self._links: Dict[PortKey, PortKey] = {}
         self._link_seen_s: Dict[PortKey, float] = {}
         self._lldp_unanswered: Dict[PortKey, int] = collections.defaultdict(int)
+        # Packet-ins taken from each switch, and the link's peer's count when its
+        # source last sent LLDP: an LLDP counts as unanswered only if its peer's
+        # packet-ins were being processed meanwhile (see RoutingConfig).
+        self._packet_ins: Dict[int, int] = collections.defaultdict(int)
+        self._peer_packet_ins_at_lldp: Dict[PortKey, int] = {}
         self._flaps: Dict[PortKey, List[float]] = {}
         self._damped: Dict[PortKey, float] = {}  # port -> out of rotation until
         self._hosts: Dict[str, Host] = {}
@@ -429,6 +439,7 @@ class RoutingManager:
         """A punted frame: our LLDP teaches a link, ARP teaches a host and asks for proxy ARP."""
         if dpid not in self._switches:
             return []
+        self._packet_ins[dpid] += 1
         etype = ofmsg.eth_type(data)
         if etype == ofmsg.ETH_TYPE_LLDP:
             peer = ofmsg.parse_lldp(data)
@@ -628,6 +639,7 @@ class RoutingManager:
         dst = self._links.pop(src)
         self._link_seen_s.pop(src, None)
         self._lldp_unanswered.pop(src, None)
+        self._peer_packet_ins_at_lldp.pop(src, None)
         self._event(
             now, "link_down", src_dpid=src[0], src_port=src[1], dst_dpid=dst[0], dst_port=dst[1]
         )
@@ -637,8 +649,12 @@ class RoutingManager:
         sw = self._switches[dpid]
         msgs: Msgs = []
         for port in ports:
-            if (dpid, port) in self._links:
-                self._lldp_unanswered[(dpid, port)] += 1
+            peer = self._links.get((dpid, port))
+            if peer is not None:
+                seen = self._packet_ins[peer[0]]
+                if self._peer_packet_ins_at_lldp.get((dpid, port)) != seen:
+                    self._lldp_unanswered[(dpid, port)] += 1
+                self._peer_packet_ins_at_lldp[(dpid, port)] = seen
             src_mac = sw.ports.get(port) or "02:00:00:00:00:00"
             frame = ofmsg.lldp_frame(dpid=dpid, port_no=port, src_mac=src_mac)
             msgs.append((dpid, ofmsg.packet_out(sw.dp, data=frame, ports=[port])))

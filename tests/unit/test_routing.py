@@ -48,6 +48,9 @@ class SimFabric:
         self.dps: Dict[int, StubDatapath] = {}
         self.hold_barriers = False
         self.held: List[Tuple[int, int]] = []
+        # Switches whose packet-ins wait (a backed-up channel): (dpid, port, frame), in order.
+        self.backed_up: set = set()
+        self.waiting_packet_ins: List[Tuple[int, int, bytes]] = []
         self.to_hosts: List[Tuple[int, int, bytes]] = []
         self.sent: List[Tuple[int, Any]] = []
         switches = sorted(n for n, d in graph.nodes(data=True) if d["kind"] == "switch")
@@ -86,6 +89,12 @@ class SimFabric:
             self.now += step_s
             self.deliver(self.mgr.tick(self.now))
 
+    def drain_packet_ins(self) -> None:
+        """The backed-up switches' packet-ins reach the controller, oldest first."""
+        waiting, self.waiting_packet_ins, self.backed_up = self.waiting_packet_ins, [], set()
+        for dpid, port, frame in waiting:
+            self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
+
     def release_barriers(self) -> None:
         held, self.held = self.held, []
         for dpid, xid in held:
@@ -123,7 +132,10 @@ class SimFabric:
                     out = (dpid, action.port)
                     if out in self.peer:
                         pd, pp = self.peer[out]
-                        queue.extend(self.mgr.packet_in(pd, pp, msg.data, self.now))
+                        if pd in self.backed_up:
+                            self.waiting_packet_ins.append((pd, pp, msg.data))
+                        else:
+                            queue.extend(self.mgr.packet_in(pd, pp, msg.data, self.now))
                     elif out in self.host_at:
                         self.to_hosts.append((dpid, action.port, msg.data))
                         queue.extend(self._host_receives(out, msg.data))
@@ -402,6 +414,29 @@ def test_links_survive_a_controller_that_fell_behind(leaf_spine_fab: SimFabric) 
     fab.settle(ticks=15, step_s=0.1)
     assert len(fab.mgr.links) == 16
     assert not [e for e in fab.mgr.status()["events"] if e["kind"] == "link_down"]
+
+
+def test_links_survive_a_switch_whose_packet_ins_wait(leaf_spine_fab: SimFabric) -> None:
+    # s1's packet-ins wait for 8 s in a backed-up channel (or event queue)
+    # while every other switch's are taken: the LLDP the leaves send to s1 go
+    # unanswered that long, but s1 is behind, not its links.
+    fab = leaf_spine_fab
+    s1 = fab.dpid["s1"]
+    fab.backed_up = {s1}
+    fab.settle(ticks=80, step_s=0.1)
+    assert fab.waiting_packet_ins
+    assert len(fab.mgr.links) == 16
+    fab.drain_packet_ins()
+    fab.settle(ticks=15, step_s=0.1)
+    assert len(fab.mgr.links) == 16
+    assert not [e for e in fab.mgr.status()["events"] if e["kind"] == "link_down"]
+    # A cable to s1 cut silently still expires: s1's other packet-ins are taken.
+    a = (fab.dpid["l1"], fab.port[("l1", "s1")])
+    b = fab.peer.pop(a)
+    fab.peer.pop(b)
+    fab.settle(ticks=65, step_s=0.1)
+    assert len(fab.mgr.links) == 14
+    _all_groups_avoid(fab, [a, b])
 
 
 def test_fat_tree_k4_ecmp() -> None:
