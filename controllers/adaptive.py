@@ -78,6 +78,14 @@ class AdaptiveConfig:
         hot_fraction, cool_fraction: a port is hot above the first and cools
             below the second (hysteresis keeps groups from being rewritten each poll).
         reweight: re-weight SELECT groups at all.
+        pin_reverse: send the reverse pair of every placed elephant (its ACKs,
+            a mouse) back along the elephant's own path, unless that pair is an
+            elephant itself. Hashed, the ACK streams piled onto some links
+            that already carry an elephant (every fabric link does under a
+            permutation like stride 4) and left others empty: a link with its
+            elephant and two ACK streams is oversubscribed, and its queue
+            delays and drops both. Reversed, the placed paths are as
+            link-disjoint as the elephants' own.
     """
 
     poll_interval_s: float = 1.0
@@ -86,6 +94,7 @@ class AdaptiveConfig:
     hot_fraction: float = 0.9
     cool_fraction: float = 0.6
     reweight: bool = True
+    pin_reverse: bool = True
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:
@@ -248,6 +257,7 @@ class AdaptiveManager(RoutingManager):
         elephants = {pair for pair, bps in rates.items()
                      if self._host_rate(pair[0]) and
                      bps > self.adaptive.elephant_fraction * self._host_rate(pair[0])}
+        pinned_before = self.pinned_paths()
         changed: Set[int] = set()
         for pair in list(self.placements):
             pl = self.placements[pair]
@@ -274,6 +284,12 @@ class AdaptiveManager(RoutingManager):
             changed |= {dpid for dpid, _ in hops}
             self._event(now, "elephant_placed", src=pair[0], dst=pair[1],
                         demand=round(demands[pair], 3), path=[f"{d:x}:{p}" for d, p in hops])
+        # Reverse pairs pinned, moved or released: their hops' switches too.
+        pinned = self.pinned_paths()
+        for pair in set(pinned) | set(pinned_before):
+            if pinned.get(pair) != pinned_before.get(pair):
+                changed |= {dpid for dpid, _ in pinned.get(pair, ())}
+                changed |= {dpid for dpid, _ in pinned_before.get(pair, ())}
         msgs: Msgs = []
         if self.adaptive.reweight and self._update_hot():
             msgs += self._changed(now)
@@ -340,6 +356,19 @@ class AdaptiveManager(RoutingManager):
         self.unplaced_total += 1
         self._event(now, "elephant_unplaced", src=pair[0], dst=pair[1], why=why)
         return {dpid for dpid, _ in pl.hops}
+
+    def pinned_paths(self) -> Dict[Pair, Tuple[Hop, ...]]:
+        """The hops of every pair on a chosen path: elephants, and their reverse pairs."""
+        paths = {pair: pl.hops for pair, pl in self.placements.items()}
+        if not self.adaptive.pin_reverse:
+            return paths
+        for (src, dst), pl in self.placements.items():
+            if (dst, src) in self.placements:
+                continue
+            hops = tuple((b, self._port_towards(b, a)) for a, b in reversed(pl.links))
+            if all(port is not None for _, port in hops):
+                paths[(dst, src)] = hops
+        return paths
 
     def _changed(self, now: float) -> Msgs:
         self._now = now
@@ -435,8 +464,8 @@ class AdaptiveManager(RoutingManager):
             del have[pair]
         # Elephant hops: FAST_FAILOVER(chosen port, then routing's other next hops).
         hops: Dict[Pair, Tuple[int, ...]] = {}
-        for pair, pl in self.placements.items():
-            for hop_dpid, port in pl.hops:
+        for pair, path in self.pinned_paths().items():
+            for hop_dpid, port in path:
                 route = routes.get(pair[1])
                 if hop_dpid != dpid or route is None or route[0] != "ecmp":
                     continue
@@ -476,6 +505,8 @@ class AdaptiveManager(RoutingManager):
             "placements": {f"{s}->{d}": {"path": [f"{dp:x}:{p}" for dp, p in pl.hops],
                                          "demand": round(pl.demand, 3)}
                            for (s, d), pl in sorted(self.placements.items())},
+            "reverse_pinned": sorted(f"{s}->{d}" for s, d in self.pinned_paths()
+                                     if (s, d) not in self.placements),
             "placed_total": self.placed_total,
             "unplaced_total": self.unplaced_total,
             "hot_ports": sorted(f"{d:x}:{p}" for d, p in self._hot),

@@ -124,6 +124,24 @@ def test_stride_elephants_get_link_disjoint_paths(n: int) -> None:
     used = links_used(fab, pairs)
     assert max(used.values()) == 1, [k for k, v in used.items() if v > 1]
     assert mgr.status()["adaptive"]["placed_total"] == 16
+    # Each elephant's ACKs (the reverse pair, a mouse) come back along its own
+    # path, so they too are spread one stream per link, not hashed onto a few.
+    # (Under stride 8 of 16 hosts every reverse pair is an elephant itself.)
+    mice = [(s, d) for s, d in pairs if (d, s) not in pairs]
+    assert len(mgr.status()["adaptive"]["reverse_pinned"]) == len(mice) == (16 if n == 4 else 0)
+    for src, dst in mice:
+        forward = fab.trace(src, dst, sport=40000)
+        assert fab.trace(dst, src, sport=5201) == forward[::-1]
+    acks = links_used(fab, [(d, s) for s, d in pairs])
+    assert max(acks.values()) == 1, [k for k, v in acks.items() if v > 1]
+
+
+def test_reverse_pairs_are_hashed_when_pinning_is_off() -> None:
+    fab = build(pin_reverse=False)
+    pairs = stride(fab, 4)
+    run_polls(fab, pairs, 3)
+    assert len(fab.mgr.placements) == 16
+    assert fab.mgr.status()["adaptive"]["reverse_pinned"] == []
 
 
 def test_quiet_elephants_go_back_to_ecmp_and_their_groups_go() -> None:
