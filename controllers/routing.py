@@ -474,7 +474,7 @@ class RoutingManager:
             if key not in self._damped:
                 self._event(now, "link_damped", dpid=key[0], port=key[1], downs=len(downs))
                 self._damping.append({"t": now, "kind": "damped", "dpid": key[0],
-                                      "port": key[1]})
+                                      "port": key[1], "downs": len(downs)})
                 LOG.warning("port %016x:%d flapped %d times in %.0f s: damped", key[0], key[1],
                             len(downs), cfg.flap_window_s)
             self._damped[key] = now + cfg.damp_hold_s

@@ -316,6 +316,10 @@ def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, d
     damped = [e["t"] - t0 - start for e in damping if e["kind"] == "damped"]
     return {
         "damped_after_s": min(damped) if damped else None,
+        # The downs routing had processed when it damped (its flap_threshold);
+        # downs_before_damping in during_floor counts those on the wire, from the time.
+        "damped_at_down": next((e.get("downs") for e in damping if e["kind"] == "damped"),
+                               None),
         "undamped": sum(1 for e in damping if e["kind"] == "undamped"),
         "flaps": downs,
         # Every topology change is one recomputation and one round of flow mods.

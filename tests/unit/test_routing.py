@@ -546,6 +546,8 @@ def test_a_flapping_link_is_damped_then_restored_when_stable(leaf_spine_fab: Sim
         fab.now += 0.2
     kinds = [e["kind"] for e in fab.mgr.status()["events"]]
     assert "link_damped" in kinds
+    [damped] = [d for d in fab.mgr.status()["damping"] if d["kind"] == "damped"]
+    assert damped["downs"] == cfg.flap_threshold   # at the down that crossed the threshold
     # Up and answering LLDP, but out of rotation: no group at l1 uses the port.
     fab.settle(ticks=20, step_s=0.1)
     assert all(a not in (link[:2], link[2:]) for link in fab.mgr.links)
