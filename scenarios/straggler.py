@@ -275,6 +275,9 @@ def _report(ctx: Context, points: list[Point], predict, c: float, size: int, n: 
         "points": [dict(asdict(pt), model_s=pt.model_s, comm_s=pt.comm_s, error=pt.error,
                         passed=pt.passed) for pt in points],
         "t_comm_s": {a: pt.comm_s for a, pt in baseline.items()},
+        # What `emu reproduce` quotes: iteration time per algorithm and compute factor.
+        "measured_s": {a: {str(pt.factor): pt.iteration_s for pt in points
+                           if pt.algo == a and pt.kind == "compute"} for a in algos},
         "t_comm_predicted_s": {a: predict(a).time_s for a in algos},
     })
     ctx.plots.append(plot(ctx.out_dir / "straggler.png", points).name)

@@ -74,11 +74,15 @@ class SharpAllReduce:
         if nslots < 1:
             raise ValueError(f"nslots={nslots}: must be >= 1")
         self.dtype = agg.DTYPE_CODES[data.dtype.name]
-        self.wire = data.astype(agg.WIRE_DTYPES[self.dtype]).tobytes()
+        # Chunks are converted to the wire's byte order as they are sent: the whole
+        # array at once (16 MB) held the NIC's loop for tens of ms at every
+        # all-reduce's start, and the fidelity monitor saw those stalls.
+        self.data = data
+        self.wire_dtype = agg.WIRE_DTYPES[self.dtype]
         self.result = np.zeros_like(data)
         self.rank, self.job_id, self.nslots = rank, job_id, nslots
         self.first_seq = first_seq
-        self.nchunks = agg.chunk_count(len(self.wire))
+        self.nchunks = agg.chunk_count(data.nbytes)
         self.tmpl = agg.AggTemplate(src_mac, job_mac, src_ip, job_ip)
         self.received = bytearray(self.nchunks)       # 1 once a chunk's result is in
         # Outstanding chunk -> when it is sent again; in first-send order, so
@@ -106,8 +110,8 @@ class SharpAllReduce:
         return self.first_seq + self.nchunks
 
     def _frame(self, chunk: int) -> bytes:
-        lo = chunk * agg.MAX_ELEMENTS * agg.ELEMENT_BYTES
-        payload = self.wire[lo:lo + agg.MAX_ELEMENTS * agg.ELEMENT_BYTES]
+        lo = chunk * agg.MAX_ELEMENTS
+        payload = self.data[lo:lo + agg.MAX_ELEMENTS].astype(self.wire_dtype).tobytes()
         seq = self.first_seq + chunk
         return self.tmpl.frame(agg.KIND_CONTRIB, self.dtype, self.job_id, seq,
                                seq % self.nslots, payload, rank=self.rank)

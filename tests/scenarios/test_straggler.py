@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from emu import reproduce
 from emu.traffic import model
 
 from . import assert_checks, emu_run
@@ -37,6 +38,9 @@ def test_compute_and_nic_stragglers_take_the_predicted_time(tmp_path, no_leaks):
         assert pts[("compute", 4.0)]["model_s"] == pytest.approx(4 * 0.4 + want)
         t = [pts[("compute", s)]["iteration_s"] for s in (1.0, 2.0, 4.0)]
         assert t[0] < t[1] < t[2]
+        # The figures `emu reproduce` quotes find them.
+        for s, want_s in zip(("1.0", "2.0", "4.0"), t):
+            assert reproduce.lookup(m, ("measured_s", algo, s)) == want_s
     # SHARP's all-reduce is the shorter: S per link against the ring's 2(n-1)/n x S.
     assert m["t_comm_predicted_s"]["sharp"] < m["t_comm_predicted_s"]["ring"]
     assert (tmp_path / "st" / "straggler.png").stat().st_size > 10_000
