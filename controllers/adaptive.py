@@ -197,6 +197,9 @@ class AdaptiveManager(RoutingManager):
         self._hop_groups: Dict[int, Dict[Pair, Tuple[int, Tuple[int, ...]]]] = {}
         self._free_gids: Dict[int, List[int]] = {}
         self._next_gid: Dict[int, int] = {}
+        # Hops of every pair on a chosen path (pinned_paths), kept with the
+        # placements: every switch's flow sync reads it.
+        self._pinned: Dict[Pair, Tuple[Hop, ...]] = {}
         self._next_poll_s: Optional[float] = None
         self._now = 0.0
         self.placed_total = 0
@@ -257,7 +260,7 @@ class AdaptiveManager(RoutingManager):
         elephants = {pair for pair, bps in rates.items()
                      if self._host_rate(pair[0]) and
                      bps > self.adaptive.elephant_fraction * self._host_rate(pair[0])}
-        pinned_before = self.pinned_paths()
+        pinned_before = self._pinned
         changed: Set[int] = set()
         for pair in list(self.placements):
             pl = self.placements[pair]
@@ -285,7 +288,7 @@ class AdaptiveManager(RoutingManager):
             self._event(now, "elephant_placed", src=pair[0], dst=pair[1],
                         demand=round(demands[pair], 3), path=[f"{d:x}:{p}" for d, p in hops])
         # Reverse pairs pinned, moved or released: their hops' switches too.
-        pinned = self.pinned_paths()
+        pinned = self._pinned = self.pinned_paths()
         for pair in set(pinned) | set(pinned_before):
             if pinned.get(pair) != pinned_before.get(pair):
                 changed |= {dpid for dpid, _ in pinned.get(pair, ())}
@@ -378,6 +381,7 @@ class AdaptiveManager(RoutingManager):
             if any(self._port_towards(a, b) != port
                    for (a, port), (_, b) in zip(pl.hops, pl.links)):
                 self._unplace(pair, now, "path_lost")
+        self._pinned = self.pinned_paths()   # links changed: reverse ports may have too
         return super()._changed(now)
 
     # ------------------------------------------------------------------ re-weighting
@@ -464,7 +468,7 @@ class AdaptiveManager(RoutingManager):
             del have[pair]
         # Elephant hops: FAST_FAILOVER(chosen port, then routing's other next hops).
         hops: Dict[Pair, Tuple[int, ...]] = {}
-        for pair, path in self.pinned_paths().items():
+        for pair, path in self._pinned.items():
             for hop_dpid, port in path:
                 route = routes.get(pair[1])
                 if hop_dpid != dpid or route is None or route[0] != "ecmp":
@@ -505,7 +509,7 @@ class AdaptiveManager(RoutingManager):
             "placements": {f"{s}->{d}": {"path": [f"{dp:x}:{p}" for dp, p in pl.hops],
                                          "demand": round(pl.demand, 3)}
                            for (s, d), pl in sorted(self.placements.items())},
-            "reverse_pinned": sorted(f"{s}->{d}" for s, d in self.pinned_paths()
+            "reverse_pinned": sorted(f"{s}->{d}" for s, d in self._pinned
                                      if (s, d) not in self.placements),
             "placed_total": self.placed_total,
             "unplaced_total": self.unplaced_total,

@@ -316,14 +316,10 @@ class Rnic:
                 continue
             slot = max(self.free_at, qp.next_tx_at, qp.ready_since,
                        self.paused_until[DATA_PRIO])
-            if slot < now - WIRE_CATCH_UP_S and slot in (self.free_at, qp.next_tx_at):
-                # Sending on the wire's (or the QP's rate) clock and beyond the
-                # catch-up: link time lost. (A frame that just became ready is only late.)
-                self.clock.lost(now - WIRE_CATCH_UP_S - slot)
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,
                                   reth=reth, payload=data)
-            self.clock.departed(now, slot, len(frame) * 8 / self.cfg.rate_bps)
+            self._on_clock(now, slot, len(frame), slot in (self.free_at, qp.next_tx_at))
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
             qp.tx_packets += 1
@@ -360,10 +356,16 @@ class Rnic:
         """
         slot = max(self.free_at, now if ready_at is None else ready_at,
                    self.paused_until[DATA_PRIO])
-        if slot < now - WIRE_CATCH_UP_S and slot == self.free_at:
+        self._on_clock(now, slot, size_bytes, slot == self.free_at)
+        self._wire(size_bytes, now)
+
+    def _on_clock(self, now: float, slot: float, size_bytes: int, clocked: bool) -> None:
+        """A frame leaves at `now` against its `slot` (emu/fidelity.py's PortClock)."""
+        if clocked and slot < now - WIRE_CATCH_UP_S:
+            # Sent on the wire's (or a QP's rate) clock and beyond the catch-up:
+            # link time lost. (A frame that just became ready is only late.)
             self.clock.lost(now - WIRE_CATCH_UP_S - slot)
         self.clock.departed(now, slot, size_bytes * 8 / self.cfg.rate_bps)
-        self._wire(size_bytes, now)
 
     def next_wakeup(self, now: float) -> float | None:
         """When `next_frame` may next have something (None: nothing to send)."""
