@@ -31,7 +31,7 @@ import sys
 import time
 
 from emu import realtime
-from emu.fidelity import ProcessFidelity
+from emu.fidelity import GcMonitor, ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import NicConfig, Rnic
 from emu.mgmt import Deferred, MgmtServer
@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(args)
     agent.fidelity.sched = sched
     stop_on_signals(agent)
+    GcMonitor.freeze()   # set up: keep it out of every later collection (emu/fidelity.py)
     agent.run()
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,10 @@ def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path, monkeypatch):
     assert "leaf1 (switch" in res.stdout and "leaf1-eth1" in res.stdout
     assert "longest stall" in res.stdout and "on-time" in res.stdout
     assert f"scheduled SCHED_RR {realtime.RECOMMENDED_PRIORITY}" in res.stdout
+    # The switch froze its set-up objects out of the collector (emu.fidelity.GcMonitor):
+    # os-ken, Scapy and its tables are tens of thousands of objects.
+    frozen = re.search(r"^gc: .* (\d+) objects frozen at start-up$", res.stdout, re.M)
+    assert frozen and int(frozen.group(1)) > 10_000, res.stdout
 
 
 def test_with_priority_0_the_emulator_runs_under_the_normal_policy(tmp_path, monkeypatch):

@@ -264,3 +264,44 @@ def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_p
               fidelity=True)
     assert scenario.render_report(ctx).splitlines()[-1].endswith(
         "the VM's host took 70 ms of CPU meanwhile (steal)")
+
+
+def test_garbage_collections_are_recorded_by_generation_with_the_longest_pause():
+    import gc
+
+    monitor = fidelity.GcMonitor.process()
+    monitor.reset()
+    for _ in range(1000):
+        a: list = []
+        a.append(a)   # a cycle: only the collector frees it
+    gc.collect()
+    snap = monitor.snapshot()
+    assert snap["collections"][2] >= 1
+    assert snap["longest_pause_s"] > 0 and snap["total_pause_s"] >= snap["longest_pause_s"]
+    assert fidelity.GcMonitor.process() is monitor   # one collector, one monitor
+
+
+def test_freezing_keeps_set_up_objects_out_of_later_collections():
+    import gc
+
+    keep = [[i] for i in range(50_000)]   # what a process builds at start-up
+    try:
+        frozen = fidelity.GcMonitor.freeze()
+        assert frozen >= len(keep)
+        assert len(gc.get_objects(generation=2)) < len(keep)
+    finally:
+        gc.unfreeze()
+    assert len(gc.get_objects(generation=2)) >= len(keep)
+
+
+def test_a_stall_that_held_a_garbage_collection_says_so():
+    rec = stalled_at("leaf3", 27.2, 100.0)
+    rec["gc"] = {"collections": [900, 80, 1], "longest_pause_s": 0.0297,
+                 "longest_generation": 2, "longest_ended_at": 100.0 - 0.001,
+                 "total_pause_s": 0.05, "frozen_objects": 0}
+    stall = fidelity.judge([("dcqcn", rec)]).worst["stall"]
+    assert not stall.passed
+    assert "of which a garbage collection (generation 2) took 29.7 ms" in stall.text
+    rec["gc"]["longest_ended_at"] = 50.0     # a pause elsewhere in the run is not named
+    assert "garbage collection" not in fidelity.judge([("dcqcn", rec)]).worst["stall"].text
+    assert "gc: 981 collections" in fidelity.render_record(rec)
