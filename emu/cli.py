@@ -18,6 +18,7 @@ from pathlib import Path
 
 from emu import mgmt, realtime, registry
 from emu.fabric import FabricError as FabricSpecError
+from emu.registry import FabricError
 from emu.scenario import ScenarioError
 
 EXIT_CHECKS_FAILED = 1
@@ -445,13 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("emu: interrupted; fabric torn down", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - named errors from the fabric
-        from emu.net import FabricError
-
-        if isinstance(exc, FabricError):
-            print(f"emu: {exc}", file=sys.stderr)
-            return EXIT_CHECKS_FAILED
-        raise
+    except FabricError as exc:  # named errors from the fabric (emu.net.FabricError)
+        print(f"emu: {exc}", file=sys.stderr)
+        return EXIT_CHECKS_FAILED
 
 
 if __name__ == "__main__":

@@ -30,7 +30,15 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu import mgmt, trace
 from emu.config import parse_qos
-from emu.registry import Run, clean_dead_runs, stop_child, stop_pids
+from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
+    FabricError,
+    Run,
+    clean_dead_runs,
+    free_tcp_port,
+    stop_child,
+    stop_pids,
+    wait_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,31 +48,8 @@ CONTROLLER_LISTEN_TIMEOUT_S = 30.0
 GRAPH_FILE = "graph.json"  # in the run's socket directory
 
 
-class FabricError(RuntimeError):
-    """The fabric could not be brought up or driven; the message names what and where."""
-
-
 # The largest frame a host's kernel sends (offloads are off): 1500 + Ethernet header.
 HOST_NIC_FRAME_BYTES = 1514
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1, logs: str = ""):
-    """Poll `condition()` until it returns a truthy value; raise FabricError naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            where = f"; logs in {logs}" if logs else ""
-            raise FabricError(f"timed out after {timeout_s:.0f} s waiting for {what}{where}")
-        time.sleep(interval_s)
 
 
 class Fabric:
