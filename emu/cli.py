@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from emu import mgmt, realtime, registry
-from emu.fabric import FabricError as FabricSpecError
+from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
 

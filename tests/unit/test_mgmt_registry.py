@@ -143,6 +143,18 @@ def test_wait_for_lets_the_condition_end_the_wait_early():
         registry.wait_for(exited, 10, "s1")
 
 
+def test_one_error_class_per_name():
+    """emu.net.FabricError (run time) and emu.fabric.FabricSpecError (bad spec) differ."""
+    from emu import fabric, net
+
+    assert net.FabricError is registry.FabricError
+    assert issubclass(registry.FabricError, RuntimeError)
+    assert issubclass(fabric.FabricSpecError, ValueError)
+    assert not issubclass(fabric.FabricSpecError, registry.FabricError)
+    assert not hasattr(fabric, "FabricError")
+    assert net.wait_for is registry.wait_for
+
+
 def test_free_tcp_port_is_free():
     import socket
 
