@@ -10,12 +10,12 @@ Usage::
 
 It owns the process around the apps: argument checking (bad arguments give a
 one-line message and exit status 2, never a traceback), logging, dying with
-its parent (``PR_SET_PDEATHSIG``, through ``emu.registry.die_with_parent``,
-emu's one home of process hygiene: it imports nothing of emu, and certainly
-not ``emu.switch`` or ``emu.net``), exiting promptly on SIGTERM/SIGINT/SIGHUP,
-and handing options to the apps.  It does what os-ken's old ``cmd/manager.py``
-did: register options, ``os_ken.cfg.CONF(args=..., project='os_ken')``, then
-``AppManager.run_apps(apps)``.
+its parent (``PR_SET_PDEATHSIG``, by ``emu.registry.die_with_parent``, emu's
+one home of process hygiene, a module that imports nothing else of emu; the
+launcher never imports ``emu.switch`` or ``emu.net``), exiting promptly on
+SIGTERM/SIGINT/SIGHUP, and handing options to the apps.  It does what
+os-ken's old ``cmd/manager.py`` did: register options,
+``os_ken.cfg.CONF(args=..., project='os_ken')``, then ``AppManager.run_apps(apps)``.
 
 emu's own options are registered as os-ken CLI options on ``os_ken.cfg.CONF``
 (``status_file``, ``expect_switches``, ``expect_links``, ``expect_hosts``,

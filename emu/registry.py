@@ -33,6 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ class FabricError(RuntimeError):
     """
 
 
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1, logs: str = ""):
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
+             interval_s: float = 0.1, logs: str = "") -> Any:
     """Poll `condition()` until it returns a truthy value, and return that value.
 
     Args:
