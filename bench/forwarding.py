@@ -37,13 +37,11 @@ Run as root from the repository root:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from emu import mgmt  # noqa: E402  (needs the repo on sys.path when run as a script)
+from emu.registry import FabricError, die_with_parent, free_tcp_port, wait_for  # noqa: E402
 
 log = logging.getLogger("bench.forwarding")
 
@@ -76,7 +75,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 OFFLOAD_FEATURES = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
 VARIANTS = ("veth", "emu", "ovs-user")
 OVS_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
-PR_SET_PDEATHSIG = 1
 OVS_NETDEV_TAP = "ovs-netdev"
 
 
@@ -86,12 +84,6 @@ class BenchError(RuntimeError):
 
 class Interrupted(BaseException):
     """SIGINT/SIGTERM/SIGHUP arrived; unwinds through every `finally`."""
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: our children get SIGTERM if the bench itself dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _ifexists(name: str) -> bool:
@@ -191,7 +183,7 @@ class Resources:
         with open(log_path, "ab") as logf:
             popen = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=logf,
                                      stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True, preexec_fn=die_with_parent)
         # `ip netns exec` execs the command, so the pid is the command's pid.
         proc = Proc(name, full, popen, log_path)
         self.procs.append(proc)
@@ -366,28 +358,22 @@ class Chain:
 # -- switches -----------------------------------------------------------------
 
 
-def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait(cond: Callable[[], bool], what: str, timeout_s: float,
           procs: tuple[Proc, ...] = ()) -> None:
-    """Poll `cond` until true; fail naming `what` and the logs of `procs`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """Poll `cond` until true; fail naming `what` and the logs of `procs` (emu's `wait_for`)."""
+    def done() -> bool:
         for p in procs:
             if p.popen.poll() is not None:
                 tail = p.log_path.read_text(errors="replace").strip().splitlines()[-3:]
                 raise BenchError(f"{p.name} exited with {p.popen.returncode} while waiting "
                                  f"for {what}; log {p.log_path}: {' | '.join(tail)}")
-        if cond():
-            return
-        if time.monotonic() > deadline:
-            logs = ", ".join(str(p.log_path) for p in procs) or "none"
-            raise BenchError(f"timed out after {timeout_s:.0f} s waiting for {what}; logs: {logs}")
-        time.sleep(0.1)
+        return cond()
+
+    logs = ", ".join(str(p.log_path) for p in procs) or "none"
+    try:
+        wait_for(done, timeout_s, what, interval_s=0.1, logs=logs)
+    except FabricError as exc:  # a row that cannot be measured is a BenchError
+        raise BenchError(str(exc)) from None
 
 
 def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
@@ -405,7 +391,7 @@ class EmuChain:
     def start(self) -> None:
         for i in range(1, self.chain.hops + 1):
             sock = str(self.res.run_dir / f"s{i}.sock")
-            of_port = _free_tcp_port()
+            of_port = free_tcp_port()
             argv = [sys.executable, "-m", "emu.switch.datapath", "--name", f"s{i}",
                     "--dpid", hex(i), "--mgmt", sock, "--of-listen", f"127.0.0.1:{of_port}",
                     "--port", f"{self.chain.port(i, 1)}:1:{EMU_RATE_BPS}",

@@ -10,10 +10,12 @@ Usage::
 
 It owns the process around the apps: argument checking (bad arguments give a
 one-line message and exit status 2, never a traceback), logging, dying with
-its parent (``PR_SET_PDEATHSIG``), exiting promptly on SIGTERM/SIGINT/SIGHUP,
-and handing options to the apps.  It does what os-ken's old ``cmd/manager.py``
-did: register options, ``os_ken.cfg.CONF(args=..., project='os_ken')``, then
-``AppManager.run_apps(apps)``.
+its parent (``PR_SET_PDEATHSIG``, by ``emu.registry.die_with_parent``, emu's
+one home of process hygiene, a module that imports nothing else of emu; the
+launcher never imports ``emu.switch`` or ``emu.net``), exiting promptly on
+SIGTERM/SIGINT/SIGHUP, and handing options to the apps.  It does what
+os-ken's old ``cmd/manager.py`` did: register options,
+``os_ken.cfg.CONF(args=..., project='os_ken')``, then ``AppManager.run_apps(apps)``.
 
 emu's own options are registered as os-ken CLI options on ``os_ken.cfg.CONF``
 (``status_file``, ``expect_switches``, ``expect_links``, ``expect_hosts``,
@@ -39,7 +41,6 @@ main thread to run bytecode, which it never does while it sits in
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import logging
 import os
@@ -56,11 +57,12 @@ os.environ["OSKEN_HUB_TYPE"] = "native"
 import oslo_config.cfg as oslo_cfg  # noqa: E402
 from os_ken import cfg  # noqa: E402  (must follow the hub pin)
 
+from emu.registry import die_with_parent  # noqa: E402
+
 LOG = logging.getLogger(__name__)
 
 EXIT_BAD_ARGS = 2
 EXIT_FAILED = 1
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
@@ -230,16 +232,6 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------- process plumbing
 
 
-def _die_with_parent() -> None:
-    # The controller must not outlive emu (DESIGN.md: children die with their parent).
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        LOG.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(0)
-
-
 def _exit_now(status: int) -> None:
     logging.shutdown()
     sys.stdout.flush()
@@ -297,7 +289,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the apps named on the command line until a stop signal; never returns."""
     # Blocked before any thread exists, so every thread os-ken starts inherits the mask.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    _die_with_parent()
+    die_with_parent()  # the controller must not outlive emu (DESIGN.md)
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.log_file, args.verbose)

@@ -16,8 +16,9 @@ import signal
 import sys
 from pathlib import Path
 
-from emu import mgmt, realtime, registry
-from emu.fabric import FabricError as FabricSpecError
+from emu import fabric, mgmt, realtime, registry, scenario
+from emu.fabric import FabricSpecError
+from emu.registry import FabricError
 from emu.scenario import ScenarioError
 
 EXIT_CHECKS_FAILED = 1
@@ -39,16 +40,12 @@ def need_root(what: str) -> None:
 
 
 def cmd_list(args) -> int:
-    from emu import scenario
-
     for name, module in sorted(scenario.available().items()):
         print(f"{name:18s} {module.DESCRIPTION}")
     return 0
 
 
 def cmd_run(args) -> int:
-    from emu import scenario
-
     module = scenario.load(args.name)
     scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
     need_root(f"emu run {args.name}")
@@ -70,7 +67,6 @@ def cmd_allreduce(args) -> int:
     """nccl-tests' all_reduce_perf on an emulated leaf/spine: one table, #wrong counted."""
     import tempfile
 
-    from emu import fabric
     from emu.net import Fabric
     from emu.traffic import collectives
 
@@ -152,7 +148,6 @@ def _update_readme(reproduce, readme_path: str, doc_path: str) -> int:
 
 
 def cmd_cli(args) -> int:
-    from emu import scenario
     from emu.net import Fabric
 
     class Module:
@@ -445,13 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("emu: interrupted; fabric torn down", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - named errors from the fabric
-        from emu.net import FabricError
-
-        if isinstance(exc, FabricError):
-            print(f"emu: {exc}", file=sys.stderr)
-            return EXIT_CHECKS_FAILED
-        raise
+    except FabricError as exc:  # named errors from the fabric (emu.net.FabricError)
+        print(f"emu: {exc}", file=sys.stderr)
+        return EXIT_CHECKS_FAILED
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ so the rest of this module imports without it).
 
 Builders are plain functions in the style of `networkx.generators.classic`:
 `leaf_spine`, `fat_tree`, `single_switch`. Each validates its arguments,
-raising `FabricError` naming the parameter, its value and what is allowed.
+raising `FabricSpecError` naming the parameter, its value and what is allowed.
 
 The attribute contract (checked by `validate`):
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_RATE_BPS",
-    "FabricError",
+    "FabricSpecError",
     "expected_counts",
     "fat_tree",
     "hosts",
@@ -82,8 +82,12 @@ LINK_TIERS = ("host", "leaf-spine", "edge-agg", "agg-core")
 _MAC_RE = re.compile(r"^02:00:00(:[0-9a-f]{2}){3}$")
 
 
-class FabricError(ValueError):
-    """A builder argument or a graph that breaks the fabric contract."""
+class FabricSpecError(ValueError):
+    """A builder argument or a graph that breaks the fabric contract.
+
+    A fabric that cannot be brought up or driven is another error,
+    `emu.net.FabricError` (a RuntimeError).
+    """
 
 
 # ---------------------------------------------------------------- checks
@@ -91,10 +95,10 @@ class FabricError(ValueError):
 
 def _check_int(param: str, value: Any, minimum: int, maximum: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FabricError(f"{param}={value!r}: must be an integer")
+        raise FabricSpecError(f"{param}={value!r}: must be an integer")
     if value < minimum or (maximum is not None and value > maximum):
         allowed = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-        raise FabricError(f"{param}={value!r}: must be {allowed}")
+        raise FabricSpecError(f"{param}={value!r}: must be {allowed}")
     return value
 
 
@@ -103,21 +107,21 @@ def _check_rate(param: str, value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FabricError(f"{param}={value!r}: must be a positive integer (bit/s)")
+        raise FabricSpecError(f"{param}={value!r}: must be a positive integer (bit/s)")
     if value <= 0:
-        raise FabricError(f"{param}={value!r}: must be > 0 (bit/s)")
+        raise FabricSpecError(f"{param}={value!r}: must be > 0 (bit/s)")
     return value
 
 
 def _check_nonneg(param: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise FabricError(f"{param}={value!r}: must be a number >= 0")
+        raise FabricSpecError(f"{param}={value!r}: must be a number >= 0")
     return float(value)
 
 
 def _check_positive(param: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise FabricError(f"{param}={value!r}: must be a number > 0")
+        raise FabricSpecError(f"{param}={value!r}: must be a number > 0")
     return float(value)
 
 
@@ -125,7 +129,7 @@ def _check_name(value: Any, default: str) -> str:
     if value is None:
         return default
     if not isinstance(value, str) or not value:
-        raise FabricError(f"name={value!r}: must be a non-empty string")
+        raise FabricSpecError(f"name={value!r}: must be a non-empty string")
     return value
 
 
@@ -137,7 +141,7 @@ def _check_intf_names(longest: List[str], blame: str) -> None:
     """
     for intf in longest:
         if len(intf) > MAX_INTF_NAME:
-            raise FabricError(
+            raise FabricSpecError(
                 f"{blame}: interface name {intf!r} has {len(intf)} characters, "
                 f"Linux allows at most {MAX_INTF_NAME}"
             )
@@ -241,7 +245,7 @@ def leaf_spine(
         ``fabric_rate_bps`` and the resulting ``oversubscription``.
 
     Raises:
-        FabricError: a parameter is out of range, the two rates conflict, or
+        FabricSpecError: a parameter is out of range, the two rates conflict, or
             an interface name would exceed 15 characters.
 
     Examples:
@@ -264,7 +268,7 @@ def leaf_spine(
     host_rate_bps = _check_rate("host_rate_bps", host_rate_bps)
     uplinks_per_spine = _check_int("uplinks_per_spine", uplinks_per_spine, 1)
     if uplinks_per_spine != 1:
-        raise FabricError(
+        raise FabricSpecError(
             f"uplinks_per_spine={uplinks_per_spine!r}: only 1 is supported "
             "(parallel leaf-spine links would need a MultiGraph)"
         )
@@ -281,7 +285,7 @@ def leaf_spine(
             fabric_rate_bps = derived
         elif abs(fabric_rate_bps - derived) > max(1, 1e-9 * derived):
             actual = down_bps / (up_links * fabric_rate_bps)
-            raise FabricError(
+            raise FabricSpecError(
                 f"oversubscription={oversubscription!r} conflicts with "
                 f"fabric_rate_bps={fabric_rate_bps!r}: those rates give {actual:g}; "
                 "give one of them, or both agreeing"
@@ -361,7 +365,7 @@ def fat_tree(
         ``G.graph["params"]["rates"]`` holds the resolved rate of each tier.
 
     Raises:
-        FabricError: k odd or out of range, a rate not positive, or an
+        FabricSpecError: k odd or out of range, a rate not positive, or an
             unknown key in `rates`.
 
     Examples:
@@ -377,16 +381,16 @@ def fat_tree(
         >>> fat_tree(k=3)
         Traceback (most recent call last):
         ...
-        emu.fabric.FabricError: k=3: must be even (k pods of k/2 edge and k/2 agg switches)
+        emu.fabric.FabricSpecError: k=3: must be even (k pods of k/2 edge and k/2 agg switches)
     """
     k = _check_int("k", k, 2, 254)
     if k % 2:
-        raise FabricError(f"k={k!r}: must be even (k pods of k/2 edge and k/2 agg switches)")
+        raise FabricSpecError(f"k={k!r}: must be even (k pods of k/2 edge and k/2 agg switches)")
     rate_bps = _check_rate("rate_bps", rate_bps)
     tier_rates = {"host": rate_bps, "edge-agg": rate_bps, "agg-core": rate_bps}
     for key, value in dict(rates or {}).items():
         if key not in tier_rates:
-            raise FabricError(
+            raise FabricSpecError(
                 f"rates[{key!r}]: unknown tier; allowed: {', '.join(map(repr, tier_rates))}"
             )
         tier_rates[key] = _check_rate(f"rates[{key!r}]", value)
@@ -455,7 +459,7 @@ def single_switch(
         An ``nx.Graph`` following this module's attribute contract.
 
     Raises:
-        FabricError: a parameter is out of range.
+        FabricSpecError: a parameter is out of range.
 
     Examples:
         >>> G = single_switch(hosts=3)
@@ -466,7 +470,7 @@ def single_switch(
         >>> single_switch(hosts=0)
         Traceback (most recent call last):
         ...
-        emu.fabric.FabricError: hosts=0: must be in 1..254
+        emu.fabric.FabricSpecError: hosts=0: must be in 1..254
     """
     n_hosts = _check_int("hosts", hosts, 1, 254)
     rate_bps = _check_rate("rate_bps", rate_bps)
@@ -525,10 +529,10 @@ def port_map(G: nx.Graph, node: str) -> Dict[int, Tuple[str, str, int, int]]:
     """Return ``{port_no: (intf, peer, peer_port, rate_bps)}`` for `node`, by port.
 
     Raises:
-        FabricError: `node` is not in `G`.
+        FabricSpecError: `node` is not in `G`.
     """
     if node not in G:
-        raise FabricError(f"node={node!r}: not in fabric {G.graph.get('name')!r}")
+        raise FabricSpecError(f"node={node!r}: not in fabric {G.graph.get('name')!r}")
     ports = {}
     for peer in G[node]:
         e = G.edges[node, peer]
@@ -546,24 +550,24 @@ def validate(G: nx.Graph) -> None:
     edited by hand before handing it to `to_mininet` or `emu.net`.
 
     Raises:
-        FabricError: naming the first graph, node or edge attribute that breaks
+        FabricSpecError: naming the first graph, node or edge attribute that breaks
             the contract.
     """
     if isinstance(G, nx.MultiGraph) or G.is_directed():
-        raise FabricError(f"graph type {type(G).__name__}: must be an undirected nx.Graph")
+        raise FabricSpecError(f"graph type {type(G).__name__}: must be an undirected nx.Graph")
     for key in ("name", "kind", "params", "subnet", "time_scale"):
         if key not in G.graph:
-            raise FabricError(f"G.graph[{key!r}] missing")
+            raise FabricSpecError(f"G.graph[{key!r}] missing")
     if G.graph["kind"] not in KINDS:
-        raise FabricError(f"G.graph['kind']={G.graph['kind']!r}: allowed {KINDS}")
+        raise FabricSpecError(f"G.graph['kind']={G.graph['kind']!r}: allowed {KINDS}")
     if G.graph["subnet"] != SUBNET:
-        raise FabricError(f"G.graph['subnet']={G.graph['subnet']!r}: must be {SUBNET!r}")
+        raise FabricSpecError(f"G.graph['subnet']={G.graph['subnet']!r}: must be {SUBNET!r}")
     subnet = ipaddress.ip_network(SUBNET)
     seen: Dict[str, Dict[Any, str]] = {"dpid": {}, "ip": {}, "mac": {}, "intf": {}}
 
     def unique(what: str, value: Any, owner: str) -> None:
         if value in seen[what]:
-            raise FabricError(f"{owner}: {what} {value!r} already used by {seen[what][value]}")
+            raise FabricSpecError(f"{owner}: {what} {value!r} already used by {seen[what][value]}")
         seen[what][value] = owner
 
     for node, d in G.nodes(data=True):
@@ -571,62 +575,62 @@ def validate(G: nx.Graph) -> None:
         if kind == "switch":
             role = d.get("role")
             if role not in SWITCH_ROLES:
-                raise FabricError(f"switch {node}: role={role!r}, allowed {sorted(SWITCH_ROLES)}")
+                raise FabricSpecError(f"switch {node}: role={role!r}, allowed {sorted(SWITCH_ROLES)}")
             dpid = d.get("dpid")
             if isinstance(dpid, bool) or not isinstance(dpid, int) or not 0 < dpid < 1 << 64:
-                raise FabricError(f"switch {node}: dpid={dpid!r}, must be an int in 1..2^64-1")
+                raise FabricSpecError(f"switch {node}: dpid={dpid!r}, must be an int in 1..2^64-1")
             unique("dpid", dpid, f"switch {node}")
             if d.get("tier") != SWITCH_ROLES[role]:
-                raise FabricError(
+                raise FabricSpecError(
                     f"switch {node}: tier={d.get('tier')!r}, role {role} has tier {SWITCH_ROLES[role]}"
                 )
         elif kind == "host":
             if d.get("role") != "host":
-                raise FabricError(f"host {node}: role={d.get('role')!r}, must be 'host'")
+                raise FabricSpecError(f"host {node}: role={d.get('role')!r}, must be 'host'")
             try:
                 ip = ipaddress.ip_address(d.get("ip"))
             except ValueError as exc:
-                raise FabricError(
+                raise FabricSpecError(
                     f"host {node}: ip={d.get('ip')!r} is not an IPv4 address"
                 ) from exc
             if ip not in subnet or d.get("prefixlen") != PREFIXLEN:
-                raise FabricError(
+                raise FabricSpecError(
                     f"host {node}: {d.get('ip')}/{d.get('prefixlen')} must be in {SUBNET}"
                 )
             unique("ip", str(ip), f"host {node}")
             mac = d.get("mac")
             if not isinstance(mac, str) or not _MAC_RE.match(mac):
-                raise FabricError(f"host {node}: mac={mac!r}, must be 02:00:00:xx:xx:xx")
+                raise FabricSpecError(f"host {node}: mac={mac!r}, must be 02:00:00:xx:xx:xx")
             unique("mac", mac, f"host {node}")
             leaf = d.get("leaf")
             if G.degree(node) != 1 or leaf not in G[node]:
-                raise FabricError(f"host {node}: must have exactly one link, to leaf={leaf!r}")
+                raise FabricSpecError(f"host {node}: must have exactly one link, to leaf={leaf!r}")
             if G.nodes[leaf].get("kind") != "switch":
-                raise FabricError(f"host {node}: leaf={leaf!r} is not a switch")
+                raise FabricSpecError(f"host {node}: leaf={leaf!r} is not a switch")
         else:
-            raise FabricError(f"node {node}: kind={kind!r}, allowed 'host' or 'switch'")
+            raise FabricSpecError(f"node {node}: kind={kind!r}, allowed 'host' or 'switch'")
 
     for u, v, e in G.edges(data=True):
         where = f"link {u}-{v}"
         rate = e.get("rate_bps")
         if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-            raise FabricError(f"{where}: rate_bps={rate!r}, must be a positive int")
+            raise FabricSpecError(f"{where}: rate_bps={rate!r}, must be a positive int")
         delay = e.get("delay_s")
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
-            raise FabricError(f"{where}: delay_s={delay!r}, must be >= 0")
+            raise FabricSpecError(f"{where}: delay_s={delay!r}, must be >= 0")
         if e.get("tier") not in LINK_TIERS:
-            raise FabricError(f"{where}: tier={e.get('tier')!r}, allowed {LINK_TIERS}")
+            raise FabricSpecError(f"{where}: tier={e.get('tier')!r}, allowed {LINK_TIERS}")
         ports, intfs = e.get("ports"), e.get("intfs")
         if not isinstance(ports, dict) or set(ports) != {u, v}:
-            raise FabricError(f"{where}: ports={ports!r}, must map both ends to a port")
+            raise FabricSpecError(f"{where}: ports={ports!r}, must map both ends to a port")
         if not isinstance(intfs, dict) or set(intfs) != {u, v}:
-            raise FabricError(f"{where}: intfs={intfs!r}, must map both ends to an interface")
+            raise FabricSpecError(f"{where}: intfs={intfs!r}, must map both ends to an interface")
         for node in (u, v):
             intf = intfs[node]
             if intf != f"{node}-eth{ports[node]}":
-                raise FabricError(f"{where}: interface {intf!r} must be {node}-eth{ports[node]}")
+                raise FabricSpecError(f"{where}: interface {intf!r} must be {node}-eth{ports[node]}")
             if len(intf) > MAX_INTF_NAME:
-                raise FabricError(
+                raise FabricSpecError(
                     f"{where}: interface name {intf!r} has {len(intf)} characters, "
                     f"Linux allows at most {MAX_INTF_NAME}"
                 )
@@ -636,7 +640,7 @@ def validate(G: nx.Graph) -> None:
         numbers = sorted(G.edges[node, peer]["ports"][node] for peer in G[node])
         first = 0 if kind == "host" else 1
         if numbers != list(range(first, first + len(numbers))):
-            raise FabricError(
+            raise FabricSpecError(
                 f"{kind} {node}: ports {numbers} must be {first}..{first + len(numbers) - 1}"
             )
 
@@ -653,7 +657,7 @@ def to_mininet(G: nx.Graph) -> "Topo":
     `G`, not from the Topo.
 
     Raises:
-        FabricError: `G` breaks the contract (see `validate`).
+        FabricSpecError: `G` breaks the contract (see `validate`).
     """
     from mininet.topo import Topo  # only here: the rest imports without Mininet
 

@@ -28,9 +28,20 @@ from typing import Any
 import networkx as nx
 
 from emu import fabric as fabric_mod
-from emu import mgmt, trace
+from emu import mgmt, telemetry, trace
 from emu.config import parse_qos
-from emu.registry import Run, clean_dead_runs, stop_child, stop_pids
+from emu.faults import Faults
+from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
+    FabricError,
+    Run,
+    clean_dead_runs,
+    free_tcp_port,
+    stop_child,
+    stop_pids,
+    wait_for,
+)
+from emu.traffic import iperf
+from emu.traffic.ping import PingJob
 
 log = logging.getLogger(__name__)
 
@@ -40,31 +51,8 @@ CONTROLLER_LISTEN_TIMEOUT_S = 30.0
 GRAPH_FILE = "graph.json"  # in the run's socket directory
 
 
-class FabricError(RuntimeError):
-    """The fabric could not be brought up or driven; the message names what and where."""
-
-
 # The largest frame a host's kernel sends (offloads are off): 1500 + Ethernet header.
 HOST_NIC_FRAME_BYTES = 1514
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1, logs: str = ""):
-    """Poll `condition()` until it returns a truthy value; raise FabricError naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            where = f"; logs in {logs}" if logs else ""
-            raise FabricError(f"timed out after {timeout_s:.0f} s waiting for {what}{where}")
-        time.sleep(interval_s)
 
 
 class Fabric:
@@ -136,6 +124,9 @@ class Fabric:
 
     def open(self) -> None:
         """Bring the fabric up (what `with Fabric(...)` does on entry)."""
+        # Mininet (and emu.switch.node, which subclasses its Switch) only here, where
+        # a fabric is built: emu.net imports without Mininet. This hides no import
+        # circle (tests/unit/test_imports.py).
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import Host
@@ -178,9 +169,7 @@ class Fabric:
         for sw in self.net.switches:
             sw.wait_ready()
         self.wait_converged()
-        from emu.telemetry import reset_fidelity
-
-        reset_fidelity(self)  # judge the experiment, not the boot
+        telemetry.reset_fidelity(self)  # judge the experiment, not the boot
 
     def close(self) -> dict:
         """Tear everything down; idempotent. Returns what the registry removed."""
@@ -192,14 +181,12 @@ class Fabric:
         # Read every process's records before the fault thread ends: a switch that
         # thread restarted dies with it (PR_SET_PDEATHSIG follows the parent thread).
         if self.out_dir and self.net is not None:
-            from emu.telemetry import collect_fidelity, collect_switch_telemetry
-
             try:
-                collect_fidelity(self, self.out_dir)
+                telemetry.collect_fidelity(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("fidelity not collected: %s", exc)
             try:
-                collect_switch_telemetry(self, self.out_dir)
+                telemetry.collect_switch_telemetry(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("telemetry not collected: %s", exc)
         if self._faults is not None:
@@ -303,12 +290,8 @@ class Fabric:
         returns iperf3's JSON.
         """
         if workload == "ping":
-            from emu.traffic.ping import PingJob
-
             return PingJob(self, **options)
         if workload == "iperf":
-            from emu.traffic import iperf
-
             return iperf.Job(self, **options)
         raise FabricError(f"unknown workload {workload!r}; known: ping, iperf")
 
@@ -316,8 +299,6 @@ class Fabric:
     def faults(self):
         """The fault API on this fabric (emu.faults.Faults); NIC faults need `nics` set."""
         if self._faults is None:
-            from emu.faults import Faults
-
             self._faults = Faults(self)
         return self._faults
 

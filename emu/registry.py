@@ -8,21 +8,32 @@ name is known in advance (interfaces) and right after spawning for pids.
 removes what dead runs listed and nothing else: a pid is only signalled when
 its start time still matches the recorded one, so a reused pid is never hit.
 Nothing here ends processes by name.
+
+Also the one home of process hygiene (DESIGN.md, "Processes and cleanup"),
+used by emu.net, emu.switch.node, the switch and NIC agent processes,
+controllers/launch.py and the benches: `wait_for` (every wait has a timeout
+and, on expiry, names what it waited for and where the logs are),
+`free_tcp_port`, `die_with_parent`, `stop_on_signals` and `stop_child`; and
+`FabricError`, what a failed wait raises (emu.net re-exports it). It imports
+nothing of emu, so that any process, a controller included, may use it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +41,50 @@ REGISTRY_DIR = Path(os.environ.get("EMU_REGISTRY_DIR", "/run/emu"))
 # Scenarios drive hosts from several threads; one writer at a time.
 _LOCK = threading.Lock()
 TERM_GRACE_S = 3.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class FabricError(RuntimeError):
+    """The fabric could not be brought up or driven; the message names what and where.
+
+    Raised by `wait_for` when a wait times out and by emu.net for everything
+    else that goes wrong on a running fabric (emu.net re-exports it; it is the
+    same class). A bad topology or parameter is `emu.fabric.FabricSpecError`.
+    """
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
+             interval_s: float = 0.1, logs: str = "") -> Any:
+    """Poll `condition()` until it returns a truthy value, and return that value.
+
+    Args:
+        condition: called every `interval_s`; it may raise to end the wait early
+            (a process it waits on has exited, say).
+        timeout_s: how long to wait.
+        what: what is waited for, as the message says it ("the controller to
+            listen on 127.0.0.1:6653").
+        interval_s: the time between two calls.
+        logs: where the logs are, named in the message.
+
+    Raises:
+        FabricError: `timeout_s` passed; the message names `what` and `logs`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            where = f"; logs in {logs}" if logs else ""
+            raise FabricError(f"timed out after {timeout_s:.0f} s waiting for {what}{where}")
+        time.sleep(interval_s)
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing listens on now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -95,11 +150,19 @@ def stop_child(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask the kernel to send `sig` to this process when its parent exits (PR_SET_PDEATHSIG)."""
-    import ctypes
+    """Ask the kernel to send `sig` to this process when its parent exits (PR_SET_PDEATHSIG).
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig, 0, 0, 0)
+    Children must not outlive emu (DESIGN.md). Call it first thing in a child
+    process, or as a `subprocess.Popen` `preexec_fn`. The signal follows the
+    parent *thread*: a child spawned from a thread dies when that thread ends.
+    A parent that died before the request took effect ends this process at once.
+    """
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(0)
 
 
 def stop_on_signals(loop) -> None:

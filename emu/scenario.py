@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import scenarios
+from emu import fabric, fidelity
 
 
 class ScenarioError(ValueError):
@@ -217,8 +218,6 @@ def unfaithful_line(ctx: Context) -> str:
 
 def add_fidelity(ctx: Context) -> None:
     """Judge the run's fidelity records: a table, four checks and `metrics["fidelity"]`."""
-    from emu import fidelity
-
     records = fidelity.load_records(ctx.out_dir)
     missing = fidelity.load_missing(ctx.out_dir)
     if not records:
@@ -317,8 +316,6 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
 
 def build_fabric_graph(params: dict[str, Any]):
     """The networkx fabric that `fabric_params()` describe."""
-    from emu import fabric
-
     rate_bps = int(params["rate_mbps"] * 1e6)
     if params["topology"] == "fat_tree":
         if params["k"] % 2:

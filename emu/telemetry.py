@@ -7,20 +7,25 @@ itself every 100 ms (queue depth, paused state, ECN marks, bytes sent),
 collected after a run into `telemetry/<switch>.csv` and a queue-depth PNG;
 every switch's and NIC agent's fidelity record (emu/fidelity.py), collected
 into `fidelity.json` and `telemetry/fidelity.csv`; and pcaps of chosen ports
-(tcpdump).
+(tcpdump). Called by emu.net (before teardown) and by scenarios; it drives a
+fabric only through the `emu.net.Fabric` it is handed, never by importing emu.net.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import logging
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+from emu import fabric as fabric_mod
+from emu import fidelity, mgmt
+from emu.registry import wait_for
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,8 +45,23 @@ class Panel:
     logx: bool = False       # sizes: a log2 x axis
 
 
+def _pyplot():
+    """matplotlib's pyplot on the headless Agg backend, imported on first use.
+
+    Importing it takes most of a second: emu.net, the CLI and every scenario
+    import this module, and only a run that draws needs it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # the backend must be chosen first
+
+    return plt
+
+
 def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
     """Draw `panels` side by side into one PNG at `path`; returns the path."""
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         for label, (xs, ys) in panel.lines.items():
@@ -81,14 +101,10 @@ def start_capture(fab, intf: str, path: Path, bpf: str = "", timeout_s: float = 
     Returns once tcpdump has opened the file (its pcap header is written), so
     nothing sent afterwards is missed. Stop it with `fab.stop_proc(proc)`.
     """
-    from emu.net import wait_for
-
     path = Path(path)
     argv = ["tcpdump", "-i", intf, "-w", str(path), "-U", "--immediate-mode", "-s", "256"]
     if bpf:
         argv += bpf.split()
-    import subprocess
-
     proc = fab.popen_root(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: path.exists() and path.stat().st_size >= 24, timeout_s,
              f"tcpdump to open {path} on {intf}", interval_s=0.02)
@@ -106,12 +122,6 @@ def collect_switch_telemetry(fab, out_dir: Path) -> list[Path]:
     Called by the fabric before teardown; a switch that does not answer is skipped
     and named in the log.
     """
-    import logging
-
-    from emu import fabric as fabric_mod
-    from emu import mgmt
-
-    log = logging.getLogger(__name__)
     folder = Path(out_dir) / "telemetry"
     folder.mkdir(parents=True, exist_ok=True)
     written, depth_lines = [], {}
@@ -161,15 +171,11 @@ def fidelity_sockets(fab) -> dict[str, str]:
 
 
 def _switches(fab) -> list[str]:
-    from emu import fabric as fabric_mod
-
     return fabric_mod.switches(fab.graph)
 
 
 def reset_fidelity(fab) -> None:
     """Start every switch's fidelity window now (after boot and convergence)."""
-    from emu import fidelity, mgmt
-
     fab.fidelity_steal_start_s = fidelity.machine_steal_s()
     for sw in _switches(fab):
         try:
@@ -186,12 +192,6 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
     that would be a stall of its own). A process that does not answer is recorded
     as such: a run cannot be judged faithful on processes it could not ask.
     """
-    import json
-    import logging
-
-    from emu import fidelity, mgmt
-
-    log = logging.getLogger(__name__)
     records, missing = [], []
     for name, path in fidelity_sockets(fab).items():
         try:

@@ -15,12 +15,11 @@ import logging
 import os
 import subprocess
 import sys
-import time
 
 from mininet.node import Switch
 
 from emu import mgmt, realtime
-from emu.registry import Run, stop_child
+from emu.registry import FabricError, Run, stop_child, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -113,20 +112,23 @@ class EmuSwitch(Switch):
         self.run.add_pid(self.proc.pid, f"switch {self.name}")
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict:
-        """Wait until the process answers on its management socket."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        """Wait until the process answers on its management socket; returns its `info`.
+
+        Raises:
+            FabricError: the process exited, or did not answer within `timeout_s`
+                (the message names the socket and the log file).
+        """
+        def answered() -> dict | None:
             if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(
+                raise FabricError(
                     f"switch {self.name} exited during start-up; see {self.log_path}")
             try:
                 return mgmt.call(self.mgmt_path, "info", timeout_s=1.0)
             except mgmt.MgmtError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"switch {self.name} did not answer on {self.mgmt_path} within "
-                        f"{timeout_s:.0f} s; see {self.log_path}") from None
-                time.sleep(0.05)
+                return None
+
+        return wait_for(answered, timeout_s, f"switch {self.name} to answer on {self.mgmt_path}",
+                        interval_s=0.05, logs=self.log_path)
 
     def call(self, cmd: str, **args):
         """Ask the running switch process (see emu/mgmt.py)."""

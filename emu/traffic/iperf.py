@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import TYPE_CHECKING
 
-from emu.net import Fabric, wait_for
+from emu.registry import wait_for
+
+if TYPE_CHECKING:
+    from emu.net import Fabric
 
 SERVER_READY_TIMEOUT_S = 10.0
 

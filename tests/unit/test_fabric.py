@@ -13,7 +13,7 @@ import pytest
 import emu.fabric
 from emu.fabric import (
     MAX_INTF_NAME,
-    FabricError,
+    FabricSpecError,
     expected_counts,
     fat_tree,
     hosts,
@@ -300,14 +300,14 @@ BAD = [
 
 @pytest.mark.parametrize("param,build", BAD, ids=[f"{p}-{i}" for i, (p, _) in enumerate(BAD)])
 def test_bad_parameter_raises_naming_it(param, build):
-    with pytest.raises(FabricError) as info:
+    with pytest.raises(FabricSpecError) as info:
         build()
     assert param in str(info.value)
     assert isinstance(info.value, ValueError)
 
 
 def test_interface_name_too_long_names_it():
-    with pytest.raises(FabricError, match=r"spines=100000.*characters.*15"):
+    with pytest.raises(FabricSpecError, match=r"spines=100000.*characters.*15"):
         leaf_spine(leaves=10, spines=100_000, hosts_per_leaf=1)
 
 
@@ -345,12 +345,12 @@ def _renumber_leaf1_uplink(G):
     ],
 )
 def test_validate_rejects(what, mutate):
-    with pytest.raises(FabricError, match=what):
+    with pytest.raises(FabricSpecError, match=what):
         validate(_broken(mutate))
 
 
 def test_port_map_unknown_node():
-    with pytest.raises(FabricError, match="node='nope'"):
+    with pytest.raises(FabricSpecError, match="node='nope'"):
         port_map(single_switch(), "nope")
 
 

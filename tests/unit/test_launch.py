@@ -15,18 +15,11 @@ from typing import Iterator, List
 
 import pytest
 
-from emu.net import FabricError, wait_for
-from emu.registry import proc_start_time
+from emu.registry import FabricError, free_tcp_port, proc_start_time, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 OFPT_HELLO = 0
 OFP13 = 0x04
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launch(args: List[str]) -> subprocess.Popen:
@@ -64,7 +57,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 @pytest.fixture
 def launcher(tmp_path: Path) -> Iterator[tuple]:
-    port = _free_port()
+    port = free_tcp_port()
     status = tmp_path / "status.json"
     log = tmp_path / "ctl.log"
     proc = _launch(
@@ -180,7 +173,7 @@ def test_port_in_use_is_a_bad_arg() -> None:
 
 def test_dies_with_parent(tmp_path: Path) -> None:
     """The launcher's parent (a shell here) dies: PR_SET_PDEATHSIG ends the launcher."""
-    port = _free_port()
+    port = free_tcp_port()
     pidfile = tmp_path / "pid"
     # sh starts the launcher in the background, records its pid, waits; we kill sh.
     script = (

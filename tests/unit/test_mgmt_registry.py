@@ -115,3 +115,77 @@ def test_registry_never_signals_a_reused_pid(tmp_path, monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+# ----- process hygiene: one home in emu.registry ------------------------------------
+
+
+def test_wait_for_returns_the_condition_value():
+    values = iter([None, 0, {"ready": True}])
+    assert registry.wait_for(lambda: next(values), 5, "a dict", interval_s=0.01) == {"ready": True}
+
+
+def test_wait_for_timeout_names_what_and_where_the_logs_are():
+    with pytest.raises(registry.FabricError) as info:
+        registry.wait_for(lambda: False, 0.05, "the widget to spin", interval_s=0.01,
+                          logs="/tmp/widget.log")
+    assert str(info.value) == ("timed out after 0 s waiting for the widget to spin; "
+                               "logs in /tmp/widget.log")
+    with pytest.raises(registry.FabricError, match=r"waiting for x$"):
+        registry.wait_for(lambda: False, 0.01, "x", interval_s=0.01)
+
+
+def test_wait_for_lets_the_condition_end_the_wait_early():
+    def exited():
+        raise registry.FabricError("switch s1 exited during start-up; see s1.log")
+
+    with pytest.raises(registry.FabricError, match="exited during start-up"):
+        registry.wait_for(exited, 10, "s1")
+
+
+def test_one_error_class_per_name():
+    """emu.net.FabricError (run time) and emu.fabric.FabricSpecError (bad spec) differ."""
+    from emu import fabric, net
+
+    assert net.FabricError is registry.FabricError
+    assert issubclass(registry.FabricError, RuntimeError)
+    assert issubclass(fabric.FabricSpecError, ValueError)
+    assert not issubclass(fabric.FabricSpecError, registry.FabricError)
+    assert not hasattr(fabric, "FabricError")
+    assert net.wait_for is registry.wait_for
+
+
+def test_free_tcp_port_is_free():
+    import socket
+
+    port = registry.free_tcp_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_die_with_parent_ends_the_child_when_its_parent_dies(tmp_path):
+    """A process that called die_with_parent() gets SIGTERM when its parent (sh) is killed."""
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    pidfile = tmp_path / "pid"
+    child = (f"{sys.executable} -c 'import time; from emu.registry import die_with_parent; "
+             f"die_with_parent(); open(\"{tmp_path}/ready\", \"w\").close(); time.sleep(60)'")
+    parent = subprocess.Popen(["sh", "-c", f"{child} & echo $! > {pidfile}; wait"], cwd=repo,
+                              env=dict(os.environ, PYTHONPATH=str(repo)))
+    try:
+        registry.wait_for(lambda: (tmp_path / "ready").exists(), 20, "the child to start")
+        pid = int(pidfile.read_text())
+        parent.kill()
+        parent.wait(timeout=5)
+        try:  # a zombie waiting for init counts as gone (proc_start_time is None)
+            registry.wait_for(lambda: registry.proc_start_time(pid) is None, 10,
+                              "the child to exit")
+        except registry.FabricError:
+            os.kill(pid, 9)
+            raise AssertionError("the child outlived its parent") from None
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
