@@ -36,6 +36,11 @@ class Faults:
     Args:
         fab: the running `emu.net.Fabric`.
         nics: the `emu.traffic.rdma.RdmaHosts` whose agents NIC faults go to.
+            As `fab.faults.nics` it is the fabric's one set of NIC agents:
+            a scenario that starts its own sets it; otherwise
+            `emu.traffic.rdma.fabric_nics` starts them there on first use
+            (collectives run on the fabric as a whole), and later runs and NIC
+            faults find the same agents.
     """
 
     def __init__(self, fab, nics=None) -> None:

@@ -14,12 +14,12 @@ Owns what runs in the test or scenario process:
    parsing, the byte and bandwidth models.
 
 Not owned here: the algorithms and the data, which live with the NIC model
-and run inside the host agents (emu/host/ring.py: the pure ring; emu/host/
-sharp.py: in-network aggregation; emu/host/data.py: each rank's input and the
-exact sum; emu/host/collective.py: a job's spec and per-rank driver). This
-module imports them, never the other way. Starting the NIC agents and
-connecting queue pairs: emu/traffic/rdma.py; the transport:
-emu/host/rnic.py.
+and run inside the host agents: the pure ring (emu/host/ring.py), in-network
+aggregation (emu/host/sharp.py), each rank's input and the exact sum
+(emu/host/data.py), a job's spec and per-rank driver (emu/host/collective.py).
+This module imports them, never the other way. `emu.traffic.rdma.RdmaHosts` owns
+the NIC agents, the ring's queue pairs and the jobs' names; emu/host/rnic.py
+the transport.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import dataclasses
 import logging
 import math
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -37,7 +36,7 @@ from emu.host.data import DTYPES, dtype_name, is_int
 from emu.host.ring import DEFAULT_SLICE_BYTES
 from emu.mgmt import MgmtError
 from emu.net import Fabric, wait_for
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, fabric_nics
 
 log = logging.getLogger(__name__)
 
@@ -103,40 +102,19 @@ class AllReduceResult:
         return sum(self.port_tx_bytes.values()) / len(self.port_tx_bytes)
 
 
-_RING_QPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # RdmaHosts -> {(src, dst): qpn}
-_jobs = 0
-
-
 def host_nics(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
-    """The NIC agents to run on: `target` itself, or the fabric's (started once).
+    """The NIC agents to run on: `target` itself, or the fabric's (`rdma.fabric_nics`).
 
     A fabric's agents are the ones its fault API drives (`fab.faults.nics`):
     they are started there on first use, so that a later call, or a NIC
     fault, finds the same agents instead of starting a second set.
     """
-    if isinstance(target, RdmaHosts):
-        nics = target
-    else:
-        nics = target.faults.nics
-        if nics is None:
-            nics = target.faults.nics = RdmaHosts(target, list(hosts))
+    nics = target if isinstance(target, RdmaHosts) else fabric_nics(target, hosts)
     missing = [h for h in hosts if h not in nics.nics]
     if missing:
         raise ValueError(f"hosts {missing} have no NIC agent here (agents: {sorted(nics.nics)}); "
                          "pass an RdmaHosts started on them")
     return nics
-
-
-def ring_qps(nics: RdmaHosts, hosts: Sequence[str]) -> list[int]:
-    """QP i connects hosts[i] -> hosts[i+1 mod n] (connected once, reused)."""
-    conns = _RING_QPS.setdefault(nics, {})
-    qps = []
-    for i, src in enumerate(hosts):
-        dst = hosts[(i + 1) % len(hosts)]
-        if (src, dst) not in conns:
-            conns[(src, dst)] = nics.connect(src, dst)
-        qps.append(conns[(src, dst)])
-    return qps
 
 
 def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
@@ -259,10 +237,9 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
                start_delay_s: float, timeout_s: float | None,
                options: Mapping[str, Any] | None, count_ports: bool,
                agg_job: dict | None) -> list[AllReduceResult]:
-    global _jobs
     itemsize = DTYPES[name].itemsize
     # The ring's QPs; other algorithms bring their own transport.
-    qps = ring_qps(nics, hosts) if algo == "ring" else [None] * len(hosts)
+    qps = nics.ring_qps(hosts) if algo == "ring" else [None] * len(hosts)
     n = len(hosts)
     g = nics.fab.graph
     slowest_bps = min(g.edges[h, g.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
@@ -276,8 +253,7 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
         setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
         restarts = 0
         while True:
-            _jobs += 1
-            job = f"allreduce-{_jobs}-{int(time.time() * 1000) % 10**9}"
+            job = nics.new_job("allreduce")
             epoch = None if agg_job_id is None else _agg_epoch(nics.fab, agg_job_id)
             reset = None if epoch is None else \
                 (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)

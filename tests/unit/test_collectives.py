@@ -1,14 +1,16 @@
 """Collectives on real data, without a network: real payloads through RoCE frames
 and the NIC model (losses, duplicates), the agent-side collective hook driving
-NICs wired back to back (time injected), and the nccl-tests report. The pure
-ring is tested in test_ring.py."""
+NICs wired back to back (time injected), the driver's ring QPs and job names,
+and the nccl-tests report. The pure ring is tested in test_ring.py."""
 
 from __future__ import annotations
 
 import doctest
 import random
 import zlib
+from types import SimpleNamespace
 
+import networkx as nx
 import numpy as np
 import pytest
 from scapy.contrib.roce import BTH
@@ -21,7 +23,9 @@ from emu.host.data import rank_input
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import roce
 from emu.traffic import collectives as coll
+from emu.traffic import rdma
 from emu.traffic.collectives import AllReduceResult, nccl_header, nccl_row, nccl_table
+from emu.traffic.rdma import RdmaHosts
 
 from .test_ring import numpy_sum
 from .test_rnic import RATE, A, B, pair, run
@@ -333,6 +337,77 @@ def test_collectives_with_their_own_frames_plug_into_the_hook(monkeypatch):
     assert st[0]["digest"] == st[1]["digest"]
     ring = RingOfNics(2, "int32", 8)
     assert not ring.jobs[0].wants_frames and not ring.jobs[0].sends_frames
+
+
+# ----------------------------------------------------------------- the driver's state
+
+
+class FakeAgent:
+    """A NIC agent's management socket that records the calls."""
+
+    def __init__(self, host, calls):
+        self.host, self.calls = host, calls
+
+    def call(self, cmd, **args):
+        self.calls.append((self.host, cmd, args))
+        return {}
+
+
+def rdma_hosts(hosts):
+    """An RdmaHosts over agents that only record (none started: no processes)."""
+    graph = nx.Graph()
+    for i, h in enumerate(hosts):
+        graph.add_node(h, mac=f"02:00:00:00:02:{i:02x}", ip=f"10.0.2.{i + 1}")
+    nics = RdmaHosts(SimpleNamespace(graph=graph), [])
+    calls = []
+    nics.nics = {h: FakeAgent(h, calls) for h in hosts}
+    return nics, calls
+
+
+def test_ring_qps_are_the_rdma_hosts_connected_once_and_reused():
+    nics, calls = rdma_hosts(["h1", "h2", "h3"])
+    own = nics.connect("h1", "h2")            # a workload's QP is never the ring's
+    qps = nics.ring_qps(["h1", "h2", "h3"])
+    assert qps == [own + 1, own + 2, own + 3]
+    connects = [(h, a["peer_qpn"]) for h, cmd, a in calls if cmd == "connect"]
+    assert connects == [("h1", own), ("h2", own), ("h1", own + 1), ("h2", own + 1),
+                        ("h2", own + 2), ("h3", own + 2), ("h3", own + 3), ("h1", own + 3)]
+    # RoCEv2 varies the UDP source port per QP (49152 + qpn mod 16384), as before.
+    assert calls[2][2]["udp_sport"] == 49152 + own + 1
+    calls.clear()
+    assert nics.ring_qps(["h1", "h2", "h3"]) == qps and calls == []
+    # A ring over some of the same links reuses those and connects only the others.
+    assert nics.ring_qps(["h1", "h2"]) == [own + 1, own + 4]
+    assert [(h, a["peer_qpn"]) for h, cmd, a in calls] == [("h2", own + 4), ("h1", own + 4)]
+    other, _ = rdma_hosts(["h1", "h2", "h3"])  # another set of agents: its own QPs
+    assert other.ring_qps(["h1", "h2", "h3"]) == [101, 102, 103]
+
+
+def test_job_names_are_unique_on_the_agents():
+    nics, _ = rdma_hosts(["h1"])
+    names = [nics.new_job("allreduce") for _ in range(3)]
+    assert len(set(names)) == 3
+    assert [n.split("-")[:2] for n in names] == [["allreduce", "1"], ["allreduce", "2"],
+                                                 ["allreduce", "3"]]
+
+
+def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch):
+    started = []
+
+    def start(fab, hosts):
+        started.append(list(hosts))
+        nics, _ = rdma_hosts(hosts)
+        return nics
+
+    monkeypatch.setattr(rdma, "RdmaHosts", start)
+    fab = SimpleNamespace(faults=SimpleNamespace(nics=None))
+    nics = coll.host_nics(fab, ["h1", "h2"])
+    assert fab.faults.nics is nics and started == [["h1", "h2"]]
+    assert coll.host_nics(fab, ["h2", "h1"]) is nics and len(started) == 1
+    with pytest.raises(ValueError, match=r"hosts \['h3'\] have no NIC agent here"):
+        coll.host_nics(fab, ["h1", "h3"])
+    own, _ = rdma_hosts(["h1", "h3"])
+    assert coll.host_nics(own, ["h1", "h3"]) is own   # an RdmaHosts is used as it is
 
 
 # ----------------------------------------------------------------- nccl-tests format
