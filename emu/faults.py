@@ -225,7 +225,7 @@ class Faults:
         """Host `host` becomes a straggler rank (1 and 1: healthy again).
 
         `compute_factor`: the compute step of every collective it runs takes
-        that many times longer (emu/traffic/collectives.py). `nic_factor`: its
+        that many times longer (emu/host/collective.py). `nic_factor`: its
         NIC model paces at link rate / factor, and its link is slowed like
         `slow_host` for everything else. Needs the host's NIC agent.
         """
