@@ -36,6 +36,11 @@ class Faults:
     Args:
         fab: the running `emu.net.Fabric`.
         nics: the `emu.traffic.rdma.RdmaHosts` whose agents NIC faults go to.
+            As `fab.faults.nics` it is the fabric's one set of NIC agents:
+            a scenario that starts its own sets it; otherwise
+            `emu.traffic.rdma.fabric_nics` starts them there on first use
+            (collectives run on the fabric as a whole), and later runs and NIC
+            faults find the same agents.
     """
 
     def __init__(self, fab, nics=None) -> None:
@@ -220,7 +225,7 @@ class Faults:
         """Host `host` becomes a straggler rank (1 and 1: healthy again).
 
         `compute_factor`: the compute step of every collective it runs takes
-        that many times longer (emu/traffic/collectives.py). `nic_factor`: its
+        that many times longer (emu/host/collective.py). `nic_factor`: its
         NIC model paces at link rate / factor, and its link is slowed like
         `slow_host` for everything else. Needs the host's NIC agent.
         """

@@ -8,7 +8,7 @@ management socket (emu/mgmt.py) through which workloads connect queue pairs,
 post messages, read counters and inject faults (stuck NIC, slow receiver).
 Kernel traffic (ping, iperf3) keeps flowing beside it on the lossy class.
 
-It also runs collectives (emu/traffic/collectives.py) on the host's own data:
+It also runs collectives (emu/host/collective.py) on the host's own data:
 `coll_setup` / `coll_start` / `coll_status` / `coll_clear` manage a job's rank
 here, and the loop drives its hook (a `CollectiveRank`: `tick`, `next_wakeup`,
 `on_message` for whole messages taken from the NIC's receive queues, and the

@@ -3,15 +3,18 @@
 Owns what the host agent (emu/host/agent.py) runs for a collective:
 `CollectiveSpec` (what `coll_setup` receives, checked key by key), the
 `Algorithm` interface and its implementations by name in `ALGORITHMS` (the
-ring on the NIC's queue pairs, `RingOnNic`, and in-network aggregation,
-`emu.host.sharp.SharpOnNic`), and `CollectiveRank`, the agent's hook: input
-from (seed, rank), iterations with a compute step before each (a straggler's
-is longer), timing, the rank's own check of its result, byte counts.
+ring on the NIC's queue pairs, `emu.host.ring.RingOnNic`, and in-network
+aggregation, `emu.host.sharp.SharpOnNic`), and `CollectiveRank`, the agent's
+hook: input from (seed, rank), iterations with a compute step before each (a
+straggler's is longer), timing, the rank's own check of its result, byte
+counts.
 
-Not owned here: the pure ring and the data and check helpers
-(emu/traffic/collectives.py, which also drives jobs from outside through the
-agents' management sockets), the transport (emu/host/rnic.py), the agent's
-loop and sockets (emu/host/agent.py).
+Not owned here: the algorithms themselves (emu/host/ring.py,
+emu/host/sharp.py), the data and its check (emu/host/data.py), the
+transport (emu/host/rnic.py), the agent's loop and sockets
+(emu/host/agent.py), driving jobs from outside through the agents'
+management sockets (emu/traffic/collectives.py, which imports this side;
+emu/host never imports emu/traffic).
 """
 
 from __future__ import annotations
@@ -24,18 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
+from emu.host.data import DTYPES, ExpectedSum, dtype_name, expected_sum, is_int, rank_input
+from emu.host.ring import DEFAULT_SLICE_BYTES, MAX_SLICE_BYTES, RingOnNic
 from emu.host.sharp import SharpOnNic
-from emu.traffic.collectives import (
-    DEFAULT_SLICE_BYTES,
-    DTYPES,
-    MAX_SLICE_BYTES,
-    ExpectedSum,
-    RingAllReduce,
-    dtype_name,
-    expected_sum,
-    is_int,
-    rank_input,
-)
 
 if TYPE_CHECKING:
     from emu.host.rnic import Rnic
@@ -149,49 +143,9 @@ class Algorithm(Protocol):
     def on_message(self, qpn: int, data: bytes, now: float) -> None: ...
 
 
-class RingOnNic:
-    """`RingAllReduce` on the NIC: its messages become SENDs with data on `send_qpn`."""
-
-    def __init__(self, spec: CollectiveSpec, rnic: Rnic, data: np.ndarray) -> None:
-        if spec.send_qpn is None or spec.recv_qpn is None:
-            raise ValueError(f"job {spec.job!r}: the ring needs send_qpn (to rank+1) and "
-                             "recv_qpn (from rank-1)")
-        if spec.send_qpn not in rnic.send_qps:
-            raise ValueError(f"job {spec.job!r}: unknown QP send_qpn={spec.send_qpn}; "
-                             f"connected: {sorted(rnic.send_qps)}")
-        if spec.recv_qpn not in rnic.recv_qps:
-            raise ValueError(f"job {spec.job!r}: unknown QP recv_qpn={spec.recv_qpn}; "
-                             f"connected: {sorted(rnic.recv_qps)}")
-        self.rnic = rnic
-        self.send_qpn, self.recv_qpn = spec.send_qpn, spec.recv_qpn
-        self.recv_qpns = (spec.recv_qpn,)
-        self.tx_qpns = (spec.send_qpn,)
-        self.ring = RingAllReduce(spec.rank, spec.nranks, data, spec.slice_bytes)
-
-    @property
-    def done(self) -> bool:
-        return self.ring.done
-
-    @property
-    def result(self) -> np.ndarray:
-        return self.ring.result
-
-    def _post(self, messages: list[bytes], now: float) -> None:
-        for m in messages:
-            self.rnic.post_send(self.send_qpn, len(m), now, data=m)
-
-    def start(self, now: float) -> None:
-        self._post(self.ring.start(), now)
-
-    def on_message(self, qpn: int, data: bytes, now: float) -> None:
-        if qpn != self.recv_qpn:
-            raise ValueError(f"message on QP {qpn}; the ring receives on {self.recv_qpn}")
-        self._post(self.ring.on_message(data), now)
-
-
 # name -> factory(spec, rnic, input) of one iteration. SHARP-like aggregation plugs in here.
 ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = {
-    "ring": RingOnNic,
+    "ring": RingOnNic,     # the ring on the NIC's queue pairs (emu/host/ring.py)
     "sharp": SharpOnNic,   # in-network aggregation (emu/host/sharp.py)
 }  # the same names as collectives.ALGORITHM_NAMES, which run_allreduce checks
 

@@ -6,7 +6,9 @@ DCQCN rate, and recovers losses with go-back-N on NAK or retransmit timeout;
 a receiver side that delivers in PSN order, acknowledges, NAKs the first gap
 and answers CE marks with CNPs), the host's PFC behaviour (honour a received
 PAUSE per priority; send PAUSE when the receive buffer fills because the host
-drains slowly, or continuously when the NIC is stuck), and the counters.
+drains slowly, or continuously when the NIC is stuck), the counters, and
+the next sequence number of each in-network aggregation job it sends for
+(`agg_next_seq`: emu/host/sharp.py's frames, which live as long as the NIC).
 
 Messages carry either pattern bytes (only their size matters: most
 workloads) or real data (`post_send(..., data=...)`: collectives). A QP whose
@@ -179,6 +181,10 @@ class Rnic:
         self._msg_ids = 0
         self.rto_s = cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
         self._rr: deque[int] = deque()
+        # In-network aggregation (emu/host/sharp.py): the next sequence number per
+        # aggregation job; it keeps growing across the job's all-reduces, since a
+        # switch starts a new round on a slot only for a higher seq.
+        self.agg_next_seq: dict[int, int] = {}
 
     def _dcqcn_spec(self) -> DcqcnSpec:
         return self.cfg.dcqcn_spec or DcqcnSpec.from_hardware(self.cfg.rate_bps,

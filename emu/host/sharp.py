@@ -18,15 +18,15 @@ straggler's sharp compute x2 at 5 Mbit/s, 1344 retransmissions, +22%).
 
 Pure: every method takes `now`; the host agent (emu/host/agent.py) owns the
 socket. `SharpOnNic` is the collective algorithm the agent runs
-(emu/traffic/collectives.py, ALGORITHMS["sharp"]): it paces the frames on the
+(emu/host/collective.py, ALGORITHMS["sharp"]): it paces the frames on the
 NIC's wire clock and honours PAUSE like the NIC's own traffic. Sequence numbers keep
 growing across all-reduces of one job, because a switch starts a new round on
-a slot only for a higher seq.
+a slot only for a higher seq; the NIC keeps the next one per job
+(`Rnic.agg_next_seq`), as it keeps a queue pair's PSN.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,18 +187,15 @@ class SharpAllReduce:
         return True
 
 
-# Sequence numbers of each aggregation job, per NIC: they keep growing across
-# iterations and sizes (a switch slot starts a new round only for a higher seq).
-_NEXT_SEQ: "weakref.WeakKeyDictionary[Any, dict[int, int]]" = weakref.WeakKeyDictionary()
-
-
 class SharpOnNic:
-    """One iteration of in-network all-reduce on a host's NIC (`collectives.ALGORITHMS["sharp"]`).
+    """One iteration of in-network all-reduce on a host's NIC (`collective.ALGORITHMS["sharp"]`).
 
     The job's `options` carry what the aggregation manager registered:
     `job_id`, `job_ip`, `job_mac`, `nslots`. Frames go out on the NIC's wire
     clock and respect PAUSE on the lossless priority, as the NIC's own RoCE
-    traffic does.
+    traffic does. The job's sequence numbers come from the NIC
+    (`rnic.agg_next_seq`), which outlives the job's all-reduces: they keep
+    growing across iterations and sizes.
     """
 
     recv_qpns: tuple[int, ...] = ()
@@ -213,7 +210,7 @@ class SharpOnNic:
             raise ValueError(f"job {spec.job!r}: sharp needs options {missing} from the "
                              "aggregation manager")
         self.rnic = rnic
-        seqs = _NEXT_SEQ.setdefault(rnic, {})
+        seqs = rnic.agg_next_seq
         job_id = int(opts["job_id"])
         self.sharp = SharpAllReduce(
             data, rank=spec.rank, job_id=job_id, job_ip=str(opts["job_ip"]),

@@ -1,34 +1,25 @@
-"""Collectives on real data: ring all-reduce over the NIC model, and its nccl-tests report.
+"""Collectives driven from outside the hosts, and their nccl-tests report.
 
-Owns the pure parts and the driving from outside the hosts:
+Owns what runs in the test or scenario process:
 
-1. `RingAllReduce`: the ring all-reduce algorithm of one rank as a pure state
-   machine (no sockets, no clock): reduce-scatter then all-gather, every
-   chunk cut into slices that are pipelined as NCCL does. It says what to
-   send and consumes what arrives.
-2. The data and its check: `rank_input`, `expected_sum`.
-3. `run_allreduce`: the orchestration from outside the hosts, through the
-   agents' management sockets only (the data never crosses them); for
-   in-network aggregation it registers the job with the aggregation manager
-   (controllers/aggregation.py) and falls back to the ring when refused;
-   `nccl_table`, the nccl-tests all_reduce_perf rows; size parsing and the
-   byte and bandwidth models the scenarios check against.
+1. `run_allreduce`: the orchestration through the agents' management
+   sockets only (the data never crosses them): one job per size, set up on
+   every rank, started at one instant, waited for, checked by the ranks
+   themselves; for in-network aggregation it registers the job with the
+   aggregation manager (controllers/aggregation.py) and falls back to the
+   ring when refused. `AllReduceResult` is one size's row.
+2. The report: `nccl_table` (nccl-tests all_reduce_perf's header, rows and
+   summary lines), `as_dict` for metrics.json.
+3. The arguments and models the scenarios check against: size and algorithm
+   parsing, the byte and bandwidth models.
 
-Not owned here: what runs inside a host agent for a job (emu/host/collective.py:
-the spec, the algorithms, the per-rank driver), the transport
-(emu/host/rnic.py), the agent's loop and sockets (emu/host/agent.py),
-starting agents and connecting QPs (emu/traffic/rdma.py).
-
-Data: rank r's input is `rank_input(seed, r, count, dtype)` (numpy's
-default_rng seeded with (seed, r)): int32 over its whole range (sums wrap
-modulo 2**32, which is exact whatever the order), float32 uniform in [-1, 1).
-Every rank regenerates all inputs, one array at a time, to know the exact
-sum; int32 must match bit for bit, float32 within the recursive-summation
-bound gamma_{n-1} * sum_i |x_i| (Higham, Accuracy and Stability of Numerical
-Algorithms, 2nd ed., eq. 4.4; gamma_k = k u / (1 - k u), u = 2**-24): the ring
-adds each element's n terms in float32, in an order that depends on the
-element's chunk, so results differ from a numpy sum in the last bits but
-never by more than that bound.
+Not owned here: the algorithms and the data, which live with the NIC model
+and run inside the host agents: the pure ring (emu/host/ring.py), in-network
+aggregation (emu/host/sharp.py), each rank's input and the exact sum
+(emu/host/data.py), a job's spec and per-rank driver (emu/host/collective.py).
+This module imports them, never the other way. `emu.traffic.rdma.RdmaHosts` owns
+the NIC agents, the ring's queue pairs and the jobs' names; emu/host/rnic.py
+the transport.
 """
 
 from __future__ import annotations
@@ -37,259 +28,27 @@ import dataclasses
 import logging
 import math
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
+from emu.host.data import DTYPES, dtype_name, is_int
+from emu.host.ring import DEFAULT_SLICE_BYTES
 from emu.mgmt import MgmtError
-
-if TYPE_CHECKING:
-    from emu.net import Fabric
-    from emu.traffic.rdma import RdmaHosts
+from emu.net import Fabric, wait_for
+from emu.traffic.rdma import RdmaHosts, fabric_nics
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SLICE_BYTES = 64 * 1024  # bytes per pipelined message (a few NCCL_STEPS of 8-16 KiB)
-MAX_SLICE_BYTES = 16 << 20      # a message must fit in the receiver's inbox (rnic.inbox_max_bytes)
-# Little-endian on the wire and in memory, whatever the machine.
-DTYPES = {"int32": np.dtype("<i4"), "float32": np.dtype("<f4")}
-_DTYPE_ALIASES = {"int32": "int32", "int": "int32", "float32": "float32", "float": "float32"}
 NCCL_TYPE_NAMES = {"int32": "int32", "float32": "float"}  # nccl-tests test_typenames
-FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
 
 
 #: The algorithms a host agent runs (emu/host/collective.py, ALGORITHMS).
 ALGORITHM_NAMES = ("ring", "sharp")
 
 
-def is_int(value: Any) -> bool:
-    """An int that is not a bool (JSON arguments)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 class CollectiveError(RuntimeError):
     """A collective could not run or finish: names the job, the rank and why."""
-
-
-def dtype_name(dtype: str | np.dtype) -> str:
-    """The canonical name ("int32" or "float32") of `dtype`.
-
-    Raises:
-        ValueError: any other type.
-
-    Examples:
-        >>> dtype_name("float"), dtype_name(np.int32)
-        ('float32', 'int32')
-    """
-    try:
-        key = dtype if isinstance(dtype, str) else str(np.dtype(dtype))
-    except (TypeError, ValueError):
-        key = None
-    name = _DTYPE_ALIASES.get(key) if isinstance(key, str) else None
-    if name is None:
-        raise ValueError(f"dtype={dtype!r}: allowed {sorted(_DTYPE_ALIASES)}")
-    return name
-
-
-# ----------------------------------------------------------------- data and check
-
-
-def rank_input(seed: int, rank: int, count: int, dtype: str) -> np.ndarray:
-    """Rank `rank`'s input: `count` elements from numpy's default_rng((seed, rank)).
-
-    Examples:
-        >>> a = rank_input(7, 1, 4, "float32")
-        >>> a.dtype.name, bool((a >= -1).all() and (a < 1).all())
-        ('float32', True)
-        >>> bool((a == rank_input(7, 1, 4, "float32")).all())
-        True
-    """
-    name = dtype_name(dtype)
-    rng = np.random.default_rng([int(seed), int(rank)])
-    if name == "int32":
-        info = np.iinfo(np.int32)
-        return rng.integers(info.min, info.max, size=count, dtype=np.int32, endpoint=True)
-    # k * 2**-24 in [0, 1) -> 2x - 1 is exact in float32: [-1, 1) on a 2**-23 grid.
-    return rng.random(count, dtype=np.float32) * np.float32(2) - np.float32(1)
-
-
-@dataclass
-class ExpectedSum:
-    """The exact all-reduce result of a job and how far a correct result may be from it."""
-
-    exact: np.ndarray             # int32 (wrapped) or float64 (exact: float32 terms on a 2**-23 grid)
-    tolerance: np.ndarray | None  # float32 only: per element bound on |result - exact|
-
-    def wrong(self, result: np.ndarray) -> int:
-        """Elements of `result` that are not the sum (NaN counts as wrong)."""
-        if result.shape != self.exact.shape:
-            return int(self.exact.size)
-        if self.tolerance is None:
-            return int(np.count_nonzero(result != self.exact))
-        ok = np.abs(result.astype(np.float64) - self.exact) <= self.tolerance
-        return int(ok.size - np.count_nonzero(ok))
-
-
-def expected_sum(seed: int, nranks: int, count: int, dtype: str) -> ExpectedSum:
-    """Regenerate every rank's input, one array at a time, and sum them exactly.
-
-    int32 sums wrap modulo 2**32 like the ring's (exact, any order). float32
-    terms are multiples of 2**-23 in [-1, 1), so their float64 sum is exact
-    for fewer than 2**29 ranks; the tolerance is gamma_{n-1} * sum |x_i|.
-
-    Examples:
-        >>> e = expected_sum(1, 3, 5, "int32")
-        >>> r = rank_input(1, 0, 5, "int32") + rank_input(1, 1, 5, "int32") \\
-        ...     + rank_input(1, 2, 5, "int32")
-        >>> e.wrong(r)
-        0
-    """
-    name = dtype_name(dtype)
-    if name == "int32":
-        acc = np.zeros(count, dtype=np.int32)
-        for r in range(nranks):
-            acc += rank_input(seed, r, count, name)
-        return ExpectedSum(acc, None)
-    acc = np.zeros(count, dtype=np.float64)
-    mag = np.zeros(count, dtype=np.float64)
-    for r in range(nranks):
-        x = rank_input(seed, r, count, name)
-        acc += x
-        mag += np.abs(x)
-    k = max(nranks - 1, 0) * FLOAT32_UNIT_ROUNDOFF
-    return ExpectedSum(acc, mag * (k / (1 - k)))
-
-
-# ----------------------------------------------------------------- the ring, pure
-
-
-class RingAllReduce:
-    """Ring all-reduce (sum) of one rank, chunked and pipelined; pure.
-
-    The array is cut into `nranks` near-equal chunks (chunk c holds elements
-    [c*L/n, (c+1)*L/n) rounded down); every chunk into the same number of
-    near-equal slices, each at most `slice_bytes`. Step k = 0..n-2 is the
-    reduce-scatter: rank r sends chunk (r-k) mod n and receives chunk
-    (r-k-1) mod n, which it adds into its copy; steps n-1..2n-3 are the
-    all-gather, the same pattern copying finished chunks. Messages from the
-    previous rank arrive in order (one RC QP), so the m-th received message is
-    step m // nslices, slice m % nslices: it is reduced (or copied) and, unless
-    it was the last step, sent on at once as the next step's slice. That is
-    the pipeline: a rank forwards slice s of step k+1 while slice s+1 of step
-    k is still on the wire. Empty slices (fewer elements than ranks x slices)
-    are sent as empty messages so that every rank counts the same.
-
-    Args:
-        rank: this rank, 0..nranks-1; it sends to rank+1 and receives from rank-1.
-        nranks: ranks in the ring (>= 1).
-        data: the local input, a 1-D int32 or float32 array (not modified:
-            out of place, as nccl-tests' default).
-        slice_bytes: the largest message, in bytes.
-
-    Raises:
-        ValueError: a rank out of range, a bad array or slice size.
-
-    Examples:
-        >>> xs = [np.arange(5, dtype=np.int32) * (r + 1) for r in range(3)]
-        >>> ring = [RingAllReduce(r, 3, xs[r], slice_bytes=4) for r in range(3)]
-        >>> wires = [deque(ring[r].start()) for r in range(3)]  # wires[r]: r -> r+1
-        >>> while any(wires):
-        ...     for r in range(3):
-        ...         if wires[r]:
-        ...             nxt = (r + 1) % 3
-        ...             wires[nxt].extend(ring[nxt].on_message(wires[r].popleft()))
-        >>> [ring[r].result.tolist() for r in range(3)]
-        [[0, 6, 12, 18, 24], [0, 6, 12, 18, 24], [0, 6, 12, 18, 24]]
-    """
-
-    def __init__(self, rank: int, nranks: int, data: np.ndarray,
-                 slice_bytes: int = DEFAULT_SLICE_BYTES) -> None:
-        if not isinstance(nranks, int) or nranks < 1:
-            raise ValueError(f"nranks={nranks!r}: must be an integer >= 1")
-        if not isinstance(rank, int) or not 0 <= rank < nranks:
-            raise ValueError(f"rank={rank!r}: allowed 0..{nranks - 1}")
-        if not isinstance(data, np.ndarray) or data.ndim != 1:
-            raise ValueError(f"data must be a 1-D numpy array, got {type(data).__name__}"
-                             f"{'' if not isinstance(data, np.ndarray) else f' of shape {data.shape}'}")
-        self.dtype = DTYPES[dtype_name(data.dtype)]
-        if not isinstance(slice_bytes, int) or not self.dtype.itemsize <= slice_bytes <= MAX_SLICE_BYTES:
-            raise ValueError(f"slice_bytes={slice_bytes!r}: allowed {self.dtype.itemsize}.."
-                             f"{MAX_SLICE_BYTES}")
-        self.rank, self.nranks = rank, nranks
-        self.buf = np.array(data, dtype=self.dtype)  # a copy: the input stays as it was
-        count = self.buf.size
-        edges = [c * count // nranks for c in range(nranks + 1)]
-        largest = max(edges[c + 1] - edges[c] for c in range(nranks))
-        slice_elems = slice_bytes // self.dtype.itemsize
-        self.nslices = max(1, -(-largest // slice_elems))
-        self._slices = [[(edges[c] + s * (edges[c + 1] - edges[c]) // self.nslices,
-                          edges[c] + (s + 1) * (edges[c + 1] - edges[c]) // self.nslices)
-                         for s in range(self.nslices)] for c in range(nranks)]
-        self.steps = 2 * (nranks - 1)
-        self.messages_expected = self.steps * self.nslices
-        self.received = 0
-        self.started = False
-
-    @property
-    def done(self) -> bool:
-        """Every message of every step received (at once for a single rank)."""
-        return self.started and self.received == self.messages_expected
-
-    @property
-    def result(self) -> np.ndarray:
-        """The reduced array (complete once `done`)."""
-        return self.buf
-
-    def chunk_bounds(self, chunk: int) -> tuple[int, int]:
-        """[lo, hi) element indices of chunk `chunk`."""
-        sl = self._slices[chunk]
-        return sl[0][0], sl[-1][1]
-
-    def start(self) -> list[bytes]:
-        """Step 0's messages: the slices of chunk `rank`, to send to rank+1 in this order.
-
-        Raises:
-            ValueError: started twice.
-        """
-        if self.started:
-            raise ValueError(f"rank {self.rank}: the ring all-reduce was started already")
-        self.started = True
-        if self.nranks == 1:
-            return []
-        return [self.buf[lo:hi].tobytes() for lo, hi in self._slices[self.rank]]
-
-    def on_message(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Consume the next message from rank-1; returns what to send on to rank+1.
-
-        Raises:
-            ValueError: not started, more messages than the ring has, or a
-                message whose length is not the slice's.
-        """
-        if not self.started:
-            raise ValueError(f"rank {self.rank}: message before start()")
-        if self.received >= self.messages_expected:
-            raise ValueError(f"rank {self.rank}: message {self.received + 1} but the ring has "
-                             f"{self.messages_expected}")
-        step, s = divmod(self.received, self.nslices)
-        chunk = (self.rank - step - 1) % self.nranks
-        lo, hi = self._slices[chunk][s]
-        nbytes = memoryview(data).nbytes
-        if nbytes != (hi - lo) * self.dtype.itemsize:
-            raise ValueError(f"rank {self.rank}: message {self.received} (step {step}, chunk "
-                             f"{chunk}, slice {s}) has {nbytes} bytes, expected "
-                             f"{(hi - lo) * self.dtype.itemsize}")
-        incoming = np.frombuffer(data, dtype=self.dtype)
-        if step < self.nranks - 1:
-            self.buf[lo:hi] += incoming  # int32 wraps modulo 2**32, as NCCL's sum does
-        else:
-            self.buf[lo:hi] = incoming
-        self.received += 1
-        if step + 1 < self.steps:
-            return [self.buf[lo:hi].tobytes()]
-        return []
 
 
 # ----------------------------------------------------------------- orchestration
@@ -343,42 +102,19 @@ class AllReduceResult:
         return sum(self.port_tx_bytes.values()) / len(self.port_tx_bytes)
 
 
-_RING_QPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # RdmaHosts -> {(src, dst): qpn}
-_jobs = 0
-
-
 def host_nics(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
-    """The NIC agents to run on: `target` itself, or the fabric's (started once).
+    """The NIC agents to run on: `target` itself, or the fabric's (`rdma.fabric_nics`).
 
     A fabric's agents are the ones its fault API drives (`fab.faults.nics`):
     they are started there on first use, so that a later call, or a NIC
     fault, finds the same agents instead of starting a second set.
     """
-    from emu.traffic.rdma import RdmaHosts
-
-    if isinstance(target, RdmaHosts):
-        nics = target
-    else:
-        nics = target.faults.nics
-        if nics is None:
-            nics = target.faults.nics = RdmaHosts(target, list(hosts))
+    nics = target if isinstance(target, RdmaHosts) else fabric_nics(target, hosts)
     missing = [h for h in hosts if h not in nics.nics]
     if missing:
         raise ValueError(f"hosts {missing} have no NIC agent here (agents: {sorted(nics.nics)}); "
                          "pass an RdmaHosts started on them")
     return nics
-
-
-def ring_qps(nics: RdmaHosts, hosts: Sequence[str]) -> list[int]:
-    """QP i connects hosts[i] -> hosts[i+1 mod n] (connected once, reused)."""
-    conns = _RING_QPS.setdefault(nics, {})
-    qps = []
-    for i, src in enumerate(hosts):
-        dst = hosts[(i + 1) % len(hosts)]
-        if (src, dst) not in conns:
-            conns[(src, dst)] = nics.connect(src, dst)
-        qps.append(conns[(src, dst)])
-    return qps
 
 
 def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
@@ -501,10 +237,9 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
                start_delay_s: float, timeout_s: float | None,
                options: Mapping[str, Any] | None, count_ports: bool,
                agg_job: dict | None) -> list[AllReduceResult]:
-    global _jobs
     itemsize = DTYPES[name].itemsize
     # The ring's QPs; other algorithms bring their own transport.
-    qps = ring_qps(nics, hosts) if algo == "ring" else [None] * len(hosts)
+    qps = nics.ring_qps(hosts) if algo == "ring" else [None] * len(hosts)
     n = len(hosts)
     g = nics.fab.graph
     slowest_bps = min(g.edges[h, g.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
@@ -518,8 +253,7 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
         setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
         restarts = 0
         while True:
-            _jobs += 1
-            job = f"allreduce-{_jobs}-{int(time.time() * 1000) % 10**9}"
+            job = nics.new_job("allreduce")
             epoch = None if agg_job_id is None else _agg_epoch(nics.fab, agg_job_id)
             reset = None if epoch is None else \
                 (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)
@@ -607,8 +341,6 @@ def _wait_done(nics: RdmaHosts, hosts: list[str], job: str, timeout_s: float,
     `reset`, asked every EPOCH_POLL_S while ranks are not done, says whether
     the job can no longer finish (raises _TreeReset).
     """
-    from emu.net import wait_for
-
     pending = deque(hosts)
     next_reset_check = [time.monotonic() + EPOCH_POLL_S]
 

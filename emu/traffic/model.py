@@ -6,7 +6,7 @@ the measurement it judges. Pure arithmetic: no fabric, no clock, no data.
 
 What a rank's link carries for one all-reduce of S bytes on n ranks:
 
-- Ring (emu/traffic/collectives.py `RingAllReduce` on emu/host/rnic.py): 2(n-1)
+- Ring (emu/host/ring.py `RingAllReduce` on emu/host/rnic.py): 2(n-1)
   steps; in step k rank r sends chunk (r-k) mod n (about S/n bytes, cut into
   slices of at most `slice_bytes`, each one RoCEv2 SEND message) to rank r+1,
   so 2(n-1)/n x S in all. A message is cut into packets of `mtu_payload`

@@ -3,8 +3,11 @@
 Owns the orchestration of emu's NIC model across a fabric: one agent process
 per host (emu/host/agent.py, registered with the run so teardown stops it),
 queue pairs connected on both ends, SEND messages posted, counters and
-throughput samples collected. Scenarios use this; nothing here decides what
-a scenario checks.
+throughput samples collected. `RdmaHosts` owns what its agents share: the QP
+numbers it hands out, the ring collectives' QPs (connected once, reused) and
+the names of collective jobs on its agents. Scenarios and
+emu/traffic/collectives.py use this; nothing here decides what a scenario
+checks.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from emu import mgmt, realtime
 from emu.net import Fabric, wait_for
@@ -31,13 +36,15 @@ class Nic:
 
 
 class RdmaHosts:
-    """The NICs of a fabric's hosts (start them with `start`)."""
+    """The NICs of a fabric's hosts, started on construction (one agent per host)."""
 
     def __init__(self, fab: Fabric, hosts: list[str], dcqcn: bool = True,
                  modelled_rate_bps: float = 25e9) -> None:
         self.fab = fab
         self.nics: dict[str, Nic] = {}
         self._qpn = 100
+        self._ring_qps: dict[tuple[str, str], int] = {}   # (src, dst) -> the ring's QP
+        self._jobs = 0                                     # collective jobs named so far
         for h in hosts:
             node = fab.graph.nodes[h]
             leaf = node["leaf"]
@@ -82,6 +89,25 @@ class RdmaHosts:
                             peer_ip=g.nodes[src]["ip"], udp_sport=sport)
         return qpn
 
+    def ring_qps(self, hosts: Sequence[str]) -> list[int]:
+        """The ring's QPs: QP i connects hosts[i] -> hosts[i+1 mod n].
+
+        Each (src, dst) is connected on first use and reused by every later
+        ring over it; QPs made with `connect` are never the ring's.
+        """
+        qps = []
+        for i, src in enumerate(hosts):
+            dst = hosts[(i + 1) % len(hosts)]
+            if (src, dst) not in self._ring_qps:
+                self._ring_qps[(src, dst)] = self.connect(src, dst)
+            qps.append(self._ring_qps[(src, dst)])
+        return qps
+
+    def new_job(self, kind: str) -> str:
+        """A collective job's name, unique on these agents: "<kind>-<n>-<ms>"."""
+        self._jobs += 1
+        return f"{kind}-{self._jobs}-{int(time.time() * 1000) % 10**9}"
+
     def post(self, src: str, qpn: int, size_bytes: int, count: int = 1) -> list[int]:
         """post_send: `count` SENDs of `size_bytes`; returns their message ids."""
         return self.nics[src].call("post_send", qpn=qpn, size_bytes=size_bytes, count=count)
@@ -104,3 +130,17 @@ class RdmaHosts:
 
     def set(self, host: str, **faults) -> dict:
         return self.nics[host].call("set", **faults)
+
+
+def fabric_nics(fab: Fabric, hosts: Sequence[str]) -> RdmaHosts:
+    """The fabric's NIC agents: the ones its fault API drives, started on `hosts` on first use.
+
+    `fab.faults.nics` holds them (emu/faults.py): a scenario that starts its
+    own sets it, and otherwise the first workload run on the fabric as a
+    whole (`collectives.run_allreduce(fab, ...)`) starts them here, so that a
+    later run, or a NIC fault, finds the same agents instead of a second set.
+    """
+    faults = fab.faults
+    if faults.nics is None:
+        faults.nics = RdmaHosts(fab, list(hosts))
+    return faults.nics

@@ -35,11 +35,13 @@ from scapy.utils import rdpcap
 from emu import fabric as fabric_mod
 from emu import fidelity
 from emu.config import EcnSpec
+from emu.host.data import rank_input
+from emu.host.ring import RingAllReduce
 from emu.mgmt import MgmtError
 from emu.net import wait_for
 from emu.proto import roce
 from emu.telemetry import collect_fidelity, reset_fidelity
-from emu.traffic.collectives import RingAllReduce, nccl_table, rank_input, run_allreduce
+from emu.traffic.collectives import nccl_table, run_allreduce
 from emu.traffic.rdma import RdmaHosts
 
 RATE_BPS = 10_000_000

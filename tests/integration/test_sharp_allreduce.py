@@ -22,6 +22,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from emu.host.data import rank_input
 from emu.net import wait_for
 from emu.proto import agg
 from emu.traffic import collectives
@@ -137,7 +138,7 @@ def _inject(fabric, host, job, n_bad, tmp_path):
                                                                                dport=4792)
     # h1's true chunk 0 of the coming all-reduce (seed 9, rank 0): sent early and
     # again, it is a duplicate of what h1 sends itself, not a different contribution.
-    data = collectives.rank_input(9, 0, 5000, "int32")[:agg.MAX_ELEMENTS]
+    data = rank_input(9, 0, 5000, "int32")[:agg.MAX_ELEMENTS]
     chunk0 = agg.AggTemplate(node["mac"], job["job_mac"], node["ip"], job["job_ip"]).frame(
         agg.KIND_CONTRIB, agg.DTYPE_INT32, job["job_id"], 0, 0, data.astype(">i4").tobytes(),
         rank=0)

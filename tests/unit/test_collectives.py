@@ -1,13 +1,16 @@
-"""Collectives on real data, without a network: the pure ring against numpy, real
-payloads through RoCE frames and the NIC model (losses, duplicates), and the
-agent-side collective hook driving NICs wired back to back (time injected)."""
+"""Collectives on real data, without a network: real payloads through RoCE frames
+and the NIC model (losses, duplicates), the agent-side collective hook driving
+NICs wired back to back (time injected), the driver's ring QPs and job names,
+and the nccl-tests report. The pure ring is tested in test_ring.py."""
 
 from __future__ import annotations
 
+import doctest
 import random
 import zlib
-from collections import deque
+from types import SimpleNamespace
 
+import networkx as nx
 import numpy as np
 import pytest
 from scapy.contrib.roce import BTH
@@ -16,169 +19,16 @@ from scapy.packet import Raw
 
 from emu.host import collective as coll_host
 from emu.host.collective import CollectiveRank, CollectiveSpec
+from emu.host.data import rank_input
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import roce
 from emu.traffic import collectives as coll
-from emu.traffic.collectives import (
-    AllReduceResult,
-    RingAllReduce,
-    expected_sum,
-    nccl_header,
-    nccl_row,
-    nccl_table,
-    rank_input,
-)
+from emu.traffic import rdma
+from emu.traffic.collectives import AllReduceResult, nccl_header, nccl_row, nccl_table
+from emu.traffic.rdma import RdmaHosts
 
+from .test_ring import numpy_sum
 from .test_rnic import RATE, A, B, pair, run
-
-# ----------------------------------------------------------------- the pure ring
-
-
-def run_ring(arrays, slice_bytes, seed=0):
-    """Every rank's RingAllReduce; links are FIFO, the order across links is random."""
-    n = len(arrays)
-    ring = [RingAllReduce(r, n, arrays[r], slice_bytes=slice_bytes) for r in range(n)]
-    wires = [deque(ring[r].start()) for r in range(n)]  # wires[r]: rank r -> rank r+1
-    sent = [list(w) for w in wires]
-    rng = random.Random(seed)
-    while any(wires):
-        r = rng.choice([i for i in range(n) if wires[i]])
-        nxt = (r + 1) % n
-        out = ring[nxt].on_message(wires[r].popleft())
-        assert len(out) <= 1  # each received slice is forwarded at once, or is the last step
-        wires[nxt].extend(out)
-        sent[nxt].extend(out)
-    return ring, sent
-
-
-def numpy_sum(arrays):
-    stack = np.stack(arrays)
-    if stack.dtype == np.int32:
-        return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
-    return stack.astype(np.float64).sum(axis=0)
-
-
-@pytest.mark.parametrize("n", [2, 3, 4, 8, 16])
-@pytest.mark.parametrize("dtype", ["int32", "float32"])
-@pytest.mark.parametrize("count,slice_bytes", [
-    (4096, 1024),      # divisible by every n, several slices per chunk
-    (10_007, 2048),    # a prime: uneven chunks, uneven slices
-    (333, 64 * 1024),  # one slice per chunk
-    (5, 4),            # tiny: chunks and slices of 0 or 1 element
-    (1, 1024),         # a single element: every chunk but one is empty
-])
-def test_ring_equals_numpy_sum(n, dtype, count, slice_bytes):
-    arrays = [rank_input(11, r, count, dtype) for r in range(n)]
-    before = [a.copy() for a in arrays]
-    ring, sent = run_ring(arrays, slice_bytes, seed=n * count)
-    want = numpy_sum(arrays)
-    results = [r.result for r in ring]
-    assert all(r.done for r in ring)
-    if dtype == "int32":
-        for res in results:
-            assert res.dtype == np.int32 and np.array_equal(res, want)
-    else:
-        # n-1 float32 additions per element: |error| <= gamma_{n-1} * sum|x| (Higham 4.4).
-        k = (n - 1) * 2.0 ** -24
-        bound = np.abs(np.stack(arrays)).astype(np.float64).sum(axis=0) * k / (1 - k)
-        for res in results:
-            assert res.dtype == np.float32
-            assert np.all(np.abs(res.astype(np.float64) - want) <= bound)
-    # All-gather copies: every rank holds the very same bytes.
-    assert len({res.tobytes() for res in results}) == 1
-    # Out of place: the inputs are untouched.
-    assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
-    # Every rank sends 2(n-1) steps of its chunks: 2(n-1)/n of the array when n divides it.
-    nslices = ring[0].nslices
-    itemsize = arrays[0].itemsize
-    for r in range(n):
-        assert len(sent[r]) == 2 * (n - 1) * nslices
-        assert max(len(m) for m in sent[r]) <= slice_bytes
-        chunks = [(r - k) % n for k in range(2 * (n - 1))]
-        want_bytes = sum(ring[r].chunk_bounds(c)[1] - ring[r].chunk_bounds(c)[0]
-                         for c in chunks) * itemsize
-        assert sum(len(m) for m in sent[r]) == want_bytes
-        if count % n == 0:
-            assert want_bytes == 2 * (n - 1) * count // n * itemsize
-
-
-def test_int32_sums_wrap_like_nccl():
-    big = np.full(8, np.iinfo(np.int32).max, dtype=np.int32)
-    ring, _ = run_ring([big, big, np.ones(8, np.int32)], slice_bytes=8)
-    assert ring[0].result.tolist() == [-1] * 8  # 2*(2**31-1) + 1 = 2**32 - 1 -> -1
-
-
-def test_single_rank_is_done_at_start():
-    x = rank_input(1, 0, 100, "float32")
-    ring = RingAllReduce(0, 1, x)
-    assert ring.start() == [] and ring.done and np.array_equal(ring.result, x)
-
-
-def test_first_step_sends_own_chunk_in_slices():
-    x = np.arange(40, dtype=np.int32)
-    ring = RingAllReduce(1, 4, x, slice_bytes=16)
-    msgs = ring.start()
-    lo, hi = ring.chunk_bounds(1)
-    assert (lo, hi) == (10, 20) and ring.nslices == 3
-    assert b"".join(msgs) == x[10:20].tobytes() and all(len(m) <= 16 for m in msgs)
-
-
-@pytest.mark.parametrize("args,match", [
-    (dict(rank=4, nranks=4, data=np.zeros(4, np.int32)), "rank=4"),
-    (dict(rank=0, nranks=0, data=np.zeros(4, np.int32)), "nranks=0"),
-    (dict(rank=0, nranks=2, data=np.zeros((2, 2), np.int32)), "1-D"),
-    (dict(rank=0, nranks=2, data=[1, 2]), "1-D numpy array"),
-    (dict(rank=0, nranks=2, data=np.zeros(4, np.float64)), "dtype="),
-    (dict(rank=0, nranks=2, data=np.zeros(4, np.int64)), "dtype="),
-    (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), slice_bytes=2), "slice_bytes=2"),
-])
-def test_ring_rejects_bad_arguments(args, match):
-    with pytest.raises(ValueError, match=match):
-        RingAllReduce(**args)
-
-
-def test_ring_rejects_bad_messages():
-    ring = RingAllReduce(0, 2, np.zeros(8, np.int32), slice_bytes=16)
-    with pytest.raises(ValueError, match="before start"):
-        ring.on_message(bytes(16))
-    ring.start()
-    with pytest.raises(ValueError, match="has 12 bytes, expected 16"):
-        ring.on_message(bytes(12))
-    ring.on_message(bytes(16))
-    ring.on_message(bytes(16))
-    assert ring.done
-    with pytest.raises(ValueError, match="message 3 but the ring has 2"):
-        ring.on_message(bytes(16))
-
-
-def test_expected_sum_counts_wrong_elements():
-    n, count = 4, 1000
-    arrays = [rank_input(3, r, count, "float32") for r in range(n)]
-    ring, _ = run_ring(arrays, 512)
-    exp = expected_sum(3, n, count, "float32")
-    assert exp.wrong(ring[0].result) == 0
-    bad = ring[0].result.copy()
-    bad[[5, 500]] += np.float32(1e-3)   # far beyond n * 2**-24 * 4
-    bad[7] = np.nan
-    assert exp.wrong(bad) == 3
-    ints = expected_sum(3, n, count, "int32")
-    good = numpy_sum([rank_input(3, r, count, "int32") for r in range(n)])
-    assert ints.wrong(good) == 0
-    good[999] ^= 1 << 30  # one flipped bit is caught: int32 is bit exact
-    assert ints.wrong(good) == 1
-    assert ints.wrong(good[:10]) == count  # a result of the wrong length is all wrong
-
-
-def test_inputs_depend_on_seed_and_rank_only():
-    a = rank_input(5, 2, 64, "int32")
-    assert np.array_equal(a, rank_input(5, 2, 64, "int32"))
-    assert not np.array_equal(a, rank_input(5, 3, 64, "int32"))
-    assert not np.array_equal(a, rank_input(6, 2, 64, "int32"))
-    f = rank_input(5, 2, 100_000, "float")
-    assert f.dtype == np.float32 and f.min() >= -1 and f.max() < 1 and f.min() < -0.99
-    with pytest.raises(ValueError, match="dtype='int64'"):
-        rank_input(5, 2, 64, "int64")
-
 
 # ----------------------------------------------------------------- payloads in frames
 
@@ -489,6 +339,77 @@ def test_collectives_with_their_own_frames_plug_into_the_hook(monkeypatch):
     assert not ring.jobs[0].wants_frames and not ring.jobs[0].sends_frames
 
 
+# ----------------------------------------------------------------- the driver's state
+
+
+class FakeAgent:
+    """A NIC agent's management socket that records the calls."""
+
+    def __init__(self, host, calls):
+        self.host, self.calls = host, calls
+
+    def call(self, cmd, **args):
+        self.calls.append((self.host, cmd, args))
+        return {}
+
+
+def rdma_hosts(hosts):
+    """An RdmaHosts over agents that only record (none started: no processes)."""
+    graph = nx.Graph()
+    for i, h in enumerate(hosts):
+        graph.add_node(h, mac=f"02:00:00:00:02:{i:02x}", ip=f"10.0.2.{i + 1}")
+    nics = RdmaHosts(SimpleNamespace(graph=graph), [])
+    calls = []
+    nics.nics = {h: FakeAgent(h, calls) for h in hosts}
+    return nics, calls
+
+
+def test_ring_qps_are_the_rdma_hosts_connected_once_and_reused():
+    nics, calls = rdma_hosts(["h1", "h2", "h3"])
+    own = nics.connect("h1", "h2")            # a workload's QP is never the ring's
+    qps = nics.ring_qps(["h1", "h2", "h3"])
+    assert qps == [own + 1, own + 2, own + 3]
+    connects = [(h, a["peer_qpn"]) for h, cmd, a in calls if cmd == "connect"]
+    assert connects == [("h1", own), ("h2", own), ("h1", own + 1), ("h2", own + 1),
+                        ("h2", own + 2), ("h3", own + 2), ("h3", own + 3), ("h1", own + 3)]
+    # RoCEv2 varies the UDP source port per QP (49152 + qpn mod 16384), as before.
+    assert calls[2][2]["udp_sport"] == 49152 + own + 1
+    calls.clear()
+    assert nics.ring_qps(["h1", "h2", "h3"]) == qps and calls == []
+    # A ring over some of the same links reuses those and connects only the others.
+    assert nics.ring_qps(["h1", "h2"]) == [own + 1, own + 4]
+    assert [(h, a["peer_qpn"]) for h, cmd, a in calls] == [("h2", own + 4), ("h1", own + 4)]
+    other, _ = rdma_hosts(["h1", "h2", "h3"])  # another set of agents: its own QPs
+    assert other.ring_qps(["h1", "h2", "h3"]) == [101, 102, 103]
+
+
+def test_job_names_are_unique_on_the_agents():
+    nics, _ = rdma_hosts(["h1"])
+    names = [nics.new_job("allreduce") for _ in range(3)]
+    assert len(set(names)) == 3
+    assert [n.split("-")[:2] for n in names] == [["allreduce", "1"], ["allreduce", "2"],
+                                                 ["allreduce", "3"]]
+
+
+def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch):
+    started = []
+
+    def start(fab, hosts):
+        started.append(list(hosts))
+        nics, _ = rdma_hosts(hosts)
+        return nics
+
+    monkeypatch.setattr(rdma, "RdmaHosts", start)
+    fab = SimpleNamespace(faults=SimpleNamespace(nics=None))
+    nics = coll.host_nics(fab, ["h1", "h2"])
+    assert fab.faults.nics is nics and started == [["h1", "h2"]]
+    assert coll.host_nics(fab, ["h2", "h1"]) is nics and len(started) == 1
+    with pytest.raises(ValueError, match=r"hosts \['h3'\] have no NIC agent here"):
+        coll.host_nics(fab, ["h1", "h3"])
+    own, _ = rdma_hosts(["h1", "h3"])
+    assert coll.host_nics(own, ["h1", "h3"]) is own   # an RdmaHosts is used as it is
+
+
 # ----------------------------------------------------------------- nccl-tests format
 
 
@@ -521,6 +442,12 @@ def test_nccl_rows_have_nccl_tests_columns():
         nccl_row(result(8, 1.0), bw_unit="Gb/s")
 
 
+def test_report_doctests_pass():
+    result = doctest.testmod(coll, verbose=False)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
 def test_busbw_is_algbw_times_2_n_minus_1_over_n():
     r = result(1 << 20, 0.5, n=4)
     assert r.busbw_bytes_per_s == pytest.approx(r.algbw_bytes_per_s * 1.5)
@@ -528,5 +455,5 @@ def test_busbw_is_algbw_times_2_n_minus_1_over_n():
 
 
 def test_the_orchestrator_knows_every_algorithm_the_agents_run():
-    # run_allreduce checks names without importing the agent side.
+    # run_allreduce checks names without importing the agent's registry of algorithms.
     assert tuple(coll_host.ALGORITHMS) == coll.ALGORITHM_NAMES

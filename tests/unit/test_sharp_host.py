@@ -263,3 +263,29 @@ def test_frames_on_the_nic_are_on_its_fidelity_clock() -> None:
     assert nic.clock.frames == 4
     assert nic.clock.max_late_s == pytest.approx(late_by)
     assert nic.clock.deficit_s == pytest.approx(late_by - WIRE_CATCH_UP_S)
+
+
+def test_sequence_numbers_are_the_nics_and_keep_growing_across_all_reduces() -> None:
+    # A switch starts a new round on a slot only for a higher seq: every
+    # all-reduce of a job on a NIC starts where the one before it ended, and
+    # the NIC keeps that (it outlives the collective jobs, one per size).
+    from types import SimpleNamespace
+
+    from emu.host.rnic import NicConfig, Rnic
+    from emu.host.sharp import SharpOnNic
+
+    from .test_rnic import A, B
+
+    def spec(job_id: int) -> SimpleNamespace:
+        return SimpleNamespace(options={"job_id": job_id, "job_ip": JOB_IP, "job_mac": JOB_MAC,
+                                        "nslots": 2}, rank=0, job="j")
+
+    nic, other = (Rnic(NicConfig(rate_bps=RATE_BPS, dcqcn=False, **x)) for x in (A, B))
+    three_chunks = np.zeros(3 * agg.MAX_ELEMENTS, dtype=np.int32)
+    one_chunk = np.zeros(5, dtype=np.float32)
+    firsts = [SharpOnNic(spec(JOB), nic, d).sharp.first_seq
+              for d in (three_chunks, one_chunk, three_chunks)]
+    assert firsts == [0, 3, 4]
+    assert SharpOnNic(spec(JOB + 1), nic, one_chunk).sharp.first_seq == 0  # per job
+    assert SharpOnNic(spec(JOB), other, one_chunk).sharp.first_seq == 0    # per NIC
+    assert nic.agg_next_seq == {JOB: 7, JOB + 1: 1} and other.agg_next_seq == {JOB: 1}

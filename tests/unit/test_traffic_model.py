@@ -12,11 +12,11 @@ from collections import deque
 import numpy as np
 import pytest
 
+from emu.host.ring import RingAllReduce
 from emu.host.rnic import NicConfig, Rnic
 from emu.host.sharp import SharpAllReduce
 from emu.proto import agg, roce
 from emu.traffic import collectives, model
-from emu.traffic.collectives import RingAllReduce
 
 RATE = 10_000_000
 A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")

@@ -1,0 +1,173 @@
+"""The ring all-reduce where it lives, with the NIC model (emu/host/ring.py), and the data
+it reduces (emu/host/data.py): the pure ring against numpy on every rank count and
+awkward size, its messages and errors, the inputs and the exact sum with its bound."""
+
+from __future__ import annotations
+
+import doctest
+import random
+from collections import deque
+
+import numpy as np
+import pytest
+
+import emu.host.data
+import emu.host.ring
+from emu.host.data import expected_sum, rank_input
+from emu.host.ring import RingAllReduce
+
+
+@pytest.mark.parametrize("module", [emu.host.ring, emu.host.data])
+def test_doctests_pass(module):
+    result = doctest.testmod(module, verbose=False)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+# ----------------------------------------------------------------- the pure ring
+
+
+def run_ring(arrays, slice_bytes, seed=0):
+    """Every rank's RingAllReduce; links are FIFO, the order across links is random."""
+    n = len(arrays)
+    ring = [RingAllReduce(r, n, arrays[r], slice_bytes=slice_bytes) for r in range(n)]
+    wires = [deque(ring[r].start()) for r in range(n)]  # wires[r]: rank r -> rank r+1
+    sent = [list(w) for w in wires]
+    rng = random.Random(seed)
+    while any(wires):
+        r = rng.choice([i for i in range(n) if wires[i]])
+        nxt = (r + 1) % n
+        out = ring[nxt].on_message(wires[r].popleft())
+        assert len(out) <= 1  # each received slice is forwarded at once, or is the last step
+        wires[nxt].extend(out)
+        sent[nxt].extend(out)
+    return ring, sent
+
+
+def numpy_sum(arrays):
+    stack = np.stack(arrays)
+    if stack.dtype == np.int32:
+        return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
+    return stack.astype(np.float64).sum(axis=0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("count,slice_bytes", [
+    (4096, 1024),      # divisible by every n, several slices per chunk
+    (10_007, 2048),    # a prime: uneven chunks, uneven slices
+    (333, 64 * 1024),  # one slice per chunk
+    (5, 4),            # tiny: chunks and slices of 0 or 1 element
+    (1, 1024),         # a single element: every chunk but one is empty
+])
+def test_ring_equals_numpy_sum(n, dtype, count, slice_bytes):
+    arrays = [rank_input(11, r, count, dtype) for r in range(n)]
+    before = [a.copy() for a in arrays]
+    ring, sent = run_ring(arrays, slice_bytes, seed=n * count)
+    want = numpy_sum(arrays)
+    results = [r.result for r in ring]
+    assert all(r.done for r in ring)
+    if dtype == "int32":
+        for res in results:
+            assert res.dtype == np.int32 and np.array_equal(res, want)
+    else:
+        # n-1 float32 additions per element: |error| <= gamma_{n-1} * sum|x| (Higham 4.4).
+        k = (n - 1) * 2.0 ** -24
+        bound = np.abs(np.stack(arrays)).astype(np.float64).sum(axis=0) * k / (1 - k)
+        for res in results:
+            assert res.dtype == np.float32
+            assert np.all(np.abs(res.astype(np.float64) - want) <= bound)
+    # All-gather copies: every rank holds the very same bytes.
+    assert len({res.tobytes() for res in results}) == 1
+    # Out of place: the inputs are untouched.
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+    # Every rank sends 2(n-1) steps of its chunks: 2(n-1)/n of the array when n divides it.
+    nslices = ring[0].nslices
+    itemsize = arrays[0].itemsize
+    for r in range(n):
+        assert len(sent[r]) == 2 * (n - 1) * nslices
+        assert max(len(m) for m in sent[r]) <= slice_bytes
+        chunks = [(r - k) % n for k in range(2 * (n - 1))]
+        want_bytes = sum(ring[r].chunk_bounds(c)[1] - ring[r].chunk_bounds(c)[0]
+                         for c in chunks) * itemsize
+        assert sum(len(m) for m in sent[r]) == want_bytes
+        if count % n == 0:
+            assert want_bytes == 2 * (n - 1) * count // n * itemsize
+
+
+def test_int32_sums_wrap_like_nccl():
+    big = np.full(8, np.iinfo(np.int32).max, dtype=np.int32)
+    ring, _ = run_ring([big, big, np.ones(8, np.int32)], slice_bytes=8)
+    assert ring[0].result.tolist() == [-1] * 8  # 2*(2**31-1) + 1 = 2**32 - 1 -> -1
+
+
+def test_single_rank_is_done_at_start():
+    x = rank_input(1, 0, 100, "float32")
+    ring = RingAllReduce(0, 1, x)
+    assert ring.start() == [] and ring.done and np.array_equal(ring.result, x)
+
+
+def test_first_step_sends_own_chunk_in_slices():
+    x = np.arange(40, dtype=np.int32)
+    ring = RingAllReduce(1, 4, x, slice_bytes=16)
+    msgs = ring.start()
+    lo, hi = ring.chunk_bounds(1)
+    assert (lo, hi) == (10, 20) and ring.nslices == 3
+    assert b"".join(msgs) == x[10:20].tobytes() and all(len(m) <= 16 for m in msgs)
+
+
+@pytest.mark.parametrize("args,match", [
+    (dict(rank=4, nranks=4, data=np.zeros(4, np.int32)), "rank=4"),
+    (dict(rank=0, nranks=0, data=np.zeros(4, np.int32)), "nranks=0"),
+    (dict(rank=0, nranks=2, data=np.zeros((2, 2), np.int32)), "1-D"),
+    (dict(rank=0, nranks=2, data=[1, 2]), "1-D numpy array"),
+    (dict(rank=0, nranks=2, data=np.zeros(4, np.float64)), "dtype="),
+    (dict(rank=0, nranks=2, data=np.zeros(4, np.int64)), "dtype="),
+    (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), slice_bytes=2), "slice_bytes=2"),
+])
+def test_ring_rejects_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        RingAllReduce(**args)
+
+
+def test_ring_rejects_bad_messages():
+    ring = RingAllReduce(0, 2, np.zeros(8, np.int32), slice_bytes=16)
+    with pytest.raises(ValueError, match="before start"):
+        ring.on_message(bytes(16))
+    ring.start()
+    with pytest.raises(ValueError, match="has 12 bytes, expected 16"):
+        ring.on_message(bytes(12))
+    ring.on_message(bytes(16))
+    ring.on_message(bytes(16))
+    assert ring.done
+    with pytest.raises(ValueError, match="message 3 but the ring has 2"):
+        ring.on_message(bytes(16))
+
+
+def test_expected_sum_counts_wrong_elements():
+    n, count = 4, 1000
+    arrays = [rank_input(3, r, count, "float32") for r in range(n)]
+    ring, _ = run_ring(arrays, 512)
+    exp = expected_sum(3, n, count, "float32")
+    assert exp.wrong(ring[0].result) == 0
+    bad = ring[0].result.copy()
+    bad[[5, 500]] += np.float32(1e-3)   # far beyond n * 2**-24 * 4
+    bad[7] = np.nan
+    assert exp.wrong(bad) == 3
+    ints = expected_sum(3, n, count, "int32")
+    good = numpy_sum([rank_input(3, r, count, "int32") for r in range(n)])
+    assert ints.wrong(good) == 0
+    good[999] ^= 1 << 30  # one flipped bit is caught: int32 is bit exact
+    assert ints.wrong(good) == 1
+    assert ints.wrong(good[:10]) == count  # a result of the wrong length is all wrong
+
+
+def test_inputs_depend_on_seed_and_rank_only():
+    a = rank_input(5, 2, 64, "int32")
+    assert np.array_equal(a, rank_input(5, 2, 64, "int32"))
+    assert not np.array_equal(a, rank_input(5, 3, 64, "int32"))
+    assert not np.array_equal(a, rank_input(6, 2, 64, "int32"))
+    f = rank_input(5, 2, 100_000, "float")
+    assert f.dtype == np.float32 and f.min() >= -1 and f.max() < 1 and f.min() < -0.99
+    with pytest.raises(ValueError, match="dtype='int64'"):
+        rank_input(5, 2, 64, "int64")
