@@ -189,8 +189,8 @@ class Datapath:
 
         for spec in args.port:
             self._open_port(spec)
-        self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports)
-        self.pipeline.flowlets.queue_bytes = self._queued_bytes
+        self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports,
+                                 queue_bytes=self._queued_bytes)
         # Starts empty on every (re)start: the controller configures jobs when we connect.
         self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
         self.agg_errors = 0

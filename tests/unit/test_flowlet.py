@@ -18,8 +18,7 @@ GAP_S = 0.010
 
 
 def flowlet_pipeline(depths: dict[int, int]):
-    pl, ports = select_pipeline()
-    pl.flowlets.queue_bytes = lambda port_no: depths.get(port_no, 0)
+    pl, ports = select_pipeline(queue_bytes=lambda port_no: depths.get(port_no, 0))
     pl.flowlets.set_mode(ofext.OFPG_ALL, ofext.SELECT_MODE_FLOWLET, GAP_S)
     pl.invalidate()
     return pl, ports
@@ -63,9 +62,8 @@ def test_idle_switch_spreads_flowlets_like_ecmp() -> None:
 
 
 def test_per_group_mode_and_hash_mode_back() -> None:
-    pl, _ = select_pipeline()
     depths = {2: 0, 3: 10**6, 4: 10**6, 5: 10**6}
-    pl.flowlets.queue_bytes = lambda port_no: depths[port_no]
+    pl, _ = select_pipeline(queue_bytes=lambda port_no: depths[port_no])
     hashed = collections.Counter(egress(pl, s, 0.0) for s in range(200))
     assert len(hashed) == 4
     pl.flowlets.apply(ofext.SetSelectMode(1, ofext.SELECT_MODE_FLOWLET, 5000), pl.groups)
