@@ -467,9 +467,7 @@ class Datapath:
                                        sched.is_paused(prio, now),
                                        self.last_pause_rx.get((port_no, prio), float("-inf"))))
         action = self.watchdog.spec.action
-        happened = self.watchdog.poll(now, views)
-        for event in self.watchdog.events[len(self.watchdog.events) - len(happened):]:
-            event["wall"] = time.time()  # reports line events up across processes
+        happened = self.watchdog.poll(now, views, wall=time.time())
         for kind, port_no, prio in happened:
             key = (port_no, prio)
             if kind == "storm":
