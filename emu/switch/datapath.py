@@ -39,7 +39,14 @@ from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import parse, reports
 from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.openflow import (
+    FlowsRemoved,
+    OpenFlowSession,
+    PortChanged,
+    Reply,
+    SwitchModel,
+    Transmit,
+)
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 from emu.switch.scheduler import N_PRIORITIES, PortScheduler
@@ -214,9 +221,6 @@ class Datapath:
         self.model = SwitchModel(
             dpid=self.dpid,
             pipeline=self.pipeline,
-            transmit=self._transmit_packet_out,
-            port_mod_applied=self._port_mod_applied,
-            on_flow_removed=self._send_flow_removed,
             dp_desc=f"emu switch {self.name}",
             agg=self.agg,
         )
@@ -385,10 +389,6 @@ class Datapath:
         if ethertype == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
             return self.dscp_to_prio[frame[19] >> 2]
         return 0
-
-    def _transmit_packet_out(self, outputs) -> None:
-        # A controller's PacketOut enters the buffer as if from port 0 (the CPU port).
-        self._enqueue(outputs, 0, time.monotonic())
 
     def _enqueue(self, outputs, in_port: int, now: float) -> None:
         """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
@@ -681,11 +681,26 @@ class Datapath:
                 return
             ch.last_rx = time.monotonic()
             ch.echo_sent_at = 0.0
-            for reply in ch.session.feed(data, now):
-                self._send(ch, reply)
+            self._execute(ch, ch.session.feed(data, now))
             if ch.session.closed:
                 self._flush(ch)
                 self._close_channel(ch, now)
+
+    def _execute(self, ch: OFChannel, effects: list) -> None:
+        """Carry out what an OpenFlow session asked for, in the order it asked."""
+        for effect in effects:
+            kind = type(effect)
+            if kind is Reply:
+                self._send(ch, effect.data)
+            elif kind is Transmit:
+                # A controller's PacketOut enters the buffer as if from port 0 (the
+                # CPU port), queued now: after the OpenFlow bytes read with it were
+                # handled, not when they were read.
+                self._enqueue(effect.outputs, 0, time.monotonic())
+            elif kind is PortChanged:
+                self._port_changed(effect.port_no)
+            elif kind is FlowsRemoved:
+                self._send_flow_removed(effect.entries)
 
     def _send(self, ch: OFChannel, data: bytes) -> None:
         ch.outbuf += data
@@ -873,7 +888,8 @@ class Datapath:
                     if msg:
                         self._send(ch, msg)
 
-    def _port_mod_applied(self, port_no: int) -> None:
+    def _port_changed(self, port_no: int) -> None:
+        """A PortMod changed a port: drop what waits on it if dead, tell every channel."""
         port = self.ports[port_no]
         if not port.live:
             self._flush_port(port_no)

@@ -26,7 +26,7 @@ from emu.switch.aggregation import AggEngine, AggNoSlots
 from emu.switch.buffer import SharedBuffer
 from emu.switch.datapath import DEFAULT_DSCP_TO_PRIO, Datapath
 from emu.switch.match import OFError
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.openflow import OpenFlowSession, SwitchModel, reply_bytes
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import OFPPC_PORT_DOWN, PortState
 from emu.switch.scheduler import PortScheduler
@@ -655,7 +655,7 @@ def test_flow_mod_to_agg_port_accepted() -> None:
     frame = host_frame("h1", 0, np.arange(4, dtype=np.int32), 4)
     assert s.model.pipeline.process(1, frame, 0.0)[0] == [(ofext.AGG_PORT, frame, None)]
     # Flow stats carry the logical port back to the controller.
-    [reply] = s.feed(encode(p.OFPFlowStatsRequest(None, out_port=ofext.AGG_PORT)), 0.0)
+    [reply] = reply_bytes(s.feed(encode(p.OFPFlowStatsRequest(None, out_port=ofext.AGG_PORT)), 0.0))
     [stat] = decode(reply).body
     assert stat.instructions[0].actions[0].port == ofext.AGG_PORT
 
@@ -674,7 +674,7 @@ def test_job_set_and_del_over_openflow() -> None:
     assert set(eng.jobs) == {8}
     assert s.feed(job_del_msg(ofext.AGG_JOB_ALL), 0.0) == []
     assert not eng.jobs
-    [reply] = s.feed(encode(p.OFPBarrierRequest(None)), 0.0)
+    [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0.0))
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 
@@ -683,7 +683,7 @@ def test_no_slots_answered_with_the_experimenter_error() -> None:
     assert s.feed(job_set_msg(small_job(1, 10)), 0.0) == []
     msg = job_set_msg(small_job(2, 7))
     msg = msg[:4] + struct.pack("!I", 4242) + msg[8:]
-    [reply] = s.feed(msg, 0.0)
+    [reply] = reply_bytes(s.feed(msg, 0.0))
     err = decode(reply)
     assert isinstance(err, p.OFPErrorMsg) and err.xid == 4242
     assert err.type == ofp.OFPET_EXPERIMENTER
@@ -714,9 +714,9 @@ def test_no_slots_answered_with_the_experimenter_error() -> None:
 ], ids=["short", "long", "del-short", "bad-child", "no-parent", "exp-type"])
 def test_bad_job_messages_get_the_documented_error(msg: bytes, expected: tuple) -> None:
     s = session()
-    assert errors(s.feed(msg, 0.0)) == [expected]
+    assert errors(reply_bytes(s.feed(msg, 0.0))) == [expected]
     assert not s.model.agg.jobs
-    [reply] = s.feed(encode(p.OFPBarrierRequest(None)), 0.0)   # the session lives on
+    [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0.0))   # the session lives on
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 
@@ -724,7 +724,7 @@ def test_slave_may_not_set_jobs() -> None:
     s = session()
     assert s.feed(job_set_msg(small_job(1, 2)), 0.0) == []
     s.feed(encode(p.OFPRoleRequest(None, ofp.OFPCR_ROLE_SLAVE, 1)), 0.0)
-    assert errors(s.feed(job_set_msg(small_job(2, 2)), 0.0)) == \
+    assert errors(reply_bytes(s.feed(job_set_msg(small_job(2, 2)), 0.0))) == \
         [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
-    assert errors(s.feed(job_del_msg(1), 0.0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
+    assert errors(reply_bytes(s.feed(job_del_msg(1), 0.0))) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
     assert set(s.model.agg.jobs) == {1}

@@ -10,7 +10,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 
 from emu.proto import ofext
-from emu.switch.openflow import OpenFlowSession
+from emu.switch.openflow import OpenFlowSession, reply_bytes
 from tests.unit.test_openflow import decode, encode, errors, mkmodel, session
 from tests.unit.test_pipeline import bucket, flow, group, out, select_pipeline, udp
 
@@ -114,7 +114,7 @@ def test_set_select_mode_over_openflow() -> None:
     assert s.feed(experimenter(ofext.pack_set_select_mode(ofext.OFPG_ALL,
                                                           ofext.SELECT_MODE_FLOWLET, 100)), 0) == []
     assert s.model.pipeline.flowlets.gap_of(7) == pytest.approx(0.0001)
-    [reply] = s.feed(encode(p.OFPBarrierRequest(None)), 0)
+    [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 
@@ -131,10 +131,10 @@ def test_set_select_mode_over_openflow() -> None:
 def test_bad_extension_messages_get_the_documented_error(msg: bytes, expected: tuple) -> None:
     s = session()
     with_groups(s)
-    assert errors(s.feed(msg, 0.0)) == [expected]
+    assert errors(reply_bytes(s.feed(msg, 0.0))) == [expected]
     assert s.model.pipeline.flowlets.gap_of(1) is None
     # The session lives on.
-    assert isinstance(decode(s.feed(encode(p.OFPBarrierRequest(None)), 0)[0]), p.OFPBarrierReply)
+    assert isinstance(decode(reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))[0]), p.OFPBarrierReply)
 
 
 def test_slave_may_not_set_modes() -> None:
@@ -143,7 +143,7 @@ def test_slave_may_not_set_modes() -> None:
     with_groups(s)
     s.feed(encode(p.OFPRoleRequest(None, ofp.OFPCR_ROLE_SLAVE, 1)), 0)
     raw = ofext.set_select_mode_message(1, ofext.SELECT_MODE_FLOWLET, 100)
-    assert errors(s.feed(raw, 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
+    assert errors(reply_bytes(s.feed(raw, 0))) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
 
 
 def test_gap_scaling() -> None:
