@@ -201,6 +201,7 @@ class Channels:
         except (KeyError, ValueError):
             pass
         ch.sock.close()
+        ch.session.close()  # leaves the model's sessions (roles are per live channel)
         if ch in self.channels:
             self.channels.remove(ch)
         if ch.active:

@@ -85,8 +85,10 @@ def test_controller_channel_returns_effects_and_sends_only_what_it_is_told(contr
         assert isinstance(echo, p.OFPEchoReply) and echo.data == b"hi"
         assert ch.last_rx == 1.0 and chans.info()[0]["connected"]
         # The controller goes away: the channel closes and is redialled after the backoff.
+        assert chans.model.sessions == [ch.session]
         conn.close()
         pump(chans, sel, ch, 2.0, lambda _e: not chans.channels)
+        assert chans.model.sessions == []  # a dead channel's session holds no role
         assert chans.reconnect_at == {controller.getsockname(): 2.0 + channel.RECONNECT_MIN_S}
         chans.connect_due(2.1)
         assert not chans.channels
