@@ -68,8 +68,11 @@ def encode(msg) -> bytes:
     return bytes(msg.buf)
 
 
-def errors(replies: list[bytes]) -> list[tuple[int, int]]:
-    return [(m.type, m.code) for m in map(decode, replies) if isinstance(m, p.OFPErrorMsg)]
+def errors(replies: list) -> list[tuple[int, int]]:
+    """(type, code) of every OFPT_ERROR among replies (bytes) or a session's effects."""
+    msgs = [r.data if isinstance(r, Reply) else r for r in replies
+            if isinstance(r, (Reply, bytes))]
+    return [(m.type, m.code) for m in map(decode, msgs) if isinstance(m, p.OFPErrorMsg)]
 
 
 # ----- golden vectors -----------------------------------------------------------------
@@ -129,7 +132,7 @@ def test_golden_port_mod() -> None:
     port_no, hw = struct.unpack_from("!I4x6s", b, 8)
     s = session(model)
     [err] = s.feed(b, 0)  # a rejected PortMod changes nothing: the error is all
-    assert errors([err.data]) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_HW_ADDR)]
+    assert errors([err]) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_HW_ADDR)]
     model.ports[port_no].hw_addr = hw
     assert s.feed(b, 0) == [PortChanged(port_no)]
     _, _, config, mask = struct.unpack_from("!I4x6s2xII", b, 8)
@@ -167,14 +170,14 @@ def test_golden_role_async_multipart() -> None:
     assert [q.port_no for q in ports] == [1, 2, 3, 4, 5, 6]
     assert ports[0].name == b"s1-eth1" and ports[0].curr_speed == 100000
     # A table features request with a body would reconfigure tables: refused.
-    assert errors(reply_bytes(s.feed(golden("4-55-ofp_table_features_request.packet"), 0))) == [
+    assert errors(s.feed(golden("4-55-ofp_table_features_request.packet"), 0)) == [
         (ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)]
     [r] = reply_bytes(s.feed(encode(p.OFPTableFeaturesStatsRequest(None, 0, [])), 0))
     tf = decode(r).body
     assert [t.table_id for t in tf] == list(range(8))
     for name in ("4-45-ofp_meter_mod.packet", "4-37-ofp_queue_stats_request.packet",
                  "4-16-ofp_experimenter.packet", "4-6-ofp_features_reply.packet"):
-        assert len(errors(reply_bytes(s.feed(golden(name), 0)))) == 1, name
+        assert len(errors(s.feed(golden(name), 0))) == 1, name
 
 
 # ----- own messages ---------------------------------------------------------------------
@@ -217,7 +220,7 @@ def test_hello_negotiation_and_bad_version() -> None:
     s = session()
     msg = bytearray(add_flow_msg())
     msg[0] = 5
-    assert errors(reply_bytes(s.feed(bytes(msg), 0))) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_VERSION)]
+    assert errors(s.feed(bytes(msg), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_VERSION)]
 
 
 def test_partial_feed_and_unframeable() -> None:
@@ -245,7 +248,7 @@ def test_roles_generation_and_slave() -> None:
     assert a.role == ofp.OFPCR_ROLE_SLAVE
     assert errors(role(a, ofp.OFPCR_ROLE_MASTER, 9)) == [
         (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE)]
-    assert errors(reply_bytes(a.feed(add_flow_msg(), 0))) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
+    assert errors(a.feed(add_flow_msg(), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
     rec = PacketIn(ofp.OFPR_ACTION, 0, 1, 1, frame(), 0xFFFF)
     assert a.packet_in(rec) is None and b.packet_in(rec) is not None
     assert decode(role(a, ofp.OFPCR_ROLE_EQUAL, 0)[0]).role == ofp.OFPCR_ROLE_EQUAL
@@ -275,11 +278,11 @@ def test_packet_in_port_status_flow_removed_encoding() -> None:
 def test_flow_mod_errors_and_flows_removed_effect() -> None:
     s = session()
     bad_prereq = add_flow_msg(match=p.OFPMatch(ipv4_dst="10.0.0.1"))
-    assert errors(reply_bytes(s.feed(bad_prereq, 0))) == [(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ)]
-    assert errors(reply_bytes(s.feed(add_flow_msg(table_id=9), 0))) == [
+    assert errors(s.feed(bad_prereq, 0)) == [(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ)]
+    assert errors(s.feed(add_flow_msg(table_id=9), 0)) == [
         (ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)]
     goto_back = add_flow_msg(table_id=2, instructions=[p.OFPInstructionGotoTable(1)])
-    assert errors(reply_bytes(s.feed(goto_back, 0))) == [(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID)]
+    assert errors(s.feed(goto_back, 0)) == [(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID)]
     s.feed(add_flow_msg(flags=ofp.OFPFF_SEND_FLOW_REM), 0)
     delete = add_flow_msg(command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=p.OFPMatch())
@@ -287,11 +290,11 @@ def test_flow_mod_errors_and_flows_removed_effect() -> None:
     assert isinstance(effect, FlowsRemoved) and len(effect.entries) == 1
     assert effect.entries[0].removed_reason == ofp.OFPRR_DELETE
     po = p.OFPPacketOut(None, 7, ofp.OFPP_CONTROLLER, [p.OFPActionOutput(1)])
-    assert errors(reply_bytes(s.feed(encode(po), 0))) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)]
+    assert errors(s.feed(encode(po), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)]
     ps = p.OFPPortStatsRequest(None, 0, 99)
-    assert errors(reply_bytes(s.feed(encode(ps), 0))) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)]
+    assert errors(s.feed(encode(ps), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)]
     gm = p.OFPGroupMod(None, ofp.OFPGC_MODIFY, ofp.OFPGT_ALL, 4, [])
-    assert errors(reply_bytes(s.feed(encode(gm), 0))) == [
+    assert errors(s.feed(encode(gm), 0)) == [
         (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)]
 
 
@@ -345,7 +348,7 @@ def test_port_mod_returns_a_port_change_after_applying_it() -> None:
     assert model.ports[4].config == OFPPC_PORT_DOWN and not model.ports[4].live
     # A PortMod for a port that does not exist changes nothing and says so.
     [err] = s.feed(encode(p.OFPPortMod(None, 9, "02:00:00:00:00:09", 0, 1, 0)), 0.0)
-    assert errors([err.data]) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_PORT)]
+    assert errors([err]) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_PORT)]
 
 
 def test_flow_delete_returns_flows_removed_only_when_entries_went() -> None:
@@ -385,14 +388,14 @@ def test_effects_come_back_in_message_order_from_one_chunk() -> None:
     effects = s.feed(chunk[:50], 1.0) + s.feed(chunk[50:], 1.0)
     assert [type(e) for e in effects] == [Transmit, Reply, PortChanged, Reply]
     assert effects[0] == Transmit([(1, frame(), None)]) and effects[2] == PortChanged(2)
-    assert errors([effects[1].data]) == [(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN)]
+    assert errors([effects[1]]) == [(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN)]
     assert isinstance(decode(effects[3].data), p.OFPBarrierReply)
 
 
 def test_unframeable_stream_returns_an_error_and_closes() -> None:
     s = session()
     [err] = s.feed(bytes.fromhex("0402000400000009"), 0.0)  # length 4 < a header
-    assert errors([err.data]) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)] and s.closed
+    assert errors([err]) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)] and s.closed
     assert s.feed(encode(p.OFPEchoRequest(None)), 0.0) == []
 
 
