@@ -1,14 +1,15 @@
 """The emu switch process: ports, receive, pipeline, queue, paced transmit.
 
-Owns every socket and the clock of one switch: an AF_PACKET socket per veth,
-the OpenFlow channels (an active connection to each controller, with
-reconnect, plus a passive listener for tools such as `ovs-ofctl`), and the
-management socket. It feeds received frames to the pure OpenFlow pipeline
-(`pipeline.py`), classifies them onto 8 egress priorities by DSCP, queues them
-in the per-port schedulers (`scheduler.py`) and transmits them paced at each
-port's link rate. It watches carrier on every port and reports changes as
+Owns the event loop and the clock of one switch, an AF_PACKET socket per veth
+and the management socket; the OpenFlow TCP connections are `channel.py`'s,
+registered in this loop's selector. It feeds received frames to the pure
+OpenFlow pipeline (`pipeline.py`), classifies them onto 8 egress priorities
+by DSCP, queues them in the per-port schedulers (`scheduler.py`) and transmits
+them paced at each port's link rate. It carries out what the OpenFlow
+sessions return (`openflow.py`: replies, PacketOut frames, port changes,
+removed flows). It watches carrier on every port and reports changes as
 OpenFlow PORT_STATUS. Nothing else in emu holds sockets or reads the clock
-for the switch.
+for the switch (`channel.py` holds the OpenFlow sockets, on this loop's `now`).
 
 Run as `python -m emu.switch.datapath --name leaf1 --dpid 1 --port leaf1-eth1:1:20000000 ...`
 (the Mininet node in `node.py` builds this argv).
@@ -39,7 +40,8 @@ from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import parse, reports
 from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.channel import Channels, OFChannel
+from emu.switch.openflow import Effect, FlowsRemoved, PortChanged, Reply, SwitchModel, Transmit
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 from emu.switch.scheduler import N_PRIORITIES, PortScheduler
@@ -64,17 +66,6 @@ CARRIER_POLL_S = 0.1
 TELEMETRY_SAMPLE_S = 0.1      # queue depth, pause state, marks and bytes per port and priority
 TELEMETRY_KEEP = 36000        # samples kept (an hour at 10 per second)
 EXPIRE_POLL_S = 0.5
-ECHO_INTERVAL_S = 5.0
-ECHO_TIMEOUT_S = 15.0
-RECONNECT_MIN_S = 0.2
-RECONNECT_MAX_S = 2.0
-# OpenFlow bytes taken per loop pass. A controller's burst after a link change
-# (hundreds of FlowMods and GroupMods, ~0.5 ms of CPU each) handled in one pass
-# stalled the data path for up to 22 ms (36 frame times at 20 Mbit/s;
-# emu/fidelity.py names the pass and its CPU). A real switch's ASIC forwards
-# while its CPU programs it; in bites of a few messages, frames are served
-# between them and the rest waits in the socket.
-OF_RECV_BYTES = 512
 
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
 # priority 6 (CNP); everything else -> priority 0.
@@ -140,20 +131,6 @@ def _hostport(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"address {text!r}: expected [tcp:]HOST:PORT") from None
 
 
-class OFChannel:
-    """One OpenFlow TCP connection and its sans-I/O session."""
-
-    def __init__(self, sock: socket.socket, session: OpenFlowSession, active: bool, peer: str):
-        self.sock = sock
-        self.session = session
-        self.active = active
-        self.peer = peer
-        self.outbuf = bytearray()
-        self.connected = not active
-        self.last_rx = time.monotonic()
-        self.echo_sent_at = 0.0
-
-
 class Datapath:
     """The event loop of one switch."""
 
@@ -161,8 +138,6 @@ class Datapath:
         self.name: str = args.name
         self.dpid: int = args.dpid
         self.mgmt_path: str = args.mgmt
-        self.controllers: list[tuple[str, int]] = args.controller or []
-        self.of_listen: tuple[str, int] = args.of_listen
         self.dscp_to_prio = [0] * 64
         for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
             self.dscp_to_prio[dscp] = prio
@@ -181,16 +156,13 @@ class Datapath:
         # (1.7 frame times at 20 Mbit/s; measured by emu/fidelity.py). select
         # takes microseconds, and a switch has a handful of descriptors.
         self.sel = selectors.SelectSelector()
-        self.channels: list[OFChannel] = []
-        self.reconnect_at: dict[tuple[str, int], float] = {}
-        self.reconnect_delay: dict[tuple[str, int], float] = {}
         self.kernel_drops: dict[int, int] = {}
         self.malformed_frames = 0
 
         for spec in args.port:
             self._open_port(spec)
-        self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports)
-        self.pipeline.flowlets.queue_bytes = self._queued_bytes
+        self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports,
+                                 queue_bytes=self._queued_bytes)
         # Starts empty on every (re)start: the controller configures jobs when we connect.
         self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
         self.agg_errors = 0
@@ -214,9 +186,6 @@ class Datapath:
         self.model = SwitchModel(
             dpid=self.dpid,
             pipeline=self.pipeline,
-            transmit=self._transmit_packet_out,
-            port_mod_applied=self._port_mod_applied,
-            on_flow_removed=self._send_flow_removed,
             dp_desc=f"emu switch {self.name}",
             agg=self.agg,
         )
@@ -228,17 +197,10 @@ class Datapath:
             time.monotonic())
         self.fidelity.port_names = {n: p.name for n, p in self.ports.items()}
         self._lossless_at_reset = 0   # lossless frames sent before the window
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(self.of_listen)
-        self.listener.listen(8)
-        self.listener.setblocking(False)
-        self.sel.register(self.listener, selectors.EVENT_READ, ("of-listen", None))
+        self.of = Channels(self.name, self.model, self.sel, args.of_listen,
+                           args.controller or [])
         self.mgmt = MgmtServer(self.mgmt_path, self._mgmt_handlers())
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, ("mgmt-listen", None))
-        for addr in self.controllers:
-            self.reconnect_at[addr] = 0.0
-            self.reconnect_delay[addr] = RECONNECT_MIN_S
 
     # ----- ports -------------------------------------------------------------
 
@@ -290,7 +252,7 @@ class Datapath:
                 if not up:
                     self._flush_port(port.port_no)
                 self.pipeline.invalidate()
-                self._port_status(OFPPR_MODIFY, port)
+                self.of.port_status(OFPPR_MODIFY, port)
 
     def _flush_port(self, port_no: int, prios=range(N_PRIORITIES)) -> None:
         """Drop what waits on a dead port (or queue) and give its bytes back to the buffer."""
@@ -300,13 +262,6 @@ class Datapath:
         self.ports[port_no].counters.tx_dropped += len(dropped)
         if not self.schedulers[port_no].pending:
             self.busy.discard(port_no)
-
-    def _port_status(self, reason: int, port: PortState) -> None:
-        for ch in self.channels:
-            if ch.connected:
-                msg = ch.session.port_status(reason, port)
-                if msg:
-                    self._send(ch, msg)
 
     def _read_kernel_drops(self) -> None:
         for port_no, sock in self.port_socks.items():
@@ -375,7 +330,7 @@ class Datapath:
             if outputs:
                 self._enqueue(outputs, port_no, now)
             if packet_ins:
-                self._deliver_packet_ins(packet_ins)
+                self.of.packet_ins(packet_ins)
 
     def _classify(self, frame: bytes) -> int:
         """Egress priority from the IPv4 DSCP (DESIGN.md priority map)."""
@@ -385,10 +340,6 @@ class Datapath:
         if ethertype == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
             return self.dscp_to_prio[frame[19] >> 2]
         return 0
-
-    def _transmit_packet_out(self, outputs) -> None:
-        # A controller's PacketOut enters the buffer as if from port 0 (the CPU port).
-        self._enqueue(outputs, 0, time.monotonic())
 
     def _enqueue(self, outputs, in_port: int, now: float) -> None:
         """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
@@ -467,9 +418,7 @@ class Datapath:
                                        sched.is_paused(prio, now),
                                        self.last_pause_rx.get((port_no, prio), float("-inf"))))
         action = self.watchdog.spec.action
-        happened = self.watchdog.poll(now, views)
-        for event in self.watchdog.events[len(self.watchdog.events) - len(happened):]:
-            event["wall"] = time.time()  # reports line events up across processes
+        happened = self.watchdog.poll(now, views, wall=time.time())
         for kind, port_no, prio in happened:
             key = (port_no, prio)
             if kind == "storm":
@@ -612,127 +561,27 @@ class Datapath:
         self.tx_due = next_at if next_at is not None else float("inf")
         return next_at
 
-    def _deliver_packet_ins(self, packet_ins) -> None:
-        for ch in self.channels:
-            if not (ch.connected and ch.active):
-                continue
-            for rec in packet_ins:
-                msg = ch.session.packet_in(rec)
-                if msg:
-                    self._send(ch, msg)
-
-    # ----- OpenFlow channels ------------------------------------------------
-
-    def _connect(self, addr: tuple[str, int], now: float) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setblocking(False)
-        err = sock.connect_ex(addr)
-        if err not in (0, errno.EINPROGRESS):
-            sock.close()
-            self._schedule_reconnect(addr, now)
-            return
-        ch = OFChannel(sock, OpenFlowSession(self.model, is_controller_channel=True), True,
-                       f"{addr[0]}:{addr[1]}")
-        ch.addr = addr
-        self.channels.append(ch)
-        self.sel.register(sock, selectors.EVENT_WRITE, ("of", ch))
-        self.reconnect_at.pop(addr, None)
-
-    def _schedule_reconnect(self, addr: tuple[str, int], now: float) -> None:
-        delay = self.reconnect_delay[addr]
-        self.reconnect_at[addr] = now + delay
-        self.reconnect_delay[addr] = min(delay * 2, RECONNECT_MAX_S)
-
-    def _accept(self) -> None:
-        try:
-            sock, peer = self.listener.accept()
-        except BlockingIOError:
-            return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        ch = OFChannel(sock, OpenFlowSession(self.model, is_controller_channel=False), False,
-                       f"{peer[0]}:{peer[1]}")
-        self.channels.append(ch)
-        self.sel.register(sock, selectors.EVENT_READ, ("of", ch))
-        self._send(ch, ch.session.hello())
+    # ----- OpenFlow --------------------------------------------------------
 
     def _on_channel(self, ch: OFChannel, events: int, now: float) -> None:
-        if not ch.connected:
-            err = ch.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                self._close_channel(ch, now)
-                return
-            ch.connected = True
-            ch.last_rx = time.monotonic()
-            self.reconnect_delay[ch.addr] = RECONNECT_MIN_S
-            log.info("%s: connected to controller %s", self.name, ch.peer)
-            self._send(ch, ch.session.hello())
-            return
-        if events & selectors.EVENT_WRITE:
-            self._flush(ch)
-        if events & selectors.EVENT_READ:
-            try:
-                data = ch.sock.recv(OF_RECV_BYTES)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close_channel(ch, now)
-                return
-            ch.last_rx = time.monotonic()
-            ch.echo_sent_at = 0.0
-            for reply in ch.session.feed(data, now):
-                self._send(ch, reply)
-            if ch.session.closed:
-                self._flush(ch)
-                self._close_channel(ch, now)
+        self._execute(ch, self.of.on_ready(ch, events, now))
+        self.of.close_if_done(ch, now)
 
-    def _send(self, ch: OFChannel, data: bytes) -> None:
-        ch.outbuf += data
-        self._flush(ch)
-
-    def _flush(self, ch: OFChannel) -> None:
-        if ch.outbuf:
-            try:
-                sent = ch.sock.send(ch.outbuf)
-                del ch.outbuf[:sent]
-            except BlockingIOError:
-                pass
-            except OSError:
-                ch.outbuf.clear()
-        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if ch.outbuf else 0)
-        try:
-            self.sel.modify(ch.sock, want, ("of", ch))
-        except (KeyError, ValueError):
-            pass
-
-    def _close_channel(self, ch: OFChannel, now: float) -> None:
-        try:
-            self.sel.unregister(ch.sock)
-        except (KeyError, ValueError):
-            pass
-        ch.sock.close()
-        if ch in self.channels:
-            self.channels.remove(ch)
-        if ch.active:
-            log.info("%s: controller %s connection lost; reconnecting", self.name, ch.peer)
-            self._schedule_reconnect(ch.addr, now)
-
-    def _keepalive(self, now: float) -> None:
-        mono = time.monotonic()
-        for ch in list(self.channels):
-            if not (ch.active and ch.connected):
-                continue
-            idle = mono - ch.last_rx
-            if ch.echo_sent_at and mono - ch.echo_sent_at > ECHO_TIMEOUT_S:
-                log.warning("%s: controller %s silent for %.0f s; reconnecting",
-                            self.name, ch.peer, idle)
-                self._close_channel(ch, now)
-            elif idle > ECHO_INTERVAL_S and not ch.echo_sent_at:
-                ch.echo_sent_at = mono
-                self._send(ch, struct.pack("!BBHI", 4, 2, 8, 0xE0E0))  # OFPT_ECHO_REQUEST
+    def _execute(self, ch: OFChannel, effects: list[Effect]) -> None:
+        """Carry out what an OpenFlow session asked for, in the order it asked."""
+        for effect in effects:
+            kind = type(effect)
+            if kind is Reply:
+                self.of.send(ch, effect.data)
+            elif kind is Transmit:
+                # A controller's PacketOut enters the buffer as if from port 0 (the
+                # CPU port), queued now: after the OpenFlow bytes read with it were
+                # handled, not when they were read.
+                self._enqueue(effect.outputs, 0, time.monotonic())
+            elif kind is PortChanged:
+                self._port_changed(effect.port_no)
+            elif kind is FlowsRemoved:
+                self.of.flow_removed(effect.entries)
 
     # ----- management -------------------------------------------------------
 
@@ -781,10 +630,8 @@ class Datapath:
             "name": self.name,
             "dpid": self.dpid,
             "pid": os.getpid(),
-            "of_listen": list(self.listener.getsockname()),
-            "controllers": [
-                {"peer": ch.peer, "connected": ch.connected} for ch in self.channels if ch.active
-            ],
+            "of_listen": list(self.of.listen_addr),
+            "controllers": self.of.info(),
             "uptime_s": time.time() - self.started_at,
         }
 
@@ -800,12 +647,10 @@ class Datapath:
         work: list = []                  # what this pass did (names the longest stall)
         while not self.stopping:
             now = time.monotonic()
-            for addr, at in list(self.reconnect_at.items()):
-                if at <= now:
-                    self._connect(addr, now)
+            self.of.connect_due(now)
             if now >= next_carrier:
                 self._poll_carrier()
-                self._keepalive(now)
+                self.of.keepalive(now)
                 next_carrier = now + CARRIER_POLL_S
                 work.append("carrier")
             if now >= next_sample:
@@ -849,7 +694,7 @@ class Datapath:
                 elif kind == "of":
                     self._on_channel(ref, events, now)
                 elif kind == "of-listen":
-                    self._accept()
+                    self.of.accept(now)
                 elif kind == "mgmt-listen":
                     conn = self.mgmt.accept()
                     if conn:
@@ -865,29 +710,20 @@ class Datapath:
     def _expire(self, now: float) -> None:
         removed = self.pipeline.expire(now)
         if removed:
-            self._send_flow_removed(removed)
+            self.of.flow_removed(removed)
 
-    def _send_flow_removed(self, entries) -> None:
-        for ch in self.channels:
-            if ch.connected:
-                for entry in entries:
-                    msg = ch.session.flow_removed(entry)
-                    if msg:
-                        self._send(ch, msg)
-
-    def _port_mod_applied(self, port_no: int) -> None:
+    def _port_changed(self, port_no: int) -> None:
+        """A PortMod changed a port: drop what waits on it if dead, tell every channel."""
         port = self.ports[port_no]
         if not port.live:
             self._flush_port(port_no)
         self.pipeline.invalidate()
-        self._port_status(OFPPR_MODIFY, port)
+        self.of.port_status(OFPPR_MODIFY, port)
 
     def close(self) -> None:
-        for ch in list(self.channels):
-            ch.sock.close()
+        self.of.close()
         for sock in self.port_socks.values():
             sock.close()
-        self.listener.close()
         self.mgmt.close()
 
 
@@ -926,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals(dp)
     frozen = GcMonitor.freeze()   # set up: keep it out of every later collection (fidelity.py)
     log.info("%s: dpid %016x, %d ports, OpenFlow listener %s, %d objects frozen", dp.name,
-             dp.dpid, len(dp.ports), dp.listener.getsockname(), frozen)
+             dp.dpid, len(dp.ports), dp.of.listen_addr, frozen)
     dp.run()
     return 0
 

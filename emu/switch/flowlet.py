@@ -5,7 +5,8 @@ extension, `emu/proto/ofext.py`), the per-flow flowlet table and the choice of
 a bucket when a flowlet starts: the live bucket whose egress port has the
 fewest bytes queued. The pipeline (`pipeline.py`) compiles a flowlet group
 into a per-packet choice instead of a cached one and calls `choose`; the
-datapath supplies the queue depth. Pure: no clocks, `now` comes in.
+queue depth comes from a function the owner declares at construction (the
+datapath's schedulers; tests pass a dict lookup). Pure: no clocks, `now` comes in.
 """
 
 from __future__ import annotations
@@ -21,10 +22,19 @@ from emu.switch.match import OFError
 MAX_FLOWLETS = 65536
 
 
-class FlowletTable:
-    """Flowlet modes per group and the flowlet of every active flow."""
+def _empty(port_no: int) -> int:
+    return 0
 
-    def __init__(self) -> None:
+
+class FlowletTable:
+    """Flowlet modes per group and the flowlet of every active flow.
+
+    Args:
+        queue_bytes: bytes queued on an egress port (all priorities), read when a
+            flowlet starts; None: every queue reads empty (flowlets spread like ECMP).
+    """
+
+    def __init__(self, queue_bytes: Optional[Callable[[int], int]] = None) -> None:
         # gap in seconds per group id; `default_gap_s` applies to SELECT groups not listed.
         self.gap_by_group: dict[int, Optional[float]] = {}
         self.default_gap_s: Optional[float] = None
@@ -32,7 +42,7 @@ class FlowletTable:
         self._flows: dict[tuple[int, int], list] = {}
         self.flowlets_started = 0
         self.bucket_changes = 0
-        self.queue_bytes: Callable[[int], int] = lambda port_no: 0
+        self.queue_bytes: Callable[[int], int] = queue_bytes or _empty
 
     def apply(self, req: ofext.SetSelectMode, groups: dict[int, Any]) -> None:
         """Validate and apply a SET_SELECT_MODE request against the switch's groups.

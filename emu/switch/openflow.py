@@ -2,9 +2,15 @@
 
 Owns the switch's side of OpenFlow channels: version negotiation, framing,
 roles and async config, and the dispatch of every controller message to the
-pipeline or the port records. `OpenFlowSession.feed(bytes, now)` returns the
-reply messages; the datapath (`datapath.py`) owns the TCP sockets and calls
-`packet_in`, `port_status` and `flow_removed` to build asynchronous messages.
+pipeline or the port records. `OpenFlowSession.feed(bytes, now)` returns, in
+the order the messages asked for them, the effects the datapath must carry
+out, as plain records (the way `Pipeline.process` returns outputs and
+packet-ins): `Reply` (bytes to send back on this channel), `Transmit` (a
+PacketOut's frames), `PortChanged` (a PortMod changed a port's config) and
+`FlowsRemoved` (a FlowMod or GroupMod removed entries). The session calls
+nobody back and holds no socket or clock; the channels (`channel.py`) own the
+TCP side and call `packet_in`, `port_status` and `flow_removed` to build
+asynchronous messages.
 
 The switch must survive any input: `feed` never raises. Malformed messages get
 an OFPT_ERROR with the spec's type/code, the offending message's first 64
@@ -22,7 +28,8 @@ from __future__ import annotations
 import collections
 import logging
 import struct
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
@@ -57,6 +64,50 @@ _EXP_UNPACK: dict[int, Callable] = {
 }
 
 
+@dataclass(frozen=True)
+class Reply:
+    """Send `data` (one or more OpenFlow messages) back on the channel that was fed."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Transmit:
+    """A PacketOut's frames to queue: (port_no, frame, queue_id or None) each.
+
+    They enter the shared buffer as if received on port 0 (the CPU port).
+    """
+
+    outputs: list
+
+
+@dataclass(frozen=True)
+class PortChanged:
+    """A PortMod changed port `port_no`'s config (already applied to its record).
+
+    The datapath flushes a port that is no longer live and sends
+    OFPT_PORT_STATUS (OFPPR_MODIFY) on every channel.
+    """
+
+    port_no: int
+
+
+@dataclass(frozen=True)
+class FlowsRemoved:
+    """Entries a controller's FlowMod/GroupMod removed: OFPT_FLOW_REMOVED on every
+    channel that asked for it (idle/hard timeouts come from `Pipeline.expire`)."""
+
+    entries: list
+
+
+Effect = Union[Reply, Transmit, PortChanged, FlowsRemoved]
+
+
+def reply_bytes(effects: list[Effect]) -> list[bytes]:
+    """The messages among `effects` to send back on the channel, in order."""
+    return [e.data for e in effects if type(e) is Reply]
+
+
 def _experimenter_error(exp_type: int, offending: bytes, xid: int) -> bytes:
     """ofp_error_experimenter_msg (spec A.4.4): type 0xFFFF, exp_type, experimenter, data."""
     body = struct.pack("!HHI", ofext.OFPET_EXPERIMENTER, exp_type, ofext.EMU_EXPERIMENTER_ID)
@@ -69,21 +120,13 @@ class SwitchModel:
     Args:
         dpid: datapath id.
         pipeline: the switch's Pipeline (its `ports` dict is the switch's ports).
-        transmit: called with PacketOut results, a list of (port_no, frame, queue_id).
-        port_mod_applied: called with a port_no after a PortMod changed its config
-            (the datapath then reacts, e.g. sends OFPT_PORT_STATUS).
-        on_flow_removed: called with flow entries removed by a controller's
-            FlowMod/GroupMod, so the datapath can send OFPT_FLOW_REMOVED on every
-            channel (timeouts come from `pipeline.expire`).
+        dp_desc: the OFPMP_DESC datapath description (default: from the dpid).
         agg: the switch's reduction engine, configured by emu's experimenter
             messages (default: a new one on the pipeline's ports).
     """
 
-    def __init__(self, dpid: int, pipeline: Pipeline,
-                 transmit: Optional[Callable[[list], None]] = None,
-                 port_mod_applied: Optional[Callable[[int], None]] = None,
-                 on_flow_removed: Optional[Callable[[list], None]] = None,
-                 dp_desc: str = "", agg: Optional[AggEngine] = None) -> None:
+    def __init__(self, dpid: int, pipeline: Pipeline, dp_desc: str = "",
+                 agg: Optional[AggEngine] = None) -> None:
         self.dpid = dpid
         self.pipeline = pipeline
         self.ports: dict[int, PortState] = pipeline.ports
@@ -92,9 +135,6 @@ class SwitchModel:
         self.capabilities = _CAPS
         self.config_flags = 0
         self.miss_send_len = ofp.OFPCML_NO_BUFFER
-        self.transmit = transmit
-        self.port_mod_applied = port_mod_applied
-        self.on_flow_removed = on_flow_removed
         self.dp_desc = dp_desc or "dpid %016x" % dpid
         self.generation_id: Optional[int] = None
         self.sessions: list[OpenFlowSession] = []
@@ -129,12 +169,17 @@ class OpenFlowSession:
         if self in self.model.sessions:
             self.model.sessions.remove(self)
 
-    def feed(self, data: bytes, now: float) -> list[bytes]:
-        """Consume bytes from the channel; return the messages to send back.
+    def feed(self, data: bytes, now: float) -> list[Effect]:
+        """Consume bytes from the channel; return what should happen, in order.
 
-        Partial messages are kept until the rest arrives. Never raises.
+        Every complete message is applied to the switch model at `now`; the
+        effects it asks of the datapath (replies on this channel, frames to
+        send, port changes, removed flows) are returned in message order.
+        Partial messages are kept until the rest arrives. Never raises: a
+        malformed message yields a `Reply` with OFPT_ERROR and the session
+        goes on (an unframeable stream also sets `closed`).
         """
-        out: list[bytes] = []
+        out: list[Effect] = []
         if self.closed:
             return out
         self._now = now
@@ -143,8 +188,8 @@ class OpenFlowSession:
             version, mtype, length, xid = codec.OFP_HEADER.unpack_from(self._buf, 0)
             if length < 8:
                 MALFORMED["unframeable"] += 1
-                out.append(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN,
-                                       bytes(self._buf[:64]), xid))
+                out.append(Reply(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN,
+                                             bytes(self._buf[:64]), xid)))
                 self._buf.clear()
                 self.close()
                 break
@@ -158,7 +203,8 @@ class OpenFlowSession:
                 MALFORMED["unframeable"] += 1
                 code = ofp.OFPBRC_BAD_VERSION if version != codec.OFP_VERSION \
                     else ofp.OFPBRC_BAD_TYPE
-                out.append(codec.error(ofp.OFPET_BAD_REQUEST, code, bytes(self._buf[:64]), xid))
+                out.append(Reply(codec.error(ofp.OFPET_BAD_REQUEST, code,
+                                             bytes(self._buf[:64]), xid)))
                 self._buf.clear()
                 self.close()
                 break
@@ -172,25 +218,25 @@ class OpenFlowSession:
                 MALFORMED[_TYPE_NAMES.get(mtype, str(mtype))] += 1
                 LOG.debug("OF error %s for type %d xid %d", e, mtype, xid)
                 if e.type == ofext.OFPET_EXPERIMENTER:
-                    out.append(_experimenter_error(e.code, msg, xid))
+                    out.append(Reply(_experimenter_error(e.code, msg, xid)))
                 else:
-                    out.append(codec.error(e.type, e.code, msg, xid))
+                    out.append(Reply(codec.error(e.type, e.code, msg, xid)))
                 if e.type == ofp.OFPET_HELLO_FAILED:
                     self.close()
             except (struct.error, IndexError, ValueError, TypeError, AssertionError, KeyError):
                 # Raised by os-ken's piece parsers on bytes our checks let through.
                 MALFORMED[_TYPE_NAMES.get(mtype, str(mtype))] += 1
                 LOG.debug("malformed type %d xid %d", mtype, xid, exc_info=True)
-                out.append(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN, msg, xid))
+                out.append(Reply(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN, msg, xid)))
             except Exception:  # noqa: BLE001 - the switch must answer, not crash
                 MALFORMED["internal"] += 1
                 LOG.warning("internal error on type %d xid %d", mtype, xid, exc_info=True)
-                out.append(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, msg, xid))
+                out.append(Reply(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, msg, xid)))
         return out
 
     # ----- dispatch ----------------------------------------------------------
 
-    def _handle(self, version: int, mtype: int, xid: int, msg: bytes) -> list[bytes]:
+    def _handle(self, version: int, mtype: int, xid: int, msg: bytes) -> list[Effect]:
         if mtype == ofp.OFPT_HELLO:
             return self._hello(version, msg, xid)
         if version != codec.OFP_VERSION:
@@ -202,39 +248,40 @@ class OpenFlowSession:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE)
         return h(self, msg, xid)
 
-    def _hello(self, version: int, msg: bytes, xid: int) -> list[bytes]:
+    def _hello(self, version: int, msg: bytes, xid: int) -> list[Effect]:
         versions = codec.read_hello_versions(msg)
         ok = codec.OFP_VERSION in versions if versions is not None \
             else version >= codec.OFP_VERSION
         if not ok:
             self.close()
             text = b"emu speaks OpenFlow 1.3 (0x04) only"
-            return [codec.error(ofp.OFPET_HELLO_FAILED, ofp.OFPHFC_INCOMPATIBLE, text, xid,
-                                version=min(version, codec.OFP_VERSION) or 1)]
+            return [Reply(codec.error(ofp.OFPET_HELLO_FAILED, ofp.OFPHFC_INCOMPATIBLE, text, xid,
+                                      version=min(version, codec.OFP_VERSION) or 1))]
         self.negotiated = True
         return []
 
-    def _echo_request(self, msg: bytes, xid: int) -> list[bytes]:
-        return [codec.header(ofp.OFPT_ECHO_REPLY, msg[8:], xid)]
+    def _echo_request(self, msg: bytes, xid: int) -> list[Effect]:
+        return [Reply(codec.header(ofp.OFPT_ECHO_REPLY, msg[8:], xid))]
 
-    def _ignore(self, msg: bytes, xid: int) -> list[bytes]:
+    def _ignore(self, msg: bytes, xid: int) -> list[Effect]:
         return []
 
-    def _error_in(self, msg: bytes, xid: int) -> list[bytes]:
+    def _error_in(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) >= 12:
             LOG.info("controller sent error type %d code %d", *struct.unpack_from("!HH", msg, 8))
         return []
 
-    def _features(self, msg: bytes, xid: int) -> list[bytes]:
+    def _features(self, msg: bytes, xid: int) -> list[Effect]:
         m = self.model
-        return [codec.features_reply(xid, m.dpid, m.n_buffers, m.n_tables, m.capabilities)]
+        return [Reply(codec.features_reply(xid, m.dpid, m.n_buffers, m.n_tables,
+                                           m.capabilities))]
 
-    def _get_config(self, msg: bytes, xid: int) -> list[bytes]:
+    def _get_config(self, msg: bytes, xid: int) -> list[Effect]:
         m = self.model
-        return [codec.header(ofp.OFPT_GET_CONFIG_REPLY,
-                             struct.pack("!HH", m.config_flags, m.miss_send_len), xid)]
+        return [Reply(codec.header(ofp.OFPT_GET_CONFIG_REPLY,
+                                   struct.pack("!HH", m.config_flags, m.miss_send_len), xid))]
 
-    def _set_config(self, msg: bytes, xid: int) -> list[bytes]:
+    def _set_config(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != ofp.OFP_SWITCH_CONFIG_SIZE:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         flags, miss = struct.unpack_from("!HH", msg, 8)
@@ -243,30 +290,28 @@ class OpenFlowSession:
         self.model.config_flags, self.model.miss_send_len = flags, miss
         return []
 
-    def _barrier(self, msg: bytes, xid: int) -> list[bytes]:
+    def _barrier(self, msg: bytes, xid: int) -> list[Effect]:
         # Every message is applied before feed returns, so a barrier is immediate.
-        return [codec.header(ofp.OFPT_BARRIER_REPLY, b"", xid)]
+        return [Reply(codec.header(ofp.OFPT_BARRIER_REPLY, b"", xid))]
 
-    def _removed(self, removed: list[FlowEntry]) -> None:
-        if removed and self.model.on_flow_removed is not None:
-            self.model.on_flow_removed(removed)
+    @staticmethod
+    def _removed(removed: list[FlowEntry]) -> list[Effect]:
+        return [FlowsRemoved(removed)] if removed else []
 
-    def _flow_mod(self, msg: bytes, xid: int) -> list[bytes]:
+    def _flow_mod(self, msg: bytes, xid: int) -> list[Effect]:
         mod = codec.read_flow_mod(msg)
         if mod.buffer_id != ofp.OFP_NO_BUFFER and mod.command in (
                 ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
             # n_buffers is 0: no packet was ever buffered (spec A.3.4.1).
             self.model.pipeline.flow_mod(mod, self._now)
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)
-        self._removed(self.model.pipeline.flow_mod(mod, self._now))
-        return []
+        return self._removed(self.model.pipeline.flow_mod(mod, self._now))
 
-    def _group_mod(self, msg: bytes, xid: int) -> list[bytes]:
+    def _group_mod(self, msg: bytes, xid: int) -> list[Effect]:
         mod = codec.read_group_mod(msg)
-        self._removed(self.model.pipeline.group_mod(mod, self._now))
-        return []
+        return self._removed(self.model.pipeline.group_mod(mod, self._now))
 
-    def _port_mod(self, msg: bytes, xid: int) -> list[bytes]:
+    def _port_mod(self, msg: bytes, xid: int) -> list[Effect]:
         port_no, hw, config, mask, _adv = codec.read_port_mod(msg)
         p = self.model.ports.get(port_no)
         if p is None:
@@ -277,11 +322,9 @@ class OpenFlowSession:
             raise OFError(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_CONFIG)
         p.config = (p.config & ~mask) | (config & mask)
         self.model.pipeline.invalidate()
-        if self.model.port_mod_applied is not None:
-            self.model.port_mod_applied(port_no)
-        return []
+        return [PortChanged(port_no)]
 
-    def _packet_out(self, msg: bytes, xid: int) -> list[bytes]:
+    def _packet_out(self, msg: bytes, xid: int) -> list[Effect]:
         buffer_id, in_port, actions, data = codec.read_packet_out(msg)
         if buffer_id != ofp.OFP_NO_BUFFER:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)
@@ -289,11 +332,12 @@ class OpenFlowSession:
                                                       ofp.OFPP_ANY) or in_port == 0:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
         outs, pins = self.model.pipeline.packet_out(in_port, actions, data, self._now)
-        if outs and self.model.transmit is not None:
-            self.model.transmit(outs)
-        return [m for m in (self.packet_in(p) for p in pins) if m is not None]
+        out: list[Effect] = [Transmit(outs)] if outs else []
+        # A PacketOut whose actions send to the controller answers only this channel.
+        out.extend(Reply(m) for m in (self.packet_in(p) for p in pins) if m is not None)
+        return out
 
-    def _role(self, msg: bytes, xid: int) -> list[bytes]:
+    def _role(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != 24:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         role, gen = struct.unpack_from("!I4xQ", msg, 8)
@@ -315,14 +359,15 @@ class OpenFlowSession:
         if role != ofp.OFPCR_ROLE_NOCHANGE:
             self.role = role
         gen_out = m.generation_id if m.generation_id is not None else 0
-        return [codec.header(ofp.OFPT_ROLE_REPLY, struct.pack("!I4xQ", self.role, gen_out), xid)]
+        return [Reply(codec.header(ofp.OFPT_ROLE_REPLY, struct.pack("!I4xQ", self.role, gen_out),
+                                   xid))]
 
-    def _get_async(self, msg: bytes, xid: int) -> list[bytes]:
+    def _get_async(self, msg: bytes, xid: int) -> list[Effect]:
         body = struct.pack("!6I", *self.packet_in_mask, *self.port_status_mask,
                            *self.flow_removed_mask)
-        return [codec.header(ofp.OFPT_GET_ASYNC_REPLY, body, xid)]
+        return [Reply(codec.header(ofp.OFPT_GET_ASYNC_REPLY, body, xid))]
 
-    def _set_async(self, msg: bytes, xid: int) -> list[bytes]:
+    def _set_async(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != 32:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         v = struct.unpack_from("!6I", msg, 8)
@@ -330,7 +375,7 @@ class OpenFlowSession:
         self.flow_removed_mask = list(v[4:6])
         return []
 
-    def _table_mod(self, msg: bytes, xid: int) -> list[bytes]:
+    def _table_mod(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != ofp.OFP_TABLE_MOD_SIZE:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         tid = msg[8]
@@ -338,18 +383,19 @@ class OpenFlowSession:
             raise OFError(ofp.OFPET_TABLE_MOD_FAILED, ofp.OFPTMFC_BAD_TABLE)
         return []  # OF1.3 table config bits are deprecated; nothing to apply
 
-    def _meter_mod(self, msg: bytes, xid: int) -> list[bytes]:
+    def _meter_mod(self, msg: bytes, xid: int) -> list[Effect]:
         raise OFError(ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_OUT_OF_METERS)
 
-    def _queue_get_config(self, msg: bytes, xid: int) -> list[bytes]:
+    def _queue_get_config(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != 16:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         (port,) = struct.unpack_from("!I", msg, 8)
         if port not in self.model.ports and port != ofp.OFPP_ANY:
             raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
-        return [codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port), xid)]
+        return [Reply(codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port),
+                                   xid))]
 
-    def _experimenter(self, msg: bytes, xid: int) -> list[bytes]:
+    def _experimenter(self, msg: bytes, xid: int) -> list[Effect]:
         """emu's extension (emu/proto/ofext.py): SELECT group mode, aggregation jobs."""
         if len(msg) < 16:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
@@ -375,7 +421,7 @@ class OpenFlowSession:
 
     # ----- multipart ---------------------------------------------------------
 
-    def _multipart(self, msg: bytes, xid: int) -> list[bytes]:
+    def _multipart(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) < 16:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         mp_type, _flags = struct.unpack_from("!HH", msg, 8)
@@ -434,7 +480,7 @@ class OpenFlowSession:
                        for t in range(self.model.n_tables)]
         else:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART)
-        return codec.multipart_replies(mp_type, entries, xid)
+        return [Reply(m) for m in codec.multipart_replies(mp_type, entries, xid)]
 
     _HANDLERS: dict[int, Callable] = {
         ofp.OFPT_ECHO_REQUEST: _echo_request,

@@ -266,10 +266,13 @@ class Pipeline:
         n_tables: number of flow tables (table ids 0..n_tables-1).
         seed: per-switch seed mixed into the SELECT group hash.
         ports: the datapath's port dict (shared; read for liveness and flood).
+        queue_bytes: bytes queued on an egress port, for flowlet SELECT groups
+            (`flowlet.FlowletTable`); None: queues read empty.
     """
 
     def __init__(self, n_tables: int = 8, seed: int = 0,
-                 ports: Optional[dict[int, PortState]] = None) -> None:
+                 ports: Optional[dict[int, PortState]] = None,
+                 queue_bytes: Optional[Callable[[int], int]] = None) -> None:
         self.n_tables = n_tables
         self.set_seed(seed)
         self.ports: dict[int, PortState] = ports if ports is not None else {}
@@ -280,7 +283,7 @@ class Pipeline:
         self.dropped_port_down = 0
         self.dropped_ttl = 0
         self.cache_misses = 0
-        self.flowlets = FlowletTable()
+        self.flowlets = FlowletTable(queue_bytes)
 
     def set_seed(self, seed: int) -> None:
         """Change the SELECT hash seed (another run of the same fabric hashes anew)."""

@@ -7,8 +7,9 @@ then applied by the datapath: `drop` (flush the queue, drop its arrivals,
 ignore PAUSE on it), `forward` (ignore PAUSE: transmit regardless) or
 `alert` (count and log only). The storm is over once no PAUSE has arrived for
 that queue for the restoration time. Pure: the datapath polls with `now` and
-the queues' state and acts on the returned events; every event is counted and
-timestamped.
+the queues' state (and the wall-clock time, which it stamps on events so that
+reports line them up across processes) and acts on the returned events; every
+event is counted and timestamped.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class PfcWatchdog:
     """Storm detection and restoration for every lossless queue of a switch."""
 
     spec: WatchdogSpec
-    events: list = field(default_factory=list)  # {"t", "kind", "port", "prio"}
+    events: list = field(default_factory=list)  # {"t", "kind", "port", "prio"[, "wall"]}
     detected: int = 0
     restored: int = 0
     _queues: dict = field(default_factory=dict)
@@ -60,14 +61,21 @@ class PfcWatchdog:
         """The queues currently isolated."""
         return {k for k, st in self._queues.items() if st.stormed_at is not None}
 
-    def poll(self, now: float, queues: list[QueueView]) -> list[tuple[str, int, int]]:
-        """Update every queue; returns ("storm", port, prio) / ("restored", port, prio) events."""
+    def poll(self, now: float, queues: list[QueueView],
+             wall: float | None = None) -> list[tuple[str, int, int]]:
+        """Update every queue; returns ("storm", port, prio) / ("restored", port, prio) events.
+
+        Args:
+            now: the poller's monotonic time (detection and restoration run on it).
+            queues: every lossless egress queue's state now.
+            wall: the wall-clock time now, recorded as each event's "wall" when given.
+        """
         out = []
         if not self.spec.enabled:
             for key, st in self._queues.items():
                 if st.stormed_at is not None:
                     st.stormed_at = None
-                    out.append(self._event("restored", key, now))
+                    out.append(self._event("restored", key, now, wall))
             return out
         for q in queues:
             key = (q.port, q.prio)
@@ -76,7 +84,7 @@ class PfcWatchdog:
                 if now - q.last_pause_rx >= self.restoration_s:
                     st.stormed_at = None
                     st.stuck_since = None
-                    out.append(self._event("restored", key, now))
+                    out.append(self._event("restored", key, now, wall))
             else:
                 stuck = q.paused and q.depth_bytes > 0 and q.tx_packets == st.last_tx
                 if not stuck:
@@ -87,16 +95,20 @@ class PfcWatchdog:
                     st.stuck_since = st.last_poll if st.last_poll is not None else now
                 if st.stuck_since is not None and now - st.stuck_since >= self.detection_s:
                     st.stormed_at = now
-                    out.append(self._event("storm", key, now))
+                    out.append(self._event("storm", key, now, wall))
             st.last_tx = q.tx_packets
             st.last_poll = now
         return out
 
-    def _event(self, kind: str, key: tuple[int, int], now: float) -> tuple[str, int, int]:
+    def _event(self, kind: str, key: tuple[int, int], now: float,
+               wall: float | None) -> tuple[str, int, int]:
         if kind == "storm":
             self.detected += 1
         else:
             self.restored += 1
-        self.events.append({"t": now, "kind": kind, "port": key[0], "prio": key[1]})
+        event = {"t": now, "kind": kind, "port": key[0], "prio": key[1]}
+        if wall is not None:
+            event["wall"] = wall
+        self.events.append(event)
         del self.events[:-200]
         return kind, key[0], key[1]

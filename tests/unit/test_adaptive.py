@@ -25,6 +25,7 @@ from controllers.adaptive import (
     estimate_demands,
 )
 from controllers.routing import PortInfo, RoutingConfig, RoutingManager
+from emu.switch.openflow import reply_bytes
 
 from .test_openflow import decode
 from .test_routing import _learn_all_hosts, fat_tree
@@ -48,7 +49,7 @@ class StatsFabric(PipelineFabric):
                 self._answer(dpid, msg)
 
     def _answer(self, dpid, msg):
-        for raw in self.sessions[dpid].feed(bytes(msg.buf), self.now):
+        for raw in reply_bytes(self.sessions[dpid].feed(bytes(msg.buf), self.now)):
             reply = decode(raw)
             if isinstance(reply, parser.OFPFlowStatsReply):
                 stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in reply.body]

@@ -26,12 +26,12 @@ from emu.switch.aggregation import AggEngine, AggNoSlots
 from emu.switch.buffer import SharedBuffer
 from emu.switch.datapath import DEFAULT_DSCP_TO_PRIO, Datapath
 from emu.switch.match import OFError
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.openflow import OpenFlowSession, SwitchModel, reply_bytes
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import OFPPC_PORT_DOWN, PortState
 from emu.switch.scheduler import PortScheduler
 
-from .test_openflow import decode, encode
+from .test_openflow import decode, encode, errors
 
 JOB, JOB_IP, JOB_MAC = 1, "10.255.0.1", "02:00:00:00:aa:01"
 HOSTS = {  # name: (leaf, port, mac, ip, rank)
@@ -640,10 +640,6 @@ def job_del_msg(job_id: int) -> bytes:
                                     data=ofext.pack_agg_job_del(job_id)))
 
 
-def errors(replies: list[bytes]) -> list[tuple[int, int]]:
-    return [(m.type, m.code) for m in map(decode, replies) if isinstance(m, p.OFPErrorMsg)]
-
-
 def test_flow_mod_to_agg_port_accepted() -> None:
     s = session()
     msg = encode(p.OFPFlowMod(None, table_id=0, priority=100, command=ofp.OFPFC_ADD,
@@ -655,7 +651,7 @@ def test_flow_mod_to_agg_port_accepted() -> None:
     frame = host_frame("h1", 0, np.arange(4, dtype=np.int32), 4)
     assert s.model.pipeline.process(1, frame, 0.0)[0] == [(ofext.AGG_PORT, frame, None)]
     # Flow stats carry the logical port back to the controller.
-    [reply] = s.feed(encode(p.OFPFlowStatsRequest(None, out_port=ofext.AGG_PORT)), 0.0)
+    [reply] = reply_bytes(s.feed(encode(p.OFPFlowStatsRequest(None, out_port=ofext.AGG_PORT)), 0.0))
     [stat] = decode(reply).body
     assert stat.instructions[0].actions[0].port == ofext.AGG_PORT
 
@@ -674,7 +670,7 @@ def test_job_set_and_del_over_openflow() -> None:
     assert set(eng.jobs) == {8}
     assert s.feed(job_del_msg(ofext.AGG_JOB_ALL), 0.0) == []
     assert not eng.jobs
-    [reply] = s.feed(encode(p.OFPBarrierRequest(None)), 0.0)
+    [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0.0))
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 
@@ -683,7 +679,7 @@ def test_no_slots_answered_with_the_experimenter_error() -> None:
     assert s.feed(job_set_msg(small_job(1, 10)), 0.0) == []
     msg = job_set_msg(small_job(2, 7))
     msg = msg[:4] + struct.pack("!I", 4242) + msg[8:]
-    [reply] = s.feed(msg, 0.0)
+    [reply] = reply_bytes(s.feed(msg, 0.0))
     err = decode(reply)
     assert isinstance(err, p.OFPErrorMsg) and err.xid == 4242
     assert err.type == ofp.OFPET_EXPERIMENTER
@@ -716,7 +712,7 @@ def test_bad_job_messages_get_the_documented_error(msg: bytes, expected: tuple) 
     s = session()
     assert errors(s.feed(msg, 0.0)) == [expected]
     assert not s.model.agg.jobs
-    [reply] = s.feed(encode(p.OFPBarrierRequest(None)), 0.0)   # the session lives on
+    [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0.0))   # the session lives on
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 

@@ -10,7 +10,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 
 from emu.proto import ofext
-from emu.switch.openflow import OpenFlowSession
+from emu.switch.openflow import OpenFlowSession, reply_bytes
 from tests.unit.test_openflow import decode, encode, errors, mkmodel, session
 from tests.unit.test_pipeline import bucket, flow, group, out, select_pipeline, udp
 
@@ -18,8 +18,7 @@ GAP_S = 0.010
 
 
 def flowlet_pipeline(depths: dict[int, int]):
-    pl, ports = select_pipeline()
-    pl.flowlets.queue_bytes = lambda port_no: depths.get(port_no, 0)
+    pl, ports = select_pipeline(queue_bytes=lambda port_no: depths.get(port_no, 0))
     pl.flowlets.set_mode(ofext.OFPG_ALL, ofext.SELECT_MODE_FLOWLET, GAP_S)
     pl.invalidate()
     return pl, ports
@@ -63,9 +62,8 @@ def test_idle_switch_spreads_flowlets_like_ecmp() -> None:
 
 
 def test_per_group_mode_and_hash_mode_back() -> None:
-    pl, _ = select_pipeline()
     depths = {2: 0, 3: 10**6, 4: 10**6, 5: 10**6}
-    pl.flowlets.queue_bytes = lambda port_no: depths[port_no]
+    pl, _ = select_pipeline(queue_bytes=lambda port_no: depths[port_no])
     hashed = collections.Counter(egress(pl, s, 0.0) for s in range(200))
     assert len(hashed) == 4
     pl.flowlets.apply(ofext.SetSelectMode(1, ofext.SELECT_MODE_FLOWLET, 5000), pl.groups)
@@ -116,7 +114,7 @@ def test_set_select_mode_over_openflow() -> None:
     assert s.feed(experimenter(ofext.pack_set_select_mode(ofext.OFPG_ALL,
                                                           ofext.SELECT_MODE_FLOWLET, 100)), 0) == []
     assert s.model.pipeline.flowlets.gap_of(7) == pytest.approx(0.0001)
-    [reply] = s.feed(encode(p.OFPBarrierRequest(None)), 0)
+    [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 
@@ -136,7 +134,7 @@ def test_bad_extension_messages_get_the_documented_error(msg: bytes, expected: t
     assert errors(s.feed(msg, 0.0)) == [expected]
     assert s.model.pipeline.flowlets.gap_of(1) is None
     # The session lives on.
-    assert isinstance(decode(s.feed(encode(p.OFPBarrierRequest(None)), 0)[0]), p.OFPBarrierReply)
+    assert isinstance(decode(reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))[0]), p.OFPBarrierReply)
 
 
 def test_slave_may_not_set_modes() -> None:

@@ -23,7 +23,15 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.openflow import (
+    FlowsRemoved,
+    OpenFlowSession,
+    PortChanged,
+    Reply,
+    SwitchModel,
+    Transmit,
+    reply_bytes,
+)
 from emu.switch.pipeline import PacketIn, Pipeline
 from emu.switch.ports import OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN, PortState
 
@@ -60,8 +68,11 @@ def encode(msg) -> bytes:
     return bytes(msg.buf)
 
 
-def errors(replies: list[bytes]) -> list[tuple[int, int]]:
-    return [(m.type, m.code) for m in map(decode, replies) if isinstance(m, p.OFPErrorMsg)]
+def errors(replies: list) -> list[tuple[int, int]]:
+    """(type, code) of every OFPT_ERROR among replies (bytes) or a session's effects."""
+    msgs = [r.data if isinstance(r, Reply) else r for r in replies
+            if isinstance(r, (Reply, bytes))]
+    return [(m.type, m.code) for m in map(decode, msgs) if isinstance(m, p.OFPErrorMsg)]
 
 
 # ----- golden vectors -----------------------------------------------------------------
@@ -69,19 +80,19 @@ def errors(replies: list[bytes]) -> list[tuple[int, int]]:
 
 def test_golden_echo_barrier_features_config() -> None:
     s = session()
-    [r] = s.feed(golden("4-13-ofp_echo_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-13-ofp_echo_request.packet"), 0))
     req = decode(golden("4-13-ofp_echo_request.packet"))
     rep = decode(r)
     assert isinstance(rep, p.OFPEchoReply) and rep.xid == req.xid and rep.data == req.data
-    [r] = s.feed(golden("4-17-ofp_barrier_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-17-ofp_barrier_request.packet"), 0))
     assert isinstance(decode(r), p.OFPBarrierReply)
-    [r] = s.feed(golden("4-5-ofp_features_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-5-ofp_features_request.packet"), 0))
     f = decode(r)
     assert (f.datapath_id, f.n_buffers, f.n_tables) == (0x1234, 0, 8)
     assert f.capabilities == ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS \
         | ofp.OFPC_GROUP_STATS
     assert s.feed(golden("4-7-ofp_set_config.packet"), 0) == []
-    [r] = s.feed(golden("4-8-ofp_get_config_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-8-ofp_get_config_request.packet"), 0))
     c = decode(r)
     sent = decode_set_config(golden("4-7-ofp_set_config.packet"))
     assert (c.flags, c.miss_send_len) == sent
@@ -94,7 +105,7 @@ def decode_set_config(b: bytes) -> tuple[int, int]:
 def test_golden_flow_mod_rejects_unsupported_actions() -> None:
     s = session()
     b = golden("4-2-ofp_flow_mod.packet")
-    [r] = s.feed(b, 0)
+    [r] = reply_bytes(s.feed(b, 0))
     e = decode(r)
     assert (e.type, e.code) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_TYPE)
     assert e.xid == decode(b).xid and e.data == b[:64]
@@ -106,44 +117,43 @@ def test_golden_group_mod_and_group_stats() -> None:
     assert s.feed(golden("4-21-ofp_group_mod.packet"), 0) == []
     g = s.model.pipeline.groups[1]
     assert g.type == ofp.OFPGT_ALL and len(g.buckets) == 1
-    [r] = s.feed(golden("4-33-ofp_group_desc_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-33-ofp_group_desc_request.packet"), 0))
     [d] = decode(r).body
     assert d.group_id == 1 and d.buckets[0].actions[0].port == 2
-    [r] = s.feed(golden("4-57-ofp_group_stats_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-57-ofp_group_stats_request.packet"), 0))
     assert isinstance(decode(r), p.OFPGroupStatsReply)
-    [r] = s.feed(golden("4-31-ofp_group_features_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-31-ofp_group_features_request.packet"), 0))
     assert decode(r).body.types == 0xF
 
 
 def test_golden_port_mod() -> None:
     model = mkmodel()
-    applied: list[int] = []
-    model.port_mod_applied = applied.append
     b = golden("4-22-ofp_port_mod.packet")
     port_no, hw = struct.unpack_from("!I4x6s", b, 8)
     s = session(model)
-    assert errors(s.feed(b, 0)) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_HW_ADDR)]
+    [err] = s.feed(b, 0)  # a rejected PortMod changes nothing: the error is all
+    assert errors([err]) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_HW_ADDR)]
     model.ports[port_no].hw_addr = hw
-    assert s.feed(b, 0) == []
+    assert s.feed(b, 0) == [PortChanged(port_no)]
     _, _, config, mask = struct.unpack_from("!I4x6s2xII", b, 8)
-    assert model.ports[port_no].config == config & mask and applied == [port_no]
+    assert model.ports[port_no].config == config & mask
 
 
 def test_golden_packet_out_all() -> None:
-    sent: list = []
-    s = session(mkmodel(transmit=sent.extend))
-    assert s.feed(golden("4-1-ofp_packet_out.packet"), 0) == []
-    assert [o[0] for o in sent] == [1, 2, 3, 4, 5, 6]  # OFPP_ALL from OFPP_CONTROLLER
+    s = session()
+    [effect] = s.feed(golden("4-1-ofp_packet_out.packet"), 0)
+    assert isinstance(effect, Transmit)
+    assert [o[0] for o in effect.outputs] == [1, 2, 3, 4, 5, 6]  # OFPP_ALL from OFPP_CONTROLLER
 
 
 def test_golden_role_async_multipart() -> None:
     s = session()
-    [r] = s.feed(golden("4-19-ofp_role_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-19-ofp_role_request.packet"), 0))
     rr = decode(r)
     req = struct.unpack_from("!I4xQ", golden("4-19-ofp_role_request.packet"), 8)
     assert (rr.role, rr.generation_id) == req
     assert s.feed(golden("4-44-ofp_set_async.packet"), 0) == []
-    [r] = s.feed(golden("4-42-ofp_get_async_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-42-ofp_get_async_request.packet"), 0))
     ga = decode(r)
     sa = struct.unpack_from("!6I", golden("4-44-ofp_set_async.packet"), 8)
     assert tuple(ga.packet_in_mask + ga.port_status_mask + ga.flow_removed_mask) == sa
@@ -153,16 +163,16 @@ def test_golden_role_async_multipart() -> None:
                       ("4-27-ofp_table_stats_request.packet", p.OFPTableStatsReply),
                       ("4-11-ofp_flow_stats_request.packet", p.OFPFlowStatsReply),
                       ("4-25-ofp_aggregate_stats_request.packet", p.OFPAggregateStatsReply)]:
-        replies = s.feed(golden(name), 0)
+        replies = reply_bytes(s.feed(golden(name), 0))
         assert replies and all(isinstance(decode(r), cls) for r in replies), name
-    [r] = s.feed(golden("4-53-ofp_port_desc_request.packet"), 0)
+    [r] = reply_bytes(s.feed(golden("4-53-ofp_port_desc_request.packet"), 0))
     ports = decode(r).body
     assert [q.port_no for q in ports] == [1, 2, 3, 4, 5, 6]
     assert ports[0].name == b"s1-eth1" and ports[0].curr_speed == 100000
     # A table features request with a body would reconfigure tables: refused.
     assert errors(s.feed(golden("4-55-ofp_table_features_request.packet"), 0)) == [
         (ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)]
-    [r] = s.feed(encode(p.OFPTableFeaturesStatsRequest(None, 0, [])), 0)
+    [r] = reply_bytes(s.feed(encode(p.OFPTableFeaturesStatsRequest(None, 0, [])), 0))
     tf = decode(r).body
     assert [t.table_id for t in tf] == list(range(8))
     for name in ("4-45-ofp_meter_mod.packet", "4-37-ofp_queue_stats_request.packet",
@@ -192,7 +202,7 @@ def test_flow_mod_then_flow_stats_roundtrip() -> None:
     s.model.pipeline.process(1, frame(), 2.0)
     req = p.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                 p.OFPMatch())
-    [r] = s.feed(encode(req), 3.5)
+    [r] = reply_bytes(s.feed(encode(req), 3.5))
     [st] = decode(r).body
     assert (st.cookie, st.priority, st.packet_count, st.duration_sec) == (0xABC, 10, 1, 2)
     assert st.match["eth_type"] == 0x800 and st.instructions[0].actions[0].port == 2
@@ -202,10 +212,10 @@ def test_hello_negotiation_and_bad_version() -> None:
     s = OpenFlowSession(mkmodel())
     assert s.hello()[0] == 4 and decode(s.hello()).elements[0].versions == [4]
     # A Hello element of length 0 must not hang: HELLO_FAILED and close.
-    r = s.feed(bytes.fromhex("040000100000000100010000000000000"[:32]), 0)
+    r = reply_bytes(s.feed(bytes.fromhex("040000100000000100010000000000000"[:32]), 0))
     assert errors(r) == [(ofp.OFPET_HELLO_FAILED, ofp.OFPHFC_INCOMPATIBLE)] and s.closed
     s = OpenFlowSession(mkmodel())
-    r = s.feed(bytes.fromhex("0100000800000001"), 0)
+    r = reply_bytes(s.feed(bytes.fromhex("0100000800000001"), 0))
     assert r and r[0][1] == ofp.OFPT_ERROR and s.closed
     s = session()
     msg = bytearray(add_flow_msg())
@@ -219,9 +229,9 @@ def test_partial_feed_and_unframeable() -> None:
     both = echo + echo
     out = []
     for i in range(len(both)):
-        out += s.feed(both[i:i + 1], 0)
+        out += reply_bytes(s.feed(both[i:i + 1], 0))
     assert len(out) == 2 and all(isinstance(decode(r), p.OFPEchoReply) for r in out)
-    r = s.feed(bytes.fromhex("0402000400000009"), 0)
+    r = reply_bytes(s.feed(bytes.fromhex("0402000400000009"), 0))
     assert errors(r) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)] and s.closed
     assert s.feed(echo, 0) == []
 
@@ -231,7 +241,7 @@ def test_roles_generation_and_slave() -> None:
     a, b = session(model), session(model)
 
     def role(s: OpenFlowSession, r: int, gen: int) -> list[bytes]:
-        return s.feed(encode(p.OFPRoleRequest(None, r, gen)), 0)
+        return reply_bytes(s.feed(encode(p.OFPRoleRequest(None, r, gen)), 0))
 
     assert decode(role(a, ofp.OFPCR_ROLE_MASTER, 10)[0]).role == ofp.OFPCR_ROLE_MASTER
     assert decode(role(b, ofp.OFPCR_ROLE_MASTER, 11)[0]).role == ofp.OFPCR_ROLE_MASTER
@@ -265,9 +275,8 @@ def test_packet_in_port_status_flow_removed_encoding() -> None:
     assert fr.duration_sec == 10 and fr.match["eth_type"] == 0x800
 
 
-def test_flow_mod_errors_and_flow_removed_callback() -> None:
-    removed: list = []
-    s = session(mkmodel(on_flow_removed=removed.extend))
+def test_flow_mod_errors_and_flows_removed_effect() -> None:
+    s = session()
     bad_prereq = add_flow_msg(match=p.OFPMatch(ipv4_dst="10.0.0.1"))
     assert errors(s.feed(bad_prereq, 0)) == [(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ)]
     assert errors(s.feed(add_flow_msg(table_id=9), 0)) == [
@@ -277,8 +286,9 @@ def test_flow_mod_errors_and_flow_removed_callback() -> None:
     s.feed(add_flow_msg(flags=ofp.OFPFF_SEND_FLOW_REM), 0)
     delete = add_flow_msg(command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=p.OFPMatch())
-    assert s.feed(delete, 0) == [] and len(removed) == 1
-    assert removed[0].removed_reason == ofp.OFPRR_DELETE
+    [effect] = s.feed(delete, 0)
+    assert isinstance(effect, FlowsRemoved) and len(effect.entries) == 1
+    assert effect.entries[0].removed_reason == ofp.OFPRR_DELETE
     po = p.OFPPacketOut(None, 7, ofp.OFPP_CONTROLLER, [p.OFPActionOutput(1)])
     assert errors(s.feed(encode(po), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)]
     ps = p.OFPPortStatsRequest(None, 0, 99)
@@ -295,11 +305,98 @@ def test_multipart_split_under_64k() -> None:
                             priority=100 + i), 0)
     req = p.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                 p.OFPMatch())
-    replies = s.feed(encode(req), 1)
+    replies = reply_bytes(s.feed(encode(req), 1))
     assert len(replies) > 1 and all(len(r) < 65536 for r in replies)
     decoded = [decode(r) for r in replies]
     assert [d.flags for d in decoded] == [1] * (len(replies) - 1) + [0]
     assert sum(len(d.body) for d in decoded) == 1500
+
+
+# ----- effects: what feed(bytes, now) asks the datapath to do ---------------------------
+
+
+def packet_out_msg(actions: list, in_port: int = ofp.OFPP_CONTROLLER, xid: int = 3) -> bytes:
+    m = p.OFPPacketOut(None, ofp.OFP_NO_BUFFER, in_port, actions, frame())
+    m.xid = xid
+    return encode(m)
+
+
+def test_packet_out_returns_frames_to_send_and_no_reply() -> None:
+    s = session()
+    msg = packet_out_msg([p.OFPActionSetQueue(3), p.OFPActionOutput(2)])
+    assert s.feed(msg, 4.0) == [Transmit([(2, frame(), 3)])]
+    # The session sends nothing itself and calls nobody: nothing left to do.
+    assert s.feed(b"", 5.0) == []
+
+
+def test_packet_out_to_controller_answers_only_this_channel() -> None:
+    model = mkmodel()
+    s, other = session(model), session(model)
+    [reply] = s.feed(packet_out_msg([p.OFPActionOutput(ofp.OFPP_CONTROLLER, 64)]), 0.0)
+    assert isinstance(reply, Reply)  # a packet-in for this channel; no frame to send
+    pin = decode(reply.data)
+    assert isinstance(pin, p.OFPPacketIn) and pin.reason == ofp.OFPR_ACTION
+    assert pin.data == frame() and pin.match["in_port"] == ofp.OFPP_CONTROLLER
+    assert other.feed(b"", 0.0) == []
+
+
+def test_port_mod_returns_a_port_change_after_applying_it() -> None:
+    model = mkmodel()
+    s = session(model)
+    pm = p.OFPPortMod(None, 4, "02:00:00:00:00:04", OFPPC_PORT_DOWN, OFPPC_PORT_DOWN, 0)
+    assert s.feed(encode(pm), 0.0) == [PortChanged(4)]
+    assert model.ports[4].config == OFPPC_PORT_DOWN and not model.ports[4].live
+    # A PortMod for a port that does not exist changes nothing and says so.
+    [err] = s.feed(encode(p.OFPPortMod(None, 9, "02:00:00:00:00:09", 0, 1, 0)), 0.0)
+    assert errors([err]) == [(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_BAD_PORT)]
+
+
+def test_flow_delete_returns_flows_removed_only_when_entries_went() -> None:
+    s = session()
+    s.feed(add_flow_msg(flags=ofp.OFPFF_SEND_FLOW_REM, cookie=7), 1.0)
+    delete = add_flow_msg(command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=p.OFPMatch())
+    [removed] = s.feed(delete, 2.0)
+    assert isinstance(removed, FlowsRemoved)
+    [entry] = removed.entries
+    assert entry.cookie == 7 and entry.removed_reason == ofp.OFPRR_DELETE
+    fr = decode(s.flow_removed(entry))  # what the datapath sends on each channel
+    assert fr.reason == ofp.OFPRR_DELETE and fr.cookie == 7
+    assert s.feed(delete, 3.0) == []  # nothing left to remove
+
+
+def test_malformed_message_returns_an_error_and_the_session_keeps_running() -> None:
+    s = session()
+    bad = bytearray(add_flow_msg(xid=0x77))
+    bad[-14:-12] = b"\x00\x00"  # the output action's length: 0 (os-ken would loop forever)
+    [err] = s.feed(bytes(bad), 0.0)
+    assert isinstance(err, Reply) and not s.closed
+    e = decode(err.data)
+    assert isinstance(e, p.OFPErrorMsg) and e.xid == 0x77 and e.data == bytes(bad[:64])
+    [r] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0.0))
+    assert isinstance(decode(r), p.OFPBarrierReply)
+
+
+def test_effects_come_back_in_message_order_from_one_chunk() -> None:
+    """One TCP read holding several messages: each effect in the order it was asked for."""
+    s = session()
+    bad = bytearray(add_flow_msg(xid=0x77))
+    bad[-14:-12] = b"\x00\x00"
+    pm = encode(p.OFPPortMod(None, 2, "02:00:00:00:00:02", OFPPC_PORT_DOWN, OFPPC_PORT_DOWN, 0))
+    chunk = (packet_out_msg([p.OFPActionOutput(1)]) + bytes(bad) + pm
+             + encode(p.OFPBarrierRequest(None)))
+    effects = s.feed(chunk[:50], 1.0) + s.feed(chunk[50:], 1.0)
+    assert [type(e) for e in effects] == [Transmit, Reply, PortChanged, Reply]
+    assert effects[0] == Transmit([(1, frame(), None)]) and effects[2] == PortChanged(2)
+    assert errors([effects[1]]) == [(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN)]
+    assert isinstance(decode(effects[3].data), p.OFPBarrierReply)
+
+
+def test_unframeable_stream_returns_an_error_and_closes() -> None:
+    s = session()
+    [err] = s.feed(bytes.fromhex("0402000400000009"), 0.0)  # length 4 < a header
+    assert errors([err]) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)] and s.closed
+    assert s.feed(encode(p.OFPEchoRequest(None)), 0.0) == []
 
 
 # ----- ovs-ofctl over loopback TCP ---------------------------------------------------
@@ -329,7 +426,7 @@ def _conn(model: SwitchModel, conn: socket.socket, stop: threading.Event) -> Non
                 break
             if not data:
                 break
-            for r in s.feed(data, time.monotonic()):
+            for r in reply_bytes(s.feed(data, time.monotonic())):
                 conn.sendall(r)
     s.close()
 

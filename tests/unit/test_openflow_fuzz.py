@@ -18,7 +18,17 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emu.switch.openflow import MALFORMED, OpenFlowSession, SwitchModel
+from emu.switch.openflow import (
+    MALFORMED,
+    Effect,
+    FlowsRemoved,
+    OpenFlowSession,
+    PortChanged,
+    Reply,
+    SwitchModel,
+    Transmit,
+    reply_bytes,
+)
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 
@@ -138,8 +148,10 @@ def mutate(rng: random.Random, msg: bytes, pool: list[bytes]) -> tuple[bytes, bo
 
 def feed_checked(s: OpenFlowSession, data: bytes) -> list[bytes]:
     t0 = time.monotonic()
-    replies = s.feed(data, 1.0)
+    effects: list[Effect] = s.feed(data, 1.0)
     assert time.monotonic() - t0 < 2.0
+    assert all(type(e) in (Reply, Transmit, PortChanged, FlowsRemoved) for e in effects)
+    replies = reply_bytes(effects)
     for r in replies:
         assert (r[0] == 4 or r[1] == ofp.OFPT_ERROR) and struct.unpack_from("!H", r, 2)[0] == len(r)
     return replies
@@ -152,7 +164,7 @@ def assert_still_works(s: OpenFlowSession | None = None) -> None:
         s = OpenFlowSession(mkmodel())
     model = s.model
     s.feed(HELLO, 0)
-    [r] = s.feed(ECHO, 0)
+    [r] = reply_bytes(s.feed(ECHO, 0))
     assert r[1] == ofp.OFPT_ECHO_REPLY and r[8:] == b"abcd"
     fm = p.OFPFlowMod(None, priority=0xFFFF, match=p.OFPMatch(in_port=1),
                       instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,

@@ -300,9 +300,9 @@ def test_cache_invalidation_on_flow_add_and_liveness() -> None:
 # ----- groups ------------------------------------------------------------------------
 
 
-def select_pipeline(seed: int = 0) -> tuple[Pipeline, dict]:
+def select_pipeline(seed: int = 0, queue_bytes=None) -> tuple[Pipeline, dict]:
     ports = mkports(5)
-    pl = Pipeline(seed=seed, ports=ports)
+    pl = Pipeline(seed=seed, ports=ports, queue_bytes=queue_bytes)
     group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(i)], watch_port=i) for i in range(2, 6)])
     flow(pl, {}, [p.OFPActionGroup(1)])
     return pl, ports

@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controllers.routing import PortInfo, RoutingConfig, RoutingManager
-from emu.switch.openflow import OpenFlowSession, SwitchModel
+from emu.switch.openflow import OpenFlowSession, SwitchModel, reply_bytes
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 
@@ -48,7 +48,7 @@ class PipelineFabric(SimFabric):
     def deliver(self, msgs):
         super().deliver(msgs)
         for dpid, msg in self.sent[self.applied:]:
-            for reply in self.sessions[dpid].feed(bytes(msg.buf), self.now):
+            for reply in reply_bytes(self.sessions[dpid].feed(bytes(msg.buf), self.now)):
                 assert reply[1] != OFPT_ERROR, f"switch {dpid} rejected {msg}: {reply.hex()}"
         self.applied = len(self.sent)
 

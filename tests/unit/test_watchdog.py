@@ -62,6 +62,19 @@ def test_disabled_watchdog_never_acts_and_restores_on_disable():
     assert wd.poll(1.1, []) == [("restored", 1, 3)]
 
 
+def test_events_carry_the_wall_time_the_poller_gives():
+    """The datapath passes wall-clock time in; the watchdog stamps it (reports align processes)."""
+    wd = PfcWatchdog(WatchdogSpec())
+    view = stuck_from(0.0)
+    t = 0.0
+    while not wd.poll(t, [view(t)], wall=1e9 + t):
+        t += POLL
+    assert wd.events == [{"t": t, "kind": "storm", "port": 1, "prio": 3, "wall": 1e9 + t}]
+    wd.spec = WatchdogSpec(enabled=False)
+    assert wd.poll(t + POLL, []) == [("restored", 1, 3)]
+    assert "wall" not in wd.events[-1]  # none given, none recorded
+
+
 def test_time_scale_stretches_detection():
     wd = PfcWatchdog(WatchdogSpec(time_scale=5.0))
     storms = [e for e in run(wd, 3.0, stuck_from(0.0)) if e[1] == "storm"]
