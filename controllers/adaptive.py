@@ -240,7 +240,7 @@ class AdaptiveManager(RoutingManager):
         msgs = super().tick(now)
         if self._next_poll_s is None:
             self._next_poll_s = now + self.adaptive.poll_interval_s
-        if now < self._next_poll_s or not self.converged:
+        if now < self._next_poll_s or not self.converged():
             return msgs
         self._next_poll_s = now + self.adaptive.poll_interval_s
         msgs += self.schedule(now)

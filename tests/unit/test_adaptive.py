@@ -235,3 +235,21 @@ def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="poll_interval_s"):
         AdaptiveConfig(poll_interval_s=0)
     assert ofp.OFPGT_FF == 3  # the elephant hops' group type (layout's table says so)
+
+
+def test_an_unconverged_manager_asks_for_no_statistics() -> None:
+    """Hedera's scheduler waits for routing: no polling while routing has not converged."""
+    routing = RoutingConfig(expect_switches=20, expect_links=32, expect_hosts=17)  # 16 exist
+    mgr = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=POLL_S))
+    fab = StatsFabric(fat_tree(4), mgr)
+    fab.start()
+    fab.settle()
+    _learn_all_hosts(fab)
+    assert not mgr.converged()
+    sent_before = len(fab.sent)
+    for _ in range(3):
+        fab.now += POLL_S
+        fab.deliver(mgr.tick(fab.now))
+    stats = [m for _d, m in fab.sent[sent_before:]
+             if isinstance(m, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest))]
+    assert stats == []
