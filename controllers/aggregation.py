@@ -73,8 +73,6 @@ Cable = Tuple[int, int, int, int]  # (dpid, port, dpid, port), both directions d
 
 JOB_ID_MAX = 0xFFFE
 DEFAULT_NSLOTS = 64
-#: Barrier xids of this app: their own range, apart from routing's.
-BARRIER_XID_BASE = 0x5000_0000
 REGISTER_TIMEOUT_S = 5.0
 
 
@@ -253,7 +251,7 @@ class AggregationManager:
         self.jobs: Dict[int, Job] = {}
         self._dps: Dict[int, Any] = {}
         self._next_id = 1
-        self._next_xid = BARRIER_XID_BASE
+        self._next_xid = layout.AGGREGATION_BARRIER_XIDS.first
         self.events: Deque[Dict[str, Any]] = collections.deque(maxlen=200)
 
     # ------------------------------------------------------------------ switches
@@ -373,7 +371,7 @@ class AggregationManager:
     def barrier(self, dpid: int) -> Tuple[int, Any]:
         """A barrier to `dpid` from this app's xid range: (xid, message)."""
         xid = self._next_xid
-        self._next_xid = BARRIER_XID_BASE + (xid + 1 - BARRIER_XID_BASE) % 0x0FFF_FFFF
+        self._next_xid = layout.AGGREGATION_BARRIER_XIDS.next(xid)
         return xid, ofmsg.barrier(self._dps[dpid], xid=xid)
 
     def _install_node(self, job: Job, node: TreeNode) -> Msgs:

@@ -68,9 +68,6 @@ PortKey = Tuple[int, int]  # (dpid, port_no)
 
 ZERO_IP = "0.0.0.0"
 ZERO_MAC = "00:00:00:00:00:00"
-#: Barrier xids come from their own range so they do not meet os-ken's per-datapath counter often;
-#: a reply is matched on (dpid, xid) anyway.
-BARRIER_XID_BASE = 0x4000_0000
 
 
 class RoutingInvariantError(RuntimeError):
@@ -226,7 +223,7 @@ class RoutingManager:
         self._pending: Dict[str, List[_Pending]] = {}
         self._flooded_s: Dict[str, float] = {}
         self._barriers: Dict[Tuple[int, int], int] = {}  # (dpid, xid) -> version
-        self._next_xid = BARRIER_XID_BASE
+        self._next_xid = layout.ROUTING_BARRIER_XIDS.first
         self._events: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
         # Damping decisions on their own: a long flap would push them out of `_events`.
         self._damping: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
@@ -662,7 +659,7 @@ class RoutingManager:
 
     def _barrier(self, dpid: int, version: int) -> Any:
         xid = self._next_xid
-        self._next_xid = BARRIER_XID_BASE + ((self._next_xid + 1 - BARRIER_XID_BASE) % 0x3FFF_FFFF)
+        self._next_xid = layout.ROUTING_BARRIER_XIDS.next(xid)
         self._barriers[(dpid, xid)] = version
         return ofmsg.barrier(self._switches[dpid].dp, xid=xid)
 
