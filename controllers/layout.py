@@ -26,7 +26,7 @@ Routing (``controllers/routing.py``), table 0:
     default drop                0x0001    (any) -> no actions
     ==========================  ========  ==========================================
 
-Adaptive routing (``controllers/adaptive.py``: routing plus these), table 0,
+Adaptive routing (``controllers/adaptive.py``: attached to routing, adds these), table 0,
 cookie ``ADAPTIVE_COOKIE``, groups from ``ADAPTIVE_GROUP_BASE``:
 
     ==========================  ========  ==========================================
