@@ -30,15 +30,21 @@ What it adds to routing, every ``poll_interval_s``:
   ``cool_fraction``) or that flapped within routing's flap window without
   being damped yet (damped links are out of rotation in routing already).
 
-All logic is in ``AdaptiveManager`` (pure: events in, ``(dpid, message)``
-out); ``AdaptiveApp`` is the os-ken shim.  Cookie band, priorities and group
-ids come from ``controllers/layout.py``.
+All logic is in ``AdaptiveManager`` (pure: events and ``now`` in,
+``(dpid, message)`` out).  It is not a routing manager: it has its own state
+and is attached to routing's manager as its ``RoutingExtension``
+(``controllers/routing_api.py``), so that its pair monitors, elephant hops and
+bucket weights go out inside routing's per-switch updates, before routing's
+barrier, in the order they always did; it reads routing only through the
+``RoutingView`` routing hands it and routing's public methods.
+``AdaptiveApp`` is the os-ken shim: the routing service with the adaptive
+manager attached.  Cookie band, priorities and group ids come from
+``controllers/layout.py``.
 """
 
 from __future__ import annotations
 
 import collections
-import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -48,14 +54,8 @@ from os_ken.controller.handler import MAIN_DISPATCHER, set_ev_cls
 
 from controllers import layout, ofmsg
 from controllers.launch import app_options
-from controllers.routing import (
-    Msgs,
-    PortKey,
-    Route,
-    RoutingApp,
-    RoutingConfig,
-    RoutingManager,
-)
+from controllers.routing import RoutingApp, RoutingManager
+from controllers.routing_api import Msgs, PortKey, Route, RoutingView
 
 Pair = Tuple[str, str]  # (source host IP, destination host IP)
 Hop = Tuple[int, int]  # (dpid, output port)
@@ -181,13 +181,29 @@ def estimate_demands(pairs: Iterable[Pair], max_rounds: int = 100) -> Dict[Pair,
     return demand
 
 
-class AdaptiveManager(RoutingManager):
-    """Routing plus elephant placement and re-weighting; see the module docstring."""
+class AdaptiveManager:
+    """Elephant placement and re-weighting beside routing; see the module docstring.
 
-    def __init__(self, config: Optional[RoutingConfig] = None,
-                 adaptive: Optional[AdaptiveConfig] = None) -> None:
-        super().__init__(config)
-        self.adaptive = adaptive or AdaptiveConfig()
+    It keeps its own state (rates, placements, its flows and groups per
+    switch) and sees routing only through public methods and ``RoutingView``:
+    it attaches itself to ``routing`` as its ``RoutingExtension``, so that
+    routing calls it at every switch connect and route update, and it calls
+    ``routing.view``, ``routes``, ``installed_flows``, ``converged`` and
+    ``resync``.  Every method takes ``now``; none reads a clock.
+
+    Args:
+        routing: the routing manager to extend (it calls this one back).
+        config: adaptive knobs.
+
+    Examples:
+        >>> routing = RoutingManager(RoutingConfig(expect_switches=20))  # controllers.routing
+        >>> adaptive = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=0.5))
+        >>> msgs = routing.tick(now=0.0)  # routing's work, then adaptive's
+    """
+
+    def __init__(self, routing: RoutingManager, config: Optional[AdaptiveConfig] = None) -> None:
+        self.routing = routing
+        self.adaptive = config or AdaptiveConfig()
         self.placements: Dict[Pair, Placement] = {}
         self._pair_bytes = _Counters()  # key (pair, priority)
         self._port_bytes = _Counters()  # key (dpid, port)
@@ -201,9 +217,9 @@ class AdaptiveManager(RoutingManager):
         # placements: every switch's flow sync reads it.
         self._pinned: Dict[Pair, Tuple[Hop, ...]] = {}
         self._next_poll_s: Optional[float] = None
-        self._now = 0.0
         self.placed_total = 0
         self.unplaced_total = 0
+        routing.attach(self)
 
     # ------------------------------------------------------------------ measurement in
 
@@ -214,7 +230,7 @@ class AdaptiveManager(RoutingManager):
             src, dst = match.get("ipv4_src"), match.get("ipv4_dst")
             if src is None or dst is None:
                 continue
-            host = self._hosts.get(src)
+            host = self.routing.host(src)
             if host is None or host.dpid != dpid:
                 continue  # only the source's switch counts a pair once
             self._pair_bytes.update(((src, dst), priority), byte_count, now)
@@ -235,31 +251,31 @@ class AdaptiveManager(RoutingManager):
     # ------------------------------------------------------------------ periodic work
 
     def tick(self, now: float) -> Msgs:
-        """Routing's timers, plus scheduling and a statistics round every poll interval."""
-        self._now = now
-        msgs = super().tick(now)
+        """Scheduling and a statistics round every poll interval, once routing converged.
+
+        Routing calls it after its own periodic work (``RoutingManager.tick``).
+        """
         if self._next_poll_s is None:
             self._next_poll_s = now + self.adaptive.poll_interval_s
-        if now < self._next_poll_s or not self.converged:
-            return msgs
+        if now < self._next_poll_s or not self.routing.converged():
+            return []
         self._next_poll_s = now + self.adaptive.poll_interval_s
-        msgs += self.schedule(now)
-        for dpid in sorted(self._switches):
-            dp = self._switches[dpid].dp
-            msgs.append((dpid, ofmsg.port_stats_request(dp)))
+        msgs = self.schedule(now)
+        for dpid in self.routing.switches:
+            msgs.append((dpid, ofmsg.port_stats_request()))
             if self._monitors.get(dpid):
                 msgs.append((dpid, ofmsg.flow_stats_request(
-                    dp, cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK,
+                    cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK,
                     table_id=layout.ROUTING_TABLE)))
         return msgs
 
     def schedule(self, now: float) -> Msgs:
         """One Hedera round on the latest rates: age, estimate, place; then re-weight."""
-        self._now = now
+        view = self.routing.view(now)
         rates = self.pair_rates_bps()
         elephants = {pair for pair, bps in rates.items()
-                     if self._host_rate(pair[0]) and
-                     bps > self.adaptive.elephant_fraction * self._host_rate(pair[0])}
+                     if self._host_rate(view, pair[0]) and
+                     bps > self.adaptive.elephant_fraction * self._host_rate(view, pair[0])}
         pinned_before = self._pinned
         changed: Set[int] = set()
         for pair in list(self.placements):
@@ -276,7 +292,7 @@ class AdaptiveManager(RoutingManager):
         new = sorted((p for p in elephants if p not in self.placements),
                      key=lambda p: (-demands[p], p))
         for pair in new:
-            path = self._first_fit(pair, demands[pair], reserved)
+            path = self._first_fit(view, pair, demands[pair], reserved)
             if path is None:
                 continue
             hops, links = path
@@ -285,48 +301,44 @@ class AdaptiveManager(RoutingManager):
             for link in links:
                 reserved[link] += demands[pair]
             changed |= {dpid for dpid, _ in hops}
-            self._event(now, "elephant_placed", src=pair[0], dst=pair[1],
-                        demand=round(demands[pair], 3), path=[f"{d:x}:{p}" for d, p in hops])
+            self.routing.record_event(
+                now, "elephant_placed", src=pair[0], dst=pair[1],
+                demand=round(demands[pair], 3), path=[f"{d:x}:{p}" for d, p in hops])
         # Reverse pairs pinned, moved or released: their hops' switches too.
-        pinned = self._pinned = self.pinned_paths()
+        pinned = self._pinned = self.pinned_paths(view)
         for pair in set(pinned) | set(pinned_before):
             if pinned.get(pair) != pinned_before.get(pair):
                 changed |= {dpid for dpid, _ in pinned.get(pair, ())}
                 changed |= {dpid for dpid, _ in pinned_before.get(pair, ())}
         msgs: Msgs = []
-        if self.adaptive.reweight and self._update_hot():
-            msgs += self._changed(now)
+        if self.adaptive.reweight and self._update_hot(view, now):
+            msgs += self.routing.resync(now)
         else:
-            routes = self.routes() if changed else {}
-            for dpid in sorted(changed & set(self._switches)):
-                msgs += self._app_flows(dpid, routes.get(dpid, {}))
+            routes = self.routing.routes() if changed else {}
+            for dpid in sorted(changed & set(view.switches)):
+                msgs += self.switch_flows(view, dpid, routes.get(dpid, {}),
+                                          self.routing.installed_flows(dpid), now)
         return msgs
 
     # ------------------------------------------------------------------ placement
 
-    def _host_rate(self, ip: str) -> float:
-        host = self._hosts.get(ip)
-        if host is None or host.dpid not in self._switches:
+    def _host_rate(self, view: RoutingView, ip: str) -> float:
+        host = view.hosts.get(ip)
+        if host is None or host.dpid not in view.switches:
             return 0.0
-        return float(self._switches[host.dpid].speeds.get(host.port, 0))
+        return float(view.speed_bps(host.dpid, host.port))
 
-    def _capacity(self, link: Tuple[int, int], nic_bps: float) -> float:
+    def _capacity(self, view: RoutingView, link: Tuple[int, int], nic_bps: float) -> float:
         """A link's capacity in NIC units (1.0 when the switch reports no speed)."""
-        port = self._port_towards(*link)
-        speed = self._switches[link[0]].speeds.get(port, 0) if port is not None else 0
+        port = view.port_towards(*link)
+        speed = view.speed_bps(link[0], port) if port is not None else 0
         return speed / nic_bps if speed and nic_bps else 1.0
 
-    def _port_towards(self, src: int, dst: int) -> Optional[int]:
-        for (s, sp), (d, _dp) in self._links.items():
-            if s == src and d == dst and not self._is_damped((s, sp), self._now):
-                return sp
-        return None
-
-    def _paths(self, src_dpid: int, dst_dpid: int) -> List[Tuple[Tuple[Hop, ...], Tuple]]:
+    def _paths(self, view: RoutingView, src_dpid: int,
+               dst_dpid: int) -> List[Tuple[Tuple[Hop, ...], Tuple]]:
         g = nx.DiGraph()
-        for (s, sp), (d, _dp) in self._links.items():
-            if s in self._switches and d in self._switches and not self._is_damped((s, sp),
-                                                                                  self._now):
+        for s, sp, d, _dp in view.links:
+            if s in view.switches and d in view.switches and (s, sp) not in view.damped:
                 g.add_edge(s, d, port=sp)
         if src_dpid not in g or dst_dpid not in g or not nx.has_path(g, src_dpid, dst_dpid):
             return []
@@ -337,30 +349,30 @@ class AdaptiveManager(RoutingManager):
             out.append((hops, links))
         return out
 
-    def _first_fit(self, pair: Pair, demand: float,
+    def _first_fit(self, view: RoutingView, pair: Pair, demand: float,
                    reserved: Mapping[Tuple[int, int], float]) -> Optional[Tuple]:
-        src, dst = self._hosts.get(pair[0]), self._hosts.get(pair[1])
+        src, dst = view.hosts.get(pair[0]), view.hosts.get(pair[1])
         if src is None or dst is None or src.dpid == dst.dpid:
             return None
-        paths = self._paths(src.dpid, dst.dpid)
+        paths = self._paths(view, src.dpid, dst.dpid)
         if not paths:
             return None
-        nic = self._host_rate(pair[0])
+        nic = self._host_rate(view, pair[0])
         for path in paths:
-            if all(reserved.get(link, 0.0) + demand <= self._capacity(link, nic) + 1e-9
+            if all(reserved.get(link, 0.0) + demand <= self._capacity(view, link, nic) + 1e-9
                    for link in path[1]):
                 return path
         # Nothing has room: the path whose busiest link is least loaded.
-        return min(paths, key=lambda p: max(reserved.get(link, 0.0) / self._capacity(link, nic)
-                                            for link in p[1]))
+        return min(paths, key=lambda p: max(reserved.get(link, 0.0) /
+                                            self._capacity(view, link, nic) for link in p[1]))
 
     def _unplace(self, pair: Pair, now: float, why: str) -> Set[int]:
         pl = self.placements.pop(pair)
         self.unplaced_total += 1
-        self._event(now, "elephant_unplaced", src=pair[0], dst=pair[1], why=why)
+        self.routing.record_event(now, "elephant_unplaced", src=pair[0], dst=pair[1], why=why)
         return {dpid for dpid, _ in pl.hops}
 
-    def pinned_paths(self) -> Dict[Pair, Tuple[Hop, ...]]:
+    def pinned_paths(self, view: RoutingView) -> Dict[Pair, Tuple[Hop, ...]]:
         """The hops of every pair on a chosen path: elephants, and their reverse pairs."""
         paths = {pair: pl.hops for pair, pl in self.placements.items()}
         if not self.adaptive.pin_reverse:
@@ -368,35 +380,34 @@ class AdaptiveManager(RoutingManager):
         for (src, dst), pl in self.placements.items():
             if (dst, src) in self.placements:
                 continue
-            hops = tuple((b, self._port_towards(b, a)) for a, b in reversed(pl.links))
+            hops = tuple((b, view.port_towards(b, a)) for a, b in reversed(pl.links))
             if all(port is not None for _, port in hops):
                 paths[(dst, src)] = hops
         return paths
 
-    def _changed(self, now: float) -> Msgs:
-        self._now = now
-        # A placement whose path lost a link (or whose link is damped) goes back to ECMP
-        # before routing recomputes, so that the flows sent below are already right.
+    # ------------------------------------------------------------------ RoutingExtension
+
+    def before_resync(self, view: RoutingView, now: float) -> None:
+        """Routing recomputes: a placement whose path lost a link goes back to ECMP first.
+
+        So the flows routing then asks for (``switch_flows``) are already right.
+        """
         for pair, pl in list(self.placements.items()):
-            if any(self._port_towards(a, b) != port
+            if any(view.port_towards(a, b) != port
                    for (a, port), (_, b) in zip(pl.hops, pl.links)):
                 self._unplace(pair, now, "path_lost")
-        self._pinned = self.pinned_paths()   # links changed: reverse ports may have too
-        return super()._changed(now)
+        self._pinned = self.pinned_paths(view)   # links changed: reverse ports may have too
 
-    # ------------------------------------------------------------------ re-weighting
-
-    def _update_hot(self) -> bool:
+    def _update_hot(self, view: RoutingView, now: float) -> bool:
         """Update hot and flapping ports; True when either set changed (weights change)."""
-        flapping = {key for key in self._flaps if self._recently_flapped(key)}
+        flapping = {key for key in view.flaps if self._recently_flapped(view, key, now)}
         flapping_changed = flapping != self._flapping
         self._flapping = flapping
         hot = set(self._hot)
         for key, bps in self._port_bytes.rates_bps.items():
-            if not self._is_fabric_port(*key):
+            if not view.is_fabric_port(*key):
                 continue  # only ports in SELECT groups have a weight to change
-            sw = self._switches.get(key[0])
-            speed = sw.speeds.get(key[1], 0) if sw is not None else 0
+            speed = view.speed_bps(*key) if key[0] in view.switches else 0
             if not speed:
                 continue
             if bps > self.adaptive.hot_fraction * speed:
@@ -408,15 +419,18 @@ class AdaptiveManager(RoutingManager):
         self._hot = hot
         return True
 
-    def _recently_flapped(self, key: PortKey) -> bool:
-        return any(self._now - t <= self.config.flap_window_s for t in self._flaps.get(key, ()))
+    def _recently_flapped(self, view: RoutingView, key: PortKey, now: float) -> bool:
+        window_s = self.routing.config.flap_window_s
+        return any(now - t <= window_s for t in view.flaps.get(key, ()))
 
-    def _bucket_weights(self, dpid: int, ports: Sequence[int]) -> Tuple[int, ...]:
+    def bucket_weights(self, view: RoutingView, dpid: int, ports: Sequence[int],
+                       now: float) -> Tuple[int, ...]:
+        """Lower weights for ports that flapped recently or run hot (RoutingExtension)."""
         if not self.adaptive.reweight:
-            return super()._bucket_weights(dpid, ports)
+            return (1,) * len(ports)
         weights = []
         for port in ports:
-            if self._recently_flapped((dpid, port)):
+            if self._recently_flapped(view, (dpid, port), now):
                 weights.append(WEIGHT_FLAPPING)
             elif (dpid, port) in self._hot:
                 weights.append(WEIGHT_HOT)
@@ -424,33 +438,28 @@ class AdaptiveManager(RoutingManager):
                 weights.append(WEIGHT_NORMAL)
         return tuple(weights)
 
-    # ------------------------------------------------------------------ flows
-
-    def switch_enter(self, dp: Any, ports: Iterable[Any], now: float) -> Msgs:
-        """Routing's resync plus our own: delete our cookie band and forget what we installed."""
-        dpid = dp.id
+    def switch_enter(self, dpid: int, now: float) -> Msgs:
+        """A switch (re)connected: delete our cookie band and forget what we installed there."""
         self._monitors[dpid] = {}
         self._hop_groups[dpid] = {}
         self._free_gids[dpid] = []
         self._next_gid[dpid] = layout.ADAPTIVE_GROUP_BASE
-        ours = (dpid, ofmsg.flow_delete_by_cookie(
-            dp, cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK))
-        return [ours] + super().switch_enter(dp, ports, now)
+        return [(dpid, ofmsg.flow_delete_by_cookie(
+            cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK))]
 
-    def _app_flows(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
-        """Pair monitors and elephant hops at ``dpid`` (called after routing's flows there)."""
-        sw = self._switches.get(dpid)
-        if sw is None:
+    def switch_flows(self, view: RoutingView, dpid: int, routes: Mapping[str, Route],
+                     flows: Mapping[str, Tuple[ofmsg.Action, ...]], now: float) -> Msgs:
+        """Pair monitors and elephant hops at ``dpid``, after routing's ``flows`` there changed."""
+        if dpid not in view.switches:
             return []
-        dp = sw.dp
         msgs: Msgs = []
         common = dict(cookie=layout.ADAPTIVE_COOKIE, table_id=layout.ROUTING_TABLE)
         # Pair monitors: routing's action for the destination, counted per source.
         wanted: Dict[Pair, Tuple[ofmsg.Action, ...]] = {}
-        for src in self._hosts.values():
+        for src in view.hosts.values():
             if src.dpid != dpid:
                 continue
-            for dst_ip, acts in sw.flows.items():
+            for dst_ip, acts in flows.items():
                 if dst_ip != src.ip:
                     wanted[(src.ip, dst_ip)] = acts
         have = self._monitors.setdefault(dpid, {})
@@ -458,13 +467,13 @@ class AdaptiveManager(RoutingManager):
             if have.get(pair) == wanted[pair]:
                 continue
             build = ofmsg.flow_add if pair not in have else ofmsg.flow_modify_strict
-            msgs.append((dpid, build(dp, priority=layout.PRIO_PAIR_MONITOR,
+            msgs.append((dpid, build(priority=layout.PRIO_PAIR_MONITOR,
                                      match=_pair_match(pair), action_specs=wanted[pair],
                                      **common)))
             have[pair] = wanted[pair]
         for pair in sorted(set(have) - set(wanted)):
             msgs.append((dpid, ofmsg.flow_delete_strict(
-                dp, priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **common)))
+                priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **common)))
             del have[pair]
         # Elephant hops: FAST_FAILOVER(chosen port, then routing's other next hops).
         hops: Dict[Pair, Tuple[int, ...]] = {}
@@ -480,18 +489,18 @@ class AdaptiveManager(RoutingManager):
             if old is not None and old[1] == hops[pair]:
                 continue
             gid = old[0] if old is not None else self._alloc_gid(dpid)
-            msgs.append((dpid, ofmsg.fast_failover_group(dp, group_id=gid, ports=hops[pair],
+            msgs.append((dpid, ofmsg.fast_failover_group(group_id=gid, ports=hops[pair],
                                                          modify=old is not None)))
             if old is None:
                 msgs.append((dpid, ofmsg.flow_add(
-                    dp, priority=layout.PRIO_ELEPHANT, match=_pair_match(pair),
+                    priority=layout.PRIO_ELEPHANT, match=_pair_match(pair),
                     action_specs=((ofmsg.ACTION_GROUP, gid),), **common)))
             groups[pair] = (gid, hops[pair])
         for pair in sorted(set(groups) - set(hops)):
             gid, _ = groups.pop(pair)
             msgs.append((dpid, ofmsg.flow_delete_strict(
-                dp, priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **common)))
-            msgs.append((dpid, ofmsg.group_delete(dp, group_id=gid)))
+                priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **common)))
+            msgs.append((dpid, ofmsg.group_delete(group_id=gid)))
             self._free_gids[dpid].append(gid)
         return msgs
 
@@ -504,8 +513,8 @@ class AdaptiveManager(RoutingManager):
         return gid
 
     def status(self) -> Dict[str, Any]:
-        status = super().status()
-        status["adaptive"] = {
+        """The ``adaptive`` key of routing's status file."""
+        return {"adaptive": {
             "placements": {f"{s}->{d}": {"path": [f"{dp:x}:{p}" for dp, p in pl.hops],
                                          "demand": round(pl.demand, 3)}
                            for (s, d), pl in sorted(self.placements.items())},
@@ -514,8 +523,7 @@ class AdaptiveManager(RoutingManager):
             "placed_total": self.placed_total,
             "unplaced_total": self.unplaced_total,
             "hot_ports": sorted(f"{d:x}:{p}" for d, p in self._hot),
-        }
-        return status
+        }}
 
 
 def _pair_match(pair: Pair) -> Dict[str, Any]:
@@ -526,25 +534,21 @@ def _pair_match(pair: Pair) -> Dict[str, Any]:
 
 
 class AdaptiveApp(RoutingApp):
-    """os-ken shim: routing's handlers plus flow and port statistics replies."""
+    """os-ken shim: the routing service with ``AdaptiveManager`` attached, plus statistics replies."""
 
-    def _make_manager(self, routing: RoutingConfig) -> RoutingManager:
+    def make_extension(self, routing: RoutingManager) -> None:
         opts = app_options()
-        return AdaptiveManager(routing, AdaptiveConfig(
+        self.adaptive = AdaptiveManager(routing, AdaptiveConfig(
             poll_interval_s=opts.poll_interval_s, elephant_fraction=opts.elephant_fraction))
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def flow_stats_handler(self, ev: Any) -> None:
         dp = ev.msg.datapath
         stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in ev.msg.body]
-        with self._lock:
-            if self._dps.get(dp.id) is dp:
-                self._apply(self._mgr.flow_stats(dp.id, stats, time.time()))
+        self.handle(dp, lambda now: self.adaptive.flow_stats(dp.id, stats, now))
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def port_stats_handler(self, ev: Any) -> None:
         dp = ev.msg.datapath
         stats = [(s.port_no, s.tx_bytes) for s in ev.msg.body]
-        with self._lock:
-            if self._dps.get(dp.id) is dp:
-                self._apply(self._mgr.port_stats(dp.id, stats, time.time()))
+        self.handle(dp, lambda now: self.adaptive.port_stats(dp.id, stats, now))

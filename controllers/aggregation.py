@@ -2,13 +2,17 @@
 
 Two layers, as in ``controllers/routing.py``:
 
-* ``AggregationManager`` is pure: jobs, their reduction trees and each
-  switch's slot budget.  Its methods take the topology and return
-  ``(dpid, message)`` lists; the unit tests drive it without os-ken.
+* ``AggregationManager`` is pure: jobs, their reduction trees, which switches
+  are connected and each switch's slot budget.  Its methods take the
+  topology and ``now`` and return ``(dpid, message)`` lists; it holds no
+  datapath and reads no clock, and the unit tests drive it without os-ken.
 * ``AggregationApp`` is the os-ken shim.  It runs beside ``controllers.routing``
-  (or ``controllers.adaptive``) in the same controller and reads the topology
-  routing discovered.  Jobs register on a Unix socket (JSON lines, the protocol
-  of ``emu/mgmt.py``)::
+  (or ``controllers.adaptive``) in the same controller and consumes what the
+  routing service publishes (``controllers/routing_api.py``): every
+  ``EventRoutingChanged`` carries routing's new view, on which the manager
+  checks and rebuilds trees, and a registration asks routing for its current
+  view (``get_view``).  Jobs register on a Unix socket (JSON lines, the
+  protocol of ``emu/mgmt.py``)::
 
       {"cmd": "register", "hosts": ["10.0.0.1", ...], "nslots": 64}
           -> {"job_id", "job_ip", "job_mac", "nslots", "root", "tree"}
@@ -35,8 +39,9 @@ is marked failed if nothing is left); a switch that reconnects (a restart
 empties its engine) gets its part again. Either bumps the job's epoch: an
 all-reduce in flight across it starts over (``run_allreduce`` does that).
 
-Messages are built only by ``controllers/ofmsg.py``; nothing here imports
-emu's switch.
+Messages are built only by ``controllers/ofmsg.py``; barrier xids come from
+this app's band in ``controllers/layout.py``; nothing here imports emu's
+switch.
 """
 
 from __future__ import annotations
@@ -63,7 +68,14 @@ from os_ken.ofproto import ofproto_v1_3
 
 from controllers import layout, ofmsg
 from controllers.launch import app_options
-from controllers.routing import Host, Msgs, RoutingApp
+from controllers.routing_api import (
+    EventRoutingChanged,
+    Host,
+    Msgs,
+    RoutingUnavailable,
+    RoutingView,
+    get_view,
+)
 from emu.mgmt import MgmtServer
 from emu.proto import ofext
 
@@ -73,8 +85,6 @@ Cable = Tuple[int, int, int, int]  # (dpid, port, dpid, port), both directions d
 
 JOB_ID_MAX = 0xFFFE
 DEFAULT_NSLOTS = 64
-#: Barrier xids of this app: their own range, apart from routing's.
-BARRIER_XID_BASE = 0x5000_0000
 REGISTER_TIMEOUT_S = 5.0
 
 
@@ -95,14 +105,15 @@ class Topology:
     hosts: Mapping[str, Host]
 
     @classmethod
-    def from_snapshot(cls, snap: Mapping[str, Any]) -> "Topology":
-        directed = set(snap["links"])
+    def from_view(cls, view: RoutingView) -> "Topology":
+        """The cables and hosts of routing's view (a cable: both directions, both ports live)."""
+        directed = set(view.links)
         cables = frozenset(
             (s, sp, d, dp) for s, sp, d, dp in directed
             if (d, dp, s, sp) in directed
-            and sp in snap["switches"].get(s, {}) and dp in snap["switches"].get(d, {})
+            and sp in view.switches.get(s, {}) and dp in view.switches.get(d, {})
         )
-        return cls(snap["switches"], cables, {h.ip: h for h in snap["hosts"]})
+        return cls(view.switches, cables, dict(view.hosts))
 
     def graph(self, allowed: Optional[Set[int]] = None) -> nx.Graph:
         """Switches joined by cables; each edge keeps the lowest port at either end."""
@@ -251,27 +262,34 @@ class AggregationManager:
     def __init__(self, slots_per_switch: int = 1024) -> None:
         self.slots_per_switch = slots_per_switch
         self.jobs: Dict[int, Job] = {}
-        self._dps: Dict[int, Any] = {}
+        self._entered_s: Dict[int, float] = {}  # connected switches, in connect order
         self._next_id = 1
-        self._next_xid = BARRIER_XID_BASE
+        self._next_xid = layout.AGGREGATION_BARRIER_XIDS.first
         self.events: Deque[Dict[str, Any]] = collections.deque(maxlen=200)
 
     # ------------------------------------------------------------------ switches
 
-    def switch_enter(self, dp: Any) -> Msgs:
+    def switch_enter(self, dpid: int, now: float) -> Msgs:
         """A switch (re)connected: its engine is empty; give it its part of every job."""
-        self._dps[dp.id] = dp
+        self._entered_s[dpid] = now
         msgs: Msgs = []
         for job in self.jobs.values():
-            node = job.tree.get(dp.id)
+            node = job.tree.get(dpid)
             if job.state == "active" and node is not None:
                 job.epoch += 1
-                self._event("reset", job_id=job.job_id, dpid=f"{dp.id:016x}", epoch=job.epoch)
+                self._event(now, "reset", job_id=job.job_id, dpid=f"{dpid:016x}",
+                            epoch=job.epoch)
                 msgs += self._install_node(job, node)
         return msgs
 
-    def switch_leave(self, dpid: int) -> None:
-        self._dps.pop(dpid, None)
+    def switch_leave(self, dpid: int, now: float) -> Msgs:
+        """A switch disconnected: nothing to send; its jobs are checked on the next topology."""
+        self._entered_s.pop(dpid, None)
+        return []
+
+    def connected(self, dpid: int) -> bool:
+        """Whether ``dpid`` is connected (messages to it are sent)."""
+        return dpid in self._entered_s
 
     # ------------------------------------------------------------------ jobs
 
@@ -281,9 +299,9 @@ class AggregationManager:
             if job.job_id != exclude and job.state == "active":
                 for dpid in job.tree:
                     used[dpid] += job.nslots
-        return {d: self.slots_per_switch - used[d] for d in self._dps}
+        return {d: self.slots_per_switch - used[d] for d in self._entered_s}
 
-    def register(self, topo: Topology, host_ips: Sequence[str],
+    def register(self, topo: Topology, host_ips: Sequence[str], now: float,
                  nslots: int = DEFAULT_NSLOTS) -> Tuple[Job, Msgs]:
         """A new job over `host_ips` (rank order); raises JobError / JobRefused."""
         if len(host_ips) < 2:
@@ -298,35 +316,35 @@ class AggregationManager:
         tree = build_tree(topo, list(host_ips), job_ip, job_mac, self.free_slots(), nslots)
         job = Job(job_id, tuple(host_ips), nslots, job_ip, job_mac, tree)
         self.jobs[job_id] = job
-        self._event("register", job_id=job_id, root=job.root, switches=len(tree))
+        self._event(now, "register", job_id=job_id, root=job.root, switches=len(tree))
         msgs: Msgs = []
         for node in tree.values():
             msgs += self._install_node(job, node)
         return job, msgs
 
-    def unregister(self, job_id: int) -> Msgs:
+    def unregister(self, job_id: int, now: float) -> Msgs:
         job = self.jobs.pop(job_id, None)
         if job is None:
             raise JobError(f"unknown job {job_id}; known: {sorted(self.jobs)}")
-        self._event("unregister", job_id=job_id)
+        self._event(now, "unregister", job_id=job_id)
         msgs: Msgs = []
         for dpid in job.tree:
             msgs += self._uninstall_node(job, dpid)
         return msgs
 
-    def fail(self, job_id: int, reason: str) -> Msgs:
+    def fail(self, job_id: int, reason: str, now: float) -> Msgs:
         """A switch refused the job (e.g. its slots ran out): take it down everywhere."""
         job = self.jobs.get(job_id)
         if job is None or job.state != "active":
             return []
         job.state, job.reason = "failed", reason
-        self._event("failed", job_id=job_id, reason=reason)
+        self._event(now, "failed", job_id=job_id, reason=reason)
         msgs: Msgs = []
         for dpid in job.tree:
             msgs += self._uninstall_node(job, dpid)
         return msgs
 
-    def topology_changed(self, topo: Topology) -> Msgs:
+    def topology_changed(self, topo: Topology, now: float) -> Msgs:
         """Rebuild every tree that lost a switch, a cable or a host attachment."""
         msgs: Msgs = []
         for job in sorted(self.jobs.values(), key=lambda j: j.job_id):
@@ -337,12 +355,12 @@ class AggregationManager:
                 new = build_tree(topo, list(job.hosts), job.job_ip, job.job_mac,
                                  self.free_slots(exclude=job.job_id), job.nslots)
             except JobError as exc:
-                msgs += self.fail(job.job_id, f"tree lost and not rebuilt: {exc}")
+                msgs += self.fail(job.job_id, f"tree lost and not rebuilt: {exc}", now)
                 continue
             job.tree = new
             job.rebuilds += 1
             job.epoch += 1
-            self._event("rebuild", job_id=job.job_id, root=job.root, switches=len(new),
+            self._event(now, "rebuild", job_id=job.job_id, root=job.root, switches=len(new),
                         epoch=job.epoch)
             LOG.info("job %d: tree rebuilt, root %016x", job.job_id, job.root)
             for dpid in old.keys() - new.keys():
@@ -355,7 +373,7 @@ class AggregationManager:
     def _tree_intact(self, job: Job, topo: Topology) -> bool:
         live_ends = {(s, sp) for s, sp, _d, _dp in topo.cables}
         for dpid, node in job.tree.items():
-            if dpid not in topo.switches or dpid not in self._dps:
+            if dpid not in topo.switches or dpid not in self._entered_s:
                 return False
             if not node.links <= live_ends:
                 return False
@@ -373,32 +391,30 @@ class AggregationManager:
     def barrier(self, dpid: int) -> Tuple[int, Any]:
         """A barrier to `dpid` from this app's xid range: (xid, message)."""
         xid = self._next_xid
-        self._next_xid = BARRIER_XID_BASE + (xid + 1 - BARRIER_XID_BASE) % 0x0FFF_FFFF
-        return xid, ofmsg.barrier(self._dps[dpid], xid=xid)
+        self._next_xid = layout.AGGREGATION_BARRIER_XIDS.next(xid)
+        return xid, ofmsg.barrier(xid=xid)
 
     def _install_node(self, job: Job, node: TreeNode) -> Msgs:
-        dp = self._dps.get(node.dpid)
-        if dp is None:
+        if node.dpid not in self._entered_s:
             return []
         config = ofext.AggJobSet(job.job_id, job.nslots, node.parent is None, node.parent_port,
                                  job.job_ip, job.job_mac, node.children)
         steer = ofmsg.flow_add(
-            dp, cookie=layout.AGGREGATION_COOKIE | job.job_id, table_id=layout.ROUTING_TABLE,
+            cookie=layout.AGGREGATION_COOKIE | job.job_id, table_id=layout.ROUTING_TABLE,
             priority=layout.PRIO_AGGREGATION,
             match={"eth_type": 0x0800, "ip_proto": 17, "ipv4_dst": job.job_ip,
                    "udp_dst": ofext.AGG_UDP_PORT},
             action_specs=[(ofmsg.ACTION_OUTPUT, ofext.AGG_PORT)])
         # The engine first: a frame the flow steers must find its job.
-        return [(node.dpid, ofmsg.agg_job_set(dp, config)), (node.dpid, steer)]
+        return [(node.dpid, ofmsg.agg_job_set(config)), (node.dpid, steer)]
 
     def _uninstall_node(self, job: Job, dpid: int) -> Msgs:
-        dp = self._dps.get(dpid)
-        if dp is None:
+        if dpid not in self._entered_s:
             return []
         return [(dpid, ofmsg.flow_delete_by_cookie(
-                    dp, cookie=layout.AGGREGATION_COOKIE | job.job_id,
+                    cookie=layout.AGGREGATION_COOKIE | job.job_id,
                     cookie_mask=0xFFFF_FFFF_FFFF_FFFF, table_id=layout.ROUTING_TABLE)),
-                (dpid, ofmsg.agg_job_delete(dp, job_id=job.job_id))]
+                (dpid, ofmsg.agg_job_delete(job_id=job.job_id))]
 
     def _allocate_id(self) -> int:
         for _ in range(JOB_ID_MAX):
@@ -408,8 +424,8 @@ class AggregationManager:
                 return job_id
         raise JobRefused(f"refused: all {JOB_ID_MAX} job ids in use")
 
-    def _event(self, kind: str, **fields: Any) -> None:
-        self.events.append(dict(fields, kind=kind, time=time.time()))
+    def _event(self, now: float, kind: str, **fields: Any) -> None:
+        self.events.append(dict(fields, kind=kind, time=now))
 
 
 # ---------------------------------------------------------------------------- os-ken shim
@@ -425,10 +441,9 @@ def _refused_job(data: bytes) -> Optional[int]:
 
 
 class AggregationApp(app_manager.OSKenApp):
-    """os-ken shim around ``AggregationManager``: job socket, topology watch, barriers."""
+    """os-ken shim around ``AggregationManager``: job socket, routing's events, barriers."""
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    WATCH_S = 0.1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -438,14 +453,16 @@ class AggregationApp(app_manager.OSKenApp):
             os.path.dirname(os.path.abspath(opts.status_file or "./x")), "aggregation.sock")
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._dps: Dict[int, Any] = {}  # this app's own record of the connected switches
         self._pending: Dict[Tuple[int, int], Optional[str]] = {}  # barrier -> error seen
-        self._seen_version: Optional[int] = None
+        # The newest routing version this app worked on (from an event or a request):
+        # an event queued before a registration asked for a newer view is stale.
+        self._seen_version = -1
         self._running = True
 
     def start(self) -> Any:
         thread = super().start()
         self.threads.append(hub.spawn(self._serve))
-        self.threads.append(hub.spawn(self._watch_topology))
         return thread
 
     def stop(self) -> None:
@@ -454,34 +471,20 @@ class AggregationApp(app_manager.OSKenApp):
 
     # -- plumbing
 
-    def _routing(self) -> RoutingApp:
-        for app in app_manager.SERVICE_BRICKS.values():
-            if isinstance(app, RoutingApp):
-                return app
-        raise JobError("no routing app runs beside controllers.aggregation")
-
     def _topology(self) -> Topology:
-        return Topology.from_snapshot(self._routing().topology_snapshot())
+        try:
+            view = get_view(self)
+        except RoutingUnavailable as exc:
+            raise JobError("no routing app runs beside controllers.aggregation") from exc
+        with self._lock:
+            self._seen_version = max(self._seen_version, view.version)
+        return Topology.from_view(view)
 
     def _send(self, msgs: Msgs) -> None:
         for dpid, msg in msgs:
-            dp = self._mgr._dps.get(dpid)
+            dp = self._dps.get(dpid)
             if dp is not None:
-                dp.send_msg(msg)
-
-    def _watch_topology(self) -> None:
-        while self._running:
-            try:
-                routing = self._routing()
-            except JobError:
-                routing = None
-            # Copy the topology (under routing's lock) only when its version moved.
-            if routing is not None and routing.topology_version != self._seen_version:
-                snap = routing.topology_snapshot()
-                self._seen_version = snap["version"]
-                with self._lock:
-                    self._send(self._mgr.topology_changed(Topology.from_snapshot(snap)))
-            hub.sleep(self.WATCH_S)
+                dp.send_msg(ofmsg.bound(msg, dp))
 
     # -- the job socket
 
@@ -500,13 +503,13 @@ class AggregationApp(app_manager.OSKenApp):
             raise JobError(f"hosts must be a list of IPv4 addresses, got {hosts!r}")
         topo = self._topology()
         with self._lock:
-            job, msgs = self._mgr.register(topo, hosts, int(nslots))
+            job, msgs = self._mgr.register(topo, hosts, time.time(), int(nslots))
             done = self._send_confirmed(msgs, job.tree, lambda: job.state == "active")
             if job.state != "active":
-                self._send(self._mgr.unregister(job.job_id))
+                self._send(self._mgr.unregister(job.job_id, time.time()))
                 raise JobRefused(f"refused: {job.reason}")
             if any(d is None for d in done):
-                self._send(self._mgr.unregister(job.job_id))
+                self._send(self._mgr.unregister(job.job_id, time.time()))
                 raise JobError(f"the switches did not confirm job {job.job_id} within "
                                f"{REGISTER_TIMEOUT_S} s")
             return job.describe()
@@ -520,7 +523,7 @@ class AggregationApp(app_manager.OSKenApp):
         """
         waits = []
         for dpid in dpids:
-            if dpid not in self._mgr._dps:
+            if not self._mgr.connected(dpid):
                 continue
             xid, barrier = self._mgr.barrier(dpid)
             msgs.append((dpid, barrier))
@@ -540,7 +543,8 @@ class AggregationApp(app_manager.OSKenApp):
         with self._lock:
             job = self._mgr.jobs.get(int(job_id))
             tree = list(job.tree) if job else []
-            self._send_confirmed(self._mgr.unregister(int(job_id)), tree, lambda: True)
+            self._send_confirmed(self._mgr.unregister(int(job_id), time.time()), tree,
+                                 lambda: True)
         return {"job_id": job_id}
 
     def _jobs(self) -> Dict[str, Any]:
@@ -551,15 +555,26 @@ class AggregationApp(app_manager.OSKenApp):
 
     # -- handlers
 
+    @set_ev_cls(EventRoutingChanged)
+    def routing_changed_handler(self, ev: EventRoutingChanged) -> None:
+        """Routing's topology or host table changed: check every tree on its new view."""
+        with self._lock:
+            if ev.view.version < self._seen_version:
+                return
+            self._seen_version = ev.view.version
+            self._send(self._mgr.topology_changed(Topology.from_view(ev.view), time.time()))
+
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def state_change_handler(self, ev: Any) -> None:
         dp = ev.datapath
         with self._lock:
             if ev.state == MAIN_DISPATCHER:
-                self._send(self._mgr.switch_enter(dp))
+                self._dps[dp.id] = dp
+                self._send(self._mgr.switch_enter(dp.id, time.time()))
             elif ev.state == DEAD_DISPATCHER and dp.id is not None \
-                    and self._mgr._dps.get(dp.id) is dp:
-                self._mgr.switch_leave(dp.id)
+                    and self._dps.get(dp.id) is dp:
+                del self._dps[dp.id]
+                self._send(self._mgr.switch_leave(dp.id, time.time()))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply_handler(self, ev: Any) -> None:
@@ -582,5 +597,5 @@ class AggregationApp(app_manager.OSKenApp):
                      f"code {msg.code})"
         LOG.warning("job %d: %s", job_id, reason)
         with self._lock:
-            self._send(self._mgr.fail(job_id, reason))
+            self._send(self._mgr.fail(job_id, reason, time.time()))
             self._cond.notify_all()

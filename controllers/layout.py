@@ -3,10 +3,10 @@
 This module owns the shared vocabulary that keeps emu's controller apps from
 stepping on each other inside one switch: which table an app writes, which
 cookie band marks its flows (so an app can delete exactly its own flows with a
-cookie mask after a restart), which group ids it may allocate, and which
-priorities it uses.  It holds constants only; ``controllers/ofmsg.py`` builds
-the messages and the apps (``controllers/routing.py`` ...) decide what to
-install.
+cookie mask after a restart), which group ids it may allocate, which
+priorities it uses, and which transaction ids (xids) its barriers carry.  It
+holds constants and the one xid allocator; ``controllers/ofmsg.py`` builds the
+messages and the apps (``controllers/routing.py`` ...) decide what to install.
 
 Cookie layout (64 bit)::
 
@@ -26,7 +26,7 @@ Routing (``controllers/routing.py``), table 0:
     default drop                0x0001    (any) -> no actions
     ==========================  ========  ==========================================
 
-Adaptive routing (``controllers/adaptive.py``: routing plus these), table 0,
+Adaptive routing (``controllers/adaptive.py``: attached to routing, adds these), table 0,
 cookie ``ADAPTIVE_COOKIE``, groups from ``ADAPTIVE_GROUP_BASE``:
 
     ==========================  ========  ==========================================
@@ -50,9 +50,24 @@ distinct set of next-hop ports, per switch).  OpenFlow 1.3 groups carry no
 cookie, so a resync deletes groups with ``OFPG_ALL``: an app that shares a
 switch with routing must reinstall its groups after routing's resync (it
 receives the same switch-enter event).
+
+Barrier xids: every app that waits for a barrier reply gives its barriers xids
+from its own band (``XidBand``), so that two apps in one controller, which both
+see every barrier reply, never take each other's reply for their own:
+
+    ===========================  ===========================
+    routing (and adaptive)       0x4000_0000 .. 0x4FFF_FFFF
+    aggregation                  0x5000_0000 .. 0x5FFF_FFFF
+    ===========================  ===========================
+
+os-ken numbers the other messages from a per-datapath counter that may pass
+through a band; a reply is matched on (dpid, xid) of a barrier the app sent,
+so such a collision can at worst end a wait one message early.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 #: Mask selecting the app band of a cookie (OpenFlow 1.3 ``cookie_mask``).
 COOKIE_BAND_MASK = 0xF000_0000_0000_0000
@@ -91,6 +106,47 @@ ROUTING_GROUP_BASE = 0x1000_0000
 #: Group ids reserved for other apps start here.
 ADAPTIVE_GROUP_BASE = 0x2000_0000
 AGGREGATION_GROUP_BASE = 0x3000_0000
+
+
+
+@dataclass(frozen=True)
+class XidBand:
+    """A range of OpenFlow transaction ids one app gives its barriers.
+
+    Attributes:
+        first: the first xid of the band.
+        size: how many xids the band holds (``first .. first + size - 1``).
+
+    Examples:
+        >>> band = XidBand(0x4000_0000, 0x1000_0000)
+        >>> hex(band.next(0x4FFF_FFFF))
+        '0x40000000'
+    """
+
+    first: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or not 0 <= self.first <= self.first + self.size - 1 <= 0xFFFF_FFFF:
+            raise ValueError(f"xid band first={self.first:#x} size={self.size:#x}: "
+                             "must be non-empty and inside 0..0xFFFFFFFF")
+
+    @property
+    def last(self) -> int:
+        return self.first + self.size - 1
+
+    def __contains__(self, xid: object) -> bool:
+        return isinstance(xid, int) and self.first <= xid <= self.last
+
+    def next(self, xid: int) -> int:
+        """The xid after ``xid``, wrapping around inside the band."""
+        return self.first + (xid + 1 - self.first) % self.size
+
+
+#: Barriers of routing (and of adaptive routing, which shares routing's barriers).
+ROUTING_BARRIER_XIDS = XidBand(0x4000_0000, 0x1000_0000)
+#: Barriers of the aggregation manager (job install and removal confirmations).
+AGGREGATION_BARRIER_XIDS = XidBand(0x5000_0000, 0x1000_0000)
 
 #: Source MAC of frames the controller originates (ARP probes for unknown
 #: targets); locally administered, so it never collides with a host NIC.  ARP

@@ -1,9 +1,10 @@
 """Every OpenFlow message and every frame emu's controller apps send, and the guarded packet-in parsers.
 
 This module is the only place apps build OpenFlow 1.3 messages: each builder
-takes an os-ken datapath (anything with ``ofproto`` and ``ofproto_parser``
-attributes) plus plain parameters and returns an os-ken message object, which
-the caller sends (the os-ken shim) or serializes (unit tests).  Actions travel
+takes plain parameters and returns an os-ken message object built without a
+datapath (as Faucet's ``valve_of`` does), so that the pure managers hold no
+connection.  The os-ken shim binds the switch's datapath when it sends the
+message (``bound``); unit tests serialize it as it is.  Actions travel
 through the apps as plain hashable tuples (``ACTION_*`` below), so a manager
 can keep and diff its desired tables without holding os-ken objects.
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from os_ken.lib.packet import arp, ethernet, lldp, packet
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 
 from emu.proto import ofext
 
@@ -57,15 +59,42 @@ ACTION_SET_FIELD = "set_field"  # ("set_field", field_name, value)
 Action = Tuple[Any, ...]
 Datapath = Any  # os-ken Datapath or any object with ofproto/ofproto_parser
 
+OFP = ofproto_v1_3
+PARSER = ofproto_v1_3_parser
+#: Highest physical port number; ports above it are reserved (OpenFlow 1.3, 7.2.1).
+OFPP_MAX = OFP.OFPP_MAX
+OFPP_CONTROLLER = OFP.OFPP_CONTROLLER
+
+
+class _Unbound:
+    """The datapath a message is built for until it is sent: OpenFlow 1.3, no switch.
+
+    os-ken's ``serialize`` reads only ``ofproto`` from a message's datapath, so
+    a message built for this stand-in encodes to the same bytes as one built
+    for a connected switch; Faucet builds with ``datapath=None`` the same way.
+    """
+
+    id = None
+    ofproto = OFP
+    ofproto_parser = PARSER
+
+
+UNBOUND = _Unbound()
+
+
+def bound(msg: Any, dp: Datapath) -> Any:
+    """``msg`` with its datapath set to ``dp`` (the switch it is sent to); returns ``msg``."""
+    msg.datapath = dp
+    return msg
+
 
 # --------------------------------------------------------------------------- flows
 
 
-def actions(dp: Datapath, specs: Sequence[Action]) -> list:
+def actions(specs: Sequence[Action]) -> list:
     """Convert action tuples to os-ken OpenFlow 1.3 action objects.
 
     Args:
-        dp: datapath-like object (``ofproto``, ``ofproto_parser``).
         specs: tuples ``("output", port)``, ``("group", gid)``,
             ``("set_field", "eth_dst", "aa:bb:cc:dd:ee:ff")``.
 
@@ -75,7 +104,7 @@ def actions(dp: Datapath, specs: Sequence[Action]) -> list:
     Raises:
         ValueError: on an unknown action kind.
     """
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     out = []
     for spec in specs:
         kind = spec[0]
@@ -93,13 +122,12 @@ def actions(dp: Datapath, specs: Sequence[Action]) -> list:
     return out
 
 
-def _apply(dp: Datapath, specs: Sequence[Action]) -> list:
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions(dp, specs))]
+def _apply(specs: Sequence[Action]) -> list:
+    ofp, parser = OFP, PARSER
+    return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions(specs))]
 
 
 def flow_add(
-    dp: Datapath,
     *,
     cookie: int,
     table_id: int,
@@ -110,14 +138,13 @@ def flow_add(
     """Build an OFPFC_ADD FlowMod applying ``action_specs`` (empty = drop).
 
     Examples:
-        >>> flow_add(dp, cookie=0x1 << 60, table_id=0, priority=0xF000,
+        >>> flow_add(cookie=0x1 << 60, table_id=0, priority=0xF000,
         ...          match={"eth_type": 0x88CC}, action_specs=[("output", 0xFFFFFFFD)])
     """
-    return _flow_mod(dp, dp.ofproto.OFPFC_ADD, cookie, table_id, priority, match, action_specs)
+    return _flow_mod(OFP.OFPFC_ADD, cookie, table_id, priority, match, action_specs)
 
 
 def flow_modify_strict(
-    dp: Datapath,
     *,
     cookie: int,
     table_id: int,
@@ -126,32 +153,32 @@ def flow_modify_strict(
     action_specs: Sequence[Action],
 ) -> Any:
     """Build an OFPFC_MODIFY_STRICT FlowMod replacing the actions of one exact flow (counters kept)."""
-    return _flow_mod(dp, dp.ofproto.OFPFC_MODIFY_STRICT, cookie, table_id, priority, match,
+    return _flow_mod(OFP.OFPFC_MODIFY_STRICT, cookie, table_id, priority, match,
                      action_specs)
 
 
-def _flow_mod(dp: Datapath, command: int, cookie: int, table_id: int, priority: int,
+def _flow_mod(command: int, cookie: int, table_id: int, priority: int,
               match: Mapping[str, Any], action_specs: Sequence[Action]) -> Any:
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return parser.OFPFlowMod(
-        dp,
+        UNBOUND,
         cookie=cookie,
         table_id=table_id,
         command=command,
         priority=priority,
         buffer_id=ofp.OFP_NO_BUFFER,
         match=parser.OFPMatch(**dict(match)),
-        instructions=_apply(dp, action_specs),
+        instructions=_apply(action_specs),
     )
 
 
 def flow_delete_strict(
-    dp: Datapath, *, cookie: int, table_id: int, priority: int, match: Mapping[str, Any]
+    *, cookie: int, table_id: int, priority: int, match: Mapping[str, Any]
 ) -> Any:
     """Build an OFPFC_DELETE_STRICT FlowMod for one exact flow of our cookie."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return parser.OFPFlowMod(
-        dp,
+        UNBOUND,
         cookie=cookie,
         cookie_mask=0xFFFF_FFFF_FFFF_FFFF,
         table_id=table_id,
@@ -164,16 +191,16 @@ def flow_delete_strict(
 
 
 def flow_delete_by_cookie(
-    dp: Datapath, *, cookie: int, cookie_mask: int, table_id: Optional[int] = None
+    *, cookie: int, cookie_mask: int, table_id: Optional[int] = None
 ) -> Any:
     """Build an OFPFC_DELETE FlowMod removing every flow whose cookie matches under the mask.
 
     Args:
         table_id: one table, or ``None`` for all tables (``OFPTT_ALL``).
     """
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return parser.OFPFlowMod(
-        dp,
+        UNBOUND,
         cookie=cookie,
         cookie_mask=cookie_mask,
         table_id=ofp.OFPTT_ALL if table_id is None else table_id,
@@ -187,10 +214,10 @@ def flow_delete_by_cookie(
 # --------------------------------------------------------------------------- groups
 
 
-def _watched_buckets(dp: Datapath, ports: Sequence[int], weights: Sequence[int]) -> list:
+def _watched_buckets(ports: Sequence[int], weights: Sequence[int]) -> list:
     # watch_port = the output port: a switch that tracks bucket liveness skips a
     # dead uplink by itself, before the controller has reacted (OF1.3 5.6.1).
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return [
         parser.OFPBucket(
             weight=weight,
@@ -202,7 +229,7 @@ def _watched_buckets(dp: Datapath, ports: Sequence[int], weights: Sequence[int])
     ]
 
 
-def select_group(dp: Datapath, *, group_id: int, ports: Sequence[int],
+def select_group(*, group_id: int, ports: Sequence[int],
                  weights: Optional[Sequence[int]] = None, modify: bool = False) -> Any:
     """Build a GroupMod (ADD, or MODIFY when ``modify``) for a SELECT group over ``ports``.
 
@@ -210,42 +237,42 @@ def select_group(dp: Datapath, *, group_id: int, ports: Sequence[int],
     pair with the ports in ascending order (default all 1). Ports are emitted in
     ascending order so equal port sets give equal bytes.
     """
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     ports = sorted(ports)
     weights = [1] * len(ports) if weights is None else list(weights)
     if len(weights) != len(ports) or min(weights, default=1) < 1:
         raise ValueError(f"weights {weights} do not fit ports {ports} (one weight >= 1 per port)")
     return parser.OFPGroupMod(
-        dp,
+        UNBOUND,
         command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
         type_=ofp.OFPGT_SELECT,
         group_id=group_id,
-        buckets=_watched_buckets(dp, ports, weights),
+        buckets=_watched_buckets(ports, weights),
     )
 
 
 def fast_failover_group(
-    dp: Datapath, *, group_id: int, ports: Sequence[int], modify: bool = False
+    *, group_id: int, ports: Sequence[int], modify: bool = False
 ) -> Any:
     """Build a GroupMod for a FAST_FAILOVER group: the first live port of ``ports`` (order kept) wins."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return parser.OFPGroupMod(
-        dp,
+        UNBOUND,
         command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
         type_=ofp.OFPGT_FF,
         group_id=group_id,
-        buckets=_watched_buckets(dp, list(ports), [0] * len(ports)),
+        buckets=_watched_buckets(list(ports), [0] * len(ports)),
     )
 
 
-def group_delete(dp: Datapath, *, group_id: Optional[int] = None) -> Any:
+def group_delete(*, group_id: Optional[int] = None) -> Any:
     """Build a GroupMod DELETE for one group, or for all groups (``OFPG_ALL``) when ``group_id`` is None.
 
     OpenFlow 1.3 deletes the flows that forward to a deleted group too.
     """
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return parser.OFPGroupMod(
-        dp,
+        UNBOUND,
         command=ofp.OFPGC_DELETE,
         type_=ofp.OFPGT_ALL,
         group_id=ofp.OFPG_ALL if group_id is None else group_id,
@@ -257,12 +284,12 @@ def group_delete(dp: Datapath, *, group_id: Optional[int] = None) -> Any:
 
 
 def packet_out(
-    dp: Datapath, *, data: bytes, ports: Sequence[int], in_port: Optional[int] = None
+    *, data: bytes, ports: Sequence[int], in_port: Optional[int] = None
 ) -> Any:
     """Build a PacketOut sending ``data`` out of each of ``ports`` (in_port defaults to CONTROLLER)."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
+    ofp, parser = OFP, PARSER
     return parser.OFPPacketOut(
-        dp,
+        UNBOUND,
         buffer_id=ofp.OFP_NO_BUFFER,
         in_port=ofp.OFPP_CONTROLLER if in_port is None else in_port,
         actions=[parser.OFPActionOutput(port, 0) for port in ports],
@@ -270,32 +297,32 @@ def packet_out(
     )
 
 
-def barrier(dp: Datapath, *, xid: Optional[int] = None) -> Any:
+def barrier(*, xid: Optional[int] = None) -> Any:
     """Build a BarrierRequest; with ``xid`` set, the reply can be matched to it."""
-    msg = dp.ofproto_parser.OFPBarrierRequest(dp)
+    msg = PARSER.OFPBarrierRequest(UNBOUND)
     if xid is not None:
         msg.set_xid(xid)
     return msg
 
 
-def port_desc_request(dp: Datapath) -> Any:
+def port_desc_request() -> Any:
     """Build a PortDesc multipart request (OFPMP_PORT_DESC)."""
-    return dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0)
+    return PARSER.OFPPortDescStatsRequest(UNBOUND, 0)
 
 
-def port_stats_request(dp: Datapath) -> Any:
+def port_stats_request() -> Any:
     """Build a PortStats multipart request for every port (OFPMP_PORT_STATS)."""
-    return dp.ofproto_parser.OFPPortStatsRequest(dp, 0, dp.ofproto.OFPP_ANY)
+    return PARSER.OFPPortStatsRequest(UNBOUND, 0, OFP.OFPP_ANY)
 
 
-def flow_stats_request(dp: Datapath, *, cookie: int, cookie_mask: int, table_id: int) -> Any:
+def flow_stats_request(*, cookie: int, cookie_mask: int, table_id: int) -> Any:
     """Build a FlowStats multipart request for one table's flows of one cookie band."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPFlowStatsRequest(dp, 0, table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
+    ofp, parser = OFP, PARSER
+    return parser.OFPFlowStatsRequest(UNBOUND, 0, table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                       cookie, cookie_mask, parser.OFPMatch())
 
 
-def set_select_mode(dp: Datapath, *, group_id: Optional[int],
+def set_select_mode(*, group_id: Optional[int],
                     flowlet_gap_us: Optional[int]) -> Any:
     """Build emu's experimenter message setting a SELECT group's mode (emu/proto/ofext.py).
 
@@ -306,20 +333,20 @@ def set_select_mode(dp: Datapath, *, group_id: Optional[int],
     mode = ofext.SELECT_MODE_HASH if flowlet_gap_us is None else ofext.SELECT_MODE_FLOWLET
     data = ofext.pack_set_select_mode(ofext.OFPG_ALL if group_id is None else group_id,
                                       mode, flowlet_gap_us or 0)
-    return dp.ofproto_parser.OFPExperimenter(dp, experimenter=ofext.EMU_EXPERIMENTER_ID,
+    return PARSER.OFPExperimenter(UNBOUND, experimenter=ofext.EMU_EXPERIMENTER_ID,
                                              exp_type=ofext.EXP_SET_SELECT_MODE, data=data)
 
 
-def agg_job_set(dp: Datapath, job: ofext.AggJobSet) -> Any:
+def agg_job_set(job: ofext.AggJobSet) -> Any:
     """emu's experimenter message configuring an aggregation job on a switch's engine."""
-    return dp.ofproto_parser.OFPExperimenter(dp, experimenter=ofext.EMU_EXPERIMENTER_ID,
+    return PARSER.OFPExperimenter(UNBOUND, experimenter=ofext.EMU_EXPERIMENTER_ID,
                                              exp_type=ofext.EXP_AGG_JOB_SET,
                                              data=ofext.pack_agg_job_set(job))
 
 
-def agg_job_delete(dp: Datapath, *, job_id: int) -> Any:
+def agg_job_delete(*, job_id: int) -> Any:
     """emu's experimenter message removing an aggregation job (and freeing its slots)."""
-    return dp.ofproto_parser.OFPExperimenter(dp, experimenter=ofext.EMU_EXPERIMENTER_ID,
+    return PARSER.OFPExperimenter(UNBOUND, experimenter=ofext.EMU_EXPERIMENTER_ID,
                                              exp_type=ofext.EXP_AGG_JOB_DEL,
                                              data=ofext.pack_agg_job_del(job_id))
 

@@ -9,7 +9,15 @@ Two layers, as in Faucet:
   thread or clock, so the unit tests drive it with synthetic events.
 * ``RoutingApp`` is the thin os-ken shim: one handler per OpenFlow event, a hub
   thread for the periodic LLDP tick, a lock around the manager, and the status
-  file that emu waits on.
+  file that emu waits on.  It is the ``routing`` service: it tells observers
+  when the topology or host table changed (``EventRoutingChanged``) and
+  answers requests for the current view (``EventRoutingViewRequest``); both
+  are defined in ``controllers/routing_api.py`` with the view they carry.
+
+A manager that adds flows and bucket weights to routing's per-switch updates
+(adaptive routing) is attached as a ``RoutingExtension``: routing calls it
+with a ``RoutingView`` and ``now`` at fixed points and sends what it returns in
+routing's make-before-break order; it never reads routing's fields.
 
 What goes into a switch (table, cookie and priorities from ``layout.py``): punt
 LLDP and ARP to the controller, a default drop, and per known host an IPv4 route
@@ -19,8 +27,10 @@ output port), or ``set eth_dst, output`` at H's own switch.  After each
 topology change only the difference is sent, followed by a barrier per switch;
 the barrier replies tell which topology version is installed everywhere.
 
-Messages are built only by ``controllers/ofmsg.py``.  This module never
-imports emu's switch: it drives any OpenFlow 1.3 switch.
+Messages are built only by ``controllers/ofmsg.py``, without a datapath; the
+manager knows switches by dpid and the shim binds each message to its switch
+when it sends it.  This module never imports emu's switch: it drives any
+OpenFlow 1.3 switch.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import (
     Any,
+    Callable,
     Deque,
     Dict,
     FrozenSet,
@@ -60,17 +71,26 @@ from os_ken.ofproto import ofproto_v1_3
 
 from controllers import layout, ofmsg
 from controllers.launch import app_options
+from controllers.routing_api import (
+    ROUTING_SERVICE,
+    EventRoutingChanged,
+    EventRoutingViewReply,
+    EventRoutingViewRequest,
+    Host,
+    Msgs,
+    PortKey,
+    Route,
+    RoutingExtension,
+    RoutingView,
+)
 
 LOG = logging.getLogger(__name__)
 
-Msgs = List[Tuple[int, Any]]
-PortKey = Tuple[int, int]  # (dpid, port_no)
+__all__ = ["Host", "Msgs", "PortInfo", "PortKey", "Route", "RoutingApp", "RoutingConfig",
+           "RoutingManager", "RoutingView", "write_status"]
 
 ZERO_IP = "0.0.0.0"
 ZERO_MAC = "00:00:00:00:00:00"
-#: Barrier xids come from their own range so they do not meet os-ken's per-datapath counter often;
-#: a reply is matched on (dpid, xid) anyway.
-BARRIER_XID_BASE = 0x4000_0000
 
 
 class RoutingInvariantError(RuntimeError):
@@ -146,16 +166,6 @@ class RoutingConfig:
 
 
 @dataclass(frozen=True)
-class Host:
-    """A host learned from ARP: where it is attached."""
-
-    ip: str
-    mac: str
-    dpid: int
-    port: int
-
-
-@dataclass(frozen=True)
 class PortInfo:
     """One switch port as reported by PortDesc or PortStatus."""
 
@@ -165,14 +175,11 @@ class PortInfo:
     speed_bps: int = 0  # PortDesc curr_speed; 0 when the switch does not say
 
 
-# A route at one switch: ("ecmp", frozenset of ports) or ("local", port, mac).
-Route = Tuple[Any, ...]
 FlowKey = Tuple[int, str]  # (priority, ipv4_dst)
 
 
 @dataclass
 class _Switch:
-    dp: Any
     ports: Dict[int, str]  # live ports: port_no -> hw_addr
     entered_s: float
     next_lldp_s: float
@@ -205,11 +212,12 @@ class RoutingManager:
 
     Examples:
         >>> mgr = RoutingManager(RoutingConfig(expect_switches=1))
-        >>> msgs = mgr.switch_enter(dp, [PortInfo(1, "02:00:00:00:00:01", True)], now=0.0)
+        >>> msgs = mgr.switch_enter(1, [PortInfo(1, "02:00:00:00:00:01", True)], now=0.0)
     """
 
     def __init__(self, config: Optional[RoutingConfig] = None) -> None:
         self.config = config or RoutingConfig()
+        self._extension: Optional[RoutingExtension] = None
         self._switches: Dict[int, _Switch] = {}
         # directed link: (src dpid, src port) -> (dst dpid, dst port); last refresh separately
         self._links: Dict[PortKey, PortKey] = {}
@@ -226,7 +234,7 @@ class RoutingManager:
         self._pending: Dict[str, List[_Pending]] = {}
         self._flooded_s: Dict[str, float] = {}
         self._barriers: Dict[Tuple[int, int], int] = {}  # (dpid, xid) -> version
-        self._next_xid = BARRIER_XID_BASE
+        self._next_xid = layout.ROUTING_BARRIER_XIDS.first
         self._events: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
         # Damping decisions on their own: a long flap would push them out of `_events`.
         self._damping: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
@@ -246,14 +254,31 @@ class RoutingManager:
     def hosts(self) -> List[Host]:
         return sorted(self._hosts.values(), key=lambda h: tuple(int(x) for x in h.ip.split(".")))
 
-    def snapshot(self) -> Dict[str, Any]:
-        """A copy of the discovered topology (see ``RoutingApp.topology_snapshot``)."""
-        return {
-            "version": self.topology_version,
-            "switches": {d: dict(sw.ports) for d, sw in self._switches.items()},
-            "links": self.links,
-            "hosts": self.hosts,
-        }
+    def host(self, ip: str) -> Optional[Host]:
+        """The host with address ``ip``, or None when routing has not learned it."""
+        return self._hosts.get(ip)
+
+    def view(self, now: float) -> RoutingView:
+        """A frozen copy of what routing knows at ``now`` (see ``RoutingView``)."""
+        return RoutingView(
+            version=self.topology_version,
+            switches={d: dict(sw.ports) for d, sw in self._switches.items()},
+            speeds={d: dict(sw.speeds) for d, sw in self._switches.items()},
+            links=tuple((s, sp, d, dp) for (s, sp), (d, dp) in self._links.items()),
+            hosts=dict(self._hosts),
+            damped=frozenset(k for k, until in self._damped.items() if now < until),
+            flaps={k: tuple(ts) for k, ts in self._flaps.items()},
+        )
+
+    def attach(self, extension: RoutingExtension) -> None:
+        """Call ``extension`` at routing's fixed points from now on (one extension at most)."""
+        if self._extension is not None and self._extension is not extension:
+            raise RoutingInvariantError("routing already has an extension attached")
+        self._extension = extension
+
+    def record_event(self, now: float, kind: str, **fields: Any) -> None:
+        """Add an event to the status file's ``events`` (for an extension's decisions)."""
+        self._event(now, kind, **fields)
 
     def cable_count(self) -> int:
         """Number of links discovered in both directions."""
@@ -321,22 +346,25 @@ class RoutingManager:
                 "hosts": self.config.expect_hosts,
             },
             "events": list(self._events),
+            **(self._extension.status() if self._extension is not None else {}),
         }
 
     # ------------------------------------------------------------------ switch events
 
-    def switch_enter(self, dp: Any, ports: Iterable[PortInfo], now: float) -> Msgs:
+    def switch_enter(self, dpid: int, ports: Iterable[PortInfo], now: float) -> Msgs:
         """A switch connected (or reconnected): resync it, punt LLDP/ARP, discover, route.
 
         Resync deletes every flow of routing's cookie band and every group first,
-        so the tables equal what a freshly started controller installs.
+        so the tables equal what a freshly started controller installs.  An
+        attached extension's messages for the switch go first.
         """
-        dpid = dp.id
         msgs: Msgs = []
+        if self._extension is not None:
+            msgs += self._extension.switch_enter(dpid, now)
         if dpid in self._switches:
             # A reconnect overtook the old connection's teardown.
             msgs += self.switch_leave(dpid, now)
-        sw = _Switch(dp=dp, ports={}, entered_s=now, next_lldp_s=now)
+        sw = _Switch(ports={}, entered_s=now, next_lldp_s=now)
         self._switches[dpid] = sw
         # A flood made before this switch connected never reached its hosts: the next
         # miss floods again rather than waiting out the holddown. When the controller
@@ -344,24 +372,24 @@ class RoutingManager:
         # switch stayed unknown for the holddown (0.5 s) after its switch was back.
         self._flooded_s.clear()
         for p in ports:
-            if p.live and p.port_no <= dp.ofproto.OFPP_MAX:
+            if p.live and p.port_no <= ofmsg.OFPP_MAX:
                 sw.ports[p.port_no] = p.hw_addr
                 sw.speeds[p.port_no] = p.speed_bps
         msgs += [
             (
                 dpid,
                 ofmsg.flow_delete_by_cookie(
-                    dp, cookie=layout.ROUTING_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK
+                    cookie=layout.ROUTING_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK
                 ),
             ),
-            (dpid, ofmsg.group_delete(dp)),
+            (dpid, ofmsg.group_delete()),
         ]
         if self.config.flowlet_gap_us is not None:
             msgs.append((dpid, ofmsg.set_select_mode(
-                dp, group_id=None, flowlet_gap_us=self.config.flowlet_gap_us)))
+                group_id=None, flowlet_gap_us=self.config.flowlet_gap_us)))
         msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
-        to_ctrl = (ofmsg.ACTION_OUTPUT, dp.ofproto.OFPP_CONTROLLER)
+        to_ctrl = (ofmsg.ACTION_OUTPUT, ofmsg.OFPP_CONTROLLER)
         # (priority, match, actions) of the flows every switch gets on connect.
         base_flows = [
             (layout.PRIO_PUNT, {"eth_type": ofmsg.ETH_TYPE_LLDP}, [to_ctrl]),
@@ -371,15 +399,15 @@ class RoutingManager:
             (layout.PRIO_DEFAULT_DROP, {}, []),
         ]
         msgs += [
-            (dpid, ofmsg.flow_add(dp, priority=prio, match=match, action_specs=acts, **common))
+            (dpid, ofmsg.flow_add(priority=prio, match=match, action_specs=acts, **common))
             for prio, match, acts in base_flows
         ]
-        msgs.append((dpid, ofmsg.port_desc_request(dp)))
+        msgs.append((dpid, ofmsg.port_desc_request()))
         msgs += self._lldp_out(dpid, sorted(sw.ports))
         sw.next_lldp_s = now + self.config.lldp_burst_interval_s
         self._event(now, "switch_enter", dpid=dpid)
         LOG.info("switch %016x entered with ports %s", dpid, sorted(sw.ports))
-        msgs += self._changed(now)
+        msgs += self.resync(now)
         return msgs
 
     def switch_leave(self, dpid: int, now: float) -> Msgs:
@@ -392,7 +420,7 @@ class RoutingManager:
         self._barriers = {k: v for k, v in self._barriers.items() if k[0] != dpid}
         self._event(now, "switch_leave", dpid=dpid)
         LOG.info("switch %016x left", dpid)
-        return self._changed(now)
+        return self.resync(now)
 
     def port_desc(self, dpid: int, ports: Iterable[PortInfo], now: float) -> Msgs:
         """A PortDesc reply (part): update the live ports, LLDP on new ones, drop links on dead ones."""
@@ -409,7 +437,7 @@ class RoutingManager:
         LLDP goes out of it immediately.
         """
         sw = self._switches.get(dpid)
-        if sw is None or port.port_no > sw.dp.ofproto.OFPP_MAX:
+        if sw is None or port.port_no > ofmsg.OFPP_MAX:
             return []
         if port.live and not deleted:
             was_live = port.port_no in sw.ports
@@ -423,7 +451,7 @@ class RoutingManager:
             if (dpid, port.port_no) in (src, dst):
                 self._remove_link(src, now)
                 changed = True
-        return self._changed(now) if changed else []
+        return self.resync(now) if changed else []
 
     def barrier_reply(self, dpid: int, xid: int, now: float) -> Msgs:
         """A barrier reply: everything sent to ``dpid`` before it is in place."""
@@ -521,7 +549,7 @@ class RoutingManager:
                 self._event(
                     now, "host_removed", ip=host.ip, mac=host.mac, dpid=host.dpid, port=host.port
                 )
-        return self._changed(now)
+        return self.resync(now)
 
     def _arp_in(self, dpid: int, in_port: int, info: ofmsg.ArpInfo, now: float) -> Msgs:
         if self._is_fabric_port(dpid, in_port) or info.src_mac == layout.CONTROLLER_MAC:
@@ -554,7 +582,7 @@ class RoutingManager:
                 now, "host_learned", ip=host.ip, mac=host.mac, dpid=host.dpid, port=host.port
             )
             LOG.info("host %s %s at %016x:%d", host.ip, host.mac, host.dpid, host.port)
-            msgs += self._changed(now)
+            msgs += self.resync(now)
         for pending in self._pending.pop(host.ip, []):
             if pending.expires_s >= now and pending.requester.dpid in self._switches:
                 msgs.append(self._arp_reply(pending.requester, host))
@@ -569,8 +597,7 @@ class RoutingManager:
             dst_mac=requester.mac,
             dst_ip=requester.ip,
         )
-        dp = self._switches[requester.dpid].dp
-        return requester.dpid, ofmsg.packet_out(dp, data=frame, ports=[requester.port])
+        return requester.dpid, ofmsg.packet_out(data=frame, ports=[requester.port])
 
     def _arp_flood(self, target_ip: str, exclude: PortKey) -> Msgs:
         # An ARP probe (sender IP 0.0.0.0, RFC 5227) from the controller's own MAC:
@@ -587,7 +614,7 @@ class RoutingManager:
             ports = [p for p in self.edge_ports(dpid) if (dpid, p) != exclude]
             if ports:
                 msgs.append(
-                    (dpid, ofmsg.packet_out(self._switches[dpid].dp, data=frame, ports=ports))
+                    (dpid, ofmsg.packet_out(data=frame, ports=ports))
                 )
         return msgs
 
@@ -612,7 +639,7 @@ class RoutingManager:
             LOG.info("link %016x:%d expired", *src)
             self._remove_link(src, now)
         if expired:
-            msgs += self._changed(now)
+            msgs += self.resync(now)
         for ip in list(self._pending):
             alive = [p for p in self._pending[ip] if p.expires_s >= now]
             if alive:
@@ -620,6 +647,8 @@ class RoutingManager:
             else:
                 del self._pending[ip]
                 self._flooded_s.pop(ip, None)
+        if self._extension is not None:
+            msgs += self._extension.tick(now)
         return msgs
 
     def next_wakeup_s(self) -> Optional[float]:
@@ -657,14 +686,14 @@ class RoutingManager:
                 self._peer_packet_ins_at_lldp[(dpid, port)] = seen
             src_mac = sw.ports.get(port) or "02:00:00:00:00:00"
             frame = ofmsg.lldp_frame(dpid=dpid, port_no=port, src_mac=src_mac)
-            msgs.append((dpid, ofmsg.packet_out(sw.dp, data=frame, ports=[port])))
+            msgs.append((dpid, ofmsg.packet_out(data=frame, ports=[port])))
         return msgs
 
     def _barrier(self, dpid: int, version: int) -> Any:
         xid = self._next_xid
-        self._next_xid = BARRIER_XID_BASE + ((self._next_xid + 1 - BARRIER_XID_BASE) % 0x3FFF_FFFF)
+        self._next_xid = layout.ROUTING_BARRIER_XIDS.next(xid)
         self._barriers[(dpid, xid)] = version
-        return ofmsg.barrier(self._switches[dpid].dp, xid=xid)
+        return ofmsg.barrier(xid=xid)
 
     def _graph(self) -> nx.DiGraph:
         g = nx.DiGraph()
@@ -705,19 +734,27 @@ class RoutingManager:
                 result[dpid][host.ip] = ("ecmp", ports)
         return result
 
-    def _changed(self, now: float) -> Msgs:
-        """Bump the topology version, send every switch its difference and a barrier."""
+    def resync(self, now: float) -> Msgs:
+        """Bump the topology version, send every switch its difference and a barrier.
+
+        Routing calls it on every change it sees; an extension calls it when
+        what it adds to every switch changed (bucket weights).
+        """
         self.topology_version += 1
+        view = None
+        if self._extension is not None:
+            view = self.view(now)
+            self._extension.before_resync(view, now)
         routes = self.routes()
         msgs: Msgs = []
         for dpid in sorted(self._switches):
-            msgs += self._sync_switch(dpid, routes.get(dpid, {}))
+            msgs += self._sync_switch(dpid, routes.get(dpid, {}), view, now)
             msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         return msgs
 
-    def _sync_switch(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
+    def _sync_switch(self, dpid: int, routes: Mapping[str, Route],
+                     view: Optional[RoutingView], now: float) -> Msgs:
         sw = self._switches[dpid]
-        dp = sw.dp
         wanted_sets: Set[FrozenSet[int]] = {r[1] for r in routes.values() if r[0] == "ecmp"}
         group_adds: Msgs = []
         for ports in sorted(wanted_sets, key=sorted):
@@ -725,10 +762,10 @@ class RoutingManager:
             if gid is None:
                 gid = sw.gid_by_ports[ports] = sw.next_gid
                 sw.next_gid += 1
-            weights = self._bucket_weights(dpid, sorted(ports))
+            weights = self._bucket_weights(view, dpid, sorted(ports), now)
             if gid not in sw.groups or sw.group_weights.get(gid) != weights:
                 group_adds.append((dpid, ofmsg.select_group(
-                    dp, group_id=gid, ports=sorted(ports), weights=weights,
+                    group_id=gid, ports=sorted(ports), weights=weights,
                     modify=gid in sw.groups)))
                 sw.groups[gid] = ports
                 sw.group_weights[gid] = weights
@@ -752,32 +789,32 @@ class RoutingManager:
                 continue
             builder = ofmsg.flow_add if old is None else ofmsg.flow_modify_strict
             flow_msgs.append(
-                (dpid, builder(dp, match=_host_match(ip), action_specs=acts, **common))
+                (dpid, builder(match=_host_match(ip), action_specs=acts, **common))
             )
             sw.flows[ip] = acts
         for ip in sorted(set(sw.flows) - set(routes)):
-            flow_msgs.append((dpid, ofmsg.flow_delete_strict(dp, match=_host_match(ip), **common)))
+            flow_msgs.append((dpid, ofmsg.flow_delete_strict(match=_host_match(ip), **common)))
             del sw.flows[ip]
         group_dels: Msgs = []
         for gid, ports in sorted(sw.groups.items()):
             if ports not in wanted_sets:
-                group_dels.append((dpid, ofmsg.group_delete(dp, group_id=gid)))
+                group_dels.append((dpid, ofmsg.group_delete(group_id=gid)))
                 del sw.groups[gid]
                 del sw.gid_by_ports[ports]
                 sw.group_weights.pop(gid, None)
         # Make before break: new groups, then flows (routing's, then another app's that
         # use routing's groups), then the groups nothing points to any more.
-        return group_adds + flow_msgs + self._app_flows(dpid, routes) + group_dels
+        app_flows: Msgs = []
+        if self._extension is not None and view is not None:
+            app_flows = self._extension.switch_flows(view, dpid, routes, dict(sw.flows), now)
+        return group_adds + flow_msgs + app_flows + group_dels
 
-    # ------------------------------------------------------------------ hooks for apps built on routing
-
-    def _bucket_weights(self, dpid: int, ports: Sequence[int]) -> Tuple[int, ...]:
-        """Weights of a SELECT group's buckets (one per port, ascending): equal in routing."""
-        return (1,) * len(ports)
-
-    def _app_flows(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
-        """Messages of an app built on routing, after routing's flows at ``dpid`` changed."""
-        return []
+    def _bucket_weights(self, view: Optional[RoutingView], dpid: int, ports: Sequence[int],
+                        now: float) -> Tuple[int, ...]:
+        """Weights of a SELECT group's buckets (one per port, ascending): equal unless extended."""
+        if self._extension is None or view is None:
+            return (1,) * len(ports)
+        return self._extension.bucket_weights(view, dpid, ports, now)
 
 
 # ---------------------------------------------------------------------------- os-ken shim
@@ -799,15 +836,25 @@ def _port_info(dp: Any, port: Any) -> PortInfo:
 
 
 class RoutingApp(app_manager.OSKenApp):
-    """os-ken shim around ``RoutingManager``: one handler per event, a tick thread, the status file."""
+    """os-ken shim around ``RoutingManager``: one handler per event, a tick thread, the status file.
+
+    It is the ``routing`` service (``routing_api.ROUTING_SERVICE``): after
+    every batch of messages whose handling moved the topology version it
+    sends ``EventRoutingChanged`` with the new view to its observers, and it
+    answers ``EventRoutingViewRequest``.  An app that extends routing (adaptive
+    routing) subclasses it only to attach its manager (``make_extension``) and
+    to add handlers that go through ``handle``.
+    """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _EVENTS = [EventRoutingChanged]
     TICK_S = 0.05
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.name = ROUTING_SERVICE
         opts = app_options()
-        self._mgr = self._make_manager(
+        self.manager = RoutingManager(
             RoutingConfig(
                 lldp_interval_s=opts.lldp_interval_s,
                 expect_switches=opts.expect_switches,
@@ -816,31 +863,27 @@ class RoutingApp(app_manager.OSKenApp):
                 flowlet_gap_us=opts.flowlet_gap_us,
             )
         )
+        self.make_extension(self.manager)
         self._status_file = opts.status_file
         self._lock = threading.Lock()
         self._dps: Dict[int, Any] = {}
         self._last_status: Optional[str] = None
+        self._published_version: Optional[int] = None
         self._running = True
         self._write_status()
 
-    def _make_manager(self, config: RoutingConfig) -> RoutingManager:
-        """The manager this shim drives (an app built on routing returns its own)."""
-        return RoutingManager(config)
+    def make_extension(self, routing: RoutingManager) -> None:
+        """Attach a ``RoutingExtension`` to ``routing`` (an app that extends routing does)."""
 
-    @property
-    def topology_version(self) -> int:
-        """The manager's topology version (an int read: no lock needed to poll it)."""
-        return self._mgr.topology_version
+    def handle(self, dp: Any, call: Callable[[float], Msgs]) -> None:
+        """Run ``call(now)`` under the lock if ``dp`` is the switch's current connection; send.
 
-    def topology_snapshot(self) -> Dict[str, Any]:
-        """What routing discovered, copied under its lock, for apps beside it (aggregation).
-
-        Returns ``version`` (the topology version), ``switches`` (dpid -> live
-        port -> MAC), ``links`` (directed ``(dpid, port, dpid, port)``) and
-        ``hosts`` (``Host`` records).
+        The one way in for handlers of an app that extends routing, so that
+        its manager sees events in the same order as routing's.
         """
         with self._lock:
-            return self._mgr.snapshot()
+            if self._dps.get(dp.id) is dp:
+                self._apply(call(time.time()))
 
     def start(self) -> Any:
         thread = super().start()
@@ -858,13 +901,22 @@ class RoutingApp(app_manager.OSKenApp):
             dp = self._dps.get(dpid)
             if dp is None:
                 continue
-            dp.send_msg(msg)
+            dp.send_msg(ofmsg.bound(msg, dp))
         self._write_status()
+        self._publish()
+
+    def _publish(self) -> None:
+        """Tell observers (aggregation) about a new topology version, with its view."""
+        version = self.manager.topology_version
+        if version == self._published_version:
+            return
+        self._published_version = version
+        self.send_event_to_observers(EventRoutingChanged(self.manager.view(time.time())))
 
     def _write_status(self) -> None:
         if not self._status_file:
             return
-        status = self._mgr.status()
+        status = self.manager.status()
         text = json.dumps(status, sort_keys=True)
         if text == self._last_status:
             return
@@ -874,10 +926,16 @@ class RoutingApp(app_manager.OSKenApp):
     def _tick_loop(self) -> None:
         while self._running:
             with self._lock:
-                self._apply(self._mgr.tick(time.time()))
+                self._apply(self.manager.tick(time.time()))
             hub.sleep(self.TICK_S)
 
     # -- handlers, one per event
+
+    @set_ev_cls(EventRoutingViewRequest)
+    def view_request_handler(self, req: EventRoutingViewRequest) -> None:
+        with self._lock:
+            view = self.manager.view(time.time())
+        self.reply_to_request(req, EventRoutingViewReply(req.src, view))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def state_change_handler(self, ev: Any) -> None:
@@ -886,28 +944,24 @@ class RoutingApp(app_manager.OSKenApp):
             if ev.state == MAIN_DISPATCHER:
                 self._dps[dp.id] = dp
                 ports = [_port_info(dp, p) for p in dp.ports.values()]
-                self._apply(self._mgr.switch_enter(dp, ports, time.time()))
+                self._apply(self.manager.switch_enter(dp.id, ports, time.time()))
             elif ev.state == DEAD_DISPATCHER and dp.id is not None and self._dps.get(dp.id) is dp:
                 del self._dps[dp.id]
-                self._apply(self._mgr.switch_leave(dp.id, time.time()))
+                self._apply(self.manager.switch_leave(dp.id, time.time()))
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     def port_desc_handler(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        with self._lock:
-            if self._dps.get(dp.id) is dp:
-                ports = [_port_info(dp, p) for p in ev.msg.body]
-                self._apply(self._mgr.port_desc(dp.id, ports, time.time()))
+        ports = [_port_info(dp, p) for p in ev.msg.body]
+        self.handle(dp, lambda now: self.manager.port_desc(dp.id, ports, now))
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def port_status_handler(self, ev: Any) -> None:
         msg = ev.msg
         dp = msg.datapath
-        with self._lock:
-            if self._dps.get(dp.id) is dp:
-                deleted = msg.reason == dp.ofproto.OFPPR_DELETE
-                info = _port_info(dp, msg.desc)
-                self._apply(self._mgr.port_status(dp.id, info, time.time(), deleted=deleted))
+        deleted = msg.reason == dp.ofproto.OFPPR_DELETE
+        info = _port_info(dp, msg.desc)
+        self.handle(dp, lambda now: self.manager.port_status(dp.id, info, now, deleted=deleted))
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def packet_in_handler(self, ev: Any) -> None:
@@ -916,17 +970,14 @@ class RoutingApp(app_manager.OSKenApp):
         in_port = msg.match.get("in_port")
         if in_port is None:
             return
-        with self._lock:
-            if self._dps.get(dp.id) is dp:
-                self._apply(self._mgr.packet_in(dp.id, in_port, bytes(msg.data), time.time()))
+        data = bytes(msg.data)
+        self.handle(dp, lambda now: self.manager.packet_in(dp.id, in_port, data, now))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply_handler(self, ev: Any) -> None:
         msg = ev.msg
         dp = msg.datapath
-        with self._lock:
-            if self._dps.get(dp.id) is dp:
-                self._apply(self._mgr.barrier_reply(dp.id, msg.xid, time.time()))
+        self.handle(dp, lambda now: self.manager.barrier_reply(dp.id, msg.xid, now))
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def error_handler(self, ev: Any) -> None:

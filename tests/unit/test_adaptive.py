@@ -1,8 +1,9 @@
 """The adaptive controller (controllers/adaptive.py) on emu's own pipelines (no root).
 
-The manager drives a simulated k=4 fat-tree whose switches are real emu
-pipelines (`PipelineFabric`); its statistics requests are answered by those
-pipelines, and "traffic" is frames traced hop by hop through them, so the
+Routing's manager, with the adaptive manager attached as its extension,
+drives a simulated k=4 fat-tree whose switches are real emu pipelines
+(`PipelineFabric`); the adaptive manager's statistics requests are answered by
+those pipelines, and "traffic" is frames traced hop by hop through them, so the
 counters the manager reads are the ones the frames bumped.
 """
 
@@ -36,7 +37,9 @@ POLL_S = 1.0
 
 
 class StatsFabric(PipelineFabric):
-    """PipelineFabric whose ports report a speed and whose stats replies reach the manager."""
+    """PipelineFabric whose ports report a speed and whose stats replies reach adaptive."""
+
+    adaptive = None  # the AdaptiveManager attached to self.mgr, if any
 
     def ports_of(self, dpid):
         return [PortInfo(p.port_no, p.hw_addr, p.live, NIC_BPS) for p in super().ports_of(dpid)]
@@ -53,23 +56,23 @@ class StatsFabric(PipelineFabric):
             reply = decode(raw)
             if isinstance(reply, parser.OFPFlowStatsReply):
                 stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in reply.body]
-                super().deliver(self.mgr.flow_stats(dpid, stats, self.now))
+                super().deliver(self.adaptive.flow_stats(dpid, stats, self.now))
             elif isinstance(reply, parser.OFPPortStatsReply):
                 stats = [(s.port_no, s.tx_bytes) for s in reply.body]
-                super().deliver(self.mgr.port_stats(dpid, stats, self.now))
+                super().deliver(self.adaptive.port_stats(dpid, stats, self.now))
 
 
-def build(mgr_cls=AdaptiveManager, **adaptive) -> StatsFabric:
-    routing = RoutingConfig(expect_switches=20, expect_links=32, expect_hosts=16)
-    if mgr_cls is AdaptiveManager:
-        mgr = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=POLL_S, **adaptive))
-    else:
-        mgr = mgr_cls(routing)
-    fab = StatsFabric(fat_tree(4), mgr)
+def build(adaptive: bool = True, expect_hosts: int = 16, **config) -> StatsFabric:
+    """Routing on a k=4 fat-tree, with the adaptive manager attached unless ``adaptive`` is False."""
+    routing = RoutingManager(RoutingConfig(expect_switches=20, expect_links=32,
+                                           expect_hosts=expect_hosts))
+    fab = StatsFabric(fat_tree(4), routing)
+    if adaptive:
+        fab.adaptive = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=POLL_S, **config))
     fab.start()
     fab.settle()
     _learn_all_hosts(fab)
-    assert mgr.converged()
+    assert fab.mgr.converged() == (expect_hosts <= 16)
     return fab
 
 
@@ -85,7 +88,7 @@ def send(fab, pairs, frames: int = 10) -> None:
 
 
 def run_polls(fab, pairs, polls: int) -> None:
-    """Traffic for `polls` poll intervals, the manager ticking through them."""
+    """Traffic for `polls` poll intervals, routing (and adaptive with it) ticking through them."""
     for _ in range(polls):
         send(fab, pairs)
         fab.now += POLL_S
@@ -114,22 +117,23 @@ def test_pair_monitors_count_every_pair_at_its_source_switch() -> None:
 @pytest.mark.parametrize("n", [4, 8])
 def test_stride_elephants_get_link_disjoint_paths(n: int) -> None:
     pairs = stride(fab := build(), n)
-    ecmp = build(RoutingManager)
+    ecmp = build(adaptive=False)
     assert max(links_used(ecmp, pairs).values()) >= 2  # hashing collides (seeded per switch)
     run_polls(fab, pairs, 3)
-    mgr = fab.mgr
+    mgr = fab.adaptive
     ips = {h: fab.graph.nodes[h]["ip"] for h in hosts_of(fab)}
     assert set(mgr.placements) == {(ips[s], ips[d]) for s, d in pairs}
     assert all(pl.demand == pytest.approx(1.0) for pl in mgr.placements.values())
     # Through the real pipelines: no link carries two elephants.
     used = links_used(fab, pairs)
     assert max(used.values()) == 1, [k for k, v in used.items() if v > 1]
-    assert mgr.status()["adaptive"]["placed_total"] == 16
+    assert fab.mgr.status()["adaptive"]["placed_total"] == 16
     # Each elephant's ACKs (the reverse pair, a mouse) come back along its own
     # path, so they too are spread one stream per link, not hashed onto a few.
     # (Under stride 8 of 16 hosts every reverse pair is an elephant itself.)
     mice = [(s, d) for s, d in pairs if (d, s) not in pairs]
-    assert len(mgr.status()["adaptive"]["reverse_pinned"]) == len(mice) == (16 if n == 4 else 0)
+    assert len(fab.mgr.status()["adaptive"]["reverse_pinned"]) == len(mice) == (
+        16 if n == 4 else 0)
     for src, dst in mice:
         forward = fab.trace(src, dst, sport=40000)
         assert fab.trace(dst, src, sport=5201) == forward[::-1]
@@ -141,7 +145,7 @@ def test_reverse_pairs_are_hashed_when_pinning_is_off() -> None:
     fab = build(pin_reverse=False)
     pairs = stride(fab, 4)
     run_polls(fab, pairs, 3)
-    assert len(fab.mgr.placements) == 16
+    assert len(fab.adaptive.placements) == 16
     assert fab.mgr.status()["adaptive"]["reverse_pinned"] == []
 
 
@@ -149,11 +153,11 @@ def test_quiet_elephants_go_back_to_ecmp_and_their_groups_go() -> None:
     fab = build()
     pairs = stride(fab, 4)
     run_polls(fab, pairs, 3)
-    assert len(fab.mgr.placements) == 16
+    assert len(fab.adaptive.placements) == 16
     assert any(gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values()
                for gid in pl.groups)
     run_polls(fab, [], 4)
-    assert fab.mgr.placements == {}
+    assert fab.adaptive.placements == {}
     assert not any(gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values()
                    for gid in pl.groups)
     assert not any(e.priority == layout.PRIO_ELEPHANT for pl in fab.pipelines.values()
@@ -176,19 +180,19 @@ def test_an_elephant_fails_over_in_the_switch_then_is_unplaced() -> None:
     assert (a, b) not in zip(moved, moved[1:]) and moved[-1] == path[-1]
     fab.set_link(a, b, up=False)
     ip_pair = (fab.graph.nodes[src]["ip"], fab.graph.nodes[dst]["ip"])
-    assert ip_pair not in fab.mgr.placements
+    assert ip_pair not in fab.adaptive.placements
     assert any(e["kind"] == "elephant_unplaced" and e["why"] == "path_lost"
                for e in fab.mgr.status()["events"])
 
 
 def test_hot_and_flapping_ports_lose_weight_in_select_groups() -> None:
     fab = build()
-    mgr = fab.mgr
+    mgr, routing = fab.adaptive, fab.mgr
     edge = fab.dpid["e0_0"]
     up0, up1 = fab.port[("e0_0", "a0_0")], fab.port[("e0_0", "a0_1")]
 
     def weights():
-        [(gid, ports)] = [(g, p) for g, p in mgr.installed_groups(edge).items()
+        [(gid, ports)] = [(g, p) for g, p in routing.installed_groups(edge).items()
                           if p == frozenset({up0, up1})]
         buckets = fab.pipelines[edge].groups[gid].buckets
         return {b.watch_port: b.weight for b in buckets}
@@ -210,7 +214,7 @@ def test_hot_and_flapping_ports_lose_weight_in_select_groups() -> None:
     fab.settle(ticks=5)
     fab.deliver(mgr.schedule(fab.now))
     assert weights() == {up0: WEIGHT_NORMAL, up1: WEIGHT_FLAPPING}
-    fab.now += mgr.config.flap_window_s + 1
+    fab.now += routing.config.flap_window_s + 1
     fab.settle(ticks=20, step_s=0.2)
     fab.deliver(mgr.schedule(fab.now))
     assert weights() == {up0: WEIGHT_NORMAL, up1: WEIGHT_NORMAL}
@@ -236,3 +240,16 @@ def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="poll_interval_s"):
         AdaptiveConfig(poll_interval_s=0)
     assert ofp.OFPGT_FF == 3  # the elephant hops' group type (layout's table says so)
+
+
+def test_an_unconverged_manager_asks_for_no_statistics() -> None:
+    """Hedera's scheduler waits for routing: no polling while routing has not converged."""
+    fab = build(expect_hosts=17)  # 16 exist
+    assert not fab.mgr.converged()
+    sent_before = len(fab.sent)
+    for _ in range(3):
+        fab.now += POLL_S
+        fab.deliver(fab.mgr.tick(fab.now))
+    stats = [m for _d, m in fab.sent[sent_before:]
+             if isinstance(m, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest))]
+    assert stats == []

@@ -1,8 +1,9 @@
 """The aggregation manager (controllers/aggregation.py) on topologies routing discovered.
 
 Routing's manager discovers a simulated leaf/spine or k=4 fat-tree (`SimFabric`);
-its snapshot is the topology the aggregation manager builds trees on, exactly
-as the app does beside routing in the controller.
+its view (``RoutingManager.view``, what ``EventRoutingChanged`` carries and
+``get_view`` returns) is the topology the aggregation manager builds trees on,
+exactly as the app does beside routing in the controller.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from controllers.routing import RoutingConfig, RoutingManager
 from emu.proto import ofext
 
 from .test_routing import SimFabric, _learn_all_hosts, fat_tree, leaf_spine
+
+NOW = 2000.0
 
 
 def _discovered(graph) -> SimFabric:
@@ -44,13 +47,13 @@ def fattree() -> SimFabric:
 
 def _manager(fab: SimFabric, slots: int = 1024) -> AggregationManager:
     mgr = AggregationManager(slots_per_switch=slots)
-    for dp in fab.dps.values():
-        assert mgr.switch_enter(dp) == []
+    for dpid in fab.dpids:
+        assert mgr.switch_enter(dpid, fab.now) == []
     return mgr
 
 
 def _topo(fab: SimFabric) -> Topology:
-    return Topology.from_snapshot(fab.mgr.snapshot())
+    return Topology.from_view(fab.mgr.view(fab.now))
 
 
 def _ips(fab: SimFabric, *hosts: str) -> list:
@@ -86,7 +89,7 @@ def _name(fab: SimFabric, dpid: int) -> str:
 def test_leaf_spine_tree_is_rooted_at_a_spine(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine)
     hosts = _ips(leafspine, "h1", "h2", "h3", "h4")
-    job, msgs = mgr.register(_topo(leafspine), hosts, nslots=64)
+    job, msgs = mgr.register(_topo(leafspine), hosts, NOW, nslots=64)
     configs = _configs(msgs)
     assert set(configs) == set(job.tree)
     root = _name(leafspine, job.root)
@@ -117,8 +120,8 @@ def test_leaf_spine_tree_is_rooted_at_a_spine(leafspine: SimFabric) -> None:
 def test_concurrent_jobs_spread_over_spines(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine)
     hosts = _ips(leafspine, "h1", "h2", "h3", "h4")
-    first, _ = mgr.register(_topo(leafspine), hosts, nslots=64)
-    second, _ = mgr.register(_topo(leafspine), hosts[:2], nslots=64)
+    first, _ = mgr.register(_topo(leafspine), hosts, NOW, nslots=64)
+    second, _ = mgr.register(_topo(leafspine), hosts[:2], NOW, nslots=64)
     assert first.job_id != second.job_id and first.job_ip != second.job_ip
     assert first.root != second.root
     free = mgr.free_slots()
@@ -130,15 +133,15 @@ def test_fat_tree_roots_by_span(fattree: SimFabric) -> None:
     mgr = _manager(fattree)
     topo = _topo(fattree)
     # Same edge switch: the edge switch alone reduces.
-    job, _ = mgr.register(topo, _ips(fattree, "h1", "h2"))
+    job, _ = mgr.register(topo, _ips(fattree, "h1", "h2"), NOW)
     assert list(job.tree) == [fattree.dpid["e0_0"]]
     assert {c.port for c in job.tree[job.root].children} == {
         fattree.port[("e0_0", "h1")], fattree.port[("e0_0", "h2")]}
     # Same pod: an aggregation switch of that pod.
-    job, _ = mgr.register(topo, _ips(fattree, "h1", "h3"))
+    job, _ = mgr.register(topo, _ips(fattree, "h1", "h3"), NOW)
     assert _name(fattree, job.root).startswith("a0_") and len(job.tree) == 3
     # Across pods: a core switch, through one aggregation switch per pod.
-    job, _ = mgr.register(topo, _ips(fattree, "h1", "h5", "h9", "h13"))
+    job, _ = mgr.register(topo, _ips(fattree, "h1", "h5", "h9", "h13"), NOW)
     names = sorted(_name(fattree, d) for d in job.tree)
     assert _name(fattree, job.root).startswith("c")
     assert sorted(n.split("_")[0] for n in names if n[0] in "ae") == \
@@ -152,13 +155,13 @@ def test_fat_tree_roots_by_span(fattree: SimFabric) -> None:
 def test_refused_when_slots_run_out(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine, slots=100)
     hosts = _ips(leafspine, "h1", "h2", "h3", "h4")
-    mgr.register(_topo(leafspine), hosts, nslots=64)
+    mgr.register(_topo(leafspine), hosts, NOW, nslots=64)
     with pytest.raises(JobRefused, match="refused: .*fewer than 64 free slots"):
-        mgr.register(_topo(leafspine), hosts, nslots=64)
+        mgr.register(_topo(leafspine), hosts, NOW, nslots=64)
     # A smaller job still fits, on the spine the first one left free.
-    job, _ = mgr.register(_topo(leafspine), hosts, nslots=36)
+    job, _ = mgr.register(_topo(leafspine), hosts, NOW, nslots=36)
     assert mgr.free_slots()[leafspine.dpid["l1"]] == 0
-    msgs = mgr.unregister(job.job_id)
+    msgs = mgr.unregister(job.job_id, NOW)
     deletes = [m for _, m in msgs if getattr(m, "command", None) == ofp.OFPFC_DELETE]
     assert len(deletes) == len(job.tree)
     assert all(m.cookie == layout.AGGREGATION_COOKIE | job.job_id for m in deletes)
@@ -170,15 +173,15 @@ def test_refused_when_slots_run_out(leafspine: SimFabric) -> None:
 def test_bad_registrations_name_the_problem(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine)
     with pytest.raises(JobError, match=r"unknown host\(s\) \['10.9.9.9'\]"):
-        mgr.register(_topo(leafspine), ["10.9.9.9", _ips(leafspine, "h1")[0]])
+        mgr.register(_topo(leafspine), ["10.9.9.9", _ips(leafspine, "h1")[0]], NOW)
     with pytest.raises(JobError, match="at least 2 hosts"):
-        mgr.register(_topo(leafspine), _ips(leafspine, "h1"))
+        mgr.register(_topo(leafspine), _ips(leafspine, "h1"), NOW)
     with pytest.raises(JobError, match="listed twice"):
-        mgr.register(_topo(leafspine), _ips(leafspine, "h1", "h1"))
+        mgr.register(_topo(leafspine), _ips(leafspine, "h1", "h1"), NOW)
     with pytest.raises(JobError, match="nslots=0"):
-        mgr.register(_topo(leafspine), _ips(leafspine, "h1", "h2"), nslots=0)
+        mgr.register(_topo(leafspine), _ips(leafspine, "h1", "h2"), NOW, nslots=0)
     with pytest.raises(JobError, match="unknown job 77"):
-        mgr.unregister(77)
+        mgr.unregister(77, NOW)
     assert mgr.jobs == {}
 
 
@@ -192,12 +195,12 @@ def _without_cable(topo: Topology, fab: SimFabric, a: str, b: str) -> Topology:
 def test_tree_rebuilt_when_a_tree_link_fails(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine)
     topo = _topo(leafspine)
-    job, _ = mgr.register(topo, _ips(leafspine, "h1", "h2", "h3", "h4"))
+    job, _ = mgr.register(topo, _ips(leafspine, "h1", "h2", "h3", "h4"), NOW)
     old_root = _name(leafspine, job.root)
-    assert mgr.topology_changed(topo) == []  # nothing on the tree changed
+    assert mgr.topology_changed(topo, NOW) == []  # nothing on the tree changed
     broken = _without_cable(topo, leafspine, "l3", old_root)
     assert job.epoch == 0
-    msgs = mgr.topology_changed(broken)
+    msgs = mgr.topology_changed(broken, NOW)
     assert job.rebuilds == 1 and job.state == "active"
     # Fresh slots everywhere: an all-reduce in flight must start over.
     assert job.epoch == 1 and job.describe()["epoch"] == 1
@@ -216,9 +219,9 @@ def test_tree_rebuilt_when_a_tree_link_fails(leafspine: SimFabric) -> None:
 def test_job_fails_when_no_tree_is_left(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine)
     topo = _topo(leafspine)
-    job, _ = mgr.register(topo, _ips(leafspine, "h1", "h2"))
+    job, _ = mgr.register(topo, _ips(leafspine, "h1", "h2"), NOW)
     cut = _without_cable(_without_cable(topo, leafspine, "l1", "s1"), leafspine, "l1", "s2")
-    msgs = mgr.topology_changed(cut)
+    msgs = mgr.topology_changed(cut, NOW)
     assert job.state == "failed" and "tree lost" in job.reason
     assert {getattr(m, "exp_type", None) for _, m in msgs} >= {ofext.EXP_AGG_JOB_DEL}
     assert mgr.free_slots()[leafspine.dpid["l1"]] == 1024
@@ -226,13 +229,13 @@ def test_job_fails_when_no_tree_is_left(leafspine: SimFabric) -> None:
 
 def test_restarted_switch_gets_its_part_again(leafspine: SimFabric) -> None:
     mgr = _manager(leafspine)
-    job, _ = mgr.register(_topo(leafspine), _ips(leafspine, "h1", "h2"))
+    job, _ = mgr.register(_topo(leafspine), _ips(leafspine, "h1", "h2"), NOW)
     leaf = leafspine.dpid["l2"]
-    mgr.switch_leave(leaf)
-    msgs = mgr.switch_enter(leafspine.dps[leaf])
+    mgr.switch_leave(leaf, NOW)
+    msgs = mgr.switch_enter(leaf, NOW)
     assert set(_configs(msgs)) == {leaf} and set(_steering(msgs)) == {leaf}
     assert job.epoch == 1  # its engine lost the job's slots
     # A switch outside the tree gets nothing, and the job's epoch stays.
     other = leafspine.dpid["l4"]
-    assert mgr.switch_enter(leafspine.dps[other]) == []
+    assert mgr.switch_enter(other, NOW) == []
     assert job.state == "active" and job.epoch == 1

@@ -45,7 +45,7 @@ class SimFabric:
         self.peer: Dict[Tuple[int, int], Tuple[int, int]] = {}
         self.host_at: Dict[Tuple[int, int], Tuple[str, str]] = {}  # (dpid, port) -> (ip, mac)
         self.host_loc: Dict[str, Tuple[int, int]] = {}
-        self.dps: Dict[int, StubDatapath] = {}
+        self.dpids: List[int] = []
         self.hold_barriers = False
         self.held: List[Tuple[int, int]] = []
         # Switches whose packet-ins wait (a backed-up channel): (dpid, port, frame), in order.
@@ -56,7 +56,7 @@ class SimFabric:
         switches = sorted(n for n, d in graph.nodes(data=True) if d["kind"] == "switch")
         for i, name in enumerate(switches, start=1):
             self.dpid[name] = i
-            self.dps[i] = StubDatapath(i)
+            self.dpids.append(i)
         for name in switches:
             for p, nb in enumerate(sorted(graph.neighbors(name)), start=1):
                 self.port[(name, nb)] = p
@@ -81,8 +81,8 @@ class SimFabric:
         ]
 
     def start(self) -> None:
-        for dpid in sorted(self.dps):
-            self.deliver(self.mgr.switch_enter(self.dps[dpid], self.ports_of(dpid), self.now))
+        for dpid in self.dpids:
+            self.deliver(self.mgr.switch_enter(dpid, self.ports_of(dpid), self.now))
 
     def settle(self, ticks: int = 3, step_s: float = 0.1) -> None:
         for _ in range(ticks):
@@ -226,7 +226,7 @@ def test_leaf_spine_discovers_every_link(leaf_spine_fab: SimFabric) -> None:
     assert fab.mgr.links == expected
     assert len(expected) == 16
     assert fab.mgr.cable_count() == 8
-    assert fab.mgr.switches == sorted(fab.dps)
+    assert fab.mgr.switches == fab.dpids
 
 
 def test_leaf_spine_hosts_and_ecmp(leaf_spine_fab: SimFabric) -> None:
@@ -252,7 +252,7 @@ def test_converged_status_file(leaf_spine_fab: SimFabric, tmp_path: Any) -> None
     st = json.loads(path.read_text())
     assert st["converged"] is True
     assert st["installed_version"] == st["topology_version"] > 0
-    assert st["switches"] == sorted(fab.dps)
+    assert st["switches"] == fab.dpids
     assert len(st["links"]) == 16 and all(len(link) == 4 for link in st["links"])
     assert {h["ip"] for h in st["hosts"]} == {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}
     assert set(st["hosts"][0]) == {"ip", "mac", "dpid", "port"}
@@ -333,13 +333,13 @@ def test_a_switch_that_connects_after_a_flood_gets_the_next_one_at_once() -> Non
     mgr = RoutingManager(RoutingConfig(arp_flood_holddown_s=0.5))
     fab = SimFabric(leaf_spine(), mgr)
     h4_leaf = fab.host_loc["h4"][0]
-    early = [d for d in sorted(fab.dps) if d != h4_leaf]
+    early = [d for d in fab.dpids if d != h4_leaf]
     for dpid in early:
-        fab.deliver(mgr.switch_enter(fab.dps[dpid], fab.ports_of(dpid), fab.now))
+        fab.deliver(mgr.switch_enter(dpid, fab.ports_of(dpid), fab.now))
     fab.host_arp("h1", "10.0.0.4")  # flooded, but h4's leaf is not connected yet
     assert "10.0.0.4" not in {h.ip for h in mgr.hosts}
     fab.now += 0.1  # well inside the holddown
-    fab.deliver(mgr.switch_enter(fab.dps[h4_leaf], fab.ports_of(h4_leaf), fab.now))
+    fab.deliver(mgr.switch_enter(h4_leaf, fab.ports_of(h4_leaf), fab.now))
     fab.sent.clear()
     fab.host_arp("h1", "10.0.0.4")  # h1 asks again
     probed = {(d, a.port) for d, m in fab.sent if isinstance(m, PARSER.OFPPacketOut)
@@ -350,7 +350,7 @@ def test_a_switch_that_connects_after_a_flood_gets_the_next_one_at_once() -> Non
 
 
 def _all_groups_avoid(fab: SimFabric, dead: List[Tuple[int, int]]) -> None:
-    for dpid in fab.dps:
+    for dpid in fab.dpids:
         for gid, ports in fab.mgr.installed_groups(dpid).items():
             for d, p in dead:
                 assert not (d == dpid and p in ports), (
@@ -467,7 +467,7 @@ def test_switch_reconnect_resyncs_with_cookie_and_group_delete(leaf_spine_fab: S
     fab = leaf_spine_fab
     dpid = fab.dpid["l2"]
     fab.sent.clear()
-    fab.deliver(fab.mgr.switch_enter(fab.dps[dpid], fab.ports_of(dpid), fab.now))
+    fab.deliver(fab.mgr.switch_enter(dpid, fab.ports_of(dpid), fab.now))
     first = [m for d, m in fab.sent if d == dpid][:2]
     assert isinstance(first[0], PARSER.OFPFlowMod) and first[0].command == OFP.OFPFC_DELETE
     assert (
@@ -481,8 +481,7 @@ def test_switch_reconnect_resyncs_with_cookie_and_group_delete(leaf_spine_fab: S
 
 
 def test_select_group_buckets_watch_their_port() -> None:
-    dp = StubDatapath(1)
-    msg = ofmsg.select_group(dp, group_id=7, ports=[3, 1])
+    msg = ofmsg.select_group(group_id=7, ports=[3, 1])
     msg.set_xid(1)
     msg.serialize()
     assert msg.type == OFP.OFPGT_SELECT
@@ -490,10 +489,26 @@ def test_select_group_buckets_watch_their_port() -> None:
         (1, 1, 1),
         (1, 3, 3),
     ]
-    ff = ofmsg.fast_failover_group(dp, group_id=8, ports=[3, 1])
+    ff = ofmsg.fast_failover_group(group_id=8, ports=[3, 1])
     ff.set_xid(2)
     ff.serialize()
     assert [b.watch_port for b in ff.buckets] == [3, 1]
+
+
+def test_messages_built_without_a_datapath_encode_as_bound_ones() -> None:
+    """Faucet style: managers build unbound; the shim binds the switch's datapath to send."""
+    unbound = ofmsg.flow_add(cookie=layout.ROUTING_COOKIE, table_id=0, priority=7,
+                             match={"eth_type": 0x0800}, action_specs=[("output", 2)])
+    assert unbound.datapath is ofmsg.UNBOUND
+    unbound.set_xid(5)
+    unbound.serialize()
+    bound = ofmsg.bound(ofmsg.flow_add(cookie=layout.ROUTING_COOKIE, table_id=0, priority=7,
+                                       match={"eth_type": 0x0800},
+                                       action_specs=[("output", 2)]), StubDatapath(9))
+    assert bound.datapath.id == 9
+    bound.set_xid(5)
+    bound.serialize()
+    assert bytes(bound.buf) == bytes(unbound.buf)
 
 
 def test_lldp_round_trip_and_guard() -> None:
