@@ -217,6 +217,10 @@ class AdaptiveManager:
         # placements: every switch's flow sync reads it.
         self._pinned: Dict[Pair, Tuple[Hop, ...]] = {}
         self._next_poll_s: Optional[float] = None
+        # Hedera's scheduler starts once the fabric has been built (routing converged
+        # once); after that it keeps working through failures, when placement matters
+        # most (a link down leaves routing unconverged until the cable is back).
+        self._started = False
         self.placed_total = 0
         self.unplaced_total = 0
         routing.attach(self)
@@ -251,13 +255,16 @@ class AdaptiveManager:
     # ------------------------------------------------------------------ periodic work
 
     def tick(self, now: float) -> Msgs:
-        """Scheduling and a statistics round every poll interval, once routing converged.
+        """Scheduling and a statistics round every poll interval, from when routing first
+        converged on.
 
         Routing calls it after its own periodic work (``RoutingManager.tick``).
         """
         if self._next_poll_s is None:
             self._next_poll_s = now + self.adaptive.poll_interval_s
-        if now < self._next_poll_s or not self.routing.converged():
+        if not self._started:
+            self._started = self.routing.converged()
+        if now < self._next_poll_s or not self._started:
             return []
         self._next_poll_s = now + self.adaptive.poll_interval_s
         msgs = self.schedule(now)

@@ -35,7 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 from emu.host.data import DTYPES, dtype_name, is_int
 from emu.host.ring import DEFAULT_SLICE_BYTES
 from emu.mgmt import MgmtError
-from emu.net import Fabric, wait_for
+from emu.net import Fabric
+from emu.registry import wait_for
 from emu.traffic.rdma import RdmaHosts, fabric_nics
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from emu import mgmt, realtime
-from emu.net import Fabric, wait_for
+from emu.net import Fabric
+from emu.registry import wait_for
 
 AGENT_READY_TIMEOUT_S = 20.0
 

@@ -253,3 +253,19 @@ def test_an_unconverged_manager_asks_for_no_statistics() -> None:
     stats = [m for _d, m in fab.sent[sent_before:]
              if isinstance(m, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest))]
     assert stats == []
+
+
+def test_once_converged_a_link_down_does_not_stop_the_statistics_rounds() -> None:
+    """Failures are when placement matters: a cut cable leaves routing unconverged
+    (fewer links than expected), and Hedera's rounds go on."""
+    fab = build()
+    fab.settle(ticks=1)   # adaptive sees the converged fabric once
+    dpid, port = min(fab.peer)
+    fab.deliver(fab.mgr.port_status(dpid, PortInfo(port, "02:00:00:00:00:00", False), fab.now))
+    assert not fab.mgr.converged()
+    sent_before = len(fab.sent)
+    for _ in range(2):   # the first round may be due only one interval after start
+        fab.now += POLL_S
+        fab.deliver(fab.mgr.tick(fab.now))
+    stats = [m for _d, m in fab.sent[sent_before:] if isinstance(m, parser.OFPPortStatsRequest)]
+    assert len(stats) >= 20   # a round asks every switch of the k=4 fat-tree
