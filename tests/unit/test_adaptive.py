@@ -28,9 +28,7 @@ from controllers.adaptive import (
 from controllers.routing import PortInfo, RoutingConfig, RoutingManager
 from emu.switch.openflow import reply_bytes
 
-from .test_openflow import decode
-from .test_routing import _learn_all_hosts, fat_tree
-from .test_routing_on_pipeline import PipelineFabric, hosts_of
+from .fakes import PipelineFabric, decode, fat_tree, hosts_of, learn_all_hosts
 
 NIC_BPS = 16_000  # small, so that a few traced frames make an elephant
 POLL_S = 1.0
@@ -71,7 +69,7 @@ def build(adaptive: bool = True, expect_hosts: int = 16, **config) -> StatsFabri
         fab.adaptive = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=POLL_S, **config))
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     assert fab.mgr.converged() == (expect_hosts <= 16)
     return fab
 

@@ -20,7 +20,7 @@ from scapy.packet import Raw
 from emu.proto import agg, ofext
 from emu.switch import openflow
 
-from .test_openflow import decode, encode
+from .fakes import decode, encode
 
 HOST_MAC, JOB_MAC = "02:00:00:00:00:01", "02:00:00:00:aa:01"
 HOST_IP, JOB_IP = "10.0.0.1", "10.255.0.1"

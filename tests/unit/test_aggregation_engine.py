@@ -20,45 +20,30 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
-from emu import config
 from emu.proto import agg, ofext
 from emu.switch.aggregation import AggEngine, AggNoSlots
-from emu.switch.buffer import SharedBuffer
-from emu.switch.datapath import DEFAULT_DSCP_TO_PRIO, Datapath
 from emu.switch.match import OFError
 from emu.switch.openflow import OpenFlowSession, SwitchModel, reply_bytes
 from emu.switch.pipeline import Pipeline
-from emu.switch.ports import OFPPC_PORT_DOWN, PortState
-from emu.switch.scheduler import PortScheduler
+from emu.switch.ports import OFPPC_PORT_DOWN
 
-from .test_openflow import decode, encode, errors
+from .fakes import (
+    HELLO,
+    HOSTS,
+    JOB,
+    JOB_IP,
+    JOB_MAC,
+    LEAF_AT,
+    UP,
+    Tree,
+    decode,
+    encode,
+    errors,
+    lite_datapath,
+    switch_ports,
+)
 
-JOB, JOB_IP, JOB_MAC = 1, "10.255.0.1", "02:00:00:00:aa:01"
-HOSTS = {  # name: (leaf, port, mac, ip, rank)
-    "h1": ("leaf1", 1, "02:00:00:00:00:01", "10.0.0.1", 0),
-    "h2": ("leaf1", 2, "02:00:00:00:00:02", "10.0.0.2", 1),
-    "h3": ("leaf2", 1, "02:00:00:00:00:03", "10.0.0.3", 2),
-    "h4": ("leaf2", 2, "02:00:00:00:00:04", "10.0.0.4", 3),
-}
-UP = 3         # a leaf's port towards the root
 OTHER = 4      # a port of every switch that is in no tree
-LEAF_AT = {"leaf1": 1, "leaf2": 2}  # the root's port to each leaf
-
-
-def mkports(sw: int, n: int = 4) -> dict[int, PortState]:
-    return {i: PortState(i, f"s{sw}-eth{i}", bytes([2, 0, 0, 0, sw, i]), 10**8)
-            for i in range(1, n + 1)}
-
-
-def leaf_job(leaf: str, nslots: int) -> ofext.AggJobSet:
-    kids = tuple(ofext.AggChild(port, mac, ip) for lf, port, mac, ip, _r in HOSTS.values()
-                 if lf == leaf)
-    return ofext.AggJobSet(JOB, nslots, False, UP, JOB_IP, JOB_MAC, kids)
-
-
-def root_job(nslots: int) -> ofext.AggJobSet:
-    kids = tuple(ofext.AggChild(port, JOB_MAC, JOB_IP) for port in LEAF_AT.values())
-    return ofext.AggJobSet(JOB, nslots, True, 0, JOB_IP, JOB_MAC, kids)
 
 
 def host_frame(host: str, seq: int, data: np.ndarray, nslots: int, job: int = JOB,
@@ -68,58 +53,6 @@ def host_frame(host: str, seq: int, data: np.ndarray, nslots: int, job: int = JO
     payload = data.astype(agg.WIRE_DTYPES[dtype]).tobytes()
     return agg.AggTemplate(mac, JOB_MAC, ip, JOB_IP).frame(kind, dtype, job, seq, seq % nslots,
                                                            payload, rank=rank)
-
-
-class Tree:
-    """leaf1, leaf2 and root engines; frames in flight in a pool; hosts' inboxes."""
-
-    def __init__(self, nslots: int = 4, rng: random.Random | None = None) -> None:
-        self.nslots = nslots
-        self.rng = rng
-        self.engines = {"leaf1": AggEngine(mkports(1)), "leaf2": AggEngine(mkports(2)),
-                        "root": AggEngine(mkports(3))}
-        self.engines["leaf1"].job_set(leaf_job("leaf1", nslots))
-        self.engines["leaf2"].job_set(leaf_job("leaf2", nslots))
-        self.engines["root"].job_set(root_job(nslots))
-        self.links: dict[tuple[str, int], tuple[str, int]] = {}
-        for h, (leaf, port, *_rest) in HOSTS.items():
-            self.links[(leaf, port)] = (h, 0)
-            self.links[(h, 0)] = (leaf, port)
-        for leaf, rport in LEAF_AT.items():
-            self.links[(leaf, UP)] = ("root", rport)
-            self.links[("root", rport)] = (leaf, UP)
-        self.pool: list[tuple[str, int, bytes, str, int]] = []  # dst, in_port, frame, src, port
-        self.inbox: dict[str, list[agg.AggPacket]] = {h: [] for h in HOSTS}
-        self.lose = lambda src, port, pkt: False   # set by tests: drop a frame in flight
-        self.sent: list[tuple[str, int, bytes]] = []
-
-    def send(self, host: str, frame: bytes) -> None:
-        self.pool.append((*self.links[(host, 0)], frame, host, 0))
-
-    def step(self) -> None:
-        i = self.rng.randrange(len(self.pool)) if self.rng else 0
-        dst, in_port, frame, _src, _port = self.pool.pop(i)
-        if dst in self.inbox:
-            self.inbox[dst].append(agg.parse(frame))
-            return
-        for port, out, queue in self.engines[dst].receive(in_port, frame, 0.0):
-            assert queue is None
-            self.sent.append((dst, port, out))
-            if self.lose(dst, port, agg.parse(out)):
-                continue
-            self.pool.append((*self.links[(dst, port)], out, dst, port))
-
-    def run(self, on_result=None) -> None:
-        while self.pool:
-            before = {h: len(v) for h, v in self.inbox.items()}
-            self.step()
-            if on_result is not None:
-                for h, box in self.inbox.items():
-                    for pkt in box[before[h]:]:
-                        on_result(h, pkt)
-
-    def counters(self, sw: str) -> dict:
-        return self.engines[sw].report()["jobs"][str(JOB)]
 
 
 def chunks(rng: np.random.Generator, nseq: int, dtype: str) -> list[dict[str, np.ndarray]]:
@@ -365,7 +298,7 @@ def test_stale_seq_dropped() -> None:
 
 def root_with_hosts(nslots: int = 4) -> AggEngine:
     """A one-switch tree: the root's children are h1 (port 1) and h2 (port 2)."""
-    eng = AggEngine(mkports(1))
+    eng = AggEngine(switch_ports(1))
     kids = tuple(ofext.AggChild(port, mac, ip) for lf, port, mac, ip, _r in HOSTS.values()
                  if lf == "leaf1")
     eng.job_set(ofext.AggJobSet(JOB, nslots, True, 0, JOB_IP, JOB_MAC, kids))
@@ -486,7 +419,7 @@ def small_job(job_id: int, nslots: int) -> ofext.AggJobSet:
 
 
 def test_slot_pool_exhaustion_replace_and_delete() -> None:
-    eng = AggEngine(mkports(1), total_slots=16)
+    eng = AggEngine(switch_ports(1), total_slots=16)
     eng.job_set(small_job(1, 10))
     with pytest.raises(AggNoSlots) as exc:
         eng.job_set(small_job(2, 8))
@@ -528,7 +461,7 @@ def test_replacing_a_job_resets_its_state() -> None:
 ], ids=["root-with-parent", "no-parent", "unknown-parent", "unknown-child", "parent-is-child",
         "child-twice"])
 def test_bad_ports_refused(spec: ofext.AggJobSet) -> None:
-    eng = AggEngine(mkports(1))
+    eng = AggEngine(switch_ports(1))
     with pytest.raises(OFError) as exc:
         eng.job_set(spec)
     assert (exc.value.type, exc.value.code) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
@@ -561,7 +494,7 @@ def steer(pl: Pipeline) -> None:
 
 
 def test_flow_steers_aggregation_frames_to_agg_port() -> None:
-    pl = Pipeline(ports=mkports(1))
+    pl = Pipeline(ports=switch_ports(1))
     steer(pl)
     frame = host_frame("h1", 0, np.arange(4, dtype=np.int32), 4)
     for _ in range(2):  # the slow path, then the microflow cache
@@ -572,23 +505,8 @@ def test_flow_steers_aggregation_frames_to_agg_port() -> None:
     assert pl.dropped_port_down == 0
 
 
-def lite_datapath(ports: dict[int, PortState], pipeline: Pipeline, engine: AggEngine) -> Datapath:
-    """A Datapath with its queues, buffer and engine but no sockets (for `_enqueue`)."""
-    dp = Datapath.__new__(Datapath)
-    qos = config.parse_qos({})
-    dp.name, dp.ports, dp.pipeline, dp.agg, dp.agg_errors = "s1", ports, pipeline, engine, 0
-    dp.schedulers = {n: PortScheduler(rate_bps=pt.rate_bps) for n, pt in ports.items()}
-    dp.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
-                             {n: pt.rate_bps for n, pt in ports.items()})
-    dp.wd_drop, dp.busy, dp.watchdog_drops, dp.tx_due = set(), set(), 0, float("inf")
-    dp.dscp_to_prio = [0] * 64
-    for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
-        dp.dscp_to_prio[dscp] = prio
-    return dp
-
-
 def test_datapath_hands_agg_port_outputs_to_the_engine_and_queues_on_priority_3() -> None:
-    ports = mkports(1)
+    ports = switch_ports(1)
     pl = Pipeline(ports=ports)
     steer(pl)
     eng = AggEngine(ports)
@@ -616,11 +534,9 @@ def test_datapath_hands_agg_port_outputs_to_the_engine_and_queues_on_priority_3(
 
 # ----- the OpenFlow agent ------------------------------------------------------------------
 
-HELLO = bytes.fromhex("0400000800000001")
-
 
 def session(total_slots: int = 16) -> OpenFlowSession:
-    ports = mkports(1, 6)
+    ports = switch_ports(1, 6)
     model = SwitchModel(0x1234, Pipeline(ports=ports),
                         agg=AggEngine(ports, total_slots=total_slots))
     s = OpenFlowSession(model, is_controller_channel=True)

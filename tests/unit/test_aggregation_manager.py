@@ -22,7 +22,7 @@ from controllers.aggregation import (
 from controllers.routing import RoutingConfig, RoutingManager
 from emu.proto import ofext
 
-from .test_routing import SimFabric, _learn_all_hosts, fat_tree, leaf_spine
+from .fakes import SimFabric, fat_tree, leaf_spine, learn_all_hosts
 
 NOW = 2000.0
 
@@ -31,7 +31,7 @@ def _discovered(graph) -> SimFabric:
     fab = SimFabric(graph, RoutingManager(RoutingConfig()))
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     return fab
 
 

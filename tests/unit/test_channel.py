@@ -21,8 +21,7 @@ from emu.switch.channel import Channels, OFChannel
 from emu.switch.openflow import Reply, Transmit
 from emu.switch.ports import OFPPC_PORT_DOWN
 
-from .test_aggregation_engine import lite_datapath
-from .test_openflow import HELLO, decode, encode, frame, mkmodel
+from .fakes import HELLO, decode, encode, frame, lite_datapath, mkmodel
 
 
 def recv_some(conn: socket.socket, timeout_s: float = 2.0) -> bytes:

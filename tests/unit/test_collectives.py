@@ -27,8 +27,7 @@ from emu.traffic import rdma
 from emu.traffic.collectives import AllReduceResult, nccl_header, nccl_row, nccl_table
 from emu.traffic.rdma import RdmaHosts
 
-from .test_ring import numpy_sum
-from .test_rnic import RATE, A, B, pair, run
+from .fakes import RATE, A, B, numpy_sum, pair, run
 
 # ----------------------------------------------------------------- payloads in frames
 

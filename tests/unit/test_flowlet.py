@@ -11,8 +11,20 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 
 from emu.proto import ofext
 from emu.switch.openflow import OpenFlowSession, reply_bytes
-from tests.unit.test_openflow import decode, encode, errors, mkmodel, session
-from tests.unit.test_pipeline import bucket, flow, group, out, select_pipeline, udp
+
+from .fakes import (
+    bucket,
+    decode,
+    encode,
+    errors,
+    flow,
+    group,
+    mkmodel,
+    out,
+    select_pipeline,
+    session,
+    udp,
+)
 
 GAP_S = 0.010
 

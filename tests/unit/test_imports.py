@@ -1,4 +1,5 @@
-"""How emu's modules import each other: no circle, and process hygiene has one home.
+"""How emu's modules import each other: no circle, process hygiene has one home,
+and no test module imports another (shared test helpers live in tests/unit/fakes.py).
 
 Reads the source with `ast` (nothing is imported), so that a function-level
 import counts as much as a module-level one: an import deferred into a
@@ -142,3 +143,42 @@ def test_process_hygiene_has_one_home():
         "die_with_parent": ["emu/registry.py"],
         "prctl": ["emu/registry.py"],
     }, homes
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """`path:line imports name` for every import, in a test_*.py under `root`, of another one."""
+    mods = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    found = []
+    for module, path in mods.items():
+        if not path.name.startswith("test_"):
+            continue
+        for name, line, _top in _imported_names(module, path):
+            target = _resolve(name, mods)
+            if target and target != module and mods[target].name.startswith("test_"):
+                found.append(f"{path.relative_to(root.parent)}:{line} imports {target}")
+    return list(dict.fromkeys(found))  # one line per imported module, not per name
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/unit/fakes.py, never in a test module others import."""
+    assert imports_of_test_modules(REPO / "tests") == []
+
+
+def test_the_checker_sees_a_test_importing_another(tmp_path):
+    pkg = tmp_path / "tests"
+    (pkg / "unit").mkdir(parents=True)
+    for name in ("__init__.py", "unit/__init__.py", "unit/fakes.py", "unit/test_b.py"):
+        (pkg / name).write_text("X = 1\n")
+    (pkg / "unit" / "test_a.py").write_text(
+        "from .fakes import X\nfrom .test_b import X\n\n\ndef f():\n    from . import test_b\n")
+    (pkg / "unit" / "test_c.py").write_text("import tests.unit.test_b\n")
+    assert imports_of_test_modules(pkg) == [
+        "tests/unit/test_a.py:2 imports tests.unit.test_b",
+        "tests/unit/test_a.py:6 imports tests.unit.test_b",
+        "tests/unit/test_c.py:1 imports tests.unit.test_b",
+    ]

@@ -17,11 +17,8 @@ import time
 
 import os_ken
 import pytest
-from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
 from emu.switch.openflow import (
     FlowsRemoved,
@@ -32,47 +29,16 @@ from emu.switch.openflow import (
     Transmit,
     reply_bytes,
 )
-from emu.switch.pipeline import PacketIn, Pipeline
-from emu.switch.ports import OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN, PortState
+from emu.switch.pipeline import PacketIn
+from emu.switch.ports import OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN
+
+from .fakes import decode, encode, errors, frame, mkmodel, session
 
 GOLDEN = pathlib.Path(os_ken.__file__).parent / "tests" / "packet_data" / "of13"
-HELLO = bytes.fromhex("0400000800000001")
 
 
 def golden(name: str) -> bytes:
     return (GOLDEN / name).read_bytes()
-
-
-def mkmodel(**kw) -> SwitchModel:
-    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-             for i in range(1, 7)}
-    return SwitchModel(0x1234, Pipeline(ports=ports), **kw)
-
-
-def session(model: SwitchModel | None = None) -> OpenFlowSession:
-    s = OpenFlowSession(model or mkmodel(), is_controller_channel=True)
-    assert s.feed(HELLO, 0.0) == []
-    return s
-
-
-def decode(msg: bytes):
-    return ofproto_parser.msg(None, *ofproto_parser.header(msg), msg)
-
-
-def encode(msg) -> bytes:
-    class _DP:
-        ofproto = ofp
-        ofproto_parser = p
-    msg.datapath = _DP()
-    msg.serialize()
-    return bytes(msg.buf)
-
-
-def errors(replies: list) -> list[tuple[int, int]]:
-    """(type, code) of every OFPT_ERROR among replies (bytes) or a session's effects."""
-    msgs = [r.data if isinstance(r, Reply) else r for r in replies
-            if isinstance(r, (Reply, bytes))]
-    return [(m.type, m.code) for m in map(decode, msgs) if isinstance(m, p.OFPErrorMsg)]
 
 
 # ----- golden vectors -----------------------------------------------------------------
@@ -190,10 +156,6 @@ def add_flow_msg(xid: int = 5, **kw) -> bytes:
     m = p.OFPFlowMod(None, priority=kw.pop("priority", 10), **kw)
     m.xid = xid
     return encode(m)
-
-
-def frame() -> bytes:
-    return bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1, dport=2) / b"abc")
 
 
 def test_flow_mod_then_flow_stats_roundtrip() -> None:

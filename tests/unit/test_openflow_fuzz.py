@@ -32,7 +32,7 @@ from emu.switch.openflow import (
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 
-from .test_openflow import encode
+from .fakes import encode
 
 HELLO = bytes.fromhex("0400000800000001")
 ECHO = bytes.fromhex("0402000c0000004261626364")

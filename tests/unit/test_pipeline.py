@@ -14,37 +14,7 @@ from emu.switch import parse
 from emu.switch.pipeline import OFError, Pipeline
 from emu.switch.ports import OFPPC_NO_FWD, PortState
 
-
-def mkports(n: int = 5) -> dict[int, PortState]:
-    return {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-            for i in range(1, n + 1)}
-
-
-def flow(pl: Pipeline, match: dict, actions: list | None = None, *, table: int = 0,
-         prio: int = 10, instructions: list | None = None, cmd: int = ofp.OFPFC_ADD,
-         **kw) -> list:
-    if instructions is None:
-        instructions = [p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions or [])]
-    mod = p.OFPFlowMod(None, table_id=table, priority=prio, command=cmd,
-                       match=p.OFPMatch(**match), instructions=instructions, **kw)
-    return pl.flow_mod(mod, kw.pop("now", 0.0))
-
-
-def out(port: int, max_len: int = ofp.OFPCML_NO_BUFFER) -> p.OFPActionOutput:
-    return p.OFPActionOutput(port, max_len)
-
-
-def group(pl: Pipeline, gid: int, gtype: int, buckets: list, cmd: int = ofp.OFPGC_ADD) -> list:
-    return pl.group_mod(p.OFPGroupMod(None, cmd, gtype, gid, buckets))
-
-
-def bucket(actions: list, weight: int = 1, watch_port: int = ofp.OFPP_ANY) -> p.OFPBucket:
-    return p.OFPBucket(weight, watch_port, ofp.OFPG_ANY, actions)
-
-
-def udp(sport: int = 1000, dst: str = "10.0.0.2", **kw) -> bytes:
-    return bytes(Ether(src="00:00:00:00:00:01", dst="00:00:00:00:00:02")
-                 / IP(src="10.0.0.1", dst=dst, **kw) / UDP(sport=sport, dport=4791) / (b"x" * 32))
+from .fakes import bucket, flow, group, mkports, out, select_pipeline, udp
 
 
 def ports_of(outs: list) -> list[int]:
@@ -298,14 +268,6 @@ def test_cache_invalidation_on_flow_add_and_liveness() -> None:
 
 
 # ----- groups ------------------------------------------------------------------------
-
-
-def select_pipeline(seed: int = 0, queue_bytes=None) -> tuple[Pipeline, dict]:
-    ports = mkports(5)
-    pl = Pipeline(seed=seed, ports=ports, queue_bytes=queue_bytes)
-    group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(i)], watch_port=i) for i in range(2, 6)])
-    flow(pl, {}, [p.OFPActionGroup(1)])
-    return pl, ports
 
 
 def spread(pl: Pipeline) -> dict[int, int]:

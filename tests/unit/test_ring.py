@@ -16,6 +16,8 @@ import emu.host.ring
 from emu.host.data import expected_sum, rank_input
 from emu.host.ring import RingAllReduce
 
+from .fakes import numpy_sum
+
 
 @pytest.mark.parametrize("module", [emu.host.ring, emu.host.data])
 def test_doctests_pass(module):
@@ -42,13 +44,6 @@ def run_ring(arrays, slice_bytes, seed=0):
         wires[nxt].extend(out)
         sent[nxt].extend(out)
     return ring, sent
-
-
-def numpy_sum(arrays):
-    stack = np.stack(arrays)
-    if stack.dtype == np.int32:
-        return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
-    return stack.astype(np.float64).sum(axis=0)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8, 16])

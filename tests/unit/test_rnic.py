@@ -4,44 +4,9 @@ import pytest
 
 from emu import fidelity
 from emu.fidelity import early_departure_s
-from emu.host.rnic import NicConfig, Rnic
 from emu.proto import pfc, roce
-from emu.switch.parse import set_ip_ecn
 
-RATE = 20_000_000
-A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
-B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
-
-
-def pair(**kw):
-    a, b = Rnic(NicConfig(rate_bps=RATE, **A, **kw)), Rnic(NicConfig(rate_bps=RATE, **B, **kw))
-    a.connect(1, 7, B["mac"], B["ip"], 49152, 0.0)
-    b.connect(7, 1, A["mac"], A["ip"], 49153, 0.0)
-    return a, b
-
-
-def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False,
-        repeat=lambda i, f: False, step=1e-4):
-    """Move frames a->b (and replies b->a) until `until`; returns frames a sent.
-
-    The i-th frame a sends is lost (`drop`), CE-marked (`mark`) or delivered twice (`repeat`).
-    """
-    now, sent = 0.0, 0
-    while now < until:
-        for f in b.tick(now):
-            a.receive(f, now)
-        frame = a.next_frame(now)
-        while frame is not None:
-            sent += 1
-            if not drop(sent, frame):
-                if mark(sent, frame):
-                    frame = set_ip_ecn(frame, roce.ECN_CE)
-                for _ in range(2 if repeat(sent, frame) else 1):
-                    for reply in b.receive(frame, now):
-                        a.receive(reply, now)
-            frame = a.next_frame(now)
-        now += step
-    return sent
+from .fakes import RATE, B, pair, run
 
 
 def test_message_completes_and_is_paced_at_link_rate():

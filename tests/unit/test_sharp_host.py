@@ -16,7 +16,7 @@ import pytest
 from emu.host.sharp import SharpAllReduce
 from emu.proto import agg
 
-from .test_aggregation_engine import HOSTS, JOB, JOB_IP, JOB_MAC, LEAF_AT, Tree
+from .fakes import HOSTS, JOB, JOB_IP, JOB_MAC, LEAF_AT, Tree
 
 RATE_BPS = 10e6
 
@@ -233,7 +233,7 @@ def test_frames_on_the_nic_are_on_its_fidelity_clock() -> None:
     from emu.host.rnic import WIRE_CATCH_UP_S, NicConfig, Rnic
     from emu.host.sharp import SharpOnNic
 
-    from .test_rnic import A
+    from .fakes import A
 
     nic = Rnic(NicConfig(rate_bps=RATE_BPS, dcqcn=False, **A), now=0.0)
     spec = SimpleNamespace(options={"job_id": JOB, "job_ip": JOB_IP, "job_mac": JOB_MAC,
@@ -274,7 +274,7 @@ def test_sequence_numbers_are_the_nics_and_keep_growing_across_all_reduces() -> 
     from emu.host.rnic import NicConfig, Rnic
     from emu.host.sharp import SharpOnNic
 
-    from .test_rnic import A, B
+    from .fakes import A, B
 
     def spec(job_id: int) -> SimpleNamespace:
         return SimpleNamespace(options={"job_id": job_id, "job_ip": JOB_IP, "job_mac": JOB_MAC,
