@@ -64,8 +64,7 @@ HELLO = bytes.fromhex("0400000800000001")
 
 
 def mkmodel(**kw) -> SwitchModel:
-    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-             for i in range(1, 7)}
+    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8) for i in range(1, 7)}
     return SwitchModel(0x1234, Pipeline(ports=ports), **kw)
 
 
@@ -83,6 +82,7 @@ def encode(msg) -> bytes:
     class _DP:
         ofproto = ofp
         ofproto_parser = p
+
     msg.datapath = _DP()
     msg.serialize()
     return bytes(msg.buf)
@@ -90,8 +90,7 @@ def encode(msg) -> bytes:
 
 def errors(replies: list) -> list[tuple[int, int]]:
     """(type, code) of every OFPT_ERROR among replies (bytes) or a session's effects."""
-    msgs = [r.data if isinstance(r, Reply) else r for r in replies
-            if isinstance(r, (Reply, bytes))]
+    msgs = [r.data if isinstance(r, Reply) else r for r in replies if isinstance(r, (Reply, bytes))]
     return [(m.type, m.code) for m in map(decode, msgs) if isinstance(m, p.OFPErrorMsg)]
 
 
@@ -103,17 +102,33 @@ def frame() -> bytes:
 
 
 def mkports(n: int = 5) -> dict[int, PortState]:
-    return {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-            for i in range(1, n + 1)}
+    return {
+        i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8) for i in range(1, n + 1)
+    }
 
 
-def flow(pl: Pipeline, match: dict, actions: list | None = None, *, table: int = 0,
-         prio: int = 10, instructions: list | None = None, cmd: int = ofp.OFPFC_ADD,
-         **kw) -> list:
+def flow(
+    pl: Pipeline,
+    match: dict,
+    actions: list | None = None,
+    *,
+    table: int = 0,
+    prio: int = 10,
+    instructions: list | None = None,
+    cmd: int = ofp.OFPFC_ADD,
+    **kw,
+) -> list:
     if instructions is None:
         instructions = [p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions or [])]
-    mod = p.OFPFlowMod(None, table_id=table, priority=prio, command=cmd,
-                       match=p.OFPMatch(**match), instructions=instructions, **kw)
+    mod = p.OFPFlowMod(
+        None,
+        table_id=table,
+        priority=prio,
+        command=cmd,
+        match=p.OFPMatch(**match),
+        instructions=instructions,
+        **kw,
+    )
     return pl.flow_mod(mod, kw.pop("now", 0.0))
 
 
@@ -130,8 +145,12 @@ def bucket(actions: list, weight: int = 1, watch_port: int = ofp.OFPP_ANY) -> p.
 
 
 def udp(sport: int = 1000, dst: str = "10.0.0.2", **kw) -> bytes:
-    return bytes(Ether(src="00:00:00:00:00:01", dst="00:00:00:00:00:02")
-                 / IP(src="10.0.0.1", dst=dst, **kw) / UDP(sport=sport, dport=4791) / (b"x" * 32))
+    return bytes(
+        Ether(src="00:00:00:00:00:01", dst="00:00:00:00:00:02")
+        / IP(src="10.0.0.1", dst=dst, **kw)
+        / UDP(sport=sport, dport=4791)
+        / (b"x" * 32)
+    )
 
 
 def select_pipeline(seed: int = 0, queue_bytes=None) -> tuple[Pipeline, dict]:
@@ -333,8 +352,11 @@ class PipelineFabric(SimFabric):
         self.sessions = {}
         self.pipelines = {}
         for name, dpid in self.dpid.items():
-            ports = {p: PortState(p, f"{name}-eth{p}", bytes(6), 10**9)
-                     for (n, _nb), p in self.port.items() if n == name}
+            ports = {
+                p: PortState(p, f"{name}-eth{p}", bytes(6), 10**9)
+                for (n, _nb), p in self.port.items()
+                if n == name
+            }
             pipeline = Pipeline(seed=dpid, ports=ports)
             session = OpenFlowSession(SwitchModel(dpid, pipeline))
             session.feed(struct.pack("!BBHI", 4, ofp.OFPT_HELLO, 8, 1), 0.0)
@@ -343,7 +365,7 @@ class PipelineFabric(SimFabric):
 
     def deliver(self, msgs):
         super().deliver(msgs)
-        for dpid, msg in self.sent[self.applied:]:
+        for dpid, msg in self.sent[self.applied :]:
             for reply in reply_bytes(self.sessions[dpid].feed(bytes(msg.buf), self.now)):
                 assert reply[1] != OFPT_ERROR, f"switch {dpid} rejected {msg}: {reply.hex()}"
         self.applied = len(self.sent)
@@ -353,14 +375,19 @@ class PipelineFabric(SimFabric):
             dpid, port = self.dpid[x], self.port[(x, y)]
             self.pipelines[dpid].ports[port].link_up = up
             self.pipelines[dpid].invalidate()
-            self.deliver(self.mgr.port_status(dpid, PortInfo(port, "02:00:00:00:00:00", up),
-                                              self.now))
+            self.deliver(
+                self.mgr.port_status(dpid, PortInfo(port, "02:00:00:00:00:00", up), self.now)
+            )
 
     def trace(self, src: str, dst: str, sport: int = 4791) -> list[str]:
         """The switches a UDP frame src -> dst crosses; asserts it reaches dst's port."""
         s, d = self.graph.nodes[src], self.graph.nodes[dst]
-        frame = bytes(Ether(src=s["mac"], dst="02:00:00:00:00:ff") /
-                      IP(src=s["ip"], dst=d["ip"]) / UDP(sport=sport, dport=4791) / (b"x" * 32))
+        frame = bytes(
+            Ether(src=s["mac"], dst="02:00:00:00:00:ff")
+            / IP(src=s["ip"], dst=d["ip"])
+            / UDP(sport=sport, dport=4791)
+            / (b"x" * 32)
+        )
         names = {v: k for k, v in self.dpid.items()}
         dpid, port = self.host_loc[src]
         path = []
@@ -380,8 +407,9 @@ class PipelineFabric(SimFabric):
 
 
 def hosts_of(fab):
-    return sorted((n for n, d in fab.graph.nodes(data=True) if d["kind"] == "host"),
-                  key=lambda h: int(h[1:]))
+    return sorted(
+        (n for n, d in fab.graph.nodes(data=True) if d["kind"] == "host"), key=lambda h: int(h[1:])
+    )
 
 
 # ----- a two-level aggregation tree -----------------------------------------------
@@ -398,20 +426,22 @@ HOSTS = {  # name: (leaf, port, mac, ip, rank)
 }
 
 
-UP = 3         # a leaf's port towards the root
+UP = 3  # a leaf's port towards the root
 
 
 LEAF_AT = {"leaf1": 1, "leaf2": 2}  # the root's port to each leaf
 
 
 def switch_ports(sw: int, n: int = 4) -> dict[int, PortState]:
-    return {i: PortState(i, f"s{sw}-eth{i}", bytes([2, 0, 0, 0, sw, i]), 10**8)
-            for i in range(1, n + 1)}
+    return {
+        i: PortState(i, f"s{sw}-eth{i}", bytes([2, 0, 0, 0, sw, i]), 10**8) for i in range(1, n + 1)
+    }
 
 
 def leaf_job(leaf: str, nslots: int) -> ofext.AggJobSet:
-    kids = tuple(ofext.AggChild(port, mac, ip) for lf, port, mac, ip, _r in HOSTS.values()
-                 if lf == leaf)
+    kids = tuple(
+        ofext.AggChild(port, mac, ip) for lf, port, mac, ip, _r in HOSTS.values() if lf == leaf
+    )
     return ofext.AggJobSet(JOB, nslots, False, UP, JOB_IP, JOB_MAC, kids)
 
 
@@ -426,8 +456,11 @@ class Tree:
     def __init__(self, nslots: int = 4, rng: random.Random | None = None) -> None:
         self.nslots = nslots
         self.rng = rng
-        self.engines = {"leaf1": AggEngine(switch_ports(1)), "leaf2": AggEngine(switch_ports(2)),
-                        "root": AggEngine(switch_ports(3))}
+        self.engines = {
+            "leaf1": AggEngine(switch_ports(1)),
+            "leaf2": AggEngine(switch_ports(2)),
+            "root": AggEngine(switch_ports(3)),
+        }
         self.engines["leaf1"].job_set(leaf_job("leaf1", nslots))
         self.engines["leaf2"].job_set(leaf_job("leaf2", nslots))
         self.engines["root"].job_set(root_job(nslots))
@@ -440,7 +473,7 @@ class Tree:
             self.links[("root", rport)] = (leaf, UP)
         self.pool: list[tuple[str, int, bytes, str, int]] = []  # dst, in_port, frame, src, port
         self.inbox: dict[str, list[agg.AggPacket]] = {h: [] for h in HOSTS}
-        self.lose = lambda src, port, pkt: False   # set by tests: drop a frame in flight
+        self.lose = lambda src, port, pkt: False  # set by tests: drop a frame in flight
         self.sent: list[tuple[str, int, bytes]] = []
 
     def send(self, host: str, frame: bytes) -> None:
@@ -465,7 +498,7 @@ class Tree:
             self.step()
             if on_result is not None:
                 for h, box in self.inbox.items():
-                    for pkt in box[before[h]:]:
+                    for pkt in box[before[h] :]:
                         on_result(h, pkt)
 
     def counters(self, sw: str) -> dict:
@@ -478,8 +511,9 @@ def lite_datapath(ports: dict[int, PortState], pipeline: Pipeline, engine: AggEn
     qos = config.parse_qos({})
     dp.name, dp.ports, dp.pipeline, dp.agg, dp.agg_errors = "s1", ports, pipeline, engine, 0
     dp.schedulers = {n: PortScheduler(rate_bps=pt.rate_bps) for n, pt in ports.items()}
-    dp.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
-                             {n: pt.rate_bps for n, pt in ports.items()})
+    dp.buffer = SharedBuffer(
+        qos["buffer"], qos["pfc"], qos["ecn"], {n: pt.rate_bps for n, pt in ports.items()}
+    )
     dp.wd_drop, dp.busy, dp.watchdog_drops, dp.tx_due = set(), set(), 0, float("inf")
     dp.dscp_to_prio = [0] * 64
     for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
@@ -506,8 +540,15 @@ def pair(**kw):
     return a, b
 
 
-def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False,
-        repeat=lambda i, f: False, step=1e-4):
+def run(
+    a,
+    b,
+    until,
+    drop=lambda i, f: False,
+    mark=lambda i, f: False,
+    repeat=lambda i, f: False,
+    step=1e-4,
+):
     """Move frames a->b (and replies b->a) until `until`; returns frames a sent.
 
     The i-th frame a sends is lost (`drop`), CE-marked (`mark`) or delivered twice (`repeat`).

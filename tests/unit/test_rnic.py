@@ -27,7 +27,7 @@ def test_frame_due_within_a_quarter_frame_leaves_early_on_the_wires_clock(monkey
     a.post_send(1, 3 * 1024, 0.0)
     first = a.next_frame(0.0)
     assert first is not None
-    due = a.free_at                               # the second frame's slot
+    due = a.free_at  # the second frame's slot
     early = early_departure_s(RATE)
     assert a.next_frame(due - 1.5 * early) is None
     second = a.next_frame(due - 0.5 * early)
@@ -82,7 +82,7 @@ def test_slow_receiver_sends_pause_and_releases_it():
     a.receive = spy
     run(a, b, 1.0)
     assert 0xFFFF in paused_seen and 0 in paused_seen  # XOFF, then XON as it drains
-    assert b.rx_overflow == 0                          # PAUSE kept the buffer from overflowing
+    assert b.rx_overflow == 0  # PAUSE kept the buffer from overflowing
 
 
 def test_stuck_nic_pauses_continuously():
@@ -128,8 +128,11 @@ def test_rdma_write_carries_reth_on_its_first_packet_and_completes():
                 a.receive(reply, now)
             f = a.next_frame(now)
         now += 1e-4
-    assert [f.opcode for f in frames] == [roce.RDMA_WRITE_FIRST, roce.RDMA_WRITE_MIDDLE,
-                                          roce.RDMA_WRITE_LAST]
+    assert [f.opcode for f in frames] == [
+        roce.RDMA_WRITE_FIRST,
+        roce.RDMA_WRITE_MIDDLE,
+        roce.RDMA_WRITE_LAST,
+    ]
     assert frames[0].reth == (0x1000, 0x42, 3000) and frames[1].reth is None
     assert b.recv_qps[7].messages_received == 1 and b.recv_qps[7].rx_bytes == 3000
     assert len(a.send_qps[1].completed) == 1

@@ -166,9 +166,14 @@ def test_a_switch_that_connects_after_a_flood_gets_the_next_one_at_once() -> Non
     fab.deliver(mgr.switch_enter(h4_leaf, fab.ports_of(h4_leaf), fab.now))
     fab.sent.clear()
     fab.host_arp("h1", "10.0.0.4")  # h1 asks again
-    probed = {(d, a.port) for d, m in fab.sent if isinstance(m, PARSER.OFPPacketOut)
-              and (arp := ofmsg.parse_arp(m.data)) and arp.src_mac == layout.CONTROLLER_MAC
-              for a in m.actions}
+    probed = {
+        (d, a.port)
+        for d, m in fab.sent
+        if isinstance(m, PARSER.OFPPacketOut)
+        and (arp := ofmsg.parse_arp(m.data))
+        and arp.src_mac == layout.CONTROLLER_MAC
+        for a in m.actions
+    }
     assert fab.host_loc["h4"] in probed
     assert "10.0.0.4" in {h.ip for h in mgr.hosts}
 
@@ -321,14 +326,26 @@ def test_select_group_buckets_watch_their_port() -> None:
 
 def test_messages_built_without_a_datapath_encode_as_bound_ones() -> None:
     """Faucet style: managers build unbound; the shim binds the switch's datapath to send."""
-    unbound = ofmsg.flow_add(cookie=layout.ROUTING_COOKIE, table_id=0, priority=7,
-                             match={"eth_type": 0x0800}, action_specs=[("output", 2)])
+    unbound = ofmsg.flow_add(
+        cookie=layout.ROUTING_COOKIE,
+        table_id=0,
+        priority=7,
+        match={"eth_type": 0x0800},
+        action_specs=[("output", 2)],
+    )
     assert unbound.datapath is ofmsg.UNBOUND
     unbound.set_xid(5)
     unbound.serialize()
-    bound = ofmsg.bound(ofmsg.flow_add(cookie=layout.ROUTING_COOKIE, table_id=0, priority=7,
-                                       match={"eth_type": 0x0800},
-                                       action_specs=[("output", 2)]), StubDatapath(9))
+    bound = ofmsg.bound(
+        ofmsg.flow_add(
+            cookie=layout.ROUTING_COOKIE,
+            table_id=0,
+            priority=7,
+            match={"eth_type": 0x0800},
+            action_specs=[("output", 2)],
+        ),
+        StubDatapath(9),
+    )
     assert bound.datapath.id == 9
     bound.set_xid(5)
     bound.serialize()
@@ -355,8 +372,11 @@ def test_ipv4_miss_teaches_the_sender_and_probes_for_the_destination() -> None:
     fab.settle()
     assert mgr.hosts == []
     h1 = fab.graph.nodes["h1"]
-    frame = bytes(Ether(src=h1["mac"], dst="02:00:00:00:00:99") /
-                  IP(src=h1["ip"], dst="10.0.0.3") / UDP(sport=1, dport=2))
+    frame = bytes(
+        Ether(src=h1["mac"], dst="02:00:00:00:00:99")
+        / IP(src=h1["ip"], dst="10.0.0.3")
+        / UDP(sport=1, dport=2)
+    )
     dpid, port = fab.host_loc["h1"]
     fab.sent.clear()
     fab.deliver(mgr.packet_in(dpid, port, frame, fab.now))
@@ -386,7 +406,7 @@ def test_a_flapping_link_is_damped_then_restored_when_stable(leaf_spine_fab: Sim
     kinds = [e["kind"] for e in fab.mgr.status()["events"]]
     assert "link_damped" in kinds
     [damped] = [d for d in fab.mgr.status()["damping"] if d["kind"] == "damped"]
-    assert damped["downs"] == cfg.flap_threshold   # at the down that crossed the threshold
+    assert damped["downs"] == cfg.flap_threshold  # at the down that crossed the threshold
     # Up and answering LLDP, but out of rotation: no group at l1 uses the port.
     fab.settle(ticks=20, step_s=0.1)
     assert all(a not in (link[:2], link[2:]) for link in fab.mgr.links)

@@ -19,8 +19,9 @@ from .fakes import PipelineFabric, fat_tree, hosts_of, leaf_spine, learn_all_hos
 
 
 def build(graph, switches, cables, hosts) -> PipelineFabric:
-    mgr = RoutingManager(RoutingConfig(expect_switches=switches, expect_links=cables,
-                                       expect_hosts=hosts))
+    mgr = RoutingManager(
+        RoutingConfig(expect_switches=switches, expect_links=cables, expect_hosts=hosts)
+    )
     fab = PipelineFabric(graph, mgr)
     fab.start()
     fab.settle()
