@@ -540,7 +540,7 @@ ROCE_FRAME_BYTES = 1024 + 14 + 20 + 8 + 12 + 4
 
 
 def parse_size(text: str | int, dtype: str = "float32") -> int:
-    """ "256K" / "1M" / "4096" -> bytes (binary suffixes, as nccl-tests); a whole number of elements.
+    """Bytes from "256K" / "1M" / "4096" (binary suffixes, as nccl-tests), whole elements only.
 
     Examples:
         >>> parse_size("256K"), parse_size("1M", "int32"), parse_size(64)
@@ -558,7 +558,7 @@ def parse_size(text: str | int, dtype: str = "float32") -> int:
 
 
 def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]:
-    """ "MIN:MAX" (or one size) -> MIN, MIN*factor, ... up to MAX (nccl-tests -b -e -f).
+    """Sizes from "MIN:MAX" (or one size): MIN, MIN*factor, ... up to MAX (nccl-tests -b -e -f).
 
     Examples:
         >>> parse_sizes("1K:16K", 4)
@@ -580,7 +580,7 @@ def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]
 
 
 def parse_algos(text: str) -> list[str]:
-    """ "ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names."""
+    """Split "ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names."""
     algos = [a for a in str(text).split(",") if a]
     if not algos or any(a not in ALGORITHM_NAMES for a in algos):
         raise ValueError(f"a comma list of {', '.join(ALGORITHM_NAMES)}")
