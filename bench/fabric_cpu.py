@@ -55,8 +55,7 @@ def one_run(size: int, rate_mbps: float, out_dir: str) -> tuple[float, dict]:
     with Fabric(graph, out_dir=out_dir, seed=0, apps=("controllers.routing",)) as fab:
         result = collectives.run_allreduce(fab, hosts, [size], algo="ring")[0]
     goodput = collectives.roce_goodput_bps(rate_mbps * 1e6)
-    return result.busbw_bytes_per_s * 8 / goodput, summarize(os.path.join(out_dir,
-                                                                         "fidelity.json"))
+    return result.busbw_bytes_per_s * 8 / goodput, summarize(os.path.join(out_dir, "fidelity.json"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,16 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--size: {exc}")
     if args.runs < 1 or args.rate_mbps <= 0:
         p.error("--runs and --rate-mbps must be positive")
-    print(f"{'run':>3} {'busbw/goodput':>13} {'kind':>6} {'CPU us/frame':>12} "
-          f"{'passes/frame':>12} {'CPU us/pass':>11} {'link time lost':>14}")
+    print(
+        f"{'run':>3} {'busbw/goodput':>13} {'kind':>6} {'CPU us/frame':>12} "
+        f"{'passes/frame':>12} {'CPU us/pass':>11} {'link time lost':>14}"
+    )
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory(prefix="emu-bench-cpu-") as out:
             frac, summary = one_run(size, args.rate_mbps, out)
         for kind, k in sorted(summary["kinds"].items()):
             frames = max(k["frames"], 1)
-            print(f"{run:>3} {frac:>13.2f} {kind:>6} {k['cpu_s'] / frames * 1e6:>12.0f} "
-                  f"{k['passes'] / frames:>12.2f} {k['cpu_s'] / max(k['passes'], 1) * 1e6:>11.0f} "
-                  f"{summary['lost_share'] * 100:>13.2f}%")
+            print(
+                f"{run:>3} {frac:>13.2f} {kind:>6} {k['cpu_s'] / frames * 1e6:>12.0f} "
+                f"{k['passes'] / frames:>12.2f} {k['cpu_s'] / max(k['passes'], 1) * 1e6:>11.0f} "
+                f"{summary['lost_share'] * 100:>13.2f}%"
+            )
     return 0
 
 

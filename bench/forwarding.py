@@ -119,15 +119,20 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def _run(argv: list[str], timeout_s: float = 30.0, check: bool = True,
-         env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
+def _run(
+    argv: list[str],
+    timeout_s: float = 30.0,
+    check: bool = True,
+    env: Optional[dict[str, str]] = None,
+) -> subprocess.CompletedProcess:
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"{' '.join(argv)}: no answer within {timeout_s:.0f} s") from exc
     if check and res.returncode != 0:
-        raise BenchError(f"{' '.join(argv)}: exit {res.returncode}: "
-                         f"{(res.stderr or res.stdout).strip()[-300:]}")
+        raise BenchError(
+            f"{' '.join(argv)}: exit {res.returncode}: {(res.stderr or res.stdout).strip()[-300:]}"
+        )
     return res
 
 
@@ -161,10 +166,12 @@ class Resources:
         self.all_links.update(self.links)
         data = {
             "bench_pid": os.getpid(),
-            "bench_argv": [a.decode() for a in
-                           Path("/proc/self/cmdline").read_bytes().split(b"\0")[:-1]],
-            "procs": [{"pid": p.popen.pid, "argv": p.argv} for p in self.procs
-                      if p.popen.poll() is None],
+            "bench_argv": [
+                a.decode() for a in Path("/proc/self/cmdline").read_bytes().split(b"\0")[:-1]
+            ],
+            "procs": [
+                {"pid": p.popen.pid, "argv": p.argv} for p in self.procs if p.popen.poll() is None
+            ],
             "netns": self.netns,
             "links": self.links,
             "dirs": [str(d) for d in self.dirs],
@@ -175,15 +182,26 @@ class Resources:
 
     # -- creation -------------------------------------------------------
 
-    def start(self, name: str, argv: list[str], netns: Optional[str] = None,
-              env: Optional[dict[str, str]] = None) -> Proc:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        netns: Optional[str] = None,
+        env: Optional[dict[str, str]] = None,
+    ) -> Proc:
         """Start `argv` (inside `netns` if given), logging to run_dir/logs/NAME.log."""
         full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
         log_path = self.run_dir / "logs" / f"{name}.log"
         with open(log_path, "ab") as logf:
-            popen = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=logf,
-                                     stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+            popen = subprocess.Popen(
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         # `ip netns exec` execs the command, so the pid is the command's pid.
         proc = Proc(name, full, popen, log_path)
         self.procs.append(proc)
@@ -191,8 +209,9 @@ class Resources:
         self.save()
         return proc
 
-    def run(self, name: str, argv: list[str], timeout_s: float,
-            netns: Optional[str] = None) -> tuple[int, str]:
+    def run(
+        self, name: str, argv: list[str], timeout_s: float, netns: Optional[str] = None
+    ) -> tuple[int, str]:
         """Run `argv` to completion as a recorded process; return (exit code, output)."""
         proc = self.start(name, argv, netns=netns)
         try:
@@ -228,8 +247,13 @@ class Resources:
                 p.terminate()
                 p.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                log.warning("%s (pid %d) ignored SIGTERM for %.0f s; sending SIGKILL (log %s)",
-                            proc.name, p.pid, STOP_TIMEOUT_S, proc.log_path)
+                log.warning(
+                    "%s (pid %d) ignored SIGTERM for %.0f s; sending SIGKILL (log %s)",
+                    proc.name,
+                    p.pid,
+                    STOP_TIMEOUT_S,
+                    proc.log_path,
+                )
                 p.kill()
                 p.wait(STOP_TIMEOUT_S)
             self.stopped += 1
@@ -358,15 +382,19 @@ class Chain:
 # -- switches -----------------------------------------------------------------
 
 
-def _wait(cond: Callable[[], bool], what: str, timeout_s: float,
-          procs: tuple[Proc, ...] = ()) -> None:
+def _wait(
+    cond: Callable[[], bool], what: str, timeout_s: float, procs: tuple[Proc, ...] = ()
+) -> None:
     """Poll `cond` until true; fail naming `what` and the logs of `procs` (emu's `wait_for`)."""
+
     def done() -> bool:
         for p in procs:
             if p.popen.poll() is not None:
                 tail = p.log_path.read_text(errors="replace").strip().splitlines()[-3:]
-                raise BenchError(f"{p.name} exited with {p.popen.returncode} while waiting "
-                                 f"for {what}; log {p.log_path}: {' | '.join(tail)}")
+                raise BenchError(
+                    f"{p.name} exited with {p.popen.returncode} while waiting "
+                    f"for {what}; log {p.log_path}: {' | '.join(tail)}"
+                )
         return cond()
 
     logs = ", ".join(str(p.log_path) for p in procs) or "none"
@@ -392,10 +420,23 @@ class EmuChain:
         for i in range(1, self.chain.hops + 1):
             sock = str(self.res.run_dir / f"s{i}.sock")
             of_port = free_tcp_port()
-            argv = [sys.executable, "-m", "emu.switch.datapath", "--name", f"s{i}",
-                    "--dpid", hex(i), "--mgmt", sock, "--of-listen", f"127.0.0.1:{of_port}",
-                    "--port", f"{self.chain.port(i, 1)}:1:{EMU_RATE_BPS}",
-                    "--port", f"{self.chain.port(i, 2)}:2:{EMU_RATE_BPS}"]
+            argv = [
+                sys.executable,
+                "-m",
+                "emu.switch.datapath",
+                "--name",
+                f"s{i}",
+                "--dpid",
+                hex(i),
+                "--mgmt",
+                sock,
+                "--of-listen",
+                f"127.0.0.1:{of_port}",
+                "--port",
+                f"{self.chain.port(i, 1)}:1:{EMU_RATE_BPS}",
+                "--port",
+                f"{self.chain.port(i, 2)}:2:{EMU_RATE_BPS}",
+            ]
             env = dict(os.environ, PYTHONPATH=str(REPO))
             proc = self.res.start(f"emu-{self.chain.hops}hop-s{i}", argv, env=env)
             self.switches.append((proc, sock))
@@ -438,9 +479,14 @@ class OvsChain:
         res.dirs.append(self.dir)
         res.save()
         self.db_sock = f"unix:{self.dir}/db.sock"
-        self.env = dict(os.environ, OVS_RUNDIR=str(self.dir), OVS_DBDIR=str(self.dir),
-                        OVS_LOGDIR=str(self.dir), OVS_SYSCONFDIR=str(self.dir),
-                        OVS_PKGDATADIR=str(OVS_SCHEMA.parent))
+        self.env = dict(
+            os.environ,
+            OVS_RUNDIR=str(self.dir),
+            OVS_DBDIR=str(self.dir),
+            OVS_LOGDIR=str(self.dir),
+            OVS_SYSCONFDIR=str(self.dir),
+            OVS_PKGDATADIR=str(OVS_SCHEMA.parent),
+        )
         self.vswitchd: Optional[Proc] = None
 
     def vsctl(self, *args: str) -> None:
@@ -456,38 +502,94 @@ class OvsChain:
         # dpif-netdev keeps a persistent tap named after the datapath; one that
         # exists already belongs to another OVS, which we must not touch.
         if _ifexists(OVS_NETDEV_TAP):
-            raise BenchError(f"interface {OVS_NETDEV_TAP} exists: another OVS userspace "
-                             "datapath runs on this machine; not starting ours")
+            raise BenchError(
+                f"interface {OVS_NETDEV_TAP} exists: another OVS userspace "
+                "datapath runs on this machine; not starting ours"
+            )
         _run(["ovsdb-tool", "create", f"{d}/conf.db", str(OVS_SCHEMA)], env=self.env)
-        db = self.res.start(f"{tag}-ovsdb-server", [
-            "ovsdb-server", f"{d}/conf.db", f"--remote=p{self.db_sock}",
-            f"--unixctl={d}/ovsdb-server.ctl", f"--pidfile={d}/ovsdb-server.pid",
-            "-vconsole:off", "-vfile:info", f"--log-file={d}/ovsdb-server.log"], env=self.env)
-        _wait(lambda: os.path.exists(f"{d}/db.sock"), f"ovsdb-server socket {d}/db.sock",
-              READY_TIMEOUT_S, (db,))
+        db = self.res.start(
+            f"{tag}-ovsdb-server",
+            [
+                "ovsdb-server",
+                f"{d}/conf.db",
+                f"--remote=p{self.db_sock}",
+                f"--unixctl={d}/ovsdb-server.ctl",
+                f"--pidfile={d}/ovsdb-server.pid",
+                "-vconsole:off",
+                "-vfile:info",
+                f"--log-file={d}/ovsdb-server.log",
+            ],
+            env=self.env,
+        )
+        _wait(
+            lambda: os.path.exists(f"{d}/db.sock"),
+            f"ovsdb-server socket {d}/db.sock",
+            READY_TIMEOUT_S,
+            (db,),
+        )
         self.vsctl("--no-wait", "init")
-        self.vswitchd = self.res.start(f"{tag}-ovs-vswitchd", [
-            "ovs-vswitchd", self.db_sock, f"--unixctl={d}/ovs-vswitchd.ctl",
-            f"--pidfile={d}/ovs-vswitchd.pid", "-vconsole:off", "-vfile:info",
-            f"--log-file={d}/ovs-vswitchd.log"], env=self.env)
+        self.vswitchd = self.res.start(
+            f"{tag}-ovs-vswitchd",
+            [
+                "ovs-vswitchd",
+                self.db_sock,
+                f"--unixctl={d}/ovs-vswitchd.ctl",
+                f"--pidfile={d}/ovs-vswitchd.pid",
+                "-vconsole:off",
+                "-vfile:info",
+                f"--log-file={d}/ovs-vswitchd.log",
+            ],
+            env=self.env,
+        )
         self.res.links.append(OVS_NETDEV_TAP)
         self.res.save()
-        _wait(lambda: os.path.exists(f"{d}/ovs-vswitchd.ctl"), "ovs-vswitchd control socket",
-              READY_TIMEOUT_S, (self.vswitchd,))
+        _wait(
+            lambda: os.path.exists(f"{d}/ovs-vswitchd.ctl"),
+            "ovs-vswitchd control socket",
+            READY_TIMEOUT_S,
+            (self.vswitchd,),
+        )
         for i in range(1, self.chain.hops + 1):
             br = self.bridge(i)
             # Its internal port is a tap named like the bridge: record it.
             self.res.links.append(br)
             self.res.save()
-            self.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev",
-                       "fail_mode=secure", "protocols=OpenFlow13",
-                       "--", "add-port", br, self.chain.port(i, 1),
-                       "--", "set", "interface", self.chain.port(i, 1), "ofport_request=1",
-                       "--", "add-port", br, self.chain.port(i, 2),
-                       "--", "set", "interface", self.chain.port(i, 2), "ofport_request=2")
+            self.vsctl(
+                "add-br",
+                br,
+                "--",
+                "set",
+                "bridge",
+                br,
+                "datapath_type=netdev",
+                "fail_mode=secure",
+                "protocols=OpenFlow13",
+                "--",
+                "add-port",
+                br,
+                self.chain.port(i, 1),
+                "--",
+                "set",
+                "interface",
+                self.chain.port(i, 1),
+                "ofport_request=1",
+                "--",
+                "add-port",
+                br,
+                self.chain.port(i, 2),
+                "--",
+                "set",
+                "interface",
+                self.chain.port(i, 2),
+                "ofport_request=2",
+            )
             mgmt_sock = f"unix:{d}/{br}.mgmt"
-            _wait(lambda br=br: os.path.exists(f"{d}/{br}.mgmt"), f"{br}.mgmt", READY_TIMEOUT_S,
-                  (self.vswitchd,))
+            _wait(
+                lambda br=br: os.path.exists(f"{d}/{br}.mgmt"),
+                f"{br}.mgmt",
+                READY_TIMEOUT_S,
+                (self.vswitchd,),
+            )
             _run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", mgmt_sock], env=self.env)
             _flows(mgmt_sock, env=self.env)
 
@@ -531,14 +633,28 @@ class Row:
 
 
 def _iperf(res: Resources, ns: str, label: str, args: list[str], seconds: int) -> dict:
-    argv = ["iperf3", "-c", H2_IP, "-p", str(IPERF_PORT), "-t", str(seconds), "-J",
-            "--connect-timeout", "3000", "-A", "0", *args]
+    argv = [
+        "iperf3",
+        "-c",
+        H2_IP,
+        "-p",
+        str(IPERF_PORT),
+        "-t",
+        str(seconds),
+        "-J",
+        "--connect-timeout",
+        "3000",
+        "-A",
+        "0",
+        *args,
+    ]
     code, out = res.run(f"{label}-iperf3-client", argv, seconds + 30, netns=ns)
     try:
         data = json.loads(out)
     except json.JSONDecodeError as exc:
-        raise BenchError(f"iperf3 {' '.join(args)}: no JSON (exit {code}): "
-                         f"{out.strip()[-200:]}") from exc
+        raise BenchError(
+            f"iperf3 {' '.join(args)}: no JSON (exit {code}): {out.strip()[-200:]}"
+        ) from exc
     if "error" in data:
         raise BenchError(f"iperf3 {' '.join(args)}: {data['error']}")
     return data
@@ -564,20 +680,37 @@ def measure(res: Resources, variant: str, hops: int, seconds: int) -> Row:
         procs = tuple(p for p in res.procs)
 
         def pings() -> bool:
-            return subprocess.run(["ip", "netns", "exec", chain.ns1, "ping", "-c", "1", "-W",
-                                   "1", H2_IP], capture_output=True).returncode == 0
+            return (
+                subprocess.run(
+                    ["ip", "netns", "exec", chain.ns1, "ping", "-c", "1", "-W", "1", H2_IP],
+                    capture_output=True,
+                ).returncode
+                == 0
+            )
 
-        _wait(pings, f"ping {H1_IP} -> {H2_IP} through {hops} {variant} hop(s)",
-              PING_TIMEOUT_S, procs)
+        _wait(
+            pings, f"ping {H1_IP} -> {H2_IP} through {hops} {variant} hop(s)", PING_TIMEOUT_S, procs
+        )
         # Client on CPU 0, server on CPU 1 (iperf3 -A): without pinning the
         # 0-hop UDP ceiling varied 75k..270k frames/s between runs.
-        server = res.start(f"{variant}-{hops}hop-iperf3-server",
-                           ["iperf3", "-s", "-B", H2_IP, "-p", str(IPERF_PORT), "-A", "1"],
-                           netns=chain.ns2)
-        _wait(lambda: subprocess.run(["ip", "netns", "exec", chain.ns2, "ss", "-Hltn",
-                                      f"sport = :{IPERF_PORT}"], capture_output=True,
-                                     text=True).stdout.strip() != "",
-              "iperf3 server to listen", READY_TIMEOUT_S, (server,))
+        server = res.start(
+            f"{variant}-{hops}hop-iperf3-server",
+            ["iperf3", "-s", "-B", H2_IP, "-p", str(IPERF_PORT), "-A", "1"],
+            netns=chain.ns2,
+        )
+        _wait(
+            lambda: (
+                subprocess.run(
+                    ["ip", "netns", "exec", chain.ns2, "ss", "-Hltn", f"sport = :{IPERF_PORT}"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+                != ""
+            ),
+            "iperf3 server to listen",
+            READY_TIMEOUT_S,
+            (server,),
+        )
         pids = switches.pids() if switches else []
 
         before, t0 = [_cpu_s(p) for p in pids], time.monotonic()
@@ -591,8 +724,13 @@ def measure(res: Resources, variant: str, hops: int, seconds: int) -> Row:
             switches.snapshot("tcp")
 
         before, t0 = [_cpu_s(p) for p in pids], time.monotonic()
-        udp = _iperf(res, chain.ns1, f"{variant}-{hops}hop-udp",
-                     ["-u", "-l", str(UDP_PAYLOAD_BYTES), "-b", "0"], seconds)
+        udp = _iperf(
+            res,
+            chain.ns1,
+            f"{variant}-{hops}hop-udp",
+            ["-u", "-l", str(UDP_PAYLOAD_BYTES), "-b", "0"],
+            seconds,
+        )
         if pids:
             row.udp_cpu_pct = _cpu_pct(pids, before, time.monotonic() - t0)
         recv = udp["end"]["sum_received"]
@@ -616,8 +754,17 @@ def measure(res: Resources, variant: str, hops: int, seconds: int) -> Row:
 
 # -- output -------------------------------------------------------------------
 
-HEADERS = ("variant", "hops", "TCP Mbit/s", "TCP retr", "UDP-64 frames/s", "UDP loss %",
-           "switch CPU % (TCP)", "switch CPU % (UDP)", "error")
+HEADERS = (
+    "variant",
+    "hops",
+    "TCP Mbit/s",
+    "TCP retr",
+    "UDP-64 frames/s",
+    "UDP loss %",
+    "switch CPU % (TCP)",
+    "switch CPU % (UDP)",
+    "error",
+)
 
 
 def _fmt(v: Optional[float], digits: int = 0) -> str:
@@ -625,9 +772,17 @@ def _fmt(v: Optional[float], digits: int = 0) -> str:
 
 
 def _cells(r: Row) -> list[str]:
-    return [r.variant, str(r.hops), _fmt(r.tcp_mbps, 1), _fmt(r.tcp_retransmits),
-            _fmt(r.udp_fps), _fmt(r.udp_loss_pct, 1),
-            _fmt(r.tcp_cpu_pct), _fmt(r.udp_cpu_pct), r.error]
+    return [
+        r.variant,
+        str(r.hops),
+        _fmt(r.tcp_mbps, 1),
+        _fmt(r.tcp_retransmits),
+        _fmt(r.udp_fps),
+        _fmt(r.udp_loss_pct, 1),
+        _fmt(r.tcp_cpu_pct),
+        _fmt(r.udp_cpu_pct),
+        r.error,
+    ]
 
 
 def plain_table(rows: list[Row]) -> str:
@@ -635,16 +790,22 @@ def plain_table(rows: list[Row]) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS) - 1)]
     lines = []
     for c in cells:
-        line = "  ".join(v.rjust(w) if i > 1 else v.ljust(w)
-                         for i, (v, w) in enumerate(zip(c, widths)))
+        line = "  ".join(
+            v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(c, widths))
+        )
         lines.append((line + "  " + c[-1]).rstrip())
     return "\n".join(lines)
 
 
 def markdown_table(rows: list[Row]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |",
-             "| " + " | ".join("---" if i < 2 or i == len(HEADERS) - 1 else "---:"
-                        for i in range(len(HEADERS))) + " |"]
+    lines = [
+        "| " + " | ".join(HEADERS) + " |",
+        "| "
+        + " | ".join(
+            "---" if i < 2 or i == len(HEADERS) - 1 else "---:" for i in range(len(HEADERS))
+        )
+        + " |",
+    ]
     for r in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |")
     return "\n".join(lines)
@@ -654,18 +815,29 @@ def leftovers(res: Resources) -> list[str]:
     """What of ours still exists: processes, namespaces, interfaces."""
     left = [f"process {p}" for p in res.started_pids if _proc_alive(p)]
     left += [f"namespace {ns}" for ns in _netns_list() if ns.startswith(PREFIX)]
-    left += [f"interface {n}" for n in os.listdir("/sys/class/net")
-             if n.startswith(PREFIX) or n in res.all_links]
+    left += [
+        f"interface {n}"
+        for n in os.listdir("/sys/class/net")
+        if n.startswith(PREFIX) or n in res.all_links
+    ]
     return left
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--hops", type=int, nargs="+", default=[1, 3, 5],
-                   help="switch chain lengths to measure (default: 1 3 5)")
+    p.add_argument(
+        "--hops",
+        type=int,
+        nargs="+",
+        default=[1, 3, 5],
+        help="switch chain lengths to measure (default: 1 3 5)",
+    )
     p.add_argument("--seconds", type=int, default=5, help="length of each iperf3 test")
-    p.add_argument("--variants", default=",".join(VARIANTS),
-                   help=f"comma-separated subset of {','.join(VARIANTS)}")
+    p.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated subset of {','.join(VARIANTS)}",
+    )
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     args = p.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -731,8 +903,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {MANIFEST})")
         status = status or 1
     else:
-        print(f"cleanup: nothing left ({len(res.started_pids)} processes started and stopped by pid, "
-              f"namespaces and interfaces with prefix {PREFIX!r} all deleted)")
+        print(
+            f"cleanup: nothing left ({len(res.started_pids)} processes started and stopped by pid, "
+            f"namespaces and interfaces with prefix {PREFIX!r} all deleted)"
+        )
     return status
 
 

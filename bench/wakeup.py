@@ -98,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 100:
         p.error(f"--rounds {args.rounds}: at least 100")
     sleeps = max(100, args.rounds // 10)
-    print(f"# {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
-          f"Python {platform.python_version()}")
+    print(
+        f"# {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
     print(f"{'what':42} {'CPU us':>8} {'wall us':>8}")
     for timeout in (0.0012, 0.0001):
         cpu, wall = timed_sleep(timeout, sleeps)

@@ -227,8 +227,9 @@ class AdaptiveManager:
 
     # ------------------------------------------------------------------ measurement in
 
-    def flow_stats(self, dpid: int, stats: Iterable[Tuple[int, Mapping[str, Any], int]],
-                   now: float) -> Msgs:
+    def flow_stats(
+        self, dpid: int, stats: Iterable[Tuple[int, Mapping[str, Any], int]], now: float
+    ) -> Msgs:
         """Flow stats of our cookie band at ``dpid``: (priority, match fields, byte_count)."""
         for priority, match, byte_count in stats:
             src, dst = match.get("ipv4_src"), match.get("ipv4_dst")
@@ -271,18 +272,28 @@ class AdaptiveManager:
         for dpid in self.routing.switches:
             msgs.append((dpid, ofmsg.port_stats_request()))
             if self._monitors.get(dpid):
-                msgs.append((dpid, ofmsg.flow_stats_request(
-                    cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK,
-                    table_id=layout.ROUTING_TABLE)))
+                msgs.append(
+                    (
+                        dpid,
+                        ofmsg.flow_stats_request(
+                            cookie=layout.ADAPTIVE_COOKIE,
+                            cookie_mask=layout.COOKIE_BAND_MASK,
+                            table_id=layout.ROUTING_TABLE,
+                        ),
+                    )
+                )
         return msgs
 
     def schedule(self, now: float) -> Msgs:
         """One Hedera round on the latest rates: age, estimate, place; then re-weight."""
         view = self.routing.view(now)
         rates = self.pair_rates_bps()
-        elephants = {pair for pair, bps in rates.items()
-                     if self._host_rate(view, pair[0]) and
-                     bps > self.adaptive.elephant_fraction * self._host_rate(view, pair[0])}
+        elephants = {
+            pair
+            for pair, bps in rates.items()
+            if self._host_rate(view, pair[0])
+            and bps > self.adaptive.elephant_fraction * self._host_rate(view, pair[0])
+        }
         pinned_before = self._pinned
         changed: Set[int] = set()
         for pair in list(self.placements):
@@ -296,8 +307,9 @@ class AdaptiveManager:
             pl.demand = demands.get(pair, pl.demand)
             for link in pl.links:
                 reserved[link] += pl.demand
-        new = sorted((p for p in elephants if p not in self.placements),
-                     key=lambda p: (-demands[p], p))
+        new = sorted(
+            (p for p in elephants if p not in self.placements), key=lambda p: (-demands[p], p)
+        )
         for pair in new:
             path = self._first_fit(view, pair, demands[pair], reserved)
             if path is None:
@@ -309,8 +321,13 @@ class AdaptiveManager:
                 reserved[link] += demands[pair]
             changed |= {dpid for dpid, _ in hops}
             self.routing.record_event(
-                now, "elephant_placed", src=pair[0], dst=pair[1],
-                demand=round(demands[pair], 3), path=[f"{d:x}:{p}" for d, p in hops])
+                now,
+                "elephant_placed",
+                src=pair[0],
+                dst=pair[1],
+                demand=round(demands[pair], 3),
+                path=[f"{d:x}:{p}" for d, p in hops],
+            )
         # Reverse pairs pinned, moved or released: their hops' switches too.
         pinned = self._pinned = self.pinned_paths(view)
         for pair in set(pinned) | set(pinned_before):
@@ -323,8 +340,9 @@ class AdaptiveManager:
         else:
             routes = self.routing.routes() if changed else {}
             for dpid in sorted(changed & set(view.switches)):
-                msgs += self.switch_flows(view, dpid, routes.get(dpid, {}),
-                                          self.routing.installed_flows(dpid), now)
+                msgs += self.switch_flows(
+                    view, dpid, routes.get(dpid, {}), self.routing.installed_flows(dpid), now
+                )
         return msgs
 
     # ------------------------------------------------------------------ placement
@@ -341,8 +359,9 @@ class AdaptiveManager:
         speed = view.speed_bps(link[0], port) if port is not None else 0
         return speed / nic_bps if speed and nic_bps else 1.0
 
-    def _paths(self, view: RoutingView, src_dpid: int,
-               dst_dpid: int) -> List[Tuple[Tuple[Hop, ...], Tuple]]:
+    def _paths(
+        self, view: RoutingView, src_dpid: int, dst_dpid: int
+    ) -> List[Tuple[Tuple[Hop, ...], Tuple]]:
         g = nx.DiGraph()
         for s, sp, d, _dp in view.links:
             if s in view.switches and d in view.switches and (s, sp) not in view.damped:
@@ -356,8 +375,13 @@ class AdaptiveManager:
             out.append((hops, links))
         return out
 
-    def _first_fit(self, view: RoutingView, pair: Pair, demand: float,
-                   reserved: Mapping[Tuple[int, int], float]) -> Optional[Tuple]:
+    def _first_fit(
+        self,
+        view: RoutingView,
+        pair: Pair,
+        demand: float,
+        reserved: Mapping[Tuple[int, int], float],
+    ) -> Optional[Tuple]:
         src, dst = view.hosts.get(pair[0]), view.hosts.get(pair[1])
         if src is None or dst is None or src.dpid == dst.dpid:
             return None
@@ -366,12 +390,18 @@ class AdaptiveManager:
             return None
         nic = self._host_rate(view, pair[0])
         for path in paths:
-            if all(reserved.get(link, 0.0) + demand <= self._capacity(view, link, nic) + 1e-9
-                   for link in path[1]):
+            if all(
+                reserved.get(link, 0.0) + demand <= self._capacity(view, link, nic) + 1e-9
+                for link in path[1]
+            ):
                 return path
         # Nothing has room: the path whose busiest link is least loaded.
-        return min(paths, key=lambda p: max(reserved.get(link, 0.0) /
-                                            self._capacity(view, link, nic) for link in p[1]))
+        return min(
+            paths,
+            key=lambda p: max(
+                reserved.get(link, 0.0) / self._capacity(view, link, nic) for link in p[1]
+            ),
+        )
 
     def _unplace(self, pair: Pair, now: float, why: str) -> Set[int]:
         pl = self.placements.pop(pair)
@@ -400,10 +430,9 @@ class AdaptiveManager:
         So the flows routing then asks for (``switch_flows``) are already right.
         """
         for pair, pl in list(self.placements.items()):
-            if any(view.port_towards(a, b) != port
-                   for (a, port), (_, b) in zip(pl.hops, pl.links)):
+            if any(view.port_towards(a, b) != port for (a, port), (_, b) in zip(pl.hops, pl.links)):
                 self._unplace(pair, now, "path_lost")
-        self._pinned = self.pinned_paths(view)   # links changed: reverse ports may have too
+        self._pinned = self.pinned_paths(view)  # links changed: reverse ports may have too
 
     def _update_hot(self, view: RoutingView, now: float) -> bool:
         """Update hot and flapping ports; True when either set changed (weights change)."""
@@ -430,8 +459,9 @@ class AdaptiveManager:
         window_s = self.routing.config.flap_window_s
         return any(now - t <= window_s for t in view.flaps.get(key, ()))
 
-    def bucket_weights(self, view: RoutingView, dpid: int, ports: Sequence[int],
-                       now: float) -> Tuple[int, ...]:
+    def bucket_weights(
+        self, view: RoutingView, dpid: int, ports: Sequence[int], now: float
+    ) -> Tuple[int, ...]:
         """Lower weights for ports that flapped recently or run hot (RoutingExtension)."""
         if not self.adaptive.reweight:
             return (1,) * len(ports)
@@ -451,11 +481,23 @@ class AdaptiveManager:
         self._hop_groups[dpid] = {}
         self._free_gids[dpid] = []
         self._next_gid[dpid] = layout.ADAPTIVE_GROUP_BASE
-        return [(dpid, ofmsg.flow_delete_by_cookie(
-            cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK))]
+        return [
+            (
+                dpid,
+                ofmsg.flow_delete_by_cookie(
+                    cookie=layout.ADAPTIVE_COOKIE, cookie_mask=layout.COOKIE_BAND_MASK
+                ),
+            )
+        ]
 
-    def switch_flows(self, view: RoutingView, dpid: int, routes: Mapping[str, Route],
-                     flows: Mapping[str, Tuple[ofmsg.Action, ...]], now: float) -> Msgs:
+    def switch_flows(
+        self,
+        view: RoutingView,
+        dpid: int,
+        routes: Mapping[str, Route],
+        flows: Mapping[str, Tuple[ofmsg.Action, ...]],
+        now: float,
+    ) -> Msgs:
         """Pair monitors and elephant hops at ``dpid``, after routing's ``flows`` there changed."""
         if dpid not in view.switches:
             return []
@@ -474,13 +516,27 @@ class AdaptiveManager:
             if have.get(pair) == wanted[pair]:
                 continue
             build = ofmsg.flow_add if pair not in have else ofmsg.flow_modify_strict
-            msgs.append((dpid, build(priority=layout.PRIO_PAIR_MONITOR,
-                                     match=_pair_match(pair), action_specs=wanted[pair],
-                                     **common)))
+            msgs.append(
+                (
+                    dpid,
+                    build(
+                        priority=layout.PRIO_PAIR_MONITOR,
+                        match=_pair_match(pair),
+                        action_specs=wanted[pair],
+                        **common,
+                    ),
+                )
+            )
             have[pair] = wanted[pair]
         for pair in sorted(set(have) - set(wanted)):
-            msgs.append((dpid, ofmsg.flow_delete_strict(
-                priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **common)))
+            msgs.append(
+                (
+                    dpid,
+                    ofmsg.flow_delete_strict(
+                        priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **common
+                    ),
+                )
+            )
             del have[pair]
         # Elephant hops: FAST_FAILOVER(chosen port, then routing's other next hops).
         hops: Dict[Pair, Tuple[int, ...]] = {}
@@ -496,17 +552,37 @@ class AdaptiveManager:
             if old is not None and old[1] == hops[pair]:
                 continue
             gid = old[0] if old is not None else self._alloc_gid(dpid)
-            msgs.append((dpid, ofmsg.fast_failover_group(group_id=gid, ports=hops[pair],
-                                                         modify=old is not None)))
+            msgs.append(
+                (
+                    dpid,
+                    ofmsg.fast_failover_group(
+                        group_id=gid, ports=hops[pair], modify=old is not None
+                    ),
+                )
+            )
             if old is None:
-                msgs.append((dpid, ofmsg.flow_add(
-                    priority=layout.PRIO_ELEPHANT, match=_pair_match(pair),
-                    action_specs=((ofmsg.ACTION_GROUP, gid),), **common)))
+                msgs.append(
+                    (
+                        dpid,
+                        ofmsg.flow_add(
+                            priority=layout.PRIO_ELEPHANT,
+                            match=_pair_match(pair),
+                            action_specs=((ofmsg.ACTION_GROUP, gid),),
+                            **common,
+                        ),
+                    )
+                )
             groups[pair] = (gid, hops[pair])
         for pair in sorted(set(groups) - set(hops)):
             gid, _ = groups.pop(pair)
-            msgs.append((dpid, ofmsg.flow_delete_strict(
-                priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **common)))
+            msgs.append(
+                (
+                    dpid,
+                    ofmsg.flow_delete_strict(
+                        priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **common
+                    ),
+                )
+            )
             msgs.append((dpid, ofmsg.group_delete(group_id=gid)))
             self._free_gids[dpid].append(gid)
         return msgs
@@ -521,16 +597,23 @@ class AdaptiveManager:
 
     def status(self) -> Dict[str, Any]:
         """The ``adaptive`` key of routing's status file."""
-        return {"adaptive": {
-            "placements": {f"{s}->{d}": {"path": [f"{dp:x}:{p}" for dp, p in pl.hops],
-                                         "demand": round(pl.demand, 3)}
-                           for (s, d), pl in sorted(self.placements.items())},
-            "reverse_pinned": sorted(f"{s}->{d}" for s, d in self._pinned
-                                     if (s, d) not in self.placements),
-            "placed_total": self.placed_total,
-            "unplaced_total": self.unplaced_total,
-            "hot_ports": sorted(f"{d:x}:{p}" for d, p in self._hot),
-        }}
+        return {
+            "adaptive": {
+                "placements": {
+                    f"{s}->{d}": {
+                        "path": [f"{dp:x}:{p}" for dp, p in pl.hops],
+                        "demand": round(pl.demand, 3),
+                    }
+                    for (s, d), pl in sorted(self.placements.items())
+                },
+                "reverse_pinned": sorted(
+                    f"{s}->{d}" for s, d in self._pinned if (s, d) not in self.placements
+                ),
+                "placed_total": self.placed_total,
+                "unplaced_total": self.unplaced_total,
+                "hot_ports": sorted(f"{d:x}:{p}" for d, p in self._hot),
+            }
+        }
 
 
 def _pair_match(pair: Pair) -> Dict[str, Any]:
@@ -545,8 +628,12 @@ class AdaptiveApp(RoutingApp):
 
     def make_extension(self, routing: RoutingManager) -> None:
         opts = app_options()
-        self.adaptive = AdaptiveManager(routing, AdaptiveConfig(
-            poll_interval_s=opts.poll_interval_s, elephant_fraction=opts.elephant_fraction))
+        self.adaptive = AdaptiveManager(
+            routing,
+            AdaptiveConfig(
+                poll_interval_s=opts.poll_interval_s, elephant_fraction=opts.elephant_fraction
+            ),
+        )
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def flow_stats_handler(self, ev: Any) -> None:

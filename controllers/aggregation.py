@@ -109,9 +109,11 @@ class Topology:
         """The cables and hosts of routing's view (a cable: both directions, both ports live)."""
         directed = set(view.links)
         cables = frozenset(
-            (s, sp, d, dp) for s, sp, d, dp in directed
+            (s, sp, d, dp)
+            for s, sp, d, dp in directed
             if (d, dp, s, sp) in directed
-            and sp in view.switches.get(s, {}) and dp in view.switches.get(d, {})
+            and sp in view.switches.get(s, {})
+            and dp in view.switches.get(d, {})
         )
         return cls(view.switches, cables, dict(view.hosts))
 
@@ -134,8 +136,8 @@ class TreeNode:
     """One switch of a job's tree: what its engine is told."""
 
     dpid: int
-    parent: Optional[int]           # parent switch; None at the root
-    parent_port: int                # 0 at the root
+    parent: Optional[int]  # parent switch; None at the root
+    parent_port: int  # 0 at the root
     children: Tuple[ofext.AggChild, ...]
     links: FrozenSet[Tuple[int, int]]  # (dpid, port) ends this node's tree edges use
 
@@ -148,7 +150,7 @@ class Job:
     job_ip: str
     job_mac: str
     tree: Dict[int, TreeNode]
-    state: str = "active"           # active | failed
+    state: str = "active"  # active | failed
     reason: str = ""
     rebuilds: int = 0
     # Bumped whenever engines of the tree get fresh slots (a rebuild, or a
@@ -163,13 +165,23 @@ class Job:
 
     def describe(self) -> Dict[str, Any]:
         return {
-            "job_id": self.job_id, "hosts": list(self.hosts), "nslots": self.nslots,
-            "job_ip": self.job_ip, "job_mac": self.job_mac, "state": self.state,
-            "reason": self.reason, "rebuilds": self.rebuilds, "epoch": self.epoch,
+            "job_id": self.job_id,
+            "hosts": list(self.hosts),
+            "nslots": self.nslots,
+            "job_ip": self.job_ip,
+            "job_mac": self.job_mac,
+            "state": self.state,
+            "reason": self.reason,
+            "rebuilds": self.rebuilds,
+            "epoch": self.epoch,
             "root": f"{self.root:016x}" if self.tree else None,
-            "tree": {f"{d:016x}": {"parent_port": n.parent_port,
-                                   "children": [c.port for c in n.children]}
-                     for d, n in sorted(self.tree.items())},
+            "tree": {
+                f"{d:016x}": {
+                    "parent_port": n.parent_port,
+                    "children": [c.port for c in n.children],
+                }
+                for d, n in sorted(self.tree.items())
+            },
         }
 
 
@@ -179,8 +191,14 @@ def job_address(job_id: int) -> Tuple[str, str]:
     return f"10.254.{hi}.{lo}", f"02:e3:00:00:{hi:02x}:{lo:02x}"
 
 
-def build_tree(topo: Topology, host_ips: Sequence[str], job_ip: str, job_mac: str,
-               free_slots: Mapping[int, int], nslots: int) -> Dict[int, TreeNode]:
+def build_tree(
+    topo: Topology,
+    host_ips: Sequence[str],
+    job_ip: str,
+    job_mac: str,
+    free_slots: Mapping[int, int],
+    nslots: int,
+) -> Dict[int, TreeNode]:
     """The reduction tree of a job: see the module docstring.
 
     Raises:
@@ -189,7 +207,9 @@ def build_tree(topo: Topology, host_ips: Sequence[str], job_ip: str, job_mac: st
             ``nslots`` free slots.
     """
     if len(set(host_ips)) != len(host_ips):
-        raise JobError(f"hosts listed twice: {sorted(h for h in host_ips if host_ips.count(h) > 1)}")
+        raise JobError(
+            f"hosts listed twice: {sorted(h for h in host_ips if host_ips.count(h) > 1)}"
+        )
     unknown = [ip for ip in host_ips if ip not in topo.hosts]
     if unknown:
         raise JobError(f"unknown host(s) {unknown}; known: {sorted(topo.hosts)}")
@@ -197,8 +217,10 @@ def build_tree(topo: Topology, host_ips: Sequence[str], job_ip: str, job_mac: st
     edges = {h.dpid for h in hosts}
     ok = {d for d in topo.switches if free_slots.get(d, 0) >= nslots}
     if not edges <= ok:
-        raise JobRefused(f"refused: edge switch(es) {sorted(f'{d:016x}' for d in edges - ok)} "
-                         f"have fewer than {nslots} free slots")
+        raise JobRefused(
+            f"refused: edge switch(es) {sorted(f'{d:016x}' for d in edges - ok)} "
+            f"have fewer than {nslots} free slots"
+        )
     g = topo.graph(ok)
     best: Optional[Tuple[Tuple[int, int, int, int], Dict[int, int]]] = None
     for root in sorted(g.nodes):
@@ -218,8 +240,10 @@ def build_tree(topo: Topology, host_ips: Sequence[str], job_ip: str, job_mac: st
         if best is None or score < best[0]:
             best = (score, {m: parent[m] for m in members})
     if best is None:
-        raise JobRefused(f"refused: no switch reaches all of {sorted(f'{d:016x}' for d in edges)} "
-                         f"through switches with {nslots} free slots")
+        raise JobRefused(
+            f"refused: no switch reaches all of {sorted(f'{d:016x}' for d in edges)} "
+            f"through switches with {nslots} free slots"
+        )
     parents = best[1]
     tree: Dict[int, TreeNode] = {}
     for dpid, up in parents.items():
@@ -277,8 +301,7 @@ class AggregationManager:
             node = job.tree.get(dpid)
             if job.state == "active" and node is not None:
                 job.epoch += 1
-                self._event(now, "reset", job_id=job.job_id, dpid=f"{dpid:016x}",
-                            epoch=job.epoch)
+                self._event(now, "reset", job_id=job.job_id, dpid=f"{dpid:016x}", epoch=job.epoch)
                 msgs += self._install_node(job, node)
         return msgs
 
@@ -301,16 +324,18 @@ class AggregationManager:
                     used[dpid] += job.nslots
         return {d: self.slots_per_switch - used[d] for d in self._entered_s}
 
-    def register(self, topo: Topology, host_ips: Sequence[str], now: float,
-                 nslots: int = DEFAULT_NSLOTS) -> Tuple[Job, Msgs]:
+    def register(
+        self, topo: Topology, host_ips: Sequence[str], now: float, nslots: int = DEFAULT_NSLOTS
+    ) -> Tuple[Job, Msgs]:
         """A new job over `host_ips` (rank order); raises JobError / JobRefused."""
         if len(host_ips) < 2:
             raise JobError(f"a job needs at least 2 hosts, got {list(host_ips)}")
         if nslots < 1:
             raise JobError(f"nslots={nslots}: must be >= 1")
         if nslots > self.slots_per_switch:
-            raise JobRefused(f"refused: nslots={nslots} exceeds a switch's pool of "
-                             f"{self.slots_per_switch} slots")
+            raise JobRefused(
+                f"refused: nslots={nslots} exceeds a switch's pool of {self.slots_per_switch} slots"
+            )
         job_id = self._allocate_id()
         job_ip, job_mac = job_address(job_id)
         tree = build_tree(topo, list(host_ips), job_ip, job_mac, self.free_slots(), nslots)
@@ -352,16 +377,23 @@ class AggregationManager:
                 continue
             old = job.tree
             try:
-                new = build_tree(topo, list(job.hosts), job.job_ip, job.job_mac,
-                                 self.free_slots(exclude=job.job_id), job.nslots)
+                new = build_tree(
+                    topo,
+                    list(job.hosts),
+                    job.job_ip,
+                    job.job_mac,
+                    self.free_slots(exclude=job.job_id),
+                    job.nslots,
+                )
             except JobError as exc:
                 msgs += self.fail(job.job_id, f"tree lost and not rebuilt: {exc}", now)
                 continue
             job.tree = new
             job.rebuilds += 1
             job.epoch += 1
-            self._event(now, "rebuild", job_id=job.job_id, root=job.root, switches=len(new),
-                        epoch=job.epoch)
+            self._event(
+                now, "rebuild", job_id=job.job_id, root=job.root, switches=len(new), epoch=job.epoch
+            )
             LOG.info("job %d: tree rebuilt, root %016x", job.job_id, job.root)
             for dpid in old.keys() - new.keys():
                 msgs += self._uninstall_node(job, dpid)
@@ -397,24 +429,44 @@ class AggregationManager:
     def _install_node(self, job: Job, node: TreeNode) -> Msgs:
         if node.dpid not in self._entered_s:
             return []
-        config = ofext.AggJobSet(job.job_id, job.nslots, node.parent is None, node.parent_port,
-                                 job.job_ip, job.job_mac, node.children)
+        config = ofext.AggJobSet(
+            job.job_id,
+            job.nslots,
+            node.parent is None,
+            node.parent_port,
+            job.job_ip,
+            job.job_mac,
+            node.children,
+        )
         steer = ofmsg.flow_add(
-            cookie=layout.AGGREGATION_COOKIE | job.job_id, table_id=layout.ROUTING_TABLE,
+            cookie=layout.AGGREGATION_COOKIE | job.job_id,
+            table_id=layout.ROUTING_TABLE,
             priority=layout.PRIO_AGGREGATION,
-            match={"eth_type": 0x0800, "ip_proto": 17, "ipv4_dst": job.job_ip,
-                   "udp_dst": ofext.AGG_UDP_PORT},
-            action_specs=[(ofmsg.ACTION_OUTPUT, ofext.AGG_PORT)])
+            match={
+                "eth_type": 0x0800,
+                "ip_proto": 17,
+                "ipv4_dst": job.job_ip,
+                "udp_dst": ofext.AGG_UDP_PORT,
+            },
+            action_specs=[(ofmsg.ACTION_OUTPUT, ofext.AGG_PORT)],
+        )
         # The engine first: a frame the flow steers must find its job.
         return [(node.dpid, ofmsg.agg_job_set(config)), (node.dpid, steer)]
 
     def _uninstall_node(self, job: Job, dpid: int) -> Msgs:
         if dpid not in self._entered_s:
             return []
-        return [(dpid, ofmsg.flow_delete_by_cookie(
+        return [
+            (
+                dpid,
+                ofmsg.flow_delete_by_cookie(
                     cookie=layout.AGGREGATION_COOKIE | job.job_id,
-                    cookie_mask=0xFFFF_FFFF_FFFF_FFFF, table_id=layout.ROUTING_TABLE)),
-                (dpid, ofmsg.agg_job_delete(job_id=job.job_id))]
+                    cookie_mask=0xFFFF_FFFF_FFFF_FFFF,
+                    table_id=layout.ROUTING_TABLE,
+                ),
+            ),
+            (dpid, ofmsg.agg_job_delete(job_id=job.job_id)),
+        ]
 
     def _allocate_id(self) -> int:
         for _ in range(JOB_ID_MAX):
@@ -434,8 +486,11 @@ class AggregationManager:
 def _refused_job(data: bytes) -> Optional[int]:
     """The job id in the request an experimenter error quotes (EXP_AGG_JOB_SET), if any."""
     # ofp_header(8) + experimenter(4) + exp_type(4) + job_id(2)
-    if len(data) >= 18 and int.from_bytes(data[8:12], "big") == ofext.EMU_EXPERIMENTER_ID \
-            and int.from_bytes(data[12:16], "big") == ofext.EXP_AGG_JOB_SET:
+    if (
+        len(data) >= 18
+        and int.from_bytes(data[8:12], "big") == ofext.EMU_EXPERIMENTER_ID
+        and int.from_bytes(data[12:16], "big") == ofext.EXP_AGG_JOB_SET
+    ):
         return int.from_bytes(data[16:18], "big")
     return None
 
@@ -450,7 +505,8 @@ class AggregationApp(app_manager.OSKenApp):
         opts = app_options()
         self._mgr = AggregationManager(opts.agg_slots_per_switch)
         self._socket_path = opts.agg_socket or os.path.join(
-            os.path.dirname(os.path.abspath(opts.status_file or "./x")), "aggregation.sock")
+            os.path.dirname(os.path.abspath(opts.status_file or "./x")), "aggregation.sock"
+        )
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._dps: Dict[int, Any] = {}  # this app's own record of the connected switches
@@ -489,11 +545,14 @@ class AggregationApp(app_manager.OSKenApp):
     # -- the job socket
 
     def _serve(self) -> None:
-        server = MgmtServer(self._socket_path, {
-            "register": self._register,
-            "unregister": self._unregister,
-            "jobs": self._jobs,
-        })
+        server = MgmtServer(
+            self._socket_path,
+            {
+                "register": self._register,
+                "unregister": self._unregister,
+                "jobs": self._jobs,
+            },
+        )
         LOG.info("aggregation jobs register on %s", self._socket_path)
         server.serve(lambda: self._running)
         server.close()
@@ -510,8 +569,9 @@ class AggregationApp(app_manager.OSKenApp):
                 raise JobRefused(f"refused: {job.reason}")
             if any(d is None for d in done):
                 self._send(self._mgr.unregister(job.job_id, time.time()))
-                raise JobError(f"the switches did not confirm job {job.job_id} within "
-                               f"{REGISTER_TIMEOUT_S} s")
+                raise JobError(
+                    f"the switches did not confirm job {job.job_id} within {REGISTER_TIMEOUT_S} s"
+                )
             return job.describe()
 
     def _send_confirmed(self, msgs: Msgs, dpids: Any, still_ok: Any) -> List[Optional[str]]:
@@ -543,15 +603,16 @@ class AggregationApp(app_manager.OSKenApp):
         with self._lock:
             job = self._mgr.jobs.get(int(job_id))
             tree = list(job.tree) if job else []
-            self._send_confirmed(self._mgr.unregister(int(job_id), time.time()), tree,
-                                 lambda: True)
+            self._send_confirmed(self._mgr.unregister(int(job_id), time.time()), tree, lambda: True)
         return {"job_id": job_id}
 
     def _jobs(self) -> Dict[str, Any]:
         with self._lock:
-            return {"jobs": [j.describe() for j in self._mgr.jobs.values()],
-                    "free_slots": {f"{d:016x}": n for d, n in self._mgr.free_slots().items()},
-                    "events": list(self._mgr.events)}
+            return {
+                "jobs": [j.describe() for j in self._mgr.jobs.values()],
+                "free_slots": {f"{d:016x}": n for d, n in self._mgr.free_slots().items()},
+                "events": list(self._mgr.events),
+            }
 
     # -- handlers
 
@@ -571,8 +632,7 @@ class AggregationApp(app_manager.OSKenApp):
             if ev.state == MAIN_DISPATCHER:
                 self._dps[dp.id] = dp
                 self._send(self._mgr.switch_enter(dp.id, time.time()))
-            elif ev.state == DEAD_DISPATCHER and dp.id is not None \
-                    and self._dps.get(dp.id) is dp:
+            elif ev.state == DEAD_DISPATCHER and dp.id is not None and self._dps.get(dp.id) is dp:
                 del self._dps[dp.id]
                 self._send(self._mgr.switch_leave(dp.id, time.time()))
 
@@ -593,8 +653,9 @@ class AggregationApp(app_manager.OSKenApp):
         if msg.type == ofext.OFPET_EXPERIMENTER:
             reason = f"switch {msg.datapath.id:016x} has no free slots"
         else:
-            reason = f"switch {msg.datapath.id:016x} refused the job (type {msg.type}, " \
-                     f"code {msg.code})"
+            reason = (
+                f"switch {msg.datapath.id:016x} refused the job (type {msg.type}, code {msg.code})"
+            )
         LOG.warning("job %d: %s", job_id, reason)
         with self._lock:
             self._send(self._mgr.fail(job_id, reason, time.time()))

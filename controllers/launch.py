@@ -89,15 +89,23 @@ def _emu_opts() -> list:
         cfg.IntOpt("expect-links", default=None, help="inter-switch cables emu expects"),
         cfg.IntOpt("expect-hosts", default=None, help="hosts emu expects"),
         cfg.FloatOpt("lldp-interval", default=1.0, help="LLDP period in seconds"),
-        cfg.IntOpt("flowlet-gap-us", default=None,
-                   help="SELECT groups in flowlet mode with this gap (emu extension)"),
+        cfg.IntOpt(
+            "flowlet-gap-us",
+            default=None,
+            help="SELECT groups in flowlet mode with this gap (emu extension)",
+        ),
         cfg.FloatOpt("poll-interval", default=1.0, help="adaptive: statistics period (s)"),
-        cfg.FloatOpt("elephant-fraction", default=0.1,
-                     help="adaptive: elephant above this fraction of the NIC rate (Hedera)"),
-        cfg.StrOpt("agg-socket", default=None,
-                   help="aggregation: Unix socket where jobs register"),
-        cfg.IntOpt("agg-slots-per-switch", default=1024,
-                   help="aggregation: slots of each switch's reduction engine"),
+        cfg.FloatOpt(
+            "elephant-fraction",
+            default=0.1,
+            help="adaptive: elephant above this fraction of the NIC rate (Hedera)",
+        ),
+        cfg.StrOpt("agg-socket", default=None, help="aggregation: Unix socket where jobs register"),
+        cfg.IntOpt(
+            "agg-slots-per-switch",
+            default=1024,
+            help="aggregation: slots of each switch's reduction engine",
+        ),
     ]
 
 
@@ -188,17 +196,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect-links", type=_count)
     p.add_argument("--expect-hosts", type=_count)
     p.add_argument("--lldp-interval", type=_interval, default=1.0)
-    p.add_argument("--flowlet-gap-us", type=_gap_us,
-                   help="switch-local adaptive routing: SELECT groups in flowlet mode")
-    p.add_argument("--poll-interval", type=_interval, default=1.0,
-                   help="controllers.adaptive: port and flow statistics period (s)")
-    p.add_argument("--elephant-fraction", type=_fraction, default=0.1,
-                   help="controllers.adaptive: elephant threshold, fraction of the NIC rate")
-    p.add_argument("--agg-socket",
-                   help="controllers.aggregation: Unix socket where jobs register "
-                        "(default: aggregation.sock beside the status file)")
-    p.add_argument("--agg-slots-per-switch", type=_slots, default=1024,
-                   help="controllers.aggregation: slots of each switch's reduction engine")
+    p.add_argument(
+        "--flowlet-gap-us",
+        type=_gap_us,
+        help="switch-local adaptive routing: SELECT groups in flowlet mode",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=_interval,
+        default=1.0,
+        help="controllers.adaptive: port and flow statistics period (s)",
+    )
+    p.add_argument(
+        "--elephant-fraction",
+        type=_fraction,
+        default=0.1,
+        help="controllers.adaptive: elephant threshold, fraction of the NIC rate",
+    )
+    p.add_argument(
+        "--agg-socket",
+        help="controllers.aggregation: Unix socket where jobs register "
+        "(default: aggregation.sock beside the status file)",
+    )
+    p.add_argument(
+        "--agg-slots-per-switch",
+        type=_slots,
+        default=1024,
+        help="controllers.aggregation: slots of each switch's reduction engine",
+    )
     p.add_argument("--verbose", action="store_true")
     p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
     return p
@@ -275,9 +300,14 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
     if args.flowlet_gap_us is not None:
         out += ["--flowlet-gap-us", str(args.flowlet_gap_us)]
     agg_socket = args.agg_socket or os.path.join(
-        os.path.dirname(os.path.abspath(args.status_file)), "aggregation.sock")
-    out += ["--agg-socket", os.path.abspath(agg_socket),
-            "--agg-slots-per-switch", str(args.agg_slots_per_switch)]
+        os.path.dirname(os.path.abspath(args.status_file)), "aggregation.sock"
+    )
+    out += [
+        "--agg-socket",
+        os.path.abspath(agg_socket),
+        "--agg-slots-per-switch",
+        str(args.agg_slots_per_switch),
+    ]
     for name in ("expect_switches", "expect_links", "expect_hosts"):
         value = getattr(args, name)
         if value is not None:

@@ -108,7 +108,6 @@ ADAPTIVE_GROUP_BASE = 0x2000_0000
 AGGREGATION_GROUP_BASE = 0x3000_0000
 
 
-
 @dataclass(frozen=True)
 class XidBand:
     """A range of OpenFlow transaction ids one app gives its barriers.
@@ -128,8 +127,10 @@ class XidBand:
 
     def __post_init__(self) -> None:
         if self.size < 1 or not 0 <= self.first <= self.first + self.size - 1 <= 0xFFFF_FFFF:
-            raise ValueError(f"xid band first={self.first:#x} size={self.size:#x}: "
-                             "must be non-empty and inside 0..0xFFFFFFFF")
+            raise ValueError(
+                f"xid band first={self.first:#x} size={self.size:#x}: "
+                "must be non-empty and inside 0..0xFFFFFFFF"
+            )
 
     @property
     def last(self) -> int:

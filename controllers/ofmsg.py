@@ -153,12 +153,17 @@ def flow_modify_strict(
     action_specs: Sequence[Action],
 ) -> Any:
     """Build an OFPFC_MODIFY_STRICT FlowMod replacing the actions of one exact flow (counters kept)."""
-    return _flow_mod(OFP.OFPFC_MODIFY_STRICT, cookie, table_id, priority, match,
-                     action_specs)
+    return _flow_mod(OFP.OFPFC_MODIFY_STRICT, cookie, table_id, priority, match, action_specs)
 
 
-def _flow_mod(command: int, cookie: int, table_id: int, priority: int,
-              match: Mapping[str, Any], action_specs: Sequence[Action]) -> Any:
+def _flow_mod(
+    command: int,
+    cookie: int,
+    table_id: int,
+    priority: int,
+    match: Mapping[str, Any],
+    action_specs: Sequence[Action],
+) -> Any:
     ofp, parser = OFP, PARSER
     return parser.OFPFlowMod(
         UNBOUND,
@@ -190,9 +195,7 @@ def flow_delete_strict(
     )
 
 
-def flow_delete_by_cookie(
-    *, cookie: int, cookie_mask: int, table_id: Optional[int] = None
-) -> Any:
+def flow_delete_by_cookie(*, cookie: int, cookie_mask: int, table_id: Optional[int] = None) -> Any:
     """Build an OFPFC_DELETE FlowMod removing every flow whose cookie matches under the mask.
 
     Args:
@@ -229,8 +232,13 @@ def _watched_buckets(ports: Sequence[int], weights: Sequence[int]) -> list:
     ]
 
 
-def select_group(*, group_id: int, ports: Sequence[int],
-                 weights: Optional[Sequence[int]] = None, modify: bool = False) -> Any:
+def select_group(
+    *,
+    group_id: int,
+    ports: Sequence[int],
+    weights: Optional[Sequence[int]] = None,
+    modify: bool = False,
+) -> Any:
     """Build a GroupMod (ADD, or MODIFY when ``modify``) for a SELECT group over ``ports``.
 
     Each bucket has ``watch_port`` = its output port and outputs to it; weights
@@ -251,9 +259,7 @@ def select_group(*, group_id: int, ports: Sequence[int],
     )
 
 
-def fast_failover_group(
-    *, group_id: int, ports: Sequence[int], modify: bool = False
-) -> Any:
+def fast_failover_group(*, group_id: int, ports: Sequence[int], modify: bool = False) -> Any:
     """Build a GroupMod for a FAST_FAILOVER group: the first live port of ``ports`` (order kept) wins."""
     ofp, parser = OFP, PARSER
     return parser.OFPGroupMod(
@@ -283,9 +289,7 @@ def group_delete(*, group_id: Optional[int] = None) -> Any:
 # --------------------------------------------------------------------------- misc messages
 
 
-def packet_out(
-    *, data: bytes, ports: Sequence[int], in_port: Optional[int] = None
-) -> Any:
+def packet_out(*, data: bytes, ports: Sequence[int], in_port: Optional[int] = None) -> Any:
     """Build a PacketOut sending ``data`` out of each of ``ports`` (in_port defaults to CONTROLLER)."""
     ofp, parser = OFP, PARSER
     return parser.OFPPacketOut(
@@ -318,12 +322,12 @@ def port_stats_request() -> Any:
 def flow_stats_request(*, cookie: int, cookie_mask: int, table_id: int) -> Any:
     """Build a FlowStats multipart request for one table's flows of one cookie band."""
     ofp, parser = OFP, PARSER
-    return parser.OFPFlowStatsRequest(UNBOUND, 0, table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                      cookie, cookie_mask, parser.OFPMatch())
+    return parser.OFPFlowStatsRequest(
+        UNBOUND, 0, table_id, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, cookie_mask, parser.OFPMatch()
+    )
 
 
-def set_select_mode(*, group_id: Optional[int],
-                    flowlet_gap_us: Optional[int]) -> Any:
+def set_select_mode(*, group_id: Optional[int], flowlet_gap_us: Optional[int]) -> Any:
     """Build emu's experimenter message setting a SELECT group's mode (emu/proto/ofext.py).
 
     Args:
@@ -331,24 +335,35 @@ def set_select_mode(*, group_id: Optional[int],
         flowlet_gap_us: flowlet mode with this gap; None for hash mode (OpenFlow's).
     """
     mode = ofext.SELECT_MODE_HASH if flowlet_gap_us is None else ofext.SELECT_MODE_FLOWLET
-    data = ofext.pack_set_select_mode(ofext.OFPG_ALL if group_id is None else group_id,
-                                      mode, flowlet_gap_us or 0)
-    return PARSER.OFPExperimenter(UNBOUND, experimenter=ofext.EMU_EXPERIMENTER_ID,
-                                             exp_type=ofext.EXP_SET_SELECT_MODE, data=data)
+    data = ofext.pack_set_select_mode(
+        ofext.OFPG_ALL if group_id is None else group_id, mode, flowlet_gap_us or 0
+    )
+    return PARSER.OFPExperimenter(
+        UNBOUND,
+        experimenter=ofext.EMU_EXPERIMENTER_ID,
+        exp_type=ofext.EXP_SET_SELECT_MODE,
+        data=data,
+    )
 
 
 def agg_job_set(job: ofext.AggJobSet) -> Any:
     """emu's experimenter message configuring an aggregation job on a switch's engine."""
-    return PARSER.OFPExperimenter(UNBOUND, experimenter=ofext.EMU_EXPERIMENTER_ID,
-                                             exp_type=ofext.EXP_AGG_JOB_SET,
-                                             data=ofext.pack_agg_job_set(job))
+    return PARSER.OFPExperimenter(
+        UNBOUND,
+        experimenter=ofext.EMU_EXPERIMENTER_ID,
+        exp_type=ofext.EXP_AGG_JOB_SET,
+        data=ofext.pack_agg_job_set(job),
+    )
 
 
 def agg_job_delete(*, job_id: int) -> Any:
     """emu's experimenter message removing an aggregation job (and freeing its slots)."""
-    return PARSER.OFPExperimenter(UNBOUND, experimenter=ofext.EMU_EXPERIMENTER_ID,
-                                             exp_type=ofext.EXP_AGG_JOB_DEL,
-                                             data=ofext.pack_agg_job_del(job_id))
+    return PARSER.OFPExperimenter(
+        UNBOUND,
+        experimenter=ofext.EMU_EXPERIMENTER_ID,
+        exp_type=ofext.EXP_AGG_JOB_DEL,
+        data=ofext.pack_agg_job_del(job_id),
+    )
 
 
 # --------------------------------------------------------------------------- frames

@@ -86,8 +86,18 @@ from controllers.routing_api import (
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["Host", "Msgs", "PortInfo", "PortKey", "Route", "RoutingApp", "RoutingConfig",
-           "RoutingManager", "RoutingView", "write_status"]
+__all__ = [
+    "Host",
+    "Msgs",
+    "PortInfo",
+    "PortKey",
+    "Route",
+    "RoutingApp",
+    "RoutingConfig",
+    "RoutingManager",
+    "RoutingView",
+    "write_status",
+]
 
 ZERO_IP = "0.0.0.0"
 ZERO_MAC = "00:00:00:00:00:00"
@@ -385,8 +395,12 @@ class RoutingManager:
             (dpid, ofmsg.group_delete()),
         ]
         if self.config.flowlet_gap_us is not None:
-            msgs.append((dpid, ofmsg.set_select_mode(
-                group_id=None, flowlet_gap_us=self.config.flowlet_gap_us)))
+            msgs.append(
+                (
+                    dpid,
+                    ofmsg.set_select_mode(group_id=None, flowlet_gap_us=self.config.flowlet_gap_us),
+                )
+            )
         msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
         to_ctrl = (ofmsg.ACTION_OUTPUT, ofmsg.OFPP_CONTROLLER)
@@ -394,8 +408,11 @@ class RoutingManager:
         base_flows = [
             (layout.PRIO_PUNT, {"eth_type": ofmsg.ETH_TYPE_LLDP}, [to_ctrl]),
             (layout.PRIO_PUNT, {"eth_type": ofmsg.ETH_TYPE_ARP}, [to_ctrl]),
-            (layout.PRIO_IPV4_MISS, {"eth_type": ofmsg.ETH_TYPE_IPV4},
-             [to_ctrl + (layout.IPV4_MISS_MAX_LEN,)]),
+            (
+                layout.PRIO_IPV4_MISS,
+                {"eth_type": ofmsg.ETH_TYPE_IPV4},
+                [to_ctrl + (layout.IPV4_MISS_MAX_LEN,)],
+            ),
             (layout.PRIO_DEFAULT_DROP, {}, []),
         ]
         msgs += [
@@ -488,7 +505,8 @@ class RoutingManager:
         msgs = self._learn_host(Host(src_ip, src_mac, dpid, in_port), now)
         last = self._flooded_s.get(dst_ip)
         if dst_ip not in self._hosts and (
-                last is None or now - last >= self.config.arp_flood_holddown_s):
+            last is None or now - last >= self.config.arp_flood_holddown_s
+        ):
             self._flooded_s[dst_ip] = now
             msgs += self._arp_flood(dst_ip, exclude=(dpid, in_port))
         return msgs
@@ -501,10 +519,22 @@ class RoutingManager:
         if len(downs) >= cfg.flap_threshold:
             if key not in self._damped:
                 self._event(now, "link_damped", dpid=key[0], port=key[1], downs=len(downs))
-                self._damping.append({"t": now, "kind": "damped", "dpid": key[0],
-                                      "port": key[1], "downs": len(downs)})
-                LOG.warning("port %016x:%d flapped %d times in %.0f s: damped", key[0], key[1],
-                            len(downs), cfg.flap_window_s)
+                self._damping.append(
+                    {
+                        "t": now,
+                        "kind": "damped",
+                        "dpid": key[0],
+                        "port": key[1],
+                        "downs": len(downs),
+                    }
+                )
+                LOG.warning(
+                    "port %016x:%d flapped %d times in %.0f s: damped",
+                    key[0],
+                    key[1],
+                    len(downs),
+                    cfg.flap_window_s,
+                )
             self._damped[key] = now + cfg.damp_hold_s
 
     def _is_damped(self, key: PortKey, now: float) -> bool:
@@ -613,9 +643,7 @@ class RoutingManager:
         for dpid in sorted(self._switches):
             ports = [p for p in self.edge_ports(dpid) if (dpid, p) != exclude]
             if ports:
-                msgs.append(
-                    (dpid, ofmsg.packet_out(data=frame, ports=ports))
-                )
+                msgs.append((dpid, ofmsg.packet_out(data=frame, ports=ports)))
         return msgs
 
     # ------------------------------------------------------------------ timers
@@ -632,9 +660,12 @@ class RoutingManager:
                     cfg.lldp_burst_interval_s if in_burst else cfg.lldp_interval_s
                 )
         timeout_s = cfg.link_timeout_intervals * cfg.lldp_interval_s
-        expired = [src for src in self._links
-                   if now - self._link_seen_s.get(src, now) > timeout_s
-                   and self._lldp_unanswered[src] >= cfg.link_timeout_intervals]
+        expired = [
+            src
+            for src in self._links
+            if now - self._link_seen_s.get(src, now) > timeout_s
+            and self._lldp_unanswered[src] >= cfg.link_timeout_intervals
+        ]
         for src in expired:
             LOG.info("link %016x:%d expired", *src)
             self._remove_link(src, now)
@@ -752,8 +783,9 @@ class RoutingManager:
             msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         return msgs
 
-    def _sync_switch(self, dpid: int, routes: Mapping[str, Route],
-                     view: Optional[RoutingView], now: float) -> Msgs:
+    def _sync_switch(
+        self, dpid: int, routes: Mapping[str, Route], view: Optional[RoutingView], now: float
+    ) -> Msgs:
         sw = self._switches[dpid]
         wanted_sets: Set[FrozenSet[int]] = {r[1] for r in routes.values() if r[0] == "ecmp"}
         group_adds: Msgs = []
@@ -764,9 +796,17 @@ class RoutingManager:
                 sw.next_gid += 1
             weights = self._bucket_weights(view, dpid, sorted(ports), now)
             if gid not in sw.groups or sw.group_weights.get(gid) != weights:
-                group_adds.append((dpid, ofmsg.select_group(
-                    group_id=gid, ports=sorted(ports), weights=weights,
-                    modify=gid in sw.groups)))
+                group_adds.append(
+                    (
+                        dpid,
+                        ofmsg.select_group(
+                            group_id=gid,
+                            ports=sorted(ports),
+                            weights=weights,
+                            modify=gid in sw.groups,
+                        ),
+                    )
+                )
                 sw.groups[gid] = ports
                 sw.group_weights[gid] = weights
         flow_msgs: Msgs = []
@@ -788,9 +828,7 @@ class RoutingManager:
             if old == acts:
                 continue
             builder = ofmsg.flow_add if old is None else ofmsg.flow_modify_strict
-            flow_msgs.append(
-                (dpid, builder(match=_host_match(ip), action_specs=acts, **common))
-            )
+            flow_msgs.append((dpid, builder(match=_host_match(ip), action_specs=acts, **common)))
             sw.flows[ip] = acts
         for ip in sorted(set(sw.flows) - set(routes)):
             flow_msgs.append((dpid, ofmsg.flow_delete_strict(match=_host_match(ip), **common)))
@@ -809,8 +847,9 @@ class RoutingManager:
             app_flows = self._extension.switch_flows(view, dpid, routes, dict(sw.flows), now)
         return group_adds + flow_msgs + app_flows + group_dels
 
-    def _bucket_weights(self, view: Optional[RoutingView], dpid: int, ports: Sequence[int],
-                        now: float) -> Tuple[int, ...]:
+    def _bucket_weights(
+        self, view: Optional[RoutingView], dpid: int, ports: Sequence[int], now: float
+    ) -> Tuple[int, ...]:
         """Weights of a SELECT group's buckets (one per port, ascending): equal unless extended."""
         if self._extension is None or view is None:
             return (1,) * len(ports)

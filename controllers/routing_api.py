@@ -108,12 +108,19 @@ class RoutingExtension(Protocol):
     def before_resync(self, view: RoutingView, now: float) -> None:
         """Routing is about to recompute every route (its version was just bumped)."""
 
-    def bucket_weights(self, view: RoutingView, dpid: int, ports: Sequence[int],
-                       now: float) -> Tuple[int, ...]:
+    def bucket_weights(
+        self, view: RoutingView, dpid: int, ports: Sequence[int], now: float
+    ) -> Tuple[int, ...]:
         """Weights of a SELECT group's buckets (one per port, ascending)."""
 
-    def switch_flows(self, view: RoutingView, dpid: int, routes: Mapping[str, Route],
-                     flows: Mapping[str, Tuple[Any, ...]], now: float) -> Msgs:
+    def switch_flows(
+        self,
+        view: RoutingView,
+        dpid: int,
+        routes: Mapping[str, Route],
+        flows: Mapping[str, Tuple[Any, ...]],
+        now: float,
+    ) -> Msgs:
         """Messages after routing's flows at ``dpid`` changed (``flows``: routing's, installed)."""
 
     def tick(self, now: float) -> Msgs:
@@ -157,5 +164,6 @@ def get_view(app: app_manager.OSKenApp) -> RoutingView:
     if app_manager.lookup_service_brick(ROUTING_SERVICE) is None:
         raise RoutingUnavailable(
             f"no {ROUTING_SERVICE!r} service: run controllers.routing or controllers.adaptive "
-            f"beside {app.name}")
+            f"beside {app.name}"
+        )
     return app.send_request(EventRoutingViewRequest()).view

@@ -81,21 +81,24 @@ def cmd_allreduce(args) -> int:
     need_root("emu allreduce")
     per_leaf = 2 if args.hosts <= 8 else 4
     leaves = -(-args.hosts // per_leaf)
-    graph = fabric.leaf_spine(leaves=leaves, spines=2, hosts_per_leaf=per_leaf,
-                              host_rate_bps=int(args.rate_mbps * 1e6))
-    hosts = fabric.hosts(graph)[:args.hosts]
+    graph = fabric.leaf_spine(
+        leaves=leaves, spines=2, hosts_per_leaf=per_leaf, host_rate_bps=int(args.rate_mbps * 1e6)
+    )
+    hosts = fabric.hosts(graph)[: args.hosts]
     apps = ("controllers.routing", "controllers.aggregation")
     out = args.out or tempfile.mkdtemp(prefix="emu-allreduce-")
     algos = ("ring", "sharp") if args.algo == "both" else (args.algo,)
     tables = {}
     with Fabric(graph, out_dir=out, apps=apps) as fab:
         for algo in algos:
-            tables[algo] = collectives.run_allreduce(fab, hosts, sizes, dtype=args.dtype,
-                                                     algo=algo, iters=args.iters,
-                                                     seed=args.seed)
-    print(f"# emu all_reduce: {len(hosts)} ranks on a leaf/spine of {leaves} leaves x "
-          f"{per_leaf} hosts, 2 spines, {args.rate_mbps:g} Mbit/s links; "
-          f"{args.iters} iteration(s); logs in {out}")
+            tables[algo] = collectives.run_allreduce(
+                fab, hosts, sizes, dtype=args.dtype, algo=algo, iters=args.iters, seed=args.seed
+            )
+    print(
+        f"# emu all_reduce: {len(hosts)} ranks on a leaf/spine of {leaves} leaves x "
+        f"{per_leaf} hosts, 2 spines, {args.rate_mbps:g} Mbit/s links; "
+        f"{args.iters} iteration(s); logs in {out}"
+    )
     for algo, results in tables.items():
         used = {r.algo for r in results}
         print(f"#\n# algo {algo}{'' if used == {algo} else ' (refused: ran the ring)'}")
@@ -103,10 +106,12 @@ def cmd_allreduce(args) -> int:
     if len(tables) == 2 and tables["ring"] and tables["sharp"]:
         ring, sharp = tables["ring"][-1], tables["sharp"][-1]
         if ring.algbw_bytes_per_s > 0:
-            print(f"# sharp/ring algbw at {sharp.size_bytes} bytes: "
-                  f"{sharp.algbw_bytes_per_s / ring.algbw_bytes_per_s:.2f} "
-                  f"(a switch reduction gains at most 2(n-1)/n = "
-                  f"{2 * (len(hosts) - 1) / len(hosts):.2f})")
+            print(
+                f"# sharp/ring algbw at {sharp.size_bytes} bytes: "
+                f"{sharp.algbw_bytes_per_s / ring.algbw_bytes_per_s:.2f} "
+                f"(a switch reduction gains at most 2(n-1)/n = "
+                f"{2 * (len(hosts) - 1) / len(hosts):.2f})"
+            )
     wrong = any(r.wrong for results in tables.values() for r in results)
     return EXIT_CHECKS_FAILED if wrong else 0
 
@@ -137,8 +142,10 @@ def _update_readme(reproduce, readme_path: str, doc_path: str) -> int:
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"--update-readme: {exc}") from None
     if unknown:
-        raise ScenarioError(f"--update-readme: {readme_path} has blocks for unknown "
-                         f"configurations: {', '.join(unknown)}")
+        raise ScenarioError(
+            f"--update-readme: {readme_path} has blocks for unknown "
+            f"configurations: {', '.join(unknown)}"
+        )
     changed = fresh != readme
     if changed:
         with open(readme_path, "w") as f:
@@ -157,10 +164,14 @@ def cmd_cli(args) -> int:
     need_root("emu cli")
     graph = scenario.build_fabric_graph(params)
     with Fabric(graph, seed=params["seed"]) as fab:
-        print(f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
-              f"logs in {fab.log_dir()}")
-        print("emu commands: ctl SWITCH flows|ports|groups|counters, path SRC DST "
-              "[tcp|udp SPORT DPORT], status")
+        print(
+            f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
+            f"logs in {fab.log_dir()}"
+        )
+        print(
+            "emu commands: ctl SWITCH flows|ports|groups|counters, path SRC DST "
+            "[tcp|udp SPORT DPORT], status"
+        )
         from mininet.log import setLogLevel
 
         setLogLevel("output")  # the CLI prints command output at Mininet's 'output' level
@@ -195,12 +206,16 @@ def _make_emu_cli():
         def do_path(self, line):
             """path SRC DST [tcp|udp SPORT DPORT]: the switches a flow crosses now."""
             parts = line.split()
-            if len(parts) not in (2, 5) or (len(parts) == 5 and not
-                                            (parts[3].isdigit() and parts[4].isdigit())):
+            if len(parts) not in (2, 5) or (
+                len(parts) == 5 and not (parts[3].isdigit() and parts[4].isdigit())
+            ):
                 print("usage: path SRC DST [tcp|udp SPORT DPORT]")
                 return
-            proto, sport, dport = (parts[2], int(parts[3]), int(parts[4])) \
-                if len(parts) == 5 else ("tcp", 49152, 5201)
+            proto, sport, dport = (
+                (parts[2], int(parts[3]), int(parts[4]))
+                if len(parts) == 5
+                else ("tcp", 49152, 5201)
+            )
             try:
                 print(" ".join(self.fab.trace_path(parts[0], parts[1], proto, sport, dport)))
             except Exception as exc:  # noqa: BLE001 - the CLI must survive a typo
@@ -209,8 +224,10 @@ def _make_emu_cli():
         def do_status(self, line):
             """status: the controller's view (switches, links, hosts, convergence)."""
             st = self.fab.controller_status()
-            print(f"switches {len(st.get('switches', []))}, links {len(st.get('links', []))}, "
-                  f"hosts {len(st.get('hosts', []))}, converged {st.get('converged')}")
+            print(
+                f"switches {len(st.get('switches', []))}, links {len(st.get('links', []))}, "
+                f"hosts {len(st.get('hosts', []))}, converged {st.get('converged')}"
+            )
 
     return _EmuCLI
 
@@ -222,14 +239,18 @@ def EmuCLI(net, fab):  # noqa: N802 - reads like the class it builds
 def format_ctl(what: str, result) -> str:
     """Human-readable rendering of a switch's answer."""
     if what == "ports":
-        head = f"{'port':>4} {'name':14} {'link':4} {'rate':>8} {'rx_pkts':>9} {'tx_pkts':>9} " \
-               f"{'rx_bytes':>11} {'tx_bytes':>11} {'rx_drop':>7} {'tx_drop':>7}"
+        head = (
+            f"{'port':>4} {'name':14} {'link':4} {'rate':>8} {'rx_pkts':>9} {'tx_pkts':>9} "
+            f"{'rx_bytes':>11} {'tx_bytes':>11} {'rx_drop':>7} {'tx_drop':>7}"
+        )
         rows = [head]
         for p in result:
-            rows.append(f"{p['port_no']:>4} {p['name']:14} {'up' if p['link_up'] else 'down':4} "
-                        f"{p['rate_bps'] / 1e6:>7.1f}M {p['rx_packets']:>9} {p['tx_packets']:>9} "
-                        f"{p['rx_bytes']:>11} {p['tx_bytes']:>11} {p['rx_dropped']:>7} "
-                        f"{p['tx_dropped']:>7}")
+            rows.append(
+                f"{p['port_no']:>4} {p['name']:14} {'up' if p['link_up'] else 'down':4} "
+                f"{p['rate_bps'] / 1e6:>7.1f}M {p['rx_packets']:>9} {p['tx_packets']:>9} "
+                f"{p['rx_bytes']:>11} {p['tx_bytes']:>11} {p['rx_dropped']:>7} "
+                f"{p['tx_dropped']:>7}"
+            )
         return "\n".join(rows)
     if what == "fidelity" and isinstance(result, dict) and "loop" in result:
         from emu.fidelity import render_record
@@ -242,15 +263,24 @@ def format_ctl(what: str, result) -> str:
 
 # `emu ctl TARGET WHAT [ARG...]`: what each word asks of a switch or a host's NIC.
 SWITCH_CTL = {
-    "flows": ("flows", {}), "ports": ("ports", {}), "groups": ("groups", {}),
-    "counters": ("counters", {}), "info": ("info", {}), "queues": ("queues", {}),
-    "watchdog": ("watchdog", {}), "agg": ("agg", {}), "fidelity": ("fidelity", {}),
+    "flows": ("flows", {}),
+    "ports": ("ports", {}),
+    "groups": ("groups", {}),
+    "counters": ("counters", {}),
+    "info": ("info", {}),
+    "queues": ("queues", {}),
+    "watchdog": ("watchdog", {}),
+    "agg": ("agg", {}),
+    "fidelity": ("fidelity", {}),
     "watchdog-on": ("set_watchdog", {"enabled": True}),
     "watchdog-off": ("set_watchdog", {"enabled": False}),
 }
 NIC_CTL = {
-    "stats": ("stats", {}), "info": ("info", {}), "fidelity": ("fidelity", {}),
-    "stuck": ("set", {"stuck": True}), "unstuck": ("set", {"stuck": False}),
+    "stats": ("stats", {}),
+    "info": ("info", {}),
+    "fidelity": ("fidelity", {}),
+    "stuck": ("set", {"stuck": True}),
+    "unstuck": ("set", {"stuck": False}),
     "drain-unlimited": ("set", {"unlimited_drain": True}),
 }
 
@@ -279,10 +309,10 @@ def ctl_request(target_kind: str, what: str, extra: list[str]) -> tuple[str, dic
             raise ScenarioError("usage: emu ctl HOST drain RATE_BPS")
         return "set", {"drain_rate_bps": float(extra[0])}
     if what not in table or extra:
-        words = sorted(table) + (["ecn", "loss", "rate"] if target_kind == "switch"
-                                 else ["drain"])
-        raise ScenarioError(f"emu ctl on a {target_kind}: {what!r} is not one of "
-                            f"{', '.join(words)}")
+        words = sorted(table) + (["ecn", "loss", "rate"] if target_kind == "switch" else ["drain"])
+        raise ScenarioError(
+            f"emu ctl on a {target_kind}: {what!r} is not one of {', '.join(words)}"
+        )
     return table[what]
 
 
@@ -313,19 +343,19 @@ def cmd_path(args) -> int:
     runs = [r for r in runs if os.path.exists(os.path.join(r.sock_dir, GRAPH_FILE))]
     if not runs:
         raise ScenarioError("no running fabric found (start one with `emu run` or `emu cli`)")
-    graphs = [(r, nx.node_link_graph(json.loads(Path(r.sock_dir, GRAPH_FILE).read_text())))
-              for r in runs]
+    graphs = [
+        (r, nx.node_link_graph(json.loads(Path(r.sock_dir, GRAPH_FILE).read_text()))) for r in runs
+    ]
     # Of several fabrics, the one with both hosts; otherwise the first names the error.
-    run, graph = next(((r, g) for r, g in graphs if args.src in g and args.dst in g),
-                      graphs[0])
+    run, graph = next(((r, g) for r, g in graphs if args.src in g and args.dst in g), graphs[0])
 
     def ask(switch: str, in_port: int, frame_hex: str):
-        return mgmt.call(os.path.join(run.sock_dir, f"{switch}.sock"), "trace",
-                         in_port=in_port, frame=frame_hex)
+        return mgmt.call(
+            os.path.join(run.sock_dir, f"{switch}.sock"), "trace", in_port=in_port, frame=frame_hex
+        )
 
     try:
-        path = trace.trace_path(graph, ask, args.src, args.dst, args.proto, args.sport,
-                                args.dport)
+        path = trace.trace_path(graph, ask, args.src, args.dst, args.proto, args.sport, args.dport)
     except trace.TraceError as exc:
         raise ScenarioError(str(exc)) from None
     print(f"{args.proto} {args.src}:{args.sport} -> {args.dst}:{args.dport}: " + " ".join(path))
@@ -338,12 +368,16 @@ def cmd_clean(args) -> int:
     if not removed:
         print("nothing to clean: no dead runs recorded")
     for r in removed:
-        print(f"{r['run']}: stopped {len(r['stopped_pids'])} processes, "
-              f"deleted {len(r['deleted_interfaces'])} interfaces")
+        print(
+            f"{r['run']}: stopped {len(r['stopped_pids'])} processes, "
+            f"deleted {len(r['deleted_interfaces'])} interfaces"
+        )
     live = registry.live_runs()
     if live:
-        print("left alone (still running): " + ", ".join(
-            f"{r.run_id} (pid {r.owner_pid})" for r in live))
+        print(
+            "left alone (still running): "
+            + ", ".join(f"{r.run_id} (pid {r.owner_pid})" for r in live)
+        )
     return 0
 
 
@@ -356,8 +390,11 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="emu", description="Packet-level emulator of GPU-cluster "
-                                "fabrics: lossless Ethernet, ECMP and failures on real packets.")
+    p = argparse.ArgumentParser(
+        prog="emu",
+        description="Packet-level emulator of GPU-cluster "
+        "fabrics: lossless Ethernet, ECMP and failures on real packets.",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", help="scenarios with one-line descriptions")
@@ -370,18 +407,26 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.set_defaults(func=cmd_cli)
-    s = sub.add_parser("ctl", help="ask a running switch or host NIC, or inject a fault",
-                       description="switch: " + ", ".join(sorted(SWITCH_CTL)) + ", ecn KMIN "
-                       "KMAX [PMAX], loss PORT PROB, rate PORT BPS|default; host NIC: " + ", ".join(sorted(NIC_CTL)) + ", drain RATE")
+    s = sub.add_parser(
+        "ctl",
+        help="ask a running switch or host NIC, or inject a fault",
+        description="switch: " + ", ".join(sorted(SWITCH_CTL)) + ", ecn KMIN "
+        "KMAX [PMAX], loss PORT PROB, rate PORT BPS|default; host NIC: "
+        + ", ".join(sorted(NIC_CTL))
+        + ", drain RATE",
+    )
     s.add_argument("target", help="switch or host name")
     s.add_argument("what")
     s.add_argument("args", nargs="*")
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ctl)
-    s = sub.add_parser("path", help="the switches a flow crosses now, asked of each switch",
-                       description="Each switch traces the flow's 5-tuple through its own "
-                       "tables (ECMP hash included) without touching counters; the walk "
-                       "follows the one port it names.")
+    s = sub.add_parser(
+        "path",
+        help="the switches a flow crosses now, asked of each switch",
+        description="Each switch traces the flow's 5-tuple through its own "
+        "tables (ECMP hash included) without touching counters; the walk "
+        "follows the one port it names.",
+    )
     s.add_argument("src", help="source host")
     s.add_argument("dst", help="destination host")
     s.add_argument("--proto", choices=("tcp", "udp"), default="tcp")
@@ -389,12 +434,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dport", type=int, default=5201, help="destination port (default 5201)")
     s.add_argument("--run", help="run id (default: the running fabric)")
     s.set_defaults(func=cmd_path)
-    s = sub.add_parser("allreduce", help="nccl-tests-style all-reduce (ring or in-network)",
-                       description="Builds a leaf/spine, runs all-reduce (sum) on real data "
-                       "for every size and prints nccl-tests' all_reduce_perf table.")
+    s = sub.add_parser(
+        "allreduce",
+        help="nccl-tests-style all-reduce (ring or in-network)",
+        description="Builds a leaf/spine, runs all-reduce (sum) on real data "
+        "for every size and prints nccl-tests' all_reduce_perf table.",
+    )
     s.add_argument("--hosts", type=int, default=8, help="ranks (2..64; default 8)")
-    s.add_argument("--algo", choices=("ring", "sharp", "both"), default="ring",
-                   help="both: the ring, then SHARP, on the same fabric")
+    s.add_argument(
+        "--algo",
+        choices=("ring", "sharp", "both"),
+        default="ring",
+        help="both: the ring, then SHARP, on the same fabric",
+    )
     s.add_argument("--sizes", default="1K:16M", help="MIN:MAX bytes per rank (nccl -b/-e)")
     s.add_argument("--factor", type=int, default=2, help="size step factor (nccl -f)")
     s.add_argument("--dtype", choices=("float32", "int32", "float", "int"), default="float32")
@@ -404,18 +456,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bw-unit", choices=("MB/s", "GB/s"), default="MB/s")
     s.add_argument("--out", help="directory for the fabric's logs")
     s.set_defaults(func=cmd_allreduce)
-    s = sub.add_parser("reproduce", help="run what the README quotes; write docs/results.md",
-                       description="Runs every scenario the README quotes --runs times (emu run "
-                       "in a subprocess) and writes min/median/max of each figure over the "
-                       "faithful runs, check pass counts and fidelity per run to --doc.")
+    s = sub.add_parser(
+        "reproduce",
+        help="run what the README quotes; write docs/results.md",
+        description="Runs every scenario the README quotes --runs times (emu run "
+        "in a subprocess) and writes min/median/max of each figure over the "
+        "faithful runs, check pass counts and fidelity per run to --doc.",
+    )
     s.add_argument("--runs", type=int, help="runs per configuration (default 3; 1 with --quick)")
     s.add_argument("--quick", action="store_true", help="small parameters (the scenario tests')")
     s.add_argument("--only", metavar="NAME[,NAME]", help="scenarios or configurations to run")
     s.add_argument("--out", default="results/reproduce", help="run directories")
     s.add_argument("--doc", default="docs/results.md", help="the markdown to write")
-    s.add_argument("--update-readme", metavar="README", nargs="?", const="README.md",
-                   help="run nothing: copy --doc's figures into README's "
-                   "<!-- reproduced:ID --> blocks (default README.md)")
+    s.add_argument(
+        "--update-readme",
+        metavar="README",
+        nargs="?",
+        const="README.md",
+        help="run nothing: copy --doc's figures into README's "
+        "<!-- reproduced:ID --> blocks (default README.md)",
+    )
     s.set_defaults(func=cmd_reproduce)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)
@@ -427,8 +487,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     try:

@@ -25,8 +25,12 @@ def _check(cond: bool, key: str, value: Any, allowed: str) -> None:
 
 
 def _check_prios(key: str, prios: tuple[int, ...]) -> None:
-    _check(all(isinstance(p, int) and 0 <= p <= 7 for p in prios), key, prios,
-           "priorities are integers 0..7")
+    _check(
+        all(isinstance(p, int) and 0 <= p <= 7 for p in prios),
+        key,
+        prios,
+        "priorities are integers 0..7",
+    )
 
 
 class _Spec:
@@ -35,8 +39,10 @@ class _Spec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"unknown {cls.__name__} key(s) {', '.join(unknown)}; "
-                              f"allowed: {', '.join(sorted(known))}")
+            raise ConfigError(
+                f"unknown {cls.__name__} key(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(known))}"
+            )
         return cls(**data)
 
 
@@ -55,8 +61,12 @@ class PfcSpec(_Spec):
 
     def __post_init__(self) -> None:
         _check_prios("lossless_priorities", self.lossless_priorities)
-        _check(1 <= self.pause_quanta <= 0xFFFF, "pause_quanta", self.pause_quanta,
-               "1..65535 quanta (one quantum is 512 bit times)")
+        _check(
+            1 <= self.pause_quanta <= 0xFFFF,
+            "pause_quanta",
+            self.pause_quanta,
+            "1..65535 quanta (one quantum is 512 bit times)",
+        )
 
 
 @dataclass(frozen=True)
@@ -78,16 +88,26 @@ class EcnSpec(_Spec):
         _check_prios("priorities", self.priorities)
         _check(0.0 <= self.pmax <= 1.0, "pmax", self.pmax, "a probability in 0..1")
         if self.kmin_bytes is not None and self.kmax_bytes is not None:
-            _check(0 <= self.kmin_bytes < self.kmax_bytes, "kmin_bytes", self.kmin_bytes,
-                   f"must be below kmax_bytes={self.kmax_bytes}")
+            _check(
+                0 <= self.kmin_bytes < self.kmax_bytes,
+                "kmin_bytes",
+                self.kmin_bytes,
+                f"must be below kmax_bytes={self.kmax_bytes}",
+            )
 
     def thresholds(self, rate_bps: int) -> tuple[int, int]:
         """(Kmin, Kmax) in bytes at `rate_bps`."""
         scale = rate_bps / 25e9
-        kmin = self.kmin_bytes if self.kmin_bytes is not None else \
-            max(int(100_000 * scale), 4 * MTU_FRAME_BYTES)
-        kmax = self.kmax_bytes if self.kmax_bytes is not None else \
-            max(int(400_000 * scale), 16 * MTU_FRAME_BYTES)
+        kmin = (
+            self.kmin_bytes
+            if self.kmin_bytes is not None
+            else max(int(100_000 * scale), 4 * MTU_FRAME_BYTES)
+        )
+        kmax = (
+            self.kmax_bytes
+            if self.kmax_bytes is not None
+            else max(int(400_000 * scale), 16 * MTU_FRAME_BYTES)
+        )
         return kmin, max(kmax, kmin + 1)
 
 
@@ -112,16 +132,25 @@ class BufferSpec(_Spec):
     resume_offset_bytes: int = 2 * MTU_FRAME_BYTES
 
     def __post_init__(self) -> None:
-        _check(self.size_bytes >= 16 * MTU_FRAME_BYTES, "size_bytes", self.size_bytes,
-               f">= {16 * MTU_FRAME_BYTES} (16 full frames)")
+        _check(
+            self.size_bytes >= 16 * MTU_FRAME_BYTES,
+            "size_bytes",
+            self.size_bytes,
+            f">= {16 * MTU_FRAME_BYTES} (16 full frames)",
+        )
         for key in ("alpha_lossless", "alpha_lossy"):
             value = getattr(self, key)
             _check(0 < value <= 64, key, value, "a positive factor (e.g. 1/8)")
         if self.headroom_bytes is not None:
-            _check(self.headroom_bytes >= MTU_FRAME_BYTES, "headroom_bytes",
-                   self.headroom_bytes, f">= one frame ({MTU_FRAME_BYTES})")
-        _check(self.resume_offset_bytes >= 0, "resume_offset_bytes",
-               self.resume_offset_bytes, ">= 0")
+            _check(
+                self.headroom_bytes >= MTU_FRAME_BYTES,
+                "headroom_bytes",
+                self.headroom_bytes,
+                f">= one frame ({MTU_FRAME_BYTES})",
+            )
+        _check(
+            self.resume_offset_bytes >= 0, "resume_offset_bytes", self.resume_offset_bytes, ">= 0"
+        )
 
     def headroom(self, rate_bps: int, delay_s: float) -> int:
         """Headroom of one lossless (port, priority) at `rate_bps` over a link of `delay_s`."""
@@ -154,8 +183,12 @@ class WatchdogSpec(_Spec):
         for key in ("detection_s", "restoration_s", "poll_s", "time_scale"):
             value = getattr(self, key)
             _check(isinstance(value, (int, float)) and value > 0, key, value, "> 0 seconds")
-        _check(self.action in WATCHDOG_ACTIONS, "action", self.action,
-               f"one of {', '.join(WATCHDOG_ACTIONS)}")
+        _check(
+            self.action in WATCHDOG_ACTIONS,
+            "action",
+            self.action,
+            f"one of {', '.join(WATCHDOG_ACTIONS)}",
+        )
 
 
 QOS_SECTIONS = ("buffer", "pfc", "ecn", "watchdog")
@@ -171,8 +204,9 @@ def parse_qos(doc: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"qos must be a mapping of {', '.join(QOS_SECTIONS)}")
     unknown = sorted(set(doc) - set(QOS_SECTIONS))
     if unknown:
-        raise ConfigError(f"unknown qos section(s) {', '.join(unknown)}; "
-                          f"allowed: {', '.join(QOS_SECTIONS)}")
+        raise ConfigError(
+            f"unknown qos section(s) {', '.join(unknown)}; allowed: {', '.join(QOS_SECTIONS)}"
+        )
 
     def tuples(d: dict) -> dict:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}

@@ -575,7 +575,9 @@ def validate(G: nx.Graph) -> None:
         if kind == "switch":
             role = d.get("role")
             if role not in SWITCH_ROLES:
-                raise FabricSpecError(f"switch {node}: role={role!r}, allowed {sorted(SWITCH_ROLES)}")
+                raise FabricSpecError(
+                    f"switch {node}: role={role!r}, allowed {sorted(SWITCH_ROLES)}"
+                )
             dpid = d.get("dpid")
             if isinstance(dpid, bool) or not isinstance(dpid, int) or not 0 < dpid < 1 << 64:
                 raise FabricSpecError(f"switch {node}: dpid={dpid!r}, must be an int in 1..2^64-1")
@@ -628,7 +630,9 @@ def validate(G: nx.Graph) -> None:
         for node in (u, v):
             intf = intfs[node]
             if intf != f"{node}-eth{ports[node]}":
-                raise FabricSpecError(f"{where}: interface {intf!r} must be {node}-eth{ports[node]}")
+                raise FabricSpecError(
+                    f"{where}: interface {intf!r} must be {node}-eth{ports[node]}"
+                )
             if len(intf) > MAX_INTF_NAME:
                 raise FabricSpecError(
                     f"{where}: interface name {intf!r} has {len(intf)} characters, "

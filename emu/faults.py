@@ -72,8 +72,7 @@ class Faults:
             self._seq += 1
             heapq.heappush(self._queue, (time.monotonic() + at, self._seq, action))
             if self._worker is None:
-                self._worker = threading.Thread(target=self._run, name="emu-faults",
-                                                daemon=True)
+                self._worker = threading.Thread(target=self._run, name="emu-faults", daemon=True)
                 self._worker.start()
             self._cond.notify()
 
@@ -81,7 +80,8 @@ class Faults:
         while True:
             with self._cond:
                 while not self._stopping and (
-                        not self._queue or self._queue[0][0] > time.monotonic()):
+                    not self._queue or self._queue[0][0] > time.monotonic()
+                ):
                     wait = self._queue[0][0] - time.monotonic() if self._queue else None
                     self._cond.wait(wait)
                 if self._stopping:
@@ -103,8 +103,9 @@ class Faults:
 
     def _event(self, kind: str, **info: Any) -> None:
         # Every injected fault is a timestamped event, for reports and telemetry.
-        self.events.append({"t": round(time.time() - self.t0, 3), "wall": time.time(),
-                            "kind": kind, **info})
+        self.events.append(
+            {"t": round(time.time() - self.t0, 3), "wall": time.time(), "kind": kind, **info}
+        )
 
     def _switches(self, switch: str | None) -> list[str]:
         all_switches = fabric_mod.switches(self.fab.graph)
@@ -118,8 +119,10 @@ class Faults:
         if self.nics is None:
             raise FaultError("NIC faults need the RDMA host agents (emu.traffic.rdma)")
         if host not in self.nics.nics:
-            raise FaultError(f"unknown host {host!r} (or no NIC agent on it); hosts with "
-                             f"agents: {', '.join(sorted(self.nics.nics))}")
+            raise FaultError(
+                f"unknown host {host!r} (or no NIC agent on it); hosts with "
+                f"agents: {', '.join(sorted(self.nics.nics))}"
+            )
         return self.nics.nics[host]
 
     # ----- links ------------------------------------------------------------
@@ -132,13 +135,13 @@ class Faults:
         self._check_link(u, v)
         self._later(at, lambda: self._link(u, v, up=True))
 
-    def flap(self, u: str, v: str, period_s: float, count: int,
-             at: float | None = None) -> None:
+    def flap(self, u: str, v: str, period_s: float, count: int, at: float | None = None) -> None:
         """Take u-v down and up `count` times, half a period each, from `at` on."""
         self._check_link(u, v)
         if period_s <= 0 or count < 1:
-            raise FaultError(f"flap period_s={period_s}, count={count}: need period > 0, "
-                             "count >= 1")
+            raise FaultError(
+                f"flap period_s={period_s}, count={count}: need period > 0, count >= 1"
+            )
         start = at or 0.0
         for i in range(count):
             self._later(start + i * period_s + 1e-6, lambda: self._link(u, v, up=False))
@@ -155,9 +158,12 @@ class Faults:
             g = self.fab.graph
             for node in (u, v):
                 if g.nodes[node]["kind"] == "switch":
-                    self.fab.switch_call(node, "set_port_loss",
-                                         port_no=g.edges[u, v]["ports"][node],
-                                         probability=probability)
+                    self.fab.switch_call(
+                        node,
+                        "set_port_loss",
+                        port_no=g.edges[u, v]["ports"][node],
+                        probability=probability,
+                    )
             self._event("lossy_link", link=f"{u}-{v}", probability=probability)
 
         self._later(at, apply)
@@ -177,21 +183,27 @@ class Faults:
 
     def kill_switch(self, switch: str, at: float | None = None) -> None:
         self._switches(switch)
-        self._later(at, lambda: (self.fab.kill_switch(switch),
-                                 self._event("switch_killed", switch=switch)))
+        self._later(
+            at, lambda: (self.fab.kill_switch(switch), self._event("switch_killed", switch=switch))
+        )
 
     def restart_switch(self, switch: str, at: float | None = None) -> None:
         self._switches(switch)
-        self._later(at, lambda: (self.fab.restart_switch(switch),
-                                 self._event("switch_restarted", switch=switch)))
+        self._later(
+            at,
+            lambda: (
+                self.fab.restart_switch(switch),
+                self._event("switch_restarted", switch=switch),
+            ),
+        )
 
     def kill_controller(self, at: float | None = None) -> None:
-        self._later(at, lambda: (self.fab.kill_controller(),
-                                 self._event("controller_killed")))
+        self._later(at, lambda: (self.fab.kill_controller(), self._event("controller_killed")))
 
     def restart_controller(self, at: float | None = None) -> None:
-        self._later(at, lambda: (self.fab.restart_controller(),
-                                 self._event("controller_restarted")))
+        self._later(
+            at, lambda: (self.fab.restart_controller(), self._event("controller_restarted"))
+        )
 
     # ----- hosts ------------------------------------------------------------
 
@@ -204,8 +216,7 @@ class Faults:
         """
         g = self.fab.graph
         if host not in g or g.nodes[host]["kind"] != "host":
-            raise FaultError(f"unknown host {host!r}; hosts: "
-                             f"{', '.join(fabric_mod.hosts(g))}")
+            raise FaultError(f"unknown host {host!r}; hosts: {', '.join(fabric_mod.hosts(g))}")
         if not factor >= 1.0:
             raise FaultError(f"factor={factor}: must be >= 1 (1 = healthy, 4 = four times slower)")
         [switch] = list(g.neighbors(host))
@@ -213,15 +224,24 @@ class Faults:
         rate_bps = link["rate_bps"] / factor
 
         def apply() -> None:
-            self.fab.switch_call(switch, "set_port_rate", port_no=link["ports"][switch],
-                                 rate_bps=None if factor == 1.0 else rate_bps)
+            self.fab.switch_call(
+                switch,
+                "set_port_rate",
+                port_no=link["ports"][switch],
+                rate_bps=None if factor == 1.0 else rate_bps,
+            )
             self.fab.set_host_tx_rate(host, None if factor == 1.0 else rate_bps)
             self._event("slow_host", host=host, factor=factor, rate_bps=rate_bps)
 
         self._later(at, apply)
 
-    def straggler(self, host: str, compute_factor: float = 1.0, nic_factor: float = 1.0,
-                  at: float | None = None) -> None:
+    def straggler(
+        self,
+        host: str,
+        compute_factor: float = 1.0,
+        nic_factor: float = 1.0,
+        at: float | None = None,
+    ) -> None:
         """Host `host` becomes a straggler rank (1 and 1: healthy again).
 
         `compute_factor`: the compute step of every collective it runs takes
@@ -239,8 +259,9 @@ class Faults:
 
         def apply() -> None:
             nic.call("set", compute_factor=compute_factor, rate_bps=rate_bps)
-            self._event("straggler", host=host, compute_factor=compute_factor,
-                        nic_factor=nic_factor)
+            self._event(
+                "straggler", host=host, compute_factor=compute_factor, nic_factor=nic_factor
+            )
 
         self._later(at, apply)
         # The link too (tc on the host, pacing at its switch port), and back when healed.
@@ -271,19 +292,26 @@ class Faults:
 
     # ----- switches ---------------------------------------------------------
 
-    def watchdog(self, enabled: bool = True, switch: str | None = None,
-                 action: str | None = None, detection_s: float | None = None) -> None:
+    def watchdog(
+        self,
+        enabled: bool = True,
+        switch: str | None = None,
+        action: str | None = None,
+        detection_s: float | None = None,
+    ) -> None:
         """Turn the PFC watchdog on or off (or change its action) on one or every switch."""
         for sw in self._switches(switch):
             try:
-                self.fab.switch_call(sw, "set_watchdog", enabled=enabled, action=action,
-                                     detection_s=detection_s)
+                self.fab.switch_call(
+                    sw, "set_watchdog", enabled=enabled, action=action, detection_s=detection_s
+                )
             except mgmt.MgmtError as exc:
                 raise FaultError(str(exc)) from None
         self._event("watchdog", enabled=enabled, switch=switch or "all", action=action)
 
-    def ecn_thresholds(self, kmin_bytes: int, kmax_bytes: int, pmax: float | None = None,
-                       switch: str | None = None) -> None:
+    def ecn_thresholds(
+        self, kmin_bytes: int, kmax_bytes: int, pmax: float | None = None, switch: str | None = None
+    ) -> None:
         """Change ECN marking thresholds on one or every switch."""
         changes: dict[str, Any] = {"kmin_bytes": kmin_bytes, "kmax_bytes": kmax_bytes}
         if pmax is not None:

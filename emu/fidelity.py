@@ -95,8 +95,18 @@ class PortClock:
     the clock gave up because the loop came back too late to catch up.
     """
 
-    __slots__ = ("rate_bps", "frame_s", "_edges_s", "hist", "frames", "max_late_s",
-                 "deficit_s", "busy_s", "_last_bucket", "_last_wire_s")
+    __slots__ = (
+        "rate_bps",
+        "frame_s",
+        "_edges_s",
+        "hist",
+        "frames",
+        "max_late_s",
+        "deficit_s",
+        "busy_s",
+        "_last_bucket",
+        "_last_wire_s",
+    )
 
     def __init__(self, rate_bps: float) -> None:
         self.set_rate(rate_bps)
@@ -112,7 +122,7 @@ class PortClock:
         self.frames = 0
         self.max_late_s = 0.0
         self.deficit_s = 0.0
-        self.busy_s = 0.0          # the wire's time the departed frames took
+        self.busy_s = 0.0  # the wire's time the departed frames took
         self._last_bucket = -1
         self._last_wire_s = 0.0
 
@@ -140,9 +150,15 @@ class PortClock:
         self.deficit_s += seconds
 
     def snapshot(self) -> dict:
-        return {"rate_bps": self.rate_bps, "frame_s": self.frame_s, "frames": self.frames,
-                "hist": list(self.hist), "max_late_s": round(self.max_late_s, 6),
-                "deficit_s": round(self.deficit_s, 6), "busy_s": round(self.busy_s, 6)}
+        return {
+            "rate_bps": self.rate_bps,
+            "frame_s": self.frame_s,
+            "frames": self.frames,
+            "hist": list(self.hist),
+            "max_late_s": round(self.max_late_s, 6),
+            "deficit_s": round(self.deficit_s, 6),
+            "busy_s": round(self.busy_s, 6),
+        }
 
 
 class LoopMonitor:
@@ -157,8 +173,18 @@ class LoopMonitor:
     counted apart (`idle_longest_s`) and not judged.
     """
 
-    __slots__ = ("frame_s", "passes", "longest_s", "over_1", "over_10", "stalled_s",
-                 "idle_longest_s", "longest_work", "longest_cpu_s", "longest_ended_at")
+    __slots__ = (
+        "frame_s",
+        "passes",
+        "longest_s",
+        "over_1",
+        "over_10",
+        "stalled_s",
+        "idle_longest_s",
+        "longest_work",
+        "longest_cpu_s",
+        "longest_ended_at",
+    )
 
     def __init__(self, frame_s: float) -> None:
         self.frame_s = frame_s
@@ -175,8 +201,14 @@ class LoopMonitor:
         self.longest_cpu_s = 0.0
         self.longest_ended_at = 0.0
 
-    def pass_done(self, stall_s: float, mattered: bool = True, work: tuple = (),
-                  cpu_s: float = 0.0, ended_at: float = 0.0) -> None:
+    def pass_done(
+        self,
+        stall_s: float,
+        mattered: bool = True,
+        work: tuple = (),
+        cpu_s: float = 0.0,
+        ended_at: float = 0.0,
+    ) -> None:
         """Record one pass; `work` names what the loop did in it, `cpu_s` the CPU it
         used (a stall far longer than its CPU was spent waiting for a CPU) and
         `ended_at` when it ended (monotonic: the same clock in every process, so
@@ -198,9 +230,17 @@ class LoopMonitor:
             self.longest_cpu_s = cpu_s
             self.longest_ended_at = ended_at
 
-    def woke(self, awake_since: float, asleep_at: float, timeout: float, woke: float,
-             due_at: float | None, frames_ready: bool, work: tuple = (),
-             cpu_s: float = 0.0) -> None:
+    def woke(
+        self,
+        awake_since: float,
+        asleep_at: float,
+        timeout: float,
+        woke: float,
+        due_at: float | None,
+        frames_ready: bool,
+        work: tuple = (),
+        cpu_s: float = 0.0,
+    ) -> None:
         """The loop came back from select(): record the pass that ended at `asleep_at`.
 
         The stall is the time since the loop last came back (`awake_since`) plus
@@ -208,22 +248,32 @@ class LoopMonitor:
         It mattered if a frame was due (`due_at` passed) or frames were waiting
         when select() came back.
         """
-        overslept = woke - asleep_at - timeout   # late even if sockets became ready
+        overslept = woke - asleep_at - timeout  # late even if sockets became ready
         # Frames readable when the loop came back may have waited through the stall;
         # counting them is the conservative side (a fixed "returned at once" window
         # missed a switch stopped for 200 ms on a loaded machine).
         mattered = (due_at is not None and due_at <= woke) or frames_ready
-        self.pass_done(asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
-                       mattered, work, cpu_s, woke)
+        self.pass_done(
+            asleep_at - awake_since + (overslept if overslept > 0 else 0.0),
+            mattered,
+            work,
+            cpu_s,
+            woke,
+        )
 
     def snapshot(self) -> dict:
-        return {"frame_s": self.frame_s, "passes": self.passes,
-                "longest_stall_s": round(self.longest_s, 6), "stalls_over_1": self.over_1,
-                "stalls_over_10": self.over_10, "stalled_s": round(self.stalled_s, 6),
-                "idle_longest_stall_s": round(self.idle_longest_s, 6),
-                "longest_stall_work": self.longest_work,
-                "longest_stall_cpu_s": round(self.longest_cpu_s, 6),
-                "longest_stall_ended_at": round(self.longest_ended_at, 6)}
+        return {
+            "frame_s": self.frame_s,
+            "passes": self.passes,
+            "longest_stall_s": round(self.longest_s, 6),
+            "stalls_over_1": self.over_1,
+            "stalls_over_10": self.over_10,
+            "stalled_s": round(self.stalled_s, 6),
+            "idle_longest_stall_s": round(self.idle_longest_s, 6),
+            "longest_stall_work": self.longest_work,
+            "longest_stall_cpu_s": round(self.longest_cpu_s, 6),
+            "longest_stall_ended_at": round(self.longest_ended_at, 6),
+        }
 
 
 class GcMonitor:
@@ -243,8 +293,14 @@ class GcMonitor:
     report shows whether the collector is what stalled a loop.
     """
 
-    __slots__ = ("collections", "longest_s", "longest_generation", "longest_ended_at",
-                 "total_s", "_started")
+    __slots__ = (
+        "collections",
+        "longest_s",
+        "longest_generation",
+        "longest_ended_at",
+        "total_s",
+        "_started",
+    )
     _process: "GcMonitor | None" = None
 
     def __init__(self) -> None:
@@ -295,12 +351,14 @@ class GcMonitor:
         return gc.get_freeze_count()
 
     def snapshot(self) -> dict:
-        return {"collections": list(self.collections),
-                "longest_pause_s": round(self.longest_s, 6),
-                "longest_generation": self.longest_generation,
-                "longest_ended_at": round(self.longest_ended_at, 6),
-                "total_pause_s": round(self.total_s, 6),
-                "frozen_objects": gc.get_freeze_count()}
+        return {
+            "collections": list(self.collections),
+            "longest_pause_s": round(self.longest_s, 6),
+            "longest_generation": self.longest_generation,
+            "longest_ended_at": round(self.longest_ended_at, 6),
+            "total_pause_s": round(self.total_s, 6),
+            "frozen_objects": gc.get_freeze_count(),
+        }
 
 
 def machine_steal_s() -> float:
@@ -340,11 +398,11 @@ class ProcessFidelity:
     def __init__(self, name: str, kind: str, clocks: dict, frame_s: float, now: float) -> None:
         self.name = name
         self.kind = kind
-        self.clocks: dict = clocks             # port key -> PortClock
+        self.clocks: dict = clocks  # port key -> PortClock
         self.port_names: dict = {}
         self.kernel_drops: dict = {k: 0 for k in clocks}
         self.loop = LoopMonitor(frame_s)
-        self.sched: dict | None = None         # emu/realtime.py: the policy it runs under
+        self.sched: dict | None = None  # emu/realtime.py: the policy it runs under
         self.gc = GcMonitor.process()
         self.reset(now)
 
@@ -371,13 +429,23 @@ class ProcessFidelity:
             snap["name"] = self.port_names.get(key, str(key))
             snap["kernel_drops"] = self.kernel_drops.get(key, 0)
             ports[str(key)] = snap
-        return {"name": self.name, "kind": self.kind, "pid": os.getpid(),
-                "window_s": round(window, 3),
-                "cpu": {"cpu_s": round(used, 3), "cpu_share": round(used / window, 4),
-                        "wait_s": round(waited, 3), "wait_share": round(waited / window, 4)},
-                "loop": self.loop.snapshot(), "gc": self.gc.snapshot(), "ports": ports,
-                **({} if self.sched is None else {"sched": self.sched}),
-                **({} if lossless_frames is None else {"lossless_frames": lossless_frames})}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "pid": os.getpid(),
+            "window_s": round(window, 3),
+            "cpu": {
+                "cpu_s": round(used, 3),
+                "cpu_share": round(used / window, 4),
+                "wait_s": round(waited, 3),
+                "wait_share": round(waited / window, 4),
+            },
+            "loop": self.loop.snapshot(),
+            "gc": self.gc.snapshot(),
+            "ports": ports,
+            **({} if self.sched is None else {"sched": self.sched}),
+            **({} if lossless_frames is None else {"lossless_frames": lossless_frames}),
+        }
 
 
 # ----- judgement ---------------------------------------------------------------
@@ -421,8 +489,8 @@ class Limits:
 class Finding:
     """One measure of one process (and port) against its limit."""
 
-    measure: str         # "on_time", "stall", "deficit", "kernel_drops"
-    where: str           # "fabric/leaf1 port 3 (leaf1-eth3)"
+    measure: str  # "on_time", "stall", "deficit", "kernel_drops"
+    where: str  # "fabric/leaf1 port 3 (leaf1-eth3)"
     value: float
     limit: float
     passed: bool
@@ -433,7 +501,7 @@ class Finding:
 class Verdict:
     """The worst finding per measure over every process of a run."""
 
-    worst: dict = field(default_factory=dict)   # measure -> Finding
+    worst: dict = field(default_factory=dict)  # measure -> Finding
     processes: int = 0
     frames: int = 0
 
@@ -451,7 +519,7 @@ def on_time_share(port: dict, within_frames: float) -> float:
         return 1.0
     if within_frames not in EDGES:
         raise ValueError(f"within_frames={within_frames}: must be one of {EDGES}")
-    return sum(port["hist"][:EDGES.index(within_frames) + 1]) / port["frames"]
+    return sum(port["hist"][: EDGES.index(within_frames) + 1]) / port["frames"]
 
 
 def judge(records: list[tuple[str, dict]], limits: Limits = Limits()) -> Verdict:
@@ -467,41 +535,71 @@ def judge(records: list[tuple[str, dict]], limits: Limits = Limits()) -> Verdict
         who = f"{fabric}/{rec['name']}" if fabric else rec["name"]
         loop = rec["loop"]
         stall_frames = loop["longest_stall_s"] / loop["frame_s"] if loop["frame_s"] else 0.0
-        lossless = rec.get("lossless_frames", 1)   # records without the count are judged
-        add(Finding("stall", f"{who} ({rec['kind']})", round(stall_frames, 1),
-                    limits.max_stall_frames,
-                    stall_frames <= limits.max_stall_frames or not lossless,
-                    f"{who} stalled {loop['longest_stall_s'] * 1e3:.1f} ms = "
-                    f"{stall_frames:.1f} frame times (limit {limits.max_stall_frames:g}, "
-                    f"{lossless} lossless frames){_work(loop)}{_gc_in_stall(rec)}; "
-                    f"CPU {rec['cpu']['cpu_share']:.0%}, waited for a CPU "
-                    f"{rec['cpu']['wait_share']:.0%} of the run"),
-            stall_frames if lossless else 0.0)
+        lossless = rec.get("lossless_frames", 1)  # records without the count are judged
+        add(
+            Finding(
+                "stall",
+                f"{who} ({rec['kind']})",
+                round(stall_frames, 1),
+                limits.max_stall_frames,
+                stall_frames <= limits.max_stall_frames or not lossless,
+                f"{who} stalled {loop['longest_stall_s'] * 1e3:.1f} ms = "
+                f"{stall_frames:.1f} frame times (limit {limits.max_stall_frames:g}, "
+                f"{lossless} lossless frames){_work(loop)}{_gc_in_stall(rec)}; "
+                f"CPU {rec['cpu']['cpu_share']:.0%}, waited for a CPU "
+                f"{rec['cpu']['wait_share']:.0%} of the run",
+            ),
+            stall_frames if lossless else 0.0,
+        )
         for key, port in rec["ports"].items():
             verdict.frames += port["frames"]
             where = f"{who} port {key} ({port['name']})"
             if port["frames"] >= limits.min_frames:
                 share = on_time_share(port, limits.on_time_frames)
-                add(Finding("on_time", where, round(share, 4), limits.on_time_share,
-                            share >= limits.on_time_share,
-                            f"{where} sent {share:.1%} of {port['frames']} frames within "
-                            f"{limits.on_time_frames:g} frame time of their slot (limit "
-                            f"{limits.on_time_share:.0%}); latest "
-                            f"{port['max_late_s'] * 1e3:.1f} ms"), 1.0 - share)
+                add(
+                    Finding(
+                        "on_time",
+                        where,
+                        round(share, 4),
+                        limits.on_time_share,
+                        share >= limits.on_time_share,
+                        f"{where} sent {share:.1%} of {port['frames']} frames within "
+                        f"{limits.on_time_frames:g} frame time of their slot (limit "
+                        f"{limits.on_time_share:.0%}); latest "
+                        f"{port['max_late_s'] * 1e3:.1f} ms",
+                    ),
+                    1.0 - share,
+                )
             drops = port["kernel_drops"]
-            add(Finding("kernel_drops", where, drops, limits.max_kernel_drops,
-                        drops <= limits.max_kernel_drops,
-                        f"{where}: the kernel dropped {drops} received frames on emu's "
-                        f"socket (emulator loss, limit {limits.max_kernel_drops})"), drops)
+            add(
+                Finding(
+                    "kernel_drops",
+                    where,
+                    drops,
+                    limits.max_kernel_drops,
+                    drops <= limits.max_kernel_drops,
+                    f"{where}: the kernel dropped {drops} received frames on emu's "
+                    f"socket (emulator loss, limit {limits.max_kernel_drops})",
+                ),
+                drops,
+            )
             if port["frames"] < limits.min_frames:
-                continue   # neither a percentile nor a share of use from a handful of frames
+                continue  # neither a percentile nor a share of use from a handful of frames
             in_use = port.get("busy_s", rec["window_s"]) + port["deficit_s"]
             deficit = port["deficit_s"] / in_use if in_use > 0 else 0.0
-            add(Finding("deficit", where, round(deficit, 4), limits.max_deficit_share,
-                        deficit <= limits.max_deficit_share,
-                        f"{where} lost {port['deficit_s'] * 1e3:.0f} ms of link time "
-                        f"({deficit:.1%} of the {in_use:.1f} s it was in use; limit "
-                        f"{limits.max_deficit_share:.0%})"), deficit)
+            add(
+                Finding(
+                    "deficit",
+                    where,
+                    round(deficit, 4),
+                    limits.max_deficit_share,
+                    deficit <= limits.max_deficit_share,
+                    f"{where} lost {port['deficit_s'] * 1e3:.0f} ms of link time "
+                    f"({deficit:.1%} of the {in_use:.1f} s it was in use; limit "
+                    f"{limits.max_deficit_share:.0%})",
+                ),
+                deficit,
+            )
     for measure, found in candidates.items():
         verdict.worst[measure] = max(found, key=lambda bf: bf[0])[1]
     stall = verdict.worst.get("stall")
@@ -522,6 +620,7 @@ def stalled_together(records: list[tuple[str, dict]], who: str) -> str:
     emulator needs more CPU than the machine has (emu/realtime.py), or the
     VM's host took the CPUs.
     """
+
     def interval(rec: dict) -> tuple[float, float] | None:
         loop = rec["loop"]
         end = loop.get("longest_stall_ended_at")
@@ -529,25 +628,32 @@ def stalled_together(records: list[tuple[str, dict]], who: str) -> str:
             return None
         return end - loop["longest_stall_s"], end
 
-    spans = {(f"{label}/{rec['name']}" if label else rec["name"]): interval(rec)
-             for label, rec in records}
+    spans = {
+        (f"{label}/{rec['name']}" if label else rec["name"]): interval(rec)
+        for label, rec in records
+    }
     worst = spans.get(who)
     if worst is None:
         return ""
-    overlapping = sum(1 for span in spans.values()
-                      if span is not None and span[0] < worst[1] and span[1] > worst[0])
+    overlapping = sum(
+        1
+        for span in spans.values()
+        if span is not None and span[0] < worst[1] and span[1] > worst[0]
+    )
     if overlapping < 3 or 2 * overlapping < len(records):
         return ""
-    return (f"; {overlapping} of {len(records)} processes had their longest stall at that "
-            "moment: the whole emulator was stopped (real-time throttling when it needs "
-            "more CPU than the machine has, or the VM's host)")
+    return (
+        f"; {overlapping} of {len(records)} processes had their longest stall at that "
+        "moment: the whole emulator was stopped (real-time throttling when it needs "
+        "more CPU than the machine has, or the VM's host)"
+    )
 
 
 CHECK_NAMES = {
     "on_time": "fidelity: >= {share:.0%} of frames leave within {frames:g} frame time of "
-               "their slot (Mininet-HiFi's per-run test, CoNEXT 2012)",
+    "their slot (Mininet-HiFi's per-run test, CoNEXT 2012)",
     "stall": "fidelity: no event-loop stall longer than {stall:g} frame times where "
-             "lossless frames flow (PFC headroom floor: 16 frames)",
+    "lossless frames flow (PFC headroom floor: 16 frames)",
     "deficit": "fidelity: link time lost to a late emulator <= {deficit:.0%} per port",
     "kernel_drops": "fidelity: no frame dropped by the kernel on emu's sockets",
 }
@@ -562,16 +668,22 @@ LIMIT_TEXT = {
 
 
 def limit_text(measure: str, limits: Limits = Limits()) -> str:
-    return LIMIT_TEXT[measure].format(share=limits.on_time_share, frames=limits.on_time_frames,
-                                      n=limits.min_frames, stall=limits.max_stall_frames,
-                                      deficit=limits.max_deficit_share)
+    return LIMIT_TEXT[measure].format(
+        share=limits.on_time_share,
+        frames=limits.on_time_frames,
+        n=limits.min_frames,
+        stall=limits.max_stall_frames,
+        deficit=limits.max_deficit_share,
+    )
 
 
 def check_name(measure: str, limits: Limits = Limits()) -> str:
-    return CHECK_NAMES[measure].format(share=limits.on_time_share,
-                                       frames=limits.on_time_frames,
-                                       stall=limits.max_stall_frames,
-                                       deficit=limits.max_deficit_share)
+    return CHECK_NAMES[measure].format(
+        share=limits.on_time_share,
+        frames=limits.on_time_frames,
+        stall=limits.max_stall_frames,
+        deficit=limits.max_deficit_share,
+    )
 
 
 def _documents(out_dir: Path):
@@ -589,8 +701,7 @@ def _documents(out_dir: Path):
 
 def load_records(out_dir: Path) -> list[tuple[str, dict]]:
     """Every `fidelity.json` under `out_dir`: [(fabric label, process record)]."""
-    return [(label, rec) for label, doc in _documents(out_dir)
-            for rec in doc.get("processes", [])]
+    return [(label, rec) for label, doc in _documents(out_dir) for rec in doc.get("processes", [])]
 
 
 def load_steal_s(out_dir: Path) -> float:
@@ -616,20 +727,33 @@ def table_rows(records: list[tuple[str, dict]], limits: Limits = Limits()) -> li
         deficit = v.worst.get("deficit")
         drops = sum(p["kernel_drops"] for _, r in recs for p in r["ports"].values())
         busiest = max(recs, key=lambda lr: lr[1]["cpu"]["cpu_share"])[1]
-        rows.append([
-            label, v.processes, v.frames,
-            f"{on_time.value:.2%} {_short(on_time.where)}" if on_time else "-",
-            f"{stall.value:g} {_short(stall.where)}",
-            f"{deficit.value:.2%} {_short(deficit.where)}" if deficit else "-",
-            drops,
-            f"{busiest['cpu']['cpu_share']:.0%} {busiest['name']}",
-            f"{max(r['cpu']['wait_share'] for _, r in recs):.0%}",
-        ])
+        rows.append(
+            [
+                label,
+                v.processes,
+                v.frames,
+                f"{on_time.value:.2%} {_short(on_time.where)}" if on_time else "-",
+                f"{stall.value:g} {_short(stall.where)}",
+                f"{deficit.value:.2%} {_short(deficit.where)}" if deficit else "-",
+                drops,
+                f"{busiest['cpu']['cpu_share']:.0%} {busiest['name']}",
+                f"{max(r['cpu']['wait_share'] for _, r in recs):.0%}",
+            ]
+        )
     return rows
 
 
-TABLE_COLUMNS = ["fabric", "procs", "frames", "worst on-time", "longest stall (frames)",
-                 "worst deficit", "kernel drops", "top CPU", "max CPU wait"]
+TABLE_COLUMNS = [
+    "fabric",
+    "procs",
+    "frames",
+    "worst on-time",
+    "longest stall (frames)",
+    "worst deficit",
+    "kernel drops",
+    "top CPU",
+    "max CPU wait",
+]
 
 
 def sched_summary(records: list[tuple[str, dict]]) -> str:
@@ -660,10 +784,12 @@ def _work(loop: dict) -> str:
 def _gc_line(pause: dict | None) -> list[str]:
     if not pause:
         return []
-    return [f"gc: {sum(pause['collections'])} collections (by generation "
-            f"{'/'.join(map(str, pause['collections']))}), longest pause "
-            f"{pause['longest_pause_s'] * 1e3:.2f} ms, {pause['total_pause_s'] * 1e3:.1f} ms in all, "
-            f"{pause['frozen_objects']} objects frozen at start-up"]
+    return [
+        f"gc: {sum(pause['collections'])} collections (by generation "
+        f"{'/'.join(map(str, pause['collections']))}), longest pause "
+        f"{pause['longest_pause_s'] * 1e3:.2f} ms, {pause['total_pause_s'] * 1e3:.1f} ms in all, "
+        f"{pause['frozen_objects']} objects frozen at start-up"
+    ]
 
 
 def _gc_in_stall(rec: dict) -> str:
@@ -674,26 +800,33 @@ def _gc_in_stall(rec: dict) -> str:
     end = loop.get("longest_stall_ended_at", 0.0)
     if not end - loop["longest_stall_s"] <= pause["longest_ended_at"] <= end:
         return ""
-    return (f", of which a garbage collection (generation {pause['longest_generation']}) "
-            f"took {pause['longest_pause_s'] * 1e3:.1f} ms")
+    return (
+        f", of which a garbage collection (generation {pause['longest_generation']}) "
+        f"took {pause['longest_pause_s'] * 1e3:.1f} ms"
+    )
 
 
 def render_record(rec: dict) -> str:
     """`emu ctl X fidelity`: one process's record as a few readable lines."""
     loop, cpu = rec["loop"], rec["cpu"]
-    lines = [f"{rec['name']} ({rec['kind']}, pid {rec['pid']}): window {rec['window_s']:.1f} s, "
-             f"CPU {cpu['cpu_share']:.0%}, waited for a CPU {cpu['wait_share']:.0%}, "
-             f"scheduled {describe_sched(rec.get('sched'))}",
-             f"loop: {loop['passes']} passes, longest stall {loop['longest_stall_s'] * 1e3:.2f} ms "
-             f"({loop['longest_stall_s'] / loop['frame_s']:.1f} frame times{_work(loop)}), "
-             f"{loop['stalls_over_1']} over 1 and {loop['stalls_over_10']} over 10 frame times",
-             *_gc_line(rec.get("gc")),
-             f"{'port':>4} {'name':14} {'frames':>8} " + " ".join(f"{b:>6}" for b in BUCKET_NAMES)
-             + f" {'on-time':>8} {'deficit ms':>10} {'k-drops':>7}"]
+    lines = [
+        f"{rec['name']} ({rec['kind']}, pid {rec['pid']}): window {rec['window_s']:.1f} s, "
+        f"CPU {cpu['cpu_share']:.0%}, waited for a CPU {cpu['wait_share']:.0%}, "
+        f"scheduled {describe_sched(rec.get('sched'))}",
+        f"loop: {loop['passes']} passes, longest stall {loop['longest_stall_s'] * 1e3:.2f} ms "
+        f"({loop['longest_stall_s'] / loop['frame_s']:.1f} frame times{_work(loop)}), "
+        f"{loop['stalls_over_1']} over 1 and {loop['stalls_over_10']} over 10 frame times",
+        *_gc_line(rec.get("gc")),
+        f"{'port':>4} {'name':14} {'frames':>8} "
+        + " ".join(f"{b:>6}" for b in BUCKET_NAMES)
+        + f" {'on-time':>8} {'deficit ms':>10} {'k-drops':>7}",
+    ]
     for key, port in rec["ports"].items():
-        lines.append(f"{key:>4} {port['name']:14} {port['frames']:>8} "
-                     + " ".join(f"{n:>6}" for n in port["hist"])
-                     + f" {on_time_share(port, 1.0):>8.2%} {port['deficit_s'] * 1e3:>10.1f}"
-                     f" {port['kernel_drops']:>7}")
+        lines.append(
+            f"{key:>4} {port['name']:14} {port['frames']:>8} "
+            + " ".join(f"{n:>6}" for n in port["hist"])
+            + f" {on_time_share(port, 1.0):>8.2%} {port['deficit_s'] * 1e3:>10.1f}"
+            f" {port['kernel_drops']:>7}"
+        )
     lines.append("lateness buckets are in frame times (a 1514-byte frame at the port's rate)")
     return "\n".join(lines)

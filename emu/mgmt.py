@@ -95,8 +95,12 @@ class MgmtServer:
     error; the server keeps running.
     """
 
-    def __init__(self, path: str, handlers: dict[str, Callable[..., Any]],
-                 worker_init: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        handlers: dict[str, Callable[..., Any]],
+        worker_init: Callable[[], None] | None = None,
+    ) -> None:
         self.path = path
         self.handlers = handlers
         self._worker_init = worker_init
@@ -194,15 +198,19 @@ class MgmtServer:
             return {"ok": False, "error": f"bad request: {exc}"}
         handler = self.handlers.get(cmd)
         if handler is None:
-            return {"ok": False, "error": f"unknown command {cmd!r}; known: {sorted(self.handlers)}"}
+            return {
+                "ok": False,
+                "error": f"unknown command {cmd!r}; known: {sorted(self.handlers)}",
+            }
         try:
             result = handler(**req)
         except (ValueError, KeyError, TypeError, MgmtError) as exc:
             return {"ok": False, "error": f"{cmd}: {exc}"}
         if isinstance(result, Deferred):
             if self._worker is None:
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix="mgmt-work",
-                                                  initializer=self._worker_init)
+                self._worker = ThreadPoolExecutor(
+                    1, thread_name_prefix="mgmt-work", initializer=self._worker_init
+                )
             return cmd, result, self._worker.submit(result.work)
         return {"ok": True, "result": result}
 

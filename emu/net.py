@@ -81,11 +81,18 @@ class Fabric:
         ...     fab.ping("h1", "h3")
     """
 
-    def __init__(self, graph: nx.Graph, out_dir: str | None = None,
-                 apps: tuple[str, ...] = ("controllers.routing",), seed: int = 0,
-                 converge_timeout_s: float | None = None, log_level: str = "INFO",
-                 qos: dict | None = None, controller_args: tuple[str, ...] = (),
-                 host_nic_pacing: bool = False) -> None:
+    def __init__(
+        self,
+        graph: nx.Graph,
+        out_dir: str | None = None,
+        apps: tuple[str, ...] = ("controllers.routing",),
+        seed: int = 0,
+        converge_timeout_s: float | None = None,
+        log_level: str = "INFO",
+        qos: dict | None = None,
+        controller_args: tuple[str, ...] = (),
+        host_nic_pacing: bool = False,
+    ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
         self.apps = tuple(apps)
@@ -148,17 +155,28 @@ class Fabric:
             for node in (u, v):
                 rates[data["intfs"][node]] = data["rate_bps"]
         switch_cls = functools.partial(
-            _SeededSwitch, EmuSwitch, run=self.run, port_rates=rates,
+            _SeededSwitch,
+            EmuSwitch,
+            run=self.run,
+            port_rates=rates,
             controller_addrs=(f"127.0.0.1:{self.controller_port}",),
-            fabric_seed=self.seed, log_level=self.log_level, qos=self.qos)
-        self.net = Mininet(topo=fabric_mod.to_mininet(self.graph), switch=switch_cls, host=Host,
-                           controller=None, build=False, autoSetMacs=False,
-                           waitConnected=False)
+            fabric_seed=self.seed,
+            log_level=self.log_level,
+            qos=self.qos,
+        )
+        self.net = Mininet(
+            topo=fabric_mod.to_mininet(self.graph),
+            switch=switch_cls,
+            host=Host,
+            controller=None,
+            build=False,
+            autoSetMacs=False,
+            waitConnected=False,
+        )
         self.net.build()
         for node in self.net.hosts + self.net.switches:
             # Interactive bash ignores SIGTERM: Mininet ends its shells with SIGHUP too.
-            self.run.add_pid(node.shell.pid, f"shell {node.name}", group=True,
-                             sig=signal.SIGHUP)
+            self.run.add_pid(node.shell.pid, f"shell {node.name}", group=True, sig=signal.SIGHUP)
         for host in self.net.hosts:
             self.host_run(host.name, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
             for intf in host.intfList():
@@ -221,30 +239,51 @@ class Fabric:
         # Where controllers.aggregation (when it runs) takes job registrations.
         self.agg_socket_path = os.path.join(self.run.sock_dir, "aggregation.sock")
         log_path = os.path.join(self.run.log_dir, "controller.log")
-        argv = [sys.executable, "-m", "controllers.launch",
-                "--ofp-listen-host", "127.0.0.1",
-                "--ofp-tcp-listen-port", str(self.controller_port),
-                "--status-file", self.status_path, "--log-file", log_path,
-                "--agg-socket", self.agg_socket_path,
-                "--expect-switches", str(counts["switches"]),
-                "--expect-links", str(counts["switch_links"]),
-                "--expect-hosts", str(counts["hosts"]), *self.controller_args, *self.apps]
+        argv = [
+            sys.executable,
+            "-m",
+            "controllers.launch",
+            "--ofp-listen-host",
+            "127.0.0.1",
+            "--ofp-tcp-listen-port",
+            str(self.controller_port),
+            "--status-file",
+            self.status_path,
+            "--log-file",
+            log_path,
+            "--agg-socket",
+            self.agg_socket_path,
+            "--expect-switches",
+            str(counts["switches"]),
+            "--expect-links",
+            str(counts["switch_links"]),
+            "--expect-hosts",
+            str(counts["hosts"]),
+            *self.controller_args,
+            *self.apps,
+        ]
         with open(log_path + ".out", "ab") as out:
-            self.controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL)
+            self.controller = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         self.run.add_pid(self.controller.pid, "controller")
 
         def listening() -> bool:
             if self.controller.poll() is not None:
-                raise FabricError(f"controller exited with {self.controller.returncode}; "
-                                  f"see {log_path} and {log_path}.out")
+                raise FabricError(
+                    f"controller exited with {self.controller.returncode}; "
+                    f"see {log_path} and {log_path}.out"
+                )
             with socket.socket() as s:
                 s.settimeout(0.2)
                 return s.connect_ex(("127.0.0.1", self.controller_port)) == 0
 
-        wait_for(listening, CONTROLLER_LISTEN_TIMEOUT_S,
-                 f"the controller to listen on 127.0.0.1:{self.controller_port}",
-                 logs=self.run.log_dir)
+        wait_for(
+            listening,
+            CONTROLLER_LISTEN_TIMEOUT_S,
+            f"the controller to listen on 127.0.0.1:{self.controller_port}",
+            logs=self.run.log_dir,
+        )
 
     def kill_switch(self, name: str) -> None:
         """Crash a switch: its process is killed (SIGKILL) and its ports go dark.
@@ -338,8 +377,10 @@ class Fabric:
 
         def converged() -> bool:
             st = self.controller_status()
-            if len(st.get("links", [])) >= 2 * counts["switch_links"] and \
-                    len(st.get("switches", [])) >= counts["switches"]:
+            if (
+                len(st.get("links", [])) >= 2 * counts["switch_links"]
+                and len(st.get("switches", [])) >= counts["switches"]
+            ):
                 known = {h["ip"] for h in st.get("hosts", [])}
                 now = time.monotonic()
                 for h in fabric_mod.hosts(self.graph):
@@ -351,16 +392,20 @@ class Fabric:
 
         def describe() -> str:
             st = self.controller_status()
-            return (f"routing to converge (controller sees {len(st.get('switches', []))}/"
-                    f"{counts['switches']} switches, {len(st.get('links', []))}/"
-                    f"{2 * counts['switch_links']} directed links, "
-                    f"{len(st.get('hosts', []))}/{counts['hosts']} hosts)")
+            return (
+                f"routing to converge (controller sees {len(st.get('switches', []))}/"
+                f"{counts['switches']} switches, {len(st.get('links', []))}/"
+                f"{2 * counts['switch_links']} directed links, "
+                f"{len(st.get('hosts', []))}/{counts['hosts']} hosts)"
+            )
 
         try:
             wait_for(converged, timeout_s, "routing", interval_s=0.2)
         except FabricError:
-            raise FabricError(f"timed out after {timeout_s:.0f} s waiting for {describe()}; "
-                              f"logs in {self.run.log_dir}") from None
+            raise FabricError(
+                f"timed out after {timeout_s:.0f} s waiting for {describe()}; "
+                f"logs in {self.run.log_dir}"
+            ) from None
         self.converged_after_s = time.monotonic() - self.started_at
         return self.converged_after_s
 
@@ -370,19 +415,29 @@ class Fabric:
         Unlike `wait_converged`, this does not expect every link of the graph: after
         a failure that is not repaired, the fabric is settled when routing is.
         """
+
         def settled() -> bool:
             st = self.controller_status()
             return bool(st) and st.get("installed_version") == st.get("topology_version")
 
-        wait_for(settled, timeout_s, "the controller to install routes for the current "
-                 "topology", logs=self.run.log_dir)
+        wait_for(
+            settled,
+            timeout_s,
+            "the controller to install routes for the current topology",
+            logs=self.run.log_dir,
+        )
 
     def announce(self, host: str) -> None:
         """Make `host` send an unsolicited ARP so that the controller learns where it is."""
         node = self.graph.nodes[host]
         intf = f"{host}-eth0"
-        self.popen(host, ["arping", "-q", "-U", "-c", "1", "-I", intf, node["ip"]],
-                   register=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.popen(
+            host,
+            ["arping", "-q", "-U", "-c", "1", "-I", intf, node["ip"]],
+            register=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     # ----- driving hosts and switches ---------------------------------------
 
@@ -390,8 +445,9 @@ class Fabric:
         try:
             return self.net[name]
         except KeyError:
-            raise FabricError(f"unknown node {name!r}; hosts are "
-                              f"{', '.join(fabric_mod.hosts(self.graph))}") from None
+            raise FabricError(
+                f"unknown node {name!r}; hosts are {', '.join(fabric_mod.hosts(self.graph))}"
+            ) from None
 
     def switch(self, name: str):
         node = self.host(name)
@@ -420,8 +476,9 @@ class Fabric:
         self.run.add_pid(proc.pid, f"proc root {argv[0]}")
         return proc
 
-    def host_run(self, host: str, argv: list[str], timeout_s: float = 30.0,
-                 check: bool = False) -> subprocess.CompletedProcess:
+    def host_run(
+        self, host: str, argv: list[str], timeout_s: float = 30.0, check: bool = False
+    ) -> subprocess.CompletedProcess:
         """Run `argv` in `host` and wait for it (bounded by `timeout_s`)."""
         proc = self.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
@@ -429,10 +486,13 @@ class Fabric:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            raise FabricError(f"{host}: {' '.join(argv)} did not finish within {timeout_s} s") from None
+            raise FabricError(
+                f"{host}: {' '.join(argv)} did not finish within {timeout_s} s"
+            ) from None
         self.run.forget_pid(proc.pid)
-        result = subprocess.CompletedProcess(argv, proc.returncode, out.decode(errors="replace"),
-                                             err.decode(errors="replace"))
+        result = subprocess.CompletedProcess(
+            argv, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        )
         if check and result.returncode != 0:
             raise FabricError(f"{host}: {' '.join(argv)} failed: {result.stderr.strip()}")
         return result
@@ -449,22 +509,53 @@ class Fabric:
         intf = link["intfs"][host]
         if rate_bps is None and not self.host_nic_pacing:
             res = self.host_run(host, ["tc", "qdisc", "del", "dev", intf, "root"])
-            if res.returncode != 0 and "No such file" not in res.stderr \
-                    and "Cannot delete qdisc with handle of zero" not in res.stderr:
-                raise FabricError(f"{host}: removing the qdisc of {intf} failed: "
-                                  f"{res.stderr.strip()}")
+            if (
+                res.returncode != 0
+                and "No such file" not in res.stderr
+                and "Cannot delete qdisc with handle of zero" not in res.stderr
+            ):
+                raise FabricError(
+                    f"{host}: removing the qdisc of {intf} failed: {res.stderr.strip()}"
+                )
             return
         rate = int(rate_bps if rate_bps is not None else link["rate_bps"])
-        self.host_run(host, ["tc", "qdisc", "replace", "dev", intf, "root", "tbf",
-                             "rate", f"{rate}bit", "burst", str(2 * HOST_NIC_FRAME_BYTES),
-                             "limit", str(16 * HOST_NIC_FRAME_BYTES)], check=True)
+        self.host_run(
+            host,
+            [
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                intf,
+                "root",
+                "tbf",
+                "rate",
+                f"{rate}bit",
+                "burst",
+                str(2 * HOST_NIC_FRAME_BYTES),
+                "limit",
+                str(16 * HOST_NIC_FRAME_BYTES),
+            ],
+            check=True,
+        )
 
-    def ping(self, src: str, dst: str, count: int = 1, timeout_s: float = 1.0,
-             interval_s: float = 0.2) -> tuple[int, int]:
+    def ping(
+        self, src: str, dst: str, count: int = 1, timeout_s: float = 1.0, interval_s: float = 0.2
+    ) -> tuple[int, int]:
         """Ping from `src` to `dst`; returns (sent, received)."""
         ip = self.graph.nodes[dst]["ip"]
-        argv = ["ping", "-n", "-q", "-c", str(count), "-W", str(timeout_s), "-i",
-                str(interval_s), ip]
+        argv = [
+            "ping",
+            "-n",
+            "-q",
+            "-c",
+            str(count),
+            "-W",
+            str(timeout_s),
+            "-i",
+            str(interval_s),
+            ip,
+        ]
         res = self.host_run(src, argv, timeout_s=count * (interval_s + timeout_s) + 5)
         for line in res.stdout.splitlines():
             if "packets transmitted" in line:
@@ -474,28 +565,33 @@ class Fabric:
 
     def unreachable(self, pairs) -> int:
         """How many (src, dst) pairs get no reply to two quick pings (after a failure)."""
-        return sum(1 for s, d in pairs
-                   if self.ping(s, d, count=2, interval_s=0.05, timeout_s=1.0)[1] == 0)
+        return sum(
+            1 for s, d in pairs if self.ping(s, d, count=2, interval_s=0.05, timeout_s=1.0)[1] == 0
+        )
 
     def agg_call(self, cmd: str, **args: Any) -> Any:
         """A request to the aggregation manager (controllers.aggregation must be among the apps)."""
         if "controllers.aggregation" not in self.apps:
-            raise FabricError("the aggregation manager is not running: start the fabric with "
-                              "apps=(..., 'controllers.aggregation')")
+            raise FabricError(
+                "the aggregation manager is not running: start the fabric with "
+                "apps=(..., 'controllers.aggregation')"
+            )
         return mgmt.call(self.agg_socket_path, cmd, **args)
 
     def switch_call(self, name: str, cmd: str, **args: Any) -> Any:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)
 
-    def trace_path(self, src: str, dst: str, proto: str = "tcp", sport: int = 49152,
-                   dport: int = 5201) -> list[str]:
+    def trace_path(
+        self, src: str, dst: str, proto: str = "tcp", sport: int = 49152, dport: int = 5201
+    ) -> list[str]:
         """The nodes a packet src -> dst (5-tuple) crosses now, ECMP hash and all.
 
         Each switch traces the frame through its own tables without touching
         counters or caches (emu/trace.py). FabricError names a bad endpoint,
         or the switch where the packet would not go on along one path.
         """
+
         def ask(switch: str, in_port: int, frame_hex: str) -> Any:
             return self.switch_call(switch, "trace", in_port=in_port, frame=frame_hex)
 

@@ -30,9 +30,11 @@ DEFAULT_FABRIC = {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
-        "markers", "emu_fabric(**kw): the fabric the `fabric` fixture builds "
+        "markers",
+        "emu_fabric(**kw): the fabric the `fabric` fixture builds "
         "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; "
-        "host_nic_pacing=True; apps=(...); controller_args=(...))")
+        "host_nic_pacing=True; apps=(...); controller_args=(...))",
+    )
 
 
 @pytest.fixture
@@ -50,15 +52,16 @@ def fabric(request, tmp_path):
     topology = options.pop("topology", "leaf_spine")
     qos = options.pop("qos", None)
     pacing = bool(options.pop("host_nic_pacing", False))
-    controller = {key: tuple(options.pop(key)) for key in ("apps", "controller_args")
-                  if key in options}
+    controller = {
+        key: tuple(options.pop(key)) for key in ("apps", "controller_args") if key in options
+    }
     if topology == "fat_tree":
-        graph = fabric_mod.fat_tree(**{k: v for k, v in options.items()
-                                       if k not in DEFAULT_FABRIC})
+        graph = fabric_mod.fat_tree(**{k: v for k, v in options.items() if k not in DEFAULT_FABRIC})
     else:
         graph = fabric_mod.leaf_spine(**options)
-    with Fabric(graph, out_dir=str(tmp_path / "emu"), qos=qos, host_nic_pacing=pacing,
-                **controller) as fab:
+    with Fabric(
+        graph, out_dir=str(tmp_path / "emu"), qos=qos, host_nic_pacing=pacing, **controller
+    ) as fab:
         yield fab
         errors = list(fab.faults.errors)
     if errors:

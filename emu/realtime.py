@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 
-RECOMMENDED_PRIORITY = 10   # what EMU_RT_PRIORITY=10 asks for; measured below
+RECOMMENDED_PRIORITY = 10  # what EMU_RT_PRIORITY=10 asks for; measured below
 DEFAULT_PRIORITY = RECOMMENDED_PRIORITY
 ENV = "EMU_RT_PRIORITY"
 
@@ -52,8 +52,9 @@ def configured_priority(environ=None) -> int:
     try:
         prio = int(text)
     except ValueError:
-        raise RealtimeError(f"{ENV}={text!r}: must be an integer 0..99 "
-                            "(0: normal scheduling)") from None
+        raise RealtimeError(
+            f"{ENV}={text!r}: must be an integer 0..99 (0: normal scheduling)"
+        ) from None
     if not 0 <= prio <= 99:
         raise RealtimeError(f"{ENV}={prio}: must be 0..99 (0: normal scheduling)")
     return prio

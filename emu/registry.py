@@ -53,8 +53,13 @@ class FabricError(RuntimeError):
     """
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
-             interval_s: float = 0.1, logs: str = "") -> Any:
+def wait_for(
+    condition: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.1,
+    logs: str = "",
+) -> Any:
     """Poll `condition()` until it returns a truthy value, and return that value.
 
     Args:
@@ -167,6 +172,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 def stop_on_signals(loop) -> None:
     """TERM, INT and HUP set `loop.stopping`: an event loop (switch, NIC agent) ends cleanly."""
+
     def stop(signum, frame):
         loop.stopping = True
 
@@ -213,8 +219,14 @@ class Run:
         if log_dir is None:
             log_dir = str(Path("/tmp") / f"emu-{run_id}")
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        run = cls(run_id, os.getpid(), proc_start_time(os.getpid()), time.time(),
-                  str(log_dir), str(sock_dir))
+        run = cls(
+            run_id,
+            os.getpid(),
+            proc_start_time(os.getpid()),
+            time.time(),
+            str(log_dir),
+            str(sock_dir),
+        )
         run.paths.append(str(sock_dir))
         run.save()
         return run
@@ -227,10 +239,14 @@ class Run:
             tmp.write_text(json.dumps(self.__dict__, indent=1))
             os.replace(tmp, path)
 
-    def add_pid(self, pid: int, role: str, group: bool = False,
-                sig: int = signal.SIGTERM) -> None:
-        entry = {"pid": pid, "start_time": proc_start_time(pid), "role": role,
-                 "group": group, "sig": int(sig)}
+    def add_pid(self, pid: int, role: str, group: bool = False, sig: int = signal.SIGTERM) -> None:
+        entry = {
+            "pid": pid,
+            "start_time": proc_start_time(pid),
+            "role": role,
+            "group": group,
+            "sig": int(sig),
+        }
         with _LOCK:
             self.pids.append(entry)
         self.save()

@@ -105,24 +105,27 @@ class Figure:
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
-            raise ValueError(f"figure {self.label!r}: op {self.op!r} is not one of "
-                             f"{', '.join(OPS)}")
+            raise ValueError(
+                f"figure {self.label!r}: op {self.op!r} is not one of {', '.join(OPS)}"
+            )
         if (self.op in TWO_PATH_OPS) != bool(self.other):
-            raise ValueError(f"figure {self.label!r}: op {self.op!r} "
-                             f"{'needs' if self.op in TWO_PATH_OPS else 'takes no'} `other`")
+            raise ValueError(
+                f"figure {self.label!r}: op {self.op!r} "
+                f"{'needs' if self.op in TWO_PATH_OPS else 'takes no'} `other`"
+            )
 
 
 @dataclass(frozen=True)
 class Entry:
     """One configuration the README quotes: a scenario, its parameters, its figures."""
 
-    id: str                      # unique; the scenario name, or name-variant
-    scenario: str                # what `emu run` takes
+    id: str  # unique; the scenario name, or name-variant
+    scenario: str  # what `emu run` takes
     title: str
-    full: tuple = ()             # --set overrides of the README's configuration
-    quick: tuple = ()            # --set overrides for `--quick` (the scenario tests' sizes)
+    full: tuple = ()  # --set overrides of the README's configuration
+    quick: tuple = ()  # --set overrides for `--quick` (the scenario tests' sizes)
     figures: tuple = ()
-    timeout_s: float = 900.0     # per run, full configuration
+    timeout_s: float = 900.0  # per run, full configuration
 
 
 def _per(keys: tuple, prefix: tuple, specs: tuple) -> tuple:
@@ -143,19 +146,22 @@ _SMOKE = (
     Figure("all-pairs ping: loss %", ("ping", "all-pairs ping", "loss_pct")),
     Figure("TCP goodput (Mbit/s)", ("tcp", "goodput_bps"), scale=1e-6),
     Figure("TCP on the wire (Mbit/s)", ("tcp", "wire_bps"), scale=1e-6),
-    Figure("TCP on the wire / link rate", ("tcp", "wire_bps"), "ratio",
-           ("fabric", "rate_bps")),
+    Figure("TCP on the wire / link rate", ("tcp", "wire_bps"), "ratio", ("fabric", "rate_bps")),
     Figure("TCP peak 250 ms window (Mbit/s)", ("tcp", "peak_window_bps"), scale=1e-6),
     Figure("TCP retransmits", ("tcp", "retransmits")),
-    Figure("ECMP: largest top-tier switch's share", ("ecmp", "bytes_per_top_switch"),
-           "max_share"),
-    Figure("ECMP: smallest top-tier switch's share", ("ecmp", "bytes_per_top_switch"),
-           "min_share"),
-    Figure("link down: longest outage of any sender (ms)", ("link_failure", "outage_s"), "max",
-           scale=1e3),
+    Figure("ECMP: largest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "max_share"),
+    Figure("ECMP: smallest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "min_share"),
+    Figure(
+        "link down: longest outage of any sender (ms)",
+        ("link_failure", "outage_s"),
+        "max",
+        scale=1e3,
+    ),
     Figure("link down: controller saw it after (ms)", ("controller_reaction_s",), scale=1e3),
-    Figure("all-pairs ping after the link failure: loss %",
-           ("ping", "all-pairs ping after link failure", "loss_pct")),
+    Figure(
+        "all-pairs ping after the link failure: loss %",
+        ("ping", "all-pairs ping after link failure", "loss_pct"),
+    ),
 )
 
 _INCAST = (
@@ -175,8 +181,7 @@ _PAUSE_STORM = (
     ("other flows", ("other_flows",)),
     ("stalled", ("stalled",), {"op": "len"}),
     ("recovered", ("recovered",), {"op": "len"}),
-    ("switches PAUSE reached beyond the stuck leaf", ("pause_reached_switches",),
-     {"op": "len"}),
+    ("switches PAUSE reached beyond the stuck leaf", ("pause_reached_switches",), {"op": "len"}),
     ("storms detected", ("storm_events",), {"op": "len"}),
     ("detected after (s)", ("detected_after_s",)),
     ("watchdog drops", ("watchdog_drops",)),
@@ -230,8 +235,11 @@ _ALLREDUCE = (
     ("time at the largest size (us)", (-1, "time_s"), {"scale": 1e6}),
     ("algbw at the largest size (MB/s)", (-1, "algbw_bytes_per_s"), {"scale": 1e-6}),
     ("busbw at the largest size (MB/s)", (-1, "busbw_bytes_per_s"), {"scale": 1e-6}),
-    ("average busbw over the sizes (MB/s)", (WILDCARD, "busbw_bytes_per_s"),
-     {"op": "mean", "scale": 1e-6}),
+    (
+        "average busbw over the sizes (MB/s)",
+        (WILDCARD, "busbw_bytes_per_s"),
+        {"op": "mean", "scale": 1e-6},
+    ),
     ("restarts (all sizes)", (WILDCARD, "restarts"), {"op": "sum"}),
 )
 
@@ -240,65 +248,142 @@ _EVA_PATTERNS = ("stride4", "stride8", "random")
 
 
 def _straggler(algo: str) -> tuple:
-    return tuple(Figure(f"{algo}: iteration at s={float(s):g} (ms)", ("measured_s", algo, s),
-                        scale=1e3) for s in _STRAGGLER_FACTORS) + (
-        Figure(f"{algo}: T_comm (ms)", ("t_comm_s", algo), scale=1e3),)
+    return tuple(
+        Figure(f"{algo}: iteration at s={float(s):g} (ms)", ("measured_s", algo, s), scale=1e3)
+        for s in _STRAGGLER_FACTORS
+    ) + (Figure(f"{algo}: T_comm (ms)", ("t_comm_s", algo), scale=1e3),)
 
 
 def _eva(pattern: str) -> tuple:
     out = []
     for mode in ("ecmp", "adaptive"):
-        out += [Figure(f"{pattern}: {mode}, mean over seeds", ("mean_normalised", mode, pattern)),
-                Figure(f"{pattern}: {mode}, lowest seed", ("normalised", mode, pattern), "min"),
-                Figure(f"{pattern}: {mode}, highest seed", ("normalised", mode, pattern), "max")]
-    out.append(Figure(f"{pattern}: adaptive / ecmp", ("mean_normalised", "adaptive", pattern),
-                      "ratio", ("mean_normalised", "ecmp", pattern)))
+        out += [
+            Figure(f"{pattern}: {mode}, mean over seeds", ("mean_normalised", mode, pattern)),
+            Figure(f"{pattern}: {mode}, lowest seed", ("normalised", mode, pattern), "min"),
+            Figure(f"{pattern}: {mode}, highest seed", ("normalised", mode, pattern), "max"),
+        ]
+    out.append(
+        Figure(
+            f"{pattern}: adaptive / ecmp",
+            ("mean_normalised", "adaptive", pattern),
+            "ratio",
+            ("mean_normalised", "ecmp", pattern),
+        )
+    )
     return tuple(out)
 
 
 ENTRIES: tuple[Entry, ...] = (
-    Entry("smoke", "smoke", "smoke on a leaf/spine (2 spines, 4 leaves, 8 hosts)",
-          full=(), quick=("hosts_per_leaf=1", "iperf_s=4"), figures=_SMOKE, timeout_s=600),
-    Entry("smoke-fat-tree", "smoke", "smoke on a k=4 fat-tree (What a run looks like)",
-          full=("topology=fat_tree", "k=4"),
-          quick=("topology=fat_tree", "k=4", "iperf_s=3", "ping_count=1"),
-          figures=_SMOKE, timeout_s=900),
-    Entry("incast", "incast", "incast: lossy vs PFC vs PFC + ECN/DCQCN",
-          figures=_per(("lossy", "pfc", "dcqcn"), ("modes",), _INCAST), timeout_s=600),
-    Entry("pause-storm", "pause-storm", "pause-storm: watchdog off vs on",
-          figures=_per(("off", "on"), ("modes",), _PAUSE_STORM), timeout_s=600),
-    Entry("mixed-traffic", "mixed-traffic", "mixed-traffic: TCP on the RDMA class by mistake",
-          figures=_per(("correct", "misconfigured"), ("variants",), _MIXED), timeout_s=600),
-    Entry("ecn-thresholds", "ecn-thresholds", "ecn-thresholds: training- vs storage-tuned",
-          figures=_per(("training", "storage"), ("variants",), _ECN), timeout_s=600),
-    Entry("failover", "failover", "failover: link, switch and controller failures",
-          figures=_per(("link", "switch", "controller"), ("failures",), _FAILOVER),
-          timeout_s=600),
-    Entry("link-flap", "link-flap", "link-flap: a spine link flapping under load, static vs adaptive",
-          quick=("flap_s=10",),
-          figures=_per(("static", "adaptive"), ("modes",), _LINK_FLAP), timeout_s=900),
-    Entry("sharp-allreduce", "sharp-allreduce",
-          "sharp-allreduce: ring vs in-network aggregation",
-          quick=("sizes=1K:4M", "factor=4"),
-          figures=(Figure("ranks", ("ranks",)),
-                   Figure("largest size (B)", ("results", "ring", -1, "size_bytes")))
-          + _per(("ring", "sharp"), ("results",), _ALLREDUCE)
-          + (Figure("ring: busbw / link RoCE goodput at the largest size",
-                    ("results", "ring", -1, "busbw_bytes_per_s"), "ratio", ("goodput_bps",),
-                    scale=8),
-             Figure("sharp / ring algbw at the largest size",
-                    ("results", "sharp", -1, "algbw_bytes_per_s"), "ratio",
-                    ("results", "ring", -1, "algbw_bytes_per_s"))),
-          timeout_s=1200),
-    Entry("straggler", "straggler", "straggler: iteration time against the slowdown",
-          quick=("factors=1,2,4", "iters=2", "compute_s=0.4"),
-          figures=_straggler("ring") + _straggler("sharp"), timeout_s=1200),
-    Entry("ecmp-vs-adaptive", "ecmp-vs-adaptive",
-          "ecmp-vs-adaptive: Hedera's patterns on a k=4 fat-tree",
-          full=("patterns=stride4,stride8,random", "modes=ecmp,adaptive"),
-          quick=("patterns=stride4,stride8,random", "modes=ecmp,adaptive", "seeds=1",
-                 "min_gain=1.25"),
-          figures=sum((_eva(p) for p in _EVA_PATTERNS), ()), timeout_s=3600),
+    Entry(
+        "smoke",
+        "smoke",
+        "smoke on a leaf/spine (2 spines, 4 leaves, 8 hosts)",
+        full=(),
+        quick=("hosts_per_leaf=1", "iperf_s=4"),
+        figures=_SMOKE,
+        timeout_s=600,
+    ),
+    Entry(
+        "smoke-fat-tree",
+        "smoke",
+        "smoke on a k=4 fat-tree (What a run looks like)",
+        full=("topology=fat_tree", "k=4"),
+        quick=("topology=fat_tree", "k=4", "iperf_s=3", "ping_count=1"),
+        figures=_SMOKE,
+        timeout_s=900,
+    ),
+    Entry(
+        "incast",
+        "incast",
+        "incast: lossy vs PFC vs PFC + ECN/DCQCN",
+        figures=_per(("lossy", "pfc", "dcqcn"), ("modes",), _INCAST),
+        timeout_s=600,
+    ),
+    Entry(
+        "pause-storm",
+        "pause-storm",
+        "pause-storm: watchdog off vs on",
+        figures=_per(("off", "on"), ("modes",), _PAUSE_STORM),
+        timeout_s=600,
+    ),
+    Entry(
+        "mixed-traffic",
+        "mixed-traffic",
+        "mixed-traffic: TCP on the RDMA class by mistake",
+        figures=_per(("correct", "misconfigured"), ("variants",), _MIXED),
+        timeout_s=600,
+    ),
+    Entry(
+        "ecn-thresholds",
+        "ecn-thresholds",
+        "ecn-thresholds: training- vs storage-tuned",
+        figures=_per(("training", "storage"), ("variants",), _ECN),
+        timeout_s=600,
+    ),
+    Entry(
+        "failover",
+        "failover",
+        "failover: link, switch and controller failures",
+        figures=_per(("link", "switch", "controller"), ("failures",), _FAILOVER),
+        timeout_s=600,
+    ),
+    Entry(
+        "link-flap",
+        "link-flap",
+        "link-flap: a spine link flapping under load, static vs adaptive",
+        quick=("flap_s=10",),
+        figures=_per(("static", "adaptive"), ("modes",), _LINK_FLAP),
+        timeout_s=900,
+    ),
+    Entry(
+        "sharp-allreduce",
+        "sharp-allreduce",
+        "sharp-allreduce: ring vs in-network aggregation",
+        quick=("sizes=1K:4M", "factor=4"),
+        figures=(
+            Figure("ranks", ("ranks",)),
+            Figure("largest size (B)", ("results", "ring", -1, "size_bytes")),
+        )
+        + _per(("ring", "sharp"), ("results",), _ALLREDUCE)
+        + (
+            Figure(
+                "ring: busbw / link RoCE goodput at the largest size",
+                ("results", "ring", -1, "busbw_bytes_per_s"),
+                "ratio",
+                ("goodput_bps",),
+                scale=8,
+            ),
+            Figure(
+                "sharp / ring algbw at the largest size",
+                ("results", "sharp", -1, "algbw_bytes_per_s"),
+                "ratio",
+                ("results", "ring", -1, "algbw_bytes_per_s"),
+            ),
+        ),
+        timeout_s=1200,
+    ),
+    Entry(
+        "straggler",
+        "straggler",
+        "straggler: iteration time against the slowdown",
+        quick=("factors=1,2,4", "iters=2", "compute_s=0.4"),
+        figures=_straggler("ring") + _straggler("sharp"),
+        timeout_s=1200,
+    ),
+    Entry(
+        "ecmp-vs-adaptive",
+        "ecmp-vs-adaptive",
+        "ecmp-vs-adaptive: Hedera's patterns on a k=4 fat-tree",
+        full=("patterns=stride4,stride8,random", "modes=ecmp,adaptive"),
+        quick=(
+            "patterns=stride4,stride8,random",
+            "modes=ecmp,adaptive",
+            "seeds=1",
+            "min_gain=1.25",
+        ),
+        figures=sum((_eva(p) for p in _EVA_PATTERNS), ()),
+        timeout_s=3600,
+    ),
 )
 
 
@@ -328,12 +413,15 @@ def lookup(data: Any, path: tuple) -> Any:
                 items = list(data)
             else:
                 return None
-            found = [lookup(x, path[i + 1:]) for x in items]
+            found = [lookup(x, path[i + 1 :]) for x in items]
             return [x for x in found if x is not None]
         if isinstance(data, dict) and not isinstance(key, int):
             data = data.get(key)
-        elif isinstance(data, (list, tuple)) and isinstance(key, int) \
-                and -len(data) <= key < len(data):
+        elif (
+            isinstance(data, (list, tuple))
+            and isinstance(key, int)
+            and -len(data) <= key < len(data)
+        ):
             data = data[key]
         else:
             return None
@@ -366,12 +454,12 @@ def extract(metrics: dict, fig: Figure) -> float | None:
 class RunRecord:
     """What one `emu run` left: its exit status and metrics.json (None if it wrote none)."""
 
-    index: int                   # 1-based
+    index: int  # 1-based
     out_dir: str
-    exit_code: int | None        # None: killed after its timeout
+    exit_code: int | None  # None: killed after its timeout
     doc: dict | None
     seconds: float = 0.0
-    note: str = ""               # why there is no doc, or that it timed out
+    note: str = ""  # why there is no doc, or that it timed out
 
     @property
     def faithful(self) -> bool:
@@ -402,8 +490,8 @@ class FigureStats:
     """One figure over the faithful runs that produced it."""
 
     label: str
-    values: list[float]          # one per faithful run that has the figure
-    faithful_runs: int           # the denominator: faithful runs of the entry
+    values: list[float]  # one per faithful run that has the figure
+    faithful_runs: int  # the denominator: faithful runs of the entry
     # (run index, value) of the unfaithful runs: shown apart, never in min/median/max.
     left_out: list = field(default_factory=list)
 
@@ -430,7 +518,7 @@ class CheckCount:
     runs: int = 0
     passed_faithful: int = 0
     runs_faithful: int = 0
-    absent: int = 0              # runs with metrics.json that lack this check (count as failed)
+    absent: int = 0  # runs with metrics.json that lack this check (count as failed)
 
 
 @dataclass
@@ -440,8 +528,8 @@ class EntrySummary:
     runs: list[RunRecord]
     figures: list[FigureStats]
     checks: list[CheckCount]
-    plot_run: RunRecord | None   # the run whose plots the doc shows
-    plots: list[str] = field(default_factory=list)   # file names relative to the doc
+    plot_run: RunRecord | None  # the run whose plots the doc shows
+    plots: list[str] = field(default_factory=list)  # file names relative to the doc
 
     @property
     def faithful_runs(self) -> list[RunRecord]:
@@ -482,13 +570,18 @@ def summarise(entry: Entry, overrides: tuple, runs: list[RunRecord]) -> EntrySum
     bad = [r for r in runs if r.doc is not None and not r.faithful]
     figures = []
     for fig in entry.figures:
-        values = [v for v in (extract(r.doc.get("metrics", {}), fig) for r in good)
-                  if v is not None]
-        left_out = [(r.index, v) for r, v in ((r, extract(r.doc.get("metrics", {}), fig))
-                                              for r in bad) if v is not None]
+        values = [
+            v for v in (extract(r.doc.get("metrics", {}), fig) for r in good) if v is not None
+        ]
+        left_out = [
+            (r.index, v)
+            for r, v in ((r, extract(r.doc.get("metrics", {}), fig)) for r in bad)
+            if v is not None
+        ]
         figures.append(FigureStats(fig.label, values, len(good), left_out))
-    return EntrySummary(entry, tuple(overrides), list(runs), figures, count_checks(runs),
-                        choose_plot_run(runs))
+    return EntrySummary(
+        entry, tuple(overrides), list(runs), figures, count_checks(runs), choose_plot_run(runs)
+    )
 
 
 def overall(summaries: list[EntrySummary]) -> str:
@@ -496,8 +589,7 @@ def overall(summaries: list[EntrySummary]) -> str:
     runs = [r for s in summaries for r in s.runs]
     if all(r.doc and r.doc.get("passed") is True for r in runs):
         return "passed"
-    if all(r.doc and all(c.get("passed") for c in r.checks if not c.get("fidelity"))
-           for r in runs):
+    if all(r.doc and all(c.get("passed") for c in r.checks if not c.get("fidelity")) for r in runs):
         return "unfaithful"
     return "failed"
 
@@ -530,15 +622,31 @@ def fidelity_row(run: RunRecord) -> list[str]:
     """One run's line of the fidelity table: exit, faithful, worst on-time, stall, drops."""
     exit_text = "timed out" if run.exit_code is None else str(run.exit_code)
     if run.doc is None:
-        return [str(run.index), exit_text, "**no** (no metrics.json)", "—", "—", "—", "—",
-                f"{run.seconds:.0f}"]
+        return [
+            str(run.index),
+            exit_text,
+            "**no** (no metrics.json)",
+            "—",
+            "—",
+            "—",
+            "—",
+            f"{run.seconds:.0f}",
+        ]
     checks = run.checks
     passed = f"{sum(bool(c.get('passed')) for c in checks)}/{len(checks)}"
     fid = run.doc.get("metrics", {}).get("fidelity")
     faithful = "yes" if run.faithful else "**no**"
     if not fid:
-        return [str(run.index), exit_text, faithful + " (no fidelity record)", passed, "—", "—",
-                "—", f"{run.seconds:.0f}"]
+        return [
+            str(run.index),
+            exit_text,
+            faithful + " (no fidelity record)",
+            passed,
+            "—",
+            "—",
+            "—",
+            f"{run.seconds:.0f}",
+        ]
     worst = fid.get("worst", {})
 
     def at(measure: str, text: Callable[[float], str]) -> str:
@@ -548,18 +656,23 @@ def fidelity_row(run: RunRecord) -> list[str]:
         mark = "" if w.get("passed", True) else " **over the limit**"
         return f"{text(w['value'])} at {w['where']}{mark}"
 
-    return [str(run.index), exit_text, faithful, passed,
-            at("on_time", lambda v: f"{v:.2%}"),
-            at("stall", lambda v: f"{v:g} frame times"),
-            at("kernel_drops", lambda v: f"{v:g}"),
-            f"{run.seconds:.0f}"]
+    return [
+        str(run.index),
+        exit_text,
+        faithful,
+        passed,
+        at("on_time", lambda v: f"{v:.2%}"),
+        at("stall", lambda v: f"{v:g} frame times"),
+        at("kernel_drops", lambda v: f"{v:g}"),
+        f"{run.seconds:.0f}",
+    ]
 
 
 def _plot_name(entry: Entry, name: str) -> str:
     """A plot's file name in the doc's directory: prefixed with the entry, unique per entry."""
     stem = Path(name).name
     if stem.startswith(entry.scenario):
-        return entry.id + stem[len(entry.scenario):]
+        return entry.id + stem[len(entry.scenario) :]
     return f"{entry.id}-{stem}"
 
 
@@ -567,29 +680,57 @@ def render_entry(s: EntrySummary, plots_dir_name: str) -> list[str]:
     e = s.entry
     sets = " ".join(f"--set {shlex.quote(o)}" for o in s.overrides)
     good = s.faithful_runs
-    lines = [f"## {e.title}", "",
-             f"`emu run {e.scenario}{' ' + sets if sets else ''}`: {len(s.runs)} run(s), "
-             f"{len(good)} faithful.", ""]
+    lines = [
+        f"## {e.title}",
+        "",
+        f"`emu run {e.scenario}{' ' + sets if sets else ''}`: {len(s.runs)} run(s), "
+        f"{len(good)} faithful.",
+        "",
+    ]
     bad = [r for r in s.runs if not r.faithful]
     if bad:
-        lines += ["Left out of the figures (unfaithful, or no metrics.json): "
-                  + ", ".join(f"run {r.index}" for r in bad) + ".", ""]
-    lines += _table(["figure", "min", "median", "max", "runs", "unfaithful runs (not quoted)"],
-                    [[f.label, fmt(f.min), fmt(f.median), fmt(f.max),
-                      f"{len(f.values)}/{f.faithful_runs}",
-                      ", ".join(f"run {i}: {fmt(v)}" for i, v in f.left_out) or "—"]
-                     for f in s.figures])
+        lines += [
+            "Left out of the figures (unfaithful, or no metrics.json): "
+            + ", ".join(f"run {r.index}" for r in bad)
+            + ".",
+            "",
+        ]
+    lines += _table(
+        ["figure", "min", "median", "max", "runs", "unfaithful runs (not quoted)"],
+        [
+            [
+                f.label,
+                fmt(f.min),
+                fmt(f.median),
+                fmt(f.max),
+                f"{len(f.values)}/{f.faithful_runs}",
+                ", ".join(f"run {i}: {fmt(v)}" for i, v in f.left_out) or "—",
+            ]
+            for f in s.figures
+        ],
+    )
     lines += ["", "Checks (passed / runs; a check missing from a run counts as failed):", ""]
     rows = []
     for c in s.checks:
         all_runs = f"{c.passed}/{c.runs} passed" + (f" (absent in {c.absent})" if c.absent else "")
-        rows.append([c.name, all_runs,
-                     f"{c.passed_faithful}/{c.runs_faithful}" if c.runs_faithful else "—"])
+        rows.append(
+            [c.name, all_runs, f"{c.passed_faithful}/{c.runs_faithful}" if c.runs_faithful else "—"]
+        )
     lines += _table(["check", "all runs", "faithful runs"], rows) if rows else ["(no checks)"]
     lines += ["", "Fidelity per run (emu/fidelity.py; worst process or port of the run):", ""]
-    lines += _table(["run", "exit", "faithful", "checks passed", "worst on-time share",
-                     "longest stall", "worst kernel drops", "time s"],
-                    [fidelity_row(r) for r in s.runs])
+    lines += _table(
+        [
+            "run",
+            "exit",
+            "faithful",
+            "checks passed",
+            "worst on-time share",
+            "longest stall",
+            "worst kernel drops",
+            "time s",
+        ],
+        [fidelity_row(r) for r in s.runs],
+    )
     notes = [f"run {r.index}: {r.note}" for r in s.runs if r.note]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -607,35 +748,48 @@ def render_markdown(info: dict, summaries: list[EntrySummary], plots_dir_name: s
     "command", "runs" and "quick".
     """
     m = info["machine"]
-    commit = f"`{info['commit']}`" + (" (dirty: the tree had uncommitted changes)"
-                                     if info.get("dirty") else "")
+    commit = f"`{info['commit']}`" + (
+        " (dirty: the tree had uncommitted changes)" if info.get("dirty") else ""
+    )
     runs = f"{info['runs']} per configuration"
     if info.get("quick"):
         runs += " (`--quick`: small parameters, not the README's configuration)"
-    lines = ["# Reproduced figures", "",
-             "Written by `emu reproduce` (emu/reproduce.py): every figure the README quotes, "
-             "measured again. Do not edit by hand; run the command below.", ""]
-    lines += [f"- commit: {commit}",
-              f"- machine: {m['cores']} cores, {m['cpu']}, kernel {m['kernel']}, "
-              f"{m['memory']} memory",
-              f"- date: {info['date']}",
-              f"- command: `{info['command']}`",
-              f"- scheduling of switches and NIC agents: {info.get('scheduling', 'not recorded')}",
-              f"- runs: {runs}"]
-    lines += ["",
-              "Each figure is the min, median and max over the **faithful** runs only: a run "
-              "whose fidelity checks failed (the emulator fell behind its links' clocks, "
-              "emu/fidelity.py) is marked **no** below and its figures are left out, because "
-              "a result from an unfaithful run is never quoted. `runs` says how many faithful "
-              "runs gave the figure; the last column shows what the unfaithful runs measured, "
-              "for diagnosis only. Check pass counts cover every run that wrote "
-              "metrics.json, and separately the faithful ones.", ""]
-    lines += ["| configuration | runs | faithful | every check passed |",
-              "| --- | --- | --- | --- |"]
+    lines = [
+        "# Reproduced figures",
+        "",
+        "Written by `emu reproduce` (emu/reproduce.py): every figure the README quotes, "
+        "measured again. Do not edit by hand; run the command below.",
+        "",
+    ]
+    lines += [
+        f"- commit: {commit}",
+        f"- machine: {m['cores']} cores, {m['cpu']}, kernel {m['kernel']}, {m['memory']} memory",
+        f"- date: {info['date']}",
+        f"- command: `{info['command']}`",
+        f"- scheduling of switches and NIC agents: {info.get('scheduling', 'not recorded')}",
+        f"- runs: {runs}",
+    ]
+    lines += [
+        "",
+        "Each figure is the min, median and max over the **faithful** runs only: a run "
+        "whose fidelity checks failed (the emulator fell behind its links' clocks, "
+        "emu/fidelity.py) is marked **no** below and its figures are left out, because "
+        "a result from an unfaithful run is never quoted. `runs` says how many faithful "
+        "runs gave the figure; the last column shows what the unfaithful runs measured, "
+        "for diagnosis only. Check pass counts cover every run that wrote "
+        "metrics.json, and separately the faithful ones.",
+        "",
+    ]
+    lines += [
+        "| configuration | runs | faithful | every check passed |",
+        "| --- | --- | --- | --- |",
+    ]
     for s in summaries:
         passed = sum(1 for r in s.runs if r.doc and r.doc.get("passed") is True)
-        lines.append(f"| [{s.entry.id}](#{_anchor(s.entry.title)}) | {len(s.runs)} | "
-                     f"{len(s.faithful_runs)} | {passed} |")
+        lines.append(
+            f"| [{s.entry.id}](#{_anchor(s.entry.title)}) | {len(s.runs)} | "
+            f"{len(s.faithful_runs)} | {passed} |"
+        )
     lines.append("")
     for s in summaries:
         lines += render_entry(s, plots_dir_name)
@@ -652,8 +806,11 @@ def _anchor(title: str) -> str:
 
 # A README table copied from docs/results.md sits between these markers;
 # `emu reproduce --update-readme` rewrites its body and a test checks it.
-README_BLOCK = re.compile(r"<!-- reproduced:(?P<id>[A-Za-z0-9_-]+) -->\n(?P<body>.*?)"
-                          r"<!-- /reproduced -->", re.S)
+README_BLOCK = re.compile(
+    r"<!-- reproduced:(?P<id>[A-Za-z0-9_-]+) -->\n(?P<body>.*?)"
+    r"<!-- /reproduced -->",
+    re.S,
+)
 _FIGURE_HEADER = "| figure | min | median | max | runs |"
 
 
@@ -662,8 +819,8 @@ class ResultsDoc:
     """What the README copies from docs/results.md: the commit and each entry's figures."""
 
     commit: str
-    runs: dict = field(default_factory=dict)      # entry id -> (runs, faithful, all passed)
-    figures: dict = field(default_factory=dict)   # entry id -> [[label, min, median, max, runs]]
+    runs: dict = field(default_factory=dict)  # entry id -> (runs, faithful, all passed)
+    figures: dict = field(default_factory=dict)  # entry id -> [[label, min, median, max, runs]]
 
 
 def parse_results(text: str, entries: tuple | None = None) -> ResultsDoc:
@@ -676,8 +833,9 @@ def parse_results(text: str, entries: tuple | None = None) -> ResultsDoc:
     if m is None:
         raise ValueError("no '- commit: `...`' line: not written by emu reproduce")
     doc = ResultsDoc(m.group(1) + (" (dirty)" if "dirty" in m.group(2) else ""))
-    for m in re.finditer(r"^\| \[([A-Za-z0-9_-]+)\]\(#[^)]*\) \| (\d+) \| (\d+) \| (\d+) \|$",
-                         text, re.M):
+    for m in re.finditer(
+        r"^\| \[([A-Za-z0-9_-]+)\]\(#[^)]*\) \| (\d+) \| (\d+) \| (\d+) \|$", text, re.M
+    ):
         doc.runs[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
     by_title = {e.title: e.id for e in (ENTRIES if entries is None else entries)}
     for section in re.split(r"^## ", text, flags=re.M)[1:]:
@@ -704,10 +862,13 @@ def readme_block(doc: ResultsDoc, entry_id: str) -> str:
     """The body of the README's block for `entry_id`: where from, then median and range."""
     entry = next(e for e in ENTRIES if e.id == entry_id)
     runs, faithful, passed = doc.runs.get(entry_id, (0, 0, 0))
-    lines = [f"Reproduced at `{doc.commit}` by `emu reproduce`: {runs} runs, {faithful} "
-             f"faithful, every check passed in {passed}. Median and range over the faithful "
-             f"runs; every run, check and plot in "
-             f"[docs/results.md](docs/results.md#{_anchor(entry.title)}).", ""]
+    lines = [
+        f"Reproduced at `{doc.commit}` by `emu reproduce`: {runs} runs, {faithful} "
+        f"faithful, every check passed in {passed}. Median and range over the faithful "
+        f"runs; every run, check and plot in "
+        f"[docs/results.md](docs/results.md#{_anchor(entry.title)}).",
+        "",
+    ]
     rows = doc.figures.get(entry_id, [])
     if not any(r[2] != "—" for r in rows):
         return "\n".join(lines + ["No faithful run: no figure to quote.", ""])
@@ -727,8 +888,10 @@ def update_readme(readme: str, results: str) -> tuple[str, list[str]]:
         if m.group("id") not in ids:
             unknown.append(m.group("id"))
             return m.group(0)
-        return (f"<!-- reproduced:{m.group('id')} -->\n{readme_block(doc, m.group('id'))}"
-                "<!-- /reproduced -->")
+        return (
+            f"<!-- reproduced:{m.group('id')} -->\n{readme_block(doc, m.group('id'))}"
+            "<!-- /reproduced -->"
+        )
 
     return README_BLOCK.sub(body, readme), unknown
 
@@ -739,8 +902,11 @@ def readme_problems(readme: str, results: str) -> list[str]:
     problems = [f"block reproduced:{i}: no such configuration" for i in unknown]
     old = {m.group("id"): m.group("body") for m in README_BLOCK.finditer(readme)}
     new = {m.group("id"): m.group("body") for m in README_BLOCK.finditer(fresh)}
-    problems += [f"block reproduced:{i} differs from docs/results.md (run emu reproduce "
-                 "--update-readme)" for i in old if old[i] != new.get(i)]
+    problems += [
+        f"block reproduced:{i} differs from docs/results.md (run emu reproduce --update-readme)"
+        for i in old
+        if old[i] != new.get(i)
+    ]
     return problems
 
 
@@ -749,7 +915,7 @@ def readme_problems(readme: str, results: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Plan:
-    entries: tuple               # of Entry
+    entries: tuple  # of Entry
     runs: int
     quick: bool
 
@@ -757,8 +923,7 @@ class Plan:
         return entry.quick if self.quick else entry.full
 
 
-def make_plan(only: str | None, runs: int | None, quick: bool,
-              entries: tuple = ENTRIES) -> Plan:
+def make_plan(only: str | None, runs: int | None, quick: bool, entries: tuple = ENTRIES) -> Plan:
     """What to run; ScenarioError names a bad --only name or --runs value.
 
     `only` is a comma list of scenario names (every configuration of it, e.g.
@@ -777,8 +942,10 @@ def make_plan(only: str | None, runs: int | None, quick: bool,
         known = sorted({e.scenario for e in entries} | {e.id for e in entries})
         bad = [n for n in names if n not in known]
         if bad:
-            raise ScenarioError(f"--only {','.join(bad)}: not a scenario the README quotes; "
-                                f"choose from {', '.join(known)}")
+            raise ScenarioError(
+                f"--only {','.join(bad)}: not a scenario the README quotes; "
+                f"choose from {', '.join(known)}"
+            )
         chosen = [e for e in entries if e.id in names or e.scenario in names]
     return Plan(tuple(chosen), runs, quick)
 
@@ -791,8 +958,7 @@ def check_overrides(plan: Plan) -> None:
         scenario.resolve_params(scenario.load(e.scenario), list(plan.overrides(e)))
 
 
-def command_line(plan_only: str | None, runs: int | None, quick: bool, out: str,
-                 doc: str) -> str:
+def command_line(plan_only: str | None, runs: int | None, quick: bool, out: str, doc: str) -> str:
     """The command as run, every option explicit, so that it can be run again."""
     argv = ["emu", "reproduce"]
     if runs is not None:
@@ -836,19 +1002,34 @@ def machine_info() -> dict:
                 break
     except (OSError, ValueError, IndexError):
         pass
-    return {"cores": os.cpu_count() or 0, "cpu": cpu, "kernel": platform.release(),
-            "memory": memory}
+    return {
+        "cores": os.cpu_count() or 0,
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "memory": memory,
+    }
 
 
 def git_info(repo: Path | None = None) -> tuple[str, bool]:
     """(short commit, dirty) of the tree emu runs from; ('unknown', False) outside git."""
     repo = repo or Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
-                                capture_output=True, text=True, timeout=30, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                cwd=repo, capture_output=True, text=True, timeout=60,
-                                check=True)
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
     return commit.stdout.strip(), bool(status.stdout.strip())
@@ -861,8 +1042,14 @@ def emu_run_argv(entry: Entry, overrides: tuple, out_dir: Path) -> list[str]:
     return argv
 
 
-def run_once(argv: list[str], out_dir: Path, log_path: Path, timeout_s: float, index: int,
-             after_kill: Callable[[], None] | None = None) -> RunRecord:
+def run_once(
+    argv: list[str],
+    out_dir: Path,
+    log_path: Path,
+    timeout_s: float,
+    index: int,
+    after_kill: Callable[[], None] | None = None,
+) -> RunRecord:
     """Run `argv` (an `emu run`), its output to `log_path`; read what it left in `out_dir`.
 
     A run past `timeout_s` gets SIGTERM (emu run tears its fabric down on it),
@@ -879,8 +1066,9 @@ def run_once(argv: list[str], out_dir: Path, log_path: Path, timeout_s: float, i
     with open(log_path, "w") as log_file:
         # Its own session: a Ctrl-C at the terminal reaches only us, and we send the
         # child exactly one SIGTERM (a second signal would interrupt its teardown).
-        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -910,8 +1098,7 @@ def _stop(proc: subprocess.Popen, after_kill: Callable[[], None] | None) -> None
 
 
 def _emu_clean() -> None:
-    subprocess.run([sys.executable, "-m", "emu.cli", "clean"], capture_output=True,
-                   timeout=300)
+    subprocess.run([sys.executable, "-m", "emu.cli", "clean"], capture_output=True, timeout=300)
 
 
 def copy_plots(summary: EntrySummary, plots_dir: Path) -> None:
@@ -929,12 +1116,13 @@ def copy_plots(summary: EntrySummary, plots_dir: Path) -> None:
         summary.plots.append(dst_name)
 
 
-def reproduce(plan: Plan, out_dir: str, doc_path: str, command: str,
-              say: Callable[[str], None] = print) -> list[EntrySummary]:
+def reproduce(
+    plan: Plan, out_dir: str, doc_path: str, command: str, say: Callable[[str], None] = print
+) -> list[EntrySummary]:
     """Run the plan, write the markdown to `doc_path` and plots beside it; return the summaries."""
     out = Path(out_dir).resolve()
     doc = Path(doc_path)
-    plots_dir = doc.parent / doc.stem   # docs/results.md -> docs/results/
+    plots_dir = doc.parent / doc.stem  # docs/results.md -> docs/results/
     total = len(plan.entries) * plan.runs
     done = 0
     summaries = []
@@ -948,22 +1136,38 @@ def reproduce(plan: Plan, out_dir: str, doc_path: str, command: str,
         for i in range(1, plan.runs + 1):
             done += 1
             run_dir = out / entry.id / f"run-{i}"
-            say(f"[{done}/{total}] {entry.id} run {i}/{plan.runs}: emu run {entry.scenario} "
-                + " ".join(f"--set {o}" for o in overrides))
-            rec = run_once(emu_run_argv(entry, overrides, run_dir), run_dir,
-                           out / entry.id / f"run-{i}.log", timeout, i, after_kill=_emu_clean)
+            say(
+                f"[{done}/{total}] {entry.id} run {i}/{plan.runs}: emu run {entry.scenario} "
+                + " ".join(f"--set {o}" for o in overrides)
+            )
+            rec = run_once(
+                emu_run_argv(entry, overrides, run_dir),
+                run_dir,
+                out / entry.id / f"run-{i}.log",
+                timeout,
+                i,
+                after_kill=_emu_clean,
+            )
             runs.append(rec)
-            say(f"    exit {'timeout' if rec.exit_code is None else rec.exit_code}, "
+            say(
+                f"    exit {'timeout' if rec.exit_code is None else rec.exit_code}, "
                 f"{'faithful' if rec.faithful else 'NOT faithful'}, "
                 f"{sum(bool(c.get('passed')) for c in rec.checks)}/{len(rec.checks)} checks, "
-                f"{rec.seconds:.0f} s" + (f" ({rec.note})" if rec.note else ""))
+                f"{rec.seconds:.0f} s" + (f" ({rec.note})" if rec.note else "")
+            )
         summary = summarise(entry, overrides, runs)
         copy_plots(summary, plots_dir)
         summaries.append(summary)
-    info = {"commit": commit, "dirty": dirty, "machine": machine_info(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": command, "runs": plan.runs, "quick": plan.quick,
-            "scheduling": scheduling}
+    info = {
+        "commit": commit,
+        "dirty": dirty,
+        "machine": machine_info(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "runs": plan.runs,
+        "quick": plan.quick,
+        "scheduling": scheduling,
+    }
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(render_markdown(info, summaries, plots_dir.name))
     return summaries

@@ -59,8 +59,9 @@ class Param:
 
     def validate(self, key: str, value: Any) -> None:
         if self.choices and value not in self.choices:
-            raise ScenarioError(f"parameter {key}={value!r}: allowed values are "
-                                f"{', '.join(map(str, self.choices))}")
+            raise ScenarioError(
+                f"parameter {key}={value!r}: allowed values are {', '.join(map(str, self.choices))}"
+            )
         if self.min is not None and value < self.min:
             raise ScenarioError(f"parameter {key}={value!r}: must be >= {self.min}")
         if self.max is not None and value > self.max:
@@ -75,7 +76,7 @@ class Check:
     passed: bool
     value: Any
     expected: str
-    fidelity: bool = False   # a check of the emulator, not of the emulated network
+    fidelity: bool = False  # a check of the emulator, not of the emulated network
 
 
 @dataclass
@@ -124,8 +125,9 @@ class Context:
     started: float = field(default_factory=time.monotonic)
     log: Callable[[str], None] = print
 
-    def check(self, name: str, passed: bool, value: Any, expected: str,
-              fidelity: bool = False) -> bool:
+    def check(
+        self, name: str, passed: bool, value: Any, expected: str, fidelity: bool = False
+    ) -> bool:
         self.checks.append(Check(name, bool(passed), value, expected, fidelity))
         return bool(passed)
 
@@ -168,8 +170,9 @@ def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
         if not sep:
             raise ScenarioError(f"--set {item!r}: expected KEY=VALUE")
         if key not in module.PARAMS:
-            raise ScenarioError(f"unknown parameter {key!r}; allowed: "
-                                f"{', '.join(sorted(module.PARAMS))}")
+            raise ScenarioError(
+                f"unknown parameter {key!r}; allowed: {', '.join(sorted(module.PARAMS))}"
+            )
         params[key] = module.PARAMS[key].parse(key, text.strip())
     if hasattr(module, "validate"):
         module.validate(params)
@@ -177,20 +180,27 @@ def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
 
 
 def render_report(ctx: Context) -> str:
-    lines = [f"emu scenario: {ctx.name}",
-             "parameters: " + ", ".join(f"{k}={v}" for k, v in ctx.params.items()), ""]
+    lines = [
+        f"emu scenario: {ctx.name}",
+        "parameters: " + ", ".join(f"{k}={v}" for k, v in ctx.params.items()),
+        "",
+    ]
     for table in ctx.tables:
         lines += [table.render(), ""]
     if ctx.events:
         lines.append("events (s since start)")
-        lines += [f"  {e['t']:8.3f}  {e['kind']}  " +
-                  " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t", "kind"))
-                  for e in ctx.events]
+        lines += [
+            f"  {e['t']:8.3f}  {e['kind']}  "
+            + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t", "kind"))
+            for e in ctx.events
+        ]
         lines.append("")
     lines.append("checks")
     for c in ctx.checks:
-        lines.append(f"  [{'PASS' if c.passed else 'FAIL'}] {c.name}: {_fmt(c.value)} "
-                     f"(expected {c.expected})")
+        lines.append(
+            f"  [{'PASS' if c.passed else 'FAIL'}] {c.name}: {_fmt(c.value)} "
+            f"(expected {c.expected})"
+        )
     passed = sum(c.passed for c in ctx.checks)
     lines.append(f"\n{passed}/{len(ctx.checks)} checks passed; results in {ctx.out_dir}")
     if not faithful(ctx):
@@ -207,7 +217,11 @@ def unfaithful_line(ctx: Context) -> str:
     """One line that names where the emulator fell behind and by how much."""
     bad = [c for c in ctx.checks if c.fidelity and not c.passed]
     others_pass = all(c.passed for c in ctx.checks if not c.fidelity)
-    head = "unfaithful run" if others_pass else "unfaithful run (its failed checks may be the emulator's)"
+    head = (
+        "unfaithful run"
+        if others_pass
+        else "unfaithful run (its failed checks may be the emulator's)"
+    )
     line = f"{head}: " + "; ".join(str(c.value) for c in bad)
     steal_s = ctx.metrics.get("fidelity", {}).get("steal_s", 0.0)
     if steal_s >= 0.01:
@@ -221,33 +235,54 @@ def add_fidelity(ctx: Context) -> None:
     records = fidelity.load_records(ctx.out_dir)
     missing = fidelity.load_missing(ctx.out_dir)
     if not records:
-        ctx.check("fidelity: measured", False, "no fidelity records under "
-                  f"{ctx.out_dir}", "every fabric writes fidelity.json", fidelity=True)
+        ctx.check(
+            "fidelity: measured",
+            False,
+            f"no fidelity records under {ctx.out_dir}",
+            "every fabric writes fidelity.json",
+            fidelity=True,
+        )
         return
     limits = fidelity.Limits()
     verdict = fidelity.judge(records, limits)
-    ctx.table("fidelity (the emulator against its links' clocks; emu/fidelity.py)",
-              fidelity.TABLE_COLUMNS, fidelity.table_rows(records, limits))
+    ctx.table(
+        "fidelity (the emulator against its links' clocks; emu/fidelity.py)",
+        fidelity.TABLE_COLUMNS,
+        fidelity.table_rows(records, limits),
+    )
     steal_s = fidelity.load_steal_s(ctx.out_dir)
     scheduling = fidelity.sched_summary(records)
-    ctx.text(f"{scheduling}; CPU time the VM's host took meanwhile (steal): "
-             f"{steal_s * 1e3:.0f} ms")
+    ctx.text(f"{scheduling}; CPU time the VM's host took meanwhile (steal): {steal_s * 1e3:.0f} ms")
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:
             continue
-        ctx.check(fidelity.check_name(measure, limits), worst.passed,
-                  worst.text if not worst.passed else f"worst {worst.value:g} at {worst.where}",
-                  fidelity.limit_text(measure, limits), fidelity=True)
+        ctx.check(
+            fidelity.check_name(measure, limits),
+            worst.passed,
+            worst.text if not worst.passed else f"worst {worst.value:g} at {worst.where}",
+            fidelity.limit_text(measure, limits),
+            fidelity=True,
+        )
     if missing:
-        ctx.check("fidelity: every switch and NIC answered", False,
-                  f"no record from {', '.join(missing)}", "a record from every process",
-                  fidelity=True)
+        ctx.check(
+            "fidelity: every switch and NIC answered",
+            False,
+            f"no record from {', '.join(missing)}",
+            "a record from every process",
+            fidelity=True,
+        )
     ctx.metrics["fidelity"] = {
-        "faithful": verdict.faithful, "processes": verdict.processes, "frames": verdict.frames,
-        "scheduling": scheduling, "steal_s": round(steal_s, 3),
-        "worst": {m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
-                  for m, f in verdict.worst.items()}}
+        "faithful": verdict.faithful,
+        "processes": verdict.processes,
+        "frames": verdict.frames,
+        "scheduling": scheduling,
+        "steal_s": round(steal_s, 3),
+        "worst": {
+            m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
+            for m, f in verdict.worst.items()
+        },
+    }
 
 
 def write_results(ctx: Context) -> None:
@@ -266,8 +301,9 @@ def write_results(ctx: Context) -> None:
     (ctx.out_dir / "report.txt").write_text(render_report(ctx) + "\n")
 
 
-def run(name: str, overrides: list[str], out_dir: str | None = None,
-        log: Callable[[str], None] = print) -> Context:
+def run(
+    name: str, overrides: list[str], out_dir: str | None = None, log: Callable[[str], None] = print
+) -> Context:
     """Run scenario `name`; returns its context (checks, metrics) after writing results.
 
     A scenario that raises still writes its results, with a failed check that
@@ -308,8 +344,9 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
         "leaves": Param(4, "leaf switches (leaf_spine)", min=1, max=32),
         "spines": Param(2, "spine switches (leaf_spine)", min=1, max=16),
         "hosts_per_leaf": Param(2, "hosts per leaf (leaf_spine)", min=1, max=32),
-        "rate_mbps": Param(rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)",
-                           min=0.1, max=1000.0),
+        "rate_mbps": Param(
+            rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
+        ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
     }
 
@@ -321,5 +358,9 @@ def build_fabric_graph(params: dict[str, Any]):
         if params["k"] % 2:
             raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
         return fabric.fat_tree(k=params["k"], rate_bps=rate_bps)
-    return fabric.leaf_spine(leaves=params["leaves"], spines=params["spines"],
-                             hosts_per_leaf=params["hosts_per_leaf"], host_rate_bps=rate_bps)
+    return fabric.leaf_spine(
+        leaves=params["leaves"],
+        spines=params["spines"],
+        hosts_per_leaf=params["hosts_per_leaf"],
+        host_rate_bps=rate_bps,
+    )

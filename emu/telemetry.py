@@ -42,7 +42,7 @@ class Panel:
     vline: float | None = None
     vline_label: str = ""
     step: bool = False
-    logx: bool = False       # sizes: a log2 x axis
+    logx: bool = False  # sizes: a log2 x axis
 
 
 def _pyplot():
@@ -106,14 +106,20 @@ def start_capture(fab, intf: str, path: Path, bpf: str = "", timeout_s: float = 
     if bpf:
         argv += bpf.split()
     proc = fab.popen_root(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: path.exists() and path.stat().st_size >= 24, timeout_s,
-             f"tcpdump to open {path} on {intf}", interval_s=0.02)
+    wait_for(
+        lambda: path.exists() and path.stat().st_size >= 24,
+        timeout_s,
+        f"tcpdump to open {path} on {intf}",
+        interval_s=0.02,
+    )
     return proc
 
 
 TELEMETRY_COLUMNS = ["time", "port", "port_tx_bytes"] + [
-    f"p{prio}_{what}" for prio in range(8)
-    for what in ("depth_bytes", "paused", "ecn_marks", "tx_bytes")]
+    f"p{prio}_{what}"
+    for prio in range(8)
+    for what in ("depth_bytes", "paused", "ecn_marks", "tx_bytes")
+]
 
 
 def collect_switch_telemetry(fab, out_dir: Path) -> list[Path]:
@@ -147,15 +153,37 @@ def collect_switch_telemetry(fab, out_dir: Path) -> list[Path]:
                 series[1].append(depth)
     busiest = dict(sorted(depth_lines.items(), key=lambda kv: -max(kv[1][1]))[:6])
     if busiest and max(max(v[1]) for v in busiest.values()) > 0:
-        written.append(save_panels(folder / "queues.png", [Panel(
-            "priority-3 queue depth, busiest ports", "time (s)", "bytes", lines=busiest)]))
+        written.append(
+            save_panels(
+                folder / "queues.png",
+                [
+                    Panel(
+                        "priority-3 queue depth, busiest ports", "time (s)", "bytes", lines=busiest
+                    )
+                ],
+            )
+        )
     return written
 
 
-FIDELITY_COLUMNS = ["process", "kind", "port", "port_name", "rate_bps", "frames",
-                    "on_time_share", "max_late_ms", "deficit_ms", "kernel_drops", "window_s",
-                    "longest_stall_ms", "stalls_over_1", "stalls_over_10", "cpu_share",
-                    "cpu_wait_share"]
+FIDELITY_COLUMNS = [
+    "process",
+    "kind",
+    "port",
+    "port_name",
+    "rate_bps",
+    "frames",
+    "on_time_share",
+    "max_late_ms",
+    "deficit_ms",
+    "kernel_drops",
+    "window_s",
+    "longest_stall_ms",
+    "stalls_over_1",
+    "stalls_over_10",
+    "cpu_share",
+    "cpu_wait_share",
+]
 
 
 def fidelity_sockets(fab) -> dict[str, str]:
@@ -164,9 +192,9 @@ def fidelity_sockets(fab) -> dict[str, str]:
     for sw in _switches(fab):
         node = fab.switch(sw)
         if node.proc is not None and node.proc.poll() is None:
-            socks[sw] = node.mgmt_path   # a switch the run crashed on purpose has no record
+            socks[sw] = node.mgmt_path  # a switch the run crashed on purpose has no record
     for path in sorted(Path(fab.run.sock_dir).glob("*.nic.sock")):
-        socks[path.name[:-len(".nic.sock")]] = str(path)
+        socks[path.name[: -len(".nic.sock")]] = str(path)
     return socks
 
 
@@ -204,8 +232,12 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
     path = out / "fidelity.json"
     start = fab.fidelity_steal_start_s
     steal_s = fidelity.machine_steal_s() - start if start is not None else 0.0
-    path.write_text(json.dumps({"processes": records, "missing": missing,
-                                "machine": {"steal_s": round(steal_s, 3)}}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"processes": records, "missing": missing, "machine": {"steal_s": round(steal_s, 3)}},
+            indent=1,
+        )
+    )
     folder = out / "telemetry"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "fidelity.csv", "w", newline="") as f:
@@ -214,11 +246,24 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
         for rec in records:
             loop, cpu = rec["loop"], rec["cpu"]
             for key, port in rec["ports"].items():
-                writer.writerow([
-                    rec["name"], rec["kind"], key, port["name"], port["rate_bps"],
-                    port["frames"], round(fidelity.on_time_share(port, 1.0), 5),
-                    round(port["max_late_s"] * 1e3, 3), round(port["deficit_s"] * 1e3, 3),
-                    port["kernel_drops"], rec["window_s"],
-                    round(loop["longest_stall_s"] * 1e3, 3), loop["stalls_over_1"],
-                    loop["stalls_over_10"], cpu["cpu_share"], cpu["wait_share"]])
+                writer.writerow(
+                    [
+                        rec["name"],
+                        rec["kind"],
+                        key,
+                        port["name"],
+                        port["rate_bps"],
+                        port["frames"],
+                        round(fidelity.on_time_share(port, 1.0), 5),
+                        round(port["max_late_s"] * 1e3, 3),
+                        round(port["deficit_s"] * 1e3, 3),
+                        port["kernel_drops"],
+                        rec["window_s"],
+                        round(loop["longest_stall_s"] * 1e3, 3),
+                        loop["stalls_over_1"],
+                        loop["stalls_over_10"],
+                        cpu["cpu_share"],
+                        cpu["wait_share"],
+                    ]
+                )
     return path

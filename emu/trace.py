@@ -41,12 +41,22 @@ def frame_for(graph: nx.Graph, src: str, dst: str, proto: str, sport: int, dport
         if not isinstance(port, int) or not 0 < port < 65536:
             raise TraceError(f"{name}={port!r}: must be a port number 1..65535")
     l4 = (TCP if proto == "tcp" else UDP)(sport=sport, dport=dport)
-    return bytes(Ether(src=graph.nodes[src]["mac"], dst=graph.nodes[dst]["mac"])
-                 / IP(src=graph.nodes[src]["ip"], dst=graph.nodes[dst]["ip"]) / l4)
+    return bytes(
+        Ether(src=graph.nodes[src]["mac"], dst=graph.nodes[dst]["mac"])
+        / IP(src=graph.nodes[src]["ip"], dst=graph.nodes[dst]["ip"])
+        / l4
+    )
 
 
-def trace_path(graph: nx.Graph, ask: Ask, src: str, dst: str, proto: str = "tcp",
-               sport: int = 49152, dport: int = 5201) -> list[str]:
+def trace_path(
+    graph: nx.Graph,
+    ask: Ask,
+    src: str,
+    dst: str,
+    proto: str = "tcp",
+    sport: int = 49152,
+    dport: int = 5201,
+) -> list[str]:
     """The nodes from `src` to `dst` that a packet with this 5-tuple crosses now.
 
     Raises:
@@ -63,19 +73,20 @@ def trace_path(graph: nx.Graph, ask: Ask, src: str, dst: str, proto: str = "tcp"
         path.append(node)
         res = ask(node, in_port, frame.hex())
         if res["flowlet"]:
-            raise TraceError(f"{src}->{dst}: {node} picks among ports {res['flowlet']} "
-                             f"per flowlet, not per flow")
+            raise TraceError(
+                f"{src}->{dst}: {node} picks among ports {res['flowlet']} per flowlet, not per flow"
+            )
         if len(res["outputs"]) != 1:
-            why = res["dropped"] or (f"{res['controller']} packet-in" if res["controller"]
-                                     else "")
-            raise TraceError(f"{src}->{dst}: {node} (in port {in_port}) sends it to ports "
-                             f"{[o[0] for o in res['outputs']]} {why}".rstrip())
+            why = res["dropped"] or (f"{res['controller']} packet-in" if res["controller"] else "")
+            raise TraceError(
+                f"{src}->{dst}: {node} (in port {in_port}) sends it to ports "
+                f"{[o[0] for o in res['outputs']]} {why}".rstrip()
+            )
         out_port, _queue, frame_hex = res["outputs"][0]
         frame = bytes.fromhex(frame_hex)
         links = fabric_mod.port_map(graph, node)
         if out_port not in links:
-            raise TraceError(f"{src}->{dst}: {node} sends it to port {out_port}, which has "
-                             f"no link")
+            raise TraceError(f"{src}->{dst}: {node} sends it to port {out_port}, which has no link")
         _intf, node, in_port, _rate = links[out_port]
     path.append(node)
     if node != dst:

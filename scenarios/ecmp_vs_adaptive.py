@@ -61,39 +61,51 @@ PARAMS = {
     "modes": Param(",".join(MODES), f"comma list of {', '.join(MODES)}"),
     "seeds": Param(5, "hash seeds (and random draws) per pattern", min=1, max=20),
     "duration_s": Param(10.0, "length of each iperf3 run", min=3.0, max=120.0),
-    "omit_s": Param(4.0, "first seconds left out of the throughput (routing reacts)",
-                    min=0.0, max=60.0),
+    "omit_s": Param(
+        4.0, "first seconds left out of the throughput (routing reacts)", min=0.0, max=60.0
+    ),
     "poll_interval_s": Param(0.5, "adaptive controller's statistics period", min=0.1, max=10.0),
-    "modelled_gbps": Param(1.0, "modelled NIC speed: scales the 100 us flowlet gap",
-                           min=0.01, max=800.0),
+    "modelled_gbps": Param(
+        1.0, "modelled NIC speed: scales the 100 us flowlet gap", min=0.01, max=800.0
+    ),
     "p_edge": Param(0.2, "staggered: probability of a same-edge destination", min=0.0, max=1.0),
     "p_pod": Param(0.3, "staggered: probability of a same-pod destination", min=0.0, max=1.0),
-    "alpha_lossy": Param(1 / 64, "lossy egress threshold factor of the shared buffer: a "
-                         "queue of ten frames, not a second's worth", min=0.001, max=64.0),
+    "alpha_lossy": Param(
+        1 / 64,
+        "lossy egress threshold factor of the shared buffer: a "
+        "queue of ten frames, not a second's worth",
+        min=0.001,
+        max=64.0,
+    ),
     "host_nic_pacing": Param(True, "hosts send at their link rate (tc), as a real NIC does"),
     # 1.5x ECMP's expected 0.62 on strides 4 and 8 is 0.93 of non-blocking: Hedera's
     # "96% of optimal bisection" (Al-Fares et al., NSDI 2010, abstract), less the ACKs
     # that still hash as mice here (README).
-    "min_gain": Param(1.5, "how many times ECMP's expected throughput adaptive must reach on "
-                      "stride4 and stride8",
-                      min=1.0, max=3.0),
-    "model_samples": Param(2000, "draws for the flow-level ECMP expectation", min=100,
-                           max=100000),
+    "min_gain": Param(
+        1.5,
+        "how many times ECMP's expected throughput adaptive must reach on stride4 and stride8",
+        min=1.0,
+        max=3.0,
+    ),
+    "model_samples": Param(2000, "draws for the flow-level ECMP expectation", min=100, max=100000),
 }
 
 
 def validate(params: dict) -> None:
     if params["topology"] != "fat_tree":
-        raise ScenarioError("ecmp-vs-adaptive needs topology=fat_tree (Hedera's patterns are "
-                            "defined on a fat-tree)")
+        raise ScenarioError(
+            "ecmp-vs-adaptive needs topology=fat_tree (Hedera's patterns are defined on a fat-tree)"
+        )
     for key, known in (("patterns", PATTERNS), ("modes", MODES)):
         chosen = [x for x in params[key].split(",") if x]
         if not chosen or any(x not in known for x in chosen):
-            raise ScenarioError(f"parameter {key}={params[key]!r}: a comma list of "
-                                f"{', '.join(known)}")
+            raise ScenarioError(
+                f"parameter {key}={params[key]!r}: a comma list of {', '.join(known)}"
+            )
     if params["omit_s"] + 1.0 > params["duration_s"]:
-        raise ScenarioError(f"parameter duration_s={params['duration_s']}: must exceed "
-                            f"omit_s + 1 s")
+        raise ScenarioError(
+            f"parameter duration_s={params['duration_s']}: must exceed omit_s + 1 s"
+        )
     if params["p_edge"] + params["p_pod"] > 1.0:
         raise ScenarioError("parameters p_edge + p_pod must not exceed 1")
 
@@ -101,13 +113,14 @@ def validate(params: dict) -> None:
 # ----- traffic matrices ---------------------------------------------------------------
 
 
-def traffic(graph: nx.Graph, pattern: str, rng: random.Random, p_edge: float = 0.2,
-            p_pod: float = 0.3) -> list[tuple[str, str]]:
+def traffic(
+    graph: nx.Graph, pattern: str, rng: random.Random, p_edge: float = 0.2, p_pod: float = 0.3
+) -> list[tuple[str, str]]:
     """One (src, dst) per host for `pattern`; hosts in fat-tree order (pod, edge, host)."""
     hosts = fabric_mod.hosts(graph)
     n = len(hosts)
     if pattern.startswith("stride"):
-        step = int(pattern[len("stride"):])
+        step = int(pattern[len("stride") :])
         return [(h, hosts[(i + step) % n]) for i, h in enumerate(hosts)]
     if pattern == "random":
         while True:  # a random derangement: nobody sends to itself
@@ -119,8 +132,11 @@ def traffic(graph: nx.Graph, pattern: str, rng: random.Random, p_edge: float = 0
     for h in hosts:
         node = graph.nodes[h]
         same_edge = [x for x in hosts if x != h and graph.nodes[x]["leaf"] == node["leaf"]]
-        same_pod = [x for x in hosts if graph.nodes[x]["pod"] == node["pod"]
-                    and graph.nodes[x]["leaf"] != node["leaf"]]
+        same_pod = [
+            x
+            for x in hosts
+            if graph.nodes[x]["pod"] == node["pod"] and graph.nodes[x]["leaf"] != node["leaf"]
+        ]
         other = [x for x in hosts if graph.nodes[x]["pod"] != node["pod"]]
         r = rng.random()
         group = same_edge if r < p_edge else same_pod if r < p_edge + p_pod else other
@@ -150,8 +166,9 @@ def max_min_rates(paths: list[list[tuple]], capacity: float = 1.0) -> list[float
             left.setdefault(link, capacity)
             users.setdefault(link, set()).add(i)
     while active:
-        share = min(left[link] / len(users[link] & active)
-                    for link in users if users[link] & active)
+        share = min(
+            left[link] / len(users[link] & active) for link in users if users[link] & active
+        )
         for i in active:
             rates[i] += share
         for link in users:
@@ -162,8 +179,9 @@ def max_min_rates(paths: list[list[tuple]], capacity: float = 1.0) -> list[float
     return rates
 
 
-def proportional_fair_rates(paths: list[list[tuple]], gap: float = 1e-7,
-                            max_iter: int = 20000) -> list[float]:
+def proportional_fair_rates(
+    paths: list[list[tuple]], gap: float = 1e-7, max_iter: int = 20000
+) -> list[float]:
     """Proportionally fair rates (Kelly 1998: the largest sum of log rates) over unit links.
 
     Solved in the dual: every link has a price, a flow's rate is 1 / (the sum
@@ -190,8 +208,9 @@ def proportional_fair_rates(paths: list[list[tuple]], gap: float = 1e-7,
     return rates.tolist()
 
 
-def normalised_throughput(flows: list[tuple[str, str]], paths: list[list[str]],
-                          allocate=max_min_rates) -> float:
+def normalised_throughput(
+    flows: list[tuple[str, str]], paths: list[list[str]], allocate=max_min_rates
+) -> float:
     """Throughput of `flows` on the node `paths` they took under the rate `allocate`-ion,
     over the same allocation on a non-blocking switch."""
     links = [list(zip(nodes, nodes[1:])) for nodes in paths]
@@ -204,10 +223,31 @@ def normalised_throughput(flows: list[tuple[str, str]], paths: list[list[str]],
 ALLOCATIONS = {"max-min": max_min_rates, "proportional": proportional_fair_rates}
 
 # Two-sided 99% quantiles of Student's t by degrees of freedom (beyond 30: the normal's).
-T_995 = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355,
-         9: 3.250, 10: 3.169, 11: 3.106, 12: 3.055, 13: 3.012, 14: 2.977, 15: 2.947,
-         16: 2.921, 17: 2.898, 18: 2.878, 19: 2.861, 20: 2.845, 22: 2.819, 25: 2.787,
-         30: 2.750}
+T_995 = {
+    1: 63.657,
+    2: 9.925,
+    3: 5.841,
+    4: 4.604,
+    5: 4.032,
+    6: 3.707,
+    7: 3.499,
+    8: 3.355,
+    9: 3.250,
+    10: 3.169,
+    11: 3.106,
+    12: 3.055,
+    13: 3.012,
+    14: 2.977,
+    15: 2.947,
+    16: 2.921,
+    17: 2.898,
+    18: 2.878,
+    19: 2.861,
+    20: 2.845,
+    22: 2.819,
+    25: 2.787,
+    30: 2.750,
+}
 # Chi-square at p = 0.001 by degrees of freedom (beyond 7: Wilson-Hilferty).
 CHI2_999 = {1: 10.828, 2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515, 6: 22.458, 7: 24.322}
 
@@ -268,8 +308,10 @@ def run(ctx: Context) -> None:
     rate_bps = int(p["rate_mbps"] * 1e6)
     graph = fabric_mod.fat_tree(k=p["k"], rate_bps=rate_bps)
     rng = random.Random(p["seed"])
-    matrices = {pat: [traffic(graph, pat, rng, p["p_edge"], p["p_pod"])
-                      for _ in range(p["seeds"])] for pat in patterns}
+    matrices = {
+        pat: [traffic(graph, pat, rng, p["p_edge"], p["p_pod"]) for _ in range(p["seeds"])]
+        for pat in patterns
+    }
     seeds = [p["seed"] + i for i in range(p["seeds"])]
 
     measured: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
@@ -278,8 +320,13 @@ def run(ctx: Context) -> None:
     paths: dict[str, list] = {}
     for mode in modes:
         ctx.log(f"ecmp-vs-adaptive: {mode} on a k={p['k']} fat-tree")
-        with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"],
-                    **_fabric_options(p), **_mode_options(mode, p, rate_bps)) as fab:
+        with Fabric(
+            graph,
+            out_dir=str(ctx.out_dir / mode),
+            seed=p["seed"],
+            **_fabric_options(p),
+            **_mode_options(mode, p, rate_bps),
+        ) as fab:
             for pat in patterns:
                 for seed, flows in zip(seeds, matrices[pat]):
                     fab.reseed(seed)
@@ -287,12 +334,14 @@ def run(ctx: Context) -> None:
                     measured[mode].setdefault(pat, []).append(bps)
                     ctx.log(f"  {mode} {pat} seed {seed}: {bps / 1e6:.1f} Mbit/s")
                     if mode == "ecmp":
-                        taken = [fab.trace_path(s, d, "tcp", *ports[i])
-                                 for i, (s, d) in enumerate(flows)]
+                        taken = [
+                            fab.trace_path(s, d, "tcp", *ports[i]) for i, (s, d) in enumerate(flows)
+                        ]
                         paths.setdefault(pat, []).append(taken)
                         for name, allocate in ALLOCATIONS.items():
                             on_paths.setdefault(name, {}).setdefault(pat, []).append(
-                                normalised_throughput(flows, taken, allocate))
+                                normalised_throughput(flows, taken, allocate)
+                            )
                     if mode == "adaptive":
                         _wait_unplaced(fab)
             if mode == "adaptive":
@@ -302,31 +351,39 @@ def run(ctx: Context) -> None:
     rename = dict(zip(fabric_mod.hosts(graph), fabric_mod.hosts(ideal_graph)))
     ideal: dict[tuple, float] = {}
     ctx.log("ecmp-vs-adaptive: the non-blocking switch")
-    with Fabric(ideal_graph, out_dir=str(ctx.out_dir / "nonblocking"),
-                **_fabric_options(p)) as fab:
+    with Fabric(ideal_graph, out_dir=str(ctx.out_dir / "nonblocking"), **_fabric_options(p)) as fab:
         for pat in patterns:
             for flows in matrices[pat]:
                 key = fan_in(flows)
                 if key not in ideal:
-                    ideal[key], _ports = measure(fab, [(rename[s], rename[d])
-                                                       for s, d in flows], p)
+                    ideal[key], _ports = measure(fab, [(rename[s], rename[d]) for s, d in flows], p)
                     ctx.log(f"  non-blocking fan-in {key[-3:]}: {ideal[key] / 1e6:.1f} Mbit/s")
 
-    norm = {m: {pat: [bps / ideal[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
-                for pat in patterns} for m in modes}
+    norm = {
+        m: {
+            pat: [bps / ideal[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
+            for pat in patterns
+        }
+        for m in modes
+    }
     model_rng = random.Random(p["seed"] + 1)
     # What ECMP gives on average over every hash draw (and, for random and staggered,
     # every matrix): the figure ECMP is compared with as a scheme, not one seed's luck.
-    expect = {pat: ecmp_expectation(
-        graph, lambda pat=pat: traffic(graph, pat, model_rng, p["p_edge"], p["p_pod"]),
-        p["model_samples"], model_rng) for pat in patterns}
+    expect = {
+        pat: ecmp_expectation(
+            graph,
+            lambda pat=pat: traffic(graph, pat, model_rng, p["p_edge"], p["p_pod"]),
+            p["model_samples"],
+            model_rng,
+        )
+        for pat in patterns
+    }
     choices: dict[int, list[int]] = {}
     for runs in paths.values():
         for taken in runs:
             for m, counts in next_hop_choices(graph, taken).items():
                 choices[m] = [a + b for a, b in zip(choices.get(m, [0] * m), counts)]
-    report(ctx, patterns, modes, norm, measured, ideal, matrices, expect, on_paths, paths,
-           choices)
+    report(ctx, patterns, modes, norm, measured, ideal, matrices, expect, on_paths, paths, choices)
 
 
 def _qos(p: dict) -> dict:
@@ -347,37 +404,47 @@ def _fabric_options(p: dict) -> dict:
 
 def _mode_options(mode: str, p: dict, rate_bps: int) -> dict:
     if mode == "adaptive":
-        return {"apps": ("controllers.adaptive",),
-                "controller_args": ("--poll-interval", str(p["poll_interval_s"]))}
+        return {
+            "apps": ("controllers.adaptive",),
+            "controller_args": ("--poll-interval", str(p["poll_interval_s"])),
+        }
     if mode == "flowlet":
         gap = ofext.gap_us_for(rate_bps, p["modelled_gbps"])
         return {"controller_args": ("--flowlet-gap-us", str(gap))}
     return {}
 
 
-def measure(fab: Fabric, flows: list[tuple[str, str]], p: dict
-            ) -> tuple[float, list[tuple[int, int]]]:
+def measure(
+    fab: Fabric, flows: list[tuple[str, str]], p: dict
+) -> tuple[float, list[tuple[int, int]]]:
     """Sum of the flows' received bit/s after `omit_s` (iperf3 -O), and each flow's
     (source port, destination port) of its data connection."""
-    clients = iperf.start_many(fab, flows, p["duration_s"], first_port=FIRST_PORT,
-                               omit_s=p["omit_s"])
+    clients = iperf.start_many(
+        fab, flows, p["duration_s"], first_port=FIRST_PORT, omit_s=p["omit_s"]
+    )
     docs = [iperf.finish(fab, c, timeout_s=p["duration_s"] + 30) for c in clients]
     bad = [f"{s}->{d}: {doc.get('error')}" for (s, d), doc in zip(flows, docs) if "error" in doc]
     if bad:
         raise RuntimeError("iperf3 failed: " + "; ".join(bad))
-    ports = [(c["local_port"], c["remote_port"])
-             for doc in docs for c in doc["start"]["connected"][:1]]
+    ports = [
+        (c["local_port"], c["remote_port"]) for doc in docs for c in doc["start"]["connected"][:1]
+    ]
     return sum(doc["end"]["sum_received"]["bits_per_second"] for doc in docs), ports
 
 
 def _wait_unplaced(fab: Fabric) -> None:
     """Adaptive: the next run starts from ECMP, as the first did (placements age out)."""
-    wait_for(lambda: not fab.controller_status().get("adaptive", {}).get("placements"),
-             10.0, "the adaptive controller to release the last run's elephants", interval_s=0.1)
+    wait_for(
+        lambda: not fab.controller_status().get("adaptive", {}).get("placements"),
+        10.0,
+        "the adaptive controller to release the last run's elephants",
+        interval_s=0.1,
+    )
 
 
-def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expect,
-           on_paths, paths, choices) -> None:
+def report(
+    ctx: Context, patterns, modes, norm, measured, ideal, matrices, expect, on_paths, paths, choices
+) -> None:
     p = ctx.params
     means = {m: {pat: statistics.mean(norm[m][pat]) for pat in patterns} for m in modes}
     rows = []
@@ -392,20 +459,31 @@ def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expec
     cols = ["pattern"] + [f"{m} (min-max)" for m in modes]
     if "ecmp" in modes and "adaptive" in modes:
         cols.append("adaptive / ecmp")
-    ctx.table(f"throughput normalised to a non-blocking switch, mean of {p['seeds']} seeds "
-              f"({len(fabric_mod.hosts(fabric_mod.fat_tree(k=p['k'])))} flows at "
-              f"{p['rate_mbps']:g} Mbit/s)", cols, rows)
-    ctx.metrics.update({
-        "normalised": norm, "mean_normalised": means,
-        "aggregate_bps": measured, "nonblocking_bps": {str(k): v for k, v in ideal.items()},
-        "ecmp_model": expect,
-        "ecmp_model_on_paths": on_paths,
-        "ecmp_next_hop_choices": {str(m): c for m, c in choices.items()},
-        "ecmp_paths": {pat: [[" ".join(nodes) for nodes in run] for run in runs]
-                       for pat, runs in paths.items()},
-        "matrices": {pat: [[f"{s}->{d}" for s, d in f] for f in fs] for pat, fs in
-                     matrices.items()},
-    })
+    ctx.table(
+        f"throughput normalised to a non-blocking switch, mean of {p['seeds']} seeds "
+        f"({len(fabric_mod.hosts(fabric_mod.fat_tree(k=p['k'])))} flows at "
+        f"{p['rate_mbps']:g} Mbit/s)",
+        cols,
+        rows,
+    )
+    ctx.metrics.update(
+        {
+            "normalised": norm,
+            "mean_normalised": means,
+            "aggregate_bps": measured,
+            "nonblocking_bps": {str(k): v for k, v in ideal.items()},
+            "ecmp_model": expect,
+            "ecmp_model_on_paths": on_paths,
+            "ecmp_next_hop_choices": {str(m): c for m, c in choices.items()},
+            "ecmp_paths": {
+                pat: [[" ".join(nodes) for nodes in run] for run in runs]
+                for pat, runs in paths.items()
+            },
+            "matrices": {
+                pat: [[f"{s}->{d}" for s, d in f] for f in fs] for pat, fs in matrices.items()
+            },
+        }
+    )
     if "ecmp" in modes and "adaptive" in modes:
         for pat in ACCEPT_STRIDES:
             if pat not in patterns:
@@ -414,12 +492,19 @@ def report(ctx: Context, patterns, modes, norm, measured, ideal, matrices, expec
             # ratio by +-0.1 with the hash's luck (5 seeds of stride 4: 0.54 to 0.66),
             # while the two ECMP checks below hold the measurement to the same model.
             gain = means["adaptive"][pat] / expect[pat]
-            ctx.check(f"{pat}: adaptive at least {p['min_gain']:g}x ECMP's expected throughput",
-                      gain >= p["min_gain"], f"{gain:.2f}x",
-                      f">= {p['min_gain']:.2f}x (ECMP over all hash draws: {expect[pat]:.3f} "
-                      f"of non-blocking, flow-level model)")
-            ctx.check(f"{pat}: adaptive at least 0.8 of non-blocking",
-                      means["adaptive"][pat] >= 0.8, f"{means['adaptive'][pat]:.2f}", ">= 0.80")
+            ctx.check(
+                f"{pat}: adaptive at least {p['min_gain']:g}x ECMP's expected throughput",
+                gain >= p["min_gain"],
+                f"{gain:.2f}x",
+                f">= {p['min_gain']:.2f}x (ECMP over all hash draws: {expect[pat]:.3f} "
+                f"of non-blocking, flow-level model)",
+            )
+            ctx.check(
+                f"{pat}: adaptive at least 0.8 of non-blocking",
+                means["adaptive"][pat] >= 0.8,
+                f"{means['adaptive'][pat]:.2f}",
+                ">= 0.80",
+            )
     if on_paths:
         _check_ecmp_model(ctx, patterns, norm["ecmp"], on_paths)
     if choices:
@@ -447,10 +532,14 @@ def _check_ecmp_model(ctx: Context, patterns, ecmp: dict, on_paths: dict) -> Non
     slack_low = t * statistics.stdev(below) / len(got) ** 0.5
     slack_high = t * statistics.stdev(above) / len(got) ** 0.5
     ok = statistics.mean(below) >= -slack_low and statistics.mean(above) <= slack_high
-    ctx.check(name, ok, f"{statistics.mean(got):.3f}",
-              f"between max-min {statistics.mean(low):.3f} - {slack_low:.3f} and proportional "
-              f"{statistics.mean(high):.3f} + {slack_high:.3f} (99% t-test over "
-              f"{len(got)} runs)")
+    ctx.check(
+        name,
+        ok,
+        f"{statistics.mean(got):.3f}",
+        f"between max-min {statistics.mean(low):.3f} - {slack_low:.3f} and proportional "
+        f"{statistics.mean(high):.3f} + {slack_high:.3f} (99% t-test over "
+        f"{len(got)} runs)",
+    )
 
 
 def _check_ecmp_spread(ctx: Context, choices: dict[int, list[int]]) -> None:
@@ -463,9 +552,12 @@ def _check_ecmp_spread(ctx: Context, choices: dict[int, list[int]]) -> None:
         n += total
     crit = chi2_999(df)
     shown = "; ".join(f"{m}-way {counts}" for m, counts in sorted(choices.items()))
-    ctx.check("ECMP: the hash spreads flows evenly over equal-cost next hops",
-              stat <= crit, f"chi-square {stat:.1f} over {n} choices ({shown})",
-              f"<= {crit:.1f} (p = 0.001, {df} degrees of freedom)")
+    ctx.check(
+        "ECMP: the hash spreads flows evenly over equal-cost next hops",
+        stat <= crit,
+        f"chi-square {stat:.1f} over {n} choices ({shown})",
+        f"<= {crit:.1f} (p = 0.001, {df} degrees of freedom)",
+    )
 
 
 def plot(ctx: Context, patterns, modes, norm, expect) -> None:
@@ -474,12 +566,20 @@ def plot(ctx: Context, patterns, modes, norm, expect) -> None:
     for i, m in enumerate(modes):
         xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(patterns))]
         ys = [statistics.mean(norm[m][pat]) for pat in patterns]
-        errs = [[y - min(norm[m][pat]) for y, pat in zip(ys, patterns)],
-                [max(norm[m][pat]) - y for y, pat in zip(ys, patterns)]]
+        errs = [
+            [y - min(norm[m][pat]) for y, pat in zip(ys, patterns)],
+            [max(norm[m][pat]) - y for y, pat in zip(ys, patterns)],
+        ]
         ax.bar(xs, ys, width, yerr=errs, capsize=3, label=m)
     for j, pat in enumerate(patterns):
-        ax.hlines(expect[pat], j - 0.45, j + 0.45, colors="k", linestyles="dashed",
-                  label="ECMP flow-level model (all hash draws)" if j == 0 else None)
+        ax.hlines(
+            expect[pat],
+            j - 0.45,
+            j + 0.45,
+            colors="k",
+            linestyles="dashed",
+            label="ECMP flow-level model (all hash draws)" if j == 0 else None,
+        )
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(range(len(patterns)), patterns)
     ax.set_ylabel("throughput / non-blocking")

@@ -43,48 +43,101 @@ VARIANTS = ("training", "storage")
 def validate(params: dict) -> None:
     for v in VARIANTS:
         if params[f"{v}_kmin_frames"] >= params[f"{v}_kmax_frames"]:
-            raise ScenarioError(f"parameter {v}_kmin_frames={params[f'{v}_kmin_frames']}: "
-                                f"must be below {v}_kmax_frames={params[f'{v}_kmax_frames']}")
+            raise ScenarioError(
+                f"parameter {v}_kmin_frames={params[f'{v}_kmin_frames']}: "
+                f"must be below {v}_kmax_frames={params[f'{v}_kmax_frames']}"
+            )
     incast.validate({**params, "modes": "dcqcn"})
 
 
 def qos_for(params: dict, variant: str) -> dict:
-    return {"ecn": {"kmin_bytes": params[f"{variant}_kmin_frames"] * MTU_FRAME_BYTES,
-                    "kmax_bytes": params[f"{variant}_kmax_frames"] * MTU_FRAME_BYTES,
-                    "pmax": params["pmax"]},
-            "watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
+    return {
+        "ecn": {
+            "kmin_bytes": params[f"{variant}_kmin_frames"] * MTU_FRAME_BYTES,
+            "kmax_bytes": params[f"{variant}_kmax_frames"] * MTU_FRAME_BYTES,
+            "pmax": params["pmax"],
+        },
+        "watchdog": {"enabled": False},
+    }  # see incast.py: congestion is not a storm
 
 
 def run(ctx: Context) -> None:
     p = ctx.params
     graph = build_fabric_graph(p)
     hosts = fabric_mod.hosts(graph)
-    receiver, senders = hosts[-1], hosts[:p["senders"]]
+    receiver, senders = hosts[-1], hosts[: p["senders"]]
     ctx.metrics["receiver"], ctx.metrics["senders"] = receiver, senders
     results = {}
     for variant in VARIANTS:
         ctx.log(f"ecn-thresholds: {variant}")
-        results[variant] = incast.run_mode(ctx, graph, variant, senders, receiver,
-                                           qos_for(p, variant), dcqcn=True)
+        results[variant] = incast.run_mode(
+            ctx, graph, variant, senders, receiver, qos_for(p, variant), dcqcn=True
+        )
     ctx.metrics["variants"] = results
-    rows = [[v, f"{p[v + '_kmin_frames']}/{p[v + '_kmax_frames']}", r["utilisation"],
-             r["queue_p50_bytes"], r["queue_p99_bytes"], r["ecn_marks"], r["cnps"],
-             r["pfc_frames"], r["jain"]] for v, r in results.items()]
-    ctx.table("DCQCN incast under two ECN settings",
-              ["variant", "Kmin/Kmax frames", "util", "queue p50 B", "queue p99 B", "CE marks",
-               "CNPs", "PFC frames", "Jain"], rows)
+    rows = [
+        [
+            v,
+            f"{p[v + '_kmin_frames']}/{p[v + '_kmax_frames']}",
+            r["utilisation"],
+            r["queue_p50_bytes"],
+            r["queue_p99_bytes"],
+            r["ecn_marks"],
+            r["cnps"],
+            r["pfc_frames"],
+            r["jain"],
+        ]
+        for v, r in results.items()
+    ]
+    ctx.table(
+        "DCQCN incast under two ECN settings",
+        [
+            "variant",
+            "Kmin/Kmax frames",
+            "util",
+            "queue p50 B",
+            "queue p99 B",
+            "CE marks",
+            "CNPs",
+            "PFC frames",
+            "Jain",
+        ],
+        rows,
+    )
     tr, st = results["training"], results["storage"]
-    ctx.check("training-tuned keeps a shorter queue (p99 at most half)",
-              tr["queue_p99_bytes"] <= 0.5 * st["queue_p99_bytes"],
-              f"{tr['queue_p99_bytes']:.0f} vs {st['queue_p99_bytes']:.0f} B", "<= 50%")
-    ctx.check("training-tuned marks earlier (more CE marks)", tr["ecn_marks"] > st["ecn_marks"],
-              f"{tr['ecn_marks']} vs {st['ecn_marks']}", "more")
-    ctx.check("storage-tuned keeps the link full (>= 90%)", st["utilisation"] >= 0.9,
-              round(st["utilisation"], 3), ">= 0.9")
-    ctx.check("training-tuned still uses >= 80% of the link", tr["utilisation"] >= 0.8,
-              round(tr["utilisation"], 3), ">= 0.8")
-    panels = [Panel("bottleneck queue (priority 3)", "time (s)", "bytes",
-                    lines={v: ([t for t, _ in r["queue_depth"]], [d for _, d in r["queue_depth"]])
-                           for v, r in results.items()})]
+    ctx.check(
+        "training-tuned keeps a shorter queue (p99 at most half)",
+        tr["queue_p99_bytes"] <= 0.5 * st["queue_p99_bytes"],
+        f"{tr['queue_p99_bytes']:.0f} vs {st['queue_p99_bytes']:.0f} B",
+        "<= 50%",
+    )
+    ctx.check(
+        "training-tuned marks earlier (more CE marks)",
+        tr["ecn_marks"] > st["ecn_marks"],
+        f"{tr['ecn_marks']} vs {st['ecn_marks']}",
+        "more",
+    )
+    ctx.check(
+        "storage-tuned keeps the link full (>= 90%)",
+        st["utilisation"] >= 0.9,
+        round(st["utilisation"], 3),
+        ">= 0.9",
+    )
+    ctx.check(
+        "training-tuned still uses >= 80% of the link",
+        tr["utilisation"] >= 0.8,
+        round(tr["utilisation"], 3),
+        ">= 0.8",
+    )
+    panels = [
+        Panel(
+            "bottleneck queue (priority 3)",
+            "time (s)",
+            "bytes",
+            lines={
+                v: ([t for t, _ in r["queue_depth"]], [d for _, d in r["queue_depth"]])
+                for v, r in results.items()
+            },
+        )
+    ]
     path = save_panels(ctx.out_dir / "ecn-thresholds.png", panels, title="ECN thresholds")
     ctx.plots.append(path.name)

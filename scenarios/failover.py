@@ -37,8 +37,9 @@ PARAMS = {
     **fabric_params(),
     "failures": Param(",".join(FAILURES), "which of link,switch,controller to inject"),
     "fail_at_s": Param(1.5, "when the failure happens", min=0.5, max=60.0),
-    "restart_after_s": Param(2.0, "a crashed switch or controller restarts this much later",
-                             min=0.5, max=60.0),
+    "restart_after_s": Param(
+        2.0, "a crashed switch or controller restarts this much later", min=0.5, max=60.0
+    ),
     "duration_s": Param(6.0, "how long the pings run", min=3.0, max=600.0),
     "interval_s": Param(0.02, "ping interval", min=0.005, max=1.0),
     "max_outage_s": Param(1.0, "the longest outage a pair may see", min=0.05, max=60.0),
@@ -48,14 +49,19 @@ PARAMS = {
 def validate(params: dict) -> None:
     chosen = [f for f in params["failures"].split(",") if f]
     if not chosen or any(f not in FAILURES for f in chosen):
-        raise ScenarioError(f"parameter failures={params['failures']!r}: a comma list of "
-                            f"{', '.join(FAILURES)}")
+        raise ScenarioError(
+            f"parameter failures={params['failures']!r}: a comma list of {', '.join(FAILURES)}"
+        )
     if params["topology"] != "leaf_spine" or params["spines"] < 2:
-        raise ScenarioError("failover needs topology=leaf_spine with spines >= 2 (a spine "
-                            "must be able to fail without cutting the fabric)")
+        raise ScenarioError(
+            "failover needs topology=leaf_spine with spines >= 2 (a spine "
+            "must be able to fail without cutting the fabric)"
+        )
     if params["fail_at_s"] + params["restart_after_s"] + 1.0 > params["duration_s"]:
-        raise ScenarioError(f"parameter duration_s={params['duration_s']}: too short for "
-                            f"fail_at_s + restart_after_s + 1 s")
+        raise ScenarioError(
+            f"parameter duration_s={params['duration_s']}: too short for "
+            f"fail_at_s + restart_after_s + 1 s"
+        )
 
 
 def pairs(graph) -> list[tuple[str, str]]:
@@ -80,21 +86,55 @@ def run(ctx: Context) -> None:
         ctx.log(f"failover: {failure}")
         results[failure] = run_failure(ctx, graph, failure)
     ctx.metrics["failures"] = results
-    rows = [[f, r["pairs"], r["worst_outage_s"] * 1000, r["lost"], r["sent"],
-             "-" if r["controller_saw_s"] is None else f"{r['controller_saw_s'] * 1000:.0f}",
-             r["unreachable_after"]] for f, r in results.items()]
-    ctx.table(f"failures at t={p['fail_at_s']:g} s under pings every {p['interval_s'] * 1000:g} "
-              "ms between leaves", ["failure", "pairs", "worst outage ms", "pings lost",
-                                    "pings sent", "controller saw it (ms)",
-                                    "pairs unreachable at the end"], rows)
+    rows = [
+        [
+            f,
+            r["pairs"],
+            r["worst_outage_s"] * 1000,
+            r["lost"],
+            r["sent"],
+            "-" if r["controller_saw_s"] is None else f"{r['controller_saw_s'] * 1000:.0f}",
+            r["unreachable_after"],
+        ]
+        for f, r in results.items()
+    ]
+    ctx.table(
+        f"failures at t={p['fail_at_s']:g} s under pings every {p['interval_s'] * 1000:g} "
+        "ms between leaves",
+        [
+            "failure",
+            "pairs",
+            "worst outage ms",
+            "pings lost",
+            "pings sent",
+            "controller saw it (ms)",
+            "pairs unreachable at the end",
+        ],
+        rows,
+    )
     for f, r in results.items():
-        ctx.check(f"{f}: every pair reachable again", r["unreachable_after"] == 0,
-                  r["unreachable_after"], "0 pairs")
-        ctx.check(f"{f}: recovery bounded", r["worst_outage_s"] <= p["max_outage_s"],
-                  f"{r['worst_outage_s'] * 1000:.0f} ms", f"<= {p['max_outage_s'] * 1000:.0f} ms")
-    panels = [Panel("pings lost per 100 ms, all pairs", "time (s)", "pings lost",
-                    lines={f: r["loss_timeline"] for f, r in results.items()},
-                    vline=p["fail_at_s"], vline_label="failure")]
+        ctx.check(
+            f"{f}: every pair reachable again",
+            r["unreachable_after"] == 0,
+            r["unreachable_after"],
+            "0 pairs",
+        )
+        ctx.check(
+            f"{f}: recovery bounded",
+            r["worst_outage_s"] <= p["max_outage_s"],
+            f"{r['worst_outage_s'] * 1000:.0f} ms",
+            f"<= {p['max_outage_s'] * 1000:.0f} ms",
+        )
+    panels = [
+        Panel(
+            "pings lost per 100 ms, all pairs",
+            "time (s)",
+            "pings lost",
+            lines={f: r["loss_timeline"] for f, r in results.items()},
+            vline=p["fail_at_s"],
+            vline_label="failure",
+        )
+    ]
     path = save_panels(ctx.out_dir / "failover.png", panels, title="failover")
     ctx.plots.append(path.name)
 
@@ -103,8 +143,12 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
     p = ctx.params
     flows = pairs(graph)
     with Fabric(graph, out_dir=str(ctx.out_dir / failure), seed=p["seed"]) as fab:
-        jobs = {(s, d): fab.start("ping", src=s, dst=d, interval_s=p["interval_s"],
-                                  duration_s=p["duration_s"]) for s, d in flows}
+        jobs = {
+            (s, d): fab.start(
+                "ping", src=s, dst=d, interval_s=p["interval_s"], duration_s=p["duration_s"]
+            )
+            for s, d in flows
+        }
         faults = fab.faults
         t_fail = time.time() + p["fail_at_s"]
         if failure == "link":
@@ -126,8 +170,11 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
         # Reachability at the end, on the healed fabric, one probe per pair.
         unreachable = fab.unreachable(flows)
         ctx.events.extend(dict(e, kind=f"{failure}: {e['kind']}") for e in faults.events)
-    saw = [e["t"] - t_fail for e in status.get("events", [])
-           if e.get("kind") in ("link_down", "switch_leave") and e.get("t", 0) >= t_fail - 0.2]
+    saw = [
+        e["t"] - t_fail
+        for e in status.get("events", [])
+        if e.get("kind") in ("link_down", "switch_leave") and e.get("t", 0) >= t_fail - 0.2
+    ]
     sent = sum(r.sent for r in results.values())
     lost = sum(r.lost for r in results.values())
     bins: dict[float, int] = {}
@@ -139,7 +186,9 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
                 bins[slot] = bins.get(slot, 0) + 1
     times = [round(i * 0.1, 1) for i in range(int(p["duration_s"] * 10) + 1)]
     return {
-        "pairs": len(flows), "sent": sent, "lost": lost,
+        "pairs": len(flows),
+        "sent": sent,
+        "lost": lost,
         "worst_outage_s": max(r.longest_outage_s for r in results.values()),
         "outage_by_pair_s": {f"{s}->{d}": r.longest_outage_s for (s, d), r in results.items()},
         "controller_saw_s": min(saw) if saw else None,

@@ -59,8 +59,7 @@ CNP_FRAME_BYTES = _L2_L4_BYTES + roce.BTH_BYTES + roce.CNP_PAD_BYTES + roce.ICRC
 # quanta lasts 3.4 s at 10 Mbit/s), and it would take the congestion for a
 # storm. The pause-storm scenario is where the watchdog is shown.
 QOS = {
-    "lossy": {"pfc": {"enabled": False}, "ecn": {"enabled": False},
-              "watchdog": {"enabled": False}},
+    "lossy": {"pfc": {"enabled": False}, "ecn": {"enabled": False}, "watchdog": {"enabled": False}},
     "pfc": {"ecn": {"enabled": False}, "watchdog": {"enabled": False}},
     "dcqcn": {"watchdog": {"enabled": False}},
 }
@@ -77,8 +76,12 @@ PARAMS = {
     # DCQCN's timers scale with modelled/emulated rate (DESIGN.md time scale). At
     # 1 Gbit/s over 10 Mbit/s (x100) a 10-second run is 100 ms of modelled time,
     # enough for DCQCN to converge; 25 Gbit/s (x2500) needs runs of minutes.
-    "modelled_gbps": Param(1.0, "NIC speed the emulated link stands for (scales DCQCN's "
-                           "timers and rate steps)", min=0.01, max=800.0),
+    "modelled_gbps": Param(
+        1.0,
+        "NIC speed the emulated link stands for (scales DCQCN's timers and rate steps)",
+        min=0.01,
+        max=800.0,
+    ),
 }
 
 
@@ -86,16 +89,24 @@ def validate(params: dict) -> None:
     modes = [m for m in params["modes"].split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        raise ScenarioError(f"parameter modes={params['modes']!r}: a comma list of "
-                            f"{', '.join(MODES)}")
+        raise ScenarioError(
+            f"parameter modes={params['modes']!r}: a comma list of {', '.join(MODES)}"
+        )
     if params["warmup_s"] >= params["duration_s"]:
-        raise ScenarioError(f"parameter warmup_s={params['warmup_s']}: must be below "
-                            f"duration_s={params['duration_s']}")
-    hosts = params["leaves"] * params["hosts_per_leaf"] if params["topology"] == "leaf_spine" \
+        raise ScenarioError(
+            f"parameter warmup_s={params['warmup_s']}: must be below "
+            f"duration_s={params['duration_s']}"
+        )
+    hosts = (
+        params["leaves"] * params["hosts_per_leaf"]
+        if params["topology"] == "leaf_spine"
         else params["k"] ** 3 // 4
+    )
     if params["senders"] >= hosts:
-        raise ScenarioError(f"parameter senders={params['senders']}: the fabric has {hosts} "
-                            f"hosts, so at most {hosts - 1} can send to one")
+        raise ScenarioError(
+            f"parameter senders={params['senders']}: the fabric has {hosts} "
+            f"hosts, so at most {hosts - 1} can send to one"
+        )
 
 
 def jain(xs: list[float]) -> float:
@@ -107,13 +118,14 @@ def run(ctx: Context) -> None:
     p = ctx.params
     graph = build_fabric_graph(p)
     hosts = fabric_mod.hosts(graph)
-    receiver, senders = hosts[-1], hosts[:p["senders"]]
+    receiver, senders = hosts[-1], hosts[: p["senders"]]
     ctx.metrics["receiver"], ctx.metrics["senders"] = receiver, senders
     results = {}
     for mode in p["modes"].split(","):
         ctx.log(f"incast: mode {mode}")
-        results[mode] = run_mode(ctx, graph, mode, senders, receiver, QOS[mode],
-                                 dcqcn=(mode == "dcqcn"))
+        results[mode] = run_mode(
+            ctx, graph, mode, senders, receiver, QOS[mode], dcqcn=(mode == "dcqcn")
+        )
         ctx.event(f"{mode} done", util=round(results[mode]["utilisation"], 3))
     ctx.metrics["modes"] = results
     model = None
@@ -124,8 +136,9 @@ def run(ctx: Context) -> None:
     plot(ctx, results, model)
 
 
-def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str, qos: dict,
-             dcqcn: bool) -> dict:
+def run_mode(
+    ctx: Context, graph, mode: str, senders: list[str], receiver: str, qos: dict, dcqcn: bool
+) -> dict:
     """One fresh fabric with `qos` on every switch; senders flood the receiver."""
     p = ctx.params
     leaf = graph.nodes[receiver]["leaf"]
@@ -137,8 +150,9 @@ def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str, 
         for h in (receiver, senders[0]):
             intf = graph.edges[h, graph.nodes[h]["leaf"]]["intfs"][graph.nodes[h]["leaf"]]
             caps.append(start_capture(fab, intf, ctx.out_dir / mode / f"{intf}.pcap"))
-        nics = RdmaHosts(fab, senders + [receiver], dcqcn=dcqcn,
-                         modelled_rate_bps=p["modelled_gbps"] * 1e9)
+        nics = RdmaHosts(
+            fab, senders + [receiver], dcqcn=dcqcn, modelled_rate_bps=p["modelled_gbps"] * 1e9
+        )
         qps = {s: nics.connect(s, receiver) for s in senders}
         backlog = int(2 * rate * p["duration_s"] / 8 / len(senders)) + p["message_bytes"]
         count = backlog // p["message_bytes"] + 1
@@ -168,12 +182,40 @@ def run_mode(ctx: Context, graph, mode: str, senders: list[str], receiver: str, 
         nic_stats = {h: nics.stats(h) for h in senders}
         for cap in caps:
             fab.stop_proc(cap)
-    return measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, counters,
-                   nic_stats, qps, port, rate, qos)
+    return measure(
+        ctx,
+        mode,
+        t0,
+        end,
+        samples,
+        rx_samples,
+        send_stats,
+        recv_stats,
+        counters,
+        nic_stats,
+        qps,
+        port,
+        rate,
+        qos,
+    )
 
 
-def measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, counters,
-            nic_stats, qps, port, rate, qos) -> dict:
+def measure(
+    ctx,
+    mode,
+    t0,
+    end,
+    samples,
+    rx_samples,
+    send_stats,
+    recv_stats,
+    counters,
+    nic_stats,
+    qps,
+    port,
+    rate,
+    qos,
+) -> dict:
     p = ctx.params
     w0 = t0 + p["warmup_s"]
     window = [s for s in samples if w0 <= s["time"] <= end]
@@ -192,13 +234,23 @@ def measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, cou
         b = rx_samples[-1][2].get(str(q), 0) if n else 0
         dt = (rx_samples[-1][0] - rx_samples[first][0]) if n > first + 1 else 1.0
         goodput[s] = (b - a) * 8 / dt if dt > 0 else 0.0
-    flows = {s: [(t - rx_samples[0][0], v.get(str(q), 0)) for t, _, v, _ in rx_samples]
-             for s, q in qps.items()} if n else {}
-    switch_drops = sum(sum(c["buffer"]["drops"].values()) + c["watchdog"]["drops"]
-                       for c in counters.values())
+    flows = (
+        {
+            s: [(t - rx_samples[0][0], v.get(str(q), 0)) for t, _, v, _ in rx_samples]
+            for s, q in qps.items()
+        }
+        if n
+        else {}
+    )
+    switch_drops = sum(
+        sum(c["buffer"]["drops"].values()) + c["watchdog"]["drops"] for c in counters.values()
+    )
     nic_drops = recv_stats["rx_overflow"]
-    pfc_frames = sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values()) + \
-        recv_stats["pause_tx"] + sum(s["pause_tx"] for s in nic_stats.values())
+    pfc_frames = (
+        sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values())
+        + recv_stats["pause_tx"]
+        + sum(s["pause_tx"] for s in nic_stats.values())
+    )
     paused_s = {}
     for sw, c in counters.items():
         for port_no, per_prio in c["pfc"]["paused_s"].items():
@@ -214,18 +266,21 @@ def measure(ctx, mode, t0, end, samples, rx_samples, send_stats, recv_stats, cou
     peak_s, peak, settled_s = transient(depth, kmax)
     return {
         "utilisation": util,
-        "switch_drops": switch_drops, "nic_drops": nic_drops,
+        "switch_drops": switch_drops,
+        "nic_drops": nic_drops,
         "retransmitted": sum(s["retransmitted"] for s in send_stats.values()),
         "cnps": sum(s["cnps"] for s in send_stats.values()),
         "pfc_frames": pfc_frames,
         "paused_s": paused_s,
-        "goodput_bps": goodput, "jain": jain(list(goodput.values())),
+        "goodput_bps": goodput,
+        "jain": jain(list(goodput.values())),
         "queue_depth": depth,
         "queue_p50_bytes": _pct(steady, 50),
         "queue_p95_bytes": _pct(steady, 95),
         "queue_p99_bytes": _pct(steady, 99),
         "queue_empty_share": _empty_share(steady),
-        "transient_peak_bytes": peak, "transient_peak_s": peak_s,
+        "transient_peak_bytes": peak,
+        "transient_peak_s": peak_s,
         "transient_settled_s": settled_s,
         "kmin_kmax": [kmin, kmax],
         "flows": flows,
@@ -257,21 +312,21 @@ class _Events:
     """The fluid model's event rates for one flow at marking probability `p` and rate `rate`
     (frames/s): the chance of at least one mark in x frames is 1 - (1-p)^x."""
 
-    def __init__(self, p: float, rate: float, eff: DcqcnEffective, fast_recovery_steps: int,
-                 frame_bytes: int) -> None:
+    def __init__(
+        self, p: float, rate: float, eff: DcqcnEffective, fast_recovery_steps: int, frame_bytes: int
+    ) -> None:
         self.log1mp = math.log1p(-p) if p < 1 else -745.0
         self.p = p
-        b = eff.byte_counter_bytes / frame_bytes                 # B in frames
-        t = eff.increase_period_s * rate                         # frames per T
-        self.cnp = 1 - self.pow(eff.cnp_interval_s * rate)       # a CNP per CNP interval
+        b = eff.byte_counter_bytes / frame_bytes  # B in frames
+        t = eff.increase_period_s * rate  # frames per T
+        self.cnp = 1 - self.pow(eff.cnp_interval_s * rate)  # a CNP per CNP interval
         self.alpha_target = 1 - self.pow(eff.alpha_period_s * rate)
         # Rate-increase events per second, by the byte counter and by the timer; the share of
         # them past F fast-recovery steps (no CNP in F periods) adds R_AI to the target.
         self.byte_events = rate * self.per_frame(b)
         self.timer_events = rate * self.per_frame(t)
         f = fast_recovery_steps
-        self.ai_events = (self.byte_events * self.pow(f * b) +
-                          self.timer_events * self.pow(f * t))
+        self.ai_events = self.byte_events * self.pow(f * b) + self.timer_events * self.pow(f * t)
 
     def pow(self, x: float) -> float:
         """(1 - p)^x."""
@@ -285,10 +340,18 @@ class _Events:
         return 0.0 if e > 700 else self.p / math.expm1(e)
 
 
-def dcqcn_fluid(senders: int, rate_bps: float, kmin: float, kmax: float, pmax: float,
-                spec: DcqcnSpec, base_delay_s: float, duration_s: float,
-                frame_bytes: int = DATA_FRAME_BYTES,
-                sample_s: float = SAMPLE_S) -> list[tuple[float, float]]:
+def dcqcn_fluid(
+    senders: int,
+    rate_bps: float,
+    kmin: float,
+    kmax: float,
+    pmax: float,
+    spec: DcqcnSpec,
+    base_delay_s: float,
+    duration_s: float,
+    frame_bytes: int = DATA_FRAME_BYTES,
+    sample_s: float = SAMPLE_S,
+) -> list[tuple[float, float]]:
     """The bottleneck queue of DCQCN's fluid model, sampled: [(s, bytes)].
 
     The fluid model of DCQCN in Zhu et al., "ECN or Delay: Lessons Learnt
@@ -304,14 +367,14 @@ def dcqcn_fluid(senders: int, rate_bps: float, kmin: float, kmax: float, pmax: f
     """
     eff = spec.effective()
     g, f = spec.g, spec.fast_recovery_steps
-    c = rate_bps / 8 / frame_bytes                       # frames/s
+    c = rate_bps / 8 / frame_bytes  # frames/s
     floor, top = eff.min_rate_bps / 8 / frame_bytes, c
     rai = eff.rate_ai_bps / 8 / frame_bytes
     # A step well below the shortest time in the loop (CNP interval, base delay).
     dt = min(eff.cnp_interval_s, eff.alpha_period_s, base_delay_s) / 20
     rc = rt = c
     alpha, q = spec.alpha_init, 0.0
-    sent: list[tuple[float, float, float]] = []          # (feedback arrives, p, Rc)
+    sent: list[tuple[float, float, float]] = []  # (feedback arrives, p, Rc)
     seen, k = (0.0, c), 0
     out, every = [], max(1, round(sample_s / dt))
     for i in range(int(duration_s / dt)):
@@ -319,16 +382,16 @@ def dcqcn_fluid(senders: int, rate_bps: float, kmin: float, kmax: float, pmax: f
         if i % every == 0:
             out.append((now, q * frame_bytes))
         # FIFO: the feedback of later frames arrives later, so one cursor walks the list.
-        sent.append((now + q / c + base_delay_s, _marking(q * frame_bytes, kmin, kmax, pmax),
-                     rc))
+        sent.append((now + q / c + base_delay_s, _marking(q * frame_bytes, kmin, kmax, pmax), rc))
         while k < len(sent) and sent[k][0] <= now:
             seen, k = sent[k][1:], k + 1
         p, rate = seen
         ev = _Events(p, rate, eff, f, frame_bytes)
         d_alpha = g / eff.alpha_period_s * (ev.alpha_target - alpha)
         d_rt = -(rt - rc) / eff.cnp_interval_s * ev.cnp + rai * ev.ai_events
-        d_rc = (-rc * alpha / (2 * eff.cnp_interval_s) * ev.cnp
-                + (rt - rc) / 2 * (ev.byte_events + ev.timer_events))
+        d_rc = -rc * alpha / (2 * eff.cnp_interval_s) * ev.cnp + (rt - rc) / 2 * (
+            ev.byte_events + ev.timer_events
+        )
         alpha = min(1.0, max(0.0, alpha + d_alpha * dt))
         rt = min(top, max(floor, rt + d_rt * dt))
         rc = min(top, max(floor, rc + d_rc * dt))
@@ -336,8 +399,15 @@ def dcqcn_fluid(senders: int, rate_bps: float, kmin: float, kmax: float, pmax: f
     return out
 
 
-def dcqcn_fixed_point(senders: int, rate_bps: float, kmin: float, kmax: float, pmax: float,
-                      spec: DcqcnSpec, frame_bytes: int = DATA_FRAME_BYTES) -> dict:
+def dcqcn_fixed_point(
+    senders: int,
+    rate_bps: float,
+    kmin: float,
+    kmax: float,
+    pmax: float,
+    spec: DcqcnSpec,
+    frame_bytes: int = DATA_FRAME_BYTES,
+) -> dict:
     """The fluid model's fixed point: Rc = C/N, and the marking probability p* at which
     decreases (alpha/2 per CNP) balance increases; q* is where RED marks with p*.
 
@@ -348,11 +418,12 @@ def dcqcn_fixed_point(senders: int, rate_bps: float, kmin: float, kmax: float, p
     rate = rate_bps / 8 / frame_bytes / senders
     rai = eff.rate_ai_bps / 8 / frame_bytes
 
-    def excess(p: float) -> float:   # decrease minus increase of Rc at the fixed point
+    def excess(p: float) -> float:  # decrease minus increase of Rc at the fixed point
         ev = _Events(p, rate, eff, spec.fast_recovery_steps, frame_bytes)
-        gap = eff.cnp_interval_s / ev.cnp * rai * ev.ai_events   # Rt - Rc, from dRt/dt = 0
-        return rate * ev.alpha_target * ev.cnp / eff.cnp_interval_s - \
-            gap * (ev.byte_events + ev.timer_events)
+        gap = eff.cnp_interval_s / ev.cnp * rai * ev.ai_events  # Rt - Rc, from dRt/dt = 0
+        return rate * ev.alpha_target * ev.cnp / eff.cnp_interval_s - gap * (
+            ev.byte_events + ev.timer_events
+        )
 
     lo, hi = 1e-9, 1 - 1e-9
     for _ in range(100):
@@ -388,9 +459,11 @@ def dcqcn_model(p: dict, graph, senders: list[str], receiver: str, qos: dict) ->
         "loop_base_delay_s": base,
         "loop_delay_at_fixed_point_s": base + fixed["queue_bytes"] * 8 / rate,
         "cnp_interval_s": spec.effective().cnp_interval_s,
-        "queue_p50_bytes": _pct(steady, 50), "queue_p95_bytes": _pct(steady, 95),
+        "queue_p50_bytes": _pct(steady, 50),
+        "queue_p95_bytes": _pct(steady, 95),
         "queue_empty_share": _empty_share(steady),
-        "transient_peak_bytes": peak, "transient_peak_s": peak_s,
+        "transient_peak_bytes": peak,
+        "transient_peak_s": peak_s,
         "transient_settled_s": settled_s,
         "queue_depth": depth,
     }
@@ -411,38 +484,81 @@ def _pct(xs: list[float], q: float) -> float:
 def report(ctx: Context, results: dict, model: dict | None = None) -> None:
     rows = []
     for mode, r in results.items():
-        rows.append([mode, r["utilisation"], r["switch_drops"] + r["nic_drops"],
-                     r["retransmitted"], r["pfc_frames"], round(sum(r["paused_s"].values()), 2),
-                     r["cnps"], r["ecn_marks"], r["jain"], r["queue_p50_bytes"],
-                     r["queue_p99_bytes"]])
-    ctx.table(f"incast {len(ctx.metrics['senders'])} -> 1 into {ctx.metrics['receiver']} "
-              f"({ctx.params['rate_mbps']:g} Mbit/s links)",
-              ["mode", "util", "drops", "retx pkts", "PFC frames", "paused s", "CNPs",
-               "CE marks", "Jain", "queue p50 B", "queue p99 B"], rows)
+        rows.append(
+            [
+                mode,
+                r["utilisation"],
+                r["switch_drops"] + r["nic_drops"],
+                r["retransmitted"],
+                r["pfc_frames"],
+                round(sum(r["paused_s"].values()), 2),
+                r["cnps"],
+                r["ecn_marks"],
+                r["jain"],
+                r["queue_p50_bytes"],
+                r["queue_p99_bytes"],
+            ]
+        )
+    ctx.table(
+        f"incast {len(ctx.metrics['senders'])} -> 1 into {ctx.metrics['receiver']} "
+        f"({ctx.params['rate_mbps']:g} Mbit/s links)",
+        [
+            "mode",
+            "util",
+            "drops",
+            "retx pkts",
+            "PFC frames",
+            "paused s",
+            "CNPs",
+            "CE marks",
+            "Jain",
+            "queue p50 B",
+            "queue p99 B",
+        ],
+        rows,
+    )
     if "pfc" in results:
         r = results["pfc"]
         drops = r["switch_drops"] + r["nic_drops"]
-        ctx.check("PFC: zero drops anywhere", drops == 0 and r["retransmitted"] == 0,
-                  f"{drops} drops, {r['retransmitted']} retransmitted", "0 and 0")
-        ctx.check("PFC: bottleneck utilisation >= 90%", r["utilisation"] >= 0.9,
-                  round(r["utilisation"], 3), ">= 0.9")
+        ctx.check(
+            "PFC: zero drops anywhere",
+            drops == 0 and r["retransmitted"] == 0,
+            f"{drops} drops, {r['retransmitted']} retransmitted",
+            "0 and 0",
+        )
+        ctx.check(
+            "PFC: bottleneck utilisation >= 90%",
+            r["utilisation"] >= 0.9,
+            round(r["utilisation"], 3),
+            ">= 0.9",
+        )
     if "lossy" in results:
         r = results["lossy"]
         drops = r["switch_drops"] + r["nic_drops"]
         ctx.check("PFC off: frames are dropped", drops > 0, drops, "> 0")
-        ctx.check("PFC off: go-back-N retransmits", r["retransmitted"] > 0,
-                  r["retransmitted"], "> 0 packets")
+        ctx.check(
+            "PFC off: go-back-N retransmits",
+            r["retransmitted"] > 0,
+            r["retransmitted"],
+            "> 0 packets",
+        )
     if "dcqcn" in results:
         r = results["dcqcn"]
-        ctx.check("DCQCN: bottleneck utilisation >= 90%", r["utilisation"] >= 0.9,
-                  round(r["utilisation"], 3), ">= 0.9")
-        ctx.check("DCQCN: Jain's fairness >= 0.9", r["jain"] >= 0.9, round(r["jain"], 3),
-                  ">= 0.9")
+        ctx.check(
+            "DCQCN: bottleneck utilisation >= 90%",
+            r["utilisation"] >= 0.9,
+            round(r["utilisation"], 3),
+            ">= 0.9",
+        )
+        ctx.check("DCQCN: Jain's fairness >= 0.9", r["jain"] >= 0.9, round(r["jain"], 3), ">= 0.9")
         report_queue_model(ctx, r, model)
         if "pfc" in results:
-            ctx.check("DCQCN: PAUSE rare compared with PFC only",
-                      r["pfc_frames"] <= 0.25 * max(1, results["pfc"]["pfc_frames"]),
-                      f"{r['pfc_frames']} vs {results['pfc']['pfc_frames']}", "<= 25%")
+            ctx.check(
+                "DCQCN: PAUSE rare compared with PFC only",
+                r["pfc_frames"] <= 0.25 * max(1, results["pfc"]["pfc_frames"]),
+                f"{r['pfc_frames']} vs {results['pfc']['pfc_frames']}",
+                "<= 25%",
+            )
 
 
 def report_queue_model(ctx: Context, r: dict, model: dict) -> None:
@@ -462,45 +578,87 @@ def report_queue_model(ctx: Context, r: dict, model: dict) -> None:
     def settled(x: float | None) -> str:
         return "never" if x is None else f"{x:.2f}"
 
-    ctx.table(f"dcqcn bottleneck queue against DCQCN's fluid model (Kmin {kmin} B, Kmax {kmax} B)",
-              ["", f"p50 B (from {p['warmup_s']:g} s)", "p95 B", "empty share",
-               "start-up peak B", "peak at s", "back at or below Kmax at s"],
-              [["measured", r["queue_p50_bytes"], r["queue_p95_bytes"],
-                round(r["queue_empty_share"], 2), r["transient_peak_bytes"],
-                round(r["transient_peak_s"], 2), settled(r["transient_settled_s"])],
-               ["fluid model", round(model["queue_p50_bytes"]), round(model["queue_p95_bytes"]),
-                round(model["queue_empty_share"], 2), round(model["transient_peak_bytes"]),
-                round(model["transient_peak_s"], 2), settled(model["transient_settled_s"])]])
+    ctx.table(
+        f"dcqcn bottleneck queue against DCQCN's fluid model (Kmin {kmin} B, Kmax {kmax} B)",
+        [
+            "",
+            f"p50 B (from {p['warmup_s']:g} s)",
+            "p95 B",
+            "empty share",
+            "start-up peak B",
+            "peak at s",
+            "back at or below Kmax at s",
+        ],
+        [
+            [
+                "measured",
+                r["queue_p50_bytes"],
+                r["queue_p95_bytes"],
+                round(r["queue_empty_share"], 2),
+                r["transient_peak_bytes"],
+                round(r["transient_peak_s"], 2),
+                settled(r["transient_settled_s"]),
+            ],
+            [
+                "fluid model",
+                round(model["queue_p50_bytes"]),
+                round(model["queue_p95_bytes"]),
+                round(model["queue_empty_share"], 2),
+                round(model["transient_peak_bytes"]),
+                round(model["transient_peak_s"], 2),
+                settled(model["transient_settled_s"]),
+            ],
+        ],
+    )
     delay = model["loop_delay_at_fixed_point_s"]
-    behaviour = ("it settles near q*" if model["queue_empty_share"] == 0 else
-                 f"it does not settle: it cycles between empty ({model['queue_empty_share']:.0%} "
-                 "of the time) and a peak near Kmax")
-    ctx.text(f"DCQCN fluid model (Zhu et al., CoNEXT 2016) with this run's timers (CNP interval "
-             f"{model['cnp_interval_s'] * 1e3:g} ms at modelled_gbps={p['modelled_gbps']:g}):\n"
-             f"  fixed point p* = {fixed['p']:.3f}, alpha* = {fixed['alpha']:.3f}, "
-             f"q* = {fixed['queue_bytes']:.0f} B (Kmin {kmin} B .. Kmax {kmax} B);\n"
-             f"  marks are made at enqueue, so the loop delay at q* is q*/C + "
-             f"{model['loop_base_delay_s'] * 1e3:.1f} ms = {delay * 1e3:.1f} ms "
-             f"({delay / model['cnp_interval_s']:.1f} CNP intervals), and {behaviour};\n"
-             f"  the start-up peak (every sender at line rate until its first CNPs) is capped "
-             f"by PFC on the fabric, not in the model.")
+    behaviour = (
+        "it settles near q*"
+        if model["queue_empty_share"] == 0
+        else f"it does not settle: it cycles between empty ({model['queue_empty_share']:.0%} "
+        "of the time) and a peak near Kmax"
+    )
+    ctx.text(
+        f"DCQCN fluid model (Zhu et al., CoNEXT 2016) with this run's timers (CNP interval "
+        f"{model['cnp_interval_s'] * 1e3:g} ms at modelled_gbps={p['modelled_gbps']:g}):\n"
+        f"  fixed point p* = {fixed['p']:.3f}, alpha* = {fixed['alpha']:.3f}, "
+        f"q* = {fixed['queue_bytes']:.0f} B (Kmin {kmin} B .. Kmax {kmax} B);\n"
+        f"  marks are made at enqueue, so the loop delay at q* is q*/C + "
+        f"{model['loop_base_delay_s'] * 1e3:.1f} ms = {delay * 1e3:.1f} ms "
+        f"({delay / model['cnp_interval_s']:.1f} CNP intervals), and {behaviour};\n"
+        f"  the start-up peak (every sender at line rate until its first CNPs) is capped "
+        f"by PFC on the fabric, not in the model."
+    )
     # The window must start after the start-up transient, or it is not the steady state.
     after = r["transient_settled_s"] is not None and r["transient_settled_s"] <= p["warmup_s"]
-    ok = (after and abs(r["queue_p50_bytes"] - model["queue_p50_bytes"]) <= tol
-          and abs(r["queue_p95_bytes"] - model["queue_p95_bytes"]) <= tol)
-    ctx.check("DCQCN: steady-state queue p50 and p95 within one frame per sender of the "
-              "fluid model's (Zhu et al., CoNEXT 2016)", ok,
-              f"p50 {r['queue_p50_bytes']:.0f} B, p95 {r['queue_p95_bytes']:.0f} B from "
-              f"{p['warmup_s']:g} s; start-up transient over at "
-              f"{settled(r['transient_settled_s'])} s",
-              f"p50 {model['queue_p50_bytes']:.0f} B, p95 {model['queue_p95_bytes']:.0f} B, "
-              f"each +- {n} x {DATA_FRAME_BYTES} B; transient over by {p['warmup_s']:g} s")
+    ok = (
+        after
+        and abs(r["queue_p50_bytes"] - model["queue_p50_bytes"]) <= tol
+        and abs(r["queue_p95_bytes"] - model["queue_p95_bytes"]) <= tol
+    )
+    ctx.check(
+        "DCQCN: steady-state queue p50 and p95 within one frame per sender of the "
+        "fluid model's (Zhu et al., CoNEXT 2016)",
+        ok,
+        f"p50 {r['queue_p50_bytes']:.0f} B, p95 {r['queue_p95_bytes']:.0f} B from "
+        f"{p['warmup_s']:g} s; start-up transient over at "
+        f"{settled(r['transient_settled_s'])} s",
+        f"p50 {model['queue_p50_bytes']:.0f} B, p95 {model['queue_p95_bytes']:.0f} B, "
+        f"each +- {n} x {DATA_FRAME_BYTES} B; transient over by {p['warmup_s']:g} s",
+    )
 
 
 def plot(ctx: Context, results: dict, model: dict | None = None) -> None:
-    panels = [Panel("bottleneck queue (priority 3)", "time (s)", "bytes",
-                    lines={m: ([t for t, _ in r["queue_depth"]], [d for _, d in r["queue_depth"]])
-                           for m, r in results.items()})]
+    panels = [
+        Panel(
+            "bottleneck queue (priority 3)",
+            "time (s)",
+            "bytes",
+            lines={
+                m: ([t for t, _ in r["queue_depth"]], [d for _, d in r["queue_depth"]])
+                for m, r in results.items()
+            },
+        )
+    ]
     if "dcqcn" in results:
         kmin, kmax = results["dcqcn"]["kmin_kmax"]
         panels[0].hline, panels[0].hline_label = kmax, "Kmax"
@@ -509,20 +667,36 @@ def plot(ctx: Context, results: dict, model: dict | None = None) -> None:
             lines = {}
             for s, series in results[mode]["flows"].items():
                 ts = [t for t, _ in series]
-                rates = [0.0] + [(b1 - b0) * 8 / (t1 - t0) / 1e6 if t1 > t0 else 0.0
-                                 for (t0, b0), (t1, b1) in zip(series, series[1:])]
+                rates = [0.0] + [
+                    (b1 - b0) * 8 / (t1 - t0) / 1e6 if t1 > t0 else 0.0
+                    for (t0, b0), (t1, b1) in zip(series, series[1:])
+                ]
                 lines[s] = (ts, rates)
-            panels.append(Panel(f"{mode}: per-sender goodput at the receiver", "time (s)",
-                                "Mbit/s", lines=lines))
+            panels.append(
+                Panel(
+                    f"{mode}: per-sender goodput at the receiver", "time (s)", "Mbit/s", lines=lines
+                )
+            )
             break
     if model is not None:
         measured = results["dcqcn"]["queue_depth"]
-        panels.insert(1, Panel("dcqcn: bottleneck queue and DCQCN's fluid model", "time (s)",
-                               "bytes", hline=results["dcqcn"]["kmin_kmax"][1], hline_label="Kmax",
-                               lines={"measured": ([t for t, _ in measured],
-                                                   [d for _, d in measured]),
-                                      "fluid model": ([t for t, _ in model["queue_depth"]],
-                                                      [d for _, d in model["queue_depth"]])}))
+        panels.insert(
+            1,
+            Panel(
+                "dcqcn: bottleneck queue and DCQCN's fluid model",
+                "time (s)",
+                "bytes",
+                hline=results["dcqcn"]["kmin_kmax"][1],
+                hline_label="Kmax",
+                lines={
+                    "measured": ([t for t, _ in measured], [d for _, d in measured]),
+                    "fluid model": (
+                        [t for t, _ in model["queue_depth"]],
+                        [d for _, d in model["queue_depth"]],
+                    ),
+                },
+            ),
+        )
     paused = {}
     for mode, r in results.items():
         for where, secs in r["paused_s"].items():

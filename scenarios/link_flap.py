@@ -62,21 +62,28 @@ PARAMS = {
     "start_s": Param(3.0, "when the flapping starts", min=1.0, max=60.0),
     "after_s": Param(9.0, "how long traffic runs after the flapping", min=2.0, max=120.0),
     "ping_interval_s": Param(0.05, "probe interval between leaves", min=0.01, max=1.0),
-    "alpha_lossy": Param(1 / 16, "lossy egress threshold factor of the shared buffer: TCP "
-                         "queues of tens of frames, not a second's worth", min=0.001, max=64.0),
-    "stuck_s": Param(3.0, "a flow with no bytes for this long counts as stuck", min=1.0,
-                     max=60.0),
+    "alpha_lossy": Param(
+        1 / 16,
+        "lossy egress threshold factor of the shared buffer: TCP "
+        "queues of tens of frames, not a second's worth",
+        min=0.001,
+        max=64.0,
+    ),
+    "stuck_s": Param(3.0, "a flow with no bytes for this long counts as stuck", min=1.0, max=60.0),
 }
 
 
 def validate(params: dict) -> None:
     modes = [m for m in params["modes"].split(",") if m]
     if not modes or any(m not in MODES for m in modes):
-        raise ScenarioError(f"parameter modes={params['modes']!r}: a comma list of "
-                            f"{', '.join(MODES)}")
+        raise ScenarioError(
+            f"parameter modes={params['modes']!r}: a comma list of {', '.join(MODES)}"
+        )
     if params["topology"] != "leaf_spine" or params["spines"] < 2 or params["leaves"] < 3:
-        raise ScenarioError("link-flap needs topology=leaf_spine with spines >= 2 and "
-                            "leaves >= 3 (traffic must have a path around the flapping link)")
+        raise ScenarioError(
+            "link-flap needs topology=leaf_spine with spines >= 2 and "
+            "leaves >= 3 (traffic must have a path around the flapping link)"
+        )
 
 
 def tcp_flows(graph) -> list[tuple[str, str]]:
@@ -92,8 +99,9 @@ def probes(graph) -> list[tuple[str, str]]:
     for h in fabric_mod.hosts(graph):
         firsts.setdefault(graph.nodes[h]["leaf"], h)
     src = firsts["leaf1"]
-    return [(src, d) for leaf, d in firsts.items() if leaf != "leaf1"] + \
-           [(d, src) for leaf, d in firsts.items() if leaf != "leaf1"]
+    return [(src, d) for leaf, d in firsts.items() if leaf != "leaf1"] + [
+        (d, src) for leaf, d in firsts.items() if leaf != "leaf1"
+    ]
 
 
 def run(ctx: Context) -> None:
@@ -108,58 +116,112 @@ def run(ctx: Context) -> None:
         r["during_floor"] = during_floor(p, model["worst_ratio"], r)
         r["during_floor_mbps"] = r["during_floor"]["ratio"] * r["before_mbps"]
     ctx.metrics["model"] = model
-    ctx.metrics["modes"] = {m: {k: v for k, v in r.items() if k != "timeline"}
-                            for m, r in results.items()}
+    ctx.metrics["modes"] = {
+        m: {k: v for k, v in r.items() if k != "timeline"} for m, r in results.items()
+    }
     rows = []
     for mode, r in results.items():
-        rows.append([mode, "-" if r["damped_after_s"] is None else f"{r['damped_after_s']:.2f}",
-                     r["flaps"], r["recomputations"], f"{r['before_mbps']:.1f}",
-                     f"{r['during_mbps']:.1f}", f"{r['during_floor_mbps']:.1f}",
-                     f"{r['after_mbps']:.1f}", f"{r['worst_outage_s'] * 1000:.0f}",
-                     r["stuck_flows"], ", ".join(r["dead"]) or "none"])
-    ctx.table(f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} flapping every {p['period_s']:g} s for "
-              f"{p['flap_s']:g} s under {len(tcp_flows(graph))} TCP flows",
-              ["mode", "damped after (s)", "downs", "route recomputations",
-               "TCP before (Mbit/s)", "during", "floor", "after", "worst ping outage (ms)",
-               "stuck flows", "died"], rows)
-    ctx.text(f"flow-level model (max-min fair TCP over ECMP paths, {model['outcomes']} hash "
-             f"outcomes{' sampled' if model['sampled'] else ''}): goodput with "
-             f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} damped / before = {model['mean_ratio']:.3f} "
-             f"on average, {model['worst_ratio']:.3f} at worst; floor = worst x (1 - RTO "
-             f"backoff left in the window / window)")
+        rows.append(
+            [
+                mode,
+                "-" if r["damped_after_s"] is None else f"{r['damped_after_s']:.2f}",
+                r["flaps"],
+                r["recomputations"],
+                f"{r['before_mbps']:.1f}",
+                f"{r['during_mbps']:.1f}",
+                f"{r['during_floor_mbps']:.1f}",
+                f"{r['after_mbps']:.1f}",
+                f"{r['worst_outage_s'] * 1000:.0f}",
+                r["stuck_flows"],
+                ", ".join(r["dead"]) or "none",
+            ]
+        )
+    ctx.table(
+        f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} flapping every {p['period_s']:g} s for "
+        f"{p['flap_s']:g} s under {len(tcp_flows(graph))} TCP flows",
+        [
+            "mode",
+            "damped after (s)",
+            "downs",
+            "route recomputations",
+            "TCP before (Mbit/s)",
+            "during",
+            "floor",
+            "after",
+            "worst ping outage (ms)",
+            "stuck flows",
+            "died",
+        ],
+        rows,
+    )
+    ctx.text(
+        f"flow-level model (max-min fair TCP over ECMP paths, {model['outcomes']} hash "
+        f"outcomes{' sampled' if model['sampled'] else ''}): goodput with "
+        f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} damped / before = {model['mean_ratio']:.3f} "
+        f"on average, {model['worst_ratio']:.3f} at worst; floor = worst x (1 - RTO "
+        f"backoff left in the window / window)"
+    )
     for mode, r in results.items():
         floor = r["during_floor"]
-        ctx.check(f"{mode}: the flapping link is damped", r["damped_after_s"] is not None,
-                  r["damped_after_s"], "a link_damped event")
-        share = f" ({r['during_mbps'] / r['before_mbps']:.3f} of before)" \
-            if r["before_mbps"] else ""
-        ctx.check(f"{mode}: goodput during the flapping >= the flow-level model's floor",
-                  r["during_mbps"] >= r["during_floor_mbps"],
-                  f"{r['during_mbps']:.1f} Mbit/s{share}",
-                  f">= {floor['ratio']:.3f} x {r['before_mbps']:.1f} Mbit/s before = "
-                  f"worst-hash model {model['worst_ratio']:.3f} x (1 - "
-                  f"{floor['backoff_in_window_s']:.2f} s of RTO backoff / "
-                  f"{floor['window_s']:.0f} s)")
+        ctx.check(
+            f"{mode}: the flapping link is damped",
+            r["damped_after_s"] is not None,
+            r["damped_after_s"],
+            "a link_damped event",
+        )
+        share = (
+            f" ({r['during_mbps'] / r['before_mbps']:.3f} of before)" if r["before_mbps"] else ""
+        )
+        ctx.check(
+            f"{mode}: goodput during the flapping >= the flow-level model's floor",
+            r["during_mbps"] >= r["during_floor_mbps"],
+            f"{r['during_mbps']:.1f} Mbit/s{share}",
+            f">= {floor['ratio']:.3f} x {r['before_mbps']:.1f} Mbit/s before = "
+            f"worst-hash model {model['worst_ratio']:.3f} x (1 - "
+            f"{floor['backoff_in_window_s']:.2f} s of RTO backoff / "
+            f"{floor['window_s']:.0f} s)",
+        )
         stuck_text = "; ".join(
             f"{d['flow']} silent {d['silent_s']} s from t={d['silent_from_s']} s "
             f"({d['retransmits_before']} retransmits in the 3 s before, "
-            f"{d['retransmits_during']} during)" for d in r["stuck_detail"])
-        ctx.check(f"{mode}: no flow stuck", r["stuck_flows"] == 0,
-                  f"{r['stuck_flows']}: {stuck_text}" if stuck_text else r["stuck_flows"],
-                  f"0 flows silent for >= {p['stuck_s']:g} s")
-        ctx.check(f"{mode}: no switch or controller died", not r["dead"],
-                  ", ".join(r["dead"]) or "none", "none")
-        ctx.check(f"{mode}: every probe pair reachable at the end", r["unreachable_after"] == 0,
-                  r["unreachable_after"], "0 pairs")
-    panels = [Panel("aggregate TCP throughput", "time (s)", "Mbit/s",
-                    lines={m: r["timeline"] for m, r in results.items()},
-                    vline=p["start_s"], vline_label="flapping starts")]
+            f"{d['retransmits_during']} during)"
+            for d in r["stuck_detail"]
+        )
+        ctx.check(
+            f"{mode}: no flow stuck",
+            r["stuck_flows"] == 0,
+            f"{r['stuck_flows']}: {stuck_text}" if stuck_text else r["stuck_flows"],
+            f"0 flows silent for >= {p['stuck_s']:g} s",
+        )
+        ctx.check(
+            f"{mode}: no switch or controller died",
+            not r["dead"],
+            ", ".join(r["dead"]) or "none",
+            "none",
+        )
+        ctx.check(
+            f"{mode}: every probe pair reachable at the end",
+            r["unreachable_after"] == 0,
+            r["unreachable_after"],
+            "0 pairs",
+        )
+    panels = [
+        Panel(
+            "aggregate TCP throughput",
+            "time (s)",
+            "Mbit/s",
+            lines={m: r["timeline"] for m, r in results.items()},
+            vline=p["start_s"],
+            vline_label="flapping starts",
+        )
+    ]
     path = save_panels(ctx.out_dir / "link-flap.png", panels, title="link-flap")
     ctx.plots.append(path.name)
 
 
-def goodput_floor(graph, flows: list[tuple[str, str]], link: tuple[str, str],
-                  seed: int = 0) -> dict:
+def goodput_floor(
+    graph, flows: list[tuple[str, str]], link: tuple[str, str], seed: int = 0
+) -> dict:
     """Flow-level model of the flapping: goodput with `link` damped over goodput before.
 
     Every flow takes one of its shortest paths (an ECMP hash outcome) and TCP
@@ -194,7 +256,7 @@ def goodput_floor(graph, flows: list[tuple[str, str]], link: tuple[str, str],
     during_choices = [[hops(n) for n in nx.all_shortest_paths(cut, s, d)] for s, d in flows]
     size = 1
     for b, d in zip(before_choices, during_choices):
-        size *= len(b) * len(d)   # at least as many as the outcomes below
+        size *= len(b) * len(d)  # at least as many as the outcomes below
     sampled = size > MAX_ENUMERATED
     rng = random.Random(seed)
 
@@ -203,8 +265,13 @@ def goodput_floor(graph, flows: list[tuple[str, str]], link: tuple[str, str],
         if sampled:
             for _ in range(SAMPLED_OUTCOMES):
                 before = [rng.choice(c) for c in before_choices]
-                yield before, [rng.choice(during_choices[i]) if out & set(path) else path
-                               for i, path in enumerate(before)]
+                yield (
+                    before,
+                    [
+                        rng.choice(during_choices[i]) if out & set(path) else path
+                        for i, path in enumerate(before)
+                    ],
+                )
             return
         for before in itertools.product(*before_choices):
             crossed = [i for i, path in enumerate(before) if out & set(path)]
@@ -214,10 +281,15 @@ def goodput_floor(graph, flows: list[tuple[str, str]], link: tuple[str, str],
                     during[i] = path
                 yield before, during
 
-    ratios = [sum(max_min_rates(during)) / sum(max_min_rates(before))
-              for before, during in outcomes()]
-    return {"worst_ratio": min(ratios), "mean_ratio": sum(ratios) / len(ratios),
-            "outcomes": len(ratios), "sampled": sampled}
+    ratios = [
+        sum(max_min_rates(during)) / sum(max_min_rates(before)) for before, during in outcomes()
+    ]
+    return {
+        "worst_ratio": min(ratios),
+        "mean_ratio": sum(ratios) / len(ratios),
+        "outcomes": len(ratios),
+        "sampled": sampled,
+    }
 
 
 def during_floor(p: dict, worst_ratio: float, r: dict) -> dict:
@@ -231,13 +303,17 @@ def during_floor(p: dict, worst_ratio: float, r: dict) -> dict:
     """
     window_s = p["flap_s"] - 1.0
     damped = r["damped_after_s"] if r["damped_after_s"] is not None else p["flap_s"]
-    downs = int(damped / p["period_s"] + 1e-9) + 1   # downs at 0, period, 2 period, ...
+    downs = int(damped / p["period_s"] + 1e-9) + 1  # downs at 0, period, 2 period, ...
     queue_s = p["alpha_lossy"] * BufferSpec().size_bytes * 8 / (p["rate_mbps"] * 1e6)
     rto_s = TCP_RTO_MIN_S + queue_s
     backoff_s = max(0.0, min(window_s, damped + rto_s * 2 ** (downs - 1) - 1.0))
-    return {"ratio": worst_ratio * (1 - backoff_s / window_s), "window_s": window_s,
-            "downs_before_damping": downs, "rto_s": round(rto_s, 3),
-            "backoff_in_window_s": round(backoff_s, 3)}
+    return {
+        "ratio": worst_ratio * (1 - backoff_s / window_s),
+        "window_s": window_s,
+        "downs_before_damping": downs,
+        "rto_s": round(rto_s, 3),
+        "backoff_in_window_s": round(backoff_s, 3),
+    }
 
 
 def run_mode(ctx: Context, graph, mode: str) -> dict:
@@ -248,35 +324,71 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     # a second of traffic; ACKs queued behind it can silence a TCP flow for seconds
     # whatever the routing does, which would read as a flow stuck by the flapping.
     qos = {"buffer": {"alpha_lossy": p["alpha_lossy"]}}
-    with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"],
-                apps=(MODES[mode],), qos=qos) as fab:
+    with Fabric(
+        graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], apps=(MODES[mode],), qos=qos
+    ) as fab:
         clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT)
         t0 = time.time()
-        pings = {pair: fab.start("ping", src=pair[0], dst=pair[1],
-                                 interval_s=p["ping_interval_s"], duration_s=duration - 0.5)
-                 for pair in probes(graph)}
+        pings = {
+            pair: fab.start(
+                "ping",
+                src=pair[0],
+                dst=pair[1],
+                interval_s=p["ping_interval_s"],
+                duration_s=duration - 0.5,
+            )
+            for pair in probes(graph)
+        }
         count = max(1, int(round(p["flap_s"] / p["period_s"])))
-        fab.faults.flap(*FLAPPING_LINK, period_s=p["period_s"], count=count,
-                        at=p["start_s"] - (time.time() - t0))
+        fab.faults.flap(
+            *FLAPPING_LINK,
+            period_s=p["period_s"],
+            count=count,
+            at=p["start_s"] - (time.time() - t0),
+        )
         docs = [iperf.finish(fab, c, timeout_s=duration + 30) for c in clients]
         ping_results = {pair: job.wait() for pair, job in pings.items()}
         if fab.faults.errors:
             raise RuntimeError(f"fault injection failed: {'; '.join(fab.faults.errors)}")
-        dead = [name for name in fabric_mod.switches(graph)
-                if fab.switch(name).proc is None or fab.switch(name).proc.poll() is not None]
+        dead = [
+            name
+            for name in fabric_mod.switches(graph)
+            if fab.switch(name).proc is None or fab.switch(name).proc.poll() is not None
+        ]
         if fab.controller is None or fab.controller.poll() is not None:
             dead.append("controller")
         status = fab.controller_status() if "controller" not in dead else {}
         fab.wait_routes_installed()
         unreachable = fab.unreachable(probes(graph))
-        ctx.events.extend(dict(e, kind=f"{mode}: {e['kind']}") for e in fab.faults.events
-                          if e["kind"] != "link_up" and e["kind"] != "link_down")
-    return summarise(p, t0, docs, ping_results, status, dead, unreachable,
-                     sum(1 for e in fab.faults.events if e["kind"] == "link_down"), flows)
+        ctx.events.extend(
+            dict(e, kind=f"{mode}: {e['kind']}")
+            for e in fab.faults.events
+            if e["kind"] != "link_up" and e["kind"] != "link_down"
+        )
+    return summarise(
+        p,
+        t0,
+        docs,
+        ping_results,
+        status,
+        dead,
+        unreachable,
+        sum(1 for e in fab.faults.events if e["kind"] == "link_down"),
+        flows,
+    )
 
 
-def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, dead: list,
-              unreachable: int, downs: int, flows: list[tuple[str, str]] = ()) -> dict:
+def summarise(
+    p: dict,
+    t0: float,
+    docs: list[dict],
+    pings: dict,
+    status: dict,
+    dead: list,
+    unreachable: int,
+    downs: int,
+    flows: list[tuple[str, str]] = (),
+) -> dict:
     bad = [doc.get("error") for doc in docs if "error" in doc]
     if bad:
         raise RuntimeError(f"iperf3 failed: {bad}")
@@ -293,8 +405,14 @@ def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, d
     window = max(1, int(round(p["stuck_s"])))
     stuck_detail = []
     for k, f in enumerate(per_flow):
-        first = next((i for i in range(int(start), len(f) - window + 1)
-                      if all(x == 0 for x in f[i:i + window])), None)
+        first = next(
+            (
+                i
+                for i in range(int(start), len(f) - window + 1)
+                if all(x == 0 for x in f[i : i + window])
+            ),
+            None,
+        )
         if first is None:
             continue
         last = first
@@ -304,13 +422,20 @@ def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, d
         # Which flow, when (s since the flows began) and for how long, and the
         # sender's retransmissions around it: the report must let the reader
         # tell an RTO backoff from a black hole.
-        stuck_detail.append({
-            "flow": "->".join(flows[k]) if k < len(flows) else str(k),
-            "silent_from_s": first, "silent_s": last - first + 1,
-            "retransmits_before": sum(iv["sum"].get("retransmits", 0) or 0
-                                      for iv in intervals[max(0, first - 3):first + 1]),
-            "retransmits_during": sum(iv["sum"].get("retransmits", 0) or 0
-                                      for iv in intervals[first:last + 2])})
+        stuck_detail.append(
+            {
+                "flow": "->".join(flows[k]) if k < len(flows) else str(k),
+                "silent_from_s": first,
+                "silent_s": last - first + 1,
+                "retransmits_before": sum(
+                    iv["sum"].get("retransmits", 0) or 0
+                    for iv in intervals[max(0, first - 3) : first + 1]
+                ),
+                "retransmits_during": sum(
+                    iv["sum"].get("retransmits", 0) or 0 for iv in intervals[first : last + 2]
+                ),
+            }
+        )
     stuck = len(stuck_detail)
     damping = status.get("damping", [])
     damped = [e["t"] - t0 - start for e in damping if e["kind"] == "damped"]
@@ -318,8 +443,7 @@ def summarise(p: dict, t0: float, docs: list[dict], pings: dict, status: dict, d
         "damped_after_s": min(damped) if damped else None,
         # The downs routing had processed when it damped (its flap_threshold);
         # downs_before_damping in during_floor counts those on the wire, from the time.
-        "damped_at_down": next((e.get("downs") for e in damping if e["kind"] == "damped"),
-                               None),
+        "damped_at_down": next((e.get("downs") for e in damping if e["kind"] == "damped"), None),
         "undamped": sum(1 for e in damping if e["kind"] == "undamped"),
         "flaps": downs,
         # Every topology change is one recomputation and one round of flow mods.

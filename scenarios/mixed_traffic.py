@@ -35,8 +35,7 @@ PARAMS = {
     "leaves": Param(2, "leaf switches", min=2, max=32),
     "spines": Param(1, "spine switches", min=1, max=16),
     "hosts_per_leaf": Param(2, "hosts per leaf", min=2, max=32),
-    "rdma_share": Param(0.5, "the RDMA flow's rate as a fraction of the link", min=0.05,
-                        max=1.0),
+    "rdma_share": Param(0.5, "the RDMA flow's rate as a fraction of the link", min=0.05, max=1.0),
     "duration_s": Param(8.0, "how long both flows run", min=3.0, max=600.0),
     "modelled_gbps": Param(1.0, "NIC speed the emulated link stands for", min=0.01, max=800.0),
 }
@@ -64,8 +63,7 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
     target = p["rdma_share"] * rate
     qos = {"watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
     with Fabric(graph, out_dir=str(ctx.out_dir / variant), seed=p["seed"], qos=qos) as fab:
-        nics = RdmaHosts(fab, list(rdma), dcqcn=True,
-                         modelled_rate_bps=p["modelled_gbps"] * 1e9)
+        nics = RdmaHosts(fab, list(rdma), dcqcn=True, modelled_rate_bps=p["modelled_gbps"] * 1e9)
         qp = nics.connect(rdma[0], rdma[1], max_rate_bps=target)
         nics.post(rdma[0], qp, 65536, int(target * p["duration_s"] / 8 / 65536) + 4)
         tcp_client = iperf.start(fab, tcp[0], tcp[1], p["duration_s"], port=5400, tos=tos)
@@ -77,59 +75,115 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
     # RDMA goodput over the second half (both flows established).
     pts = [(t, rx.get(str(qp), 0)) for t, _, rx, _ in series]
     half = [x for x in pts if x[0] >= pts[-1][0] - p["duration_s"] / 2] if pts else []
-    rdma_bps = (half[-1][1] - half[0][1]) * 8 / (half[-1][0] - half[0][0]) \
-        if len(half) > 1 and half[-1][0] > half[0][0] else 0.0
+    rdma_bps = (
+        (half[-1][1] - half[0][1]) * 8 / (half[-1][0] - half[0][0])
+        if len(half) > 1 and half[-1][0] > half[0][0]
+        else 0.0
+    )
     tcp_bps = tcp_doc.get("end", {}).get("sum_received", {}).get("bits_per_second", 0.0)
     drops = {sw: dict(c["buffer"]["drops"]) for sw, c in counters.items() if c["buffer"]["drops"]}
     return {
-        "rdma_target_bps": target, "rdma_bps": rdma_bps, "tcp_bps": tcp_bps,
+        "rdma_target_bps": target,
+        "rdma_bps": rdma_bps,
+        "tcp_bps": tcp_bps,
         "tcp_retransmits": tcp_doc.get("end", {}).get("sum_sent", {}).get("retransmits"),
-        "rdma_cnps": sender["cnps"], "rdma_rate_bps": sender["rate_bps"],
+        "rdma_cnps": sender["cnps"],
+        "rdma_rate_bps": sender["rate_bps"],
         "pfc_frames": sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values()),
         "lossless_drops": sum(v.get("headroom_overflow", 0) for v in drops.values()),
         "drops": drops,
         "kernel_rx_drops": sum(sum(c["kernel_rx_drops"].values()) for c in counters.values()),
         "lossless_watermark_bytes": max(
-            (v for c in counters.values()
-             for k, v in c["buffer"]["egress_watermark_bytes"].items()
-             if int(k.split(":")[1]) in PfcSpec().lossless_priorities), default=0),
-        "rdma_timeline": [(t - pts[0][0], (b1 - b0) * 8 / (t - t0) / 1e6)
-                          for (t0, b0), (t, b1) in zip(pts, pts[1:]) if t > t0],
+            (
+                v
+                for c in counters.values()
+                for k, v in c["buffer"]["egress_watermark_bytes"].items()
+                if int(k.split(":")[1]) in PfcSpec().lossless_priorities
+            ),
+            default=0,
+        ),
+        "rdma_timeline": [
+            (t - pts[0][0], (b1 - b0) * 8 / (t - t0) / 1e6)
+            for (t0, b0), (t, b1) in zip(pts, pts[1:])
+            if t > t0
+        ],
         "tcp_error": tcp_doc.get("error"),
     }
 
 
 def report(ctx: Context, results: dict) -> None:
-    rows = [[v, r["rdma_target_bps"] / 1e6, r["rdma_bps"] / 1e6, r["tcp_bps"] / 1e6,
-             r["rdma_cnps"], round(r["lossless_watermark_bytes"] / 1e3), r["pfc_frames"],
-             r["lossless_drops"], r["tcp_retransmits"]]
-            for v, r in results.items()]
-    ctx.table(f"RDMA {'->'.join(ctx.metrics['rdma_flow'])} beside TCP "
-              f"{'->'.join(ctx.metrics['tcp_flow'])} ({ctx.params['rate_mbps']:g} Mbit/s links)",
-              ["TCP class", "RDMA asks Mb/s", "RDMA gets Mb/s", "TCP Mb/s", "CNPs to RDMA",
-               "lossless peak KB", "PFC frames", "lossless drops", "TCP retx"], rows)
+    rows = [
+        [
+            v,
+            r["rdma_target_bps"] / 1e6,
+            r["rdma_bps"] / 1e6,
+            r["tcp_bps"] / 1e6,
+            r["rdma_cnps"],
+            round(r["lossless_watermark_bytes"] / 1e3),
+            r["pfc_frames"],
+            r["lossless_drops"],
+            r["tcp_retransmits"],
+        ]
+        for v, r in results.items()
+    ]
+    ctx.table(
+        f"RDMA {'->'.join(ctx.metrics['rdma_flow'])} beside TCP "
+        f"{'->'.join(ctx.metrics['tcp_flow'])} ({ctx.params['rate_mbps']:g} Mbit/s links)",
+        [
+            "TCP class",
+            "RDMA asks Mb/s",
+            "RDMA gets Mb/s",
+            "TCP Mb/s",
+            "CNPs to RDMA",
+            "lossless peak KB",
+            "PFC frames",
+            "lossless drops",
+            "TCP retx",
+        ],
+        rows,
+    )
     ok, bad = results["correct"], results["misconfigured"]
-    ctx.check("correct: RDMA gets >= 90% of what it asks for",
-              ok["rdma_bps"] >= 0.9 * ok["rdma_target_bps"],
-              f"{ok['rdma_bps'] / 1e6:.2f} of {ok['rdma_target_bps'] / 1e6:.2f} Mb/s", ">= 90%")
-    ctx.check("correct: TCP uses the rest (>= 30% of the link)",
-              ok["tcp_bps"] >= 0.3 * ctx.params["rate_mbps"] * 1e6,
-              f"{ok['tcp_bps'] / 1e6:.2f} Mb/s", ">= 30% of the link")
-    ctx.check("misconfigured: RDMA loses bandwidth to TCP (<= 70% of the correct run)",
-              bad["rdma_bps"] <= 0.7 * ok["rdma_bps"],
-              f"{bad['rdma_bps'] / 1e6:.2f} vs {ok['rdma_bps'] / 1e6:.2f} Mb/s", "<= 70%")
+    ctx.check(
+        "correct: RDMA gets >= 90% of what it asks for",
+        ok["rdma_bps"] >= 0.9 * ok["rdma_target_bps"],
+        f"{ok['rdma_bps'] / 1e6:.2f} of {ok['rdma_target_bps'] / 1e6:.2f} Mb/s",
+        ">= 90%",
+    )
+    ctx.check(
+        "correct: TCP uses the rest (>= 30% of the link)",
+        ok["tcp_bps"] >= 0.3 * ctx.params["rate_mbps"] * 1e6,
+        f"{ok['tcp_bps'] / 1e6:.2f} Mb/s",
+        ">= 30% of the link",
+    )
+    ctx.check(
+        "misconfigured: RDMA loses bandwidth to TCP (<= 70% of the correct run)",
+        bad["rdma_bps"] <= 0.7 * ok["rdma_bps"],
+        f"{bad['rdma_bps'] / 1e6:.2f} vs {ok['rdma_bps'] / 1e6:.2f} Mb/s",
+        "<= 70%",
+    )
     # TCP's bytes in the lossless queue are what hurts RDMA (DCQCN reads that
     # queue). Whether slow start also overshoots XOFF, so that PAUSE and
     # headroom drops follow, depends on when HyStart leaves slow start: shown
     # in the table, not checked.
-    ctx.check("misconfigured: TCP builds a standing queue in the lossless class",
-              bad["lossless_watermark_bytes"] >= 4 * max(ok["lossless_watermark_bytes"],
-                                                         MTU_FRAME_BYTES),
-              f"peak {bad['lossless_watermark_bytes'] / 1e3:.0f} KB vs "
-              f"{ok['lossless_watermark_bytes'] / 1e3:.0f} KB", ">= 4x the correct run")
-    panels = [Panel("RDMA goodput at the receiver", "time (s)", "Mbit/s",
-                    lines={v: ([t for t, _ in r["rdma_timeline"]],
-                               [g for _, g in r["rdma_timeline"]]) for v, r in results.items()},
-                    hline=results["correct"]["rdma_target_bps"] / 1e6, hline_label="RDMA asks")]
+    ctx.check(
+        "misconfigured: TCP builds a standing queue in the lossless class",
+        bad["lossless_watermark_bytes"] >= 4 * max(ok["lossless_watermark_bytes"], MTU_FRAME_BYTES),
+        f"peak {bad['lossless_watermark_bytes'] / 1e3:.0f} KB vs "
+        f"{ok['lossless_watermark_bytes'] / 1e3:.0f} KB",
+        ">= 4x the correct run",
+    )
+    panels = [
+        Panel(
+            "RDMA goodput at the receiver",
+            "time (s)",
+            "Mbit/s",
+            lines={
+                v: ([t for t, _ in r["rdma_timeline"]], [g for _, g in r["rdma_timeline"]])
+                for v, r in results.items()
+            },
+            hline=results["correct"]["rdma_target_bps"] / 1e6,
+            hline_label="RDMA asks",
+        )
+    ]
     path = save_panels(ctx.out_dir / "mixed-traffic.png", panels, title="mixed traffic")
     ctx.plots.append(path.name)

@@ -37,8 +37,12 @@ SLACK_S = 0.15
 
 PARAMS = {
     **fabric_params(rate_mbps=10.0),
-    "load": Param(0.4, "each host's sending rate as a fraction of its link, spread over "
-                  "its flows", min=0.05, max=1.0),
+    "load": Param(
+        0.4,
+        "each host's sending rate as a fraction of its link, spread over its flows",
+        min=0.05,
+        max=1.0,
+    ),
     "fault_at_s": Param(3.0, "when the NIC gets stuck", min=1.0, max=60.0),
     "duration_s": Param(9.0, "how long the flows run", min=4.0, max=600.0),
     "stuck_host": Param("h1", "the host whose NIC gets stuck"),
@@ -51,12 +55,16 @@ def validate(params: dict) -> None:
     if not modes or any(m not in ("off", "on") for m in modes):
         raise ScenarioError(f"parameter modes={params['modes']!r}: a comma list of off, on")
     if params["fault_at_s"] + 2.0 > params["duration_s"]:
-        raise ScenarioError(f"parameter fault_at_s={params['fault_at_s']}: leave at least 2 s "
-                            f"before duration_s={params['duration_s']}")
+        raise ScenarioError(
+            f"parameter fault_at_s={params['fault_at_s']}: leave at least 2 s "
+            f"before duration_s={params['duration_s']}"
+        )
     graph = build_fabric_graph(params)
     if params["stuck_host"] not in fabric_mod.hosts(graph):
-        raise ScenarioError(f"parameter stuck_host={params['stuck_host']!r}: not a host of "
-                            f"this fabric ({', '.join(fabric_mod.hosts(graph))})")
+        raise ScenarioError(
+            f"parameter stuck_host={params['stuck_host']!r}: not a host of "
+            f"this fabric ({', '.join(fabric_mod.hosts(graph))})"
+        )
 
 
 def all_to_all(graph) -> list[tuple[str, str]]:
@@ -84,8 +92,9 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
     stuck = p["stuck_host"]
     rate = int(p["rate_mbps"] * 1e6)
     qos = {"watchdog": {"enabled": mode == "on"}, "ecn": {"enabled": False}}
-    with Fabric(graph, out_dir=str(ctx.out_dir / f"watchdog-{mode}"), seed=p["seed"],
-                qos=qos) as fab:
+    with Fabric(
+        graph, out_dir=str(ctx.out_dir / f"watchdog-{mode}"), seed=p["seed"], qos=qos
+    ) as fab:
         hosts = fabric_mod.hosts(graph)
         nics = RdmaHosts(fab, hosts, dcqcn=False)
         faults = Faults(fab, nics)
@@ -135,22 +144,37 @@ def measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collect
         fault = end - (collected_at - t_fault)
         before = _goodput(series, q, fault - 1.5, fault - 0.2)
         after = _goodput(series, q, end - 2.0, end)
-        per_flow[f"{s}->{d}"] = {"before_bps": before, "after_bps": after,
-                                 "involves_stuck": stuck in (s, d)}
+        per_flow[f"{s}->{d}"] = {
+            "before_bps": before,
+            "after_bps": after,
+            "involves_stuck": stuck in (s, d),
+        }
         pts = [(t - fault, rx.get(str(q), 0)) for t, _, rx, _ in series]
-        timelines[f"{s}->{d}"] = [(t1, (b1 - b0) * 8 / (t1 - t0_) / 1e6)
-                                  for (t0_, b0), (t1, b1) in zip(pts, pts[1:]) if t1 > t0_]
+        timelines[f"{s}->{d}"] = [
+            (t1, (b1 - b0) * 8 / (t1 - t0_) / 1e6)
+            for (t0_, b0), (t1, b1) in zip(pts, pts[1:])
+            if t1 > t0_
+        ]
     others = {k: v for k, v in per_flow.items() if not v["involves_stuck"]}
     stalled = [k for k, v in others.items() if v["after_bps"] < 0.1 * max(v["before_bps"], 1)]
     recovered = [k for k, v in others.items() if v["after_bps"] >= 0.5 * v["before_bps"]]
-    paused_switches = sorted(sw for sw, c in counters.items()
-                             if any(v for v in c["pfc"]["pause_rx"].values())
-                             and sw != stuck_leaf)
-    storms = [dict(e, switch=sw) for sw, w in watchdog.items() for e in w["events"]
-              if e["kind"] == "storm"]
+    paused_switches = sorted(
+        sw
+        for sw, c in counters.items()
+        if any(v for v in c["pfc"]["pause_rx"].values()) and sw != stuck_leaf
+    )
+    storms = [
+        dict(e, switch=sw)
+        for sw, w in watchdog.items()
+        for e in w["events"]
+        if e["kind"] == "storm"
+    ]
     return {
-        "per_flow": per_flow, "timelines": timelines,
-        "other_flows": len(others), "stalled": stalled, "recovered": recovered,
+        "per_flow": per_flow,
+        "timelines": timelines,
+        "other_flows": len(others),
+        "stalled": stalled,
+        "recovered": recovered,
         "stalled_fraction": len(stalled) / len(others) if others else 0.0,
         "recovered_fraction": len(recovered) / len(others) if others else 0.0,
         "pause_reached_switches": paused_switches,
@@ -171,52 +195,100 @@ def report(ctx: Context, results: dict) -> None:
     wd = ctx.params
     rows = []
     for mode, r in results.items():
-        rows.append([mode, r["other_flows"], len(r["stalled"]), len(r["recovered"]),
-                     ", ".join(r["pause_reached_switches"]) or "-",
-                     len(r["storm_events"]),
-                     "-" if r["detected_after_s"] is None else f"{r['detected_after_s']:.2f}",
-                     r["watchdog_drops"]])
-    ctx.table(f"NIC of {wd['stuck_host']} stuck at t={wd['fault_at_s']:g} s; "
-              f"{len(ctx.metrics['flows'])} flows, each host at {wd['load']:.0%} of its link",
-              ["watchdog", "other flows", "stalled", "recovered", "PAUSE reached (beyond "
-               "the stuck leaf)", "storms", "detected after s", "watchdog drops"], rows)
+        rows.append(
+            [
+                mode,
+                r["other_flows"],
+                len(r["stalled"]),
+                len(r["recovered"]),
+                ", ".join(r["pause_reached_switches"]) or "-",
+                len(r["storm_events"]),
+                "-" if r["detected_after_s"] is None else f"{r['detected_after_s']:.2f}",
+                r["watchdog_drops"],
+            ]
+        )
+    ctx.table(
+        f"NIC of {wd['stuck_host']} stuck at t={wd['fault_at_s']:g} s; "
+        f"{len(ctx.metrics['flows'])} flows, each host at {wd['load']:.0%} of its link",
+        [
+            "watchdog",
+            "other flows",
+            "stalled",
+            "recovered",
+            "PAUSE reached (beyond the stuck leaf)",
+            "storms",
+            "detected after s",
+            "watchdog drops",
+        ],
+        rows,
+    )
     detection, poll = 0.2, 0.1
     if "off" in results:
         r = results["off"]
-        ctx.check("watchdog off: >= 90% of the other flows stall", r["stalled_fraction"] >= 0.9,
-                  f"{len(r['stalled'])}/{r['other_flows']}", ">= 90%")
-        ctx.check("watchdog off: PAUSE spreads beyond the faulty host's leaf",
-                  len(r["pause_reached_switches"]) > 0,
-                  ", ".join(r["pause_reached_switches"]) or "none", "other switches paused")
+        ctx.check(
+            "watchdog off: >= 90% of the other flows stall",
+            r["stalled_fraction"] >= 0.9,
+            f"{len(r['stalled'])}/{r['other_flows']}",
+            ">= 90%",
+        )
+        ctx.check(
+            "watchdog off: PAUSE spreads beyond the faulty host's leaf",
+            len(r["pause_reached_switches"]) > 0,
+            ", ".join(r["pause_reached_switches"]) or "none",
+            "other switches paused",
+        )
     if "on" in results:
         r = results["on"]
         delay = r["detected_after_s"]
-        ctx.check("watchdog on: storm detected within detection time + one poll",
-                  delay is not None and delay <= detection + poll + SLACK_S,
-                  "not detected" if delay is None else f"{delay:.2f} s after the fault",
-                  f"<= {detection + poll:.1f} s (+{SLACK_S} s for the fault to reach the NIC "
-                  "and the queue to fill)")
-        ctx.check("watchdog on: the faulty queue is isolated", r["watchdog_drops"] > 0,
-                  r["watchdog_drops"], "> 0 frames dropped for it")
-        ctx.check("watchdog on: the other flows recover", r["recovered_fraction"] >= 0.9,
-                  f"{len(r['recovered'])}/{r['other_flows']}", ">= 90% at >= half their rate")
+        ctx.check(
+            "watchdog on: storm detected within detection time + one poll",
+            delay is not None and delay <= detection + poll + SLACK_S,
+            "not detected" if delay is None else f"{delay:.2f} s after the fault",
+            f"<= {detection + poll:.1f} s (+{SLACK_S} s for the fault to reach the NIC "
+            "and the queue to fill)",
+        )
+        ctx.check(
+            "watchdog on: the faulty queue is isolated",
+            r["watchdog_drops"] > 0,
+            r["watchdog_drops"],
+            "> 0 frames dropped for it",
+        )
+        ctx.check(
+            "watchdog on: the other flows recover",
+            r["recovered_fraction"] >= 0.9,
+            f"{len(r['recovered'])}/{r['other_flows']}",
+            ">= 90% at >= half their rate",
+        )
 
 
 def plot(ctx: Context, results: dict) -> None:
     stuck = ctx.params["stuck_host"]
     panels = []
     for mode, r in results.items():
-        groups: dict[str, dict[float, float]] = {f"flows not touching {stuck}": {},
-                                                 f"flows to/from {stuck}": {}}
+        groups: dict[str, dict[float, float]] = {
+            f"flows not touching {stuck}": {},
+            f"flows to/from {stuck}": {},
+        }
         for name, series in r["timelines"].items():
-            key = f"flows to/from {stuck}" if r["per_flow"][name]["involves_stuck"] \
+            key = (
+                f"flows to/from {stuck}"
+                if r["per_flow"][name]["involves_stuck"]
                 else f"flows not touching {stuck}"
+            )
             for t, mbps in series:
                 slot = round(t * 5) / 5  # 200 ms bins: receivers sample on their own clocks
                 groups[key][slot] = groups[key].get(slot, 0.0) + mbps / 2
         lines = {k: (sorted(v), [v[t] for t in sorted(v)]) for k, v in groups.items()}
-        panels.append(Panel(f"watchdog {mode}: total goodput", "time since the fault (s)",
-                            "Mbit/s", lines=lines, vline=0.0, vline_label="NIC stuck"))
+        panels.append(
+            Panel(
+                f"watchdog {mode}: total goodput",
+                "time since the fault (s)",
+                "Mbit/s",
+                lines=lines,
+                vline=0.0,
+                vline_label="NIC stuck",
+            )
+        )
     if panels:
         path = save_panels(ctx.out_dir / "pause-storm.png", panels, title="pause storm")
         ctx.plots.append(path.name)

@@ -55,8 +55,12 @@ PARAMS = {
     "iters": Param(1, "timed iterations per size", min=1, max=20),
     "algos": Param("ring,sharp", "comma list of ring, sharp"),
     "nslots": Param(64, "aggregation slots the job asks each switch for", min=1, max=1024),
-    "bytes_tolerance": Param(0.12, "allowed excess of port-counted bytes over the payload "
-                             "model (headers, ACKs)", min=0.0, max=1.0),
+    "bytes_tolerance": Param(
+        0.12,
+        "allowed excess of port-counted bytes over the payload model (headers, ACKs)",
+        min=0.0,
+        max=1.0,
+    ),
 }
 
 
@@ -77,28 +81,53 @@ def run(ctx: Context) -> None:
         for algo in algos:
             ctx.log(f"sharp-allreduce: {algo} on {n} ranks, {len(sizes)} sizes")
             results[algo] = collectives.run_allreduce(
-                fab, hosts, sizes, dtype=p["dtype"], algo=algo, iters=p["iters"],
-                nslots=p["nslots"], count_ports=True)
+                fab,
+                hosts,
+                sizes,
+                dtype=p["dtype"],
+                algo=algo,
+                iters=p["iters"],
+                nslots=p["nslots"],
+                count_ports=True,
+            )
         agg_jobs = fab.agg_call("jobs")
-    goodput = collectives.roce_goodput_bps(min(graph.edges[h, graph.nodes[h]["leaf"]]["rate_bps"]
-                                               for h in hosts))
-    ctx.metrics.update({
-        "ranks": n, "goodput_bps": goodput,
-        "results": {a: [collectives.as_dict(r) for r in rs] for a, rs in results.items()},
-        "aggregation_events": agg_jobs.get("events", []),
-    })
+    goodput = collectives.roce_goodput_bps(
+        min(graph.edges[h, graph.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
+    )
+    ctx.metrics.update(
+        {
+            "ranks": n,
+            "goodput_bps": goodput,
+            "results": {a: [collectives.as_dict(r) for r in rs] for a, rs in results.items()},
+            "aggregation_events": agg_jobs.get("events", []),
+        }
+    )
     for algo, rs in results.items():
         used = {r.algo for r in rs}
-        ctx.text(f"{algo} ({', '.join(sorted(used))}), {n} ranks, "
-                 f"{p['rate_mbps']:g} Mbit/s links\n" + collectives.nccl_table(rs))
+        ctx.text(
+            f"{algo} ({', '.join(sorted(used))}), {n} ranks, "
+            f"{p['rate_mbps']:g} Mbit/s links\n" + collectives.nccl_table(rs)
+        )
     _bytes_table(ctx, results, n)
     _checks(ctx, results, n, goodput)
-    lines = {a: ([r.size_bytes for r in rs], [r.algbw_bytes_per_s / 1e6 for r in rs])
-             for a, rs in results.items()}
-    panels = [Panel("algorithm bandwidth", "size per rank (bytes)", "algbw (MB/s)", lines=lines,
-                    hline=goodput / 8 / 1e6, hline_label="link goodput", logx=True)]
-    path = save_panels(ctx.out_dir / "sharp-allreduce.png", panels,
-                       title=f"all-reduce on {n} ranks")
+    lines = {
+        a: ([r.size_bytes for r in rs], [r.algbw_bytes_per_s / 1e6 for r in rs])
+        for a, rs in results.items()
+    }
+    panels = [
+        Panel(
+            "algorithm bandwidth",
+            "size per rank (bytes)",
+            "algbw (MB/s)",
+            lines=lines,
+            hline=goodput / 8 / 1e6,
+            hline_label="link goodput",
+            logx=True,
+        )
+    ]
+    path = save_panels(
+        ctx.out_dir / "sharp-allreduce.png", panels, title=f"all-reduce on {n} ranks"
+    )
     ctx.plots.append(path.name)
 
 
@@ -107,10 +136,20 @@ def _bytes_table(ctx: Context, results: dict, n: int) -> None:
     for algo, rs in results.items():
         for r in rs:
             model = collectives.model_bytes_per_host(r.algo, r.size_bytes, n)
-            rows.append([algo, r.size_bytes, f"{model:.0f}", f"{r.mean_port_bytes:.0f}",
-                         f"{r.mean_port_bytes / model:.3f}"])
-    ctx.table("bytes each host sent per all-reduce (leaf switch port counters, mean over hosts)",
-              ["algo", "size (B)", "payload model (B)", "port-counted (B)", "ratio"], rows)
+            rows.append(
+                [
+                    algo,
+                    r.size_bytes,
+                    f"{model:.0f}",
+                    f"{r.mean_port_bytes:.0f}",
+                    f"{r.mean_port_bytes / model:.3f}",
+                ]
+            )
+    ctx.table(
+        "bytes each host sent per all-reduce (leaf switch port counters, mean over hosts)",
+        ["algo", "size (B)", "payload model (B)", "port-counted (B)", "ratio"],
+        rows,
+    )
 
 
 def _checks(ctx: Context, results: dict, n: int, goodput: float) -> None:
@@ -118,30 +157,46 @@ def _checks(ctx: Context, results: dict, n: int, goodput: float) -> None:
     tol = p["bytes_tolerance"]
     for algo, rs in results.items():
         wrong = sum(r.wrong for r in rs)
-        ctx.check(f"{algo}: every rank's result equals numpy's sum", wrong == 0, wrong,
-                  "0 wrong elements")
-        ctx.check(f"{algo}: every rank ended with the same bytes",
-                  all(r.digests_agree for r in rs), all(r.digests_agree for r in rs), "True")
+        ctx.check(
+            f"{algo}: every rank's result equals numpy's sum", wrong == 0, wrong, "0 wrong elements"
+        )
+        ctx.check(
+            f"{algo}: every rank ended with the same bytes",
+            all(r.digests_agree for r in rs),
+            all(r.digests_agree for r in rs),
+            "True",
+        )
         big = rs[-1]
         model = collectives.model_bytes_per_host(big.algo, big.size_bytes, n)
         ratio = big.mean_port_bytes / model
-        ctx.check(f"{algo}: bytes per host on the largest size match "
-                  f"{'2(n-1)/n x S' if big.algo == 'ring' else 'S'}",
-                  1.0 - tol / 4 <= ratio <= 1.0 + tol, f"{ratio:.3f} x model",
-                  f"1.00 .. {1 + tol:.2f}")
+        ctx.check(
+            f"{algo}: bytes per host on the largest size match "
+            f"{'2(n-1)/n x S' if big.algo == 'ring' else 'S'}",
+            1.0 - tol / 4 <= ratio <= 1.0 + tol,
+            f"{ratio:.3f} x model",
+            f"1.00 .. {1 + tol:.2f}",
+        )
     if "ring" in results:
         big = results["ring"][-1]
         frac = big.busbw_bytes_per_s * 8 / goodput
-        ctx.check("ring: bus bandwidth on the largest size >= 0.9 of link goodput",
-                  frac >= 0.9, f"{frac:.2f}", ">= 0.90")
+        ctx.check(
+            "ring: bus bandwidth on the largest size >= 0.9 of link goodput",
+            frac >= 0.9,
+            f"{frac:.2f}",
+            ">= 0.90",
+        )
     if "ring" in results and "sharp" in results:
         ring, sharp = results["ring"][-1], results["sharp"][-1]
         if sharp.algo != "sharp":
-            ctx.check("sharp: the job was admitted (no fallback to the ring)", False,
-                      sharp.algo, "sharp")
+            ctx.check(
+                "sharp: the job was admitted (no fallback to the ring)", False, sharp.algo, "sharp"
+            )
             return
         gain = sharp.algbw_bytes_per_s / ring.algbw_bytes_per_s
         bound = 2 * (n - 1) / n
-        ctx.check(f"sharp/ring algbw on the largest size within 10% of 2(n-1)/n = {bound:.2f}",
-                  abs(gain - bound) <= 0.1 * bound, f"{gain:.2f}",
-                  f"{0.9 * bound:.2f} .. {1.1 * bound:.2f}")
+        ctx.check(
+            f"sharp/ring algbw on the largest size within 10% of 2(n-1)/n = {bound:.2f}",
+            abs(gain - bound) <= 0.1 * bound,
+            f"{gain:.2f}",
+            f"{0.9 * bound:.2f} .. {1.1 * bound:.2f}",
+        )

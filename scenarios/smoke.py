@@ -57,16 +57,26 @@ def run(ctx: Context) -> None:
     rate_bps = int(p["rate_mbps"] * 1e6)
     counts = fabric_mod.expected_counts(graph)
     ctx.metrics["fabric"] = {"name": graph.graph["name"], **counts, "rate_bps": rate_bps}
-    ctx.log(f"smoke: building {graph.graph['name']} ({counts['switches']} switches, "
-            f"{counts['hosts']} hosts, {counts['switch_links']} fabric links)")
+    ctx.log(
+        f"smoke: building {graph.graph['name']} ({counts['switches']} switches, "
+        f"{counts['hosts']} hosts, {counts['switch_links']} fabric links)"
+    )
     with Fabric(graph, out_dir=str(ctx.out_dir), seed=p["seed"]) as fab:
         ctx.event("converged", after_s=round(fab.converged_after_s, 2))
         status = fab.controller_status()
         ctx.metrics["converge_s"] = fab.converged_after_s
-        ctx.check("LLDP found every link", len(status["links"]) == 2 * counts["switch_links"],
-                  len(status["links"]) // 2, f"{counts['switch_links']} links")
-        ctx.check("ARP found every host", len(status["hosts"]) == counts["hosts"],
-                  len(status["hosts"]), f"{counts['hosts']} hosts")
+        ctx.check(
+            "LLDP found every link",
+            len(status["links"]) == 2 * counts["switch_links"],
+            len(status["links"]) // 2,
+            f"{counts['switch_links']} links",
+        )
+        ctx.check(
+            "ARP found every host",
+            len(status["hosts"]) == counts["hosts"],
+            len(status["hosts"]),
+            f"{counts['hosts']} hosts",
+        )
         all_pairs_ping(ctx, fab, "all-pairs ping")
         src, dst = cross_pair(graph)
         tcp_line_rate(ctx, fab, src, dst, rate_bps)
@@ -83,15 +93,28 @@ def plot(ctx: Context, rate_bps: int) -> None:
     panels = []
     if "tcp" in m:
         tcp = m["tcp"]
-        panels.append(Panel(
-            f"TCP {tcp['src']} -> {tcp['dst']}: egress rate at the last hop", "time (s)",
-            "Mbit/s", lines={"250 ms windows": (tcp["window_end_s"],
-                                                [w / 1e6 for w in tcp["windows_bps"]])},
-            hline=rate_bps / 1e6, hline_label="link rate", step=True))
+        panels.append(
+            Panel(
+                f"TCP {tcp['src']} -> {tcp['dst']}: egress rate at the last hop",
+                "time (s)",
+                "Mbit/s",
+                lines={
+                    "250 ms windows": (tcp["window_end_s"], [w / 1e6 for w in tcp["windows_bps"]])
+                },
+                hline=rate_bps / 1e6,
+                hline_label="link rate",
+                step=True,
+            )
+        )
     if "ecmp" in m:
-        panels.append(Panel(f"ECMP: {m['ecmp']['flows']} flows, bytes per top-tier switch",
-                            "switch", "MB", bars={k: v / 1e6 for k, v in
-                                                  m["ecmp"]["bytes_per_top_switch"].items()}))
+        panels.append(
+            Panel(
+                f"ECMP: {m['ecmp']['flows']} flows, bytes per top-tier switch",
+                "switch",
+                "MB",
+                bars={k: v / 1e6 for k, v in m["ecmp"]["bytes_per_top_switch"].items()},
+            )
+        )
     if "link_failure" in m:
         lf = m["link_failure"]
         lines = {}
@@ -99,9 +122,17 @@ def plot(ctx: Context, rate_bps: int) -> None:
             got = set(seqs)
             xs = [i * lf["interval_s"] for i in range(1, lf["count"] + 1)]
             lines[h] = (xs, [1 if i in got else 0 for i in range(1, lf["count"] + 1)])
-        panels.append(Panel(f"pings across link {'-'.join(lf['link'])} down", "time (s)",
-                            "reply (1) / lost (0)", lines=lines, vline=lf["t_down_s"],
-                            vline_label="link down", step=True))
+        panels.append(
+            Panel(
+                f"pings across link {'-'.join(lf['link'])} down",
+                "time (s)",
+                "reply (1) / lost (0)",
+                lines=lines,
+                vline=lf["t_down_s"],
+                vline_label="link down",
+                step=True,
+            )
+        )
     if panels:
         path = save_panels(ctx.out_dir / "smoke.png", panels, title=m["fabric"]["name"])
         ctx.plots.append(path.name)
@@ -139,15 +170,27 @@ def all_pairs_ping(ctx: Context, fab: Fabric, label: str) -> None:
     recv = sum(r for _, r in results.values())
     loss = 100.0 * (sent - recv) / sent if sent else 100.0
     failed = sorted(f"{s}->{d}" for (s, d), (a, b) in results.items() if b < a)
-    ctx.metrics.setdefault("ping", {})[label] = {"pairs": len(results), "sent": sent,
-                                                 "received": recv, "loss_pct": loss,
-                                                 "lossy_pairs": failed[:20]}
+    ctx.metrics.setdefault("ping", {})[label] = {
+        "pairs": len(results),
+        "sent": sent,
+        "received": recv,
+        "loss_pct": loss,
+        "lossy_pairs": failed[:20],
+    }
     ctx.table(label, ["pairs", "sent", "received", "loss %"], [[len(results), sent, recv, loss]])
     expected_pairs = len(hosts) * (len(hosts) - 1)
-    ctx.check(f"{label}: every pair tested", len(results) == expected_pairs, len(results),
-              f"{expected_pairs} pairs")
-    ctx.check(f"{label}: 0% loss", sent > 0 and recv == sent, f"{loss:.2f}% loss"
-              + (f" ({', '.join(failed[:5])})" if failed else ""), "0% loss")
+    ctx.check(
+        f"{label}: every pair tested",
+        len(results) == expected_pairs,
+        len(results),
+        f"{expected_pairs} pairs",
+    )
+    ctx.check(
+        f"{label}: 0% loss",
+        sent > 0 and recv == sent,
+        f"{loss:.2f}% loss" + (f" ({', '.join(failed[:5])})" if failed else ""),
+        "0% loss",
+    )
 
 
 def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) -> None:
@@ -179,24 +222,40 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
     # Frame bits on the wire per goodput bit for MSS-sized TCP segments.
     mss = doc["start"].get("tcp_mss_default", 1448) or 1448
     wire = goodput * (mss + 66) / mss
-    windows = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(samples, samples[1:])
-               if t1 > t0]
+    windows = [
+        (b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(samples, samples[1:]) if t1 > t0
+    ]
     peak = max(windows) if windows else 0.0
     burst_bits = max(2 * 1514 * 8, rate_bps * MIN_BURST_S)  # the scheduler's burst allowance
     allowed = rate_bps * (1 + PACING_TOLERANCE) + burst_bits / 0.25
     t_first = samples[0][0] if samples else 0.0
-    ctx.metrics["tcp"] = {"src": src, "dst": dst, "goodput_bps": goodput, "wire_bps": wire,
-                          "retransmits": retrans, "peak_window_bps": peak,
-                          "windows_bps": windows,
-                          "window_end_s": [t - t_first for t, _ in samples[1:]]}
-    ctx.table(f"TCP {src} -> {dst} ({ctx.params['iperf_s']:.0f} s, one flow)",
-              ["goodput Mb/s", "on wire Mb/s", "link Mb/s", "of link", "peak 250ms Mb/s",
-               "retransmits"],
-              [[goodput / 1e6, wire / 1e6, rate_bps / 1e6, wire / rate_bps, peak / 1e6, retrans]])
-    ctx.check("TCP reaches >= 90% of link rate", wire >= 0.9 * rate_bps,
-              round(wire / rate_bps, 3), ">= 0.9 of the link rate (frames on the wire)")
-    ctx.check("pacing: never above link rate + burst", bool(windows) and peak <= allowed,
-              f"{peak / 1e6:.2f} Mb/s peak", f"<= {allowed / 1e6:.2f} Mb/s")
+    ctx.metrics["tcp"] = {
+        "src": src,
+        "dst": dst,
+        "goodput_bps": goodput,
+        "wire_bps": wire,
+        "retransmits": retrans,
+        "peak_window_bps": peak,
+        "windows_bps": windows,
+        "window_end_s": [t - t_first for t, _ in samples[1:]],
+    }
+    ctx.table(
+        f"TCP {src} -> {dst} ({ctx.params['iperf_s']:.0f} s, one flow)",
+        ["goodput Mb/s", "on wire Mb/s", "link Mb/s", "of link", "peak 250ms Mb/s", "retransmits"],
+        [[goodput / 1e6, wire / 1e6, rate_bps / 1e6, wire / rate_bps, peak / 1e6, retrans]],
+    )
+    ctx.check(
+        "TCP reaches >= 90% of link rate",
+        wire >= 0.9 * rate_bps,
+        round(wire / rate_bps, 3),
+        ">= 0.9 of the link rate (frames on the wire)",
+    )
+    ctx.check(
+        "pacing: never above link rate + burst",
+        bool(windows) and peak <= allowed,
+        f"{peak / 1e6:.2f} Mb/s peak",
+        f"<= {allowed / 1e6:.2f} Mb/s",
+    )
 
 
 def _spine_tx(fab: Fabric, graph, spines: list[str]) -> dict[str, int]:
@@ -210,19 +269,34 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
     tier = max(graph.nodes[n]["tier"] for n in fabric_mod.switches(graph))
     top = [n for n in fabric_mod.switches(graph) if graph.nodes[n]["tier"] == tier]
     before = _spine_tx(fab, graph, top)
-    doc = iperf.run(fab, src, dst, max(2.0, ctx.params["iperf_s"] / 2),
-                 parallel=ctx.params["ecmp_flows"], port=5202)
+    doc = iperf.run(
+        fab,
+        src,
+        dst,
+        max(2.0, ctx.params["iperf_s"] / 2),
+        parallel=ctx.params["ecmp_flows"],
+        port=5202,
+    )
     after = _spine_tx(fab, graph, top)
     carried = {sw: after[sw] - before[sw] for sw in top}
     total = sum(carried.values()) or 1
     used = [sw for sw, b in carried.items() if b > 0.05 * total]
-    ctx.metrics["ecmp"] = {"flows": ctx.params["ecmp_flows"], "bytes_per_top_switch": carried,
-                           "error": doc.get("error")}
-    ctx.table(f"ECMP: {ctx.params['ecmp_flows']} TCP flows {src} -> {dst}, bytes per "
-              f"top-tier switch", ["switch", "MB", "share"],
-              [[sw, b / 1e6, b / total] for sw, b in carried.items()])
-    ctx.check("ECMP spreads flows over more than one top-tier switch", len(used) > 1,
-              f"{len(used)} of {len(top)} carry > 5%", "> 1")
+    ctx.metrics["ecmp"] = {
+        "flows": ctx.params["ecmp_flows"],
+        "bytes_per_top_switch": carried,
+        "error": doc.get("error"),
+    }
+    ctx.table(
+        f"ECMP: {ctx.params['ecmp_flows']} TCP flows {src} -> {dst}, bytes per top-tier switch",
+        ["switch", "MB", "share"],
+        [[sw, b / 1e6, b / total] for sw, b in carried.items()],
+    )
+    ctx.check(
+        "ECMP spreads flows over more than one top-tier switch",
+        len(used) > 1,
+        f"{len(used)} of {len(top)} carry > 5%",
+        "> 1",
+    )
 
 
 def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
@@ -231,12 +305,19 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
     senders = [h for h in fabric_mod.hosts(graph) if graph.nodes[h]["leaf"] == leaf]
     uplinks = [n for n in graph.neighbors(leaf) if graph.nodes[n]["kind"] == "switch"]
     # The uplink that carries the most of src's traffic is the one to cut.
-    victim = max(uplinks, key=lambda n: sum(
-        p["tx_bytes"] for p in fab.switch_call(leaf, "ports")
-        if p["port_no"] == graph.edges[leaf, n]["ports"][leaf]))
+    victim = max(
+        uplinks,
+        key=lambda n: sum(
+            p["tx_bytes"]
+            for p in fab.switch_call(leaf, "ports")
+            if p["port_no"] == graph.edges[leaf, n]["ports"][leaf]
+        ),
+    )
     interval, duration = 0.02, 4.0
-    jobs = {h: fab.start("ping", src=h, dst=dst, interval_s=interval, duration_s=duration)
-            for h in senders}
+    jobs = {
+        h: fab.start("ping", src=h, dst=dst, interval_s=interval, duration_s=duration)
+        for h in senders
+    }
     count = jobs[senders[0]].count
     t0 = time.monotonic()
     time.sleep(1.0)  # let the pings establish before the cut (a schedule, not a wait)
@@ -248,23 +329,38 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
     outages = {h: r.longest_outage_s for h, r in results.items()}
     replies = {h: list(r.replied) for h, r in results.items()}
     status = fab.controller_status()
-    seen = [e for e in status.get("events", []) if e.get("kind") == "link_down"
-            and e.get("t", 0) >= wall_down - 0.5]
+    seen = [
+        e
+        for e in status.get("events", [])
+        if e.get("kind") == "link_down" and e.get("t", 0) >= wall_down - 0.5
+    ]
     if seen:
         ctx.metrics["controller_reaction_s"] = min(e["t"] for e in seen) - wall_down
-        ctx.event("controller saw link down",
-                  after_ms=round(1000 * ctx.metrics["controller_reaction_s"]))
+        ctx.event(
+            "controller saw link down", after_ms=round(1000 * ctx.metrics["controller_reaction_s"])
+        )
     worst = max(outages.values()) if outages else None
-    ctx.metrics["link_failure"] = {"link": [leaf, victim], "t_down_s": t_down,
-                                   "interval_s": interval, "count": count,
-                                   "outage_s": outages, "replies": replies,
-                                   "controller_events": seen[-4:]}
-    ctx.event("reachability restored", worst_outage_ms=round(1000 * worst) if worst is not None
-              else None)
-    ctx.table(f"link {leaf}-{victim} down at t={t_down:.2f} s, pings every "
-              f"{interval * 1000:.0f} ms to {dst}", ["sender", "longest outage ms"],
-              [[h, 1000 * o] for h, o in outages.items()])
-    ctx.check("reachability returns after link down (no restart)",
-              worst is not None and worst < duration - 1.5,
-              f"worst outage {1000 * worst:.0f} ms" if worst is not None else "no data",
-              f"< {1000 * (duration - 1.5):.0f} ms")
+    ctx.metrics["link_failure"] = {
+        "link": [leaf, victim],
+        "t_down_s": t_down,
+        "interval_s": interval,
+        "count": count,
+        "outage_s": outages,
+        "replies": replies,
+        "controller_events": seen[-4:],
+    }
+    ctx.event(
+        "reachability restored", worst_outage_ms=round(1000 * worst) if worst is not None else None
+    )
+    ctx.table(
+        f"link {leaf}-{victim} down at t={t_down:.2f} s, pings every "
+        f"{interval * 1000:.0f} ms to {dst}",
+        ["sender", "longest outage ms"],
+        [[h, 1000 * o] for h, o in outages.items()],
+    )
+    ctx.check(
+        "reachability returns after link down (no restart)",
+        worst is not None and worst < duration - 1.5,
+        f"worst outage {1000 * worst:.0f} ms" if worst is not None else "no data",
+        f"< {1000 * (duration - 1.5):.0f} ms",
+    )

@@ -85,27 +85,41 @@ from emu.telemetry import Panel, save_panels
 from emu.traffic import collectives, model
 from emu.traffic.rdma import RdmaHosts
 
-DESCRIPTION = ("one slow rank (compute or NIC): iteration time against its slowdown, ring vs "
-               "SHARP, vs the time predicted from link rate and bytes")
+DESCRIPTION = (
+    "one slow rank (compute or NIC): iteration time against its slowdown, ring vs "
+    "SHARP, vs the time predicted from link rate and bytes"
+)
 APPS = ("controllers.routing", "controllers.aggregation")
 STRAGGLER = "h1"
 
 PARAMS = {
     **fabric_params(rate_mbps=5.0),
-    "factors": Param("1,1.5,2,3,4", "the straggler's compute slowdowns s (1 = healthy; "
-                     "must include 1)"),
-    "nic_factors": Param("1,1.5", "the straggler's NIC slowdowns f (its link at rate / f; "
-                         "the PFC watchdog bounds f, see above)"),
+    "factors": Param(
+        "1,1.5,2,3,4", "the straggler's compute slowdowns s (1 = healthy; must include 1)"
+    ),
+    "nic_factors": Param(
+        "1,1.5",
+        "the straggler's NIC slowdowns f (its link at rate / f; "
+        "the PFC watchdog bounds f, see above)",
+    ),
     "compute_s": Param(0.5, "compute step C of every rank, seconds", min=0.01, max=60.0),
     "size": Param("256K", "all-reduce size per rank (bytes; K/M suffixes)"),
     "dtype": Param("float32", "float32 or int32", choices=("float32", "int32")),
     "iters": Param(3, "iterations per point", min=1, max=50),
     "algos": Param("ring,sharp", "comma list of ring, sharp"),
-    "tolerance": Param(0.10, "allowed error of T - compute, as a fraction of the predicted "
-                       "T_comm (the emulator's share; emu/fidelity.py sizes its limits "
-                       "for 10%)", min=0.0, max=1.0),
-    "dcqcn": Param(False, "DCQCN on the ring's queue pairs (on: a NIC straggler's queue "
-                   "cuts its neighbour below the slowest link, outside the model)"),
+    "tolerance": Param(
+        0.10,
+        "allowed error of T - compute, as a fraction of the predicted "
+        "T_comm (the emulator's share; emu/fidelity.py sizes its limits "
+        "for 10%)",
+        min=0.0,
+        max=1.0,
+    ),
+    "dcqcn": Param(
+        False,
+        "DCQCN on the ring's queue pairs (on: a NIC straggler's queue "
+        "cuts its neighbour below the slowest link, outside the model)",
+    ),
 }
 
 
@@ -117,8 +131,10 @@ def _factors(key: str, text: str, need_one: bool) -> list[float]:
     if not out or any(not 1 <= f < float("inf") for f in out):
         raise ScenarioError(f"parameter {key}={text!r}: a comma list of numbers >= 1")
     if need_one and 1.0 not in out:
-        raise ScenarioError(f"parameter {key}={text!r}: must include 1 (the healthy "
-                            "baseline whose T_comm is reported beside the prediction)")
+        raise ScenarioError(
+            f"parameter {key}={text!r}: must include 1 (the healthy "
+            "baseline whose T_comm is reported beside the prediction)"
+        )
     return out
 
 
@@ -134,16 +150,16 @@ class Point:
     """One measured point of the sweep and its prediction (times in seconds)."""
 
     algo: str
-    kind: str                 # "compute" or "nic"
+    kind: str  # "compute" or "nic"
     factor: float
-    iteration_s: float        # measured: the slowest rank's compute start -> result
-    allreduce_s: float        # measured: the slowest rank's first send -> result
-    compute_s: float          # the straggler's compute step: s x C (C for a NIC straggler)
-    predicted_comm_s: float   # emu/traffic/model.py
+    iteration_s: float  # measured: the slowest rank's compute start -> result
+    allreduce_s: float  # measured: the slowest rank's first send -> result
+    compute_s: float  # the straggler's compute step: s x C (C for a NIC straggler)
+    predicted_comm_s: float  # emu/traffic/model.py
     tolerance_s: float
-    per_iteration_s: tuple[float, ...] = ()   # the slowest rank's, iteration by iteration
-    retransmitted: int = 0    # frames or packets sent again, all ranks, all iterations
-    storms: int = 0           # PFC storms the switches' watchdogs declared meanwhile
+    per_iteration_s: tuple[float, ...] = ()  # the slowest rank's, iteration by iteration
+    retransmitted: int = 0  # frames or packets sent again, all ranks, all iterations
+    storms: int = 0  # PFC storms the switches' watchdogs declared meanwhile
 
     @property
     def model_s(self) -> float:
@@ -193,9 +209,16 @@ def run(ctx: Context) -> None:
     slow_rank = hosts.index(STRAGGLER)
 
     def predict(algo: str, nic_factor: float = 1.0) -> model.Prediction:
-        return model.predict_allreduce(algo, size, n, rate_bps, nic_factor=nic_factor,
-                                       slow_rank=slow_rank, itemsize=itemsize,
-                                       slice_bytes=collectives.DEFAULT_SLICE_BYTES)
+        return model.predict_allreduce(
+            algo,
+            size,
+            n,
+            rate_bps,
+            nic_factor=nic_factor,
+            slow_rank=slow_rank,
+            itemsize=itemsize,
+            slice_bytes=collectives.DEFAULT_SLICE_BYTES,
+        )
 
     points: list[Point] = []
     with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), seed=p["seed"], apps=APPS) as fab:
@@ -208,78 +231,146 @@ def run(ctx: Context) -> None:
                 else:
                     fab.faults.straggler(STRAGGLER, nic_factor=factor)
                 storms0 = _storms(fab)
-                (r,) = collectives.run_allreduce(fab, hosts, [size], dtype=p["dtype"],
-                                                 algo=algo, iters=p["iters"], compute_s=c)
+                (r,) = collectives.run_allreduce(
+                    fab, hosts, [size], dtype=p["dtype"], algo=algo, iters=p["iters"], compute_s=c
+                )
                 if r.wrong:
                     raise RuntimeError(f"{algo} {kind} x{factor:g}: {r.wrong} wrong elements")
                 if r.algo != algo:
-                    raise RuntimeError(f"{algo} ran as {r.algo} (the aggregation manager "
-                                       "refused the job)")
+                    raise RuntimeError(
+                        f"{algo} ran as {r.algo} (the aggregation manager refused the job)"
+                    )
                 pred = predict(algo, factor if kind == "nic" else 1.0)
-                per_iteration = tuple(max(v[i] for v in r.iter_s.values())
-                                      for i in range(r.iters))
-                pt = Point(algo, kind, factor, r.iteration_s, r.time_s,
-                           (factor if kind == "compute" else 1.0) * c, pred.time_s,
-                           p["tolerance"] * pred.time_s, per_iteration,
-                           sum(r.retransmitted.values()), _storms(fab) - storms0)
+                per_iteration = tuple(max(v[i] for v in r.iter_s.values()) for i in range(r.iters))
+                pt = Point(
+                    algo,
+                    kind,
+                    factor,
+                    r.iteration_s,
+                    r.time_s,
+                    (factor if kind == "compute" else 1.0) * c,
+                    pred.time_s,
+                    p["tolerance"] * pred.time_s,
+                    per_iteration,
+                    sum(r.retransmitted.values()),
+                    _storms(fab) - storms0,
+                )
                 points.append(pt)
-                ctx.log(f"  {algo} {pt.label}: iteration {pt.iteration_s * 1000:.0f} ms "
-                        f"(model {pt.model_s * 1000:.0f} ms), all-reduce "
-                        f"{pt.allreduce_s * 1000:.0f} ms")
-            fab.faults.straggler(STRAGGLER)   # healthy again for the next algorithm
+                ctx.log(
+                    f"  {algo} {pt.label}: iteration {pt.iteration_s * 1000:.0f} ms "
+                    f"(model {pt.model_s * 1000:.0f} ms), all-reduce "
+                    f"{pt.allreduce_s * 1000:.0f} ms"
+                )
+            fab.faults.straggler(STRAGGLER)  # healthy again for the next algorithm
         ctx.events.extend(fab.faults.events)
     _report(ctx, points, predict, c, size, n, rate_bps)
 
 
-def _report(ctx: Context, points: list[Point], predict, c: float, size: int, n: int,
-            rate_bps: float) -> None:
+def _report(
+    ctx: Context, points: list[Point], predict, c: float, size: int, n: int, rate_bps: float
+) -> None:
     tol = ctx.params["tolerance"]
     algos = list(dict.fromkeys(pt.algo for pt in points))
     ms = 1000.0
     for pt in points:
-        what = (f"{pt.factor:g} x C + predicted T_comm" if pt.kind == "compute"
-                else "C + T_comm predicted at the slowest link")
-        storms = (f"; the PFC watchdog declared {pt.storms} storm(s) meanwhile, outside the "
-                  "model" if pt.storms else "")
-        ctx.check(f"{pt.algo} {pt.label}: iteration = {what}", pt.passed,
-                  f"{pt.iteration_s * ms:.0f} ms (comm {pt.comm_s * ms:.0f} ms, "
-                  f"{pt.error * 100:+.1f}%{storms})",
-                  f"{pt.model_s * ms:.0f} ms = {pt.compute_s * ms:.0f} + "
-                  f"{pt.predicted_comm_s * ms:.0f} ms +- {pt.tolerance_s * ms:.0f} ms, i.e. "
-                  f"{tol * 100:.0f}% of T_comm: the emulator's lateness, see fidelity")
+        what = (
+            f"{pt.factor:g} x C + predicted T_comm"
+            if pt.kind == "compute"
+            else "C + T_comm predicted at the slowest link"
+        )
+        storms = (
+            f"; the PFC watchdog declared {pt.storms} storm(s) meanwhile, outside the model"
+            if pt.storms
+            else ""
+        )
+        ctx.check(
+            f"{pt.algo} {pt.label}: iteration = {what}",
+            pt.passed,
+            f"{pt.iteration_s * ms:.0f} ms (comm {pt.comm_s * ms:.0f} ms, "
+            f"{pt.error * 100:+.1f}%{storms})",
+            f"{pt.model_s * ms:.0f} ms = {pt.compute_s * ms:.0f} + "
+            f"{pt.predicted_comm_s * ms:.0f} ms +- {pt.tolerance_s * ms:.0f} ms, i.e. "
+            f"{tol * 100:.0f}% of T_comm: the emulator's lateness, see fidelity",
+        )
     baseline = {pt.algo: pt for pt in points if pt.kind == "compute" and pt.factor == 1.0}
-    ctx.table(f"iteration time with {STRAGGLER} a straggler, {n} ranks, {size} B all-reduce, "
-              f"C = {c * ms:.0f} ms; comm = iteration - compute",
-              ["algo", "straggler", "measured ms", "model ms", "comm ms", "predicted comm ms",
-               "comm error", "comm per iteration ms", "retransmitted", "PFC storms"],
-              [[pt.algo, pt.label, f"{pt.iteration_s * ms:.0f}", f"{pt.model_s * ms:.0f}",
-                f"{pt.comm_s * ms:.0f}", f"{pt.predicted_comm_s * ms:.0f}",
+    ctx.table(
+        f"iteration time with {STRAGGLER} a straggler, {n} ranks, {size} B all-reduce, "
+        f"C = {c * ms:.0f} ms; comm = iteration - compute",
+        [
+            "algo",
+            "straggler",
+            "measured ms",
+            "model ms",
+            "comm ms",
+            "predicted comm ms",
+            "comm error",
+            "comm per iteration ms",
+            "retransmitted",
+            "PFC storms",
+        ],
+        [
+            [
+                pt.algo,
+                pt.label,
+                f"{pt.iteration_s * ms:.0f}",
+                f"{pt.model_s * ms:.0f}",
+                f"{pt.comm_s * ms:.0f}",
+                f"{pt.predicted_comm_s * ms:.0f}",
                 f"{pt.error * 100:+.1f}%",
                 " ".join(f"{(t - pt.compute_s) * ms:.0f}" for t in pt.per_iteration_s),
-                pt.retransmitted, pt.storms]
-               for pt in points])
+                pt.retransmitted,
+                pt.storms,
+            ]
+            for pt in points
+        ],
+    )
     lines = []
     for algo in algos:
         pred = predict(algo)
-        load = max(pred.loads, key=lambda ld: ld.up_bytes)   # the busiest link
+        load = max(pred.loads, key=lambda ld: ld.up_bytes)  # the busiest link
         lines.append(
             f"{algo}: T_comm predicted {pred.time_s * ms:.1f} ms = {load.up_bytes} B of frames "
             f"per link each way ({load.payload_bytes} B of data, "
             f"{pred.goodput_fraction * 100:.1f}% of the frames) at {rate_bps / 1e6:g} Mbit/s"
-            + (f"; measured at s = 1: {baseline[algo].comm_s * ms:.1f} ms"
-               if algo in baseline else ""))
-    ctx.text("T_comm from the model (emu/traffic/model.py), a NIC straggler's f times it:\n"
-             + "\n".join("  " + line for line in lines))
-    ctx.metrics.update({
-        "compute_s": c, "size_bytes": size, "ranks": n, "link_rate_bps": rate_bps,
-        "points": [dict(asdict(pt), model_s=pt.model_s, comm_s=pt.comm_s, error=pt.error,
-                        passed=pt.passed) for pt in points],
-        "t_comm_s": {a: pt.comm_s for a, pt in baseline.items()},
-        # What `emu reproduce` quotes: iteration time per algorithm and compute factor.
-        "measured_s": {a: {str(pt.factor): pt.iteration_s for pt in points
-                           if pt.algo == a and pt.kind == "compute"} for a in algos},
-        "t_comm_predicted_s": {a: predict(a).time_s for a in algos},
-    })
+            + (
+                f"; measured at s = 1: {baseline[algo].comm_s * ms:.1f} ms"
+                if algo in baseline
+                else ""
+            )
+        )
+    ctx.text(
+        "T_comm from the model (emu/traffic/model.py), a NIC straggler's f times it:\n"
+        + "\n".join("  " + line for line in lines)
+    )
+    ctx.metrics.update(
+        {
+            "compute_s": c,
+            "size_bytes": size,
+            "ranks": n,
+            "link_rate_bps": rate_bps,
+            "points": [
+                dict(
+                    asdict(pt),
+                    model_s=pt.model_s,
+                    comm_s=pt.comm_s,
+                    error=pt.error,
+                    passed=pt.passed,
+                )
+                for pt in points
+            ],
+            "t_comm_s": {a: pt.comm_s for a, pt in baseline.items()},
+            # What `emu reproduce` quotes: iteration time per algorithm and compute factor.
+            "measured_s": {
+                a: {
+                    str(pt.factor): pt.iteration_s
+                    for pt in points
+                    if pt.algo == a and pt.kind == "compute"
+                }
+                for a in algos
+            },
+            "t_comm_predicted_s": {a: predict(a).time_s for a in algos},
+        }
+    )
     ctx.plots.append(plot(ctx.out_dir / "straggler.png", points).name)
 
 
@@ -289,13 +380,21 @@ def plot(path: Path, points: list[Point]) -> Path:
     What the checks judge: the compute step would dwarf it on an iteration-time axis.
     """
     panels = []
-    for kind, title, xlabel in (("compute", "compute straggler", "compute slowdown s"),
-                                ("nic", "NIC straggler (link at rate / f)", "NIC slowdown f")):
+    for kind, title, xlabel in (
+        ("compute", "compute straggler", "compute slowdown s"),
+        ("nic", "NIC straggler (link at rate / f)", "NIC slowdown f"),
+    ):
         series = {}
         for algo in dict.fromkeys(pt.algo for pt in points):
-            pts = sorted((pt for pt in points if pt.algo == algo and
-                          (pt.kind == kind or (pt.kind == "compute" and pt.factor == 1.0))),
-                         key=lambda pt: pt.factor)
+            pts = sorted(
+                (
+                    pt
+                    for pt in points
+                    if pt.algo == algo
+                    and (pt.kind == kind or (pt.kind == "compute" and pt.factor == 1.0))
+                ),
+                key=lambda pt: pt.factor,
+            )
             if len(pts) < 2 and kind == "nic":
                 continue
             xs = [pt.factor for pt in pts]

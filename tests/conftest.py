@@ -46,12 +46,18 @@ def leftovers(held: Iterable[registry.Run] = ()) -> dict:
     """
     held = list(held)
     held_intfs = {name for run in held for name in run.interfaces}
-    held_pids = {e["pid"] for run in held for e in run.pids
-                 if registry.same_process(e["pid"], e.get("start_time"))}
-    intfs = sorted(n for n in os.listdir("/sys/class/net")
-                   if FABRIC_INTF.match(n) and n not in held_intfs)
-    ps = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True,
-                        check=True).stdout
+    held_pids = {
+        e["pid"]
+        for run in held
+        for e in run.pids
+        if registry.same_process(e["pid"], e.get("start_time"))
+    }
+    intfs = sorted(
+        n for n in os.listdir("/sys/class/net") if FABRIC_INTF.match(n) and n not in held_intfs
+    )
+    ps = subprocess.run(
+        ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True
+    ).stdout
     parent, args = {}, {}
     for line in ps.splitlines():
         fields = line.split(None, 2)
@@ -68,8 +74,11 @@ def leftovers(held: Iterable[registry.Run] = ()) -> dict:
             pid = parent[pid]
         return False
 
-    procs = [f"{pid} {cmd}" for pid, cmd in args.items()
-             if any(p in cmd for p in EMU_PROCESSES) and not held_by_a_run(pid)]
+    procs = [
+        f"{pid} {cmd}"
+        for pid, cmd in args.items()
+        if any(p in cmd for p in EMU_PROCESSES) and not held_by_a_run(pid)
+    ]
     held_ids = {run.run_id for run in held}
     runs = [r.run_id for r in registry.load_runs() if r.run_id not in held_ids]
     return {"interfaces": intfs, "processes": procs, "runs": runs}
@@ -92,8 +101,9 @@ class LeakCheck:
         found = leftovers(r for r in _own_live_runs() if r.run_id in self.held)
         present = {(kind, item) for kind, items in found.items() for item in items}
         _REPORTED.intersection_update(present)  # a name that went and came back is news again
-        new = {kind: [i for i in items if (kind, i) not in _REPORTED]
-               for kind, items in found.items()}
+        new = {
+            kind: [i for i in items if (kind, i) not in _REPORTED] for kind, items in found.items()
+        }
         _REPORTED.update(present)
         # A leaked fabric of this process would break every later fabric (its
         # interface names are taken): remove it, by its manifest, once reported.

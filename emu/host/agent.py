@@ -56,12 +56,17 @@ class Agent:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.name = args.name
-        cfg = NicConfig(mac=args.mac, ip=args.ip, rate_bps=args.rate_bps,
-                        dcqcn=not args.no_dcqcn, modelled_rate_bps=args.modelled_rate_bps)
+        cfg = NicConfig(
+            mac=args.mac,
+            ip=args.ip,
+            rate_bps=args.rate_bps,
+            dcqcn=not args.no_dcqcn,
+            modelled_rate_bps=args.modelled_rate_bps,
+        )
         self.started = time.monotonic()
         self.rnic = Rnic(cfg, now=self.started)
         self.link_rate_bps = cfg.rate_bps
-        self.compute_factor = 1.0   # > 1: a straggler (faults.straggler)
+        self.compute_factor = 1.0  # > 1: a straggler (faults.straggler)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.bind((args.intf, ETH_P_ALL))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
@@ -77,8 +82,9 @@ class Agent:
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             self.sinks.append(sink)
         self.intf = args.intf
-        self.fidelity = ProcessFidelity(self.name, "nic", {0: self.rnic.clock},
-                                        self.rnic.clock.frame_s, self.started)
+        self.fidelity = ProcessFidelity(
+            self.name, "nic", {0: self.rnic.clock}, self.rnic.clock.frame_s, self.started
+        )
         self.fidelity.port_names = {0: args.intf}
         # select(2), not epoll: epoll_wait's timeout is whole milliseconds, so a
         # loop that sleeps until the next frame's slot woke up to 1 ms late
@@ -86,52 +92,77 @@ class Agent:
         # takes microseconds, and a switch has a handful of descriptors.
         self.sel = selectors.SelectSelector()
         self.sel.register(self.sock, selectors.EVENT_READ, "port")
-        self.mgmt = MgmtServer(args.mgmt, {
-            "info": lambda: {"name": self.name, "ip": cfg.ip, "mac": cfg.mac,
-                             "rate_bps": cfg.rate_bps},
-            "connect": self._connect,
-            "post_send": self._post_send,
-            "post_write": self._post_write,
-            "poll_completions": self._poll_completions,
-            "stats": self._stats,
-            "samples": lambda since=0: [s for s in self.samples if s[0] >= since],
-            "set": self._set,
-            "coll_setup": self._coll_setup,
-            "coll_start": self._coll_start,
-            "coll_status": self._coll_status,
-            "coll_clear": self._coll_clear,
-            "coll_list": lambda: sorted(self.jobs),
-            "fidelity": self._fidelity,
-            "fidelity_reset": lambda: self.fidelity.reset(time.monotonic()),
-        }, worker_init=realtime.normal_for_this_thread)
+        self.mgmt = MgmtServer(
+            args.mgmt,
+            {
+                "info": lambda: {
+                    "name": self.name,
+                    "ip": cfg.ip,
+                    "mac": cfg.mac,
+                    "rate_bps": cfg.rate_bps,
+                },
+                "connect": self._connect,
+                "post_send": self._post_send,
+                "post_write": self._post_write,
+                "poll_completions": self._poll_completions,
+                "stats": self._stats,
+                "samples": lambda since=0: [s for s in self.samples if s[0] >= since],
+                "set": self._set,
+                "coll_setup": self._coll_setup,
+                "coll_start": self._coll_start,
+                "coll_status": self._coll_status,
+                "coll_clear": self._coll_clear,
+                "coll_list": lambda: sorted(self.jobs),
+                "fidelity": self._fidelity,
+                "fidelity_reset": lambda: self.fidelity.reset(time.monotonic()),
+            },
+            worker_init=realtime.normal_for_this_thread,
+        )
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, "mgmt-listen")
         self.sel.register(self.mgmt.done_reader, selectors.EVENT_READ, "mgmt-done")
         self.samples: list = []
         self.tx_errors = 0
         self.stopping = False
         self.jobs: dict[str, CollectiveRank] = {}
-        self.job_errors: dict[str, str] = {}    # jobs whose hook raised
-        self._qp_owner: dict[int, str] = {}      # receive QP -> the job that consumes it
-        self._frame_takers: list[str] = []       # jobs with on_frame
-        self._frame_makers: list[str] = []       # jobs with next_frame
+        self.job_errors: dict[str, str] = {}  # jobs whose hook raised
+        self._qp_owner: dict[int, str] = {}  # receive QP -> the job that consumes it
+        self._frame_takers: list[str] = []  # jobs with on_frame
+        self._frame_makers: list[str] = []  # jobs with next_frame
 
     # ----- management -------------------------------------------------------
 
-    def _connect(self, qpn: int, peer_qpn: int, peer_mac: str, peer_ip: str,
-                 udp_sport: int, max_rate_bps: float | None = None) -> dict:
-        self.rnic.connect(int(qpn), int(peer_qpn), peer_mac, peer_ip, int(udp_sport),
-                          time.monotonic(), max_rate_bps=max_rate_bps)
+    def _connect(
+        self,
+        qpn: int,
+        peer_qpn: int,
+        peer_mac: str,
+        peer_ip: str,
+        udp_sport: int,
+        max_rate_bps: float | None = None,
+    ) -> dict:
+        self.rnic.connect(
+            int(qpn),
+            int(peer_qpn),
+            peer_mac,
+            peer_ip,
+            int(udp_sport),
+            time.monotonic(),
+            max_rate_bps=max_rate_bps,
+        )
         return {"qpn": qpn}
 
     def _post_send(self, qpn: int, size_bytes: int, count: int = 1) -> list[int]:
         now = time.monotonic()
         return [self.rnic.post_send(int(qpn), int(size_bytes), now) for _ in range(int(count))]
 
-    def _post_write(self, qpn: int, size_bytes: int, count: int = 1, remote_va: int = 0,
-                    rkey: int = 0) -> list[int]:
+    def _post_write(
+        self, qpn: int, size_bytes: int, count: int = 1, remote_va: int = 0, rkey: int = 0
+    ) -> list[int]:
         now = time.monotonic()
-        return [self.rnic.post_write(int(qpn), int(size_bytes), now, int(remote_va), int(rkey))
-                for _ in range(int(count))]
+        return [
+            self.rnic.post_write(int(qpn), int(size_bytes), now, int(remote_va), int(rkey))
+            for _ in range(int(count))
+        ]
 
     def _poll_completions(self, qpn: int, max_entries: int = 1024) -> list[dict]:
         """Completions not polled before, oldest first (like ibv_poll_cq)."""
@@ -139,8 +170,14 @@ class Agent:
         if qp is None:
             raise ValueError(f"unknown QP {qpn}")
         done, qp.completed[:] = qp.completed[:max_entries], qp.completed[max_entries:]
-        return [{"msg_id": m.msg_id, "size_bytes": m.size_bytes,
-                 "latency_s": m.completed_at - m.posted_at} for m in done]
+        return [
+            {
+                "msg_id": m.msg_id,
+                "size_bytes": m.size_bytes,
+                "latency_s": m.completed_at - m.posted_at,
+            }
+            for m in done
+        ]
 
     def _stats(self) -> dict:
         now = time.monotonic()
@@ -149,9 +186,14 @@ class Agent:
         st["tx_errors"] = self.tx_errors
         return st
 
-    def _set(self, drain_rate_bps: float | None = None, stuck: bool | None = None,
-             unlimited_drain: bool = False, compute_factor: float | None = None,
-             rate_bps: float | None = None) -> dict:
+    def _set(
+        self,
+        drain_rate_bps: float | None = None,
+        stuck: bool | None = None,
+        unlimited_drain: bool = False,
+        compute_factor: float | None = None,
+        rate_bps: float | None = None,
+    ) -> dict:
         """Faults: a slow receiver (drain rate), a stuck NIC (no drain, continuous PAUSE),
         a straggler (every collective's compute step `compute_factor` times longer) or a
         slower NIC (`rate_bps`, the wire pacing; its link's rate restores it)."""
@@ -173,8 +215,12 @@ class Agent:
             self.rnic.cfg.drain_rate_bps = None
         if stuck is not None:
             self.rnic.stuck = bool(stuck)
-        return {"drain_rate_bps": self.rnic.cfg.drain_rate_bps, "stuck": self.rnic.stuck,
-                "compute_factor": self.compute_factor, "rate_bps": self.rnic.cfg.rate_bps}
+        return {
+            "drain_rate_bps": self.rnic.cfg.drain_rate_bps,
+            "stuck": self.rnic.stuck,
+            "compute_factor": self.compute_factor,
+            "rate_bps": self.rnic.cfg.rate_bps,
+        }
 
     def _read_kernel_drops(self) -> None:
         try:
@@ -199,15 +245,14 @@ class Agent:
         """
         spec = CollectiveSpec.from_args(args)
         self._no_job_yet(spec.job)
-        return Deferred(lambda: RankData.build(spec),
-                        lambda data: self._coll_install(spec, data))
+        return Deferred(lambda: RankData.build(spec), lambda data: self._coll_install(spec, data))
 
     def _no_job_yet(self, job: str) -> None:
         if job in self.jobs:
             raise ValueError(f"job {job!r} exists; coll_clear it first")
 
     def _coll_install(self, spec: CollectiveSpec, data: RankData) -> dict:
-        self._no_job_yet(spec.job)   # again: another setup of it may have finished first
+        self._no_job_yet(spec.job)  # again: another setup of it may have finished first
         job = CollectiveRank(spec, self.rnic, data)
         busy = {q: self._qp_owner[q] for q in job.recv_qpns if q in self._qp_owner}
         if busy:
@@ -218,8 +263,12 @@ class Agent:
         job.compute_factor = self.compute_factor
         self.jobs[spec.job] = job
         self._refresh_hooks()
-        return {"job": spec.job, "rank": spec.rank, "recv_qpns": list(job.recv_qpns),
-                "tx_qpns": list(job.tx_qpns)}
+        return {
+            "job": spec.job,
+            "rank": spec.rank,
+            "recv_qpns": list(job.recv_qpns),
+            "tx_qpns": list(job.tx_qpns),
+        }
 
     def _coll_start(self, job: str, at: float | None = None) -> dict:
         """Start `job` at wall-clock time `at` (time.time() seconds; None or past: now).
@@ -244,6 +293,7 @@ class Agent:
         def recorded(outcomes):
             j.record_checks(outcomes)
             return self._status_of(job, j)
+
         return Deferred(j.check_work(), recorded)
 
     def _status_of(self, job: str, j: CollectiveRank) -> dict:
@@ -274,14 +324,21 @@ class Agent:
 
     def _refresh_hooks(self) -> None:
         live = [name for name in self.jobs if name not in self.job_errors]
-        self._frame_takers = [n for n in live if getattr(self.jobs[n], "wants_frames",
-                                                         hasattr(self.jobs[n], "on_frame"))]
-        self._frame_makers = [n for n in live if getattr(self.jobs[n], "sends_frames",
-                                                         hasattr(self.jobs[n], "next_frame"))]
+        self._frame_takers = [
+            n
+            for n in live
+            if getattr(self.jobs[n], "wants_frames", hasattr(self.jobs[n], "on_frame"))
+        ]
+        self._frame_makers = [
+            n
+            for n in live
+            if getattr(self.jobs[n], "sends_frames", hasattr(self.jobs[n], "next_frame"))
+        ]
 
     def _job_failed(self, name: str, exc: Exception) -> None:
-        log.warning("collective job %s failed: %s", name, exc,
-                    exc_info=log.isEnabledFor(logging.DEBUG))
+        log.warning(
+            "collective job %s failed: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG)
+        )
         self.job_errors[name] = f"{type(exc).__name__}: {exc}"
         fail = getattr(self.jobs[name], "fail", None)
         if fail is not None:
@@ -350,10 +407,14 @@ class Agent:
             self.tx_errors += 1  # as if lost on the wire: go-back-N recovers
 
     def _sample(self, now: float) -> None:
-        self.samples.append((now, {q: qp.tx_bytes for q, qp in self.rnic.send_qps.items()},
-                             {q: qp.rx_bytes for q, qp in self.rnic.recv_qps.items()},
-                             {q: (qp.rp.rate_bps if qp.rp else None)
-                              for q, qp in self.rnic.send_qps.items()}))
+        self.samples.append(
+            (
+                now,
+                {q: qp.tx_bytes for q, qp in self.rnic.send_qps.items()},
+                {q: qp.rx_bytes for q, qp in self.rnic.recv_qps.items()},
+                {q: (qp.rp.rate_bps if qp.rp else None) for q, qp in self.rnic.send_qps.items()},
+            )
+        )
         del self.samples[:-6000]
 
     def run(self) -> None:
@@ -361,9 +422,9 @@ class Agent:
         next_sample = time.monotonic()
         conns = {}
         loop = self.fidelity.loop
-        awake_since = time.monotonic()   # when the loop last came back from select()
+        awake_since = time.monotonic()  # when the loop last came back from select()
         awake_cpu = time.thread_time()
-        work: list = []                  # what this pass did (names the longest stall)
+        work: list = []  # what this pass did (names the longest stall)
         while not self.stopping:
             now = time.monotonic()
             for frame in rnic.tick(now):
@@ -381,18 +442,33 @@ class Agent:
                 self._read_kernel_drops()
                 next_sample = now + SAMPLE_S
             wire_due = rnic.next_wakeup(now)
-            deadline = min(t for t in (wire_due, rnic.next_tick(), next_sample,
-                                       now + MAX_IDLE_S,
-                                       self._jobs_wakeup(now) if self.jobs else None)
-                           if t is not None)
+            deadline = min(
+                t
+                for t in (
+                    wire_due,
+                    rnic.next_tick(),
+                    next_sample,
+                    now + MAX_IDLE_S,
+                    self._jobs_wakeup(now) if self.jobs else None,
+                )
+                if t is not None
+            )
             asleep_at = time.monotonic()
             worked_cpu = time.thread_time() - awake_cpu
             timeout = max(0.0, deadline - asleep_at)
             ready = self.sel.select(timeout)
             woke = time.monotonic()
             awake_cpu = time.thread_time()
-            loop.woke(awake_since, asleep_at, timeout, woke, wire_due,
-                      any(key.data == "port" for key, _ in ready), work, worked_cpu)
+            loop.woke(
+                awake_since,
+                asleep_at,
+                timeout,
+                woke,
+                wire_due,
+                any(key.data == "port" for key, _ in ready),
+                work,
+                worked_cpu,
+            )
             awake_since = woke
             work = ["mgmt" if key.data != "port" else "port" for key, _ in ready]
             if self.jobs:
@@ -427,8 +503,12 @@ class Agent:
                 return
             except OSError:
                 return
-            if self._frame_takers and not roce.is_rocev2(frame) and \
-                    not pfc.is_mac_control(frame) and self._offer_frame(frame, now):
+            if (
+                self._frame_takers
+                and not roce.is_rocev2(frame)
+                and not pfc.is_mac_control(frame)
+                and self._offer_frame(frame, now)
+            ):
                 continue
             try:
                 replies = self.rnic.receive(frame, now)
@@ -449,12 +529,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modelled-rate-bps", type=float, default=25e9)
     p.add_argument("--no-dcqcn", action="store_true")
     p.add_argument("--mgmt", required=True)
-    p.add_argument("--rt-priority", type=int, default=0,
-                   help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling")
+    p.add_argument(
+        "--rt-priority",
+        type=int,
+        default=0,
+        help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     die_with_parent()
     sched = realtime.apply(args.rt_priority)
     # The management worker (a collective's setup, emu/mgmt.py) shares the GIL
@@ -464,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(args)
     agent.fidelity.sched = sched
     stop_on_signals(agent)
-    GcMonitor.freeze()   # set up: keep it out of every later collection (emu/fidelity.py)
+    GcMonitor.freeze()  # set up: keep it out of every later collection (emu/fidelity.py)
     agent.run()
     return 0
 

@@ -78,21 +78,33 @@ class CollectiveSpec:
 
         check(isinstance(self.job, str) and self.job != "", "job", "a non-empty string")
         check(is_int(self.nranks) and self.nranks >= 1, "nranks", "an integer >= 1")
-        check(is_int(self.rank) and 0 <= self.rank < self.nranks, "rank",
-              f"an integer in 0..{self.nranks - 1}")
+        check(
+            is_int(self.rank) and 0 <= self.rank < self.nranks,
+            "rank",
+            f"an integer in 0..{self.nranks - 1}",
+        )
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         check(is_int(self.count) and self.count >= 1, "count", "an integer >= 1")
         check(is_int(self.seed), "seed", "an integer")
         check(self.algo in ALGORITHMS, "algo", f"one of {sorted(ALGORITHMS)}")
         check(is_int(self.iters) and self.iters >= 1, "iters", "an integer >= 1")
-        check(isinstance(self.compute_s, (int, float)) and 0 <= self.compute_s < math.inf,
-              "compute_s", "a finite number >= 0")
-        check(is_int(self.slice_bytes) and DTYPES[self.dtype].itemsize <= self.slice_bytes
-              <= MAX_SLICE_BYTES, "slice_bytes", f"an integer in {DTYPES[self.dtype].itemsize}.."
-              f"{MAX_SLICE_BYTES}")
+        check(
+            isinstance(self.compute_s, (int, float)) and 0 <= self.compute_s < math.inf,
+            "compute_s",
+            "a finite number >= 0",
+        )
+        check(
+            is_int(self.slice_bytes)
+            and DTYPES[self.dtype].itemsize <= self.slice_bytes <= MAX_SLICE_BYTES,
+            "slice_bytes",
+            f"an integer in {DTYPES[self.dtype].itemsize}..{MAX_SLICE_BYTES}",
+        )
         for name in ("send_qpn", "recv_qpn"):
-            check(getattr(self, name) is None or is_int(getattr(self, name)), name,
-                  "an integer QP number")
+            check(
+                getattr(self, name) is None or is_int(getattr(self, name)),
+                name,
+                "an integer QP number",
+            )
         check(isinstance(self.options, Mapping), "options", "a mapping")
 
     @classmethod
@@ -106,8 +118,6 @@ class CollectiveSpec:
         if missing:
             raise ValueError(f"missing key(s) {missing}")
         return cls(**args)
-
-
 
 
 class Algorithm(Protocol):
@@ -145,8 +155,8 @@ class Algorithm(Protocol):
 
 # name -> factory(spec, rnic, input) of one iteration. SHARP-like aggregation plugs in here.
 ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = {
-    "ring": RingOnNic,     # the ring on the NIC's queue pairs (emu/host/ring.py)
-    "sharp": SharpOnNic,   # in-network aggregation (emu/host/sharp.py)
+    "ring": RingOnNic,  # the ring on the NIC's queue pairs (emu/host/ring.py)
+    "sharp": SharpOnNic,  # in-network aggregation (emu/host/sharp.py)
 }  # the same names as collectives.ALGORITHM_NAMES, which run_allreduce checks
 
 
@@ -164,8 +174,10 @@ class RankData:
 
     @classmethod
     def build(cls, spec: CollectiveSpec) -> RankData:
-        return cls(rank_input(spec.seed, spec.rank, spec.count, spec.dtype),
-                   expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype))
+        return cls(
+            rank_input(spec.seed, spec.rank, spec.count, spec.dtype),
+            expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype),
+        )
 
 
 class CollectiveRank:
@@ -209,18 +221,18 @@ class CollectiveRank:
         # The agent offers frames / asks for frames only to jobs that use them.
         self.wants_frames = hasattr(self.algo, "on_frame")
         self.sends_frames = hasattr(self.algo, "next_frame")
-        self.state = "ready"   # ready -> scheduled -> compute -> running -> ... -> done | failed
+        self.state = "ready"  # ready -> scheduled -> compute -> running -> ... -> done | failed
         self.error: str | None = None
-        self.wake_at: float | None = None    # when `tick` has work
+        self.wake_at: float | None = None  # when `tick` has work
         self.compute_until = 0.0
         self.iteration = 0
         self.iter_began = 0.0
         self.first_post = 0.0
         self.early: deque = deque()
-        self.elapsed_s: list[float] = []   # per iteration: first post -> last receive
-        self.iter_s: list[float] = []      # per iteration: compute start -> last receive
-        self.wrong: list[int] = []         # per iteration
-        self.digest: int | None = None     # crc32 of the last result: equal on every rank
+        self.elapsed_s: list[float] = []  # per iteration: first post -> last receive
+        self.iter_s: list[float] = []  # per iteration: compute start -> last receive
+        self.wrong: list[int] = []  # per iteration
+        self.digest: int | None = None  # crc32 of the last result: equal on every rank
         self._unchecked: list[np.ndarray] = []  # results not yet compared with the sum
         self.frames_sent = 0
         self.frame_bytes_sent = 0
@@ -228,7 +240,7 @@ class CollectiveRank:
         # Retransmissions of algorithms that send their own frames (SHARP's
         # timed-out chunks), over finished iterations; RoCE QPs count their own.
         self.frames_retransmitted = 0
-        self.compute_factor = 1.0   # the agent's straggler factor (faults.straggler)
+        self.compute_factor = 1.0  # the agent's straggler factor (faults.straggler)
         self._tx0 = self._tx_counters()
 
     # ----- the hook ---------------------------------------------------------
@@ -272,8 +284,9 @@ class CollectiveRank:
     def on_message(self, qpn: int, msn: int, data: bytes, now: float) -> None:
         if self.state != "running":
             if self.state in ("done", "failed"):
-                raise ValueError(f"job {self.spec.job!r} is {self.state}: unexpected message "
-                                 f"on QP {qpn}")
+                raise ValueError(
+                    f"job {self.spec.job!r} is {self.state}: unexpected message on QP {qpn}"
+                )
             self.early.append((qpn, data))
             return
         self._deliver(qpn, data, now)
@@ -340,19 +353,31 @@ class CollectiveRank:
         tx = self._tx_counters()
         t0 = self._tx0
         return {
-            "job": self.spec.job, "rank": self.spec.rank, "nranks": self.spec.nranks,
-            "algo": self.spec.algo, "dtype": self.spec.dtype, "count": self.spec.count,
-            "state": self.state, "done": self.state == "done", "error": self.error,
-            "iters": self.spec.iters, "iters_done": len(self.elapsed_s),
-            "elapsed_s": list(self.elapsed_s), "iter_s": list(self.iter_s),
-            "wrong": max(self.wrong) if self.wrong else None, "wrong_per_iter": list(self.wrong),
+            "job": self.spec.job,
+            "rank": self.spec.rank,
+            "nranks": self.spec.nranks,
+            "algo": self.spec.algo,
+            "dtype": self.spec.dtype,
+            "count": self.spec.count,
+            "state": self.state,
+            "done": self.state == "done",
+            "error": self.error,
+            "iters": self.spec.iters,
+            "iters_done": len(self.elapsed_s),
+            "elapsed_s": list(self.elapsed_s),
+            "iter_s": list(self.iter_s),
+            "wrong": max(self.wrong) if self.wrong else None,
+            "wrong_per_iter": list(self.wrong),
             "digest": self.digest,
-            "tx_payload_bytes": tx["tx_payload_bytes"] - t0["tx_payload_bytes"]
+            "tx_payload_bytes": tx["tx_payload_bytes"]
+            - t0["tx_payload_bytes"]
             + self.frame_payload_bytes,
             "tx_frame_bytes": tx["tx_bytes"] - t0["tx_bytes"] + self.frame_bytes_sent,
             "tx_packets": tx["tx_packets"] - t0["tx_packets"] + self.frames_sent,
-            "retransmitted": tx["retransmitted"] - t0["retransmitted"]
-            + self.frames_retransmitted + self._algo_retransmitted(),
+            "retransmitted": tx["retransmitted"]
+            - t0["retransmitted"]
+            + self.frames_retransmitted
+            + self._algo_retransmitted(),
             "early_messages": len(self.early),
         }
 

@@ -33,7 +33,7 @@ import numpy as np
 # Little-endian on the wire and in memory, whatever the machine.
 DTYPES = {"int32": np.dtype("<i4"), "float32": np.dtype("<f4")}
 _DTYPE_ALIASES = {"int32": "int32", "int": "int32", "float32": "float32", "float": "float32"}
-FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
+FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 
 
 def is_int(value: Any) -> bool:
@@ -84,7 +84,7 @@ def rank_input(seed: int, rank: int, count: int, dtype: str) -> np.ndarray:
 class ExpectedSum:
     """The exact all-reduce result of a job and how far a correct result may be from it."""
 
-    exact: np.ndarray             # int32 (wrapped) or float64 (exact: float32 terms on a 2**-23 grid)
+    exact: np.ndarray  # int32 (wrapped) or float64 (exact: float32 terms on a 2**-23 grid)
     tolerance: np.ndarray | None  # float32 only: per element bound on |result - exact|
 
     def wrong(self, result: np.ndarray) -> int:

@@ -48,8 +48,7 @@ def _check(cond: bool, key: str, value: Any, allowed: str) -> None:
 
 
 def _is_num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -111,30 +110,61 @@ class DcqcnSpec:
     min_rate_bps: float | None = None
 
     def __post_init__(self) -> None:
-        _check(_is_num(self.line_rate_bps) and self.line_rate_bps > 0, "line_rate_bps",
-               self.line_rate_bps, "a positive emulated rate in bit/s")
-        _check(_is_num(self.time_scale) and self.time_scale > 0, "time_scale",
-               self.time_scale, "a positive factor (emulated seconds per modelled second)")
+        _check(
+            _is_num(self.line_rate_bps) and self.line_rate_bps > 0,
+            "line_rate_bps",
+            self.line_rate_bps,
+            "a positive emulated rate in bit/s",
+        )
+        _check(
+            _is_num(self.time_scale) and self.time_scale > 0,
+            "time_scale",
+            self.time_scale,
+            "a positive factor (emulated seconds per modelled second)",
+        )
         _check(_is_num(self.g) and 0 < self.g < 1, "g", self.g, "a gain in (0, 1), e.g. 1/256")
-        _check(_is_num(self.alpha_init) and 0 <= self.alpha_init <= 1, "alpha_init",
-               self.alpha_init, "a value in [0, 1]")
+        _check(
+            _is_num(self.alpha_init) and 0 <= self.alpha_init <= 1,
+            "alpha_init",
+            self.alpha_init,
+            "a value in [0, 1]",
+        )
         for key in ("alpha_period_s", "increase_period_s", "cnp_interval_s"):
             value = getattr(self, key)
-            _check(_is_num(value) and value > 0, key, value,
-                   "a positive modelled time in seconds (e.g. 55e-6)")
-        _check(isinstance(self.byte_counter_bytes, int) and self.byte_counter_bytes > 0,
-               "byte_counter_bytes", self.byte_counter_bytes, "a positive integer byte count")
-        _check(isinstance(self.fast_recovery_steps, int) and self.fast_recovery_steps >= 0,
-               "fast_recovery_steps", self.fast_recovery_steps, "an integer >= 0")
+            _check(
+                _is_num(value) and value > 0,
+                key,
+                value,
+                "a positive modelled time in seconds (e.g. 55e-6)",
+            )
+        _check(
+            isinstance(self.byte_counter_bytes, int) and self.byte_counter_bytes > 0,
+            "byte_counter_bytes",
+            self.byte_counter_bytes,
+            "a positive integer byte count",
+        )
+        _check(
+            isinstance(self.fast_recovery_steps, int) and self.fast_recovery_steps >= 0,
+            "fast_recovery_steps",
+            self.fast_recovery_steps,
+            "an integer >= 0",
+        )
         for key in ("rate_ai_bps", "rate_hai_bps"):
             value = getattr(self, key)
             if value is not None:
-                _check(_is_num(value) and 0 < value <= self.modelled_line_rate_bps, key, value,
-                       f"None or a modelled rate in (0, {self.modelled_line_rate_bps:g}] bit/s")
+                _check(
+                    _is_num(value) and 0 < value <= self.modelled_line_rate_bps,
+                    key,
+                    value,
+                    f"None or a modelled rate in (0, {self.modelled_line_rate_bps:g}] bit/s",
+                )
         if self.min_rate_bps is not None:
-            _check(_is_num(self.min_rate_bps) and 0 < self.min_rate_bps
-                   < self.modelled_line_rate_bps, "min_rate_bps", self.min_rate_bps,
-                   f"None or a modelled rate in (0, {self.modelled_line_rate_bps:g}) bit/s")
+            _check(
+                _is_num(self.min_rate_bps) and 0 < self.min_rate_bps < self.modelled_line_rate_bps,
+                "min_rate_bps",
+                self.min_rate_bps,
+                f"None or a modelled rate in (0, {self.modelled_line_rate_bps:g}) bit/s",
+            )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DcqcnSpec:
@@ -142,13 +172,16 @@ class DcqcnSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"unknown DcqcnSpec key(s) {', '.join(unknown)}; "
-                              f"allowed: {', '.join(sorted(known))}")
+            raise ConfigError(
+                f"unknown DcqcnSpec key(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(known))}"
+            )
         return cls(**data)
 
     @classmethod
-    def from_hardware(cls, line_rate_bps: float, modelled_rate_bps: float,
-                      **overrides: Any) -> DcqcnSpec:
+    def from_hardware(
+        cls, line_rate_bps: float, modelled_rate_bps: float, **overrides: Any
+    ) -> DcqcnSpec:
         """A spec for an emulated link of `line_rate_bps` that models `modelled_rate_bps`.
 
         Args:
@@ -168,16 +201,30 @@ class DcqcnSpec:
             >>> spec.time_scale, round(spec.effective().increase_period_s, 6)
             (4000.0, 0.22)
         """
-        _check(_is_num(modelled_rate_bps) and modelled_rate_bps > 0, "modelled_rate_bps",
-               modelled_rate_bps, "a positive hardware rate in bit/s")
-        _check(_is_num(line_rate_bps) and line_rate_bps > 0, "line_rate_bps",
-               line_rate_bps, "a positive emulated rate in bit/s")
+        _check(
+            _is_num(modelled_rate_bps) and modelled_rate_bps > 0,
+            "modelled_rate_bps",
+            modelled_rate_bps,
+            "a positive hardware rate in bit/s",
+        )
+        _check(
+            _is_num(line_rate_bps) and line_rate_bps > 0,
+            "line_rate_bps",
+            line_rate_bps,
+            "a positive emulated rate in bit/s",
+        )
         for key in ("time_scale", "line_rate_bps"):
             if key in overrides:
-                raise ConfigError(f"DcqcnSpec {key}={overrides[key]!r}: derived by "
-                                  "from_hardware, not an override")
-        return cls.from_dict({"line_rate_bps": line_rate_bps,
-                              "time_scale": modelled_rate_bps / line_rate_bps, **overrides})
+                raise ConfigError(
+                    f"DcqcnSpec {key}={overrides[key]!r}: derived by from_hardware, not an override"
+                )
+        return cls.from_dict(
+            {
+                "line_rate_bps": line_rate_bps,
+                "time_scale": modelled_rate_bps / line_rate_bps,
+                **overrides,
+            }
+        )
 
     @property
     def modelled_line_rate_bps(self) -> float:
@@ -281,8 +328,9 @@ class ReactionPoint:
         while self._next_increase_at() <= now:
             if self._at_line_rate():
                 # Further events cannot change the rates: count them at once.
-                missed = self._expiries(now, self._increase_anchor, self._increase_n,
-                                        self.eff.increase_period_s)
+                missed = self._expiries(
+                    now, self._increase_anchor, self._increase_n, self.eff.increase_period_s
+                )
                 self.timer_stage += missed
                 self.timer_events += missed
                 self._increase_n += missed
@@ -320,9 +368,13 @@ class ReactionPoint:
     def counters(self) -> dict[str, Any]:
         """Telemetry: state and event counts."""
         return {
-            "rate_bps": self.rc_bps, "target_rate_bps": self.rt_bps, "alpha": self.alpha,
-            "cnps_received": self.cnps_received, "rate_decreases": self.rate_decreases,
-            "alpha_decays": self.alpha_decays, "timer_events": self.timer_events,
+            "rate_bps": self.rc_bps,
+            "target_rate_bps": self.rt_bps,
+            "alpha": self.alpha,
+            "cnps_received": self.cnps_received,
+            "rate_decreases": self.rate_decreases,
+            "alpha_decays": self.alpha_decays,
+            "timer_events": self.timer_events,
             "byte_events": self.byte_events,
             **{f"increases_{kind}": n for kind, n in self.increases.items()},
         }
@@ -407,5 +459,8 @@ class NotificationPoint:
 
     def counters(self) -> dict[str, int]:
         """Telemetry: CE marks seen, CNPs generated and suppressed."""
-        return {"ce_received": self.ce_received, "cnps_sent": self.cnps_sent,
-                "cnps_suppressed": self.cnps_suppressed}
+        return {
+            "ce_received": self.ce_received,
+            "cnps_sent": self.cnps_sent,
+            "cnps_suppressed": self.cnps_suppressed,
+        }

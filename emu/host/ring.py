@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from emu.host.rnic import Rnic
 
 DEFAULT_SLICE_BYTES = 64 * 1024  # bytes per pipelined message (a few NCCL_STEPS of 8-16 KiB)
-MAX_SLICE_BYTES = 16 << 20      # a message must fit in the receiver's inbox (rnic.inbox_max_bytes)
+MAX_SLICE_BYTES = 16 << 20  # a message must fit in the receiver's inbox (rnic.inbox_max_bytes)
 
 
 class RingAllReduce:
@@ -71,19 +71,26 @@ class RingAllReduce:
         [[0, 6, 12, 18, 24], [0, 6, 12, 18, 24], [0, 6, 12, 18, 24]]
     """
 
-    def __init__(self, rank: int, nranks: int, data: np.ndarray,
-                 slice_bytes: int = DEFAULT_SLICE_BYTES) -> None:
+    def __init__(
+        self, rank: int, nranks: int, data: np.ndarray, slice_bytes: int = DEFAULT_SLICE_BYTES
+    ) -> None:
         if not isinstance(nranks, int) or nranks < 1:
             raise ValueError(f"nranks={nranks!r}: must be an integer >= 1")
         if not isinstance(rank, int) or not 0 <= rank < nranks:
             raise ValueError(f"rank={rank!r}: allowed 0..{nranks - 1}")
         if not isinstance(data, np.ndarray) or data.ndim != 1:
-            raise ValueError(f"data must be a 1-D numpy array, got {type(data).__name__}"
-                             f"{'' if not isinstance(data, np.ndarray) else f' of shape {data.shape}'}")
+            raise ValueError(
+                f"data must be a 1-D numpy array, got {type(data).__name__}"
+                f"{'' if not isinstance(data, np.ndarray) else f' of shape {data.shape}'}"
+            )
         self.dtype = DTYPES[dtype_name(data.dtype)]
-        if not isinstance(slice_bytes, int) or not self.dtype.itemsize <= slice_bytes <= MAX_SLICE_BYTES:
-            raise ValueError(f"slice_bytes={slice_bytes!r}: allowed {self.dtype.itemsize}.."
-                             f"{MAX_SLICE_BYTES}")
+        if (
+            not isinstance(slice_bytes, int)
+            or not self.dtype.itemsize <= slice_bytes <= MAX_SLICE_BYTES
+        ):
+            raise ValueError(
+                f"slice_bytes={slice_bytes!r}: allowed {self.dtype.itemsize}..{MAX_SLICE_BYTES}"
+            )
         self.rank, self.nranks = rank, nranks
         self.buf = np.array(data, dtype=self.dtype)  # a copy: the input stays as it was
         count = self.buf.size
@@ -91,9 +98,16 @@ class RingAllReduce:
         largest = max(edges[c + 1] - edges[c] for c in range(nranks))
         slice_elems = slice_bytes // self.dtype.itemsize
         self.nslices = max(1, -(-largest // slice_elems))
-        self._slices = [[(edges[c] + s * (edges[c + 1] - edges[c]) // self.nslices,
-                          edges[c] + (s + 1) * (edges[c + 1] - edges[c]) // self.nslices)
-                         for s in range(self.nslices)] for c in range(nranks)]
+        self._slices = [
+            [
+                (
+                    edges[c] + s * (edges[c + 1] - edges[c]) // self.nslices,
+                    edges[c] + (s + 1) * (edges[c + 1] - edges[c]) // self.nslices,
+                )
+                for s in range(self.nslices)
+            ]
+            for c in range(nranks)
+        ]
         self.steps = 2 * (nranks - 1)
         self.messages_expected = self.steps * self.nslices
         self.received = 0
@@ -137,16 +151,20 @@ class RingAllReduce:
         if not self.started:
             raise ValueError(f"rank {self.rank}: message before start()")
         if self.received >= self.messages_expected:
-            raise ValueError(f"rank {self.rank}: message {self.received + 1} but the ring has "
-                             f"{self.messages_expected}")
+            raise ValueError(
+                f"rank {self.rank}: message {self.received + 1} but the ring has "
+                f"{self.messages_expected}"
+            )
         step, s = divmod(self.received, self.nslices)
         chunk = (self.rank - step - 1) % self.nranks
         lo, hi = self._slices[chunk][s]
         nbytes = memoryview(data).nbytes
         if nbytes != (hi - lo) * self.dtype.itemsize:
-            raise ValueError(f"rank {self.rank}: message {self.received} (step {step}, chunk "
-                             f"{chunk}, slice {s}) has {nbytes} bytes, expected "
-                             f"{(hi - lo) * self.dtype.itemsize}")
+            raise ValueError(
+                f"rank {self.rank}: message {self.received} (step {step}, chunk "
+                f"{chunk}, slice {s}) has {nbytes} bytes, expected "
+                f"{(hi - lo) * self.dtype.itemsize}"
+            )
         incoming = np.frombuffer(data, dtype=self.dtype)
         if step < self.nranks - 1:
             self.buf[lo:hi] += incoming  # int32 wraps modulo 2**32, as NCCL's sum does
@@ -163,14 +181,19 @@ class RingOnNic:
 
     def __init__(self, spec: CollectiveSpec, rnic: Rnic, data: np.ndarray) -> None:
         if spec.send_qpn is None or spec.recv_qpn is None:
-            raise ValueError(f"job {spec.job!r}: the ring needs send_qpn (to rank+1) and "
-                             "recv_qpn (from rank-1)")
+            raise ValueError(
+                f"job {spec.job!r}: the ring needs send_qpn (to rank+1) and recv_qpn (from rank-1)"
+            )
         if spec.send_qpn not in rnic.send_qps:
-            raise ValueError(f"job {spec.job!r}: unknown QP send_qpn={spec.send_qpn}; "
-                             f"connected: {sorted(rnic.send_qps)}")
+            raise ValueError(
+                f"job {spec.job!r}: unknown QP send_qpn={spec.send_qpn}; "
+                f"connected: {sorted(rnic.send_qps)}"
+            )
         if spec.recv_qpn not in rnic.recv_qps:
-            raise ValueError(f"job {spec.job!r}: unknown QP recv_qpn={spec.recv_qpn}; "
-                             f"connected: {sorted(rnic.recv_qps)}")
+            raise ValueError(
+                f"job {spec.job!r}: unknown QP recv_qpn={spec.recv_qpn}; "
+                f"connected: {sorted(rnic.recv_qps)}"
+            )
         self.rnic = rnic
         self.send_qpn, self.recv_qpn = spec.send_qpn, spec.recv_qpn
         self.recv_qpns = (spec.recv_qpn,)

@@ -31,25 +31,62 @@ from emu.fidelity import PortClock, early_departure_s
 from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
 from emu.proto import pfc, roce
 
-DEFAULT_MTU_PAYLOAD = 1024          # RoCE path MTU (IB MTU 1024)
-ACK_EVERY = 4                       # request an ACK every N packets (and on a message's last)
-MAX_OUTSTANDING_PACKETS = 512       # go-back-N window
-DATA_PRIO = 3                       # DESIGN.md: DSCP 26 -> priority 3
+DEFAULT_MTU_PAYLOAD = 1024  # RoCE path MTU (IB MTU 1024)
+ACK_EVERY = 4  # request an ACK every N packets (and on a message's last)
+MAX_OUTSTANDING_PACKETS = 512  # go-back-N window
+DATA_PRIO = 3  # DESIGN.md: DSCP 26 -> priority 3
 # How far the wire's virtual clock may lag behind a late loop and still catch up.
 WIRE_CATCH_UP_S = 0.001
-_SEND_OPS = {"first": roce.SEND_FIRST, "middle": roce.SEND_MIDDLE, "last": roce.SEND_LAST,
-             "only": roce.SEND_ONLY}
-_WRITE_OPS = {"first": roce.RDMA_WRITE_FIRST, "middle": roce.RDMA_WRITE_MIDDLE,
-              "last": roce.RDMA_WRITE_LAST, "only": roce.RDMA_WRITE_ONLY}
+_SEND_OPS = {
+    "first": roce.SEND_FIRST,
+    "middle": roce.SEND_MIDDLE,
+    "last": roce.SEND_LAST,
+    "only": roce.SEND_ONLY,
+}
+_WRITE_OPS = {
+    "first": roce.RDMA_WRITE_FIRST,
+    "middle": roce.RDMA_WRITE_MIDDLE,
+    "last": roce.RDMA_WRITE_LAST,
+    "only": roce.RDMA_WRITE_ONLY,
+}
 _MESSAGE_ENDS = (roce.SEND_LAST, roce.SEND_ONLY, roce.RDMA_WRITE_LAST, roce.RDMA_WRITE_ONLY)
 CNP_PRIO = 6
 # IBA table 45 (RNR NAK timer field): code -> seconds. Code 12 (0.64 ms) is
 # what rdma-core's ibv_rc_pingpong asks for as min_rnr_timer.
-RNR_TIMER_S = (655.36e-3, 0.01e-3, 0.02e-3, 0.03e-3, 0.04e-3, 0.06e-3, 0.08e-3, 0.12e-3,
-               0.16e-3, 0.24e-3, 0.32e-3, 0.48e-3, 0.64e-3, 0.96e-3, 1.28e-3, 1.92e-3,
-               2.56e-3, 3.84e-3, 5.12e-3, 7.68e-3, 10.24e-3, 15.36e-3, 20.48e-3, 30.72e-3,
-               40.96e-3, 61.44e-3, 81.92e-3, 122.88e-3, 163.84e-3, 245.76e-3, 327.68e-3,
-               491.52e-3)
+RNR_TIMER_S = (
+    655.36e-3,
+    0.01e-3,
+    0.02e-3,
+    0.03e-3,
+    0.04e-3,
+    0.06e-3,
+    0.08e-3,
+    0.12e-3,
+    0.16e-3,
+    0.24e-3,
+    0.32e-3,
+    0.48e-3,
+    0.64e-3,
+    0.96e-3,
+    1.28e-3,
+    1.92e-3,
+    2.56e-3,
+    3.84e-3,
+    5.12e-3,
+    7.68e-3,
+    10.24e-3,
+    15.36e-3,
+    20.48e-3,
+    30.72e-3,
+    40.96e-3,
+    61.44e-3,
+    81.92e-3,
+    122.88e-3,
+    163.84e-3,
+    245.76e-3,
+    327.68e-3,
+    491.52e-3,
+)
 MIN_RNR_TIMER = 12
 # Bookkeeping charged per queued message, so that a flood of empty messages
 # is bounded by `inbox_max_bytes` too.
@@ -68,7 +105,7 @@ class NicConfig:
     # in modelled time (scaled like DCQCN's timers): the IBA local ACK timeout
     # 4.096 us x 2^14 = 67 ms (NCCL_IB_TIMEOUT=14). Lossless queues at emulated
     # rates hold a packet for seconds, which a shorter timeout would take for a loss.
-    rto_modelled_s: float = 4.096e-6 * 2 ** 14
+    rto_modelled_s: float = 4.096e-6 * 2**14
     dcqcn: bool = True
     dcqcn_spec: DcqcnSpec | None = None
     # The hardware the emulated link stands for: DCQCN's timers and rate steps
@@ -78,7 +115,7 @@ class NicConfig:
     rx_buffer_bytes: int = 256 * 1024
     rx_xoff_bytes: int = 128 * 1024
     rx_xon_bytes: int = 64 * 1024
-    drain_rate_bps: float | None = None   # None: the host consumes at once
+    drain_rate_bps: float | None = None  # None: the host consumes at once
     pfc_quanta: int = 0xFFFF
     # Received data messages not yet taken by the host, per QP. Beyond it the
     # responder answers RNR NAK (IBA 9.7.5.2.8: receiver not ready) and the
@@ -94,7 +131,7 @@ class Message:
     msg_id: int
     size_bytes: int
     first_psn: int
-    end_psn: int          # one past the last packet's PSN
+    end_psn: int  # one past the last packet's PSN
     posted_at: float
     completed_at: float | None = None
 
@@ -107,10 +144,10 @@ class SendQP:
     peer_qpn: int
     tmpl: roce.DataTemplate
     rp: ReactionPoint | None
-    max_rate_bps: float | None = None   # a static cap (an application-paced flow)
+    max_rate_bps: float | None = None  # a static cap (an application-paced flow)
     next_psn: int = 0
-    una: int = 0                # oldest unacknowledged PSN
-    end_psn: int = 0            # one past the last PSN posted
+    una: int = 0  # oldest unacknowledged PSN
+    end_psn: int = 0  # one past the last PSN posted
     next_tx_at: float = 0.0
     # When the QP last got something to send after having nothing (posted to an
     # idle QP, a window reopened, a rewind): the earliest its next frame may go.
@@ -121,10 +158,10 @@ class SendQP:
     # psn -> (payload_len, opcode, ack_req, reth, data slice or None) of posted packets
     sizes: dict = field(default_factory=dict)
     sent_at: dict = field(default_factory=dict)  # psn -> when it was (last) sent
-    freed: int = 0              # PSNs below this have left `sizes` (all acknowledged)
+    freed: int = 0  # PSNs below this have left `sizes` (all acknowledged)
     tx_packets: int = 0
-    tx_bytes: int = 0           # frame bytes, retransmissions included
-    tx_payload_bytes: int = 0   # payload bytes, retransmissions included
+    tx_bytes: int = 0  # frame bytes, retransmissions included
+    tx_payload_bytes: int = 0  # payload bytes, retransmissions included
     rnr_naks: int = 0
     retransmitted: int = 0
     naks: int = 0
@@ -150,8 +187,8 @@ class RecvQP:
     messages_received: int = 0
     deliver_data: bool = False  # reassemble payloads into `inbox`
     inbox: deque = field(default_factory=deque)  # (msn, bytes) of whole messages, oldest first
-    inbox_bytes: int = 0        # charged for `inbox` (see INBOX_MESSAGE_OVERHEAD_BYTES)
-    parts: list = field(default_factory=list)    # payloads of the message being received
+    inbox_bytes: int = 0  # charged for `inbox` (see INBOX_MESSAGE_OVERHEAD_BYTES)
+    parts: list = field(default_factory=list)  # payloads of the message being received
     parts_bytes: int = 0
     rnr_naks_sent: int = 0
 
@@ -163,14 +200,14 @@ class Rnic:
         self.cfg = cfg
         self.send_qps: dict[int, SendQP] = {}
         self.recv_qps: dict[int, RecvQP] = {}
-        self.free_at = now                       # the NIC's own wire (link-rate pacing)
-        self.clock = PortClock(cfg.rate_bps)     # fidelity: lateness against that wire
-        self.paused_until = [0.0] * 8            # PAUSE received, per priority
+        self.free_at = now  # the NIC's own wire (link-rate pacing)
+        self.clock = PortClock(cfg.rate_bps)  # fidelity: lateness against that wire
+        self.paused_until = [0.0] * 8  # PAUSE received, per priority
         self.paused_s = [0.0] * 8
         self.pause_rx = 0
         self.np = NotificationPoint(self._dcqcn_spec()) if cfg.dcqcn else None
         self.pfc_tmpl = pfc.template(cfg.mac)
-        self.rx_buffer = 0.0                     # bytes delivered but not yet consumed
+        self.rx_buffer = 0.0  # bytes delivered but not yet consumed
         self.rx_drained_at = now
         self.rx_overflow = 0
         self.xoff = False
@@ -187,21 +224,30 @@ class Rnic:
         self.agg_next_seq: dict[int, int] = {}
 
     def _dcqcn_spec(self) -> DcqcnSpec:
-        return self.cfg.dcqcn_spec or DcqcnSpec.from_hardware(self.cfg.rate_bps,
-                                                              self.cfg.modelled_rate_bps)
+        return self.cfg.dcqcn_spec or DcqcnSpec.from_hardware(
+            self.cfg.rate_bps, self.cfg.modelled_rate_bps
+        )
 
     # ----- connections and work -------------------------------------------
 
-    def connect(self, qpn: int, peer_qpn: int, peer_mac: str, peer_ip: str, udp_sport: int,
-                now: float, max_rate_bps: float | None = None) -> None:
+    def connect(
+        self,
+        qpn: int,
+        peer_qpn: int,
+        peer_mac: str,
+        peer_ip: str,
+        udp_sport: int,
+        now: float,
+        max_rate_bps: float | None = None,
+    ) -> None:
         """Create both sides of a reliable connection to (peer_ip, peer_qpn)."""
         if qpn in self.send_qps:
             raise ValueError(f"QP {qpn} exists")
-        tmpl = roce.DataTemplate(self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport,
-                                 peer_qpn)
+        tmpl = roce.DataTemplate(self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport, peer_qpn)
         rp = ReactionPoint(self._dcqcn_spec(), now) if self.cfg.dcqcn else None
-        self.send_qps[qpn] = SendQP(qpn, peer_qpn, tmpl, rp, max_rate_bps=max_rate_bps,
-                                    last_progress=now)
+        self.send_qps[qpn] = SendQP(
+            qpn, peer_qpn, tmpl, rp, max_rate_bps=max_rate_bps, last_progress=now
+        )
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
         self._rr.append(qpn)
 
@@ -239,14 +285,26 @@ class Rnic:
             out.append((msn, data))
         return out
 
-    def post_write(self, qpn: int, size_bytes: int, now: float, remote_va: int = 0,
-                   rkey: int = 0, data: bytes | bytearray | memoryview | None = None) -> int:
+    def post_write(
+        self,
+        qpn: int,
+        size_bytes: int,
+        now: float,
+        remote_va: int = 0,
+        rkey: int = 0,
+        data: bytes | bytearray | memoryview | None = None,
+    ) -> int:
         """Queue an RDMA WRITE of `size_bytes` to (remote_va, rkey); returns the message id."""
         return self.post_send(qpn, size_bytes, now, write=(remote_va, rkey), data=data)
 
-    def post_send(self, qpn: int, size_bytes: int, now: float,
-                  write: tuple[int, int] | None = None,
-                  data: bytes | bytearray | memoryview | None = None) -> int:
+    def post_send(
+        self,
+        qpn: int,
+        size_bytes: int,
+        now: float,
+        write: tuple[int, int] | None = None,
+        data: bytes | bytearray | memoryview | None = None,
+    ) -> int:
         """Queue a SEND (or, with `write`=(va, rkey), a WRITE) of `size_bytes` on QP `qpn`.
 
         Args:
@@ -294,7 +352,7 @@ class Rnic:
             ack_req = i == n - 1 or (first + i) % ACK_EVERY == ACK_EVERY - 1
             # RETH (va, rkey, length) rides on a WRITE's first packet (IBA 9.4.3).
             reth = (write[0], write[1], size_bytes) if write and i == 0 else None
-            chunk = view[i * mtu:i * mtu + payload] if view is not None else None
+            chunk = view[i * mtu : i * mtu + payload] if view is not None else None
             qp.sizes[first + i] = (payload, op, ack_req, reth, chunk)
         qp.end_psn = first + n
         self._msg_ids += 1
@@ -317,14 +375,17 @@ class Rnic:
             self._rr.rotate(-1)
             qp = self.send_qps[qpn]
             self._check_timeout(qp, now)
-            if qp.next_psn >= qp.end_psn or qp.next_tx_at > soon or \
-                    qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
+            if (
+                qp.next_psn >= qp.end_psn
+                or qp.next_tx_at > soon
+                or qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS
+            ):
                 continue
-            slot = max(self.free_at, qp.next_tx_at, qp.ready_since,
-                       self.paused_until[DATA_PRIO])
+            slot = max(self.free_at, qp.next_tx_at, qp.ready_since, self.paused_until[DATA_PRIO])
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
-            frame = qp.tmpl.frame(op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req,
-                                  reth=reth, payload=data)
+            frame = qp.tmpl.frame(
+                op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req, reth=reth, payload=data
+            )
             self._on_clock(now, slot, len(frame), slot in (self.free_at, qp.next_tx_at))
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
@@ -343,8 +404,10 @@ class Rnic:
 
     def may_send(self, now: float) -> bool:
         """The wire is free for a data frame at `now` (within a quarter frame) and not paused."""
-        return self.free_at <= now + early_departure_s(self.cfg.rate_bps) and \
-            self.paused_until[DATA_PRIO] <= now
+        return (
+            self.free_at <= now + early_departure_s(self.cfg.rate_bps)
+            and self.paused_until[DATA_PRIO] <= now
+        )
 
     def _wire(self, size: int, now: float) -> None:
         # The link-rate virtual clock may lag one millisecond behind (a late loop).
@@ -360,8 +423,9 @@ class Rnic:
         clock like a QP's frame: how late it left, and link time lost when the
         wire's clock was the limit. None: `now` (the frame is never late).
         """
-        slot = max(self.free_at, now if ready_at is None else ready_at,
-                   self.paused_until[DATA_PRIO])
+        slot = max(
+            self.free_at, now if ready_at is None else ready_at, self.paused_until[DATA_PRIO]
+        )
         self._on_clock(now, slot, size_bytes, slot == self.free_at)
         self._wire(size_bytes, now)
 
@@ -386,8 +450,7 @@ class Rnic:
         return max(min(times), self.free_at, self.paused_until[DATA_PRIO])
 
     def _check_timeout(self, qp: SendQP, now: float) -> None:
-        if qp.una < qp.next_psn and \
-                now - qp.sent_at.get(qp.una, qp.last_progress) >= self.rto_s:
+        if qp.una < qp.next_psn and now - qp.sent_at.get(qp.una, qp.last_progress) >= self.rto_s:
             qp.timeouts += 1
             qp.retransmitted += qp.next_psn - qp.una
             qp.next_psn = qp.una
@@ -458,7 +521,7 @@ class Rnic:
                 qp.next_tx_at = max(qp.next_tx_at, now + self._rnr_s(info.syndrome & 0x1F))
         elif kind == roce.AETH_ACK and qp.una <= psn < qp.next_psn:
             if qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS:
-                qp.ready_since = now   # the window reopens now
+                qp.ready_since = now  # the window reopens now
             qp.una = psn + 1
             qp.last_progress = now
         while qp.messages and qp.messages[0].end_psn <= qp.una:
@@ -504,8 +567,13 @@ class Rnic:
                     # already in flight behind it from drawing sequence NAKs.
                     qp.nak_sent = True
                     qp.rnr_naks_sent += 1
-                    out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF,
-                                                 roce.AETH_RNR_NAK | MIN_RNR_TIMER))
+                    out.append(
+                        qp.tmpl.ack_frame(
+                            psn & roce.PSN_MASK,
+                            qp.msn & 0xFFFFFF,
+                            roce.AETH_RNR_NAK | MIN_RNR_TIMER,
+                        )
+                    )
                     return out
                 qp.parts.append(bytes(roce.payload(frame, info)))
                 qp.parts_bytes += info.payload_len
@@ -534,8 +602,7 @@ class Rnic:
         else:
             qp.duplicates += 1
             if info.ack_req:
-                out.append(qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK,
-                                             qp.msn & 0xFFFFFF))
+                out.append(qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK, qp.msn & 0xFFFFFF))
         return out
 
     # ----- host receive buffer and PFC generation -------------------------
@@ -592,25 +659,49 @@ class Rnic:
         send = {}
         for qpn, qp in self.send_qps.items():
             send[qpn] = {
-                "tx_packets": qp.tx_packets, "tx_bytes": qp.tx_bytes,
-                "tx_payload_bytes": qp.tx_payload_bytes, "rnr_naks": qp.rnr_naks,
-                "retransmitted": qp.retransmitted, "naks": qp.naks, "timeouts": qp.timeouts,
-                "cnps": qp.cnps, "una": qp.una, "next_psn": qp.next_psn, "end_psn": qp.end_psn,
+                "tx_packets": qp.tx_packets,
+                "tx_bytes": qp.tx_bytes,
+                "tx_payload_bytes": qp.tx_payload_bytes,
+                "rnr_naks": qp.rnr_naks,
+                "retransmitted": qp.retransmitted,
+                "naks": qp.naks,
+                "timeouts": qp.timeouts,
+                "cnps": qp.cnps,
+                "una": qp.una,
+                "next_psn": qp.next_psn,
+                "end_psn": qp.end_psn,
                 "rate_bps": qp.rp.rate_bps if qp.rp else self.cfg.rate_bps,
-                "completed": [(m.msg_id, m.size_bytes, m.posted_at, m.completed_at)
-                              for m in qp.completed],
+                "completed": [
+                    (m.msg_id, m.size_bytes, m.posted_at, m.completed_at) for m in qp.completed
+                ],
                 "pending_messages": len(qp.messages),
             }
-        recv = {qpn: {"rx_packets": qp.rx_packets, "rx_bytes": qp.rx_bytes,
-                      "out_of_order": qp.out_of_order, "duplicates": qp.duplicates,
-                      "ce_marked": qp.ce_marked, "expected_psn": qp.expected,
-                      "messages_received": qp.messages_received,
-                      "inbox_messages": len(qp.inbox), "inbox_bytes": qp.inbox_bytes,
-                      "rnr_naks_sent": qp.rnr_naks_sent}
-                for qpn, qp in self.recv_qps.items()}
-        paused = [total - max(0.0, until - now)
-                  for total, until in zip(self.paused_s, self.paused_until)]
-        return {"send": send, "recv": recv, "pause_rx": self.pause_rx,
-                "paused_s": paused, "pause_tx": self.pause_tx, "cnps_sent": self.cnps_sent,
-                "rx_overflow": self.rx_overflow, "rx_buffer_bytes": self.rx_buffer,
-                "stuck": self.stuck}
+        recv = {
+            qpn: {
+                "rx_packets": qp.rx_packets,
+                "rx_bytes": qp.rx_bytes,
+                "out_of_order": qp.out_of_order,
+                "duplicates": qp.duplicates,
+                "ce_marked": qp.ce_marked,
+                "expected_psn": qp.expected,
+                "messages_received": qp.messages_received,
+                "inbox_messages": len(qp.inbox),
+                "inbox_bytes": qp.inbox_bytes,
+                "rnr_naks_sent": qp.rnr_naks_sent,
+            }
+            for qpn, qp in self.recv_qps.items()
+        }
+        paused = [
+            total - max(0.0, until - now) for total, until in zip(self.paused_s, self.paused_until)
+        ]
+        return {
+            "send": send,
+            "recv": recv,
+            "pause_rx": self.pause_rx,
+            "paused_s": paused,
+            "pause_tx": self.pause_tx,
+            "cnps_sent": self.cnps_sent,
+            "rx_overflow": self.rx_overflow,
+            "rx_buffer_bytes": self.rx_buffer,
+            "stuck": self.stuck,
+        }

@@ -45,12 +45,12 @@ MAX_TIMEOUT_S = 2.0
 class SharpStats:
     chunks: int = 0
     frames_sent: int = 0
-    bytes_sent: int = 0              # whole frames, as the host port counts them
+    bytes_sent: int = 0  # whole frames, as the host port counts them
     payload_bytes_sent: int = 0
     retransmitted: int = 0
     results: int = 0
     duplicate_results: int = 0
-    foreign_frames: int = 0          # aggregation frames of another job or seq range
+    foreign_frames: int = 0  # aggregation frames of another job or seq range
 
 
 class SharpAllReduce:
@@ -65,12 +65,25 @@ class SharpAllReduce:
         rate_bps: the NIC's link rate, to size the retransmission timeout.
     """
 
-    def __init__(self, data: np.ndarray, *, rank: int, job_id: int, job_ip: str, job_mac: str,
-                 nslots: int, src_mac: str, src_ip: str, first_seq: int, rate_bps: float,
-                 now: float) -> None:
+    def __init__(
+        self,
+        data: np.ndarray,
+        *,
+        rank: int,
+        job_id: int,
+        job_ip: str,
+        job_mac: str,
+        nslots: int,
+        src_mac: str,
+        src_ip: str,
+        first_seq: int,
+        rate_bps: float,
+        now: float,
+    ) -> None:
         if data.ndim != 1 or data.dtype.name not in agg.DTYPE_CODES:
-            raise ValueError(f"data must be 1-D int32 or float32, got {data.dtype} "
-                             f"with shape {data.shape}")
+            raise ValueError(
+                f"data must be 1-D int32 or float32, got {data.dtype} with shape {data.shape}"
+            )
         if nslots < 1:
             raise ValueError(f"nslots={nslots}: must be >= 1")
         self.dtype = agg.DTYPE_CODES[data.dtype.name]
@@ -84,15 +97,15 @@ class SharpAllReduce:
         self.first_seq = first_seq
         self.nchunks = agg.chunk_count(data.nbytes)
         self.tmpl = agg.AggTemplate(src_mac, job_mac, src_ip, job_ip)
-        self.received = bytearray(self.nchunks)       # 1 once a chunk's result is in
+        self.received = bytearray(self.nchunks)  # 1 once a chunk's result is in
         # Outstanding chunk -> when it is sent again; in first-send order, so
         # the first due chunk is the earliest.
         self.deadline: dict[int, float] = {}
         self.timeout: dict[int, float] = {}
-        self.next_new = 0                             # next chunk never sent
+        self.next_new = 0  # next chunk never sent
         # When each chunk's result came in: chunk c + nslots may go from then on.
         self.result_at = [0.0] * self.nchunks
-        self.last_ready = now   # when the frame next_frame last returned could first have gone
+        self.last_ready = now  # when the frame next_frame last returned could first have gone
         self.remaining = self.nchunks
         window_s = nslots * (agg.PAYLOAD_OFFSET + agg.MAX_ELEMENTS * 4) * 8 / rate_bps
         self.base_timeout_s = BASE_TIMEOUT_S + 2 * window_s
@@ -111,10 +124,17 @@ class SharpAllReduce:
 
     def _frame(self, chunk: int) -> bytes:
         lo = chunk * agg.MAX_ELEMENTS
-        payload = self.data[lo:lo + agg.MAX_ELEMENTS].astype(self.wire_dtype).tobytes()
+        payload = self.data[lo : lo + agg.MAX_ELEMENTS].astype(self.wire_dtype).tobytes()
         seq = self.first_seq + chunk
-        return self.tmpl.frame(agg.KIND_CONTRIB, self.dtype, self.job_id, seq,
-                               seq % self.nslots, payload, rank=self.rank)
+        return self.tmpl.frame(
+            agg.KIND_CONTRIB,
+            self.dtype,
+            self.job_id,
+            seq,
+            seq % self.nslots,
+            payload,
+            rank=self.rank,
+        )
 
     def next_frame(self, now: float) -> bytes | None:
         """The next frame to send now: a timed-out chunk first, else a new one the window allows."""
@@ -126,15 +146,18 @@ class SharpAllReduce:
             self.timeout[chunk] = min(MAX_TIMEOUT_S, 2 * self.timeout[chunk])
             frame = self._send(chunk, now)
             probe = self.deadline[chunk]
-            for c, t in self.deadline.items():   # they go again only if no result comes
+            for c, t in self.deadline.items():  # they go again only if no result comes
                 if t < probe:
                     self.deadline[c] = probe
             return frame
         chunk = self.next_new
         if chunk < self.nchunks and (chunk < self.nslots or self.received[chunk - self.nslots]):
             self.next_new += 1
-            self.last_ready = (self.started_at if chunk < self.nslots
-                               else max(self.started_at, self.result_at[chunk - self.nslots]))
+            self.last_ready = (
+                self.started_at
+                if chunk < self.nslots
+                else max(self.started_at, self.result_at[chunk - self.nslots])
+            )
             self.timeout[chunk] = self.base_timeout_s
             return self._send(chunk, now)
         return None
@@ -175,7 +198,7 @@ class SharpAllReduce:
         if pkt.count != expect or pkt.dtype != self.dtype:
             self.stats.foreign_frames += 1
             return True
-        self.result[lo:lo + expect] = pkt.array()
+        self.result[lo : lo + expect] = pkt.array()
         self.received[chunk] = 1
         self.result_at[chunk] = now
         self.deadline.pop(chunk, None)
@@ -207,16 +230,25 @@ class SharpOnNic:
         opts = dict(spec.options)
         missing = sorted({"job_id", "job_ip", "job_mac", "nslots"} - set(opts))
         if missing:
-            raise ValueError(f"job {spec.job!r}: sharp needs options {missing} from the "
-                             "aggregation manager")
+            raise ValueError(
+                f"job {spec.job!r}: sharp needs options {missing} from the aggregation manager"
+            )
         self.rnic = rnic
         seqs = rnic.agg_next_seq
         job_id = int(opts["job_id"])
         self.sharp = SharpAllReduce(
-            data, rank=spec.rank, job_id=job_id, job_ip=str(opts["job_ip"]),
-            job_mac=str(opts["job_mac"]), nslots=int(opts["nslots"]), src_mac=rnic.cfg.mac,
-            src_ip=rnic.cfg.ip, first_seq=seqs.get(job_id, 0), rate_bps=rnic.cfg.rate_bps,
-            now=0.0)
+            data,
+            rank=spec.rank,
+            job_id=job_id,
+            job_ip=str(opts["job_ip"]),
+            job_mac=str(opts["job_mac"]),
+            nslots=int(opts["nslots"]),
+            src_mac=rnic.cfg.mac,
+            src_ip=rnic.cfg.ip,
+            first_seq=seqs.get(job_id, 0),
+            rate_bps=rnic.cfg.rate_bps,
+            now=0.0,
+        )
         seqs[job_id] = self.sharp.next_seq
         self.running = False
 

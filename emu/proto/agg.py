@@ -57,10 +57,10 @@ DTYPE_FLOAT32 = 1
 #: Element types on the wire (network byte order) by header code.
 WIRE_DTYPES = {DTYPE_INT32: np.dtype(">i4"), DTYPE_FLOAT32: np.dtype(">f4")}
 DTYPE_CODES = {"int32": DTYPE_INT32, "float32": DTYPE_FLOAT32}
-MAX_ELEMENTS = 256          # SwitchML: about 256 elements per packet (DESIGN.md defaults)
+MAX_ELEMENTS = 256  # SwitchML: about 256 elements per packet (DESIGN.md defaults)
 ELEMENT_BYTES = 4
 RANK_SWITCH = 0xFFFF
-AGG_DSCP = 26               # the lossless class (DESIGN.md: DSCP 26 -> priority 3)
+AGG_DSCP = 26  # the lossless class (DESIGN.md: DSCP 26 -> priority 3)
 
 HEADER = struct.Struct("!BBBBHHIHH")
 HEADER_BYTES = HEADER.size  # 16
@@ -118,9 +118,13 @@ class AggPacket(NamedTuple):
 
 def is_agg(frame: bytes) -> bool:
     """True for an IPv4/UDP frame to the aggregation port (a cheap test before `parse`)."""
-    return (len(frame) >= _ETH_BYTES + _IP_BYTES + _UDP_BYTES and frame[12:14] == b"\x08\x00"
-            and frame[23] == 17 and frame[14] == 0x45
-            and frame[36:38] == b"\x12\xb8")  # 4792
+    return (
+        len(frame) >= _ETH_BYTES + _IP_BYTES + _UDP_BYTES
+        and frame[12:14] == b"\x08\x00"
+        and frame[23] == 17
+        and frame[14] == 0x45
+        and frame[36:38] == b"\x12\xb8"
+    )  # 4792
 
 
 def parse(frame: bytes) -> AggPacket | None:
@@ -139,10 +143,12 @@ def parse(frame: bytes) -> AggPacket | None:
         raise MalformedAgg(f"UDP length {udp_len} does not match IPv4 length {ip_len}")
     end = _ETH_BYTES + ip_len
     if end < PAYLOAD_OFFSET:
-        raise MalformedAgg(f"{end - PAYLOAD_OFFSET + HEADER_BYTES} header bytes, need "
-                           f"{HEADER_BYTES}")
-    version, kind, dtype, _flags, job_id, slot, seq, count, rank = \
-        HEADER.unpack_from(frame, PAYLOAD_OFFSET - HEADER_BYTES)
+        raise MalformedAgg(
+            f"{end - PAYLOAD_OFFSET + HEADER_BYTES} header bytes, need {HEADER_BYTES}"
+        )
+    version, kind, dtype, _flags, job_id, slot, seq, count, rank = HEADER.unpack_from(
+        frame, PAYLOAD_OFFSET - HEADER_BYTES
+    )
     if version != AGG_VERSION:
         raise MalformedAgg(f"version {version}, expected {AGG_VERSION}")
     if kind not in KIND_NAMES:
@@ -152,11 +158,22 @@ def parse(frame: bytes) -> AggPacket | None:
     if not 1 <= count <= MAX_ELEMENTS:
         raise MalformedAgg(f"count {count} outside 1..{MAX_ELEMENTS}")
     if end - PAYLOAD_OFFSET != count * ELEMENT_BYTES:
-        raise MalformedAgg(f"payload is {end - PAYLOAD_OFFSET} bytes, count {count} needs "
-                           f"{count * ELEMENT_BYTES}")
-    return AggPacket(kind, dtype, job_id, slot, seq, count, rank, frame[6:12].hex(":"),
-                     socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34]),
-                     bytes(frame[PAYLOAD_OFFSET:end]))
+        raise MalformedAgg(
+            f"payload is {end - PAYLOAD_OFFSET} bytes, count {count} needs {count * ELEMENT_BYTES}"
+        )
+    return AggPacket(
+        kind,
+        dtype,
+        job_id,
+        slot,
+        seq,
+        count,
+        rank,
+        frame[6:12].hex(":"),
+        socket.inet_ntoa(frame[26:30]),
+        socket.inet_ntoa(frame[30:34]),
+        bytes(frame[PAYLOAD_OFFSET:end]),
+    )
 
 
 def _ip_checksum(header: bytes) -> int:
@@ -173,35 +190,67 @@ class AggTemplate:
     header; it costs a few microseconds, not a Scapy build.
     """
 
-    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str,
-                 udp_sport: int = AGG_UDP_PORT, dscp: int = AGG_DSCP) -> None:
-        head = bytes(Ether(src=src_mac, dst=dst_mac)
-                     / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | 0b10, ttl=64, flags="DF", id=0)
-                     / UDP(sport=udp_sport, dport=AGG_UDP_PORT, chksum=0))
+    def __init__(
+        self,
+        src_mac: str,
+        dst_mac: str,
+        src_ip: str,
+        dst_ip: str,
+        udp_sport: int = AGG_UDP_PORT,
+        dscp: int = AGG_DSCP,
+    ) -> None:
+        head = bytes(
+            Ether(src=src_mac, dst=dst_mac)
+            / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | 0b10, ttl=64, flags="DF", id=0)
+            / UDP(sport=udp_sport, dport=AGG_UDP_PORT, chksum=0)
+        )
         self._eth = head[:_ETH_BYTES]
-        self._ip = bytearray(head[_ETH_BYTES:_ETH_BYTES + _IP_BYTES])
-        self._udp_ports = head[_ETH_BYTES + _IP_BYTES:_ETH_BYTES + _IP_BYTES + 4]
+        self._ip = bytearray(head[_ETH_BYTES : _ETH_BYTES + _IP_BYTES])
+        self._udp_ports = head[_ETH_BYTES + _IP_BYTES : _ETH_BYTES + _IP_BYTES + 4]
 
-    def frame(self, kind: int, dtype: int, job_id: int, seq: int, slot: int, payload: bytes,
-              rank: int = RANK_SWITCH) -> bytes:
+    def frame(
+        self,
+        kind: int,
+        dtype: int,
+        job_id: int,
+        seq: int,
+        slot: int,
+        payload: bytes,
+        rank: int = RANK_SWITCH,
+    ) -> bytes:
         """One frame carrying `payload` (count x 4 bytes, network byte order)."""
         count, rest = divmod(len(payload), ELEMENT_BYTES)
         if rest or not 1 <= count <= MAX_ELEMENTS:
-            raise ValueError(f"payload of {len(payload)} bytes: need 4..{MAX_ELEMENTS * 4} "
-                             "bytes in whole elements")
+            raise ValueError(
+                f"payload of {len(payload)} bytes: need 4..{MAX_ELEMENTS * 4} "
+                "bytes in whole elements"
+            )
         udp_len = _UDP_BYTES + HEADER_BYTES + len(payload)
         ip = self._ip
         struct.pack_into("!H", ip, 2, _IP_BYTES + udp_len)
         struct.pack_into("!H", ip, 10, 0)
         struct.pack_into("!H", ip, 10, _ip_checksum(bytes(ip)))
-        return b"".join((self._eth, ip, self._udp_ports, struct.pack("!HH", udp_len, 0),
-                         HEADER.pack(AGG_VERSION, kind, dtype, 0, job_id, slot, seq, count,
-                                     rank), payload))
+        return b"".join(
+            (
+                self._eth,
+                ip,
+                self._udp_ports,
+                struct.pack("!HH", udp_len, 0),
+                HEADER.pack(AGG_VERSION, kind, dtype, 0, job_id, slot, seq, count, rank),
+                payload,
+            )
+        )
 
 
-def retarget(frame: bytes, dst_mac: str | None = None, dst_ip: str | None = None,
-             src_mac: str | None = None, kind: int | None = None, rank: int | None = None,
-             payload: bytes | None = None) -> bytes:
+def retarget(
+    frame: bytes,
+    dst_mac: str | None = None,
+    dst_ip: str | None = None,
+    src_mac: str | None = None,
+    kind: int | None = None,
+    rank: int | None = None,
+    payload: bytes | None = None,
+) -> bytes:
     """A copy of an aggregation frame with addresses, kind, rank or payload replaced.
 
     The payload must keep its length (a partial sum has the same count); the IPv4

@@ -127,16 +127,20 @@ def unpack_set_select_mode(data: bytes) -> SetSelectMode:
     return SetSelectMode(*_BODY.unpack(data))
 
 
-def set_select_mode_message(group_id: int, mode: int, flowlet_gap_us: int = 0,
-                            xid: int = 0) -> bytes:
+def set_select_mode_message(
+    group_id: int, mode: int, flowlet_gap_us: int = 0, xid: int = 0
+) -> bytes:
     """A whole OFPT_EXPERIMENTER message (for tests and tools that speak raw OpenFlow)."""
     body = struct.pack("!II", EMU_EXPERIMENTER_ID, EXP_SET_SELECT_MODE)
     body += pack_set_select_mode(group_id, mode, flowlet_gap_us)
     return struct.pack("!BBHI", OFP_VERSION, OFPT_EXPERIMENTER, 8 + len(body), xid) + body
 
 
-def gap_us_for(link_rate_bps: float, modelled_gbps: float,
-               gap_modelled_s: float = DEFAULT_FLOWLET_GAP_MODELLED_S) -> int:
+def gap_us_for(
+    link_rate_bps: float,
+    modelled_gbps: float,
+    gap_modelled_s: float = DEFAULT_FLOWLET_GAP_MODELLED_S,
+) -> int:
     """The flowlet gap at the emulated rate for a gap given at the modelled rate.
 
     Time scales with the rate ratio (a frame takes modelled/emulated times longer
@@ -163,8 +167,8 @@ AGG_MAX_CHILDREN = 64
 AGG_ERR_NO_SLOTS = 1
 OFPET_EXPERIMENTER = 0xFFFF
 
-_AGG_JOB = struct.Struct("!HHBBxxI4s6sxx")   # 24 bytes
-_AGG_CHILD = struct.Struct("!I6sxx4s")       # 16 bytes
+_AGG_JOB = struct.Struct("!HHBBxxI4s6sxx")  # 24 bytes
+_AGG_CHILD = struct.Struct("!I6sxx4s")  # 16 bytes
 _AGG_DEL = struct.Struct("!Hxx")
 
 
@@ -213,9 +217,15 @@ def pack_agg_job_set(job: AggJobSet) -> bytes:
     ports = [job.parent_port] + [c.port for c in job.children]
     if not all(0 <= p <= 0xFFFFFFFF for p in ports):
         raise ExtensionError(f"port numbers {ports} out of range 0..2^32-1")
-    out = _AGG_JOB.pack(job.job_id, job.nslots, AGG_FLAG_ROOT if job.root else 0,
-                        len(job.children), job.parent_port, _ip_bytes(job.job_ip),
-                        _mac_bytes(job.job_mac))
+    out = _AGG_JOB.pack(
+        job.job_id,
+        job.nslots,
+        AGG_FLAG_ROOT if job.root else 0,
+        len(job.children),
+        job.parent_port,
+        _ip_bytes(job.job_ip),
+        _mac_bytes(job.job_mac),
+    )
     for c in job.children:
         out += _AGG_CHILD.pack(c.port, _mac_bytes(c.mac), _ip_bytes(c.ip))
     return out
@@ -224,20 +234,30 @@ def pack_agg_job_set(job: AggJobSet) -> bytes:
 def unpack_agg_job_set(data: bytes) -> AggJobSet:
     """Decode EXP_AGG_JOB_SET data; ExtensionError on a bad length or count."""
     if len(data) < _AGG_JOB.size:
-        raise ExtensionError(f"AGG_JOB_SET body is {len(data)} bytes, need at least "
-                             f"{_AGG_JOB.size}")
+        raise ExtensionError(
+            f"AGG_JOB_SET body is {len(data)} bytes, need at least {_AGG_JOB.size}"
+        )
     job_id, nslots, flags, n, parent, ip, mac = _AGG_JOB.unpack_from(data)
     if len(data) != _AGG_JOB.size + n * _AGG_CHILD.size:
-        raise ExtensionError(f"AGG_JOB_SET body is {len(data)} bytes; {n} children need "
-                             f"{_AGG_JOB.size + n * _AGG_CHILD.size}")
+        raise ExtensionError(
+            f"AGG_JOB_SET body is {len(data)} bytes; {n} children need "
+            f"{_AGG_JOB.size + n * _AGG_CHILD.size}"
+        )
     if not 1 <= n <= AGG_MAX_CHILDREN or nslots == 0 or job_id == AGG_JOB_ALL:
         raise ExtensionError(f"AGG_JOB_SET job {job_id}: {n} children, {nslots} slots")
     children = []
     for i in range(n):
         port, cmac, cip = _AGG_CHILD.unpack_from(data, _AGG_JOB.size + i * _AGG_CHILD.size)
         children.append(AggChild(port, cmac.hex(":"), socket.inet_ntoa(cip)))
-    return AggJobSet(job_id, nslots, bool(flags & AGG_FLAG_ROOT), parent,
-                     socket.inet_ntoa(ip), mac.hex(":"), tuple(children))
+    return AggJobSet(
+        job_id,
+        nslots,
+        bool(flags & AGG_FLAG_ROOT),
+        parent,
+        socket.inet_ntoa(ip),
+        mac.hex(":"),
+        tuple(children),
+    )
 
 
 def pack_agg_job_del(job_id: int) -> bytes:

@@ -57,8 +57,7 @@ def build(tmpl: bytes, quanta_by_prio: dict[int, int]) -> bytes:
     for prio, q in quanta_by_prio.items():
         vector |= 1 << prio
         quanta[prio] = q
-    return (tmpl[:14] + struct.pack("!HH", PFC_OPCODE, vector) + _QUANTA.pack(*quanta)
-            + tmpl[34:])
+    return tmpl[:14] + struct.pack("!HH", PFC_OPCODE, vector) + _QUANTA.pack(*quanta) + tmpl[34:]
 
 
 @dataclass(frozen=True)

@@ -171,14 +171,25 @@ class _Header:
     length and the BTH; `crc` starts the ICRC over the masked headers.
     """
 
-    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str,
-                 udp_sport: int, dscp: int, ecn: int, becn: bool = False) -> None:
-        pkt = (Ether(src=src_mac, dst=dst_mac)
-               / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | ecn, flags="DF", id=0, ttl=64)
-               / UDP(sport=udp_sport, dport=ROCEV2_UDP_PORT, chksum=0)
-               / BTH(icrc=0))
+    def __init__(
+        self,
+        src_mac: str,
+        dst_mac: str,
+        src_ip: str,
+        dst_ip: str,
+        udp_sport: int,
+        dscp: int,
+        ecn: int,
+        becn: bool = False,
+    ) -> None:
+        pkt = (
+            Ether(src=src_mac, dst=dst_mac)
+            / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | ecn, flags="DF", id=0, ttl=64)
+            / UDP(sport=udp_sport, dport=ROCEV2_UDP_PORT, chksum=0)
+            / BTH(icrc=0)
+        )
         raw = bytes(pkt)[:_HDR_BYTES]
-        ip = bytearray(raw[_ETH_BYTES:_ETH_BYTES + _IP_BYTES])
+        ip = bytearray(raw[_ETH_BYTES : _ETH_BYTES + _IP_BYTES])
         ip[2:4] = b"\0\0"
         ip[10:12] = b"\0\0"
         self._ip_sum = _ones_sum(bytes(ip))  # checksum of the header, total length 0
@@ -194,16 +205,32 @@ class _Header:
         self._m_mid = bytes(masked[4:24])
         self._becn = _BECN if becn else 0
 
-    def pack(self, udp_len: int, opcode: int, flags: int, dqpn: int, apsn: int) -> tuple[bytes, int]:
+    def pack(
+        self, udp_len: int, opcode: int, flags: int, dqpn: int, apsn: int
+    ) -> tuple[bytes, int]:
         """(frame header up to and including the BTH, ICRC over its masked form)."""
         ip_len = udp_len + _IP_BYTES
         tot = _H.pack(ip_len)
         ulen = _H.pack(udp_len)
         csum = _H.pack(~_fold(self._ip_sum + ip_len) & 0xFFFF)
-        hdr = (self._head + tot + self._mid + csum + self._tail + ulen + b"\0\0"
-               + _BTH.pack(opcode, flags, DEFAULT_PKEY, self._becn | dqpn, apsn))
-        crc = zlib.crc32(self._m_head + tot + self._m_mid + ulen + b"\xff\xff"
-                         + _BTH.pack(opcode, flags, DEFAULT_PKEY, 0xFF000000 | dqpn, apsn))
+        hdr = (
+            self._head
+            + tot
+            + self._mid
+            + csum
+            + self._tail
+            + ulen
+            + b"\0\0"
+            + _BTH.pack(opcode, flags, DEFAULT_PKEY, self._becn | dqpn, apsn)
+        )
+        crc = zlib.crc32(
+            self._m_head
+            + tot
+            + self._m_mid
+            + ulen
+            + b"\xff\xff"
+            + _BTH.pack(opcode, flags, DEFAULT_PKEY, 0xFF000000 | dqpn, apsn)
+        )
         return hdr, crc
 
 
@@ -236,21 +263,42 @@ class DataTemplate:
         (4, 7, 1024, True)
     """
 
-    def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str,
-                 udp_sport: int, dest_qp: int, dscp: int = DSCP_DATA, ecn: int = ECN_ECT0,
-                 cnp_dscp: int = DSCP_CNP) -> None:
-        for name, value, top in (("udp_sport", udp_sport, 0xFFFF), ("dest_qp", dest_qp, PSN_MASK),
-                                 ("dscp", dscp, 63), ("ecn", ecn, 3), ("cnp_dscp", cnp_dscp, 63)):
+    def __init__(
+        self,
+        src_mac: str,
+        dst_mac: str,
+        src_ip: str,
+        dst_ip: str,
+        udp_sport: int,
+        dest_qp: int,
+        dscp: int = DSCP_DATA,
+        ecn: int = ECN_ECT0,
+        cnp_dscp: int = DSCP_CNP,
+    ) -> None:
+        for name, value, top in (
+            ("udp_sport", udp_sport, 0xFFFF),
+            ("dest_qp", dest_qp, PSN_MASK),
+            ("dscp", dscp, 63),
+            ("ecn", ecn, 3),
+            ("cnp_dscp", cnp_dscp, 63),
+        ):
             if not 0 <= value <= top:
                 raise ValueError(f"{name}={value!r}: allowed 0..{top}")
         self.dest_qp = dest_qp
         self._data = _Header(src_mac, dst_mac, src_ip, dst_ip, udp_sport, dscp, ecn)
-        self._cnp = _Header(src_mac, dst_mac, src_ip, dst_ip, udp_sport, cnp_dscp, ECN_NOT_ECT,
-                            becn=True)
+        self._cnp = _Header(
+            src_mac, dst_mac, src_ip, dst_ip, udp_sport, cnp_dscp, ECN_NOT_ECT, becn=True
+        )
 
-    def frame(self, opcode: int, psn: int, payload_len: int | None = None,
-              ack_req: bool = False, reth: tuple[int, int, int] | None = None,
-              payload: bytes | bytearray | memoryview | None = None) -> bytes:
+    def frame(
+        self,
+        opcode: int,
+        psn: int,
+        payload_len: int | None = None,
+        ack_req: bool = False,
+        reth: tuple[int, int, int] | None = None,
+        payload: bytes | bytearray | memoryview | None = None,
+    ) -> bytes:
         """A data frame (SEND/RDMA WRITE) carrying `payload`, or `payload_len` pattern bytes.
 
         Args:
@@ -291,8 +339,10 @@ class DataTemplate:
         if not 0 <= payload_len <= MAX_PAYLOAD_BYTES:
             raise ValueError(f"payload_len={payload_len!r}: allowed 0..{MAX_PAYLOAD_BYTES}")
         if (reth is not None) != (opcode in _RETH_OPCODES):
-            raise ValueError(f"opcode={opcode:#x} with reth={reth!r}: a RETH goes exactly "
-                             "with RDMA_WRITE_FIRST and RDMA_WRITE_ONLY")
+            raise ValueError(
+                f"opcode={opcode:#x} with reth={reth!r}: a RETH goes exactly "
+                "with RDMA_WRITE_FIRST and RDMA_WRITE_ONLY"
+            )
         pad = -payload_len & 3
         if payload is None:
             body = _PAYLOAD[:payload_len] + _PADS[pad]
@@ -300,12 +350,18 @@ class DataTemplate:
             body = bytes(payload) + _PADS[pad]
         if reth is not None:
             body = _RETH.pack(*reth) + body
-        hdr, crc = self._data.pack(_UDP_BYTES + BTH_BYTES + ICRC_BYTES + len(body), opcode,
-                                   pad << 4, self.dest_qp,
-                                   (psn & PSN_MASK) | (0x80000000 if ack_req else 0))
+        hdr, crc = self._data.pack(
+            _UDP_BYTES + BTH_BYTES + ICRC_BYTES + len(body),
+            opcode,
+            pad << 4,
+            self.dest_qp,
+            (psn & PSN_MASK) | (0x80000000 if ack_req else 0),
+        )
         return hdr + body + _ICRC.pack(zlib.crc32(body, crc))
 
-    def ack_frame(self, psn: int, msn: int, syndrome: int = AETH_ACK | AETH_CREDIT_INVALID) -> bytes:
+    def ack_frame(
+        self, psn: int, msn: int, syndrome: int = AETH_ACK | AETH_CREDIT_INVALID
+    ) -> bytes:
         """An ACKNOWLEDGE with AETH: ACK (default), NAK or RNR NAK.
 
         Args:
@@ -315,8 +371,13 @@ class DataTemplate:
             syndrome: AETH syndrome, e.g. AETH_ACK | credit, AETH_NAK_PSN_SEQ_ERROR.
         """
         aeth = _AETH.pack((syndrome & 0xFF) << 24 | (msn & PSN_MASK))
-        hdr, crc = self._data.pack(_UDP_BYTES + BTH_BYTES + AETH_BYTES + ICRC_BYTES, ACKNOWLEDGE,
-                                   0, self.dest_qp, psn & PSN_MASK)
+        hdr, crc = self._data.pack(
+            _UDP_BYTES + BTH_BYTES + AETH_BYTES + ICRC_BYTES,
+            ACKNOWLEDGE,
+            0,
+            self.dest_qp,
+            psn & PSN_MASK,
+        )
         return hdr + aeth + _ICRC.pack(zlib.crc32(aeth, crc))
 
     def nak_frame(self, expected_psn: int, msn: int) -> bytes:
@@ -326,13 +387,15 @@ class DataTemplate:
     def cnp_frame(self) -> bytes:
         """A RoCEv2 CNP to `dest_qp`: BECN set, 16 zero bytes, DSCP `cnp_dscp`, not-ECT."""
         pad = bytes(CNP_PAD_BYTES)
-        hdr, crc = self._cnp.pack(_UDP_BYTES + BTH_BYTES + CNP_PAD_BYTES + ICRC_BYTES, CNP, 0,
-                                  self.dest_qp, 0)
+        hdr, crc = self._cnp.pack(
+            _UDP_BYTES + BTH_BYTES + CNP_PAD_BYTES + ICRC_BYTES, CNP, 0, self.dest_qp, 0
+        )
         return hdr + pad + _ICRC.pack(zlib.crc32(pad, crc))
 
 
-def ack_frame(tmpl: DataTemplate, psn: int, msn: int,
-              syndrome: int = AETH_ACK | AETH_CREDIT_INVALID) -> bytes:
+def ack_frame(
+    tmpl: DataTemplate, psn: int, msn: int, syndrome: int = AETH_ACK | AETH_CREDIT_INVALID
+) -> bytes:
     """`tmpl.ack_frame(psn, msn, syndrome)`."""
     return tmpl.ack_frame(psn, msn, syndrome)
 
@@ -419,15 +482,30 @@ def parse(frame: bytes, verify_icrc: bool = False) -> RoceInfo | None:
     if verify_icrc:
         masked = bytearray(frame[_ETH_BYTES:x])
         masked[1] = masked[8] = 0xFF
-        masked[10:12] = masked[ihl + 6:ihl + 8] = b"\xff\xff"
+        masked[10:12] = masked[ihl + 6 : ihl + 8] = b"\xff\xff"
         masked[ihl + _UDP_BYTES + 4] = 0xFF
         crc = zlib.crc32(frame[x:end], zlib.crc32(b"\xff" * 8 + masked))
         ok = crc == _ICRC.unpack_from(frame, end)[0]
-    return RoceInfo(frame[6:12].hex(":"), frame[0:6].hex(":"),
-                    socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34]),
-                    sport, tos >> 2, tos & 3, opcode, dqpn & PSN_MASK, apsn & PSN_MASK,
-                    apsn >> 31 == 1, dqpn & _BECN != 0, syndrome, msn, reth, payload_len, ok,
-                    x + ext)
+    return RoceInfo(
+        frame[6:12].hex(":"),
+        frame[0:6].hex(":"),
+        socket.inet_ntoa(frame[26:30]),
+        socket.inet_ntoa(frame[30:34]),
+        sport,
+        tos >> 2,
+        tos & 3,
+        opcode,
+        dqpn & PSN_MASK,
+        apsn & PSN_MASK,
+        apsn >> 31 == 1,
+        dqpn & _BECN != 0,
+        syndrome,
+        msn,
+        reth,
+        payload_len,
+        ok,
+        x + ext,
+    )
 
 
 def payload(frame: bytes, info: RoceInfo) -> memoryview:
@@ -440,7 +518,7 @@ def payload(frame: bytes, info: RoceInfo) -> memoryview:
         >>> bytes(payload(f, parse(f)))
         b'abc'
     """
-    return memoryview(frame)[info.payload_offset:info.payload_offset + info.payload_len]
+    return memoryview(frame)[info.payload_offset : info.payload_offset + info.payload_len]
 
 
 def is_rocev2(frame: bytes) -> bool:

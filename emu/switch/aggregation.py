@@ -53,8 +53,17 @@ DEFAULT_TOTAL_SLOTS = 1024
 _FREE = -1
 #: Accumulate in native byte order; the wire is big-endian (agg.WIRE_DTYPES).
 _NATIVE = {code: dt.newbyteorder("=") for code, dt in agg.WIRE_DTYPES.items()}
-_JOB_COUNTERS = ("contributions", "duplicates", "stale", "up_sent", "results_sent",
-                 "results_in", "completed", "abandoned", "shadow_replies")
+_JOB_COUNTERS = (
+    "contributions",
+    "duplicates",
+    "stale",
+    "up_sent",
+    "results_sent",
+    "results_in",
+    "completed",
+    "abandoned",
+    "shadow_replies",
+)
 
 
 class AggNoSlots(OFError):
@@ -68,8 +77,17 @@ class AggNoSlots(OFError):
 class _Slot:
     """One slot: the current round of chunk `seq` and the previous round's result."""
 
-    __slots__ = ("seq", "seen", "acc", "dtype", "count", "result", "prev_seq", "prev_result",
-                 "prev_dtype")
+    __slots__ = (
+        "seq",
+        "seen",
+        "acc",
+        "dtype",
+        "count",
+        "result",
+        "prev_seq",
+        "prev_result",
+        "prev_dtype",
+    )
 
     def __init__(self) -> None:
         self.seq = _FREE
@@ -77,7 +95,7 @@ class _Slot:
         self.acc: Optional[np.ndarray] = None
         self.dtype = 0
         self.count = 0
-        self.result: Optional[bytes] = None      # the reduced payload, network byte order
+        self.result: Optional[bytes] = None  # the reduced payload, network byte order
         self.prev_seq = _FREE
         self.prev_result: Optional[bytes] = None
         self.prev_dtype = 0
@@ -111,16 +129,25 @@ class AggJob:
         self.slots = [_Slot() for _ in range(spec.nslots)]
         self.counters = dict.fromkeys(_JOB_COUNTERS, 0)
         # Built once with Scapy; per frame only patched (agg.AggTemplate).
-        self.up = None if spec.root else agg.AggTemplate(
-            _mac(ports[spec.parent_port]), spec.job_mac, spec.job_ip, spec.job_ip)
-        self.down = {c.port: agg.AggTemplate(_mac(ports[c.port]), c.mac, spec.job_ip, c.ip)
-                     for c in spec.children}
+        self.up = (
+            None
+            if spec.root
+            else agg.AggTemplate(
+                _mac(ports[spec.parent_port]), spec.job_mac, spec.job_ip, spec.job_ip
+            )
+        )
+        self.down = {
+            c.port: agg.AggTemplate(_mac(ports[c.port]), c.mac, spec.job_ip, c.ip)
+            for c in spec.children
+        }
 
     def report(self) -> dict:
         return {
-            "root": self.root, "parent_port": None if self.root else self.parent_port,
+            "root": self.root,
+            "parent_port": None if self.root else self.parent_port,
             "children": {str(p): {"mac": c.mac, "ip": c.ip} for p, c in self.children.items()},
-            "job_ip": self.spec.job_ip, "job_mac": self.spec.job_mac,
+            "job_ip": self.spec.job_ip,
+            "job_mac": self.spec.job_mac,
             "nslots": self.nslots,
             "slots_in_use": sum(1 for s in self.slots if s.active),
             **self.counters,
@@ -141,8 +168,7 @@ class AggEngine:
         total_slots: the slot pool shared by all jobs.
     """
 
-    def __init__(self, ports: dict[int, PortState],
-                 total_slots: int = DEFAULT_TOTAL_SLOTS) -> None:
+    def __init__(self, ports: dict[int, PortState], total_slots: int = DEFAULT_TOTAL_SLOTS) -> None:
         if total_slots < 0:
             raise ValueError(f"total_slots={total_slots}: must be >= 0")
         self.ports = ports
@@ -173,29 +199,48 @@ class AggEngine:
         """
         child_ports = [c.port for c in spec.children]
         if spec.root and spec.parent_port != 0:
-            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT,
-                          f"job {spec.job_id}: the root has parent port {spec.parent_port}")
+            raise OFError(
+                ofp.OFPET_BAD_REQUEST,
+                ofp.OFPBRC_BAD_PORT,
+                f"job {spec.job_id}: the root has parent port {spec.parent_port}",
+            )
         if not spec.root and spec.parent_port not in self.ports:
-            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT,
-                          f"job {spec.job_id}: parent port {spec.parent_port} not on this switch")
+            raise OFError(
+                ofp.OFPET_BAD_REQUEST,
+                ofp.OFPBRC_BAD_PORT,
+                f"job {spec.job_id}: parent port {spec.parent_port} not on this switch",
+            )
         for port in child_ports:
             if port not in self.ports:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT,
-                              f"job {spec.job_id}: child port {port} not on this switch")
-        if len(set(child_ports)) != len(child_ports) or \
-                (not spec.root and spec.parent_port in child_ports):
-            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT,
-                          f"job {spec.job_id}: ports repeat (parent {spec.parent_port}, "
-                          f"children {child_ports})")
+                raise OFError(
+                    ofp.OFPET_BAD_REQUEST,
+                    ofp.OFPBRC_BAD_PORT,
+                    f"job {spec.job_id}: child port {port} not on this switch",
+                )
+        if len(set(child_ports)) != len(child_ports) or (
+            not spec.root and spec.parent_port in child_ports
+        ):
+            raise OFError(
+                ofp.OFPET_BAD_REQUEST,
+                ofp.OFPBRC_BAD_PORT,
+                f"job {spec.job_id}: ports repeat (parent {spec.parent_port}, "
+                f"children {child_ports})",
+            )
         old = self.jobs.get(spec.job_id)
         free = self.total_slots - self.slots_used + (old.nslots if old is not None else 0)
         if spec.nslots > free:
-            raise AggNoSlots(f"job {spec.job_id} needs {spec.nslots} slots, {free} free of "
-                             f"{self.total_slots}")
+            raise AggNoSlots(
+                f"job {spec.job_id} needs {spec.nslots} slots, {free} free of {self.total_slots}"
+            )
         self.jobs[spec.job_id] = AggJob(spec, self.ports)
-        LOG.info("aggregation job %d %s: %d children, parent %s, %d slots", spec.job_id,
-                 "replaced" if old is not None else "added", len(child_ports),
-                 "root" if spec.root else spec.parent_port, spec.nslots)
+        LOG.info(
+            "aggregation job %d %s: %d children, parent %s, %d slots",
+            spec.job_id,
+            "replaced" if old is not None else "added",
+            len(child_ports),
+            "root" if spec.root else spec.parent_port,
+            spec.nslots,
+        )
 
     def job_del(self, job_id: int) -> None:
         """Remove a job and free its slots (AGG_JOB_ALL: every job); unknown ids are ignored."""
@@ -298,18 +343,36 @@ class AggEngine:
             return []
         payload = slot.acc.astype(agg.WIRE_DTYPES[slot.dtype]).tobytes()
         job.counters["up_sent"] += 1
-        return [(job.parent_port, job.up.frame(agg.KIND_CONTRIB, slot.dtype, job.job_id,
-                                                 slot.seq, slot.seq % job.nslots, payload), None)]
+        return [
+            (
+                job.parent_port,
+                job.up.frame(
+                    agg.KIND_CONTRIB,
+                    slot.dtype,
+                    job.job_id,
+                    slot.seq,
+                    slot.seq % job.nslots,
+                    payload,
+                ),
+                None,
+            )
+        ]
 
-    def _down(self, job: AggJob, ports: list, seq: int, slot_no: int, dtype: int,
-              payload: bytes) -> list:
+    def _down(
+        self, job: AggJob, ports: list, seq: int, slot_no: int, dtype: int, payload: bytes
+    ) -> list:
         outs = []
         for port in ports:
             if not self._live(port):
                 self.dropped_port_down += 1
                 continue
-            outs.append((port, job.down[port].frame(agg.KIND_RESULT, dtype, job.job_id, seq,
-                                                     slot_no, payload), None))
+            outs.append(
+                (
+                    port,
+                    job.down[port].frame(agg.KIND_RESULT, dtype, job.job_id, seq, slot_no, payload),
+                    None,
+                )
+            )
         job.counters["results_sent"] += len(outs)
         return outs
 
@@ -322,8 +385,11 @@ class AggEngine:
     def report(self) -> dict:
         """Counters for the management socket (`emu ctl SWITCH agg`)."""
         return {
-            "slots_total": self.total_slots, "slots_used": self.slots_used,
-            "malformed": self.malformed, "unknown_job": self.unknown_job,
-            "bad_port": self.bad_port, "dropped_port_down": self.dropped_port_down,
+            "slots_total": self.total_slots,
+            "slots_used": self.slots_used,
+            "malformed": self.malformed,
+            "unknown_job": self.unknown_job,
+            "bad_port": self.bad_port,
+            "dropped_port_down": self.dropped_port_down,
             "jobs": {str(jid): job.report() for jid, job in sorted(self.jobs.items())},
         }

@@ -38,9 +38,9 @@ DROP_LOSSLESS_NO_PFC = "lossless_threshold_pfc_off"
 class BufferCounters:
     """What the buffer decided, for telemetry."""
 
-    drops: dict = field(default_factory=lambda: defaultdict(int))   # cause -> frames
+    drops: dict = field(default_factory=lambda: defaultdict(int))  # cause -> frames
     drops_by_queue: dict = field(default_factory=lambda: defaultdict(int))  # (port, prio)
-    marks: dict = field(default_factory=lambda: defaultdict(int))   # (out_port, prio) -> frames
+    marks: dict = field(default_factory=lambda: defaultdict(int))  # (out_port, prio) -> frames
     xoff_sent: dict = field(default_factory=lambda: defaultdict(int))  # (in_port, prio)
     xon_sent: dict = field(default_factory=lambda: defaultdict(int))
     shared_watermark_bytes: int = 0
@@ -57,9 +57,15 @@ class SharedBuffer:
         rng: random source for ECN marking (injected so that tests can fix it).
     """
 
-    def __init__(self, spec: BufferSpec, pfc: PfcSpec, ecn: EcnSpec,
-                 port_rates: dict[int, int], port_delays: dict[int, float] | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        spec: BufferSpec,
+        pfc: PfcSpec,
+        ecn: EcnSpec,
+        port_rates: dict[int, int],
+        port_delays: dict[int, float] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.spec, self.pfc, self.ecn = spec, pfc, ecn
         self.port_rates = dict(port_rates)
         delays = port_delays or {}
@@ -69,14 +75,16 @@ class SharedBuffer:
         self.headroom = {p: spec.headroom(r, delays.get(p, 0.0)) for p, r in port_rates.items()}
         self.reserved = sum(self.headroom[p] * len(self.lossless) for p in port_rates)
         if self.reserved >= spec.size_bytes:
-            raise ValueError(f"buffer size_bytes={spec.size_bytes} cannot hold the headroom "
-                             f"of {len(port_rates)} ports ({self.reserved} bytes)")
+            raise ValueError(
+                f"buffer size_bytes={spec.size_bytes} cannot hold the headroom "
+                f"of {len(port_rates)} ports ({self.reserved} bytes)"
+            )
         self.kmin_kmax = {p: ecn.thresholds(r) for p, r in port_rates.items()}
         self.rng = rng or random.Random(0)
         self.shared_used = 0
-        self.ingress = defaultdict(int)     # (in_port, prio) -> shared bytes
+        self.ingress = defaultdict(int)  # (in_port, prio) -> shared bytes
         self.headroom_used = defaultdict(int)  # (in_port, prio) -> headroom bytes
-        self.egress = defaultdict(int)      # (out_port, prio) -> bytes queued
+        self.egress = defaultdict(int)  # (out_port, prio) -> bytes queued
         self.paused_upstream: dict[tuple[int, int], float] = {}  # (in_port, prio) -> refresh at
         self._pending: dict[int, dict[int, int]] = defaultdict(dict)
         self.counters = BufferCounters()
@@ -100,8 +108,9 @@ class SharedBuffer:
 
     # ----- per frame --------------------------------------------------------
 
-    def admit(self, in_port: int, prio: int, out_port: int, size: int, ect: bool,
-              now: float) -> tuple[int, bool] | None:
+    def admit(
+        self, in_port: int, prio: int, out_port: int, size: int, ect: bool, now: float
+    ) -> tuple[int, bool] | None:
         """Admit a frame; returns (charge, ce_mark) or None when it is dropped.
 
         `charge` (SHARED or HEADROOM) must be passed back to `release`.
@@ -109,8 +118,10 @@ class SharedBuffer:
         ekey = (out_port, prio)
         if prio in self.lossless:
             ikey = (in_port, prio)
-            if self.ingress[ikey] + size <= self.xoff_threshold() and \
-                    self.shared_used + size <= self.spec.size_bytes - self.reserved:
+            if (
+                self.ingress[ikey] + size <= self.xoff_threshold()
+                and self.shared_used + size <= self.spec.size_bytes - self.reserved
+            ):
                 charge = SHARED
             elif self.headroom_used[ikey] + size <= self.headroom.get(in_port, 0):
                 charge = HEADROOM
@@ -118,7 +129,8 @@ class SharedBuffer:
                 self._drop(DROP_HEADROOM, ekey)
                 return None
             if ikey not in self.paused_upstream and (
-                    charge == HEADROOM or self.ingress[ikey] + size > self.xoff_threshold()):
+                charge == HEADROOM or self.ingress[ikey] + size > self.xoff_threshold()
+            ):
                 self.paused_upstream[ikey] = now + self._refresh_s(in_port)
                 self._pending[in_port][prio] = self.pfc.pause_quanta
                 self.counters.xoff_sent[ikey] += 1
@@ -200,14 +212,17 @@ class SharedBuffer:
             return {f"{k[0]}:{k[1]}": v for k, v in d.items() if v}
 
         return {
-            "size_bytes": self.spec.size_bytes, "reserved_headroom_bytes": self.reserved,
+            "size_bytes": self.spec.size_bytes,
+            "reserved_headroom_bytes": self.reserved,
             "shared_used_bytes": self.shared_used,
             "shared_watermark_bytes": c.shared_watermark_bytes,
             "xoff_threshold_bytes": int(self.xoff_threshold()),
-            "drops": dict(c.drops), "drops_by_queue": keyed(c.drops_by_queue),
-            "ecn_marks": keyed(c.marks), "xoff_sent": keyed(c.xoff_sent),
-            "xon_sent": keyed(c.xon_sent), "paused_upstream": sorted(
-                f"{p}:{q}" for p, q in self.paused_upstream),
+            "drops": dict(c.drops),
+            "drops_by_queue": keyed(c.drops_by_queue),
+            "ecn_marks": keyed(c.marks),
+            "xoff_sent": keyed(c.xoff_sent),
+            "xon_sent": keyed(c.xon_sent),
+            "paused_upstream": sorted(f"{p}:{q}" for p, q in self.paused_upstream),
             "egress_bytes": keyed(self.egress),
             "egress_watermark_bytes": keyed(c.egress_watermark_bytes),
         }

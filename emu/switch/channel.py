@@ -61,8 +61,14 @@ class OFChannel:
         now: when the connection was made (keepalive starts from here).
     """
 
-    def __init__(self, sock: socket.socket, session: OpenFlowSession, addr: Optional[Address],
-                 peer: str, now: float) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        session: OpenFlowSession,
+        addr: Optional[Address],
+        peer: str,
+        now: float,
+    ) -> None:
         self.sock = sock
         self.session = session
         self.addr = addr
@@ -85,15 +91,20 @@ class Channels:
         controllers: addresses of the controllers to connect to (and reconnect).
     """
 
-    def __init__(self, name: str, model: SwitchModel, sel: selectors.BaseSelector,
-                 listen: Address, controllers: list[Address]) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: SwitchModel,
+        sel: selectors.BaseSelector,
+        listen: Address,
+        controllers: list[Address],
+    ) -> None:
         self.name = name
         self.model = model
         self.sel = sel
         self.channels: list[OFChannel] = []
         self.reconnect_at: dict[Address, float] = {addr: 0.0 for addr in controllers}
-        self.reconnect_delay: dict[Address, float] = {addr: RECONNECT_MIN_S
-                                                      for addr in controllers}
+        self.reconnect_delay: dict[Address, float] = {addr: RECONNECT_MIN_S for addr in controllers}
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(listen)
@@ -127,8 +138,13 @@ class Channels:
             sock.close()
             self._schedule_reconnect(addr, now)
             return
-        ch = OFChannel(sock, OpenFlowSession(self.model, is_controller_channel=True), addr,
-                       f"{addr[0]}:{addr[1]}", now)
+        ch = OFChannel(
+            sock,
+            OpenFlowSession(self.model, is_controller_channel=True),
+            addr,
+            f"{addr[0]}:{addr[1]}",
+            now,
+        )
         self.channels.append(ch)
         self.sel.register(sock, selectors.EVENT_WRITE, ("of", ch))
         self.reconnect_at.pop(addr, None)
@@ -146,8 +162,13 @@ class Channels:
             return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        ch = OFChannel(sock, OpenFlowSession(self.model, is_controller_channel=False), None,
-                       f"{peer[0]}:{peer[1]}", now)
+        ch = OFChannel(
+            sock,
+            OpenFlowSession(self.model, is_controller_channel=False),
+            None,
+            f"{peer[0]}:{peer[1]}",
+            now,
+        )
         self.channels.append(ch)
         self.sel.register(sock, selectors.EVENT_READ, ("of", ch))
         self.send(ch, ch.session.hello())
@@ -215,8 +236,9 @@ class Channels:
                 continue
             idle = now - ch.last_rx
             if ch.echo_sent_at and now - ch.echo_sent_at > ECHO_TIMEOUT_S:
-                log.warning("%s: controller %s silent for %.0f s; reconnecting",
-                            self.name, ch.peer, idle)
+                log.warning(
+                    "%s: controller %s silent for %.0f s; reconnecting", self.name, ch.peer, idle
+                )
                 self.close_channel(ch, now)
             elif idle > ECHO_INTERVAL_S and not ch.echo_sent_at:
                 ch.echo_sent_at = now

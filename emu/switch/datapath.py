@@ -63,8 +63,8 @@ MAX_FRAME_BYTES = 9216
 RX_BATCH = 64
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 CARRIER_POLL_S = 0.1
-TELEMETRY_SAMPLE_S = 0.1      # queue depth, pause state, marks and bytes per port and priority
-TELEMETRY_KEEP = 36000        # samples kept (an hour at 10 per second)
+TELEMETRY_SAMPLE_S = 0.1  # queue depth, pause state, marks and bytes per port and priority
+TELEMETRY_KEEP = 36000  # samples kept (an hour at 10 per second)
 EXPIRE_POLL_S = 0.5
 
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
@@ -161,20 +161,22 @@ class Datapath:
 
         for spec in args.port:
             self._open_port(spec)
-        self.pipeline = Pipeline(n_tables=args.tables, seed=args.seed, ports=self.ports,
-                                 queue_bytes=self._queued_bytes)
+        self.pipeline = Pipeline(
+            n_tables=args.tables, seed=args.seed, ports=self.ports, queue_bytes=self._queued_bytes
+        )
         # Starts empty on every (re)start: the controller configures jobs when we connect.
         self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
         self.agg_errors = 0
         qos = args.qos
-        self.buffer = SharedBuffer(qos["buffer"], qos["pfc"], qos["ecn"],
-                                   {n: p.rate_bps for n, p in self.ports.items()})
+        self.buffer = SharedBuffer(
+            qos["buffer"], qos["pfc"], qos["ecn"], {n: p.rate_bps for n, p in self.ports.items()}
+        )
         self.pfc_templates = {n: pfc.template(p.hw_addr.hex(":")) for n, p in self.ports.items()}
         self.pause_rx: dict[tuple[int, int], int] = {}
         self.last_pause_rx: dict[tuple[int, int], float] = {}
         self.lossless_prios = tuple(qos["pfc"].lossless_priorities)
         self.watchdog = PfcWatchdog(qos["watchdog"])
-        self.wd_drop: set[tuple[int, int]] = set()         # queues isolated by the watchdog
+        self.wd_drop: set[tuple[int, int]] = set()  # queues isolated by the watchdog
         self.wd_ignore_pause: set[tuple[int, int]] = set()
         self.watchdog_drops = 0
         self.telemetry: list[list] = []
@@ -192,13 +194,15 @@ class Datapath:
         # Fidelity (emu/fidelity.py): the ports' clocks live in their schedulers;
         # stalls are counted in frame times of the fastest port.
         self.fidelity = ProcessFidelity(
-            self.name, "switch", {n: s.clock for n, s in self.schedulers.items()},
+            self.name,
+            "switch",
+            {n: s.clock for n, s in self.schedulers.items()},
             frame_time_s(max((p.rate_bps for p in self.ports.values()), default=1e9)),
-            time.monotonic())
+            time.monotonic(),
+        )
         self.fidelity.port_names = {n: p.name for n, p in self.ports.items()}
-        self._lossless_at_reset = 0   # lossless frames sent before the window
-        self.of = Channels(self.name, self.model, self.sel, args.of_listen,
-                           args.controller or [])
+        self._lossless_at_reset = 0  # lossless frames sent before the window
+        self.of = Channels(self.name, self.model, self.sel, args.of_listen, args.controller or [])
         self.mgmt = MgmtServer(self.mgmt_path, self._mgmt_handlers())
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, ("mgmt-listen", None))
 
@@ -247,8 +251,13 @@ class Datapath:
             up = self._carrier(port.name)
             if up != port.link_up:
                 port.link_up = up
-                log.info("%s: port %d %s link %s", self.name, port.port_no, port.name,
-                         "up" if up else "down")
+                log.info(
+                    "%s: port %d %s link %s",
+                    self.name,
+                    port.port_no,
+                    port.name,
+                    "up" if up else "down",
+                )
                 if not up:
                     self._flush_port(port.port_no)
                 self.pipeline.invalidate()
@@ -324,8 +333,7 @@ class Datapath:
             except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
                 counters.rx_errors += 1
                 self.malformed_frames += 1
-                log.debug("%s: frame on port %d not processed", self.name, port_no,
-                          exc_info=True)
+                log.debug("%s: frame on port %d not processed", self.name, port_no, exc_info=True)
                 continue
             if outputs:
                 self._enqueue(outputs, port_no, now)
@@ -350,8 +358,11 @@ class Datapath:
                 if port_no == AGG_PORT:
                     self._aggregate(in_port, frame, now)
                 continue
-            prio = queue_id if queue_id is not None and 0 <= queue_id < N_PRIORITIES else \
-                self._classify(frame)
+            prio = (
+                queue_id
+                if queue_id is not None and 0 <= queue_id < N_PRIORITIES
+                else self._classify(frame)
+            )
             if (port_no, prio) in self.wd_drop:
                 self.watchdog_drops += 1
                 self.ports[port_no].counters.tx_dropped += 1
@@ -384,8 +395,12 @@ class Datapath:
             outputs = self.agg.receive(in_port, frame, now)
         except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
             self.agg_errors += 1
-            log.debug("%s: aggregation engine failed on a frame from port %d", self.name,
-                      in_port, exc_info=True)
+            log.debug(
+                "%s: aggregation engine failed on a frame from port %d",
+                self.name,
+                in_port,
+                exc_info=True,
+            )
             return
         if outputs:
             self._enqueue(outputs, in_port, now)
@@ -413,17 +428,28 @@ class Datapath:
         views = []
         for port_no, sched in self.schedulers.items():
             for prio in self.lossless_prios:
-                views.append(QueueView(port_no, prio, sched.depth_bytes[prio],
-                                       sched.counters[prio].tx_packets,
-                                       sched.is_paused(prio, now),
-                                       self.last_pause_rx.get((port_no, prio), float("-inf"))))
+                views.append(
+                    QueueView(
+                        port_no,
+                        prio,
+                        sched.depth_bytes[prio],
+                        sched.counters[prio].tx_packets,
+                        sched.is_paused(prio, now),
+                        self.last_pause_rx.get((port_no, prio), float("-inf")),
+                    )
+                )
         action = self.watchdog.spec.action
         happened = self.watchdog.poll(now, views, wall=time.time())
         for kind, port_no, prio in happened:
             key = (port_no, prio)
             if kind == "storm":
-                log.warning("%s: PFC storm on port %d priority %d: action %s", self.name,
-                            port_no, prio, action)
+                log.warning(
+                    "%s: PFC storm on port %d priority %d: action %s",
+                    self.name,
+                    port_no,
+                    prio,
+                    action,
+                )
                 if action in ("drop", "forward"):
                     self.wd_ignore_pause.add(key)
                     self.schedulers[port_no].pause(prio, now, now)  # resume it now
@@ -431,17 +457,23 @@ class Datapath:
                     self.wd_drop.add(key)
                     self._flush_port(port_no, (prio,))
             else:
-                log.warning("%s: PFC storm over on port %d priority %d", self.name, port_no,
-                            prio)
+                log.warning("%s: PFC storm over on port %d priority %d", self.name, port_no, prio)
                 self.wd_drop.discard(key)
                 self.wd_ignore_pause.discard(key)
             self.busy.add(port_no)
             self.tx_due = now
 
-    def _set_watchdog(self, enabled: bool | None = None, action: str | None = None,
-                      detection_s: float | None = None) -> dict:
-        changes = {k: v for k, v in (("enabled", enabled), ("action", action),
-                                      ("detection_s", detection_s)) if v is not None}
+    def _set_watchdog(
+        self,
+        enabled: bool | None = None,
+        action: str | None = None,
+        detection_s: float | None = None,
+    ) -> dict:
+        changes = {
+            k: v
+            for k, v in (("enabled", enabled), ("action", action), ("detection_s", detection_s))
+            if v is not None
+        }
         spec = dataclasses.replace(self.watchdog.spec, **changes)  # validates
         self.watchdog.spec = spec
         return dataclasses.asdict(spec)
@@ -453,11 +485,15 @@ class Datapath:
         for port_no, sched in self.schedulers.items():
             row = [round(wall, 3), port_no, self.ports[port_no].counters.tx_bytes]
             for prio in range(N_PRIORITIES):
-                row += [sched.depth_bytes[prio], int(sched.is_paused(prio, now)),
-                        marks.get((port_no, prio), 0), sched.counters[prio].tx_bytes]
+                row += [
+                    sched.depth_bytes[prio],
+                    int(sched.is_paused(prio, now)),
+                    marks.get((port_no, prio), 0),
+                    sched.counters[prio].tx_bytes,
+                ]
             self.telemetry.append(row)
         if len(self.telemetry) > TELEMETRY_KEEP * max(1, len(self.schedulers)):
-            del self.telemetry[:len(self.schedulers) * 100]
+            del self.telemetry[: len(self.schedulers) * 100]
 
     def _set_port_rate(self, port_no: int, rate_bps: float | None = None) -> dict:
         """Pace `port_no`'s egress at `rate_bps` (None: the port's own rate again)."""
@@ -472,12 +508,15 @@ class Datapath:
     def _trace(self, in_port: int, frame: str) -> dict:
         """The pipeline's decision for one frame (hex) arriving on `in_port`; nothing changes."""
         if not isinstance(in_port, int) or in_port not in self.ports:
-            raise ValueError(f"in_port={in_port!r}: not a port of {self.name} "
-                             f"(ports {sorted(self.ports)})")
+            raise ValueError(
+                f"in_port={in_port!r}: not a port of {self.name} (ports {sorted(self.ports)})"
+            )
         try:
             data = bytes.fromhex(frame)
         except (TypeError, ValueError):
-            raise ValueError(f"frame={str(frame)[:40]!r}: must be the frame's bytes in hex") from None
+            raise ValueError(
+                f"frame={str(frame)[:40]!r}: must be the frame's bytes in hex"
+            ) from None
         if len(data) < 14:
             raise ValueError(f"frame of {len(data)} bytes: shorter than an Ethernet header")
         return self.pipeline.trace(in_port, data)
@@ -505,8 +544,10 @@ class Datapath:
         """Change ECN marking (enabled, kmin_bytes, kmax_bytes, pmax); validated."""
         spec = dataclasses.replace(self.buffer.ecn, **changes)
         self.buffer.set_ecn(spec)
-        return {**dataclasses.asdict(spec),
-                "thresholds": {n: list(t) for n, t in self.buffer.kmin_kmax.items()}}
+        return {
+            **dataclasses.asdict(spec),
+            "thresholds": {n: list(t) for n, t in self.buffer.kmin_kmax.items()},
+        }
 
     def _send_pfc(self, now: float) -> None:
         """Send the PAUSE frames the buffer asks for, ahead of any queued frame."""
@@ -594,12 +635,14 @@ class Datapath:
             "groups": lambda: reports.groups(self),
             "agg": lambda: reports.agg(self),
             "counters": lambda: reports.counters(self),
-            "watchdog": lambda: {"spec": dataclasses.asdict(self.watchdog.spec),
-                                 "events": self.watchdog.events,
-                                 "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed()),
-                                 "detected": self.watchdog.detected,
-                                 "restored": self.watchdog.restored,
-                                 "drops": self.watchdog_drops},
+            "watchdog": lambda: {
+                "spec": dataclasses.asdict(self.watchdog.spec),
+                "events": self.watchdog.events,
+                "stormed": sorted(f"{p}:{q}" for p, q in self.watchdog.stormed()),
+                "detected": self.watchdog.detected,
+                "restored": self.watchdog.restored,
+                "drops": self.watchdog_drops,
+            },
             "set_watchdog": self._set_watchdog,
             "queues": lambda: reports.queues(self),
             "telemetry": lambda since=0.0: [r for r in self.telemetry if r[0] >= since],
@@ -613,8 +656,11 @@ class Datapath:
         }
 
     def _lossless_sent(self) -> int:
-        return sum(sched.counters[prio].tx_packets for sched in self.schedulers.values()
-                   for prio in self.lossless_prios)
+        return sum(
+            sched.counters[prio].tx_packets
+            for sched in self.schedulers.values()
+            for prio in self.lossless_prios
+        )
 
     def _fidelity_reset(self) -> dict:
         self._lossless_at_reset = self._lossless_sent()
@@ -622,8 +668,9 @@ class Datapath:
 
     def _fidelity(self) -> dict:
         self._read_kernel_drops()
-        return self.fidelity.snapshot(time.monotonic(),
-                                      self._lossless_sent() - self._lossless_at_reset)
+        return self.fidelity.snapshot(
+            time.monotonic(), self._lossless_sent() - self._lossless_at_reset
+        )
 
     def _info(self) -> dict:
         return {
@@ -642,9 +689,9 @@ class Datapath:
         sel = self.sel
         mgmt_conns = {}
         loop = self.fidelity.loop
-        awake_since = time.monotonic()   # when the loop last came back from select()
+        awake_since = time.monotonic()  # when the loop last came back from select()
         awake_cpu = time.thread_time()
-        work: list = []                  # what this pass did (names the longest stall)
+        work: list = []  # what this pass did (names the longest stall)
         while not self.stopping:
             now = time.monotonic()
             self.of.connect_due(now)
@@ -678,8 +725,16 @@ class Datapath:
             ready = sel.select(timeout)
             woke = time.monotonic()
             awake_cpu = time.thread_time()
-            loop.woke(awake_since, asleep_at, timeout, woke, next_tx,
-                      any(key.data[0] == "port" for key, _ in ready), work, worked_cpu)
+            loop.woke(
+                awake_since,
+                asleep_at,
+                timeout,
+                woke,
+                next_tx,
+                any(key.data[0] == "port" for key, _ in ready),
+                work,
+                worked_cpu,
+            )
             awake_since = woke
             work = []
             for key, events in ready:
@@ -731,38 +786,74 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="emu-switch", description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
     p.add_argument("--dpid", required=True, type=lambda s: int(s, 0))
-    p.add_argument("--port", action="append", type=PortSpec.parse, default=[],
-                   help="IFNAME:PORT_NO:RATE_BPS (repeat)")
-    p.add_argument("--controller", action="append", type=_hostport,
-                   help="[tcp:]HOST:PORT of a controller to connect to (repeat)")
-    p.add_argument("--of-listen", type=_hostport, default=("127.0.0.1", 0),
-                   help="passive OpenFlow listener for ovs-ofctl (port 0 = any free)")
+    p.add_argument(
+        "--port",
+        action="append",
+        type=PortSpec.parse,
+        default=[],
+        help="IFNAME:PORT_NO:RATE_BPS (repeat)",
+    )
+    p.add_argument(
+        "--controller",
+        action="append",
+        type=_hostport,
+        help="[tcp:]HOST:PORT of a controller to connect to (repeat)",
+    )
+    p.add_argument(
+        "--of-listen",
+        type=_hostport,
+        default=("127.0.0.1", 0),
+        help="passive OpenFlow listener for ovs-ofctl (port 0 = any free)",
+    )
     p.add_argument("--mgmt", required=True, help="path of the management Unix socket")
     p.add_argument("--tables", type=int, default=8)
-    p.add_argument("--agg-slots", type=_slots, default=1024,
-                   help="aggregation slots the reduction engine holds for all jobs")
-    p.add_argument("--seed", type=lambda s: int(s, 0), default=0,
-                   help="per-switch seed of the SELECT group hash")
-    p.add_argument("--qos", type=_qos, default=_qos("{}"),
-                   help='JSON {"buffer": {...}, "pfc": {...}, "ecn": {...}} (see emu/config.py)')
-    p.add_argument("--rt-priority", type=int, default=0,
-                   help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling")
+    p.add_argument(
+        "--agg-slots",
+        type=_slots,
+        default=1024,
+        help="aggregation slots the reduction engine holds for all jobs",
+    )
+    p.add_argument(
+        "--seed",
+        type=lambda s: int(s, 0),
+        default=0,
+        help="per-switch seed of the SELECT group hash",
+    )
+    p.add_argument(
+        "--qos",
+        type=_qos,
+        default=_qos("{}"),
+        help='JSON {"buffer": {...}, "pfc": {...}, "ecn": {...}} (see emu/config.py)',
+    )
+    p.add_argument(
+        "--rt-priority",
+        type=int,
+        default=0,
+        help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     die_with_parent()
     sched = realtime.apply(args.rt_priority)
     dp = Datapath(args)
     dp.fidelity.sched = sched
     stop_on_signals(dp)
-    frozen = GcMonitor.freeze()   # set up: keep it out of every later collection (fidelity.py)
-    log.info("%s: dpid %016x, %d ports, OpenFlow listener %s, %d objects frozen", dp.name,
-             dp.dpid, len(dp.ports), dp.of.listen_addr, frozen)
+    frozen = GcMonitor.freeze()  # set up: keep it out of every later collection (fidelity.py)
+    log.info(
+        "%s: dpid %016x, %d ports, OpenFlow listener %s, %d objects frozen",
+        dp.name,
+        dp.dpid,
+        len(dp.ports),
+        dp.of.listen_addr,
+        frozen,
+    )
     dp.run()
     return 0
 

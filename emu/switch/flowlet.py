@@ -51,18 +51,23 @@ class FlowletTable:
             OFError: the codes listed in `emu/proto/ofext.py`.
         """
         if req.mode not in ofext.MODE_NAMES:
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE,
-                          f"unknown select mode {req.mode}")
+            raise OFError(
+                ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE, f"unknown select mode {req.mode}"
+            )
         if req.mode == ofext.SELECT_MODE_FLOWLET and req.flowlet_gap_us == 0:
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET,
-                          "flowlet mode needs a gap > 0")
+            raise OFError(
+                ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET, "flowlet mode needs a gap > 0"
+            )
         if req.group_id != ofext.OFPG_ALL:
             group = groups.get(req.group_id)
             if group is None:
                 raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)
             if group.type != ofp.OFPGT_SELECT:
-                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE,
-                              "flowlet mode needs a SELECT group")
+                raise OFError(
+                    ofp.OFPET_GROUP_MOD_FAILED,
+                    ofp.OFPGMFC_BAD_TYPE,
+                    "flowlet mode needs a SELECT group",
+                )
         self.set_mode(req.group_id, req.mode, req.gap_s)
 
     def set_mode(self, group_id: int, mode: int, gap_s: float) -> None:
@@ -83,8 +88,9 @@ class FlowletTable:
         """A deleted group loses its own mode (the switch default stays)."""
         self.gap_by_group.pop(group_id, None)
 
-    def choose(self, group_id: int, gap_s: float, flow_hash: int,
-               options: Sequence[tuple], now: float) -> tuple:
+    def choose(
+        self, group_id: int, gap_s: float, flow_hash: int, options: Sequence[tuple], now: float
+    ) -> tuple:
         """The option (bucket index, egress port or None, ...) this packet takes.
 
         Keeps the flow on its bucket while packets are at most `gap_s` apart and
@@ -120,10 +126,13 @@ class FlowletTable:
 
     def report(self) -> dict:
         return {
-            "default": None if self.default_gap_s is None else {"mode": "flowlet",
-                                                                 "gap_s": self.default_gap_s},
-            "groups": {gid: ("hash" if gap is None else {"mode": "flowlet", "gap_s": gap})
-                       for gid, gap in sorted(self.gap_by_group.items())},
+            "default": None
+            if self.default_gap_s is None
+            else {"mode": "flowlet", "gap_s": self.default_gap_s},
+            "groups": {
+                gid: ("hash" if gap is None else {"mode": "flowlet", "gap_s": gap})
+                for gid, gap in sorted(self.gap_by_group.items())
+            },
             "active_flowlets": len(self._flows),
             "flowlets_started": self.flowlets_started,
             "bucket_changes": self.bucket_changes,

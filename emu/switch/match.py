@@ -27,15 +27,45 @@ class OFError(Exception):
 
 
 # Match fields: name -> (maskable, prerequisite check on the compiled match dict).
-_MASKABLE = {"eth_dst", "eth_src", "vlan_vid", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
-             "arp_sha", "arp_tha", "metadata"}
+_MASKABLE = {
+    "eth_dst",
+    "eth_src",
+    "vlan_vid",
+    "ipv4_src",
+    "ipv4_dst",
+    "arp_spa",
+    "arp_tpa",
+    "arp_sha",
+    "arp_tha",
+    "metadata",
+}
 _MAC_FIELDS = {"eth_dst", "eth_src", "arp_sha", "arp_tha"}
 _IP4_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"}
-_FIELD_BITS = {"in_port": 32, "eth_type": 16, "vlan_vid": 13, "vlan_pcp": 3, "ip_dscp": 6,
-               "ip_ecn": 2, "ip_proto": 8, "tcp_src": 16, "tcp_dst": 16, "udp_src": 16,
-               "udp_dst": 16, "icmpv4_type": 8, "icmpv4_code": 8, "arp_op": 16, "metadata": 64,
-               "eth_dst": 48, "eth_src": 48, "arp_sha": 48, "arp_tha": 48, "ipv4_src": 32,
-               "ipv4_dst": 32, "arp_spa": 32, "arp_tpa": 32}
+_FIELD_BITS = {
+    "in_port": 32,
+    "eth_type": 16,
+    "vlan_vid": 13,
+    "vlan_pcp": 3,
+    "ip_dscp": 6,
+    "ip_ecn": 2,
+    "ip_proto": 8,
+    "tcp_src": 16,
+    "tcp_dst": 16,
+    "udp_src": 16,
+    "udp_dst": 16,
+    "icmpv4_type": 8,
+    "icmpv4_code": 8,
+    "arp_op": 16,
+    "metadata": 64,
+    "eth_dst": 48,
+    "eth_src": 48,
+    "arp_sha": 48,
+    "arp_tha": 48,
+    "ipv4_src": 32,
+    "ipv4_dst": 32,
+    "arp_spa": 32,
+    "arp_tpa": 32,
+}
 
 
 def _exact(m: dict, name: str) -> Optional[int]:
@@ -61,10 +91,12 @@ _PREREQ: dict[str, Callable[[dict], bool]] = {
     "tcp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
     "udp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
     "udp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
-    "icmpv4_type": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP
-    and _exact(m, "ip_proto") == 1,
-    "icmpv4_code": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP
-    and _exact(m, "ip_proto") == 1,
+    "icmpv4_type": lambda m: (
+        _exact(m, "eth_type") == parse.ETH_TYPE_IP and _exact(m, "ip_proto") == 1
+    ),
+    "icmpv4_code": lambda m: (
+        _exact(m, "eth_type") == parse.ETH_TYPE_IP and _exact(m, "ip_proto") == 1
+    ),
 }
 for _f in ("arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha"):
     _PREREQ[_f] = lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_ARP

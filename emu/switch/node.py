@@ -56,9 +56,17 @@ class EmuSwitch(Switch):
         seed: SELECT hash seed for this switch.
     """
 
-    def __init__(self, name: str, run: Run, port_rates: dict[str, int],
-                 controller_addrs: tuple[str, ...] = (), seed: int = 0,
-                 log_level: str = "INFO", qos: dict | None = None, **params) -> None:
+    def __init__(
+        self,
+        name: str,
+        run: Run,
+        port_rates: dict[str, int],
+        controller_addrs: tuple[str, ...] = (),
+        seed: int = 0,
+        log_level: str = "INFO",
+        qos: dict | None = None,
+        **params,
+    ) -> None:
         super().__init__(name, **params)
         self.run = run
         self.port_rates = port_rates
@@ -88,9 +96,18 @@ class EmuSwitch(Switch):
 
     def build_argv(self) -> list[str]:
         argv = self.datapath_command() + [
-            "--name", self.name, "--dpid", f"0x{self.dpid}", "--mgmt", self.mgmt_path,
-            "--seed", str(self.seed), "--log-level", self.log_level,
-            "--rt-priority", str(realtime.configured_priority()),
+            "--name",
+            self.name,
+            "--dpid",
+            f"0x{self.dpid}",
+            "--mgmt",
+            self.mgmt_path,
+            "--seed",
+            str(self.seed),
+            "--log-level",
+            self.log_level,
+            "--rt-priority",
+            str(realtime.configured_priority()),
         ]
         for addr in self.controller_addrs:
             argv += ["--controller", addr]
@@ -107,8 +124,13 @@ class EmuSwitch(Switch):
         argv = self.build_argv()
         log.debug("%s: %s", self.name, " ".join(argv))
         with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, close_fds=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
         self.run.add_pid(self.proc.pid, f"switch {self.name}")
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict:
@@ -118,17 +140,22 @@ class EmuSwitch(Switch):
             FabricError: the process exited, or did not answer within `timeout_s`
                 (the message names the socket and the log file).
         """
+
         def answered() -> dict | None:
             if self.proc is None or self.proc.poll() is not None:
-                raise FabricError(
-                    f"switch {self.name} exited during start-up; see {self.log_path}")
+                raise FabricError(f"switch {self.name} exited during start-up; see {self.log_path}")
             try:
                 return mgmt.call(self.mgmt_path, "info", timeout_s=1.0)
             except mgmt.MgmtError:
                 return None
 
-        return wait_for(answered, timeout_s, f"switch {self.name} to answer on {self.mgmt_path}",
-                        interval_s=0.05, logs=self.log_path)
+        return wait_for(
+            answered,
+            timeout_s,
+            f"switch {self.name} to answer on {self.mgmt_path}",
+            interval_s=0.05,
+            logs=self.log_path,
+        )
 
     def call(self, cmd: str, **args):
         """Ask the running switch process (see emu/mgmt.py)."""

@@ -33,19 +33,38 @@ MP_CHUNK = 60000
 
 # OXM basic field number -> value size in bytes, for the fields the pipeline matches.
 OXM_SIZES = {
-    ofp.OFPXMT_OFB_IN_PORT: 4, ofp.OFPXMT_OFB_METADATA: 8, ofp.OFPXMT_OFB_ETH_DST: 6,
-    ofp.OFPXMT_OFB_ETH_SRC: 6, ofp.OFPXMT_OFB_ETH_TYPE: 2, ofp.OFPXMT_OFB_VLAN_VID: 2,
-    ofp.OFPXMT_OFB_VLAN_PCP: 1, ofp.OFPXMT_OFB_IP_DSCP: 1, ofp.OFPXMT_OFB_IP_ECN: 1,
-    ofp.OFPXMT_OFB_IP_PROTO: 1, ofp.OFPXMT_OFB_IPV4_SRC: 4, ofp.OFPXMT_OFB_IPV4_DST: 4,
-    ofp.OFPXMT_OFB_TCP_SRC: 2, ofp.OFPXMT_OFB_TCP_DST: 2, ofp.OFPXMT_OFB_UDP_SRC: 2,
-    ofp.OFPXMT_OFB_UDP_DST: 2, ofp.OFPXMT_OFB_ICMPV4_TYPE: 1, ofp.OFPXMT_OFB_ICMPV4_CODE: 1,
-    ofp.OFPXMT_OFB_ARP_OP: 2, ofp.OFPXMT_OFB_ARP_SPA: 4, ofp.OFPXMT_OFB_ARP_TPA: 4,
-    ofp.OFPXMT_OFB_ARP_SHA: 6, ofp.OFPXMT_OFB_ARP_THA: 6,
+    ofp.OFPXMT_OFB_IN_PORT: 4,
+    ofp.OFPXMT_OFB_METADATA: 8,
+    ofp.OFPXMT_OFB_ETH_DST: 6,
+    ofp.OFPXMT_OFB_ETH_SRC: 6,
+    ofp.OFPXMT_OFB_ETH_TYPE: 2,
+    ofp.OFPXMT_OFB_VLAN_VID: 2,
+    ofp.OFPXMT_OFB_VLAN_PCP: 1,
+    ofp.OFPXMT_OFB_IP_DSCP: 1,
+    ofp.OFPXMT_OFB_IP_ECN: 1,
+    ofp.OFPXMT_OFB_IP_PROTO: 1,
+    ofp.OFPXMT_OFB_IPV4_SRC: 4,
+    ofp.OFPXMT_OFB_IPV4_DST: 4,
+    ofp.OFPXMT_OFB_TCP_SRC: 2,
+    ofp.OFPXMT_OFB_TCP_DST: 2,
+    ofp.OFPXMT_OFB_UDP_SRC: 2,
+    ofp.OFPXMT_OFB_UDP_DST: 2,
+    ofp.OFPXMT_OFB_ICMPV4_TYPE: 1,
+    ofp.OFPXMT_OFB_ICMPV4_CODE: 1,
+    ofp.OFPXMT_OFB_ARP_OP: 2,
+    ofp.OFPXMT_OFB_ARP_SPA: 4,
+    ofp.OFPXMT_OFB_ARP_TPA: 4,
+    ofp.OFPXMT_OFB_ARP_SHA: 6,
+    ofp.OFPXMT_OFB_ARP_THA: 6,
 }
 # Action type -> exact length (None: variable, >= 8, multiple of 8).
 ACTION_LENS = {
-    ofp.OFPAT_OUTPUT: 16, ofp.OFPAT_SET_QUEUE: 8, ofp.OFPAT_GROUP: 8,
-    ofp.OFPAT_DEC_NW_TTL: 8, ofp.OFPAT_PUSH_VLAN: 8, ofp.OFPAT_POP_VLAN: 8,
+    ofp.OFPAT_OUTPUT: 16,
+    ofp.OFPAT_SET_QUEUE: 8,
+    ofp.OFPAT_GROUP: 8,
+    ofp.OFPAT_DEC_NW_TTL: 8,
+    ofp.OFPAT_PUSH_VLAN: 8,
+    ofp.OFPAT_POP_VLAN: 8,
     ofp.OFPAT_SET_FIELD: None,
 }
 _KNOWN_ACTIONS = set(range(0, 28)) | {ofp.OFPAT_EXPERIMENTER}
@@ -165,12 +184,37 @@ def read_flow_mod(msg: bytes) -> Any:
     """ofp_flow_mod (spec A.3.4.1) -> os-ken OFPFlowMod."""
     if len(msg) < ofp.OFP_FLOW_MOD_SIZE:
         raise _brc(ofp.OFPBRC_BAD_LEN)
-    (cookie, cookie_mask, table_id, command, idle, hard, prio, buffer_id, out_port,
-     out_group, flags) = struct.unpack_from("!QQBBHHHIIIH", msg, 8)
+    (
+        cookie,
+        cookie_mask,
+        table_id,
+        command,
+        idle,
+        hard,
+        prio,
+        buffer_id,
+        out_port,
+        out_group,
+        flags,
+    ) = struct.unpack_from("!QQBBHHHIIIH", msg, 8)
     match, off = read_match(msg, 48, len(msg))
     instructions = read_instructions(msg, off, len(msg))
-    return ofpp.OFPFlowMod(None, cookie, cookie_mask, table_id, command, idle, hard, prio,
-                           buffer_id, out_port, out_group, flags, match, instructions)
+    return ofpp.OFPFlowMod(
+        None,
+        cookie,
+        cookie_mask,
+        table_id,
+        command,
+        idle,
+        hard,
+        prio,
+        buffer_id,
+        out_port,
+        out_group,
+        flags,
+        match,
+        instructions,
+    )
 
 
 def read_buckets(buf: bytes, off: int, end: int) -> list:
@@ -250,22 +294,42 @@ def error(type_: int, code: int, offending: bytes, xid: int, version: int = OFP_
 
 
 def features_reply(xid: int, dpid: int, n_buffers: int, n_tables: int, caps: int) -> bytes:
-    return header(ofp.OFPT_FEATURES_REPLY,
-                  struct.pack("!QIBB2xII", dpid, n_buffers, n_tables, 0, caps, 0), xid)
+    return header(
+        ofp.OFPT_FEATURES_REPLY,
+        struct.pack("!QIBB2xII", dpid, n_buffers, n_tables, 0, caps, 0),
+        xid,
+    )
 
 
-_SPEEDS = [(10**7, ofp.OFPPF_10MB_FD), (10**8, ofp.OFPPF_100MB_FD), (10**9, ofp.OFPPF_1GB_FD),
-           (10**10, ofp.OFPPF_10GB_FD), (4 * 10**10, ofp.OFPPF_40GB_FD),
-           (10**11, ofp.OFPPF_100GB_FD), (10**12, ofp.OFPPF_1TB_FD)]
+_SPEEDS = [
+    (10**7, ofp.OFPPF_10MB_FD),
+    (10**8, ofp.OFPPF_100MB_FD),
+    (10**9, ofp.OFPPF_1GB_FD),
+    (10**10, ofp.OFPPF_10GB_FD),
+    (4 * 10**10, ofp.OFPPF_40GB_FD),
+    (10**11, ofp.OFPPF_100GB_FD),
+    (10**12, ofp.OFPPF_1TB_FD),
+]
 
 
 def ofp_port(p: PortState) -> bytes:
     """ofp_port (spec A.2.1), 64 bytes."""
     feat = next((f for r, f in _SPEEDS if r == p.rate_bps), ofp.OFPPF_OTHER) | ofp.OFPPF_COPPER
     name = p.name.encode()[:15].ljust(16, b"\x00")
-    return struct.pack("!I4x6s2x16sIIIIIIII", p.port_no, bytes(p.hw_addr[:6]).ljust(6, b"\0"),
-                       name, p.config, p.state, feat, 0, 0, 0, p.curr_speed_kbps,
-                       p.curr_speed_kbps)
+    return struct.pack(
+        "!I4x6s2x16sIIIIIIII",
+        p.port_no,
+        bytes(p.hw_addr[:6]).ljust(6, b"\0"),
+        name,
+        p.config,
+        p.state,
+        feat,
+        0,
+        0,
+        0,
+        p.curr_speed_kbps,
+        p.curr_speed_kbps,
+    )
 
 
 def port_status(reason: int, p: PortState, xid: int = 0) -> bytes:
@@ -287,8 +351,17 @@ def packet_in_match(in_port: int, metadata: int) -> bytes:
     return (struct.pack("!HH", ofp.OFPMT_OXM, length) + oxm).ljust((length + 7) // 8 * 8, b"\0")
 
 
-def packet_in(xid: int, buffer_id: int, total_len: int, reason: int, table_id: int,
-              cookie: int, in_port: int, metadata: int, data: bytes) -> bytes:
+def packet_in(
+    xid: int,
+    buffer_id: int,
+    total_len: int,
+    reason: int,
+    table_id: int,
+    cookie: int,
+    in_port: int,
+    metadata: int,
+    data: bytes,
+) -> bytes:
     body = struct.pack("!IHBBQ", buffer_id, total_len, reason, table_id, cookie)
     body += packet_in_match(in_port, metadata) + b"\0\0" + data
     return header(ofp.OFPT_PACKET_IN, body, xid)
@@ -301,8 +374,19 @@ def _duration(now: float, since: float) -> tuple[int, int]:
 
 def flow_removed(e: FlowEntry, now: float, xid: int = 0) -> bytes:
     sec, nsec = _duration(now, e.created)
-    body = struct.pack("!QHBBIIHHQQ", e.cookie, e.priority, e.removed_reason or 0, e.table_id,
-                       sec, nsec, e.idle_timeout, e.hard_timeout, e.ctr.packets, e.ctr.bytes)
+    body = struct.pack(
+        "!QHBBIIHHQQ",
+        e.cookie,
+        e.priority,
+        e.removed_reason or 0,
+        e.table_id,
+        sec,
+        nsec,
+        e.idle_timeout,
+        e.hard_timeout,
+        e.ctr.packets,
+        e.ctr.bytes,
+    )
     return header(ofp.OFPT_FLOW_REMOVED, body + _match_bytes(e.ofmatch), xid)
 
 
@@ -314,17 +398,46 @@ def flow_stats_entry(e: FlowEntry, now: float) -> bytes:
         i.serialize(b, 0)
         ins += b
     tail = _match_bytes(e.ofmatch) + bytes(ins)
-    return struct.pack("!HBxIIHHHH4xQQQ", 48 + len(tail), e.table_id, sec, nsec, e.priority,
-                       e.idle_timeout, e.hard_timeout, e.flags, e.cookie, e.ctr.packets,
-                       e.ctr.bytes) + tail
+    return (
+        struct.pack(
+            "!HBxIIHHHH4xQQQ",
+            48 + len(tail),
+            e.table_id,
+            sec,
+            nsec,
+            e.priority,
+            e.idle_timeout,
+            e.hard_timeout,
+            e.flags,
+            e.cookie,
+            e.ctr.packets,
+            e.ctr.bytes,
+        )
+        + tail
+    )
 
 
 def port_stats_entry(p: PortState, now: float) -> bytes:
     c = p.counters
     sec, nsec = _duration(now, p.created_at)
-    return struct.pack("!I4x12QII", p.port_no, c.rx_packets, c.tx_packets, c.rx_bytes,
-                       c.tx_bytes, c.rx_dropped, c.tx_dropped, c.rx_errors, c.tx_errors,
-                       0, 0, 0, 0, sec, nsec)
+    return struct.pack(
+        "!I4x12QII",
+        p.port_no,
+        c.rx_packets,
+        c.tx_packets,
+        c.rx_bytes,
+        c.tx_bytes,
+        c.rx_dropped,
+        c.tx_dropped,
+        c.rx_errors,
+        c.tx_errors,
+        0,
+        0,
+        0,
+        0,
+        sec,
+        nsec,
+    )
 
 
 def group_desc_entry(g: Any) -> bytes:
@@ -339,8 +452,19 @@ def group_desc_entry(g: Any) -> bytes:
 def group_stats_entry(g: Any, ref_count: int, now: float) -> bytes:
     sec, nsec = _duration(now, g.created)
     bc = b"".join(struct.pack("!QQ", c.packets, c.bytes) for c in g.bucket_ctrs)
-    return struct.pack("!H2xII4xQQII", 40 + len(bc), g.group_id, ref_count, g.ctr.packets,
-                       g.ctr.bytes, sec, nsec) + bc
+    return (
+        struct.pack(
+            "!H2xII4xQQII",
+            40 + len(bc),
+            g.group_id,
+            ref_count,
+            g.ctr.packets,
+            g.ctr.bytes,
+            sec,
+            nsec,
+        )
+        + bc
+    )
 
 
 def group_features(f: dict) -> bytes:
@@ -350,8 +474,14 @@ def group_features(f: dict) -> bytes:
 def desc(dp_desc: str) -> bytes:
     def s(t: str, n: int) -> bytes:
         return t.encode()[: n - 1].ljust(n, b"\0")
-    return (s("emu", 256) + s("emu python switch", 256) + s("emu 0.1", 256) + s("None", 32)
-            + s(dp_desc, 256))
+
+    return (
+        s("emu", 256)
+        + s("emu python switch", 256)
+        + s("emu 0.1", 256)
+        + s("None", 32)
+        + s(dp_desc, 256)
+    )
 
 
 def multipart_replies(mp_type: int, entries: list[bytes], xid: int) -> list[bytes]:
@@ -370,8 +500,11 @@ def multipart_replies(mp_type: int, entries: list[bytes], xid: int) -> list[byte
     out = []
     for i, ch in enumerate(chunks):
         flags = ofp.OFPMPF_REPLY_MORE if i < len(chunks) - 1 else 0
-        out.append(header(ofp.OFPT_MULTIPART_REPLY,
-                          struct.pack("!HH4x", mp_type, flags) + b"".join(ch), xid))
+        out.append(
+            header(
+                ofp.OFPT_MULTIPART_REPLY, struct.pack("!HH4x", mp_type, flags) + b"".join(ch), xid
+            )
+        )
     return out
 
 
@@ -385,30 +518,65 @@ def table_features(table_id: int, n_tables: int, name: str) -> bytes:
 
     ovs-ofctl asks for these before add-flow and rejects an empty reply.
     """
-    instr = b"".join(struct.pack("!HH", t, 4) for t in (
-        ofp.OFPIT_GOTO_TABLE, ofp.OFPIT_WRITE_METADATA, ofp.OFPIT_WRITE_ACTIONS,
-        ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_CLEAR_ACTIONS))
+    instr = b"".join(
+        struct.pack("!HH", t, 4)
+        for t in (
+            ofp.OFPIT_GOTO_TABLE,
+            ofp.OFPIT_WRITE_METADATA,
+            ofp.OFPIT_WRITE_ACTIONS,
+            ofp.OFPIT_APPLY_ACTIONS,
+            ofp.OFPIT_CLEAR_ACTIONS,
+        )
+    )
     acts = b"".join(struct.pack("!HH", t, 4) for t in sorted(ACTION_LENS))
-    oxms = b"".join(struct.pack("!I", (ofp.OFPXMC_OPENFLOW_BASIC << 16) | (f << 9) | s)
-                    for f, s in sorted(OXM_SIZES.items()))
-    setf = b"".join(struct.pack("!I", (ofp.OFPXMC_OPENFLOW_BASIC << 16) | (f << 9) | s)
-                    for f, s in sorted(OXM_SIZES.items()) if f in _SETTABLE)
+    oxms = b"".join(
+        struct.pack("!I", (ofp.OFPXMC_OPENFLOW_BASIC << 16) | (f << 9) | s)
+        for f, s in sorted(OXM_SIZES.items())
+    )
+    setf = b"".join(
+        struct.pack("!I", (ofp.OFPXMC_OPENFLOW_BASIC << 16) | (f << 9) | s)
+        for f, s in sorted(OXM_SIZES.items())
+        if f in _SETTABLE
+    )
     nxt = bytes(range(table_id + 1, n_tables))
-    props = b"".join([
-        _prop(ofp.OFPTFPT_INSTRUCTIONS, instr), _prop(ofp.OFPTFPT_INSTRUCTIONS_MISS, instr),
-        _prop(ofp.OFPTFPT_NEXT_TABLES, nxt), _prop(ofp.OFPTFPT_NEXT_TABLES_MISS, nxt),
-        _prop(ofp.OFPTFPT_WRITE_ACTIONS, acts), _prop(ofp.OFPTFPT_WRITE_ACTIONS_MISS, acts),
-        _prop(ofp.OFPTFPT_APPLY_ACTIONS, acts), _prop(ofp.OFPTFPT_APPLY_ACTIONS_MISS, acts),
-        _prop(ofp.OFPTFPT_MATCH, oxms), _prop(ofp.OFPTFPT_WILDCARDS, oxms),
-        _prop(ofp.OFPTFPT_WRITE_SETFIELD, setf), _prop(ofp.OFPTFPT_WRITE_SETFIELD_MISS, setf),
-        _prop(ofp.OFPTFPT_APPLY_SETFIELD, setf), _prop(ofp.OFPTFPT_APPLY_SETFIELD_MISS, setf),
-    ])
-    fixed = struct.pack("!HB5x32sQQII", 64 + len(props), table_id,
-                        name.encode()[:31].ljust(32, b"\0"), 0xFFFFFFFFFFFFFFFF,
-                        0xFFFFFFFFFFFFFFFF, 0, 1 << 20)
+    props = b"".join(
+        [
+            _prop(ofp.OFPTFPT_INSTRUCTIONS, instr),
+            _prop(ofp.OFPTFPT_INSTRUCTIONS_MISS, instr),
+            _prop(ofp.OFPTFPT_NEXT_TABLES, nxt),
+            _prop(ofp.OFPTFPT_NEXT_TABLES_MISS, nxt),
+            _prop(ofp.OFPTFPT_WRITE_ACTIONS, acts),
+            _prop(ofp.OFPTFPT_WRITE_ACTIONS_MISS, acts),
+            _prop(ofp.OFPTFPT_APPLY_ACTIONS, acts),
+            _prop(ofp.OFPTFPT_APPLY_ACTIONS_MISS, acts),
+            _prop(ofp.OFPTFPT_MATCH, oxms),
+            _prop(ofp.OFPTFPT_WILDCARDS, oxms),
+            _prop(ofp.OFPTFPT_WRITE_SETFIELD, setf),
+            _prop(ofp.OFPTFPT_WRITE_SETFIELD_MISS, setf),
+            _prop(ofp.OFPTFPT_APPLY_SETFIELD, setf),
+            _prop(ofp.OFPTFPT_APPLY_SETFIELD_MISS, setf),
+        ]
+    )
+    fixed = struct.pack(
+        "!HB5x32sQQII",
+        64 + len(props),
+        table_id,
+        name.encode()[:31].ljust(32, b"\0"),
+        0xFFFFFFFFFFFFFFFF,
+        0xFFFFFFFFFFFFFFFF,
+        0,
+        1 << 20,
+    )
     return fixed + props
 
 
-_SETTABLE = {ofp.OFPXMT_OFB_ETH_DST, ofp.OFPXMT_OFB_ETH_SRC, ofp.OFPXMT_OFB_VLAN_VID,
-             ofp.OFPXMT_OFB_VLAN_PCP, ofp.OFPXMT_OFB_IP_DSCP, ofp.OFPXMT_OFB_IP_ECN,
-             ofp.OFPXMT_OFB_IPV4_SRC, ofp.OFPXMT_OFB_IPV4_DST}
+_SETTABLE = {
+    ofp.OFPXMT_OFB_ETH_DST,
+    ofp.OFPXMT_OFB_ETH_SRC,
+    ofp.OFPXMT_OFB_VLAN_VID,
+    ofp.OFPXMT_OFB_VLAN_PCP,
+    ofp.OFPXMT_OFB_IP_DSCP,
+    ofp.OFPXMT_OFB_IP_ECN,
+    ofp.OFPXMT_OFB_IPV4_SRC,
+    ofp.OFPXMT_OFB_IPV4_DST,
+}

@@ -51,8 +51,15 @@ LOG = logging.getLogger(__name__)
 MALFORMED: collections.Counter = collections.Counter()
 
 _TYPE_NAMES = {v: k for k, v in vars(ofp).items() if k.startswith("OFPT_") and isinstance(v, int)}
-_MODIFYING = {ofp.OFPT_FLOW_MOD, ofp.OFPT_GROUP_MOD, ofp.OFPT_PORT_MOD, ofp.OFPT_PACKET_OUT,
-              ofp.OFPT_TABLE_MOD, ofp.OFPT_METER_MOD, ofp.OFPT_EXPERIMENTER}
+_MODIFYING = {
+    ofp.OFPT_FLOW_MOD,
+    ofp.OFPT_GROUP_MOD,
+    ofp.OFPT_PORT_MOD,
+    ofp.OFPT_PACKET_OUT,
+    ofp.OFPT_TABLE_MOD,
+    ofp.OFPT_METER_MOD,
+    ofp.OFPT_EXPERIMENTER,
+}
 _PORT_CONFIG_BITS = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN
 _CAPS = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_GROUP_STATS
 
@@ -125,8 +132,9 @@ class SwitchModel:
             messages (default: a new one on the pipeline's ports).
     """
 
-    def __init__(self, dpid: int, pipeline: Pipeline, dp_desc: str = "",
-                 agg: Optional[AggEngine] = None) -> None:
+    def __init__(
+        self, dpid: int, pipeline: Pipeline, dp_desc: str = "", agg: Optional[AggEngine] = None
+    ) -> None:
         self.dpid = dpid
         self.pipeline = pipeline
         self.ports: dict[int, PortState] = pipeline.ports
@@ -188,23 +196,30 @@ class OpenFlowSession:
             version, mtype, length, xid = codec.OFP_HEADER.unpack_from(self._buf, 0)
             if length < 8:
                 MALFORMED["unframeable"] += 1
-                out.append(Reply(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN,
-                                             bytes(self._buf[:64]), xid)))
+                out.append(
+                    Reply(
+                        codec.error(
+                            ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN, bytes(self._buf[:64]), xid
+                        )
+                    )
+                )
                 self._buf.clear()
                 self.close()
                 break
             if len(self._buf) < length and (
-                    (version != codec.OFP_VERSION
-                     and (mtype != ofp.OFPT_HELLO or self.negotiated))
-                    or mtype > ofp.OFPT_METER_MOD):
+                (version != codec.OFP_VERSION and (mtype != ofp.OFPT_HELLO or self.negotiated))
+                or mtype > ofp.OFPT_METER_MOD
+            ):
                 # A header we could never act on (the rest of a message whose
                 # length lied, or noise) means the stream lost its framing;
                 # waiting for `length` bytes would stall the channel. Say so and close.
                 MALFORMED["unframeable"] += 1
-                code = ofp.OFPBRC_BAD_VERSION if version != codec.OFP_VERSION \
-                    else ofp.OFPBRC_BAD_TYPE
-                out.append(Reply(codec.error(ofp.OFPET_BAD_REQUEST, code,
-                                             bytes(self._buf[:64]), xid)))
+                code = (
+                    ofp.OFPBRC_BAD_VERSION if version != codec.OFP_VERSION else ofp.OFPBRC_BAD_TYPE
+                )
+                out.append(
+                    Reply(codec.error(ofp.OFPET_BAD_REQUEST, code, bytes(self._buf[:64]), xid))
+                )
                 self._buf.clear()
                 self.close()
                 break
@@ -250,13 +265,21 @@ class OpenFlowSession:
 
     def _hello(self, version: int, msg: bytes, xid: int) -> list[Effect]:
         versions = codec.read_hello_versions(msg)
-        ok = codec.OFP_VERSION in versions if versions is not None \
-            else version >= codec.OFP_VERSION
+        ok = codec.OFP_VERSION in versions if versions is not None else version >= codec.OFP_VERSION
         if not ok:
             self.close()
             text = b"emu speaks OpenFlow 1.3 (0x04) only"
-            return [Reply(codec.error(ofp.OFPET_HELLO_FAILED, ofp.OFPHFC_INCOMPATIBLE, text, xid,
-                                      version=min(version, codec.OFP_VERSION) or 1))]
+            return [
+                Reply(
+                    codec.error(
+                        ofp.OFPET_HELLO_FAILED,
+                        ofp.OFPHFC_INCOMPATIBLE,
+                        text,
+                        xid,
+                        version=min(version, codec.OFP_VERSION) or 1,
+                    )
+                )
+            ]
         self.negotiated = True
         return []
 
@@ -273,13 +296,19 @@ class OpenFlowSession:
 
     def _features(self, msg: bytes, xid: int) -> list[Effect]:
         m = self.model
-        return [Reply(codec.features_reply(xid, m.dpid, m.n_buffers, m.n_tables,
-                                           m.capabilities))]
+        return [Reply(codec.features_reply(xid, m.dpid, m.n_buffers, m.n_tables, m.capabilities))]
 
     def _get_config(self, msg: bytes, xid: int) -> list[Effect]:
         m = self.model
-        return [Reply(codec.header(ofp.OFPT_GET_CONFIG_REPLY,
-                                   struct.pack("!HH", m.config_flags, m.miss_send_len), xid))]
+        return [
+            Reply(
+                codec.header(
+                    ofp.OFPT_GET_CONFIG_REPLY,
+                    struct.pack("!HH", m.config_flags, m.miss_send_len),
+                    xid,
+                )
+            )
+        ]
 
     def _set_config(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != ofp.OFP_SWITCH_CONFIG_SIZE:
@@ -301,7 +330,10 @@ class OpenFlowSession:
     def _flow_mod(self, msg: bytes, xid: int) -> list[Effect]:
         mod = codec.read_flow_mod(msg)
         if mod.buffer_id != ofp.OFP_NO_BUFFER and mod.command in (
-                ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
+            ofp.OFPFC_ADD,
+            ofp.OFPFC_MODIFY,
+            ofp.OFPFC_MODIFY_STRICT,
+        ):
             # n_buffers is 0: no packet was ever buffered (spec A.3.4.1).
             self.model.pipeline.flow_mod(mod, self._now)
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)
@@ -328,8 +360,11 @@ class OpenFlowSession:
         buffer_id, in_port, actions, data = codec.read_packet_out(msg)
         if buffer_id != ofp.OFP_NO_BUFFER:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN)
-        if in_port > ofp.OFPP_MAX and in_port not in (ofp.OFPP_CONTROLLER, ofp.OFPP_LOCAL,
-                                                      ofp.OFPP_ANY) or in_port == 0:
+        if (
+            in_port > ofp.OFPP_MAX
+            and in_port not in (ofp.OFPP_CONTROLLER, ofp.OFPP_LOCAL, ofp.OFPP_ANY)
+            or in_port == 0
+        ):
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
         outs, pins = self.model.pipeline.packet_out(in_port, actions, data, self._now)
         out: list[Effect] = [Transmit(outs)] if outs else []
@@ -359,12 +394,14 @@ class OpenFlowSession:
         if role != ofp.OFPCR_ROLE_NOCHANGE:
             self.role = role
         gen_out = m.generation_id if m.generation_id is not None else 0
-        return [Reply(codec.header(ofp.OFPT_ROLE_REPLY, struct.pack("!I4xQ", self.role, gen_out),
-                                   xid))]
+        return [
+            Reply(codec.header(ofp.OFPT_ROLE_REPLY, struct.pack("!I4xQ", self.role, gen_out), xid))
+        ]
 
     def _get_async(self, msg: bytes, xid: int) -> list[Effect]:
-        body = struct.pack("!6I", *self.packet_in_mask, *self.port_status_mask,
-                           *self.flow_removed_mask)
+        body = struct.pack(
+            "!6I", *self.packet_in_mask, *self.port_status_mask, *self.flow_removed_mask
+        )
         return [Reply(codec.header(ofp.OFPT_GET_ASYNC_REPLY, body, xid))]
 
     def _set_async(self, msg: bytes, xid: int) -> list[Effect]:
@@ -392,8 +429,9 @@ class OpenFlowSession:
         (port,) = struct.unpack_from("!I", msg, 8)
         if port not in self.model.ports and port != ofp.OFPP_ANY:
             raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
-        return [Reply(codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port),
-                                   xid))]
+        return [
+            Reply(codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port), xid))
+        ]
 
     def _experimenter(self, msg: bytes, xid: int) -> list[Effect]:
         """emu's extension (emu/proto/ofext.py): SELECT group mode, aggregation jobs."""
@@ -452,8 +490,14 @@ class OpenFlowSession:
             match, end = codec.read_match(body, 32, len(body))
             if end != len(body):
                 raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-            kw = dict(table_id=tid, out_port=out_port, out_group=out_group, cookie=cookie,
-                      cookie_mask=cmask, match=match)
+            kw = dict(
+                table_id=tid,
+                out_port=out_port,
+                out_group=out_group,
+                cookie=cookie,
+                cookie_mask=cmask,
+                match=match,
+            )
             if mp_type == ofp.OFPMP_FLOW:
                 entries = [codec.flow_stats_entry(e, now) for e in pl.flow_stats(**kw)]
             else:
@@ -466,18 +510,22 @@ class OpenFlowSession:
             if len(body) != 8:
                 raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
             (gid,) = struct.unpack_from("!I", body, 0)
-            gids = sorted(pl.groups) if gid == ofp.OFPG_ALL else [g for g in [gid]
-                                                                    if g in pl.groups]
-            entries = [codec.group_stats_entry(pl.groups[g], pl.group_ref_count(g), now)
-                       for g in gids]
+            gids = (
+                sorted(pl.groups) if gid == ofp.OFPG_ALL else [g for g in [gid] if g in pl.groups]
+            )
+            entries = [
+                codec.group_stats_entry(pl.groups[g], pl.group_ref_count(g), now) for g in gids
+            ]
         elif mp_type == ofp.OFPMP_GROUP_FEATURES:
             entries = [codec.group_features(pl.group_features())]
         elif mp_type == ofp.OFPMP_TABLE_FEATURES:
             # A request with a body would set table features: not supported.
             if body:
                 raise OFError(ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)
-            entries = [codec.table_features(t, self.model.n_tables, "table%d" % t)
-                       for t in range(self.model.n_tables)]
+            entries = [
+                codec.table_features(t, self.model.n_tables, "table%d" % t)
+                for t in range(self.model.n_tables)
+            ]
         else:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART)
         return [Reply(m) for m in codec.multipart_replies(mp_type, entries, xid)]
@@ -521,10 +569,18 @@ class OpenFlowSession:
             return None
         data = record.frame
         if record.max_len != ofp.OFPCML_NO_BUFFER:
-            data = data[:record.max_len]
-        return codec.packet_in(0, ofp.OFP_NO_BUFFER, len(record.frame), record.reason,
-                               record.table_id, record.cookie, record.in_port,
-                               record.metadata, data)
+            data = data[: record.max_len]
+        return codec.packet_in(
+            0,
+            ofp.OFP_NO_BUFFER,
+            len(record.frame),
+            record.reason,
+            record.table_id,
+            record.cookie,
+            record.in_port,
+            record.metadata,
+            data,
+        )
 
     def port_status(self, reason: int, port: PortState) -> Optional[bytes]:
         """OFPT_PORT_STATUS (reason OFPPR_ADD/DELETE/MODIFY), or None if masked."""

@@ -142,16 +142,36 @@ def extract_key(frame: bytes, in_port: int) -> tuple:
                 if n >= l4 + 2:
                     it, ic = _BB(frame, l4)
         return (
-            in_port, dst, src, eth_type, vid, pcp, tos >> 2, tos & 3, proto,
-            ip_src, ip_dst, ts, td, us, ud, it, ic, None, None, None, None, None,
+            in_port,
+            dst,
+            src,
+            eth_type,
+            vid,
+            pcp,
+            tos >> 2,
+            tos & 3,
+            proto,
+            ip_src,
+            ip_dst,
+            ts,
+            td,
+            us,
+            ud,
+            it,
+            ic,
+            None,
+            None,
+            None,
+            None,
+            None,
         )
     if eth_type == ETH_TYPE_ARP:
         if n < off + 28:
             return (in_port, dst, src, eth_type, vid, pcp) + _NONE10 + (None,) * 6
         op = _U16_AT(frame, off + 6)[0]
-        sha = _from_bytes(frame[off + 8:off + 14], "big")
+        sha = _from_bytes(frame[off + 8 : off + 14], "big")
         spa = _I(frame, off + 14)[0]
-        tha = _from_bytes(frame[off + 18:off + 24], "big")
+        tha = _from_bytes(frame[off + 18 : off + 24], "big")
         tpa = _I(frame, off + 24)[0]
         return (in_port, dst, src, eth_type, vid, pcp) + _NONE10 + (None, op, spa, tpa, sha, tha)
     return (in_port, dst, src, eth_type, vid, pcp) + _NONE10 + (None,) * 6
@@ -202,7 +222,7 @@ def _set_tos(frame: bytes, off: int, tos: int) -> bytes:
     csum = _csum_update(_U16_AT(frame, off + 10)[0], old_word, new_word)
     b = bytearray(frame)
     b[off + 1] = tos
-    b[off + 10:off + 12] = _U16.pack(csum)
+    b[off + 10 : off + 12] = _U16.pack(csum)
     return bytes(b)
 
 
@@ -245,7 +265,7 @@ def dec_ip_ttl(frame: bytes) -> tuple[bytes, bool]:
     csum = _csum_update(_U16_AT(frame, off + 10)[0], old_word, new_word)
     b = bytearray(frame)
     b[off + 8] = ttl - 1
-    b[off + 10:off + 12] = _U16.pack(csum)
+    b[off + 10 : off + 12] = _U16.pack(csum)
     return bytes(b), True
 
 
@@ -259,9 +279,9 @@ def set_ipv4_addr(frame: bytes, dst: bool, addr: int) -> bytes:
         return frame
     pos = off + (16 if dst else 12)
     b = bytearray(frame)
-    b[pos:pos + 4] = addr.to_bytes(4, "big")
+    b[pos : pos + 4] = addr.to_bytes(4, "big")
     ihl = (b[off] & 0x0F) * 4
-    b[off + 10:off + 12] = _U16.pack(ipv4_checksum(bytes(b[off:off + ihl])))
+    b[off + 10 : off + 12] = _U16.pack(ipv4_checksum(bytes(b[off : off + ihl])))
     return bytes(b)
 
 

@@ -84,8 +84,15 @@ class PacketIn:
 
 # Compiled action opcodes.
 A_OUT, A_GROUP, A_XF, A_DECTTL, A_QUEUE = range(5)
-_RESERVED_OUT = {ofp.OFPP_IN_PORT, ofp.OFPP_TABLE, ofp.OFPP_NORMAL, ofp.OFPP_FLOOD,
-                 ofp.OFPP_ALL, ofp.OFPP_CONTROLLER, ofp.OFPP_LOCAL}
+_RESERVED_OUT = {
+    ofp.OFPP_IN_PORT,
+    ofp.OFPP_TABLE,
+    ofp.OFPP_NORMAL,
+    ofp.OFPP_FLOOD,
+    ofp.OFPP_ALL,
+    ofp.OFPP_CONTROLLER,
+    ofp.OFPP_LOCAL,
+}
 
 
 def _mac_bytes(v: Any) -> bytes:
@@ -131,9 +138,12 @@ def compile_actions(actions: list, groups: dict, allow_table: bool = False) -> A
     for a in actions:
         if isinstance(a, ofpp.OFPActionOutput):
             port = a.port
-            if port == 0 or port == ofp.OFPP_ANY or (
-                port > ofp.OFPP_MAX and port not in _RESERVED_OUT
-            ) or (port == ofp.OFPP_TABLE and not allow_table):
+            if (
+                port == 0
+                or port == ofp.OFPP_ANY
+                or (port > ofp.OFPP_MAX and port not in _RESERVED_OUT)
+                or (port == ofp.OFPP_TABLE and not allow_table)
+            ):
                 raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT, str(port))
             ops.append((A_OUT, port, a.max_len))
             ports.add(port)
@@ -270,9 +280,13 @@ class Pipeline:
             (`flowlet.FlowletTable`); None: queues read empty.
     """
 
-    def __init__(self, n_tables: int = 8, seed: int = 0,
-                 ports: Optional[dict[int, PortState]] = None,
-                 queue_bytes: Optional[Callable[[int], int]] = None) -> None:
+    def __init__(
+        self,
+        n_tables: int = 8,
+        seed: int = 0,
+        ports: Optional[dict[int, PortState]] = None,
+        queue_bytes: Optional[Callable[[int], int]] = None,
+    ) -> None:
         self.n_tables = n_tables
         self.set_seed(seed)
         self.ports: dict[int, PortState] = ports if ports is not None else {}
@@ -330,8 +344,9 @@ class Pipeline:
         self._run(prog, frame, in_port, outs, pins, now)
         return outs, pins
 
-    def _run(self, prog: list, frame: bytes, in_port: int, outs: list, pins: list,
-             now: float) -> bool:
+    def _run(
+        self, prog: list, frame: bytes, in_port: int, outs: list, pins: list, now: float
+    ) -> bool:
         for op in prog:
             code = op[0]
             if code == P_OUT:
@@ -374,11 +389,15 @@ class Pipeline:
              "dropped": "port down" / "no recv" / "ttl" / "no match" or None}
         """
         entries: list = []
-        prog, _ctrs, _fast = self._resolve(extract_key(frame, in_port), frame, 0, in_port,
-                                           entries)
+        prog, _ctrs, _fast = self._resolve(extract_key(frame, in_port), frame, 0, in_port, entries)
         port = self.ports.get(in_port)
-        out: dict = {"entries": entries, "outputs": [], "controller": 0, "flowlet": [],
-                     "dropped": None}
+        out: dict = {
+            "entries": entries,
+            "outputs": [],
+            "controller": 0,
+            "flowlet": [],
+            "dropped": None,
+        }
         if port is not None and port.config & OFPPC_NO_RECV:
             out["dropped"] = "no recv"
         elif not entries:
@@ -401,15 +420,17 @@ class Pipeline:
             elif code == P_SUB:
                 self._trace_prog(op[1], frame, out)
             elif code == P_FLOWLET:
-                out["flowlet"].append(sorted(port for _i, port, _s, _c in op[4]
-                                             if port is not None))
+                out["flowlet"].append(
+                    sorted(port for _i, port, _s, _c in op[4] if port is not None)
+                )
             elif code == P_CTRL:
                 out["controller"] += 1
             elif code == P_DEAD:
                 out["dropped"] = "port down"
 
-    def _resolve(self, key: tuple, frame: bytes, table_id: int, in_port: int,
-                 matched: Optional[list] = None) -> tuple:
+    def _resolve(
+        self, key: tuple, frame: bytes, table_id: int, in_port: int, matched: Optional[list] = None
+    ) -> tuple:
         """Interpret the tables for one key: the slow path behind the cache.
 
         `matched`, if given, collects (table_id, priority, cookie) of each entry hit.
@@ -462,8 +483,16 @@ class Pipeline:
                 return e
         return None
 
-    def _emit(self, ops: list, st: dict, prog: list, ctrs: list, in_port: int,
-              entry: Optional[FlowEntry], depth: int = 0) -> None:
+    def _emit(
+        self,
+        ops: list,
+        st: dict,
+        prog: list,
+        ctrs: list,
+        in_port: int,
+        entry: Optional[FlowEntry],
+        depth: int = 0,
+    ) -> None:
         """Append the replay ops of compiled actions, tracking header changes."""
         for op in ops:
             code = op[0]
@@ -482,8 +511,9 @@ class Pipeline:
                 if group is None or depth > 16:
                     continue
                 ctrs.append(group.ctr)
-                gap = self.flowlets.gap_of(group.group_id) \
-                    if group.type == ofp.OFPGT_SELECT else None
+                gap = (
+                    self.flowlets.gap_of(group.group_id) if group.type == ofp.OFPGT_SELECT else None
+                )
                 if gap is not None:
                     self._emit_flowlet(group, gap, st, prog, in_port, entry, depth)
                     continue
@@ -494,8 +524,16 @@ class Pipeline:
                     self._emit(group.compiled[idx].ops, sst, sub, ctrs, in_port, entry, depth + 1)
                     prog.append((P_SUB, sub))
 
-    def _emit_flowlet(self, group: Group, gap: float, st: dict, prog: list, in_port: int,
-                      entry: Optional[FlowEntry], depth: int) -> None:
+    def _emit_flowlet(
+        self,
+        group: Group,
+        gap: float,
+        st: dict,
+        prog: list,
+        in_port: int,
+        entry: Optional[FlowEntry],
+        depth: int,
+    ) -> None:
         """Compile every live bucket; the bucket is chosen per packet (flowlet.py)."""
         options = []
         for idx in self._live_select(group):
@@ -508,12 +546,20 @@ class Pipeline:
         if options:
             prog.append((P_FLOWLET, group.group_id, gap, self.select_hash(st["key"]), options))
 
-    def _emit_output(self, port_no: int, max_len: int, st: dict, prog: list, in_port: int,
-                     entry: Optional[FlowEntry]) -> None:
+    def _emit_output(
+        self,
+        port_no: int,
+        max_len: int,
+        st: dict,
+        prog: list,
+        in_port: int,
+        entry: Optional[FlowEntry],
+    ) -> None:
         q = st["queue"]
         if port_no == ofp.OFPP_CONTROLLER:
-            reason = ofp.OFPR_NO_MATCH if entry is not None and entry.is_table_miss \
-                else ofp.OFPR_ACTION
+            reason = (
+                ofp.OFPR_NO_MATCH if entry is not None and entry.is_table_miss else ofp.OFPR_ACTION
+            )
             tid = entry.table_id if entry is not None else 0
             cookie = entry.cookie if entry is not None else 0xFFFFFFFFFFFFFFFF
             prog.append((P_CTRL, reason, tid, cookie, max_len, st["md"]))
@@ -539,8 +585,9 @@ class Pipeline:
                 return  # OF1.3: sending back out of in_port needs OFPP_IN_PORT
             self._emit_physical(port_no, q, prog, in_port)
 
-    def _emit_physical(self, port_no: int, q: Optional[int], prog: list,
-                       _in_port: Optional[int]) -> None:
+    def _emit_physical(
+        self, port_no: int, q: Optional[int], prog: list, _in_port: Optional[int]
+    ) -> None:
         ps = self.ports.get(port_no)
         if ps is None or not ps.live or ps.config & OFPPC_NO_FWD:
             prog.append((P_DEAD, ps))
@@ -559,8 +606,9 @@ class Pipeline:
                 return False
         if wg not in (ofp.OFPG_ANY, None) and depth < 16:
             g = self.groups.get(wg)
-            if g is None or not any(self._bucket_live(g, i, depth + 1)
-                                    for i in range(len(g.buckets))):
+            if g is None or not any(
+                self._bucket_live(g, i, depth + 1) for i in range(len(g.buckets))
+            ):
                 return False
         return True
 
@@ -569,17 +617,30 @@ class Pipeline:
         if key[parse.K_IPV4_SRC] is not None:
             l4s = key[parse.K_UDP_SRC] if key[parse.K_UDP_SRC] is not None else key[parse.K_TCP_SRC]
             l4d = key[parse.K_UDP_DST] if key[parse.K_UDP_DST] is not None else key[parse.K_TCP_DST]
-            data = struct.pack("!IIBHH", key[parse.K_IPV4_SRC], key[parse.K_IPV4_DST],
-                               key[parse.K_IP_PROTO] or 0, l4s or 0, l4d or 0)
+            data = struct.pack(
+                "!IIBHH",
+                key[parse.K_IPV4_SRC],
+                key[parse.K_IPV4_DST],
+                key[parse.K_IP_PROTO] or 0,
+                l4s or 0,
+                l4d or 0,
+            )
         else:
-            data = struct.pack("!QQH", key[parse.K_ETH_SRC] or 0, key[parse.K_ETH_DST] or 0,
-                               key[parse.K_ETH_TYPE] or 0)
+            data = struct.pack(
+                "!QQH",
+                key[parse.K_ETH_SRC] or 0,
+                key[parse.K_ETH_DST] or 0,
+                key[parse.K_ETH_TYPE] or 0,
+            )
         d = hashlib.blake2b(data, digest_size=8, key=self._seed_key).digest()
         return int.from_bytes(d, "big")
 
     def _live_select(self, group: Group) -> list[int]:
-        return [i for i in range(len(group.buckets))
-                if group.buckets[i].weight > 0 and self._bucket_live(group, i)]
+        return [
+            i
+            for i in range(len(group.buckets))
+            if group.buckets[i].weight > 0 and self._bucket_live(group, i)
+        ]
 
     def _buckets(self, group: Group, key: tuple) -> list[int]:
         """Indices of the buckets that a packet with `key` goes through."""
@@ -635,8 +696,11 @@ class Pipeline:
         known = dict(self.groups)
         known.setdefault(gid, None)
         for b in mod.buckets:
-            if gtype == ofp.OFPGT_FF and b.watch_port == ofp.OFPP_ANY \
-                    and b.watch_group == ofp.OFPG_ANY:
+            if (
+                gtype == ofp.OFPGT_FF
+                and b.watch_port == ofp.OFPP_ANY
+                and b.watch_group == ofp.OFPG_ANY
+            ):
                 raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
             if b.watch_port != ofp.OFPP_ANY and b.watch_port > ofp.OFPP_MAX:
                 raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
@@ -709,7 +773,10 @@ class Pipeline:
             elif isinstance(ins, ofpp.OFPInstructionWriteMetadata):
                 out[t] = (ins.metadata, ins.metadata_mask)
             elif isinstance(ins, ofpp.OFPInstructionActions) and t in (
-                    ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_WRITE_ACTIONS, ofp.OFPIT_CLEAR_ACTIONS):
+                ofp.OFPIT_APPLY_ACTIONS,
+                ofp.OFPIT_WRITE_ACTIONS,
+                ofp.OFPIT_CLEAR_ACTIONS,
+            ):
                 if t == ofp.OFPIT_CLEAR_ACTIONS:
                     out[t] = True
                     continue
@@ -739,8 +806,9 @@ class Pipeline:
                 raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
             strict = cmd == ofp.OFPFC_DELETE_STRICT
             sel = self._selector(mod, match, strict, filters=True)
-            removed = self._remove_where(sel, ofp.OFPRR_DELETE,
-                                         None if tid == ofp.OFPTT_ALL else tid)
+            removed = self._remove_where(
+                sel, ofp.OFPRR_DELETE, None if tid == ofp.OFPTT_ALL else tid
+            )
             self.invalidate()
             return removed
         if tid >= self.n_tables:
@@ -750,8 +818,7 @@ class Pipeline:
         if cmd == ofp.OFPFC_ADD:
             if mod.flags & ofp.OFPFF_CHECK_OVERLAP:
                 for e in table.entries:
-                    if e.priority == mod.priority and e.match != match \
-                            and _overlap(match, e.match):
+                    if e.priority == mod.priority and e.match != match and _overlap(match, e.match):
                         raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_OVERLAP)
             entry = FlowEntry(tid, mod, match, now)
             entry.set_instructions(mod.instructions, compiled)
@@ -807,8 +874,9 @@ class Pipeline:
 
         return sel
 
-    def _remove_where(self, pred: Callable[[FlowEntry], bool], reason: int,
-                      table_id: Optional[int] = None) -> list[FlowEntry]:
+    def _remove_where(
+        self, pred: Callable[[FlowEntry], bool], reason: int, table_id: Optional[int] = None
+    ) -> list[FlowEntry]:
         removed: list[FlowEntry] = []
         for t in self.tables:
             if table_id is not None and t.table_id != table_id:
@@ -850,8 +918,9 @@ class Pipeline:
 
     # ----- packet out --------------------------------------------------------
 
-    def packet_out(self, in_port: int, actions: list, frame: bytes,
-                   now: float) -> tuple[list, list]:
+    def packet_out(
+        self, in_port: int, actions: list, frame: bytes, now: float
+    ) -> tuple[list, list]:
         """Execute a PacketOut's action list (OFPP_TABLE runs table 0).
 
         Raises:
@@ -882,9 +951,15 @@ class Pipeline:
 
     # ----- stats -------------------------------------------------------------
 
-    def flow_stats(self, table_id: int = ofp.OFPTT_ALL, out_port: int = ofp.OFPP_ANY,
-                   out_group: int = ofp.OFPG_ANY, cookie: int = 0, cookie_mask: int = 0,
-                   match: Any = None) -> list[FlowEntry]:
+    def flow_stats(
+        self,
+        table_id: int = ofp.OFPTT_ALL,
+        out_port: int = ofp.OFPP_ANY,
+        out_group: int = ofp.OFPG_ANY,
+        cookie: int = 0,
+        cookie_mask: int = 0,
+        match: Any = None,
+    ) -> list[FlowEntry]:
         """Entries selected like a non-strict delete (OF1.3 7.3.5.2)."""
         req = convert_match(match) if match is not None else {}
         out = []
@@ -910,17 +985,33 @@ class Pipeline:
 
     def table_stats(self) -> list[tuple[int, int, int, int]]:
         """(table_id, active_count, lookup_count, matched_count) per table."""
-        return [(t.table_id, len(t.entries), t.lookup.packets, t.matched.packets)
-                for t in self.tables]
+        return [
+            (t.table_id, len(t.entries), t.lookup.packets, t.matched.packets) for t in self.tables
+        ]
 
     def group_features(self) -> dict:
         """ofp_group_features_stats contents."""
-        types = (1 << ofp.OFPGT_ALL) | (1 << ofp.OFPGT_SELECT) | (1 << ofp.OFPGT_INDIRECT) \
+        types = (
+            (1 << ofp.OFPGT_ALL)
+            | (1 << ofp.OFPGT_SELECT)
+            | (1 << ofp.OFPGT_INDIRECT)
             | (1 << ofp.OFPGT_FF)
+        )
         caps = ofp.OFPGFC_SELECT_WEIGHT | ofp.OFPGFC_SELECT_LIVENESS | ofp.OFPGFC_CHAINING
         acts = 0
-        for a in (ofp.OFPAT_OUTPUT, ofp.OFPAT_GROUP, ofp.OFPAT_SET_FIELD, ofp.OFPAT_DEC_NW_TTL,
-                  ofp.OFPAT_PUSH_VLAN, ofp.OFPAT_POP_VLAN, ofp.OFPAT_SET_QUEUE):
+        for a in (
+            ofp.OFPAT_OUTPUT,
+            ofp.OFPAT_GROUP,
+            ofp.OFPAT_SET_FIELD,
+            ofp.OFPAT_DEC_NW_TTL,
+            ofp.OFPAT_PUSH_VLAN,
+            ofp.OFPAT_POP_VLAN,
+            ofp.OFPAT_SET_QUEUE,
+        ):
             acts |= 1 << a
-        return {"types": types, "capabilities": caps, "max_groups": [ofp.OFPG_MAX] * 4,
-                "actions": [acts] * 4}
+        return {
+            "types": types,
+            "capabilities": caps,
+            "max_groups": [ofp.OFPG_MAX] * 4,
+            "actions": [acts] * 4,
+        }

@@ -29,22 +29,32 @@ def _fmt_field(name: str, value) -> str:
     return text if mask is None else f"{text}/{mask:#x}"
 
 
-
 def ports(dp: Datapath) -> list:
     out = []
     for port in sorted(dp.ports.values(), key=lambda p: p.port_no):
         c = port.counters
         sched = dp.schedulers[port.port_no]
-        out.append({
-            "port_no": port.port_no, "name": port.name, "hw_addr": port.hw_addr.hex(":"),
-            "rate_bps": port.rate_bps, "link_up": port.link_up, "config": port.config,
-            "rx_packets": c.rx_packets, "tx_packets": c.tx_packets,
-            "rx_bytes": c.rx_bytes, "tx_bytes": c.tx_bytes,
-            "rx_dropped": c.rx_dropped, "tx_dropped": c.tx_dropped,
-            "rx_errors": c.rx_errors, "tx_errors": c.tx_errors,
-            "queue_bytes": list(sched.depth_bytes),
-        })
+        out.append(
+            {
+                "port_no": port.port_no,
+                "name": port.name,
+                "hw_addr": port.hw_addr.hex(":"),
+                "rate_bps": port.rate_bps,
+                "link_up": port.link_up,
+                "config": port.config,
+                "rx_packets": c.rx_packets,
+                "tx_packets": c.tx_packets,
+                "rx_bytes": c.rx_bytes,
+                "tx_bytes": c.tx_bytes,
+                "rx_dropped": c.rx_dropped,
+                "tx_dropped": c.tx_dropped,
+                "rx_errors": c.rx_errors,
+                "tx_errors": c.tx_errors,
+                "queue_bytes": list(sched.depth_bytes),
+            }
+        )
     return out
+
 
 def queues(dp: Datapath) -> dict:
     """Queue depth and PFC state per port and priority, cheap enough to sample often."""
@@ -52,38 +62,58 @@ def queues(dp: Datapath) -> dict:
     return {
         "time": time.time(),
         "depth_bytes": {n: list(s.depth_bytes) for n, s in dp.schedulers.items()},
-        "paused": {n: [s.is_paused(p, now) for p in range(N_PRIORITIES)]
-                   for n, s in dp.schedulers.items()},
+        "paused": {
+            n: [s.is_paused(p, now) for p in range(N_PRIORITIES)] for n, s in dp.schedulers.items()
+        },
         "tx_bytes": {n: p.counters.tx_bytes for n, p in dp.ports.items()},
     }
+
 
 def flows(dp: Datapath) -> list:
     now = time.monotonic()
     out = []
     for e in dp.pipeline.flow_stats():
-        out.append({
-            "table": e.table_id, "priority": e.priority, "cookie": hex(e.cookie),
-            "match": {k: _fmt_field(k, v) for k, v in e.match.items()},
-            "instructions": [str(i) for i in e.ofinstructions],
-            "packets": e.ctr.packets, "bytes": e.ctr.bytes,
-            "duration_s": round(now - e.created, 3),
-        })
+        out.append(
+            {
+                "table": e.table_id,
+                "priority": e.priority,
+                "cookie": hex(e.cookie),
+                "match": {k: _fmt_field(k, v) for k, v in e.match.items()},
+                "instructions": [str(i) for i in e.ofinstructions],
+                "packets": e.ctr.packets,
+                "bytes": e.ctr.bytes,
+                "duration_s": round(now - e.created, 3),
+            }
+        )
     return out
+
 
 def groups(dp: Datapath) -> list:
     out = []
     for gid, g in sorted(dp.pipeline.groups.items()):
-        out.append({
-            "group_id": gid, "type": {0: "all", 1: "select", 2: "indirect",
-                                      3: "fast_failover"}.get(g.type, g.type),
-            "buckets": [{"weight": b.weight, "watch_port": b.watch_port,
-                         "actions": [str(a) for a in b.actions],
-                         "packets": c.packets, "bytes": c.bytes}
-                        for b, c in zip(g.buckets, g.bucket_ctrs)],
-            "packets": g.ctr.packets, "bytes": g.ctr.bytes,
-            "mode": _select_mode(dp, g),
-        })
+        out.append(
+            {
+                "group_id": gid,
+                "type": {0: "all", 1: "select", 2: "indirect", 3: "fast_failover"}.get(
+                    g.type, g.type
+                ),
+                "buckets": [
+                    {
+                        "weight": b.weight,
+                        "watch_port": b.watch_port,
+                        "actions": [str(a) for a in b.actions],
+                        "packets": c.packets,
+                        "bytes": c.bytes,
+                    }
+                    for b, c in zip(g.buckets, g.bucket_ctrs)
+                ],
+                "packets": g.ctr.packets,
+                "bytes": g.ctr.bytes,
+                "mode": _select_mode(dp, g),
+            }
+        )
     return out
+
 
 def _select_mode(dp: Datapath, group) -> Optional[dict]:
     if group.type != 1:
@@ -108,20 +138,23 @@ def counters(dp: Datapath) -> dict:
         "kernel_rx_drops": dp.kernel_drops,
         "flowlets": dp.pipeline.flowlets.report(),
         "buffer": dp.buffer.snapshot(),
-        "watchdog": {"detected": dp.watchdog.detected, "restored": dp.watchdog.restored,
-                     "drops": dp.watchdog_drops,
-                     "stormed": sorted(f"{p}:{q}" for p, q in dp.watchdog.stormed())},
+        "watchdog": {
+            "detected": dp.watchdog.detected,
+            "restored": dp.watchdog.restored,
+            "drops": dp.watchdog_drops,
+            "stormed": sorted(f"{p}:{q}" for p, q in dp.watchdog.stormed()),
+        },
         "pfc": {
             "pause_rx": {f"{p}:{q}": n for (p, q), n in dp.pause_rx.items()},
             "pfc_tx_frames": dp.pfc_tx_frames,
-            "paused_s": {n: s.paused_so_far(time.monotonic())
-                         for n, s in dp.schedulers.items()},
+            "paused_s": {n: s.paused_so_far(time.monotonic()) for n, s in dp.schedulers.items()},
         },
         "malformed_frames": dp.malformed_frames,
-        "pipeline": {"cache_misses": dp.pipeline.cache_misses,
-                     "dropped_port_down": dp.pipeline.dropped_port_down,
-                     "dropped_ttl": dp.pipeline.dropped_ttl},
+        "pipeline": {
+            "cache_misses": dp.pipeline.cache_misses,
+            "dropped_port_down": dp.pipeline.dropped_port_down,
+            "dropped_ttl": dp.pipeline.dropped_ttl,
+        },
         "openflow_malformed": dict(MALFORMED),
         "agg": agg(dp),
     }
-

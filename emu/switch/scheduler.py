@@ -71,7 +71,7 @@ class PortScheduler:
     def __post_init__(self) -> None:
         self._burst_floor_s = self.burst_s
         self.clock = PortClock(self.rate_bps if self.rate_bps > 0 else 1.0)
-        self._undo = (0.0, float("-inf"), 0.0)   # what requeue_front restores
+        self._undo = (0.0, float("-inf"), 0.0)  # what requeue_front restores
         self.set_rate(self.rate_bps)
         self.pending = 0
 
@@ -117,8 +117,10 @@ class PortScheduler:
 
     def paused_so_far(self, now: float) -> list[float]:
         """Seconds each priority has been paused up to `now` (not counting the rest of a PAUSE)."""
-        return [round(total - max(0.0, until - now), 6)
-                for total, until in zip(self.paused_s, self.paused_until)]
+        return [
+            round(total - max(0.0, until - now), 6)
+            for total, until in zip(self.paused_s, self.paused_until)
+        ]
 
     def is_paused(self, prio: int, now: float) -> bool:
         return self.paused_until[prio] > now
@@ -127,8 +129,9 @@ class PortScheduler:
         """When the next frame may leave; None if nothing is queued."""
         if not self.pending:
             return None
-        return max(self.free_at, min(self.paused_until[p] for p in range(N_PRIORITIES)
-                                     if self.queues[p]))
+        return max(
+            self.free_at, min(self.paused_until[p] for p in range(N_PRIORITIES) if self.queues[p])
+        )
 
     def dequeue(self, now: float) -> tuple[bytes, int, object] | None:
         """Pop the highest-priority eligible (frame, prio, meta) if the wire is free at `now`.

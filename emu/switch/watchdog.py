@@ -61,8 +61,9 @@ class PfcWatchdog:
         """The queues currently isolated."""
         return {k for k, st in self._queues.items() if st.stormed_at is not None}
 
-    def poll(self, now: float, queues: list[QueueView],
-             wall: float | None = None) -> list[tuple[str, int, int]]:
+    def poll(
+        self, now: float, queues: list[QueueView], wall: float | None = None
+    ) -> list[tuple[str, int, int]]:
         """Update every queue; returns ("storm", port, prio) / ("restored", port, prio) events.
 
         Args:
@@ -100,8 +101,9 @@ class PfcWatchdog:
             st.last_poll = now
         return out
 
-    def _event(self, kind: str, key: tuple[int, int], now: float,
-               wall: float | None) -> tuple[str, int, int]:
+    def _event(
+        self, kind: str, key: tuple[int, int], now: float, wall: float | None
+    ) -> tuple[str, int, int]:
         if kind == "storm":
             self.detected += 1
         else:

@@ -81,12 +81,12 @@ class AllReduceResult:
     tx_payload_bytes: dict
     tx_frame_bytes: dict
     retransmitted: dict
-    elapsed_s: dict            # host -> per-iteration times
-    digests_agree: bool        # every rank ended with the same bytes
-    iter_s: dict = field(default_factory=dict)          # host -> compute start -> result
-    port_tx_bytes: dict = field(default_factory=dict)   # host -> bytes its leaf port took in
+    elapsed_s: dict  # host -> per-iteration times
+    digests_agree: bool  # every rank ended with the same bytes
+    iter_s: dict = field(default_factory=dict)  # host -> compute start -> result
+    port_tx_bytes: dict = field(default_factory=dict)  # host -> bytes its leaf port took in
     agg_job: dict | None = None  # the aggregation manager's job (algo "sharp")
-    restarts: int = 0          # times the all-reduce started over after its tree was reset
+    restarts: int = 0  # times the all-reduce started over after its tree was reset
 
     @property
     def iteration_s(self) -> float:
@@ -113,18 +113,29 @@ def host_nics(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
     nics = target if isinstance(target, RdmaHosts) else fabric_nics(target, hosts)
     missing = [h for h in hosts if h not in nics.nics]
     if missing:
-        raise ValueError(f"hosts {missing} have no NIC agent here (agents: {sorted(nics.nics)}); "
-                         "pass an RdmaHosts started on them")
+        raise ValueError(
+            f"hosts {missing} have no NIC agent here (agents: {sorted(nics.nics)}); "
+            "pass an RdmaHosts started on them"
+        )
     return nics
 
 
-def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
-                  size_bytes: int | Sequence[int], dtype: str = "float32", algo: str = "ring",
-                  seed: int = 0, iters: int = 1, slice_bytes: int = DEFAULT_SLICE_BYTES,
-                  compute_s: float | Mapping[str, float] = 0.0, start_delay_s: float = 0.3,
-                  timeout_s: float | None = None,
-                  options: Mapping[str, Any] | None = None, nslots: int = 64,
-                  count_ports: bool = False) -> list[AllReduceResult]:
+def run_allreduce(
+    target: RdmaHosts | Fabric,
+    hosts: Sequence[str],
+    size_bytes: int | Sequence[int],
+    dtype: str = "float32",
+    algo: str = "ring",
+    seed: int = 0,
+    iters: int = 1,
+    slice_bytes: int = DEFAULT_SLICE_BYTES,
+    compute_s: float | Mapping[str, float] = 0.0,
+    start_delay_s: float = 0.3,
+    timeout_s: float | None = None,
+    options: Mapping[str, Any] | None = None,
+    nslots: int = 64,
+    count_ports: bool = False,
+) -> list[AllReduceResult]:
     """All-reduce (sum) across `hosts`' NIC agents, one job per size; returns one row per size.
 
     Every rank generates its input, runs `iters` iterations (each after its
@@ -192,13 +203,32 @@ def run_allreduce(target: RdmaHosts | Fabric, hosts: Sequence[str],
     if algo == "sharp" and not (options and "job_id" in options):
         agg_job = _register_agg_job(nics.fab, hosts, nslots)
         if agg_job is None:
-            algo = "ring"   # refused: the client falls back to the ring
+            algo = "ring"  # refused: the client falls back to the ring
         else:
-            options = dict(options or {}, job_id=agg_job["job_id"], job_ip=agg_job["job_ip"],
-                           job_mac=agg_job["job_mac"], nslots=agg_job["nslots"])
+            options = dict(
+                options or {},
+                job_id=agg_job["job_id"],
+                job_ip=agg_job["job_ip"],
+                job_mac=agg_job["job_mac"],
+                nslots=agg_job["nslots"],
+            )
     try:
-        return _run_sizes(nics, hosts, sizes, name, algo, seed, iters, slice_bytes, compute,
-                          start_delay_s, timeout_s, options, count_ports, agg_job)
+        return _run_sizes(
+            nics,
+            hosts,
+            sizes,
+            name,
+            algo,
+            seed,
+            iters,
+            slice_bytes,
+            compute,
+            start_delay_s,
+            timeout_s,
+            options,
+            count_ports,
+            agg_job,
+        )
     finally:
         if agg_job is not None:
             try:
@@ -233,11 +263,22 @@ def _port_bytes(fab: Fabric, hosts: list[str]) -> dict[str, int]:
     return out
 
 
-def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, algo: str,
-               seed: int, iters: int, slice_bytes: int, compute: dict[str, float],
-               start_delay_s: float, timeout_s: float | None,
-               options: Mapping[str, Any] | None, count_ports: bool,
-               agg_job: dict | None) -> list[AllReduceResult]:
+def _run_sizes(
+    nics: RdmaHosts,
+    hosts: list[str],
+    sizes: list[int],
+    name: str,
+    algo: str,
+    seed: int,
+    iters: int,
+    slice_bytes: int,
+    compute: dict[str, float],
+    start_delay_s: float,
+    timeout_s: float | None,
+    options: Mapping[str, Any] | None,
+    count_ports: bool,
+    agg_job: dict | None,
+) -> list[AllReduceResult]:
     itemsize = DTYPES[name].itemsize
     # The ring's QPs; other algorithms bring their own transport.
     qps = nics.ring_qps(hosts) if algo == "ring" else [None] * len(hosts)
@@ -249,43 +290,73 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
     for size in sizes:
         count = size // itemsize
         wire_s = 2 * (n - 1) / n * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
-        limit = timeout_s if timeout_s is not None else \
-            10 * iters * wire_s + iters * max(compute.values()) + 30
+        limit = (
+            timeout_s
+            if timeout_s is not None
+            else 10 * iters * wire_s + iters * max(compute.values()) + 30
+        )
         setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
         restarts = 0
         while True:
             job = nics.new_job("allreduce")
             epoch = None if agg_job_id is None else _agg_epoch(nics.fab, agg_job_id)
-            reset = None if epoch is None else \
-                (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)
+            reset = (
+                None if epoch is None else (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)
+            )
             try:
                 for rank, h in enumerate(hosts):
-                    nics.nics[h].call("coll_setup", timeout_s=setup_timeout_s, job=job,
-                                      rank=rank, nranks=n, dtype=name, count=count, seed=seed,
-                                      algo=algo, iters=iters, compute_s=compute[h],
-                                      slice_bytes=slice_bytes, send_qpn=qps[rank],
-                                      recv_qpn=qps[rank - 1], options=dict(options or {}))
+                    nics.nics[h].call(
+                        "coll_setup",
+                        timeout_s=setup_timeout_s,
+                        job=job,
+                        rank=rank,
+                        nranks=n,
+                        dtype=name,
+                        count=count,
+                        seed=seed,
+                        algo=algo,
+                        iters=iters,
+                        compute_s=compute[h],
+                        slice_bytes=slice_bytes,
+                        send_qpn=qps[rank],
+                        recv_qpn=qps[rank - 1],
+                        options=dict(options or {}),
+                    )
                 ports0 = _port_bytes(nics.fab, hosts) if count_ports else {}
                 at = time.time() + start_delay_s
                 for h in hosts:
                     nics.nics[h].call("coll_start", job=job, at=at)
                 try:
-                    _wait_done(nics, hosts, job, limit,
-                               f"all-reduce {job} of {size} B on {n} ranks", reset=reset)
+                    _wait_done(
+                        nics,
+                        hosts,
+                        job,
+                        limit,
+                        f"all-reduce {job} of {size} B on {n} ranks",
+                        reset=reset,
+                    )
                 except _TreeReset:
                     if restarts >= MAX_TREE_RESETS:
                         raise CollectiveError(
                             f"all-reduce of {size} B: aggregation job {agg_job_id}'s tree "
-                            f"was reset {restarts + 1} times during it; gave up") from None
+                            f"was reset {restarts + 1} times during it; gave up"
+                        ) from None
                     restarts += 1
-                    log.warning("all-reduce %s: aggregation tree of job %s reset; starting "
-                                "over (%d)", job, agg_job_id, restarts)
+                    log.warning(
+                        "all-reduce %s: aggregation tree of job %s reset; starting over (%d)",
+                        job,
+                        agg_job_id,
+                        restarts,
+                    )
                     continue  # the ranks are cleared below, then set up afresh
                 # Read again once all are done: a rank may finish receiving before
                 # its own last sends left its NIC; now every message has arrived.
-                status = {h: nics.nics[h].call("coll_status", timeout_s=setup_timeout_s,
-                                               job=job, check=True)
-                          for h in hosts}
+                status = {
+                    h: nics.nics[h].call(
+                        "coll_status", timeout_s=setup_timeout_s, job=job, check=True
+                    )
+                    for h in hosts
+                }
                 ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
             finally:
                 for h in hosts:
@@ -297,18 +368,29 @@ def _run_sizes(nics: RdmaHosts, hosts: list[str], sizes: list[int], name: str, a
         per_iter = [max(status[h]["elapsed_s"][i] for h in hosts) for i in range(iters)]
         t = sum(per_iter) / iters
         algbw = size / t if t > 0 else math.inf
-        results.append(AllReduceResult(
-            size_bytes=size, count=count, dtype=name, nranks=n, algo=algo, iters=iters,
-            time_s=t, algbw_bytes_per_s=algbw, busbw_bytes_per_s=algbw * 2 * (n - 1) / n,
-            wrong=sum(status[h]["wrong"] for h in hosts),
-            tx_payload_bytes={h: status[h]["tx_payload_bytes"] / iters for h in hosts},
-            tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
-            retransmitted={h: status[h]["retransmitted"] for h in hosts},
-            elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
-            digests_agree=len({status[h]["digest"] for h in hosts}) == 1,
-            iter_s={h: status[h]["iter_s"] for h in hosts},
-            port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
-            agg_job=agg_job, restarts=restarts))
+        results.append(
+            AllReduceResult(
+                size_bytes=size,
+                count=count,
+                dtype=name,
+                nranks=n,
+                algo=algo,
+                iters=iters,
+                time_s=t,
+                algbw_bytes_per_s=algbw,
+                busbw_bytes_per_s=algbw * 2 * (n - 1) / n,
+                wrong=sum(status[h]["wrong"] for h in hosts),
+                tx_payload_bytes={h: status[h]["tx_payload_bytes"] / iters for h in hosts},
+                tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
+                retransmitted={h: status[h]["retransmitted"] for h in hosts},
+                elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
+                digests_agree=len({status[h]["digest"] for h in hosts}) == 1,
+                iter_s={h: status[h]["iter_s"] for h in hosts},
+                port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
+                agg_job=agg_job,
+                restarts=restarts,
+            )
+        )
     return results
 
 
@@ -327,14 +409,19 @@ def _agg_epoch(fab: Fabric, job_id: int) -> int:
     for j in fab.agg_call("jobs")["jobs"]:
         if j["job_id"] == job_id:
             if j["state"] != "active":
-                raise CollectiveError(f"aggregation job {job_id} is {j['state']}: "
-                                      f"{j['reason']}")
+                raise CollectiveError(f"aggregation job {job_id} is {j['state']}: {j['reason']}")
             return j["epoch"]
     raise CollectiveError(f"aggregation job {job_id} is not registered")
 
 
-def _wait_done(nics: RdmaHosts, hosts: list[str], job: str, timeout_s: float,
-               what: str, reset: Callable[[], bool] | None = None) -> None:
+def _wait_done(
+    nics: RdmaHosts,
+    hosts: list[str],
+    job: str,
+    timeout_s: float,
+    what: str,
+    reset: Callable[[], bool] | None = None,
+) -> None:
     """Poll the ranks' coll_status until all are done; a failed rank raises at once.
 
     One rank is asked per poll (the first not known to be done): management
@@ -350,8 +437,7 @@ def _wait_done(nics: RdmaHosts, hosts: list[str], job: str, timeout_s: float,
             h = pending[0]
             st = nics.nics[h].call("coll_status", job=job)
             if st["state"] == "failed":
-                raise CollectiveError(f"job {job}: rank {st['rank']} ({h}) failed: "
-                                      f"{st['error']}")
+                raise CollectiveError(f"job {job}: rank {st['rank']} ({h}) failed: {st['error']}")
             if not st["done"]:
                 if reset is not None and time.monotonic() >= next_reset_check[0]:
                     next_reset_check[0] = time.monotonic() + EPOCH_POLL_S
@@ -390,13 +476,15 @@ def nccl_header(bw_unit: str = DEFAULT_BW_UNIT) -> str:
     """
     _bw_scale(bw_unit)
     unit = f"({bw_unit})"
-    return "\n".join([
-        "# %10s  %12s  %8s  %6s  %6s           out-of-place" % ("", "", "", "", ""),
-        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s" % (
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"),
-        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s" % (
-            "(B)", "(elements)", "", "", "", "(us)", unit, unit, ""),
-    ])
+    return "\n".join(
+        [
+            "# %10s  %12s  %8s  %6s  %6s           out-of-place" % ("", "", "", "", ""),
+            "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s"
+            % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"),
+            "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s"
+            % ("(B)", "(elements)", "", "", "", "(us)", unit, unit, ""),
+        ]
+    )
 
 
 def nccl_row(result: AllReduceResult, bw_unit: str = DEFAULT_BW_UNIT) -> str:
@@ -415,10 +503,18 @@ def nccl_row(result: AllReduceResult, bw_unit: str = DEFAULT_BW_UNIT) -> str:
     scale = _bw_scale(bw_unit)
     us = result.time_s * 1e6
     time_str = "%7.0f" % us if us >= 10000.0 else "%7.1f" % us if us >= 100.0 else "%7.2f" % us
-    return ("%12li  %12li  %8s  %6s  %6s" % (result.size_bytes, result.count,
-                                             NCCL_TYPE_NAMES[result.dtype], "sum", "%6i" % -1)
-            + "  %7s  %6.2f  %6.2f  %5g" % (time_str, result.algbw_bytes_per_s / scale,
-                                            result.busbw_bytes_per_s / scale, result.wrong))
+    return "%12li  %12li  %8s  %6s  %6s" % (
+        result.size_bytes,
+        result.count,
+        NCCL_TYPE_NAMES[result.dtype],
+        "sum",
+        "%6i" % -1,
+    ) + "  %7s  %6.2f  %6.2f  %5g" % (
+        time_str,
+        result.algbw_bytes_per_s / scale,
+        result.busbw_bytes_per_s / scale,
+        result.wrong,
+    )
 
 
 def nccl_table(results: Sequence[AllReduceResult], bw_unit: str = DEFAULT_BW_UNIT) -> str:
@@ -426,10 +522,14 @@ def nccl_table(results: Sequence[AllReduceResult], bw_unit: str = DEFAULT_BW_UNI
     scale = _bw_scale(bw_unit)
     wrong = sum(r.wrong for r in results)
     avg = sum(r.busbw_bytes_per_s for r in results) / len(results) / scale if results else 0.0
-    return "\n".join([nccl_header(bw_unit)] + [nccl_row(r, bw_unit) for r in results] + [
-        "# Out of bounds values : %d %s" % (wrong, "FAILED" if wrong else "OK"),
-        "# Avg bus bandwidth    : %g %s" % (avg, bw_unit),
-    ])
+    return "\n".join(
+        [nccl_header(bw_unit)]
+        + [nccl_row(r, bw_unit) for r in results]
+        + [
+            "# Out of bounds values : %d %s" % (wrong, "FAILED" if wrong else "OK"),
+            "# Avg bus bandwidth    : %g %s" % (avg, bw_unit),
+        ]
+    )
 
 
 # ----------------------------------------------------------------- sizes and models
@@ -440,14 +540,14 @@ ROCE_FRAME_BYTES = 1024 + 14 + 20 + 8 + 12 + 4
 
 
 def parse_size(text: str | int, dtype: str = "float32") -> int:
-    """"256K" / "1M" / "4096" -> bytes (binary suffixes, as nccl-tests); a whole number of elements.
+    """Bytes from "256K" / "1M" / "4096" (binary suffixes, as nccl-tests), whole elements only.
 
     Examples:
         >>> parse_size("256K"), parse_size("1M", "int32"), parse_size(64)
         (262144, 1048576, 64)
     """
     raw = str(text).strip().upper()
-    num, suffix = raw.rstrip("KMGB"), raw[len(raw.rstrip("KMGB")):]
+    num, suffix = raw.rstrip("KMGB"), raw[len(raw.rstrip("KMGB")) :]
     if suffix not in _SUFFIX or not num.isdigit():
         raise ValueError(f"size {text!r}: a number with an optional K, M or G suffix")
     size = int(num) * _SUFFIX[suffix]
@@ -458,7 +558,7 @@ def parse_size(text: str | int, dtype: str = "float32") -> int:
 
 
 def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]:
-    """"MIN:MAX" (or one size) -> MIN, MIN*factor, ... up to MAX (nccl-tests -b -e -f).
+    """Sizes from "MIN:MAX" (or one size): MIN, MIN*factor, ... up to MAX (nccl-tests -b -e -f).
 
     Examples:
         >>> parse_sizes("1K:16K", 4)
@@ -480,7 +580,7 @@ def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]
 
 
 def parse_algos(text: str) -> list[str]:
-    """"ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names."""
+    """Split "ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names."""
     algos = [a for a in str(text).split(",") if a]
     if not algos or any(a not in ALGORITHM_NAMES for a in algos):
         raise ValueError(f"a comma list of {', '.join(ALGORITHM_NAMES)}")

@@ -28,17 +28,26 @@ def run(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **opt
     return finish(fab, start(fab, src, dst, seconds, port, **options), timeout_s=seconds + 30)
 
 
-def start(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options
-          ) -> subprocess.Popen:
+def start(
+    fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options
+) -> subprocess.Popen:
     """Start server and client; the client runs in the background until `finish`."""
     [client] = start_many(fab, [(src, dst)], seconds, first_port=port, **options)
     return client
 
 
-def start_many(fab: Fabric, flows: list[tuple[str, str]], seconds: float, first_port: int = 5201,
-               parallel: int = 1, udp: bool = False, bitrate: str | None = None,
-               tos: int | None = None, length: int | None = None,
-               omit_s: float | None = None) -> list[subprocess.Popen]:
+def start_many(
+    fab: Fabric,
+    flows: list[tuple[str, str]],
+    seconds: float,
+    first_port: int = 5201,
+    parallel: int = 1,
+    udp: bool = False,
+    bitrate: str | None = None,
+    tos: int | None = None,
+    length: int | None = None,
+    omit_s: float | None = None,
+) -> list[subprocess.Popen]:
     """Start one iperf3 test per (src, dst), all servers first, then all clients together.
 
     Flows that start together share the fabric for the same window (a pattern
@@ -50,17 +59,28 @@ def start_many(fab: Fabric, flows: list[tuple[str, str]], seconds: float, first_
     clients: list[subprocess.Popen] = []
     try:
         for i, (_src, dst) in enumerate(flows):
-            servers.append(fab.popen(dst, ["iperf3", "-s", "-1", "-p", str(first_port + i)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            servers.append(
+                fab.popen(
+                    dst,
+                    ["iperf3", "-s", "-1", "-p", str(first_port + i)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         for i, (_src, dst) in enumerate(flows):
-            wait_for(lambda dst=dst, i=i: _listening(fab, dst, first_port + i),
-                     SERVER_READY_TIMEOUT_S, f"iperf3 server on {dst}:{first_port + i}",
-                     interval_s=0.05)
+            wait_for(
+                lambda dst=dst, i=i: _listening(fab, dst, first_port + i),
+                SERVER_READY_TIMEOUT_S,
+                f"iperf3 server on {dst}:{first_port + i}",
+                interval_s=0.05,
+            )
         for i, (src, dst) in enumerate(flows):
-            argv = _client_argv(fab, dst, first_port + i, seconds, parallel, udp, bitrate, tos,
-                                length, omit_s)
-            client = fab.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True)
+            argv = _client_argv(
+                fab, dst, first_port + i, seconds, parallel, udp, bitrate, tos, length, omit_s
+            )
+            client = fab.popen(
+                src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
             client.server = servers[i]
             clients.append(client)
     except BaseException:
@@ -70,11 +90,32 @@ def start_many(fab: Fabric, flows: list[tuple[str, str]], seconds: float, first_
     return clients
 
 
-def _client_argv(fab: Fabric, dst: str, port: int, seconds: float, parallel: int, udp: bool,
-                 bitrate: str | None, tos: int | None, length: int | None,
-                 omit_s: float | None) -> list[str]:
-    argv = ["iperf3", "-c", fab.graph.nodes[dst]["ip"], "-p", str(port), "-t", str(seconds),
-            "-P", str(parallel), "-J", "--connect-timeout", "3000"]
+def _client_argv(
+    fab: Fabric,
+    dst: str,
+    port: int,
+    seconds: float,
+    parallel: int,
+    udp: bool,
+    bitrate: str | None,
+    tos: int | None,
+    length: int | None,
+    omit_s: float | None,
+) -> list[str]:
+    argv = [
+        "iperf3",
+        "-c",
+        fab.graph.nodes[dst]["ip"],
+        "-p",
+        str(port),
+        "-t",
+        str(seconds),
+        "-P",
+        str(parallel),
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ]
     if omit_s:
         argv += ["-O", str(omit_s)]
     if udp:
@@ -106,8 +147,9 @@ def _listening(fab: Fabric, host: str, port: int) -> bool:
 class Job:
     """An iperf3 test in the background (`Fabric.start("iperf", ...)`); `wait()` gives its JSON."""
 
-    def __init__(self, fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201,
-                 **options) -> None:
+    def __init__(
+        self, fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options
+    ) -> None:
         self.fab = fab
         self.seconds = seconds
         self.client = start(fab, src, dst, seconds, port, **options)

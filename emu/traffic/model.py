@@ -103,8 +103,9 @@ class Prediction:
         return worst.payload_bytes / worst.up_bytes if worst.up_bytes else 1.0
 
 
-def roce_message_frames(size_bytes: int, first_psn: int = 0,
-                        mtu_payload: int = DEFAULT_MTU_PAYLOAD) -> tuple[int, int, int]:
+def roce_message_frames(
+    size_bytes: int, first_psn: int = 0, mtu_payload: int = DEFAULT_MTU_PAYLOAD
+) -> tuple[int, int, int]:
     """(packets, frame bytes, ACKs asked for) of one SEND of `size_bytes` starting at `first_psn`.
 
     As emu/host/rnic.py `post_send`: ceil(size / mtu) packets (one, empty, for
@@ -119,18 +120,24 @@ def roce_message_frames(size_bytes: int, first_psn: int = 0,
         ((1, 58, 1), (2, 1144, 2))
     """
     if size_bytes < 0 or mtu_payload < 4 or mtu_payload % 4:
-        raise ValueError(f"size_bytes={size_bytes}, mtu_payload={mtu_payload}: need >= 0 and "
-                         "a whole number of 4-byte words")
+        raise ValueError(
+            f"size_bytes={size_bytes}, mtu_payload={mtu_payload}: need >= 0 and "
+            "a whole number of 4-byte words"
+        )
     packets = max(1, -(-size_bytes // mtu_payload))
     last = size_bytes - mtu_payload * (packets - 1)
     padded = mtu_payload * (packets - 1) + last + (-last & 3)
-    acks = sum(1 for i in range(packets)
-               if i == packets - 1 or (first_psn + i) % ACK_EVERY == ACK_EVERY - 1)
+    acks = sum(
+        1
+        for i in range(packets)
+        if i == packets - 1 or (first_psn + i) % ACK_EVERY == ACK_EVERY - 1
+    )
     return packets, padded + packets * ROCE_SEND_OVERHEAD_BYTES, acks
 
 
-def ring_step_messages(size_bytes: int, nranks: int, itemsize: int = 4,
-                       slice_bytes: int = 64 * 1024) -> list[list[int]]:
+def ring_step_messages(
+    size_bytes: int, nranks: int, itemsize: int = 4, slice_bytes: int = 64 * 1024
+) -> list[list[int]]:
     """Message sizes (bytes) of each chunk, as `RingAllReduce` cuts the array.
 
     Chunk c holds elements [c*L/n, (c+1)*L/n); every chunk is cut into the same
@@ -143,9 +150,11 @@ def ring_step_messages(size_bytes: int, nranks: int, itemsize: int = 4,
         [[4, 8], [4, 8], [8, 8]]
     """
     if nranks < 1 or itemsize < 1 or size_bytes % itemsize or slice_bytes < itemsize:
-        raise ValueError(f"size_bytes={size_bytes}, nranks={nranks}, itemsize={itemsize}, "
-                         f"slice_bytes={slice_bytes}: need whole elements, >= 1 rank, "
-                         "slices of at least one element")
+        raise ValueError(
+            f"size_bytes={size_bytes}, nranks={nranks}, itemsize={itemsize}, "
+            f"slice_bytes={slice_bytes}: need whole elements, >= 1 rank, "
+            "slices of at least one element"
+        )
     count = size_bytes // itemsize
     edges = [c * count // nranks for c in range(nranks + 1)]
     largest = max(edges[c + 1] - edges[c] for c in range(nranks))
@@ -153,8 +162,12 @@ def ring_step_messages(size_bytes: int, nranks: int, itemsize: int = 4,
     out = []
     for c in range(nranks):
         lo, n = edges[c], edges[c + 1] - edges[c]
-        out.append([(lo + (s + 1) * n // nslices - (lo + s * n // nslices)) * itemsize
-                    for s in range(nslices)])
+        out.append(
+            [
+                (lo + (s + 1) * n // nslices - (lo + s * n // nslices)) * itemsize
+                for s in range(nslices)
+            ]
+        )
     return out
 
 
@@ -168,9 +181,16 @@ def _rate_factors(nranks: int, nic_factor: float, slow_rank: int) -> list[float]
     return factors
 
 
-def ring_allreduce(size_bytes: int, nranks: int, link_rate_bps: float, nic_factor: float = 1.0,
-                   slow_rank: int = 0, itemsize: int = 4, slice_bytes: int = 64 * 1024,
-                   mtu_payload: int = DEFAULT_MTU_PAYLOAD) -> Prediction:
+def ring_allreduce(
+    size_bytes: int,
+    nranks: int,
+    link_rate_bps: float,
+    nic_factor: float = 1.0,
+    slow_rank: int = 0,
+    itemsize: int = 4,
+    slice_bytes: int = 64 * 1024,
+    mtu_payload: int = DEFAULT_MTU_PAYLOAD,
+) -> Prediction:
     """The ring all-reduce's time on `nranks` ranks whose links run at `link_rate_bps`.
 
     Rank `slow_rank`'s link runs at link_rate_bps / nic_factor both ways. Every
@@ -191,12 +211,12 @@ def ring_allreduce(size_bytes: int, nranks: int, link_rate_bps: float, nic_facto
     factors = _rate_factors(nranks, nic_factor, slow_rank)
     chunks = ring_step_messages(size_bytes, nranks, itemsize, slice_bytes)
     n = nranks
-    psn = [0] * n                     # next PSN of rank r's send QP (to r+1)
+    psn = [0] * n  # next PSN of rank r's send QP (to r+1)
     payload, frames, up, down = ([0] * n for _ in range(4))
     total_s = wire_s = 0.0
     for k in range(2 * (n - 1)):
-        data = [0] * n                # data frame bytes rank r sends in step k
-        acks = [0] * n                # ACKs rank r+1 sends back for them
+        data = [0] * n  # data frame bytes rank r sends in step k
+        acks = [0] * n  # ACKs rank r+1 sends back for them
         for r in range(n):
             for m in chunks[(r - k) % n]:
                 packets, nbytes, asked = roce_message_frames(m, psn[r], mtu_payload)
@@ -218,8 +238,9 @@ def ring_allreduce(size_bytes: int, nranks: int, link_rate_bps: float, nic_facto
     return Prediction("ring", n, size_bytes, link_rate_bps, nic_factor, total_s, wire_s, loads)
 
 
-def sharp_allreduce(size_bytes: int, nranks: int, link_rate_bps: float, nic_factor: float = 1.0,
-                    slow_rank: int = 0) -> Prediction:
+def sharp_allreduce(
+    size_bytes: int, nranks: int, link_rate_bps: float, nic_factor: float = 1.0, slow_rank: int = 0
+) -> Prediction:
     """In-network aggregation's time: every rank sends S up and gets S back, at its link rate.
 
     Every chunk's result waits for its slowest contributor, and the slowest
@@ -243,12 +264,27 @@ def sharp_allreduce(size_bytes: int, nranks: int, link_rate_bps: float, nic_fact
     nbytes = size_bytes + chunks * AGG_OVERHEAD_BYTES
     load = LinkLoad(size_bytes, chunks, nbytes, nbytes)
     wire_s = nbytes * 8 / link_rate_bps
-    return Prediction("sharp", nranks, size_bytes, link_rate_bps, nic_factor,
-                      wire_s * max(factors), wire_s, (load,) * nranks)
+    return Prediction(
+        "sharp",
+        nranks,
+        size_bytes,
+        link_rate_bps,
+        nic_factor,
+        wire_s * max(factors),
+        wire_s,
+        (load,) * nranks,
+    )
 
 
-def predict_allreduce(algo: str, size_bytes: int, nranks: int, link_rate_bps: float,
-                      nic_factor: float = 1.0, slow_rank: int = 0, **ring_options) -> Prediction:
+def predict_allreduce(
+    algo: str,
+    size_bytes: int,
+    nranks: int,
+    link_rate_bps: float,
+    nic_factor: float = 1.0,
+    slow_rank: int = 0,
+    **ring_options,
+) -> Prediction:
     """`ring_allreduce` or `sharp_allreduce` by name.
 
     `ring_options` (itemsize, slice_bytes, mtu_payload) shape the ring's messages;
@@ -258,8 +294,9 @@ def predict_allreduce(algo: str, size_bytes: int, nranks: int, link_rate_bps: fl
         ValueError: an unknown algorithm, or a bad size, rank count, rate or factor.
     """
     if algo == "ring":
-        return ring_allreduce(size_bytes, nranks, link_rate_bps, nic_factor, slow_rank,
-                              **ring_options)
+        return ring_allreduce(
+            size_bytes, nranks, link_rate_bps, nic_factor, slow_rank, **ring_options
+        )
     if algo == "sharp":
         return sharp_allreduce(size_bytes, nranks, link_rate_bps, nic_factor, slow_rank)
     raise ValueError(f"algo={algo!r}: one of {', '.join(ALGOS)}")

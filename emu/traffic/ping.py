@@ -17,7 +17,7 @@ class PingResult:
     sent: int
     received: int
     interval_s: float
-    replied: tuple[int, ...]          # icmp_seq numbers that got a reply
+    replied: tuple[int, ...]  # icmp_seq numbers that got a reply
 
     @property
     def lost(self) -> int:
@@ -42,15 +42,20 @@ class PingJob:
         >>> job.wait().longest_outage_s < 0.5                              # doctest: +SKIP
     """
 
-    def __init__(self, fab, src: str, dst: str, interval_s: float = 0.05,
-                 duration_s: float = 5.0) -> None:
+    def __init__(
+        self, fab, src: str, dst: str, interval_s: float = 0.05, duration_s: float = 5.0
+    ) -> None:
         self.fab = fab
         self.interval_s = interval_s
         self.count = max(1, int(duration_s / interval_s))
         ip = fab.graph.nodes[dst]["ip"]
-        self.proc = fab.popen(src, ["ping", "-n", "-i", str(interval_s), "-c", str(self.count),
-                                    "-W", "1", ip], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
+        self.proc = fab.popen(
+            src,
+            ["ping", "-n", "-i", str(interval_s), "-c", str(self.count), "-W", "1", ip],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self._result: PingResult | None = None
 
     def wait(self, timeout_s: float | None = None) -> PingResult:

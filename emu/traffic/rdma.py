@@ -39,39 +39,59 @@ class Nic:
 class RdmaHosts:
     """The NICs of a fabric's hosts, started on construction (one agent per host)."""
 
-    def __init__(self, fab: Fabric, hosts: list[str], dcqcn: bool = True,
-                 modelled_rate_bps: float = 25e9) -> None:
+    def __init__(
+        self, fab: Fabric, hosts: list[str], dcqcn: bool = True, modelled_rate_bps: float = 25e9
+    ) -> None:
         self.fab = fab
         self.nics: dict[str, Nic] = {}
         self._qpn = 100
-        self._ring_qps: dict[tuple[str, str], int] = {}   # (src, dst) -> the ring's QP
-        self._jobs = 0                                     # collective jobs named so far
+        self._ring_qps: dict[tuple[str, str], int] = {}  # (src, dst) -> the ring's QP
+        self._jobs = 0  # collective jobs named so far
         for h in hosts:
             node = fab.graph.nodes[h]
             leaf = node["leaf"]
             rate = fab.graph.edges[h, leaf]["rate_bps"]
             path = os.path.join(fab.run.sock_dir, f"{h}.nic.sock")
             log = open(os.path.join(fab.run.log_dir, f"{h}.nic.log"), "ab")
-            argv = [sys.executable, "-m", "emu.host.agent", "--name", h, "--intf", f"{h}-eth0",
-                    "--mac", node["mac"], "--ip", node["ip"], "--rate-bps", str(rate),
-                    "--modelled-rate-bps", str(modelled_rate_bps), "--mgmt", path,
-                    "--rt-priority", str(realtime.configured_priority())]
+            argv = [
+                sys.executable,
+                "-m",
+                "emu.host.agent",
+                "--name",
+                h,
+                "--intf",
+                f"{h}-eth0",
+                "--mac",
+                node["mac"],
+                "--ip",
+                node["ip"],
+                "--rate-bps",
+                str(rate),
+                "--modelled-rate-bps",
+                str(modelled_rate_bps),
+                "--mgmt",
+                path,
+                "--rt-priority",
+                str(realtime.configured_priority()),
+            ]
             if not dcqcn:
                 argv.append("--no-dcqcn")
             proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             self.nics[h] = Nic(h, path, proc)
         for h, nic in self.nics.items():
+
             def ready(nic=nic):
                 if nic.proc.poll() is not None:
-                    raise RuntimeError(f"NIC agent of {nic.host} exited; see "
-                                       f"{fab.run.log_dir}/{nic.host}.nic.log")
+                    raise RuntimeError(
+                        f"NIC agent of {nic.host} exited; see {fab.run.log_dir}/{nic.host}.nic.log"
+                    )
                 try:
                     return nic.call("info", timeout_s=1.0)
                 except mgmt.MgmtError:
                     return None
-            wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}",
-                     logs=fab.run.log_dir)
+
+            wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}", logs=fab.run.log_dir)
 
     def connect(self, src: str, dst: str, max_rate_bps: float | None = None) -> int:
         """A reliable connection src -> dst; returns the QP number (same on both ends).
@@ -83,11 +103,23 @@ class RdmaHosts:
         g = self.fab.graph
         # RoCEv2 varies the UDP source port per QP: ECMP spreads QPs (DESIGN.md).
         sport = 49152 + qpn % 16384
-        self.nics[src].call("connect", qpn=qpn, peer_qpn=qpn, peer_mac=g.nodes[dst]["mac"],
-                            peer_ip=g.nodes[dst]["ip"], udp_sport=sport,
-                            max_rate_bps=max_rate_bps)
-        self.nics[dst].call("connect", qpn=qpn, peer_qpn=qpn, peer_mac=g.nodes[src]["mac"],
-                            peer_ip=g.nodes[src]["ip"], udp_sport=sport)
+        self.nics[src].call(
+            "connect",
+            qpn=qpn,
+            peer_qpn=qpn,
+            peer_mac=g.nodes[dst]["mac"],
+            peer_ip=g.nodes[dst]["ip"],
+            udp_sport=sport,
+            max_rate_bps=max_rate_bps,
+        )
+        self.nics[dst].call(
+            "connect",
+            qpn=qpn,
+            peer_qpn=qpn,
+            peer_mac=g.nodes[src]["mac"],
+            peer_ip=g.nodes[src]["ip"],
+            udp_sport=sport,
+        )
         return qpn
 
     def ring_qps(self, hosts: Sequence[str]) -> list[int]:
@@ -113,11 +145,18 @@ class RdmaHosts:
         """post_send: `count` SENDs of `size_bytes`; returns their message ids."""
         return self.nics[src].call("post_send", qpn=qpn, size_bytes=size_bytes, count=count)
 
-    def post_write(self, src: str, qpn: int, size_bytes: int, count: int = 1,
-                   remote_va: int = 0, rkey: int = 0) -> list[int]:
+    def post_write(
+        self, src: str, qpn: int, size_bytes: int, count: int = 1, remote_va: int = 0, rkey: int = 0
+    ) -> list[int]:
         """RDMA WRITEs (RETH on the first packet of each) to (remote_va, rkey)."""
-        return self.nics[src].call("post_write", qpn=qpn, size_bytes=size_bytes, count=count,
-                                   remote_va=remote_va, rkey=rkey)
+        return self.nics[src].call(
+            "post_write",
+            qpn=qpn,
+            size_bytes=size_bytes,
+            count=count,
+            remote_va=remote_va,
+            rkey=rkey,
+        )
 
     def poll_completions(self, src: str, qpn: int) -> list[dict]:
         """Completed messages not polled before: msg_id, size_bytes, latency_s."""

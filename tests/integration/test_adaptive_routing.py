@@ -15,15 +15,15 @@ def test_flowlet_groups_carry_traffic_and_start_flowlets(fabric):
     rate = fabric.graph.edges["h1", "leaf1"]["rate_bps"]
     assert doc["end"]["sum_received"]["bits_per_second"] > 0.8 * rate
     groups = fabric.switch_call("leaf1", "groups")
-    assert groups and all(g["mode"] == {"mode": "flowlet", "gap_s": 0.002}
-                          for g in groups if g["type"] == "select")
+    assert groups and all(
+        g["mode"] == {"mode": "flowlet", "gap_s": 0.002} for g in groups if g["type"] == "select"
+    )
     flowlets = fabric.switch_call("leaf1", "counters")["flowlets"]
     assert flowlets["default"] == {"mode": "flowlet", "gap_s": 0.002}
     assert flowlets["flowlets_started"] >= 1
 
 
-@pytest.mark.emu_fabric(apps=("controllers.adaptive",),
-                        controller_args=("--poll-interval", "0.3"))
+@pytest.mark.emu_fabric(apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.3"))
 def test_adaptive_controller_pins_an_elephant_and_lets_it_go(fabric):
     client = iperf.start(fabric, "h1", "h3", 4)
     ips = (fabric.graph.nodes["h1"]["ip"], fabric.graph.nodes["h3"]["ip"])
@@ -32,11 +32,14 @@ def test_adaptive_controller_pins_an_elephant_and_lets_it_go(fabric):
         return fabric.controller_status().get("adaptive", {}).get("placements", {})
 
     wait_for(lambda: f"{ips[0]}->{ips[1]}" in placed(), 5.0, "the elephant h1->h3 placed")
-    pinned = [f for f in fabric.switch_call("leaf1", "flows")
-              if f["priority"] == layout.PRIO_ELEPHANT]
+    pinned = [
+        f for f in fabric.switch_call("leaf1", "flows") if f["priority"] == layout.PRIO_ELEPHANT
+    ]
     assert len(pinned) == 1
     doc = iperf.finish(fabric, client)
-    assert doc["end"]["sum_received"]["bits_per_second"] > 0.5 * \
-        fabric.graph.edges["h1", "leaf1"]["rate_bps"]
+    assert (
+        doc["end"]["sum_received"]["bits_per_second"]
+        > 0.5 * fabric.graph.edges["h1", "leaf1"]["rate_bps"]
+    )
     wait_for(lambda: not placed(), 10.0, "the quiet elephant released")
     assert fabric.controller_status()["adaptive"]["unplaced_total"] >= 1

@@ -24,20 +24,27 @@ ECT0_DSCP26_TOS = 26 << 2 | 2
 @pytest.fixture(scope="module")
 def fab(tmp_path_factory):
     g = fabric.leaf_spine(leaves=3, spines=1, hosts_per_leaf=1)
-    with Fabric(g, qos={"watchdog": {"enabled": False}},
-                out_dir=str(tmp_path_factory.mktemp("ecn"))) as f:
+    with Fabric(
+        g, qos={"watchdog": {"enabled": False}}, out_dir=str(tmp_path_factory.mktemp("ecn"))
+    ) as f:
         yield f
 
 
 def overload(fab, pcap):
     cap = start_capture(fab, "leaf3-eth1", pcap, "udp and dst host 10.0.3.1")
-    clients = [iperf.start(fab, h, "h3", 3, port=5500 + i, udp=True, bitrate="15M",
-                           tos=ECT0_DSCP26_TOS) for i, h in enumerate(("h1", "h2"))]
+    clients = [
+        iperf.start(fab, h, "h3", 3, port=5500 + i, udp=True, bitrate="15M", tos=ECT0_DSCP26_TOS)
+        for i, h in enumerate(("h1", "h2"))
+    ]
     for c in clients:
         iperf.finish(fab, c)
     fab.stop_proc(cap)
-    res = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "ip.dsfield.ecn"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "ip.dsfield.ecn"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     return [int(x) for x in res.stdout.split()]
 

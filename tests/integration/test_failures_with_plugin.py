@@ -92,9 +92,20 @@ def routing_flows(fab) -> list[str]:
     flows = []
     for sw in ("leaf1", "leaf2", "spine1", "spine2"):
         host, port = fab.switch_call(sw, "info")["of_listen"]
-        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
-                              f"tcp:{host}:{port}", "cookie=0x1000000000000000/-1"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            [
+                "ovs-ofctl",
+                "-O",
+                "OpenFlow13",
+                "dump-flows",
+                f"tcp:{host}:{port}",
+                "cookie=0x1000000000000000/-1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
         flows += sorted(f"{sw} {strip.sub('', line)}" for line in out.splitlines()[1:])
     return flows
 

@@ -23,7 +23,7 @@ from emu.switch.datapath import CARRIER_POLL_S
 from emu.traffic.rdma import RdmaHosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STOP_S = 0.2   # 333 frame times at 20 Mbit/s: far beyond any limit
+STOP_S = 0.2  # 333 frame times at 20 Mbit/s: far beyond any limit
 
 
 def tx_packets(fab, switch: str) -> int:
@@ -31,7 +31,7 @@ def tx_packets(fab, switch: str) -> int:
 
 
 def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch):
-    monkeypatch.delenv(realtime.ENV, raising=False)   # the default: real-time
+    monkeypatch.delenv(realtime.ENV, raising=False)  # the default: real-time
     g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         # The window starts at convergence: a live record says so.
@@ -39,13 +39,13 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
         assert live["kind"] == "switch" and live["window_s"] < 60
         nics = RdmaHosts(fab, ["h1", "h2"])
         qp = nics.connect("h1", "h2")
-        nics.post("h1", qp, 2_000_000)          # 0.8 s at 20 Mbit/s
+        nics.post("h1", qp, 2_000_000)  # 0.8 s at 20 Mbit/s
         before = tx_packets(fab, "leaf1")
         wait_for(lambda: tx_packets(fab, "leaf1") > before + 200, 10, "RDMA through leaf1")
         pid = fab.switch("leaf1").proc.pid
         os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(STOP_S)   # the fault itself: the process gets no CPU for this long
+            time.sleep(STOP_S)  # the fault itself: the process gets no CPU for this long
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_for(lambda: nics.poll_completions("h1", qp), 30, "the RDMA SEND to complete")
@@ -54,7 +54,8 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
     # Switches and NIC agents ran as the hardware they stand for, by default:
     # real-time (emu/realtime.py).
     assert {r["name"]: r["sched"]["policy"] for _, r in records} == dict.fromkeys(
-        ("leaf1", "leaf2", "spine1", "h1", "h2"), "rr")
+        ("leaf1", "leaf2", "spine1", "h1", "h2"), "rr"
+    )
     verdict = fidelity.judge(records)
     stall = verdict.worst["stall"]
     assert not stall.passed and stall.where.startswith("leaf1")
@@ -86,11 +87,17 @@ def test_emu_ctl_shows_a_switch_s_fidelity(tmp_path, monkeypatch):
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2", count=3)[1] == 3
         assert os.sched_getscheduler(fab.switch("leaf1").proc.pid) == os.SCHED_RR
-        assert os.sched_getparam(fab.switch("leaf1").proc.pid).sched_priority == \
-            realtime.RECOMMENDED_PRIORITY
-        res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "fidelity",
-                              "--run", fab.run.run_id], capture_output=True, text=True,
-                             cwd=ROOT, timeout=30)
+        assert (
+            os.sched_getparam(fab.switch("leaf1").proc.pid).sched_priority
+            == realtime.RECOMMENDED_PRIORITY
+        )
+        res = subprocess.run(
+            [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "fidelity", "--run", fab.run.run_id],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=30,
+        )
     assert res.returncode == 0, res.stderr
     assert "leaf1 (switch" in res.stdout and "leaf1-eth1" in res.stdout
     assert "longest stall" in res.stdout and "on-time" in res.stdout

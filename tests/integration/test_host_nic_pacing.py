@@ -16,8 +16,9 @@ FAN_OUT = [("h1", "h2"), ("h1", "h3")]  # h2 on h1's leaf, h3 behind the spine
 def fan_out_mbps(fabric) -> float:
     """h1 sends UDP at its full link rate to two hosts at once; Mbit/s received in all."""
     link_bps = fabric.graph.edges["h1", "leaf1"]["rate_bps"]
-    clients = iperf.start_many(fabric, FAN_OUT, 4, first_port=5700, udp=True,
-                               bitrate=str(link_bps), omit_s=1)
+    clients = iperf.start_many(
+        fabric, FAN_OUT, 4, first_port=5700, udp=True, bitrate=str(link_bps), omit_s=1
+    )
     docs = [iperf.finish(fabric, c, timeout_s=40) for c in clients]
     assert not [d["error"] for d in docs if "error" in d]
     return sum(d["end"]["sum_received"]["bits_per_second"] for d in docs) / 1e6

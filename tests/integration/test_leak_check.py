@@ -38,14 +38,14 @@ def delete(*names: str) -> None:
         registry.delete_interface(name)
 
 
-LEAKY_TEST = '''
+LEAKY_TEST = """
 import subprocess
 
 
 def test_builds_an_interface_and_leaves_it():
     subprocess.run(["ip", "link", "add", "h97-eth0", "type", "veth", "peer", "name", "h97-eth1"],
                    check=True)
-'''
+"""
 
 
 def test_a_test_that_leaves_an_interface_fails_naming_it(pytester, monkeypatch, tmp_path):
@@ -54,8 +54,12 @@ def test_a_test_that_leaves_an_interface_fails_naming_it(pytester, monkeypatch, 
     finally:
         delete("h97-eth0")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*ERROR at teardown of test_builds_an_interface_and_leaves_it*",
-                                 "left behind: {'interfaces': ['h97-eth0', 'h97-eth1']*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_builds_an_interface_and_leaves_it*",
+            "left behind: {'interfaces': ['h97-eth0', 'h97-eth1']*",
+        ]
+    )
 
 
 HELD_FABRIC_TEST = '''
@@ -103,7 +107,8 @@ def test_second_user_with_a_fabric_of_its_own(shared, own):
 
 @pytest.mark.parametrize("tear_down", [True, False], ids=["torn-down", "forgotten"])
 def test_a_fabric_held_by_a_fixture_is_checked_when_it_is_torn_down(
-        pytester, monkeypatch, tmp_path, tear_down):
+    pytester, monkeypatch, tmp_path, tear_down
+):
     source = f"TEAR_DOWN_THE_MODULE_FABRIC = {tear_down}\n" + HELD_FABRIC_TEST
     try:
         result = inner_session(pytester, monkeypatch, tmp_path, source)
@@ -114,7 +119,10 @@ def test_a_fabric_held_by_a_fixture_is_checked_when_it_is_torn_down(
         result.assert_outcomes(passed=2)
     else:
         result.assert_outcomes(passed=2, errors=1)
-        result.stdout.fnmatch_lines([
-            "*ERROR at teardown of test_second_user_with_a_fabric_of_its_own*",
-            "left behind when the module's fixtures were torn down: "
-            "{'interfaces': ['h96-eth0', 'h96-eth1']*"])
+        result.stdout.fnmatch_lines(
+            [
+                "*ERROR at teardown of test_second_user_with_a_fabric_of_its_own*",
+                "left behind when the module's fixtures were torn down: "
+                "{'interfaces': ['h96-eth0', 'h96-eth1']*",
+            ]
+        )

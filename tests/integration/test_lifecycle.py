@@ -48,8 +48,9 @@ def test_sigkilled_run_is_removed_by_emu_clean(no_leaks, tmp_path):
         "print('ready', flush=True)\n"
         "signal.pause()  # until the test kills this process\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     try:
         line = proc.stdout.readline()  # blocks until the fabric is up (or the child died)
         assert line.strip() == "ready", "the child did not bring its fabric up"
@@ -59,8 +60,13 @@ def test_sigkilled_run_is_removed_by_emu_clean(no_leaks, tmp_path):
         proc.wait()
     left = leftovers()
     assert left["interfaces"], "a SIGKILLed run leaves interfaces (this is what clean is for)"
-    out = subprocess.run([sys.executable, "-m", "emu.cli", "clean"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "clean"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "stopped" in out.stdout
     # Switch processes die with their parent (PDEATHSIG); the kernel may take a

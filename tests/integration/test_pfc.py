@@ -28,22 +28,37 @@ def incast(tmp_path_factory):
     out = tmp_path_factory.mktemp("pfc")
     g = fabric.leaf_spine(leaves=3, spines=1, hosts_per_leaf=1)
     with Fabric(g, out_dir=str(out / "emu")) as fab:
-        links = [(u, v) for u, v in fabric.switch_links(g)] + \
-            [(h, g.nodes[h]["leaf"]) for h in fabric.hosts(g)]
+        links = [(u, v) for u, v in fabric.switch_links(g)] + [
+            (h, g.nodes[h]["leaf"]) for h in fabric.hosts(g)
+        ]
         caps = {}
         for u, v in links:
             sw = u if g.nodes[u]["kind"] == "switch" else v
             intf = g.edges[u, v]["intfs"][sw]
-            caps[(u, v)] = (out / f"{intf}.pcap",
-                            start_capture(fab, intf, out / f"{intf}.pcap", "ether proto 0x8808"))
+            caps[(u, v)] = (
+                out / f"{intf}.pcap",
+                start_capture(fab, intf, out / f"{intf}.pcap", "ether proto 0x8808"),
+            )
         for sw in fabric.switches(g):
             # A flow that would flood MAC control frames if the pipeline ever saw
             # them: the one-hop test below would then catch them on other links.
             host, port = fab.switch_call(sw, "info")["of_listen"]
-            subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", f"tcp:{host}:{port}",
-                            "priority=65000,dl_type=0x8808,actions=ALL"], check=True, timeout=20)
-        clients = [iperf.start(fab, h, "h3", 4, port=5300 + i, udp=True, bitrate="18M",
-                               tos=DSCP26_TOS) for i, h in enumerate(("h1", "h2"))]
+            subprocess.run(
+                [
+                    "ovs-ofctl",
+                    "-O",
+                    "OpenFlow13",
+                    "add-flow",
+                    f"tcp:{host}:{port}",
+                    "priority=65000,dl_type=0x8808,actions=ALL",
+                ],
+                check=True,
+                timeout=20,
+            )
+        clients = [
+            iperf.start(fab, h, "h3", 4, port=5300 + i, udp=True, bitrate="18M", tos=DSCP26_TOS)
+            for i, h in enumerate(("h1", "h2"))
+        ]
         results = [iperf.finish(fab, c) for c in clients]
         counters = {sw: fab.switch_call(sw, "counters") for sw in fabric.switches(g)}
         macs = {}
@@ -52,16 +67,36 @@ def incast(tmp_path_factory):
                 macs[p["name"]] = p["hw_addr"]
         for _, proc in caps.values():
             fab.stop_proc(proc)
-        yield {"graph": g, "caps": {frozenset(k): v[0] for k, v in caps.items()},
-               "results": results,
-               "counters": counters, "macs": macs}
+        yield {
+            "graph": g,
+            "caps": {frozenset(k): v[0] for k, v in caps.items()},
+            "results": results,
+            "counters": counters,
+            "macs": macs,
+        }
 
 
 def tshark_pfc(path) -> list[tuple[str, int, int, int]]:
-    res = subprocess.run(["tshark", "-r", str(path), "-T", "fields", "-e", "eth.src",
-                          "-e", "macc.opcode", "-e", "macc.cbfc.enbv",
-                          "-e", "macc.cbfc.pause_time.c3"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(path),
+            "-T",
+            "fields",
+            "-e",
+            "eth.src",
+            "-e",
+            "macc.opcode",
+            "-e",
+            "macc.cbfc.enbv",
+            "-e",
+            "macc.cbfc.pause_time.c3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     rows = []
     for line in res.stdout.splitlines():
@@ -76,8 +111,8 @@ def test_spine_pauses_both_leaves_with_xoff_and_xon_decoded_by_tshark(incast):
         spine_mac = incast["macs"][incast["graph"].edges[leaf, "spine1"]["intfs"]["spine1"]]
         from_spine = [r for r in rows if r[0] == spine_mac]
         assert from_spine, f"no PFC from spine1 on the {leaf} link"
-        assert {r[1] for r in from_spine} == {0x0101}          # 802.1Qbb opcode
-        assert {r[2] for r in from_spine} == {0x0008}          # class-enable vector: priority 3
+        assert {r[1] for r in from_spine} == {0x0101}  # 802.1Qbb opcode
+        assert {r[2] for r in from_spine} == {0x0008}  # class-enable vector: priority 3
         quanta = Counter(r[3] for r in from_spine)
         assert quanta[0xFFFF] >= 1 and quanta[0] >= 1, quanta  # XOFF and XON
 
@@ -107,7 +142,9 @@ def test_fabric_between_switches_is_lossless_and_counts_agree(incast):
         assert c["pfc"]["pause_rx"].get(f"{uplink}:3", 0) > 0
         assert c["pfc"]["paused_s"][str(uplink)][3] > 0
     # The bottleneck is shared: both senders get through at about half the link rate.
-    rates = [r["end"]["sum"]["bits_per_second"] * (1 - r["end"]["sum"]["lost_percent"] / 100)
-             for r in incast["results"]]
+    rates = [
+        r["end"]["sum"]["bits_per_second"] * (1 - r["end"]["sum"]["lost_percent"] / 100)
+        for r in incast["results"]
+    ]
     link = incast["graph"].edges["spine1", "leaf3"]["rate_bps"]
     assert sum(rates) >= 0.85 * link and min(rates) >= 0.3 * link, rates

@@ -46,7 +46,7 @@ from emu.traffic.rdma import RdmaHosts
 
 RATE_BPS = 10_000_000
 MTU_PAYLOAD = 1024
-FRAME_BYTES = 14 + 20 + 8 + 12 + MTU_PAYLOAD + 4   # Ethernet/IPv4/UDP/BTH/payload/ICRC
+FRAME_BYTES = 14 + 20 + 8 + 12 + MTU_PAYLOAD + 4  # Ethernet/IPv4/UDP/BTH/payload/ICRC
 GOODPUT_BYTES_PER_S = RATE_BPS / 8 * MTU_PAYLOAD / FRAME_BYTES
 # The shallowest queue a switch marks, in the fidelity monitor's unit (full-frame times).
 KMIN_FRAMES = EcnSpec().thresholds(RATE_BPS)[0] / fidelity.FRAME_BYTES
@@ -79,12 +79,16 @@ def assert_busbw(big, n, deficit=0.0):
     frames = sum(big.tx_frame_bytes.values()) / n
     payload = sum(big.tx_payload_bytes.values()) / n
     # Full-size frames: headers cost what the goodput formula says.
-    assert payload * FRAME_BYTES / MTU_PAYLOAD <= frames <= payload * FRAME_BYTES / MTU_PAYLOAD * 1.01
+    assert (
+        payload * FRAME_BYTES / MTU_PAYLOAD <= frames <= payload * FRAME_BYTES / MTU_PAYLOAD * 1.01
+    )
     ratio = big.busbw_bytes_per_s / GOODPUT_BYTES_PER_S
     bar = 0.9 * (1 - deficit)
-    assert ratio >= bar, (f"busbw {big.busbw_bytes_per_s / 1e6:.3f} MB/s is {ratio:.3f} of the "
-                          f"RoCE goodput {GOODPUT_BYTES_PER_S / 1e6:.3f} MB/s, below {bar:.3f} "
-                          f"(time {big.time_s:.2f} s)")
+    assert ratio >= bar, (
+        f"busbw {big.busbw_bytes_per_s / 1e6:.3f} MB/s is {ratio:.3f} of the "
+        f"RoCE goodput {GOODPUT_BYTES_PER_S / 1e6:.3f} MB/s, below {bar:.3f} "
+        f"(time {big.time_s:.2f} s)"
+    )
 
 
 def wire_messages(pcap, src_ip):
@@ -95,7 +99,7 @@ def wire_messages(pcap, src_ip):
             continue  # h1's ACKs to h4 share its address and number their own PSNs
         bth = pkt[BTH]
         load = bytes(pkt[Raw].load) if Raw in pkt else b""
-        packets.setdefault(bth.psn, (bth.opcode, load[:len(load) - bth.padcount]))
+        packets.setdefault(bth.psn, (bth.opcode, load[: len(load) - bth.padcount]))
     messages, parts = [], []
     for psn in sorted(packets):
         opcode, data = packets[psn]
@@ -111,8 +115,9 @@ def test_ring_allreduce_4_hosts(fabric, tmp_path):
     hosts = hosts_of(4)
     nics = RdmaHosts(fabric, hosts)
     # Tiny and uneven sizes: empty chunks and slices, counts not divisible by 4.
-    small = run_allreduce(nics, hosts, [4, 12, 4 * 1001, 64 * 1024 + 4], "int32", seed=1,
-                          slice_bytes=4096)
+    small = run_allreduce(
+        nics, hosts, [4, 12, 4 * 1001, 64 * 1024 + 4], "int32", seed=1, slice_bytes=4096
+    )
     small += run_allreduce(nics, hosts, [8, 4 * 4099], "float32", seed=2, slice_bytes=4096)
     check(small, 4)
     # Large enough to take a few seconds: 1.5 x 2 MiB per host at 10 Mbit/s.
@@ -193,7 +198,8 @@ def test_ring_allreduce_16_hosts(fabric, tmp_path):
         assert stall.value >= KMIN_FRAMES, (
             f"{found['cnps']} CNPs on an uncongested ring, but no stall of Kmin = "
             f"{KMIN_FRAMES:g} frame times that could have built the queue: {stall.text}\n"
-            f"{found['text']}")
+            f"{found['text']}"
+        )
 
 
 class FidelityWindow:
@@ -210,8 +216,12 @@ class FidelityWindow:
         self.cpu0 = _machine_cpu()
 
     def _marks(self):
-        return sum(sum(c["buffer"]["ecn_marks"].values()) for c in
-                   (self.fab.switch_call(sw, "counters") for sw in fabric_mod.switches(self.fab.graph)))
+        return sum(
+            sum(c["buffer"]["ecn_marks"].values())
+            for c in (
+                self.fab.switch_call(sw, "counters") for sw in fabric_mod.switches(self.fab.graph)
+            )
+        )
 
     def close(self, out_dir):
         busy, total = (b - a for a, b in zip(self.cpu0, _machine_cpu()))
@@ -224,17 +234,28 @@ class FidelityWindow:
         marks = self._marks() - self.marks0
         used = sum(r["cpu"]["cpu_s"] for _, r in records)
         window = max(r["window_s"] for _, r in records)
-        lines = [f"machine busy {busy / total:.0%} of {os.cpu_count()} cores; emu processes used "
-                 f"{used / window:.2f} cores; CE marks {marks}, CNPs {cnps}, NIC PAUSE {pauses}"]
+        lines = [
+            f"machine busy {busy / total:.0%} of {os.cpu_count()} cores; emu processes used "
+            f"{used / window:.2f} cores; CE marks {marks}, CNPs {cnps}, NIC PAUSE {pauses}"
+        ]
         lines += [f.text for f in verdict.worst.values()]
         for _, r in sorted(records, key=lambda lr: -lr[1]["cpu"]["wait_share"])[:6]:
-            lines.append(f"  {r['name']}: CPU {r['cpu']['cpu_share']:.0%}, waited "
-                         f"{r['cpu']['wait_share']:.0%}, longest stall "
-                         f"{r['loop']['longest_stall_s'] * 1e3:.1f} ms")
+            lines.append(
+                f"  {r['name']}: CPU {r['cpu']['cpu_share']:.0%}, waited "
+                f"{r['cpu']['wait_share']:.0%}, longest stall "
+                f"{r['loop']['longest_stall_s'] * 1e3:.1f} ms"
+            )
         deficit = verdict.worst["deficit"].value if "deficit" in verdict.worst else 0.0
-        return {"verdict": verdict, "deficit": deficit,
-                "machine_busy": busy / total, "cores_used": used / window,
-                "marks": marks, "cnps": cnps, "pauses": pauses, "text": "\n".join(lines)}
+        return {
+            "verdict": verdict,
+            "deficit": deficit,
+            "machine_busy": busy / total,
+            "cores_used": used / window,
+            "marks": marks,
+            "cnps": cnps,
+            "pauses": pauses,
+            "text": "\n".join(lines),
+        }
 
 
 def _machine_cpu():
@@ -252,12 +273,32 @@ def test_the_wire_carries_the_data_and_stragglers_hold_everyone(fabric, tmp_path
     nics = RdmaHosts(fabric, hosts)
     count, slice_bytes, seed = 4 * 1500, 2048, 11
     pcap = tmp_path / "h1.pcap"
-    cap = fabric.popen_root(["tcpdump", "-i", "leaf1-eth1", "-w", str(pcap), "-U",
-                             "--immediate-mode", "-s", "0", "udp", "dst", "port", "4791",
-                             "and", "src", "host", fabric.graph.nodes["h1"]["ip"]],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: pcap.exists() and pcap.stat().st_size >= 24, 10, "tcpdump to start",
-             interval_s=0.02)
+    cap = fabric.popen_root(
+        [
+            "tcpdump",
+            "-i",
+            "leaf1-eth1",
+            "-w",
+            str(pcap),
+            "-U",
+            "--immediate-mode",
+            "-s",
+            "0",
+            "udp",
+            "dst",
+            "port",
+            "4791",
+            "and",
+            "src",
+            "host",
+            fabric.graph.nodes["h1"]["ip"],
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(
+        lambda: pcap.exists() and pcap.stat().st_size >= 24, 10, "tcpdump to start", interval_s=0.02
+    )
     res = run_allreduce(nics, hosts, 4 * count, "int32", seed=seed, slice_bytes=slice_bytes)
     fabric.stop_proc(cap)
     check(res, 4)
@@ -270,7 +311,7 @@ def test_the_wire_carries_the_data_and_stragglers_hold_everyone(fabric, tmp_path
     assert len(messages) == 6 * layout.nslices
     for step in range(6):
         lo, hi = layout.chunk_bounds((0 - step) % 4)
-        got = b"".join(messages[step * layout.nslices:(step + 1) * layout.nslices])
+        got = b"".join(messages[step * layout.nslices : (step + 1) * layout.nslices])
         if step == 0:
             assert got == inputs[0][lo:hi].tobytes()
         elif step >= 3:
@@ -283,25 +324,44 @@ def test_the_wire_carries_the_data_and_stragglers_hold_everyone(fabric, tmp_path
     assert all(t < 0.4 for t in slow[0].elapsed_s["h3"])
     # Bad requests are named and leave the agent running.
     with pytest.raises(MgmtError, match="unknown QP send_qpn=999"):
-        nics.nics["h1"].call("coll_setup", job="bad", rank=0, nranks=2, dtype="int32",
-                             count=8, send_qpn=999, recv_qpn=999)
+        nics.nics["h1"].call(
+            "coll_setup",
+            job="bad",
+            rank=0,
+            nranks=2,
+            dtype="int32",
+            count=8,
+            send_qpn=999,
+            recv_qpn=999,
+        )
     with pytest.raises(MgmtError, match="dtype='float64'"):
-        nics.nics["h1"].call("coll_setup", job="bad", rank=0, nranks=2, dtype="float64",
-                             count=8)
+        nics.nics["h1"].call("coll_setup", job="bad", rank=0, nranks=2, dtype="float64", count=8)
     with pytest.raises(MgmtError, match=r"unknown key\(s\) \['colour'\]"):
-        nics.nics["h1"].call("coll_setup", job="bad", rank=0, nranks=2, dtype="int32",
-                             count=8, colour="red")
+        nics.nics["h1"].call(
+            "coll_setup", job="bad", rank=0, nranks=2, dtype="int32", count=8, colour="red"
+        )
     with pytest.raises(MgmtError, match="unknown job 'nope'"):
         nics.nics["h1"].call("coll_status", job="nope")
     assert nics.nics["h1"].call("coll_list") == []
     # A message of the wrong length fails that job, not the agent.
     qp = nics.connect("h1", "h2")
-    nics.nics["h2"].call("coll_setup", job="victim", rank=1, nranks=2, dtype="int32", count=8,
-                         send_qpn=qp, recv_qpn=qp)
+    nics.nics["h2"].call(
+        "coll_setup",
+        job="victim",
+        rank=1,
+        nranks=2,
+        dtype="int32",
+        count=8,
+        send_qpn=qp,
+        recv_qpn=qp,
+    )
     nics.nics["h2"].call("coll_start", job="victim")
-    nics.post("h1", qp, 3)   # 3 pattern bytes where the ring expects a 16-byte slice
-    wait_for(lambda: nics.nics["h2"].call("coll_status", job="victim")["state"] == "failed",
-             10, "the job with a bad message to fail")
+    nics.post("h1", qp, 3)  # 3 pattern bytes where the ring expects a 16-byte slice
+    wait_for(
+        lambda: nics.nics["h2"].call("coll_status", job="victim")["state"] == "failed",
+        10,
+        "the job with a bad message to fail",
+    )
     assert "has 3 bytes, expected 16" in nics.nics["h2"].call("coll_status", job="victim")["error"]
     nics.nics["h2"].call("coll_clear", job="victim")
     again = run_allreduce(nics, hosts, 4 * 64, "float32", seed=12)

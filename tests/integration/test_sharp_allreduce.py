@@ -54,8 +54,9 @@ def leaf_agg(fabric, leaf):
 
 def register(fabric, hosts, nslots):
     """A job the test keeps: the manager's answer, and run_allreduce's options for it."""
-    job = fabric.agg_call("register", hosts=[fabric.graph.nodes[h]["ip"] for h in hosts],
-                          nslots=nslots)
+    job = fabric.agg_call(
+        "register", hosts=[fabric.graph.nodes[h]["ip"] for h in hosts], nslots=nslots
+    )
     return job, {k: job[k] for k in ("job_id", "job_ip", "job_mac", "nslots")}
 
 
@@ -66,10 +67,12 @@ def spines_by_dpid(fabric):
 @pytest.mark.emu_fabric(leaves=4, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS, apps=APPS)
 def test_sharp_8_ranks_correct_with_S_bytes_per_host(fabric):
     hosts = hosts_of(8)
-    res = run_allreduce(fabric, hosts, [4, 4 * 1001, 256 << 10], "int32", algo="sharp", seed=1,
-                        count_ports=True)
-    res += run_allreduce(fabric, hosts, [4 * 3, 512 << 10], "float32", algo="sharp", seed=2,
-                         count_ports=True)
+    res = run_allreduce(
+        fabric, hosts, [4, 4 * 1001, 256 << 10], "int32", algo="sharp", seed=1, count_ports=True
+    )
+    res += run_allreduce(
+        fabric, hosts, [4 * 3, 512 << 10], "float32", algo="sharp", seed=2, count_ports=True
+    )
     print("\n" + nccl_table(res))
     check(res, 8)
     # The tree: a spine root, the four leaves below it.
@@ -95,10 +98,10 @@ def test_sharp_4_ranks_and_a_refused_job_falls_back_to_the_ring(fabric):
 @pytest.mark.emu_fabric(leaves=4, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS, apps=APPS)
 def test_sharp_16_ranks(fabric):
     hosts = hosts_of(16)
-    res = run_allreduce(fabric, hosts, [4 * 999, 128 << 10], "int32", algo="sharp", seed=5,
-                        timeout_s=120)
-    res += run_allreduce(fabric, hosts, [128 << 10], "float32", algo="sharp", seed=6,
-                         timeout_s=120)
+    res = run_allreduce(
+        fabric, hosts, [4 * 999, 128 << 10], "int32", algo="sharp", seed=5, timeout_s=120
+    )
+    res += run_allreduce(fabric, hosts, [128 << 10], "float32", algo="sharp", seed=6, timeout_s=120)
     print("\n" + nccl_table(res))
     check(res, 16)
 
@@ -111,13 +114,16 @@ def test_two_concurrent_jobs_on_shared_switches(fabric):
 
     def job(name, hosts, dtype, seed):
         try:
-            out[name] = run_allreduce(fabric, hosts, [4 * 1003, 256 << 10], dtype, algo="sharp",
-                                      seed=seed)
+            out[name] = run_allreduce(
+                fabric, hosts, [4 * 1003, 256 << 10], dtype, algo="sharp", seed=seed
+            )
         except Exception as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(f"{name}: {exc!r}")
 
-    threads = [threading.Thread(target=job, args=("a", a, "int32", 7)),
-               threading.Thread(target=job, args=("b", b, "float32", 8))]
+    threads = [
+        threading.Thread(target=job, args=("a", a, "int32", 7)),
+        threading.Thread(target=job, args=("b", b, "float32", 8)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -133,30 +139,34 @@ def test_two_concurrent_jobs_on_shared_switches(fabric):
 def _inject(fabric, host, job, n_bad, tmp_path):
     """From `host`: aggregation frames that are malformed, foreign or duplicated."""
     node = fabric.graph.nodes[host]
-    base = Ether(src=node["mac"], dst=job["job_mac"]) / IP(src=node["ip"], dst=job["job_ip"],
-                                                            tos=26 << 2) / UDP(sport=4792,
-                                                                               dport=4792)
+    base = (
+        Ether(src=node["mac"], dst=job["job_mac"])
+        / IP(src=node["ip"], dst=job["job_ip"], tos=26 << 2)
+        / UDP(sport=4792, dport=4792)
+    )
     # h1's true chunk 0 of the coming all-reduce (seed 9, rank 0): sent early and
     # again, it is a duplicate of what h1 sends itself, not a different contribution.
-    data = rank_input(9, 0, 5000, "int32")[:agg.MAX_ELEMENTS]
+    data = rank_input(9, 0, 5000, "int32")[: agg.MAX_ELEMENTS]
     chunk0 = agg.AggTemplate(node["mac"], job["job_mac"], node["ip"], job["job_ip"]).frame(
-        agg.KIND_CONTRIB, agg.DTYPE_INT32, job["job_id"], 0, 0, data.astype(">i4").tobytes(),
-        rank=0)
+        agg.KIND_CONTRIB, agg.DTYPE_INT32, job["job_id"], 0, 0, data.astype(">i4").tobytes(), rank=0
+    )
     frames = [
-        base / Raw(b"\x01\x00"),                                          # truncated header
+        base / Raw(b"\x01\x00"),  # truncated header
         base / agg.AggHeader(version=9, job_id=job["job_id"], count=1) / Raw(bytes(4)),
         base / agg.AggHeader(job_id=job["job_id"], count=300) / Raw(bytes(1200)),
         base / agg.AggHeader(job_id=job["job_id"], count=4) / Raw(bytes(3)),
         base / agg.AggHeader(job_id=job["job_id"], seq=5, slot=1, count=1) / Raw(bytes(4)),
-        base / agg.AggHeader(job_id=0x7777, count=1) / Raw(bytes(4)),     # unknown job
+        base / agg.AggHeader(job_id=0x7777, count=1) / Raw(bytes(4)),  # unknown job
         Ether(chunk0),
     ]
     listing = tmp_path / "frames.hex"
     listing.write_text("\n".join(bytes(f).hex() for f in frames * n_bad) + "\n")
-    script = ("import socket,sys\n"
-              "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
-              f"s.bind(('{host}-eth0',0))\n"
-              "for line in open(sys.argv[1]): s.send(bytes.fromhex(line.strip()))\n")
+    script = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
+        f"s.bind(('{host}-eth0',0))\n"
+        "for line in open(sys.argv[1]): s.send(bytes.fromhex(line.strip()))\n"
+    )
     fabric.host_run(host, ["python3", "-c", script, str(listing)], check=True)
 
 
@@ -169,8 +179,7 @@ def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_pa
         # Garbage first, while the job is registered and idle: chunk 0 of h1 arrives
         # early, then h1's own chunk 0 is a duplicate the leaf must count once.
         _inject(fabric, "h1", job, n_bad=5, tmp_path=tmp_path)
-        res = run_allreduce(fabric, hosts, [4 * 5000], "int32", algo="sharp", seed=9,
-                            options=opts)
+        res = run_allreduce(fabric, hosts, [4 * 5000], "int32", algo="sharp", seed=9, options=opts)
         st = leaf_agg(fabric, "leaf1")
     finally:
         fabric.agg_call("unregister", job_id=job["job_id"])
@@ -187,8 +196,9 @@ def test_tree_rebuilt_when_its_link_fails(fabric):
     hosts = hosts_of(4)
     job, opts = register(fabric, hosts, nslots=16)
     try:
-        first = run_allreduce(fabric, hosts, [64 << 10], "int32", algo="sharp", seed=10,
-                              options=opts)
+        first = run_allreduce(
+            fabric, hosts, [64 << 10], "int32", algo="sharp", seed=10, options=opts
+        )
         check(first, 4)
         dpid_of = spines_by_dpid(fabric)
         root = dpid_of[job["root"]]
@@ -200,8 +210,9 @@ def test_tree_rebuilt_when_its_link_fails(fabric):
 
         now = wait_for(rebuilt, 10, "the aggregation tree to be rebuilt")
         assert now["state"] == "active" and dpid_of[now["root"]] != root
-        second = run_allreduce(fabric, hosts, [64 << 10], "float32", algo="sharp", seed=11,
-                               options=opts)
+        second = run_allreduce(
+            fabric, hosts, [64 << 10], "float32", algo="sharp", seed=11, options=opts
+        )
         check(second, 4)
     finally:
         fabric.agg_call("unregister", job_id=job["job_id"])
@@ -221,14 +232,19 @@ def test_all_reduce_in_flight_starts_over_when_its_tree_is_rebuilt(fabric):
         root = dpid_of[job["root"]]
         # 4 MiB per rank at 10 Mbit/s takes about 3.5 s; the cut comes 1.5 s in.
         fabric.faults.link_down("leaf1", root, at=1.5)
-        [res] = run_allreduce(fabric, hosts, [4 << 20], "int32", algo="sharp", seed=12,
-                              options=opts)
+        [res] = run_allreduce(
+            fabric, hosts, [4 << 20], "int32", algo="sharp", seed=12, options=opts
+        )
         check([res], 4)
         assert res.restarts >= 1
         (now,) = [j for j in fabric.agg_call("jobs")["jobs"] if j["job_id"] == job["job_id"]]
         assert now["rebuilds"] == 1 and now["epoch"] >= 1 and dpid_of[now["root"]] != root
         # The job keeps working on its new tree.
-        check(run_allreduce(fabric, hosts, [64 << 10], "float32", algo="sharp", seed=13,
-                            options=opts), 4)
+        check(
+            run_allreduce(
+                fabric, hosts, [64 << 10], "float32", algo="sharp", seed=13, options=opts
+            ),
+            4,
+        )
     finally:
         fabric.agg_call("unregister", job_id=job["job_id"])

@@ -36,8 +36,12 @@ def test_compute_and_nic_stragglers_stretch_the_iteration(fabric):
     assert slow_nic.time_s > 1.7 * base.time_s, (slow_nic.time_s, base.time_s)
     # Healthy again: back to the baseline, and the host's tc qdisc is gone.
     fabric.faults.straggler("h1")
-    assert nics.nics["h1"].call("set") == {"drain_rate_bps": None, "stuck": False,
-                                           "compute_factor": 1.0, "rate_bps": RATE_BPS}
+    assert nics.nics["h1"].call("set") == {
+        "drain_rate_bps": None,
+        "stuck": False,
+        "compute_factor": 1.0,
+        "rate_bps": RATE_BPS,
+    }
     (healed,) = run_allreduce(fabric, HOSTS, [size], "int32", iters=2, compute_s=0.2, seed=4)
     assert healed.wrong == 0
     assert healed.time_s < 1.2 * base.time_s, (healed.time_s, base.time_s)

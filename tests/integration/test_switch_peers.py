@@ -30,8 +30,10 @@ HEADER = struct.Struct("!BBHI")
 
 @pytest.fixture(scope="module")
 def fab(tmp_path_factory):
-    with Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1),
-                out_dir=str(tmp_path_factory.mktemp("peers"))) as f:
+    with Fabric(
+        fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1),
+        out_dir=str(tmp_path_factory.mktemp("peers")),
+    ) as f:
         yield f
 
 
@@ -42,8 +44,12 @@ def of_addr(fab, switch="leaf1") -> tuple[str, int]:
 
 def ofctl(fab, *args: str) -> str:
     host, port = of_addr(fab)
-    res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", args[0], f"tcp:{host}:{port}",
-                          *args[1:]], capture_output=True, text=True, timeout=20)
+    res = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", args[0], f"tcp:{host}:{port}", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert res.returncode == 0, f"ovs-ofctl {args}: {res.stderr}"
     return res.stdout
 
@@ -63,8 +69,7 @@ def test_ovs_ofctl_lists_adds_deletes_flows_and_reads_ports(fab):
     assert fab.ping("h1", "h2", count=5, interval_s=0.05) == (5, 5)
     stats = ofctl(fab, "dump-ports")
     after = {p["port_no"]: p for p in fab.switch_call("leaf1", "ports")}
-    rx = {int(port): int(pkts) for port, pkts in
-          re.findall(r"port\s+(\d+): rx pkts=(\d+)", stats)}
+    rx = {int(port): int(pkts) for port, pkts in re.findall(r"port\s+(\d+): rx pkts=(\d+)", stats)}
     # Port 1 faces h1: the 5 echo requests came in there; OpenFlow and mgmt agree.
     assert before[1]["rx_packets"] + 5 <= rx[1] <= after[1]["rx_packets"]
 
@@ -126,18 +131,37 @@ def valid_messages() -> list[bytes]:
 
     dp = DP()
     msgs = [
-        p.OFPFlowMod(dp, cookie=0x77, table_id=1, priority=10,
-                     match=p.OFPMatch(eth_type=0x0800, ipv4_dst="10.1.2.3", ip_proto=17,
-                                      udp_dst=4791),
-                     instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
-                         p.OFPActionSetField(ip_dscp=26), p.OFPActionDecNwTtl(),
-                         p.OFPActionOutput(2)]),
-                         p.OFPInstructionGotoTable(2)]),
-        p.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, 77, [
-            p.OFPBucket(weight=1, watch_port=1, actions=[p.OFPActionOutput(1)]),
-            p.OFPBucket(weight=1, watch_port=2, actions=[p.OFPActionOutput(2)])]),
-        p.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                       actions=[p.OFPActionOutput(ofp.OFPP_TABLE)], data=bytes(60)),
+        p.OFPFlowMod(
+            dp,
+            cookie=0x77,
+            table_id=1,
+            priority=10,
+            match=p.OFPMatch(eth_type=0x0800, ipv4_dst="10.1.2.3", ip_proto=17, udp_dst=4791),
+            instructions=[
+                p.OFPInstructionActions(
+                    ofp.OFPIT_APPLY_ACTIONS,
+                    [p.OFPActionSetField(ip_dscp=26), p.OFPActionDecNwTtl(), p.OFPActionOutput(2)],
+                ),
+                p.OFPInstructionGotoTable(2),
+            ],
+        ),
+        p.OFPGroupMod(
+            dp,
+            ofp.OFPGC_ADD,
+            ofp.OFPGT_SELECT,
+            77,
+            [
+                p.OFPBucket(weight=1, watch_port=1, actions=[p.OFPActionOutput(1)]),
+                p.OFPBucket(weight=1, watch_port=2, actions=[p.OFPActionOutput(2)]),
+            ],
+        ),
+        p.OFPPacketOut(
+            dp,
+            buffer_id=ofp.OFP_NO_BUFFER,
+            in_port=ofp.OFPP_CONTROLLER,
+            actions=[p.OFPActionOutput(ofp.OFPP_TABLE)],
+            data=bytes(60),
+        ),
         p.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY),
         p.OFPFlowStatsRequest(dp),
         p.OFPRoleRequest(dp, ofp.OFPCR_ROLE_EQUAL, 0),
@@ -157,15 +181,26 @@ def os_ken_hangers() -> list[bytes]:
         return HEADER.pack(4, mtype, 8 + len(body), 0x5EED) + body
 
     match = struct.pack("!HH", 1, 4) + b"\x00" * 4  # empty OXM match, padded
-    flow_head = struct.pack("!QQBBHHHIIIH2x", 0, 0, 0, 0, 0, 0, 0xFFFF, 0xFFFFFFFF,
-                            0xFFFFFFFF, 0xFFFFFFFF, 0) + match
+    flow_head = (
+        struct.pack(
+            "!QQBBHHHIIIH2x", 0, 0, 0, 0, 0, 0, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0
+        )
+        + match
+    )
     return [
-        msg(OFPT_FLOW_MOD, flow_head + struct.pack("!HH4x", 4, 0)),   # instruction len 0
+        msg(OFPT_FLOW_MOD, flow_head + struct.pack("!HH4x", 4, 0)),  # instruction len 0
         msg(OFPT_FLOW_MOD, flow_head + struct.pack("!HH4x", 99, 8)),  # unknown instruction
-        msg(OFPT_FLOW_MOD, flow_head + struct.pack("!HH4x", 4, 16)    # action len 0
-            + struct.pack("!HH4x", 0, 0)),
-        msg(OFPT_GROUP_MOD, struct.pack("!HBxI", 0, 1, 5)              # bucket len 0
-            + struct.pack("!HHII4x", 0, 1, 0xFFFFFFFF, 0xFFFFFFFF)),
+        msg(
+            OFPT_FLOW_MOD,
+            flow_head
+            + struct.pack("!HH4x", 4, 16)  # action len 0
+            + struct.pack("!HH4x", 0, 0),
+        ),
+        msg(
+            OFPT_GROUP_MOD,
+            struct.pack("!HBxI", 0, 1, 5)  # bucket len 0
+            + struct.pack("!HHII4x", 0, 1, 0xFFFFFFFF, 0xFFFFFFFF),
+        ),
         HEADER.pack(4, 0, 16, 0x5EED) + struct.pack("!HH", 1, 0) + b"\x00" * 4,  # hello elt 0
     ]
 
@@ -179,9 +214,9 @@ def mutate(rng: random.Random, msg: bytes) -> bytes:
             b[i] ^= 1 << rng.randrange(8)
     elif kind == 1:  # corrupt a 16-bit length-like field inside the body
         i = rng.randrange(8, max(9, len(b) - 1))
-        b[i:i + 2] = struct.pack("!H", rng.choice([0, 1, 4, 7, 8, 0xFFFF, rng.randrange(64)]))
+        b[i : i + 2] = struct.pack("!H", rng.choice([0, 1, 4, 7, 8, 0xFFFF, rng.randrange(64)]))
     elif kind == 2:  # truncate the body but keep the header's length honest
-        b = b[:rng.randrange(8, len(b))]
+        b = b[: rng.randrange(8, len(b))]
         b[2:4] = struct.pack("!H", len(b))
     elif kind == 3:  # header length lies (shorter than the body)
         b[2:4] = struct.pack("!H", rng.randrange(8, len(b)))
@@ -237,7 +272,7 @@ def test_mutated_openflow_never_stops_or_hangs_the_switch(fab):
     assert fab.ping("h1", "h2", count=3, interval_s=0.05) == (3, 3)
 
 
-MALFORMED_FRAMES = r'''
+MALFORMED_FRAMES = r"""
 import random, socket, struct, sys
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((sys.argv[1], 0))
@@ -271,7 +306,7 @@ for f in frames:
     except OSError:
         pass
 print(sent)
-'''
+"""
 
 
 def test_malformed_frames_never_stop_switch_or_controller(fab):
@@ -297,32 +332,78 @@ def test_malformed_frames_never_stop_switch_or_controller(fab):
 
 def test_emu_ctl_asks_a_running_switch(fab):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ports"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ports"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
     assert "leaf1-eth1" in res.stdout and "up" in res.stdout
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "flows"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "flows"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert '"ipv4_dst": "10.0.2.1"' in res.stdout
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "3000", "9000"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "3000", "9000"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 0 and '"kmin_bytes": 3000' in res.stdout
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "9000", "3000"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "ecn", "9000", "3000"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 2 and "kmin_bytes=9000" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "1", "0.5"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "1", "0.5"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 0 and '"1": 0.5' in res.stdout
-    subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "1", "0"],
-                   capture_output=True, text=True, cwd=root, timeout=30, check=True)
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "9", "0.5"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "1", "0"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+        check=True,
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "loss", "9", "0.5"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 2 and "unknown port 9" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "leaf1", "reboot"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "leaf1", "reboot"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 2 and "'reboot' is not one of" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "ctl", "nosuch", "flows"],
-                         capture_output=True, text=True, cwd=root, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "emu.cli", "ctl", "nosuch", "flows"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=30,
+    )
     assert res.returncode == 2 and "unknown switch or host 'nosuch'" in res.stderr
     assert "leaf1" in res.stderr and "Traceback" not in res.stderr
 
@@ -336,9 +417,13 @@ def test_carrier_loss_is_a_port_down_within_a_second_and_heals(fab):
     fab.set_link("leaf1", "spine1", up=False)
     try:
         wait_for(lambda: not link_up(), 1.0, "leaf1 to see the carrier go", interval_s=0.02)
-        wait_for(lambda: any(e["kind"] == "link_down" for e in
-                             fab.controller_status().get("events", [])),
-                 5, "the controller to hear of it (OFPT_PORT_STATUS)")
+        wait_for(
+            lambda: any(
+                e["kind"] == "link_down" for e in fab.controller_status().get("events", [])
+            ),
+            5,
+            "the controller to hear of it (OFPT_PORT_STATUS)",
+        )
         # Single spine: leaf1 is cut off; the switch must drop, not misroute.
         assert fab.ping("h1", "h2", count=1)[1] == 0
     finally:

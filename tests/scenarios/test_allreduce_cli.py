@@ -9,19 +9,39 @@ from . import ROOT
 
 
 def emu_allreduce(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "emu.cli", "allreduce", *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "emu.cli", "allreduce", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout_s,
+    )
 
 
 def rows(text: str) -> list[list[str]]:
     """The data rows of nccl-tests tables: size count type redop root time algbw busbw #wrong."""
-    return [line.split() for line in text.splitlines()
-            if line.strip() and not line.startswith("#") and line.split()[0].isdigit()]
+    return [
+        line.split()
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("#") and line.split()[0].isdigit()
+    ]
 
 
 def test_both_algorithms_print_correct_tables(tmp_path, no_leaks):
-    res = emu_allreduce("--hosts", "4", "--algo", "both", "--sizes", "4K:64K", "--factor", "4",
-                        "--dtype", "int32", "--out", str(tmp_path / "ar"))
+    res = emu_allreduce(
+        "--hosts",
+        "4",
+        "--algo",
+        "both",
+        "--sizes",
+        "4K:64K",
+        "--factor",
+        "4",
+        "--dtype",
+        "int32",
+        "--out",
+        str(tmp_path / "ar"),
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
     assert "# algo ring" in out and "# algo sharp" in out and "refused" not in out

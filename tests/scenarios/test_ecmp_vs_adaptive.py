@@ -43,8 +43,7 @@ def test_proportional_fairness_penalises_the_flow_that_crosses_two_bottlenecks()
     assert proportional_fair_rates(paths) == pytest.approx([2 / 3, 1 / 3, 2 / 3], abs=1e-5)
     # Solved by hand from the Lagrangian: 1/4, 3/4, 3/8, 3/8.
     paths = [[("x",), ("y",)], [("y",)], [("x",)], [("x",)]]
-    assert proportional_fair_rates(paths) == pytest.approx([0.25, 0.75, 0.375, 0.375],
-                                                           abs=1e-5)
+    assert proportional_fair_rates(paths) == pytest.approx([0.25, 0.75, 0.375, 0.375], abs=1e-5)
     # Flows alone on their links get the link, and the rates always fit.
     assert proportional_fair_rates([[("a",)], [("b",)]]) == pytest.approx([1.0, 1.0])
 
@@ -75,11 +74,15 @@ class _Checks:
 
 
 def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
-    model = {"max-min": {"random": [0.50, 0.60, 0.55, 0.62]},
-             "proportional": {"random": [0.52, 0.63, 0.57, 0.64]}}
-    for measured, ok in (([0.51, 0.62, 0.55, 0.63], True),   # inside the band
-                         ([0.60, 0.70, 0.66, 0.72], False),  # well above fair sharing
-                         ([0.40, 0.52, 0.45, 0.50], False)):  # the fabric lost throughput
+    model = {
+        "max-min": {"random": [0.50, 0.60, 0.55, 0.62]},
+        "proportional": {"random": [0.52, 0.63, 0.57, 0.64]},
+    }
+    for measured, ok in (
+        ([0.51, 0.62, 0.55, 0.63], True),  # inside the band
+        ([0.60, 0.70, 0.66, 0.72], False),  # well above fair sharing
+        ([0.40, 0.52, 0.45, 0.50], False),
+    ):  # the fabric lost throughput
         c = _Checks()
         eva._check_ecmp_model(c, ["random"], {"random": measured}, model)
         [(passed, _v, _e)] = c.checks.values()
@@ -109,9 +112,15 @@ def test_patterns_and_the_ecmp_expectation_on_k4():
 
 def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):
     # 3 seeds here to keep CI short; the acceptance run (README) uses 5.
-    res, doc = emu_run(tmp_path / "eva", "ecmp-vs-adaptive", "patterns=stride4,stride8,random",
-                       "modes=ecmp,adaptive", "seeds=3", f"min_gain={MIN_GAIN_HERE}",
-                       timeout_s=1500)
+    res, doc = emu_run(
+        tmp_path / "eva",
+        "ecmp-vs-adaptive",
+        "patterns=stride4,stride8,random",
+        "modes=ecmp,adaptive",
+        "seeds=3",
+        f"min_gain={MIN_GAIN_HERE}",
+        timeout_s=1500,
+    )
     assert_checks(res, doc, count=6)
     means = doc["metrics"]["mean_normalised"]
     for pat in ("stride4", "stride8"):

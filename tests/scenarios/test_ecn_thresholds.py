@@ -18,7 +18,21 @@ def test_training_vs_storage_thresholds(tmp_path, no_leaks):
 
 
 def test_kmin_above_kmax_is_rejected(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "run", "ecn-thresholds", "--set",
-                          "training_kmin_frames=20", "--out", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "emu.cli",
+            "run",
+            "ecn-thresholds",
+            "--set",
+            "training_kmin_frames=20",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert res.returncode == 2 and "training_kmin_frames=20" in res.stderr

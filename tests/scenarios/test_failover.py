@@ -16,5 +16,10 @@ def test_link_switch_and_controller_failures_recover_within_bounds(tmp_path, no_
     assert failures["link"]["controller_saw_s"] < 1.0
     # Every failure shows up in the report's events.
     kinds = {e["kind"] for e in doc["events"]}
-    assert {"link: link_down", "switch: switch_killed", "switch: switch_restarted",
-            "controller: controller_killed", "controller: controller_restarted"} <= kinds
+    assert {
+        "link: link_down",
+        "switch: switch_killed",
+        "switch: switch_restarted",
+        "controller: controller_killed",
+        "controller: controller_restarted",
+    } <= kinds

@@ -60,14 +60,24 @@ def tshark(path, *fields, display=""):
 def pcaps_decode_with_tshark(out):
     """Real ports' captures: PFC frames, RoCEv2 BTH with increasing PSNs, CNPs, CE marks."""
     # PFC mode, the first sender's link: leaf1 pauses h1's NIC (XOFF) and releases it (XON).
-    pfc = tshark(out / "pfc" / "leaf1-eth1.pcap", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3",
-                 display="macc.opcode == 0x0101")
+    pfc = tshark(
+        out / "pfc" / "leaf1-eth1.pcap",
+        "macc.cbfc.enbv",
+        "macc.cbfc.pause_time.c3",
+        display="macc.opcode == 0x0101",
+    )
     assert pfc and {row[0] for row in pfc} == {"0x0008"}
     assert {"65535", "0"} <= {row[1] for row in pfc}
     # DCQCN mode, the bottleneck link leaf3 -> h9: data, ACKs, CNPs back, CE marks.
-    rows = tshark(out / "dcqcn" / "leaf3-eth3.pcap", "ip.src", "infiniband.bth.opcode",
-                  "infiniband.bth.destqp", "infiniband.bth.psn", "ip.dsfield.ecn",
-                  display="infiniband")
+    rows = tshark(
+        out / "dcqcn" / "leaf3-eth3.pcap",
+        "ip.src",
+        "infiniband.bth.opcode",
+        "infiniband.bth.destqp",
+        "infiniband.bth.psn",
+        "ip.dsfield.ecn",
+        display="infiniband",
+    )
     data = [r for r in rows if int(r[1]) in (0, 1, 2, 4)]
     assert any(int(r[1]) == 0x81 for r in rows), "no CNP (opcode 0x81) on the bottleneck link"
     assert any(r[4] == "3" for r in data), "no CE-marked data"
@@ -82,8 +92,22 @@ def pcaps_decode_with_tshark(out):
 
 
 def test_incast_bad_modes_is_a_clear_error(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "run", "incast", "--set",
-                          "modes=pfc,magic", "--out", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "emu.cli",
+            "run",
+            "incast",
+            "--set",
+            "modes=pfc,magic",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert res.returncode == 2 and "modes='pfc,magic'" in res.stderr
     assert "Traceback" not in res.stderr

@@ -14,8 +14,9 @@ def test_flapping_spine_link_is_damped_and_nothing_gets_stuck(tmp_path, no_leaks
     for mode in ("static", "adaptive"):
         # The scenario's floor: max-min TCP over the worst ECMP outcome with the link damped,
         # over the same before (2/3 at the defaults), less the RTO backoff left in the window.
-        assert_checks(res, doc, [
-            f"{mode}: goodput during the flapping >= the flow-level model's floor"])
+        assert_checks(
+            res, doc, [f"{mode}: goodput during the flapping >= the flow-level model's floor"]
+        )
         r = doc["metrics"]["modes"][mode]
         assert r["flaps"] == 100  # every 0.3 s for 30 s
         # Damped at the third down routing processed (its flap_threshold), well inside
@@ -29,4 +30,3 @@ def test_flapping_spine_link_is_damped_and_nothing_gets_stuck(tmp_path, no_leaks
         # Damping bounds the controller's work: far fewer recomputations than flaps.
         assert r["recomputations"] < 100
         assert r["after_mbps"] > 0
-

@@ -28,9 +28,7 @@ from controllers.adaptive import (
 from controllers.routing import PortInfo, RoutingConfig, RoutingManager
 from emu.switch.openflow import reply_bytes
 
-from .test_openflow import decode
-from .test_routing import _learn_all_hosts, fat_tree
-from .test_routing_on_pipeline import PipelineFabric, hosts_of
+from .fakes import PipelineFabric, decode, fat_tree, hosts_of, learn_all_hosts
 
 NIC_BPS = 16_000  # small, so that a few traced frames make an elephant
 POLL_S = 1.0
@@ -64,14 +62,15 @@ class StatsFabric(PipelineFabric):
 
 def build(adaptive: bool = True, expect_hosts: int = 16, **config) -> StatsFabric:
     """Routing on a k=4 fat-tree, with the adaptive manager attached unless ``adaptive`` is False."""
-    routing = RoutingManager(RoutingConfig(expect_switches=20, expect_links=32,
-                                           expect_hosts=expect_hosts))
+    routing = RoutingManager(
+        RoutingConfig(expect_switches=20, expect_links=32, expect_hosts=expect_hosts)
+    )
     fab = StatsFabric(fat_tree(4), routing)
     if adaptive:
         fab.adaptive = AdaptiveManager(routing, AdaptiveConfig(poll_interval_s=POLL_S, **config))
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     assert fab.mgr.converged() == (expect_hosts <= 16)
     return fab
 
@@ -105,8 +104,12 @@ def links_used(fab, pairs) -> collections.Counter:
 
 def test_pair_monitors_count_every_pair_at_its_source_switch() -> None:
     fab = build()
-    monitors = [e for pl in fab.pipelines.values() for e in pl.tables[0].entries
-                if e.priority == layout.PRIO_PAIR_MONITOR]
+    monitors = [
+        e
+        for pl in fab.pipelines.values()
+        for e in pl.tables[0].entries
+        if e.priority == layout.PRIO_PAIR_MONITOR
+    ]
     assert len(monitors) == 16 * 15
     assert all(e.cookie == layout.ADAPTIVE_COOKIE for e in monitors)
     # Routing still decides where they go: every pair still reaches its destination.
@@ -132,8 +135,7 @@ def test_stride_elephants_get_link_disjoint_paths(n: int) -> None:
     # path, so they too are spread one stream per link, not hashed onto a few.
     # (Under stride 8 of 16 hosts every reverse pair is an elephant itself.)
     mice = [(s, d) for s, d in pairs if (d, s) not in pairs]
-    assert len(fab.mgr.status()["adaptive"]["reverse_pinned"]) == len(mice) == (
-        16 if n == 4 else 0)
+    assert len(fab.mgr.status()["adaptive"]["reverse_pinned"]) == len(mice) == (16 if n == 4 else 0)
     for src, dst in mice:
         forward = fab.trace(src, dst, sport=40000)
         assert fab.trace(dst, src, sport=5201) == forward[::-1]
@@ -154,14 +156,19 @@ def test_quiet_elephants_go_back_to_ecmp_and_their_groups_go() -> None:
     pairs = stride(fab, 4)
     run_polls(fab, pairs, 3)
     assert len(fab.adaptive.placements) == 16
-    assert any(gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values()
-               for gid in pl.groups)
+    assert any(
+        gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values() for gid in pl.groups
+    )
     run_polls(fab, [], 4)
     assert fab.adaptive.placements == {}
-    assert not any(gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values()
-                   for gid in pl.groups)
-    assert not any(e.priority == layout.PRIO_ELEPHANT for pl in fab.pipelines.values()
-                   for e in pl.tables[0].entries)
+    assert not any(
+        gid >= layout.ADAPTIVE_GROUP_BASE for pl in fab.pipelines.values() for gid in pl.groups
+    )
+    assert not any(
+        e.priority == layout.PRIO_ELEPHANT
+        for pl in fab.pipelines.values()
+        for e in pl.tables[0].entries
+    )
 
 
 def test_an_elephant_fails_over_in_the_switch_then_is_unplaced() -> None:
@@ -181,8 +188,10 @@ def test_an_elephant_fails_over_in_the_switch_then_is_unplaced() -> None:
     fab.set_link(a, b, up=False)
     ip_pair = (fab.graph.nodes[src]["ip"], fab.graph.nodes[dst]["ip"])
     assert ip_pair not in fab.adaptive.placements
-    assert any(e["kind"] == "elephant_unplaced" and e["why"] == "path_lost"
-               for e in fab.mgr.status()["events"])
+    assert any(
+        e["kind"] == "elephant_unplaced" and e["why"] == "path_lost"
+        for e in fab.mgr.status()["events"]
+    )
 
 
 def test_hot_and_flapping_ports_lose_weight_in_select_groups() -> None:
@@ -192,8 +201,9 @@ def test_hot_and_flapping_ports_lose_weight_in_select_groups() -> None:
     up0, up1 = fab.port[("e0_0", "a0_0")], fab.port[("e0_0", "a0_1")]
 
     def weights():
-        [(gid, ports)] = [(g, p) for g, p in routing.installed_groups(edge).items()
-                          if p == frozenset({up0, up1})]
+        [(gid, ports)] = [
+            (g, p) for g, p in routing.installed_groups(edge).items() if p == frozenset({up0, up1})
+        ]
         buckets = fab.pipelines[edge].groups[gid].buckets
         return {b.watch_port: b.weight for b in buckets}
 
@@ -250,8 +260,11 @@ def test_an_unconverged_manager_asks_for_no_statistics() -> None:
     for _ in range(3):
         fab.now += POLL_S
         fab.deliver(fab.mgr.tick(fab.now))
-    stats = [m for _d, m in fab.sent[sent_before:]
-             if isinstance(m, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest))]
+    stats = [
+        m
+        for _d, m in fab.sent[sent_before:]
+        if isinstance(m, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest))
+    ]
     assert stats == []
 
 
@@ -259,13 +272,13 @@ def test_once_converged_a_link_down_does_not_stop_the_statistics_rounds() -> Non
     """Failures are when placement matters: a cut cable leaves routing unconverged
     (fewer links than expected), and Hedera's rounds go on."""
     fab = build()
-    fab.settle(ticks=1)   # adaptive sees the converged fabric once
+    fab.settle(ticks=1)  # adaptive sees the converged fabric once
     dpid, port = min(fab.peer)
     fab.deliver(fab.mgr.port_status(dpid, PortInfo(port, "02:00:00:00:00:00", False), fab.now))
     assert not fab.mgr.converged()
     sent_before = len(fab.sent)
-    for _ in range(2):   # the first round may be due only one interval after start
+    for _ in range(2):  # the first round may be due only one interval after start
         fab.now += POLL_S
         fab.deliver(fab.mgr.tick(fab.now))
     stats = [m for _d, m in fab.sent[sent_before:] if isinstance(m, parser.OFPPortStatsRequest)]
-    assert len(stats) >= 20   # a round asks every switch of the k=4 fat-tree
+    assert len(stats) >= 20  # a round asks every switch of the k=4 fat-tree

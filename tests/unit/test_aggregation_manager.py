@@ -22,7 +22,7 @@ from controllers.aggregation import (
 from controllers.routing import RoutingConfig, RoutingManager
 from emu.proto import ofext
 
-from .test_routing import SimFabric, _learn_all_hosts, fat_tree, leaf_spine
+from .fakes import SimFabric, fat_tree, leaf_spine, learn_all_hosts
 
 NOW = 2000.0
 
@@ -31,7 +31,7 @@ def _discovered(graph) -> SimFabric:
     fab = SimFabric(graph, RoutingManager(RoutingConfig()))
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     return fab
 
 
@@ -98,7 +98,8 @@ def test_leaf_spine_tree_is_rooted_at_a_spine(leafspine: SimFabric) -> None:
     assert root_cfg.root and root_cfg.parent_port == 0 and root_cfg.nslots == 64
     # The root's children are the four leaves' ports, addressed to the job.
     assert sorted(c.port for c in root_cfg.children) == sorted(
-        leafspine.port[(root, f"l{i}")] for i in range(1, 5))
+        leafspine.port[(root, f"l{i}")] for i in range(1, 5)
+    )
     assert {(c.mac, c.ip) for c in root_cfg.children} == {(job.job_mac, job.job_ip)}
     for i in range(1, 5):
         cfg = configs[leafspine.dpid[f"l{i}"]]
@@ -106,14 +107,21 @@ def test_leaf_spine_tree_is_rooted_at_a_spine(leafspine: SimFabric) -> None:
         (child,) = cfg.children
         host = leafspine.graph.nodes[f"h{i}"]
         assert (child.port, child.mac, child.ip) == (
-            leafspine.port[(f"l{i}", f"h{i}")], host["mac"], host["ip"])
+            leafspine.port[(f"l{i}", f"h{i}")],
+            host["mac"],
+            host["ip"],
+        )
     # Every tree switch steers the job's UDP 4792 frames to the engine's logical port.
     steer = _steering(msgs)
     assert set(steer) == set(job.tree)
     for match, port in steer.values():
         assert port == ofext.AGG_PORT
-        assert match == {"eth_type": 0x0800, "ip_proto": 17, "ipv4_dst": job.job_ip,
-                         "udp_dst": 4792}
+        assert match == {
+            "eth_type": 0x0800,
+            "ip_proto": 17,
+            "ipv4_dst": job.job_ip,
+            "udp_dst": 4792,
+        }
     assert (job.job_ip, job.job_mac) == job_address(job.job_id)
 
 
@@ -136,7 +144,9 @@ def test_fat_tree_roots_by_span(fattree: SimFabric) -> None:
     job, _ = mgr.register(topo, _ips(fattree, "h1", "h2"), NOW)
     assert list(job.tree) == [fattree.dpid["e0_0"]]
     assert {c.port for c in job.tree[job.root].children} == {
-        fattree.port[("e0_0", "h1")], fattree.port[("e0_0", "h2")]}
+        fattree.port[("e0_0", "h1")],
+        fattree.port[("e0_0", "h2")],
+    }
     # Same pod: an aggregation switch of that pod.
     job, _ = mgr.register(topo, _ips(fattree, "h1", "h3"), NOW)
     assert _name(fattree, job.root).startswith("a0_") and len(job.tree) == 3
@@ -144,8 +154,16 @@ def test_fat_tree_roots_by_span(fattree: SimFabric) -> None:
     job, _ = mgr.register(topo, _ips(fattree, "h1", "h5", "h9", "h13"), NOW)
     names = sorted(_name(fattree, d) for d in job.tree)
     assert _name(fattree, job.root).startswith("c")
-    assert sorted(n.split("_")[0] for n in names if n[0] in "ae") == \
-        ["a0", "a1", "a2", "a3", "e0", "e1", "e2", "e3"]
+    assert sorted(n.split("_")[0] for n in names if n[0] in "ae") == [
+        "a0",
+        "a1",
+        "a2",
+        "a3",
+        "e0",
+        "e1",
+        "e2",
+        "e3",
+    ]
     for dpid, node in job.tree.items():
         if node.parent is not None:
             # The port towards the parent is an end of one of the parent's tree links.
@@ -211,8 +229,7 @@ def test_tree_rebuilt_when_a_tree_link_fails(leafspine: SimFabric) -> None:
     assert configs[leafspine.dpid["l3"]].parent_port == leafspine.port[("l3", new_root)]
     # The old root is out of the tree: its flow and engine job are removed.
     old = leafspine.dpid[old_root]
-    assert any(d == old and getattr(m, "exp_type", None) == ofext.EXP_AGG_JOB_DEL
-               for d, m in msgs)
+    assert any(d == old and getattr(m, "exp_type", None) == ofext.EXP_AGG_JOB_DEL for d, m in msgs)
     assert mgr.free_slots()[old] == 1024
 
 

@@ -20,9 +20,13 @@ F = 1000  # frame size used in these tests
 
 
 def make(pfc=None, ecn=None, spec=None, ports=(1, 2, 3, 4)):
-    return SharedBuffer(spec or BufferSpec(size_bytes=1 << 20), pfc or PfcSpec(),
-                        ecn or EcnSpec(enabled=False), {p: RATE for p in ports},
-                        rng=random.Random(1))
+    return SharedBuffer(
+        spec or BufferSpec(size_bytes=1 << 20),
+        pfc or PfcSpec(),
+        ecn or EcnSpec(enabled=False),
+        {p: RATE for p in ports},
+        rng=random.Random(1),
+    )
 
 
 def test_dynamic_xoff_threshold_is_alpha_times_free_buffer():
@@ -47,7 +51,7 @@ def test_lossless_ingress_xoff_headroom_then_drop_and_xon_on_drain():
             break
     assert charges.count(SHARED) == int(limit // F)
     assert buf.pfc_due(0.0) == [(1, {3: 0xFFFF})]  # XOFF out of ingress port 1, priority 3
-    assert buf.pfc_due(0.0) == []                   # once, not per frame
+    assert buf.pfc_due(0.0) == []  # once, not per frame
     # In-flight frames fill the headroom; beyond it they are lossless drops.
     while buf.admit(1, 3, 2, F, False, 0.0) is not None:
         charges.append(HEADROOM)
@@ -126,15 +130,18 @@ def test_default_ecn_thresholds_scale_with_rate_and_floor_at_frames():
     assert ecn.thresholds(20_000_000) == (4 * MTU_FRAME_BYTES, 16 * MTU_FRAME_BYTES)
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: PfcSpec(lossless_priorities=(8,)), "lossless_priorities"),
-    (lambda: PfcSpec(pause_quanta=0), "pause_quanta=0"),
-    (lambda: EcnSpec(pmax=1.5), "pmax=1.5"),
-    (lambda: EcnSpec(kmin_bytes=5000, kmax_bytes=100), "kmin_bytes=5000"),
-    (lambda: BufferSpec(size_bytes=100), "size_bytes=100"),
-    (lambda: BufferSpec(alpha_lossless=0), "alpha_lossless=0"),
-    (lambda: BufferSpec.from_dict({"size": 1}), "unknown BufferSpec key"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: PfcSpec(lossless_priorities=(8,)), "lossless_priorities"),
+        (lambda: PfcSpec(pause_quanta=0), "pause_quanta=0"),
+        (lambda: EcnSpec(pmax=1.5), "pmax=1.5"),
+        (lambda: EcnSpec(kmin_bytes=5000, kmax_bytes=100), "kmin_bytes=5000"),
+        (lambda: BufferSpec(size_bytes=100), "size_bytes=100"),
+        (lambda: BufferSpec(alpha_lossless=0), "alpha_lossless=0"),
+        (lambda: BufferSpec.from_dict({"size": 1}), "unknown BufferSpec key"),
+    ],
+)
 def test_bad_config_names_the_key(build, message):
     with pytest.raises(ConfigError, match=message):
         build()

@@ -21,8 +21,7 @@ from emu.switch.channel import Channels, OFChannel
 from emu.switch.openflow import Reply, Transmit
 from emu.switch.ports import OFPPC_PORT_DOWN
 
-from .test_aggregation_engine import lite_datapath
-from .test_openflow import HELLO, decode, encode, frame, mkmodel
+from .fakes import HELLO, decode, encode, frame, lite_datapath, mkmodel
 
 
 def recv_some(conn: socket.socket, timeout_s: float = 2.0) -> bytes:
@@ -30,8 +29,14 @@ def recv_some(conn: socket.socket, timeout_s: float = 2.0) -> bytes:
     return conn.recv(65536)
 
 
-def pump(chans: Channels, sel: selectors.BaseSelector, ch: OFChannel, now: float,
-         until, timeout_s: float = 2.0) -> list:
+def pump(
+    chans: Channels,
+    sel: selectors.BaseSelector,
+    ch: OFChannel,
+    now: float,
+    until,
+    timeout_s: float = 2.0,
+) -> list:
     """Serve the channel's socket events until `until(effects)` holds; return the effects."""
     effects: list = []
     deadline = time.monotonic() + timeout_s
@@ -57,8 +62,12 @@ def connected(controller: socket.socket):
     chans = Channels("s1", mkmodel(), sel, ("127.0.0.1", 0), [controller.getsockname()])
     chans.connect_due(0.0)
     [ch] = chans.channels
-    assert ch.active and not ch.connected and chans.info() == [
-        {"peer": "127.0.0.1:%d" % controller.getsockname()[1], "connected": False}]
+    assert (
+        ch.active
+        and not ch.connected
+        and chans.info()
+        == [{"peer": "127.0.0.1:%d" % controller.getsockname()[1], "connected": False}]
+    )
     controller.settimeout(2.0)
     conn, _ = controller.accept()
     pump(chans, sel, ch, 0.0, lambda _e: ch.connected)
@@ -70,8 +79,9 @@ def connected(controller: socket.socket):
 def test_controller_channel_returns_effects_and_sends_only_what_it_is_told(controller) -> None:
     sel, chans, ch, conn = connected(controller)
     try:
-        out = p.OFPPacketOut(None, ofp.OFP_NO_BUFFER, ofp.OFPP_CONTROLLER,
-                             [p.OFPActionOutput(2)], frame())
+        out = p.OFPPacketOut(
+            None, ofp.OFP_NO_BUFFER, ofp.OFPP_CONTROLLER, [p.OFPActionOutput(2)], frame()
+        )
         conn.sendall(HELLO + encode(out) + encode(p.OFPEchoRequest(None, data=b"hi")))
         effects = pump(chans, sel, ch, 1.0, lambda e: any(type(x) is Reply for x in e))
         assert effects[0] == Transmit([(2, frame(), None)])
@@ -103,7 +113,7 @@ def test_controller_channel_returns_effects_and_sends_only_what_it_is_told(contr
 def test_keepalive_echoes_a_quiet_controller_then_drops_a_silent_one(controller) -> None:
     sel, chans, ch, conn = connected(controller)
     try:
-        chans.keepalive(channel.ECHO_INTERVAL_S)          # not quiet for long enough yet
+        chans.keepalive(channel.ECHO_INTERVAL_S)  # not quiet for long enough yet
         chans.keepalive(channel.ECHO_INTERVAL_S + 0.1)
         echo = recv_some(conn)
         assert struct.unpack("!BBHI", echo) == (4, ofp.OFPT_ECHO_REQUEST, 8, channel.ECHO_XID)
@@ -127,7 +137,7 @@ def test_listener_says_hello_and_closes_an_unframeable_stream_after_its_error() 
         [ch] = chans.channels
         assert not ch.active and ch.connected and chans.info() == []
         assert isinstance(decode(recv_some(tool)), p.OFPHello)
-        tool.sendall(HELLO + bytes.fromhex("0402000400000009"))   # length 4: no framing left
+        tool.sendall(HELLO + bytes.fromhex("0402000400000009"))  # length 4: no framing left
         effects = pump(chans, sel, ch, 0.0, lambda e: bool(e))
         assert [type(e) for e in effects] == [Reply] and ch.session.closed
         for e in effects:
@@ -136,7 +146,7 @@ def test_listener_says_hello_and_closes_an_unframeable_stream_after_its_error() 
         assert chans.channels == [] and chans.reconnect_at == {}
         err = decode(recv_some(tool))
         assert isinstance(err, p.OFPErrorMsg) and err.code == ofp.OFPBRC_BAD_LEN
-        assert recv_some(tool) == b""   # and the switch hung up
+        assert recv_some(tool) == b""  # and the switch hung up
     finally:
         tool.close()
         chans.close()
@@ -153,17 +163,17 @@ def test_datapath_executes_packet_out_and_port_change_effects(controller) -> Non
     dp = lite_datapath(model.ports, model.pipeline, AggEngine(model.ports))
     dp.of = chans
     try:
-        out = p.OFPPacketOut(None, ofp.OFP_NO_BUFFER, ofp.OFPP_CONTROLLER,
-                             [p.OFPActionOutput(2)], frame())
-        port_down = p.OFPPortMod(None, 2, "02:00:00:00:00:02", OFPPC_PORT_DOWN,
-                                 OFPPC_PORT_DOWN, 0)
+        out = p.OFPPacketOut(
+            None, ofp.OFP_NO_BUFFER, ofp.OFPP_CONTROLLER, [p.OFPActionOutput(2)], frame()
+        )
+        port_down = p.OFPPortMod(None, 2, "02:00:00:00:00:02", OFPPC_PORT_DOWN, OFPPC_PORT_DOWN, 0)
         dp._execute(ch, ch.session.feed(HELLO + encode(out), 1.0))
         assert dp.busy == {2} and dp.schedulers[2].depth_bytes[0] == len(frame())
-        assert dp.buffer.ingress.get((0, 0), 0) > 0   # charged to the CPU port
+        assert dp.buffer.ingress.get((0, 0), 0) > 0  # charged to the CPU port
         dp._execute(ch, ch.session.feed(encode(port_down), 1.0))
         assert dp.schedulers[2].pending == 0 and dp.ports[2].counters.tx_dropped == 1
         assert dp.busy == set() and dp.buffer.ingress.get((0, 0), 0) == 0
-        status = decode(recv_some(conn))   # the controller hears of the change
+        status = decode(recv_some(conn))  # the controller hears of the change
         assert isinstance(status, p.OFPPortStatus) and status.desc.port_no == 2
         assert status.desc.config == OFPPC_PORT_DOWN
     finally:

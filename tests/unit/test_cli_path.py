@@ -17,33 +17,53 @@ def scripted(graph, choices: dict[str, int]):
     def ask(switch, in_port, frame_hex):
         asked.append((switch, in_port))
         port = choices.get(switch, 1)
-        return {"entries": [(0, 10, 0)], "outputs": [(port, None, frame_hex)] if port else [],
-                "controller": 0, "flowlet": [], "dropped": None if port else "no match"}
+        return {
+            "entries": [(0, 10, 0)],
+            "outputs": [(port, None, frame_hex)] if port else [],
+            "controller": 0,
+            "flowlet": [],
+            "dropped": None if port else "no match",
+        }
+
     return ask, asked
 
 
 def test_the_walk_follows_each_switchs_port_and_names_where_it_stops():
     g = fabric_mod.leaf_spine(leaves=2, spines=2, hosts_per_leaf=1)
     ports = {sw: {peer: e["ports"][sw] for peer, e in g[sw].items()} for sw in ("leaf1", "spine2")}
-    ask, asked = scripted(g, {"leaf1": ports["leaf1"]["spine2"],
-                              "spine2": ports["spine2"]["leaf2"],
-                              "leaf2": g.edges["leaf2", "h2"]["ports"]["leaf2"]})
-    assert trace.trace_path(g, ask, "h1", "h2", "udp", 1000, 4791) == \
-        ["h1", "leaf1", "spine2", "leaf2", "h2"]
+    ask, asked = scripted(
+        g,
+        {
+            "leaf1": ports["leaf1"]["spine2"],
+            "spine2": ports["spine2"]["leaf2"],
+            "leaf2": g.edges["leaf2", "h2"]["ports"]["leaf2"],
+        },
+    )
+    assert trace.trace_path(g, ask, "h1", "h2", "udp", 1000, 4791) == [
+        "h1",
+        "leaf1",
+        "spine2",
+        "leaf2",
+        "h2",
+    ]
     # Each switch was asked about the port the frame arrived on.
     assert asked[0] == ("leaf1", g.edges["h1", "leaf1"]["ports"]["leaf1"])
     assert asked[1] == ("spine2", g.edges["leaf1", "spine2"]["ports"]["spine2"])
     ask, _ = scripted(g, {"leaf1": ports["leaf1"]["spine2"], "spine2": 0})
-    with pytest.raises(trace.TraceError, match=r"spine2 \(in port \d+\) sends it to ports \[\] "
-                                               r"no match"):
+    with pytest.raises(
+        trace.TraceError,
+        match=r"spine2 \(in port \d+\) sends it to ports \[\] "
+        r"no match",
+    ):
         trace.trace_path(g, ask, "h1", "h2")
-    ask, _ = scripted(g, {"leaf1": ports["leaf1"]["spine2"],
-                          "spine2": ports["spine2"]["leaf1"]})
+    ask, _ = scripted(g, {"leaf1": ports["leaf1"]["spine2"], "spine2": ports["spine2"]["leaf1"]})
     with pytest.raises(trace.TraceError, match="loops at leaf1"):
         trace.trace_path(g, ask, "h1", "h2")
-    for bad, msg in ((("h1", "leaf2"), "'leaf2': not a host"),
-                     (("h1", "h2", "icmp"), "must be tcp or udp"),
-                     (("h1", "h2", "tcp", 0), "sport=0: must be a port number")):
+    for bad, msg in (
+        (("h1", "leaf2"), "'leaf2': not a host"),
+        (("h1", "h2", "icmp"), "must be tcp or udp"),
+        (("h1", "h2", "tcp", 0), "sport=0: must be a port number"),
+    ):
         with pytest.raises(trace.TraceError, match=msg):
             trace.trace_path(g, ask, *bad)
 

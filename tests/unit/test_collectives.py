@@ -27,16 +27,16 @@ from emu.traffic import rdma
 from emu.traffic.collectives import AllReduceResult, nccl_header, nccl_row, nccl_table
 from emu.traffic.rdma import RdmaHosts
 
-from .test_ring import numpy_sum
-from .test_rnic import RATE, A, B, pair, run
+from .fakes import RATE, A, B, numpy_sum, pair, run
 
 # ----------------------------------------------------------------- payloads in frames
 
 
 @pytest.fixture
 def tmpl():
-    return roce.DataTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
-                             "10.0.0.2", 49152, dest_qp=0x42)
+    return roce.DataTemplate(
+        "02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 49152, dest_qp=0x42
+    )
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 1023, 1024])
@@ -53,12 +53,14 @@ def test_payload_round_trips_through_frame_scapy_and_parse(tmpl, n):
 
 
 def test_payload_after_reth_and_lengths_must_agree(tmpl):
-    frame = tmpl.frame(roce.RDMA_WRITE_FIRST, 1, payload=b"\x01\x02\x03\x04\x05",
-                       reth=(0x1000, 7, 5))
+    frame = tmpl.frame(
+        roce.RDMA_WRITE_FIRST, 1, payload=b"\x01\x02\x03\x04\x05", reth=(0x1000, 7, 5)
+    )
     info = roce.parse(frame, verify_icrc=True)
     assert info.reth == (0x1000, 7, 5) and bytes(roce.payload(frame, info)) == b"\1\2\3\4\5"
-    assert tmpl.frame(roce.SEND_ONLY, 1, 3, payload=b"abc") == tmpl.frame(roce.SEND_ONLY, 1,
-                                                                            payload=b"abc")
+    assert tmpl.frame(roce.SEND_ONLY, 1, 3, payload=b"abc") == tmpl.frame(
+        roce.SEND_ONLY, 1, payload=b"abc"
+    )
     with pytest.raises(ValueError, match="payload_len=4 but the payload has 3 bytes"):
         tmpl.frame(roce.SEND_ONLY, 1, 4, payload=b"abc")
     with pytest.raises(ValueError, match="give payload_len"):
@@ -73,12 +75,16 @@ def test_payload_after_reth_and_lengths_must_agree(tmpl):
 def test_is_rocev2(tmpl):
     assert roce.is_rocev2(tmpl.frame(roce.SEND_ONLY, 1, 8)) and roce.is_rocev2(tmpl.ack_frame(1, 1))
     other = bytearray(tmpl.frame(roce.SEND_ONLY, 1, 8))
-    other[36:38] = (4792).to_bytes(2, "big")   # a SHARP-like aggregation frame
-    assert not roce.is_rocev2(bytes(other)) and not roce.is_rocev2(b"") and \
-        not roce.is_rocev2(bytes(60))
+    other[36:38] = (4792).to_bytes(2, "big")  # a SHARP-like aggregation frame
+    assert (
+        not roce.is_rocev2(bytes(other))
+        and not roce.is_rocev2(b"")
+        and not roce.is_rocev2(bytes(60))
+    )
 
 
 # ----------------------------------------------------------------- data through the NIC model
+
 
 def nic_pair(**kw):
     """Two NIC models back to back (test_rnic's pair); b hands whole messages up on QP 7."""
@@ -90,8 +96,10 @@ def nic_pair(**kw):
 def test_messages_arrive_whole_and_in_order_despite_losses_and_duplicates():
     a, b = nic_pair()
     rng = np.random.default_rng(0)
-    msgs = [rng.integers(0, 256, size, dtype=np.uint8).tobytes()
-            for size in (5000, 1, 0, 1024, 3000, 70_000)]
+    msgs = [
+        rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        for size in (5000, 1, 0, 1024, 3000, 70_000)
+    ]
     for m in msgs:
         a.post_send(1, len(m), 0.0, data=m)
     lost = {3, 4, 40, 41, 42, 80}
@@ -133,7 +141,7 @@ def test_full_inbox_answers_rnr_nak_and_recovers_when_taken():
     assert len(b.recv_qps[7].inbox) == 1 and b.recv_qps[7].rnr_naks_sent >= 1
     assert a.send_qps[1].rnr_naks >= 1 and len(a.send_qps[1].completed) == 1
     assert b.take_messages(7) == [(1, bytes(2000))]
-    run(a, b, 0.2)   # the RNR timer (0.64 ms) passes, the requester resends
+    run(a, b, 0.2)  # the RNR timer (0.64 ms) passes, the requester resends
     assert b.take_messages(7) == [(2, b"\x07" * 2000)]
 
 
@@ -160,9 +168,19 @@ class RingOfNics:
         self.n = n
         macs = [f"02:00:00:00:01:{r:02x}" for r in range(n)]
         ips = [f"10.0.1.{r + 1}" for r in range(n)]
-        self.nics = [Rnic(NicConfig(mac=macs[r], ip=ips[r], rate_bps=RATE, dcqcn=False,
-                                    rto_modelled_s=0.02, modelled_rate_bps=RATE))
-                     for r in range(n)]
+        self.nics = [
+            Rnic(
+                NicConfig(
+                    mac=macs[r],
+                    ip=ips[r],
+                    rate_bps=RATE,
+                    dcqcn=False,
+                    rto_modelled_s=0.02,
+                    modelled_rate_bps=RATE,
+                )
+            )
+            for r in range(n)
+        ]
         self.by_ip = dict(zip(ips, self.nics))
         for r in range(n):
             nxt = (r + 1) % n
@@ -171,9 +189,19 @@ class RingOfNics:
         compute_s = compute_s or [0.0] * n
         self.jobs = []
         for r in range(n):
-            spec = CollectiveSpec(job="j", rank=r, nranks=n, dtype=dtype, count=count, seed=9,
-                                  iters=iters, compute_s=compute_s[r], slice_bytes=slice_bytes,
-                                  send_qpn=100 + r, recv_qpn=100 + (r - 1) % n)
+            spec = CollectiveSpec(
+                job="j",
+                rank=r,
+                nranks=n,
+                dtype=dtype,
+                count=count,
+                seed=9,
+                iters=iters,
+                compute_s=compute_s[r],
+                slice_bytes=slice_bytes,
+                send_qpn=100 + r,
+                recv_qpn=100 + (r - 1) % n,
+            )
             job = CollectiveRank(spec, self.nics[r])
             for q in job.recv_qpns:
                 self.nics[r].set_deliver_data(q)
@@ -202,8 +230,9 @@ class RingOfNics:
         return now
 
 
-@pytest.mark.parametrize("n,dtype,count", [(2, "int32", 3001), (4, "float32", 4096),
-                                           (5, "int32", 3)])
+@pytest.mark.parametrize(
+    "n,dtype,count", [(2, "int32", 3001), (4, "float32", 4096), (5, "int32", 3)]
+)
 def test_collective_rank_on_nics_checks_itself(n, dtype, count):
     ring = RingOfNics(n, dtype, count, iters=2)
     ring.run(5.0)
@@ -219,8 +248,13 @@ def test_collective_rank_on_nics_checks_itself(n, dtype, count):
         assert zlib.crc32(want.tobytes()) == st[0]["digest"]
     # Payload bytes per rank: 2(n-1) chunk transfers per iteration, no loss here.
     r0 = ring.jobs[0].algo.ring
-    per_iter = sum(r0.chunk_bounds((0 - k) % n)[1] - r0.chunk_bounds((0 - k) % n)[0]
-                   for k in range(2 * (n - 1))) * 4
+    per_iter = (
+        sum(
+            r0.chunk_bounds((0 - k) % n)[1] - r0.chunk_bounds((0 - k) % n)[0]
+            for k in range(2 * (n - 1))
+        )
+        * 4
+    )
     assert st[0]["tx_payload_bytes"] == 2 * per_iter and st[0]["retransmitted"] == 0
     assert st[0]["tx_frame_bytes"] > st[0]["tx_payload_bytes"]
     assert all(0 < e < 5.0 for s in st for e in s["elapsed_s"])
@@ -251,10 +285,16 @@ def test_straggler_delays_everyone_and_early_messages_wait():
 def test_spec_rejects_bad_values_by_name():
     base = dict(job="j", rank=0, nranks=2, dtype="int32", count=8, send_qpn=1, recv_qpn=2)
     CollectiveSpec.from_args(base)
-    for key, value, match in [("rank", 2, "rank=2"), ("dtype", "float64", "dtype='float64'"),
-                              ("count", 0, "count=0"), ("algo", "tree", "algo='tree'"),
-                              ("iters", 0, "iters=0"), ("compute_s", -1, "compute_s=-1"),
-                              ("slice_bytes", 2, "slice_bytes=2"), ("bogus", 1, "bogus")]:
+    for key, value, match in [
+        ("rank", 2, "rank=2"),
+        ("dtype", "float64", "dtype='float64'"),
+        ("count", 0, "count=0"),
+        ("algo", "tree", "algo='tree'"),
+        ("iters", 0, "iters=0"),
+        ("compute_s", -1, "compute_s=-1"),
+        ("slice_bytes", 2, "slice_bytes=2"),
+        ("bogus", 1, "bogus"),
+    ]:
         with pytest.raises(ValueError, match=match):
             CollectiveSpec.from_args(dict(base, **{key: value}))
     with pytest.raises(ValueError, match=r"missing key\(s\) \['count'\]"):
@@ -312,8 +352,13 @@ class SwapFrames:
 def test_collectives_with_their_own_frames_plug_into_the_hook(monkeypatch):
     monkeypatch.setitem(coll_host.ALGORITHMS, "swap", SwapFrames)
     nics = [Rnic(NicConfig(rate_bps=RATE, **A)), Rnic(NicConfig(rate_bps=RATE, **B))]
-    jobs = [CollectiveRank(CollectiveSpec(job="s", rank=r, nranks=2, dtype="int32", count=1000,
-                                          algo="swap"), nics[r]) for r in range(2)]
+    jobs = [
+        CollectiveRank(
+            CollectiveSpec(job="s", rank=r, nranks=2, dtype="int32", count=1000, algo="swap"),
+            nics[r],
+        )
+        for r in range(2)
+    ]
     assert all(j.wants_frames and j.sends_frames and j.recv_qpns == () for j in jobs)
     assert jobs[0].next_frame(0.0) is None  # nothing before the job runs
     jobs[0].start(0.0)
@@ -366,12 +411,20 @@ def rdma_hosts(hosts):
 
 def test_ring_qps_are_the_rdma_hosts_connected_once_and_reused():
     nics, calls = rdma_hosts(["h1", "h2", "h3"])
-    own = nics.connect("h1", "h2")            # a workload's QP is never the ring's
+    own = nics.connect("h1", "h2")  # a workload's QP is never the ring's
     qps = nics.ring_qps(["h1", "h2", "h3"])
     assert qps == [own + 1, own + 2, own + 3]
     connects = [(h, a["peer_qpn"]) for h, cmd, a in calls if cmd == "connect"]
-    assert connects == [("h1", own), ("h2", own), ("h1", own + 1), ("h2", own + 1),
-                        ("h2", own + 2), ("h3", own + 2), ("h3", own + 3), ("h1", own + 3)]
+    assert connects == [
+        ("h1", own),
+        ("h2", own),
+        ("h1", own + 1),
+        ("h2", own + 1),
+        ("h2", own + 2),
+        ("h3", own + 2),
+        ("h3", own + 3),
+        ("h1", own + 3),
+    ]
     # RoCEv2 varies the UDP source port per QP (49152 + qpn mod 16384), as before.
     assert calls[2][2]["udp_sport"] == 49152 + own + 1
     calls.clear()
@@ -387,8 +440,11 @@ def test_job_names_are_unique_on_the_agents():
     nics, _ = rdma_hosts(["h1"])
     names = [nics.new_job("allreduce") for _ in range(3)]
     assert len(set(names)) == 3
-    assert [n.split("-")[:2] for n in names] == [["allreduce", "1"], ["allreduce", "2"],
-                                                 ["allreduce", "3"]]
+    assert [n.split("-")[:2] for n in names] == [
+        ["allreduce", "1"],
+        ["allreduce", "2"],
+        ["allreduce", "3"],
+    ]
 
 
 def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch):
@@ -407,7 +463,7 @@ def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch
     with pytest.raises(ValueError, match=r"hosts \['h3'\] have no NIC agent here"):
         coll.host_nics(fab, ["h1", "h3"])
     own, _ = rdma_hosts(["h1", "h3"])
-    assert coll.host_nics(own, ["h1", "h3"]) is own   # an RdmaHosts is used as it is
+    assert coll.host_nics(own, ["h1", "h3"]) is own  # an RdmaHosts is used as it is
 
 
 # ----------------------------------------------------------------- nccl-tests format
@@ -415,23 +471,54 @@ def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch
 
 def result(size, t, n=8, wrong=0, dtype="float32"):
     algbw = size / t
-    return AllReduceResult(size, size // 4, dtype, n, "ring", 1, t, algbw,
-                           algbw * 2 * (n - 1) / n, wrong, {}, {}, {}, {}, True)
+    return AllReduceResult(
+        size,
+        size // 4,
+        dtype,
+        n,
+        "ring",
+        1,
+        t,
+        algbw,
+        algbw * 2 * (n - 1) / n,
+        wrong,
+        {},
+        {},
+        {},
+        {},
+        True,
+    )
 
 
 def test_nccl_rows_have_nccl_tests_columns():
-    rows = [nccl_row(result(8, 20.76e-6)), nccl_row(result(1 << 20, 0.00123)),
-            nccl_row(result(1 << 26, 12.5, wrong=3, dtype="int32"), bw_unit="GB/s")]
+    rows = [
+        nccl_row(result(8, 20.76e-6)),
+        nccl_row(result(1 << 20, 0.00123)),
+        nccl_row(result(1 << 26, 12.5, wrong=3, dtype="int32"), bw_unit="GB/s"),
+    ]
     # nccl-tests: "%12li  %12li  %8s  %6s  %6s" + "  %7s  %6.2f  %6.2f  %5g"
-    assert rows[0] == ("           8             2     float     sum      -1"
-                       "    20.76    0.39    0.67      0")
-    assert rows[1] == ("     1048576        262144     float     sum      -1"
-                       "   1230.0  852.50  1491.88      0")
-    assert rows[2] == ("    67108864      16777216     int32     sum      -1"
-                       "  12500000    0.01    0.01      3")
+    assert rows[0] == (
+        "           8             2     float     sum      -1    20.76    0.39    0.67      0"
+    )
+    assert rows[1] == (
+        "     1048576        262144     float     sum      -1   1230.0  852.50  1491.88      0"
+    )
+    assert rows[2] == (
+        "    67108864      16777216     int32     sum      -1  12500000    0.01    0.01      3"
+    )
     header = nccl_header("GB/s").splitlines()
-    assert header[1].split() == ["#", "size", "count", "type", "redop", "root", "time",
-                                 "algbw", "busbw", "#wrong"]
+    assert header[1].split() == [
+        "#",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+    ]
     assert "(GB/s)" in header[2] and "out-of-place" in header[0]
     # Columns line up with the header's: "#wrong" ends where the row's last field ends.
     assert len(header[1]) == len(rows[0])

@@ -247,22 +247,25 @@ def test_np_interval_is_scaled():
     assert np_.on_ce(7, 0.2)
 
 
-@pytest.mark.parametrize("kw, key", [
-    ({"line_rate_bps": 0}, "line_rate_bps"),
-    ({"time_scale": 0}, "time_scale"),
-    ({"g": 0}, "g"),
-    ({"g": 1.0}, "g"),
-    ({"alpha_init": 1.5}, "alpha_init"),
-    ({"alpha_period_s": 0}, "alpha_period_s"),
-    ({"increase_period_s": -1e-6}, "increase_period_s"),
-    ({"cnp_interval_s": float("nan")}, "cnp_interval_s"),
-    ({"byte_counter_bytes": 0}, "byte_counter_bytes"),
-    ({"byte_counter_bytes": 1.5}, "byte_counter_bytes"),
-    ({"fast_recovery_steps": -1}, "fast_recovery_steps"),
-    ({"rate_ai_bps": 0}, "rate_ai_bps"),
-    ({"rate_hai_bps": 2 * LINE}, "rate_hai_bps"),
-    ({"min_rate_bps": LINE}, "min_rate_bps"),
-])
+@pytest.mark.parametrize(
+    "kw, key",
+    [
+        ({"line_rate_bps": 0}, "line_rate_bps"),
+        ({"time_scale": 0}, "time_scale"),
+        ({"g": 0}, "g"),
+        ({"g": 1.0}, "g"),
+        ({"alpha_init": 1.5}, "alpha_init"),
+        ({"alpha_period_s": 0}, "alpha_period_s"),
+        ({"increase_period_s": -1e-6}, "increase_period_s"),
+        ({"cnp_interval_s": float("nan")}, "cnp_interval_s"),
+        ({"byte_counter_bytes": 0}, "byte_counter_bytes"),
+        ({"byte_counter_bytes": 1.5}, "byte_counter_bytes"),
+        ({"fast_recovery_steps": -1}, "fast_recovery_steps"),
+        ({"rate_ai_bps": 0}, "rate_ai_bps"),
+        ({"rate_hai_bps": 2 * LINE}, "rate_hai_bps"),
+        ({"min_rate_bps": LINE}, "min_rate_bps"),
+    ],
+)
 def test_spec_rejects(kw, key):
     args = {"line_rate_bps": LINE, **kw}
     with pytest.raises(ConfigError, match=f"{key}="):
@@ -274,10 +277,13 @@ def test_spec_rejects_unknown_key():
         DcqcnSpec.from_dict({"line_rate_bps": LINE, "rate_ia_bps": 1})
 
 
-@pytest.mark.parametrize("kw, key", [
-    ({"time_scale": 2}, "time_scale"),
-    ({"bogus": 1}, "bogus"),
-])
+@pytest.mark.parametrize(
+    "kw, key",
+    [
+        ({"time_scale": 2}, "time_scale"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
 def test_from_hardware_rejects_overrides(kw, key):
     with pytest.raises(ConfigError, match=key):
         DcqcnSpec.from_hardware(100e6, 400e9, **kw)
@@ -316,8 +322,13 @@ def closed_loop(line_bps: float, time_scale: float, seed: int = 1):
             while credit[i] >= pkt:
                 credit[i] -= pkt
                 n += 1
-                p = 0.0 if queue <= kmin else pmax if queue >= kmax else \
-                    pmax * (queue - kmin) / (kmax - kmin)
+                p = (
+                    0.0
+                    if queue <= kmin
+                    else pmax
+                    if queue >= kmax
+                    else pmax * (queue - kmin) / (kmax - kmin)
+                )
                 queue += pkt
                 if rng.random() < p and np_.on_ce(i, now):
                     rp.on_cnp(now)

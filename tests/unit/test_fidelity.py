@@ -12,7 +12,7 @@ from emu.host.rnic import NicConfig, Rnic
 from emu.switch.scheduler import PortScheduler
 
 RATE = 20_000_000
-FRAME_S = fidelity.frame_time_s(RATE)          # 605.6 us at 20 Mbit/s
+FRAME_S = fidelity.frame_time_s(RATE)  # 605.6 us at 20 Mbit/s
 FRAME = bytes(1514)
 
 
@@ -27,7 +27,7 @@ def test_frames_sent_at_their_slots_are_on_time():
     t = 0.0
     for _ in range(50):
         assert sched.dequeue(t) is not None
-        t = sched.free_at                          # the loop wakes exactly at the next slot
+        t = sched.free_at  # the loop wakes exactly at the next slot
     snap = sched.clock.snapshot()
     assert snap["frames"] == 50 and snap["hist"][0] == 50 and snap["deficit_s"] == 0
 
@@ -48,7 +48,7 @@ def test_a_late_loop_shows_in_the_histogram_and_beyond_the_burst_as_lost_link_ti
 
 def test_a_frame_queued_on_an_idle_port_is_timed_from_when_it_was_queued():
     sched = PortScheduler(rate_bps=RATE)
-    sched.enqueue(FRAME, 0, None, 10.0)           # the wire has been free since t=0
+    sched.enqueue(FRAME, 0, None, 10.0)  # the wire has been free since t=0
     sched.dequeue(10.0 + 0.2 * FRAME_S)
     assert sched.clock.snapshot()["hist"][1] == 1  # 0.2 frame times late, not 10 s
 
@@ -73,8 +73,9 @@ def test_a_frame_the_kernel_refused_is_not_counted_twice():
 
 
 def test_the_nic_model_times_its_frames_against_its_wire():
-    nic = Rnic(NicConfig(mac="02:00:00:00:00:01", ip="10.0.0.1", rate_bps=RATE,
-                         dcqcn=False), now=0.0)
+    nic = Rnic(
+        NicConfig(mac="02:00:00:00:00:01", ip="10.0.0.1", rate_bps=RATE, dcqcn=False), now=0.0
+    )
     nic.connect(1, 1, "02:00:00:00:00:02", "10.0.0.2", 49153, 0.0)
     nic.post_send(1, 64 * 1024, 0.0)
     t, late = 0.0, 0
@@ -82,7 +83,7 @@ def test_the_nic_model_times_its_frames_against_its_wire():
         t = nic.free_at
         late += 1
         if late == 10:
-            t += 4 * FRAME_S                       # the loop is late once
+            t += 4 * FRAME_S  # the loop is late once
     snap = nic.clock.snapshot()
     assert snap["frames"] == late
     assert snap["hist"][0] == late - 1
@@ -91,13 +92,33 @@ def test_the_nic_model_times_its_frames_against_its_wire():
 
 def record(name="leaf1", hist=None, stall_frames=2.0, drops=0, deficit_s=0.0, kind="switch"):
     hist = hist or [1000, 0, 0, 0, 0, 0, 0, 0]
-    return {"name": name, "kind": kind, "pid": 1, "window_s": 10.0,
-            "cpu": {"cpu_s": 1.0, "cpu_share": 0.1, "wait_s": 0.1, "wait_share": 0.01},
-            "loop": {"frame_s": FRAME_S, "passes": 100, "longest_stall_s": stall_frames * FRAME_S,
-                     "stalls_over_1": 1, "stalls_over_10": 0, "stalled_s": 0.0},
-            "ports": {"3": {"name": f"{name}-eth3", "rate_bps": RATE, "frame_s": FRAME_S,
-                            "frames": sum(hist), "hist": hist, "max_late_s": 0.001,
-                            "deficit_s": deficit_s, "kernel_drops": drops}}}
+    return {
+        "name": name,
+        "kind": kind,
+        "pid": 1,
+        "window_s": 10.0,
+        "cpu": {"cpu_s": 1.0, "cpu_share": 0.1, "wait_s": 0.1, "wait_share": 0.01},
+        "loop": {
+            "frame_s": FRAME_S,
+            "passes": 100,
+            "longest_stall_s": stall_frames * FRAME_S,
+            "stalls_over_1": 1,
+            "stalls_over_10": 0,
+            "stalled_s": 0.0,
+        },
+        "ports": {
+            "3": {
+                "name": f"{name}-eth3",
+                "rate_bps": RATE,
+                "frame_s": FRAME_S,
+                "frames": sum(hist),
+                "hist": hist,
+                "max_late_s": 0.001,
+                "deficit_s": deficit_s,
+                "kernel_drops": drops,
+            }
+        },
+    }
 
 
 def test_a_faithful_run_passes_every_measure():
@@ -105,12 +126,15 @@ def test_a_faithful_run_passes_every_measure():
     assert verdict.faithful and verdict.processes == 2 and verdict.frames == 2000
 
 
-@pytest.mark.parametrize("bad, measure, named", [
-    (dict(hist=[900, 50, 30, 20, 0, 0, 0, 0]), "on_time", "leaf2 port 3 (leaf2-eth3)"),
-    (dict(stall_frames=25.0), "stall", "leaf2 (switch)"),
-    (dict(drops=3), "kernel_drops", "leaf2 port 3"),
-    (dict(deficit_s=0.5), "deficit", "leaf2 port 3"),
-])
+@pytest.mark.parametrize(
+    "bad, measure, named",
+    [
+        (dict(hist=[900, 50, 30, 20, 0, 0, 0, 0]), "on_time", "leaf2 port 3 (leaf2-eth3)"),
+        (dict(stall_frames=25.0), "stall", "leaf2 (switch)"),
+        (dict(drops=3), "kernel_drops", "leaf2 port 3"),
+        (dict(deficit_s=0.5), "deficit", "leaf2 port 3"),
+    ],
+)
 def test_each_measure_fails_naming_the_process_that_fell_behind(bad, measure, named):
     verdict = fidelity.judge([("pfc", record("leaf1")), ("pfc", record("leaf2", **bad))])
     assert not verdict.faithful
@@ -127,7 +151,8 @@ def test_a_port_with_few_frames_is_not_judged_on_a_percentile():
 def ctx_with_records(tmp_path, records, passed=True) -> scenario.Context:
     (tmp_path / "lossy").mkdir()
     (tmp_path / "lossy" / "fidelity.json").write_text(
-        json.dumps({"processes": records, "missing": []}))
+        json.dumps({"processes": records, "missing": []})
+    )
     ctx = scenario.Context("x", {}, tmp_path)
     ctx.check("the network's own check", passed, 1, "1")
     scenario.add_fidelity(ctx)
@@ -172,7 +197,7 @@ def test_ctl_renders_a_record_with_its_buckets():
 
 def test_a_stall_with_nothing_waiting_is_counted_apart_and_not_judged():
     loop = fidelity.LoopMonitor(FRAME_S)
-    loop.pass_done(500 * FRAME_S, mattered=False)   # an idle NIC building its data
+    loop.pass_done(500 * FRAME_S, mattered=False)  # an idle NIC building its data
     loop.pass_done(3 * FRAME_S, mattered=True)
     snap = loop.snapshot()
     assert snap["longest_stall_s"] == pytest.approx(3 * FRAME_S, rel=1e-3)
@@ -190,7 +215,7 @@ def test_stalls_are_judged_where_lossless_frames_flow():
 
 def test_lost_link_time_is_a_share_of_the_time_the_link_was_in_use():
     rec = record("leaf1", deficit_s=0.05)
-    rec["ports"]["3"]["busy_s"] = 0.45           # a short busy phase of a 10 s run
+    rec["ports"]["3"]["busy_s"] = 0.45  # a short busy phase of a 10 s run
     finding = fidelity.judge([("", rec)]).worst["deficit"]
     assert finding.value == pytest.approx(0.1) and not finding.passed
     sched = PortScheduler(rate_bps=RATE)
@@ -201,17 +226,17 @@ def test_lost_link_time_is_a_share_of_the_time_the_link_was_in_use():
 
 def test_a_nearly_idle_port_is_not_judged_on_its_share_of_lost_time():
     rec = record("e6", hist=[3, 0, 0, 0, 0, 0, 0, 1], deficit_s=0.013)
-    rec["ports"]["3"]["busy_s"] = 0.002          # four ARP frames; one was read 13 ms late
+    rec["ports"]["3"]["busy_s"] = 0.002  # four ARP frames; one was read 13 ms late
     verdict = fidelity.judge([("", rec)])
     assert "deficit" not in verdict.worst and verdict.worst["kernel_drops"].passed
-    rec["ports"]["3"]["kernel_drops"] = 1        # drops are judged on every port
+    rec["ports"]["3"]["kernel_drops"] = 1  # drops are judged on every port
     assert not fidelity.judge([("", rec)]).worst["kernel_drops"].passed
 
 
 def test_a_frame_that_found_its_port_idle_is_late_but_loses_no_link_time():
     sched = PortScheduler(rate_bps=RATE)
     sched.enqueue(FRAME, 0, None, 10.0)
-    sched.dequeue(10.0 + 20 * FRAME_S)            # read 20 frame times late
+    sched.dequeue(10.0 + 20 * FRAME_S)  # read 20 frame times late
     assert sched.clock.snapshot()["hist"][fidelity.BUCKET_NAMES.index("<100")] == 1
     assert sched.clock.deficit_s == 0.0
 
@@ -225,16 +250,22 @@ def stalled_at(name: str, stall_frames: float, ended_at: float) -> dict:
 def test_a_stall_every_process_shared_is_called_the_whole_emulator_stopping():
     # Real-time throttling stops every switch and NIC for the rest of a second:
     # their longest stalls overlap. The line must not blame one loop alone.
-    records = [("", stalled_at(n, 40.0 + i, 100.0 + i * FRAME_S))
-               for i, n in enumerate(("leaf1", "leaf2", "spine1", "h1"))]
+    records = [
+        ("", stalled_at(n, 40.0 + i, 100.0 + i * FRAME_S))
+        for i, n in enumerate(("leaf1", "leaf2", "spine1", "h1"))
+    ]
     stall = fidelity.judge(records).worst["stall"]
     assert not stall.passed and stall.where == "h1 (switch)"
     assert "4 of 4 processes had their longest stall at that moment" in stall.text
 
 
 def test_a_stall_of_one_process_alone_is_its_own():
-    records = [("", stalled_at("leaf1", 40.0, 100.0)), ("", stalled_at("leaf2", 30.0, 50.0)),
-               ("", stalled_at("spine1", 30.0, 70.0)), ("", stalled_at("h1", 0.5, 100.0))]
+    records = [
+        ("", stalled_at("leaf1", 40.0, 100.0)),
+        ("", stalled_at("leaf2", 30.0, 50.0)),
+        ("", stalled_at("spine1", 30.0, 70.0)),
+        ("", stalled_at("h1", 0.5, 100.0)),
+    ]
     stall = fidelity.judge(records).worst["stall"]
     assert not stall.passed and stall.where == "leaf1 (switch)"
     assert "whole emulator" not in stall.text
@@ -242,8 +273,14 @@ def test_a_stall_of_one_process_alone_is_its_own():
 
 def test_the_loop_keeps_when_its_longest_stall_ended():
     loop = fidelity.LoopMonitor(FRAME_S)
-    loop.woke(awake_since=10.0, asleep_at=10.0, timeout=0.0, woke=10.0 + 20 * FRAME_S,
-              due_at=10.0, frames_ready=True)
+    loop.woke(
+        awake_since=10.0,
+        asleep_at=10.0,
+        timeout=0.0,
+        woke=10.0 + 20 * FRAME_S,
+        due_at=10.0,
+        frames_ready=True,
+    )
     snap = loop.snapshot()
     assert snap["longest_stall_ended_at"] == pytest.approx(10.0 + 20 * FRAME_S, abs=1e-6)
 
@@ -251,8 +288,9 @@ def test_the_loop_keeps_when_its_longest_stall_ended():
 def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_path):
     for fab, steal in (("a", 0.05), ("b", 0.02)):
         (tmp_path / fab).mkdir()
-        (tmp_path / fab / "fidelity.json").write_text(json.dumps(
-            {"processes": [record()], "missing": [], "machine": {"steal_s": steal}}))
+        (tmp_path / fab / "fidelity.json").write_text(
+            json.dumps({"processes": [record()], "missing": [], "machine": {"steal_s": steal}})
+        )
     assert fidelity.load_steal_s(tmp_path) == pytest.approx(0.07)
     assert fidelity.machine_steal_s() >= 0.0
     ctx = scenario.Context("t", {}, tmp_path)
@@ -260,10 +298,14 @@ def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_p
     assert "(steal): 70 ms" in scenario.render_report(ctx)
     assert ctx.metrics["fidelity"]["steal_s"] == pytest.approx(0.07)
     # An unfaithful run's one line names the steal too: the likeliest cause on a busy VM.
-    ctx.check("fidelity: stand-in", False, "leaf1 stalled 30 ms", "<= 10 frame times",
-              fidelity=True)
-    assert scenario.render_report(ctx).splitlines()[-1].endswith(
-        "the VM's host took 70 ms of CPU meanwhile (steal)")
+    ctx.check(
+        "fidelity: stand-in", False, "leaf1 stalled 30 ms", "<= 10 frame times", fidelity=True
+    )
+    assert (
+        scenario.render_report(ctx)
+        .splitlines()[-1]
+        .endswith("the VM's host took 70 ms of CPU meanwhile (steal)")
+    )
 
 
 def test_garbage_collections_are_recorded_by_generation_with_the_longest_pause():
@@ -273,18 +315,18 @@ def test_garbage_collections_are_recorded_by_generation_with_the_longest_pause()
     monitor.reset()
     for _ in range(1000):
         a: list = []
-        a.append(a)   # a cycle: only the collector frees it
+        a.append(a)  # a cycle: only the collector frees it
     gc.collect()
     snap = monitor.snapshot()
     assert snap["collections"][2] >= 1
     assert snap["longest_pause_s"] > 0 and snap["total_pause_s"] >= snap["longest_pause_s"]
-    assert fidelity.GcMonitor.process() is monitor   # one collector, one monitor
+    assert fidelity.GcMonitor.process() is monitor  # one collector, one monitor
 
 
 def test_freezing_keeps_set_up_objects_out_of_later_collections():
     import gc
 
-    keep = [[i] for i in range(50_000)]   # what a process builds at start-up
+    keep = [[i] for i in range(50_000)]  # what a process builds at start-up
     try:
         frozen = fidelity.GcMonitor.freeze()
         assert frozen >= len(keep)
@@ -296,12 +338,17 @@ def test_freezing_keeps_set_up_objects_out_of_later_collections():
 
 def test_a_stall_that_held_a_garbage_collection_says_so():
     rec = stalled_at("leaf3", 27.2, 100.0)
-    rec["gc"] = {"collections": [900, 80, 1], "longest_pause_s": 0.0297,
-                 "longest_generation": 2, "longest_ended_at": 100.0 - 0.001,
-                 "total_pause_s": 0.05, "frozen_objects": 0}
+    rec["gc"] = {
+        "collections": [900, 80, 1],
+        "longest_pause_s": 0.0297,
+        "longest_generation": 2,
+        "longest_ended_at": 100.0 - 0.001,
+        "total_pause_s": 0.05,
+        "frozen_objects": 0,
+    }
     stall = fidelity.judge([("dcqcn", rec)]).worst["stall"]
     assert not stall.passed
     assert "of which a garbage collection (generation 2) took 29.7 ms" in stall.text
-    rec["gc"]["longest_ended_at"] = 50.0     # a pause elsewhere in the run is not named
+    rec["gc"]["longest_ended_at"] = 50.0  # a pause elsewhere in the run is not named
     assert "garbage collection" not in fidelity.judge([("dcqcn", rec)]).worst["stall"].text
     assert "gc: 981 collections" in fidelity.render_record(rec)

@@ -11,8 +11,20 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 
 from emu.proto import ofext
 from emu.switch.openflow import OpenFlowSession, reply_bytes
-from tests.unit.test_openflow import decode, encode, errors, mkmodel, session
-from tests.unit.test_pipeline import bucket, flow, group, out, select_pipeline, udp
+
+from .fakes import (
+    bucket,
+    decode,
+    encode,
+    errors,
+    flow,
+    group,
+    mkmodel,
+    out,
+    select_pipeline,
+    session,
+    udp,
+)
 
 GAP_S = 0.010
 
@@ -80,6 +92,7 @@ def test_per_group_mode_and_hash_mode_back() -> None:
 
 def test_flowlet_table_is_bounded(monkeypatch) -> None:
     from emu.switch import flowlet
+
     monkeypatch.setattr(flowlet, "MAX_FLOWLETS", 100)
     pl, _ = flowlet_pipeline({})
     for s in range(1000):
@@ -90,8 +103,9 @@ def test_flowlet_table_is_bounded(monkeypatch) -> None:
 # ----- the OpenFlow extension ------------------------------------------------------------
 
 
-def experimenter(data: bytes, exp_id: int = ofext.EMU_EXPERIMENTER_ID,
-                 exp_type: int = ofext.EXP_SET_SELECT_MODE) -> bytes:
+def experimenter(
+    data: bytes, exp_id: int = ofext.EMU_EXPERIMENTER_ID, exp_type: int = ofext.EXP_SET_SELECT_MODE
+) -> bytes:
     """Built by os-ken's own encoder: an independent check of our wire format."""
     return encode(p.OFPExperimenter(None, experimenter=exp_id, exp_type=exp_type, data=data))
 
@@ -107,34 +121,65 @@ def test_set_select_mode_over_openflow() -> None:
     s = session()
     with_groups(s)
     raw = ofext.set_select_mode_message(1, ofext.SELECT_MODE_FLOWLET, 2500, xid=9)
-    assert raw == experimenter(ofext.pack_set_select_mode(1, ofext.SELECT_MODE_FLOWLET, 2500))[:4] \
-        + struct.pack("!I", 9) + raw[8:]
+    assert (
+        raw
+        == experimenter(ofext.pack_set_select_mode(1, ofext.SELECT_MODE_FLOWLET, 2500))[:4]
+        + struct.pack("!I", 9)
+        + raw[8:]
+    )
     assert s.feed(raw, 0.0) == []
     assert s.model.pipeline.flowlets.gap_of(1) == pytest.approx(0.0025)
-    assert s.feed(experimenter(ofext.pack_set_select_mode(ofext.OFPG_ALL,
-                                                          ofext.SELECT_MODE_FLOWLET, 100)), 0) == []
+    assert (
+        s.feed(
+            experimenter(
+                ofext.pack_set_select_mode(ofext.OFPG_ALL, ofext.SELECT_MODE_FLOWLET, 100)
+            ),
+            0,
+        )
+        == []
+    )
     assert s.model.pipeline.flowlets.gap_of(7) == pytest.approx(0.0001)
     [reply] = reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))
     assert isinstance(decode(reply), p.OFPBarrierReply)
 
 
-@pytest.mark.parametrize("msg, expected", [
-    (experimenter(b"\x00" * 12, exp_id=0x00002320), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER)),
-    (experimenter(b"\x00" * 12, exp_type=99), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXP_TYPE)),
-    (experimenter(b"\x00" * 11), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)),
-    (experimenter(b""), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)),
-    (experimenter(struct.pack("!IHxxI", 77, 1, 100)), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)),
-    (experimenter(struct.pack("!IHxxI", 2, 1, 100)), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)),
-    (experimenter(struct.pack("!IHxxI", 1, 9, 100)), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)),
-    (experimenter(struct.pack("!IHxxI", 1, 1, 0)), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET)),
-])
+@pytest.mark.parametrize(
+    "msg, expected",
+    [
+        (
+            experimenter(b"\x00" * 12, exp_id=0x00002320),
+            (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER),
+        ),
+        (experimenter(b"\x00" * 12, exp_type=99), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXP_TYPE)),
+        (experimenter(b"\x00" * 11), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)),
+        (experimenter(b""), (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)),
+        (
+            experimenter(struct.pack("!IHxxI", 77, 1, 100)),
+            (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP),
+        ),
+        (
+            experimenter(struct.pack("!IHxxI", 2, 1, 100)),
+            (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE),
+        ),
+        (
+            experimenter(struct.pack("!IHxxI", 1, 9, 100)),
+            (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE),
+        ),
+        (
+            experimenter(struct.pack("!IHxxI", 1, 1, 0)),
+            (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET),
+        ),
+    ],
+)
 def test_bad_extension_messages_get_the_documented_error(msg: bytes, expected: tuple) -> None:
     s = session()
     with_groups(s)
     assert errors(s.feed(msg, 0.0)) == [expected]
     assert s.model.pipeline.flowlets.gap_of(1) is None
     # The session lives on.
-    assert isinstance(decode(reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))[0]), p.OFPBarrierReply)
+    assert isinstance(
+        decode(reply_bytes(s.feed(encode(p.OFPBarrierRequest(None)), 0))[0]), p.OFPBarrierReply
+    )
 
 
 def test_slave_may_not_set_modes() -> None:

@@ -18,8 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_MODULES = sorted((ROOT / "emu" / "host").glob("*.py"))
-NO_LOCAL_IMPORTS = HOST_MODULES + [ROOT / "emu" / "traffic" / "collectives.py",
-                                   ROOT / "emu" / "traffic" / "rdma.py"]
+NO_LOCAL_IMPORTS = HOST_MODULES + [
+    ROOT / "emu" / "traffic" / "collectives.py",
+    ROOT / "emu" / "traffic" / "rdma.py",
+]
 
 
 def imported_modules(tree: ast.AST) -> list[str]:
@@ -41,10 +43,15 @@ def local_imports(tree: ast.Module) -> list[int]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             allowed.add(id(node))
         elif isinstance(node, ast.If) and ast.unparse(node.test) in (
-                "TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
             allowed |= {id(n) for n in node.body if isinstance(n, (ast.Import, ast.ImportFrom))}
-    return [n.lineno for n in ast.walk(tree)
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in allowed]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in allowed
+    ]
 
 
 @pytest.mark.parametrize("path", HOST_MODULES, ids=lambda p: p.name)
@@ -60,8 +67,16 @@ def test_no_function_level_imports(path):
 
 def test_the_host_agent_loads_nothing_of_the_driver():
     # What the agent process really loads, indirect imports included.
-    code = ("import sys, emu.host.agent; "
-            "print(sorted(m for m in sys.modules if m.startswith(('emu.traffic', 'emu.net'))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True, timeout=60)
+    code = (
+        "import sys, emu.host.agent; "
+        "print(sorted(m for m in sys.modules if m.startswith(('emu.traffic', 'emu.net'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "[]"

@@ -1,4 +1,5 @@
-"""How emu's modules import each other: no circle, and process hygiene has one home.
+"""How emu's modules import each other: no circle, process hygiene has one home,
+and no test module imports another (shared test helpers live in tests/unit/fakes.py).
 
 Reads the source with `ast` (nothing is imported), so that a function-level
 import counts as much as a module-level one: an import deferred into a
@@ -30,7 +31,8 @@ def _modules(package: str) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imported_names(module: str, path: Path) -> list[tuple[str, int, bool]]:
@@ -54,9 +56,10 @@ def _imported_names(module: str, path: Path) -> list[tuple[str, int, bool]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the module's package, up level - 1
-                package = module.split(".") if path.name == "__init__.py" else \
-                    module.split(".")[:-1]
-                package = package[:len(package) - (node.level - 1)]
+                package = (
+                    module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                )
+                package = package[: len(package) - (node.level - 1)]
                 base = ".".join(package + ([base] if base else []))
             found.extend((f"{base}.{alias.name}", node.lineno, top) for alias in node.names)
         else:
@@ -97,15 +100,20 @@ def _describe(graph: nx.DiGraph, cycle: list[str]) -> str:
 def test_no_import_circle_in_emu(module_level_only):
     graph = import_graph("emu", module_level_only)
     cycles = list(nx.simple_cycles(graph))
-    assert not cycles, "import circles in emu/:\n" + "\n".join(
-        _describe(graph, c) for c in cycles)
+    assert not cycles, "import circles in emu/:\n" + "\n".join(_describe(graph, c) for c in cycles)
 
 
 def test_the_graph_sees_what_net_imports():
     """The checker itself: emu.net's edges, module-level and deferred, are in the graph."""
     graph = import_graph("emu")
-    for target in ("emu.registry", "emu.telemetry", "emu.faults", "emu.traffic.iperf",
-                   "emu.traffic.ping", "emu.switch.node"):
+    for target in (
+        "emu.registry",
+        "emu.telemetry",
+        "emu.faults",
+        "emu.traffic.iperf",
+        "emu.traffic.ping",
+        "emu.switch.node",
+    ):
         assert graph.has_edge("emu.net", target), target
     # emu.net imports emu.switch.node only inside Fabric.open (Mininet), and
     # iperf imports emu.net only for annotations.
@@ -130,10 +138,13 @@ def test_process_hygiene_has_one_home():
         for path in sorted((REPO / package).rglob("*.py")):
             tree = ast.parse(path.read_text(), str(path))
             for node in ast.walk(tree):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                        node.name.lstrip("_") in HYGIENE:
+                if (
+                    isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and node.name.lstrip("_") in HYGIENE
+                ):
                     homes.setdefault(node.name.lstrip("_"), []).append(
-                        f"{path.relative_to(REPO)}:{node.lineno}")
+                        f"{path.relative_to(REPO)}:{node.lineno}"
+                    )
                 if isinstance(node, ast.Attribute) and node.attr == "prctl":
                     homes.setdefault("prctl", []).append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert {name: [h.split(":")[0] for h in where] for name, where in homes.items()} == {
@@ -142,3 +153,43 @@ def test_process_hygiene_has_one_home():
         "die_with_parent": ["emu/registry.py"],
         "prctl": ["emu/registry.py"],
     }, homes
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """`path:line imports name` for every import, in a test_*.py under `root`, of another one."""
+    mods = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    found = []
+    for module, path in mods.items():
+        if not path.name.startswith("test_"):
+            continue
+        for name, line, _top in _imported_names(module, path):
+            target = _resolve(name, mods)
+            if target and target != module and mods[target].name.startswith("test_"):
+                found.append(f"{path.relative_to(root.parent)}:{line} imports {target}")
+    return list(dict.fromkeys(found))  # one line per imported module, not per name
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/unit/fakes.py, never in a test module others import."""
+    assert imports_of_test_modules(REPO / "tests") == []
+
+
+def test_the_checker_sees_a_test_importing_another(tmp_path):
+    pkg = tmp_path / "tests"
+    (pkg / "unit").mkdir(parents=True)
+    for name in ("__init__.py", "unit/__init__.py", "unit/fakes.py", "unit/test_b.py"):
+        (pkg / name).write_text("X = 1\n")
+    (pkg / "unit" / "test_a.py").write_text(
+        "from .fakes import X\nfrom .test_b import X\n\n\ndef f():\n    from . import test_b\n"
+    )
+    (pkg / "unit" / "test_c.py").write_text("import tests.unit.test_b\n")
+    assert imports_of_test_modules(pkg) == [
+        "tests/unit/test_a.py:2 imports tests.unit.test_b",
+        "tests/unit/test_a.py:6 imports tests.unit.test_b",
+        "tests/unit/test_c.py:1 imports tests.unit.test_b",
+    ]

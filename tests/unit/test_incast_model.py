@@ -13,15 +13,14 @@ def model(**overrides) -> tuple[dict, dict]:
     p = {k: v.default for k, v in incast.PARAMS.items()} | overrides
     graph = build_fabric_graph(p)
     hosts = fabric_mod.hosts(graph)
-    return p, incast.dcqcn_model(p, graph, hosts[:p["senders"]], hosts[-1],
-                                 incast.QOS["dcqcn"])
+    return p, incast.dcqcn_model(p, graph, hosts[: p["senders"]], hosts[-1], incast.QOS["dcqcn"])
 
 
 def test_defaults_fixed_point_between_kmin_and_kmax_but_the_queue_cycles():
     """At 1 Gbit/s modelled the CNP interval is 5 ms, and marking at enqueue puts the
     queue's own ~17 ms into the loop: the fixed point is unstable, as on the fabric."""
     _, m = model()
-    kmin, kmax = 6056, 24224   # 4 and 16 full frames: the floors at 10 Mbit/s
+    kmin, kmax = 6056, 24224  # 4 and 16 full frames: the floors at 10 Mbit/s
     assert kmin < m["fixed_point"]["queue_bytes"] < kmax
     assert m["loop_delay_at_fixed_point_s"] > 4 * m["cnp_interval_s"]
     assert m["queue_p50_bytes"] == 0 and m["queue_empty_share"] > 0.3

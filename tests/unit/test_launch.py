@@ -40,8 +40,9 @@ def _connect(port: int, timeout_s: float) -> socket.socket:
             return None
 
     try:
-        return wait_for(attempt, timeout_s, f"the launcher to listen on port {port}",
-                        interval_s=0.05)
+        return wait_for(
+            attempt, timeout_s, f"the launcher to listen on port {port}", interval_s=0.05
+        )
     except FabricError as exc:
         raise AssertionError(str(exc)) from None
 

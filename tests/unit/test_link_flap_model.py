@@ -20,7 +20,7 @@ def test_the_default_fabric_keeps_two_thirds_at_worst():
     the other leaves' flows colliding: (10 + 10 + 10 + 10) / (20 + 20 + 10 + 10)."""
     model = floor_of(2)
     assert model["worst_ratio"] == pytest.approx(2 / 3)
-    assert model["outcomes"] == 2 ** 8 and not model["sampled"]
+    assert model["outcomes"] == 2**8 and not model["sampled"]
     assert model["worst_ratio"] < model["mean_ratio"] < 1
 
 
@@ -37,22 +37,35 @@ def test_the_floor_subtracts_the_rto_backoff_left_in_the_window():
     assert floor["downs_before_damping"] == 3
     rto_s = 0.2 + 65536 * 8 / 10e6
     assert floor["backoff_in_window_s"] == pytest.approx(0.65 + rto_s * 4 - 1, abs=1e-3)
-    assert floor["ratio"] == pytest.approx(2 / 3 * (1 - floor["backoff_in_window_s"] / 29), abs=1e-4)
+    assert floor["ratio"] == pytest.approx(
+        2 / 3 * (1 - floor["backoff_in_window_s"] / 29), abs=1e-4
+    )
     # Never damped: no floor at all (the damping check fails instead).
     assert link_flap.during_floor(p, 2 / 3, {"damped_after_s": None})["ratio"] == 0
 
 
 def test_a_stuck_flow_is_named_with_when_and_its_retransmissions():
     def doc(rates, retrans):
-        return {"intervals": [{"sum": {"bits_per_second": r, "retransmits": x}}
-                              for r, x in zip(rates, retrans)]}
+        return {
+            "intervals": [
+                {"sum": {"bits_per_second": r, "retransmits": x}} for r, x in zip(rates, retrans)
+            ]
+        }
 
     p = {"start_s": 3.0, "flap_s": 4.0, "stuck_s": 3.0}
     moving = doc([5e6] * 10, [0] * 10)
     silent = doc([5e6, 5e6, 5e6, 5e6, 0, 0, 0, 0, 5e6, 5e6], [0, 0, 0, 2, 1, 1, 0, 1, 0, 0])
     pings = {("h1", "h3"): SimpleNamespace(longest_outage_s=0.1)}
-    r = link_flap.summarise(p, 0.0, [moving, silent], pings, {}, [], 0, 3,
-                            [("h1", "h5"), ("h2", "h6")])
+    r = link_flap.summarise(
+        p, 0.0, [moving, silent], pings, {}, [], 0, 3, [("h1", "h5"), ("h2", "h6")]
+    )
     assert r["stuck_flows"] == 1
-    assert r["stuck_detail"] == [{"flow": "h2->h6", "silent_from_s": 4, "silent_s": 4,
-                                  "retransmits_before": 3, "retransmits_during": 3}]
+    assert r["stuck_detail"] == [
+        {
+            "flow": "h2->h6",
+            "silent_from_s": 4,
+            "silent_s": 4,
+            "retransmits_before": 3,
+            "retransmits_during": 3,
+        }
+    ]

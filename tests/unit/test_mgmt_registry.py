@@ -11,14 +11,16 @@ from emu import mgmt, registry
 
 @pytest.fixture
 def server(tmp_path):
-    srv = mgmt.MgmtServer(str(tmp_path / "s.sock"), {
-        "echo": lambda **kw: kw,
-        "fail": lambda: (_ for _ in ()).throw(ValueError("nope")),
-    })
+    srv = mgmt.MgmtServer(
+        str(tmp_path / "s.sock"),
+        {
+            "echo": lambda **kw: kw,
+            "fail": lambda: (_ for _ in ()).throw(ValueError("nope")),
+        },
+    )
     stop = threading.Event()
 
-    t = threading.Thread(target=srv.serve, args=(lambda: not stop.is_set(), 0.05),
-                         daemon=True)
+    t = threading.Thread(target=srv.serve, args=(lambda: not stop.is_set(), 0.05), daemon=True)
     t.start()
     yield srv
     stop.set()
@@ -41,20 +43,26 @@ def test_handler_error_is_an_answer_not_a_crash(server):
 def test_a_deferred_answer_comes_after_its_work_and_does_not_hold_up_the_loop(tmp_path):
     gate = threading.Event()
     worker_threads = []
-    srv = mgmt.MgmtServer(str(tmp_path / "d.sock"), {
-        "slow": lambda x: mgmt.Deferred(lambda: gate.wait(30) and x * 10,
-                                        lambda r: {"work": r, "then": threading.get_ident()}),
-        "bad": lambda: mgmt.Deferred(lambda: int("x")),
-        "late": lambda: mgmt.Deferred(lambda: 1, lambda r: {}[r]),
-        "ping": lambda: "pong",
-    }, worker_init=lambda: worker_threads.append(threading.get_ident()))
+    srv = mgmt.MgmtServer(
+        str(tmp_path / "d.sock"),
+        {
+            "slow": lambda x: mgmt.Deferred(
+                lambda: gate.wait(30) and x * 10,
+                lambda r: {"work": r, "then": threading.get_ident()},
+            ),
+            "bad": lambda: mgmt.Deferred(lambda: int("x")),
+            "late": lambda: mgmt.Deferred(lambda: 1, lambda r: {}[r]),
+            "ping": lambda: "pong",
+        },
+        worker_init=lambda: worker_threads.append(threading.get_ident()),
+    )
     stop = threading.Event()
-    loop = threading.Thread(target=srv.serve, args=(lambda: not stop.is_set(), 0.05),
-                            daemon=True)
+    loop = threading.Thread(target=srv.serve, args=(lambda: not stop.is_set(), 0.05), daemon=True)
     loop.start()
     answers = {}
-    caller = threading.Thread(target=lambda: answers.update(
-        slow=mgmt.call(srv.path, "slow", timeout_s=30, x=4)))
+    caller = threading.Thread(
+        target=lambda: answers.update(slow=mgmt.call(srv.path, "slow", timeout_s=30, x=4))
+    )
     caller.start()
     try:
         # The worker is blocked on `gate`, so the slow answer cannot have come yet,
@@ -127,10 +135,12 @@ def test_wait_for_returns_the_condition_value():
 
 def test_wait_for_timeout_names_what_and_where_the_logs_are():
     with pytest.raises(registry.FabricError) as info:
-        registry.wait_for(lambda: False, 0.05, "the widget to spin", interval_s=0.01,
-                          logs="/tmp/widget.log")
-    assert str(info.value) == ("timed out after 0 s waiting for the widget to spin; "
-                               "logs in /tmp/widget.log")
+        registry.wait_for(
+            lambda: False, 0.05, "the widget to spin", interval_s=0.01, logs="/tmp/widget.log"
+        )
+    assert str(info.value) == (
+        "timed out after 0 s waiting for the widget to spin; logs in /tmp/widget.log"
+    )
     with pytest.raises(registry.FabricError, match=r"waiting for x$"):
         registry.wait_for(lambda: False, 0.01, "x", interval_s=0.01)
 
@@ -170,18 +180,24 @@ def test_die_with_parent_ends_the_child_when_its_parent_dies(tmp_path):
 
     repo = Path(__file__).resolve().parents[2]
     pidfile = tmp_path / "pid"
-    child = (f"{sys.executable} -c 'import time; from emu.registry import die_with_parent; "
-             f"die_with_parent(); open(\"{tmp_path}/ready\", \"w\").close(); time.sleep(60)'")
-    parent = subprocess.Popen(["sh", "-c", f"{child} & echo $! > {pidfile}; wait"], cwd=repo,
-                              env=dict(os.environ, PYTHONPATH=str(repo)))
+    child = (
+        f"{sys.executable} -c 'import time; from emu.registry import die_with_parent; "
+        f'die_with_parent(); open("{tmp_path}/ready", "w").close(); time.sleep(60)\''
+    )
+    parent = subprocess.Popen(
+        ["sh", "-c", f"{child} & echo $! > {pidfile}; wait"],
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+    )
     try:
         registry.wait_for(lambda: (tmp_path / "ready").exists(), 20, "the child to start")
         pid = int(pidfile.read_text())
         parent.kill()
         parent.wait(timeout=5)
         try:  # a zombie waiting for init counts as gone (proc_start_time is None)
-            registry.wait_for(lambda: registry.proc_start_time(pid) is None, 10,
-                              "the child to exit")
+            registry.wait_for(
+                lambda: registry.proc_start_time(pid) is None, 10, "the child to exit"
+            )
         except registry.FabricError:
             os.kill(pid, 9)
             raise AssertionError("the child outlived its parent") from None

@@ -17,11 +17,8 @@ import time
 
 import os_ken
 import pytest
-from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
 from emu.switch.openflow import (
     FlowsRemoved,
@@ -32,47 +29,16 @@ from emu.switch.openflow import (
     Transmit,
     reply_bytes,
 )
-from emu.switch.pipeline import PacketIn, Pipeline
-from emu.switch.ports import OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN, PortState
+from emu.switch.pipeline import PacketIn
+from emu.switch.ports import OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN
+
+from .fakes import decode, encode, errors, frame, mkmodel, session
 
 GOLDEN = pathlib.Path(os_ken.__file__).parent / "tests" / "packet_data" / "of13"
-HELLO = bytes.fromhex("0400000800000001")
 
 
 def golden(name: str) -> bytes:
     return (GOLDEN / name).read_bytes()
-
-
-def mkmodel(**kw) -> SwitchModel:
-    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-             for i in range(1, 7)}
-    return SwitchModel(0x1234, Pipeline(ports=ports), **kw)
-
-
-def session(model: SwitchModel | None = None) -> OpenFlowSession:
-    s = OpenFlowSession(model or mkmodel(), is_controller_channel=True)
-    assert s.feed(HELLO, 0.0) == []
-    return s
-
-
-def decode(msg: bytes):
-    return ofproto_parser.msg(None, *ofproto_parser.header(msg), msg)
-
-
-def encode(msg) -> bytes:
-    class _DP:
-        ofproto = ofp
-        ofproto_parser = p
-    msg.datapath = _DP()
-    msg.serialize()
-    return bytes(msg.buf)
-
-
-def errors(replies: list) -> list[tuple[int, int]]:
-    """(type, code) of every OFPT_ERROR among replies (bytes) or a session's effects."""
-    msgs = [r.data if isinstance(r, Reply) else r for r in replies
-            if isinstance(r, (Reply, bytes))]
-    return [(m.type, m.code) for m in map(decode, msgs) if isinstance(m, p.OFPErrorMsg)]
 
 
 # ----- golden vectors -----------------------------------------------------------------
@@ -89,8 +55,10 @@ def test_golden_echo_barrier_features_config() -> None:
     [r] = reply_bytes(s.feed(golden("4-5-ofp_features_request.packet"), 0))
     f = decode(r)
     assert (f.datapath_id, f.n_buffers, f.n_tables) == (0x1234, 0, 8)
-    assert f.capabilities == ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS \
-        | ofp.OFPC_GROUP_STATS
+    assert (
+        f.capabilities
+        == ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_GROUP_STATS
+    )
     assert s.feed(golden("4-7-ofp_set_config.packet"), 0) == []
     [r] = reply_bytes(s.feed(golden("4-8-ofp_get_config_request.packet"), 0))
     c = decode(r)
@@ -157,12 +125,14 @@ def test_golden_role_async_multipart() -> None:
     ga = decode(r)
     sa = struct.unpack_from("!6I", golden("4-44-ofp_set_async.packet"), 8)
     assert tuple(ga.packet_in_mask + ga.port_status_mask + ga.flow_removed_mask) == sa
-    for name, cls in [("4-24-ofp_desc_request.packet", p.OFPDescStatsReply),
-                      ("4-53-ofp_port_desc_request.packet", p.OFPPortDescStatsReply),
-                      ("4-29-ofp_port_stats_request.packet", p.OFPPortStatsReply),
-                      ("4-27-ofp_table_stats_request.packet", p.OFPTableStatsReply),
-                      ("4-11-ofp_flow_stats_request.packet", p.OFPFlowStatsReply),
-                      ("4-25-ofp_aggregate_stats_request.packet", p.OFPAggregateStatsReply)]:
+    for name, cls in [
+        ("4-24-ofp_desc_request.packet", p.OFPDescStatsReply),
+        ("4-53-ofp_port_desc_request.packet", p.OFPPortDescStatsReply),
+        ("4-29-ofp_port_stats_request.packet", p.OFPPortStatsReply),
+        ("4-27-ofp_table_stats_request.packet", p.OFPTableStatsReply),
+        ("4-11-ofp_flow_stats_request.packet", p.OFPFlowStatsReply),
+        ("4-25-ofp_aggregate_stats_request.packet", p.OFPAggregateStatsReply),
+    ]:
         replies = reply_bytes(s.feed(golden(name), 0))
         assert replies and all(isinstance(decode(r), cls) for r in replies), name
     [r] = reply_bytes(s.feed(golden("4-53-ofp_port_desc_request.packet"), 0))
@@ -171,12 +141,17 @@ def test_golden_role_async_multipart() -> None:
     assert ports[0].name == b"s1-eth1" and ports[0].curr_speed == 100000
     # A table features request with a body would reconfigure tables: refused.
     assert errors(s.feed(golden("4-55-ofp_table_features_request.packet"), 0)) == [
-        (ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)]
+        (ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)
+    ]
     [r] = reply_bytes(s.feed(encode(p.OFPTableFeaturesStatsRequest(None, 0, [])), 0))
     tf = decode(r).body
     assert [t.table_id for t in tf] == list(range(8))
-    for name in ("4-45-ofp_meter_mod.packet", "4-37-ofp_queue_stats_request.packet",
-                 "4-16-ofp_experimenter.packet", "4-6-ofp_features_reply.packet"):
+    for name in (
+        "4-45-ofp_meter_mod.packet",
+        "4-37-ofp_queue_stats_request.packet",
+        "4-16-ofp_experimenter.packet",
+        "4-6-ofp_features_reply.packet",
+    ):
         assert len(errors(s.feed(golden(name), 0))) == 1, name
 
 
@@ -185,23 +160,21 @@ def test_golden_role_async_multipart() -> None:
 
 def add_flow_msg(xid: int = 5, **kw) -> bytes:
     kw.setdefault("match", p.OFPMatch(eth_type=0x800))
-    kw.setdefault("instructions", [p.OFPInstructionActions(
-        ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionOutput(2)])])
+    kw.setdefault(
+        "instructions", [p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionOutput(2)])]
+    )
     m = p.OFPFlowMod(None, priority=kw.pop("priority", 10), **kw)
     m.xid = xid
     return encode(m)
-
-
-def frame() -> bytes:
-    return bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1, dport=2) / b"abc")
 
 
 def test_flow_mod_then_flow_stats_roundtrip() -> None:
     s = session()
     assert s.feed(add_flow_msg(cookie=0xABC), 1.0) == []
     s.model.pipeline.process(1, frame(), 2.0)
-    req = p.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
-                                p.OFPMatch())
+    req = p.OFPFlowStatsRequest(
+        None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, p.OFPMatch()
+    )
     [r] = reply_bytes(s.feed(encode(req), 3.5))
     [st] = decode(r).body
     assert (st.cookie, st.priority, st.packet_count, st.duration_sec) == (0xABC, 10, 1, 2)
@@ -229,7 +202,7 @@ def test_partial_feed_and_unframeable() -> None:
     both = echo + echo
     out = []
     for i in range(len(both)):
-        out += reply_bytes(s.feed(both[i:i + 1], 0))
+        out += reply_bytes(s.feed(both[i : i + 1], 0))
     assert len(out) == 2 and all(isinstance(decode(r), p.OFPEchoReply) for r in out)
     r = reply_bytes(s.feed(bytes.fromhex("0402000400000009"), 0))
     assert errors(r) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)] and s.closed
@@ -247,7 +220,8 @@ def test_roles_generation_and_slave() -> None:
     assert decode(role(b, ofp.OFPCR_ROLE_MASTER, 11)[0]).role == ofp.OFPCR_ROLE_MASTER
     assert a.role == ofp.OFPCR_ROLE_SLAVE
     assert errors(role(a, ofp.OFPCR_ROLE_MASTER, 9)) == [
-        (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE)]
+        (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE)
+    ]
     assert errors(a.feed(add_flow_msg(), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)]
     rec = PacketIn(ofp.OFPR_ACTION, 0, 1, 1, frame(), 0xFFFF)
     assert a.packet_in(rec) is None and b.packet_in(rec) is not None
@@ -280,12 +254,18 @@ def test_flow_mod_errors_and_flows_removed_effect() -> None:
     bad_prereq = add_flow_msg(match=p.OFPMatch(ipv4_dst="10.0.0.1"))
     assert errors(s.feed(bad_prereq, 0)) == [(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ)]
     assert errors(s.feed(add_flow_msg(table_id=9), 0)) == [
-        (ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)]
+        (ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
+    ]
     goto_back = add_flow_msg(table_id=2, instructions=[p.OFPInstructionGotoTable(1)])
     assert errors(s.feed(goto_back, 0)) == [(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID)]
     s.feed(add_flow_msg(flags=ofp.OFPFF_SEND_FLOW_REM), 0)
-    delete = add_flow_msg(command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=p.OFPMatch())
+    delete = add_flow_msg(
+        command=ofp.OFPFC_DELETE,
+        table_id=ofp.OFPTT_ALL,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=p.OFPMatch(),
+    )
     [effect] = s.feed(delete, 0)
     assert isinstance(effect, FlowsRemoved) and len(effect.entries) == 1
     assert effect.entries[0].removed_reason == ofp.OFPRR_DELETE
@@ -295,16 +275,17 @@ def test_flow_mod_errors_and_flows_removed_effect() -> None:
     assert errors(s.feed(encode(ps), 0)) == [(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)]
     gm = p.OFPGroupMod(None, ofp.OFPGC_MODIFY, ofp.OFPGT_ALL, 4, [])
     assert errors(s.feed(encode(gm), 0)) == [
-        (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)]
+        (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)
+    ]
 
 
 def test_multipart_split_under_64k() -> None:
     s = session()
     for i in range(1500):
-        s.feed(add_flow_msg(match=p.OFPMatch(eth_type=0x800, ipv4_dst=i + 1),
-                            priority=100 + i), 0)
-    req = p.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
-                                p.OFPMatch())
+        s.feed(add_flow_msg(match=p.OFPMatch(eth_type=0x800, ipv4_dst=i + 1), priority=100 + i), 0)
+    req = p.OFPFlowStatsRequest(
+        None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, p.OFPMatch()
+    )
     replies = reply_bytes(s.feed(encode(req), 1))
     assert len(replies) > 1 and all(len(r) < 65536 for r in replies)
     decoded = [decode(r) for r in replies]
@@ -354,8 +335,13 @@ def test_port_mod_returns_a_port_change_after_applying_it() -> None:
 def test_flow_delete_returns_flows_removed_only_when_entries_went() -> None:
     s = session()
     s.feed(add_flow_msg(flags=ofp.OFPFF_SEND_FLOW_REM, cookie=7), 1.0)
-    delete = add_flow_msg(command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=p.OFPMatch())
+    delete = add_flow_msg(
+        command=ofp.OFPFC_DELETE,
+        table_id=ofp.OFPTT_ALL,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=p.OFPMatch(),
+    )
     [removed] = s.feed(delete, 2.0)
     assert isinstance(removed, FlowsRemoved)
     [entry] = removed.entries
@@ -383,8 +369,9 @@ def test_effects_come_back_in_message_order_from_one_chunk() -> None:
     bad = bytearray(add_flow_msg(xid=0x77))
     bad[-14:-12] = b"\x00\x00"
     pm = encode(p.OFPPortMod(None, 2, "02:00:00:00:00:02", OFPPC_PORT_DOWN, OFPPC_PORT_DOWN, 0))
-    chunk = (packet_out_msg([p.OFPActionOutput(1)]) + bytes(bad) + pm
-             + encode(p.OFPBarrierRequest(None)))
+    chunk = (
+        packet_out_msg([p.OFPActionOutput(1)]) + bytes(bad) + pm + encode(p.OFPBarrierRequest(None))
+    )
     effects = s.feed(chunk[:50], 1.0) + s.feed(chunk[50:], 1.0)
     assert [type(e) for e in effects] == [Transmit, Reply, PortChanged, Reply]
     assert effects[0] == Transmit([(1, frame(), None)]) and effects[2] == PortChanged(2)
@@ -444,16 +431,24 @@ def test_ovs_ofctl_talks_to_agent() -> None:
     target = "tcp:127.0.0.1:%d" % srv.getsockname()[1]
 
     def ofctl(*args: str) -> str:
-        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", args[0], target, *args[1:]],
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", args[0], target, *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert r.returncode == 0, r.stderr
         return r.stdout
 
     try:
-        ofctl("add-group", "group_id=1,type=select,bucket=weight:1,watch_port:1,output:1,"
-              "bucket=weight:2,watch_port:2,output:2")
-        ofctl("add-flow", "table=0,priority=20,udp,tp_src=5,actions=set_field:3->ip_dscp,"
-              "goto_table:1")
+        ofctl(
+            "add-group",
+            "group_id=1,type=select,bucket=weight:1,watch_port:1,output:1,"
+            "bucket=weight:2,watch_port:2,output:2",
+        )
+        ofctl(
+            "add-flow", "table=0,priority=20,udp,tp_src=5,actions=set_field:3->ip_dscp,goto_table:1"
+        )
         ofctl("add-flow", "table=1,priority=5,in_port=3,actions=group:1")
         ofctl("add-flow", "table=0,priority=10,ip,nw_dst=10.0.0.1,actions=output:2")
         flows = ofctl("dump-flows")

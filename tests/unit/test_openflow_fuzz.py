@@ -32,38 +32,65 @@ from emu.switch.openflow import (
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 
-from .test_openflow import encode
+from .fakes import encode
 
 HELLO = bytes.fromhex("0400000800000001")
 ECHO = bytes.fromhex("0402000c0000004261626364")
 
 
 def mkmodel() -> SwitchModel:
-    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-             for i in range(1, 5)}
+    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8) for i in range(1, 5)}
     return SwitchModel(1, Pipeline(ports=ports))
-
-
 
 
 def seeds() -> list[bytes]:
     """Valid messages whose inner TLVs the mutator corrupts."""
-    acts = [p.OFPActionSetField(ip_dscp=26), p.OFPActionPushVlan(0x8100),
-            p.OFPActionSetField(vlan_vid=0x1005), p.OFPActionOutput(2), p.OFPActionGroup(1)]
-    fm = p.OFPFlowMod(None, priority=5, match=p.OFPMatch(
-        eth_type=0x800, ip_proto=17, ipv4_dst=("10.0.0.0", "255.0.0.0"), udp_src=4),
-        instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts),
-                      p.OFPInstructionWriteMetadata(1, 1), p.OFPInstructionGotoTable(2)])
-    gm = p.OFPGroupMod(None, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, 1, [
-        p.OFPBucket(1, 1, ofp.OFPG_ANY, [p.OFPActionOutput(1)]),
-        p.OFPBucket(2, 2, ofp.OFPG_ANY, [p.OFPActionDecNwTtl(), p.OFPActionOutput(2)])])
-    po = p.OFPPacketOut(None, ofp.OFP_NO_BUFFER, 1, [p.OFPActionOutput(ofp.OFPP_FLOOD)],
-                        bytes(Ether() / IP() / UDP()))
+    acts = [
+        p.OFPActionSetField(ip_dscp=26),
+        p.OFPActionPushVlan(0x8100),
+        p.OFPActionSetField(vlan_vid=0x1005),
+        p.OFPActionOutput(2),
+        p.OFPActionGroup(1),
+    ]
+    fm = p.OFPFlowMod(
+        None,
+        priority=5,
+        match=p.OFPMatch(
+            eth_type=0x800, ip_proto=17, ipv4_dst=("10.0.0.0", "255.0.0.0"), udp_src=4
+        ),
+        instructions=[
+            p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts),
+            p.OFPInstructionWriteMetadata(1, 1),
+            p.OFPInstructionGotoTable(2),
+        ],
+    )
+    gm = p.OFPGroupMod(
+        None,
+        ofp.OFPGC_ADD,
+        ofp.OFPGT_SELECT,
+        1,
+        [
+            p.OFPBucket(1, 1, ofp.OFPG_ANY, [p.OFPActionOutput(1)]),
+            p.OFPBucket(2, 2, ofp.OFPG_ANY, [p.OFPActionDecNwTtl(), p.OFPActionOutput(2)]),
+        ],
+    )
+    po = p.OFPPacketOut(
+        None,
+        ofp.OFP_NO_BUFFER,
+        1,
+        [p.OFPActionOutput(ofp.OFPP_FLOOD)],
+        bytes(Ether() / IP() / UDP()),
+    )
     return [
-        encode(gm), encode(fm), encode(po),
+        encode(gm),
+        encode(fm),
+        encode(po),
         encode(p.OFPPortMod(None, 2, "02:00:00:00:00:02", 1, 1, 0)),
-        encode(p.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
-                                     p.OFPMatch(in_port=1))),
+        encode(
+            p.OFPFlowStatsRequest(
+                None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, p.OFPMatch(in_port=1)
+            )
+        ),
         encode(p.OFPGroupStatsRequest(None, 0, ofp.OFPG_ALL)),
         encode(p.OFPRoleRequest(None, ofp.OFPCR_ROLE_EQUAL, 0)),
         encode(p.OFPSetConfig(None, 0, 128)),
@@ -141,7 +168,7 @@ def mutate(rng: random.Random, msg: bytes, pool: list[bytes]) -> tuple[bytes, bo
         return bytes(b), kind == 3 and msg[1] != ofp.OFPT_PACKET_OUT
     other = rng.choice(pool)
     cut = rng.randrange(8, len(b) + 1)
-    spliced = bytearray(b[:cut] + other[rng.randrange(0, len(other)):])
+    spliced = bytearray(b[:cut] + other[rng.randrange(0, len(other)) :])
     struct.pack_into("!H", spliced, 2, len(spliced))
     return bytes(spliced), False
 
@@ -166,9 +193,12 @@ def assert_still_works(s: OpenFlowSession | None = None) -> None:
     s.feed(HELLO, 0)
     [r] = reply_bytes(s.feed(ECHO, 0))
     assert r[1] == ofp.OFPT_ECHO_REPLY and r[8:] == b"abcd"
-    fm = p.OFPFlowMod(None, priority=0xFFFF, match=p.OFPMatch(in_port=1),
-                      instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
-                                                            [p.OFPActionOutput(3)])])
+    fm = p.OFPFlowMod(
+        None,
+        priority=0xFFFF,
+        match=p.OFPMatch(in_port=1),
+        instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionOutput(3)])],
+    )
     assert s.feed(encode(fm), 0) == []
     outs, _ = model.pipeline.process(1, bytes(Ether() / IP() / UDP()), 0)
     assert [o[0] for o in outs] == [3]
@@ -225,22 +255,35 @@ def _flow_mod_with(instr: bytes) -> bytes:
 
 
 KNOWN_HANGERS = {
-    "instruction_len_0": (_flow_mod_with(struct.pack("!HH4x", 4, 0)),
-                          (ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_LEN)),
-    "action_len_0": (_flow_mod_with(struct.pack("!HH4x", 4, 16) + struct.pack("!HH4x", 0, 0)),
-                     (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN)),
-    "unknown_instruction": (_flow_mod_with(struct.pack("!HH4x", 77, 8)),
-                            (ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST)),
-    "bucket_len_0": (bytes.fromhex("040f0028000000010000010000000001")
-                     + struct.pack("!HHII4x", 0, 1, 1, ofp.OFPG_ANY) + bytes(8),
-                     (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET)),
-    "bucket_action_len_0": (bytes.fromhex("040f0028000000010000010000000001")
-                            + struct.pack("!HHII4x", 24, 1, 1, ofp.OFPG_ANY)
-                            + struct.pack("!HH4x", 0, 0),
-                            (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN)),
-    "packet_out_action_len_0": (bytes.fromhex("040d002000000001ffffffff0000000100080000"
-                                              "00000000") + struct.pack("!HH4x", 0, 0),
-                                (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN)),
+    "instruction_len_0": (
+        _flow_mod_with(struct.pack("!HH4x", 4, 0)),
+        (ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_LEN),
+    ),
+    "action_len_0": (
+        _flow_mod_with(struct.pack("!HH4x", 4, 16) + struct.pack("!HH4x", 0, 0)),
+        (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN),
+    ),
+    "unknown_instruction": (
+        _flow_mod_with(struct.pack("!HH4x", 77, 8)),
+        (ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST),
+    ),
+    "bucket_len_0": (
+        bytes.fromhex("040f0028000000010000010000000001")
+        + struct.pack("!HHII4x", 0, 1, 1, ofp.OFPG_ANY)
+        + bytes(8),
+        (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET),
+    ),
+    "bucket_action_len_0": (
+        bytes.fromhex("040f0028000000010000010000000001")
+        + struct.pack("!HHII4x", 24, 1, 1, ofp.OFPG_ANY)
+        + struct.pack("!HH4x", 0, 0),
+        (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN),
+    ),
+    "packet_out_action_len_0": (
+        bytes.fromhex("040d002000000001ffffffff000000010008000000000000")
+        + struct.pack("!HH4x", 0, 0),
+        (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_LEN),
+    ),
 }
 
 

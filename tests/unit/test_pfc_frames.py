@@ -31,8 +31,15 @@ def test_link_pause_is_all_priorities():
     assert parsed.enabled() == list(range(8)) and parsed.quanta == (16,) * 8
 
 
-@pytest.mark.parametrize("frame", [b"", bytes(17), bytes(12) + b"\x08\x00" + bytes(50),
-                                   bytes(12) + b"\x88\x08\x01\x01" + bytes(4)])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"",
+        bytes(17),
+        bytes(12) + b"\x08\x00" + bytes(50),
+        bytes(12) + b"\x88\x08\x01\x01" + bytes(4),
+    ],
+)
 def test_not_pfc_or_truncated_is_none(frame):
     assert pfc.parse(frame) is None
 

@@ -14,37 +14,7 @@ from emu.switch import parse
 from emu.switch.pipeline import OFError, Pipeline
 from emu.switch.ports import OFPPC_NO_FWD, PortState
 
-
-def mkports(n: int = 5) -> dict[int, PortState]:
-    return {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8)
-            for i in range(1, n + 1)}
-
-
-def flow(pl: Pipeline, match: dict, actions: list | None = None, *, table: int = 0,
-         prio: int = 10, instructions: list | None = None, cmd: int = ofp.OFPFC_ADD,
-         **kw) -> list:
-    if instructions is None:
-        instructions = [p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions or [])]
-    mod = p.OFPFlowMod(None, table_id=table, priority=prio, command=cmd,
-                       match=p.OFPMatch(**match), instructions=instructions, **kw)
-    return pl.flow_mod(mod, kw.pop("now", 0.0))
-
-
-def out(port: int, max_len: int = ofp.OFPCML_NO_BUFFER) -> p.OFPActionOutput:
-    return p.OFPActionOutput(port, max_len)
-
-
-def group(pl: Pipeline, gid: int, gtype: int, buckets: list, cmd: int = ofp.OFPGC_ADD) -> list:
-    return pl.group_mod(p.OFPGroupMod(None, cmd, gtype, gid, buckets))
-
-
-def bucket(actions: list, weight: int = 1, watch_port: int = ofp.OFPP_ANY) -> p.OFPBucket:
-    return p.OFPBucket(weight, watch_port, ofp.OFPG_ANY, actions)
-
-
-def udp(sport: int = 1000, dst: str = "10.0.0.2", **kw) -> bytes:
-    return bytes(Ether(src="00:00:00:00:00:01", dst="00:00:00:00:00:02")
-                 / IP(src="10.0.0.1", dst=dst, **kw) / UDP(sport=sport, dport=4791) / (b"x" * 32))
+from .fakes import bucket, flow, group, mkports, out, select_pipeline, udp
 
 
 def ports_of(outs: list) -> list[int]:
@@ -55,9 +25,12 @@ def ports_of(outs: list) -> list[int]:
 
 
 def test_extract_key_udp_vlan_ip_options() -> None:
-    f = bytes(Ether(src="00:00:00:00:00:01", dst="ff:ff:ff:ff:ff:ff") / Dot1Q(vlan=5, prio=3)
-              / IP(src="1.2.3.4", dst="5.6.7.8", tos=0x69, options=b"\x01\x01\x01\x00")
-              / UDP(sport=11, dport=22))
+    f = bytes(
+        Ether(src="00:00:00:00:00:01", dst="ff:ff:ff:ff:ff:ff")
+        / Dot1Q(vlan=5, prio=3)
+        / IP(src="1.2.3.4", dst="5.6.7.8", tos=0x69, options=b"\x01\x01\x01\x00")
+        / UDP(sport=11, dport=22)
+    )
     k = parse.extract_key(f, 7)
     assert k[parse.K_IN_PORT] == 7
     assert k[parse.K_ETH_DST] == 0xFFFFFFFFFFFF and k[parse.K_ETH_SRC] == 1
@@ -75,8 +48,9 @@ def test_extract_key_tcp_icmp_arp_ipv6() -> None:
     assert k[parse.K_VLAN_VID] == parse.OFPVID_NONE and k[parse.K_VLAN_PCP] is None
     k = parse.extract_key(bytes(Ether() / IP() / ICMP(type=8, code=0)), 1)
     assert (k[parse.K_ICMPV4_TYPE], k[parse.K_ICMPV4_CODE]) == (8, 0)
-    k = parse.extract_key(bytes(Ether() / ARP(op=2, psrc="10.0.0.1", pdst="10.0.0.9",
-                                              hwsrc="00:00:00:00:00:0a")), 1)
+    k = parse.extract_key(
+        bytes(Ether() / ARP(op=2, psrc="10.0.0.1", pdst="10.0.0.9", hwsrc="00:00:00:00:00:0a")), 1
+    )
     assert k[parse.K_ARP_OP] == 2 and k[parse.K_ARP_SPA] == 0x0A000001
     assert k[parse.K_ARP_TPA] == 0x0A000009 and k[parse.K_ARP_SHA] == 0x0A
     k = parse.extract_key(bytes(Ether(type=0x86DD) / (b"\0" * 40)), 1)
@@ -90,16 +64,22 @@ def test_extract_key_truncated_never_raises() -> None:
         assert len(k) == parse.KEY_LEN
 
 
-@pytest.mark.parametrize("rewrite", [
-    lambda f: parse.set_ip_ecn(f, 3),
-    lambda f: parse.set_ip_dscp(f, 26),
-    lambda f: parse.dec_ip_ttl(f)[0],
-    lambda f: parse.set_ipv4_addr(f, True, 0x0B000001),
-])
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        lambda f: parse.set_ip_ecn(f, 3),
+        lambda f: parse.set_ip_dscp(f, 26),
+        lambda f: parse.dec_ip_ttl(f)[0],
+        lambda f: parse.set_ipv4_addr(f, True, 0x0B000001),
+    ],
+)
 @pytest.mark.parametrize("tagged", [False, True])
 def test_ipv4_checksum_after_rewrite(rewrite, tagged: bool) -> None:
-    pkt = Ether() / IP(src="10.0.0.1", dst="10.0.0.2", tos=0x61, ttl=9, options=b"\x01" * 4) \
+    pkt = (
+        Ether()
+        / IP(src="10.0.0.1", dst="10.0.0.2", tos=0x61, ttl=9, options=b"\x01" * 4)
         / UDP(sport=1, dport=4791)
+    )
     if tagged:
         pkt = Ether() / Dot1Q(vlan=3) / pkt[IP]
     f2 = rewrite(bytes(pkt))
@@ -140,8 +120,12 @@ def test_vlan_vid_present_and_none() -> None:
 
 def test_prerequisites_rejected() -> None:
     pl = Pipeline(ports=mkports())
-    for m in ({"ipv4_dst": "10.0.0.1"}, {"eth_type": 0x800, "udp_src": 5},
-              {"vlan_pcp": 3}, {"arp_op": 1}):
+    for m in (
+        {"ipv4_dst": "10.0.0.1"},
+        {"eth_type": 0x800, "udp_src": 5},
+        {"vlan_pcp": 3},
+        {"arp_op": 1},
+    ):
         with pytest.raises(OFError) as ei:
             flow(pl, m, [out(2)])
         assert (ei.value.type, ei.value.code) == (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ)
@@ -152,17 +136,29 @@ def test_prerequisites_rejected() -> None:
 
 def test_goto_metadata_write_and_clear_actions() -> None:
     pl = Pipeline(ports=mkports())
-    flow(pl, {}, instructions=[
-        p.OFPInstructionActions(ofp.OFPIT_WRITE_ACTIONS, [out(2)]),
-        p.OFPInstructionWriteMetadata(0x50, 0xF0),
-        p.OFPInstructionGotoTable(1)])
-    flow(pl, {"metadata": (0x50, 0xF0)}, table=1, instructions=[
-        p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(4)]),
-        p.OFPInstructionGotoTable(2)])
+    flow(
+        pl,
+        {},
+        instructions=[
+            p.OFPInstructionActions(ofp.OFPIT_WRITE_ACTIONS, [out(2)]),
+            p.OFPInstructionWriteMetadata(0x50, 0xF0),
+            p.OFPInstructionGotoTable(1),
+        ],
+    )
+    flow(
+        pl,
+        {"metadata": (0x50, 0xF0)},
+        table=1,
+        instructions=[
+            p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(4)]),
+            p.OFPInstructionGotoTable(2),
+        ],
+    )
     flow(pl, {}, table=2, prio=0, instructions=[])
     assert ports_of(pl.process(1, udp(), 0)[0]) == [4, 2]
-    flow(pl, {}, table=2, prio=0, instructions=[
-        p.OFPInstructionActions(ofp.OFPIT_CLEAR_ACTIONS, [])])
+    flow(
+        pl, {}, table=2, prio=0, instructions=[p.OFPInstructionActions(ofp.OFPIT_CLEAR_ACTIONS, [])]
+    )
     assert ports_of(pl.process(1, udp(), 0)[0]) == [4]
     with pytest.raises(OFError) as ei:
         flow(pl, {}, table=2, instructions=[p.OFPInstructionGotoTable(1)])
@@ -171,11 +167,21 @@ def test_goto_metadata_write_and_clear_actions() -> None:
 
 def test_actions_rewrite_and_queue() -> None:
     pl = Pipeline(ports=mkports())
-    flow(pl, {}, [p.OFPActionSetField(eth_dst="00:00:00:00:00:aa"),
-                  p.OFPActionSetField(ip_ecn=3), p.OFPActionSetField(ip_dscp=26),
-                  p.OFPActionDecNwTtl(), p.OFPActionPushVlan(0x8100),
-                  p.OFPActionSetField(vlan_vid=0x1000 | 7), p.OFPActionSetField(vlan_pcp=3),
-                  p.OFPActionSetQueue(3), out(2)])
+    flow(
+        pl,
+        {},
+        [
+            p.OFPActionSetField(eth_dst="00:00:00:00:00:aa"),
+            p.OFPActionSetField(ip_ecn=3),
+            p.OFPActionSetField(ip_dscp=26),
+            p.OFPActionDecNwTtl(),
+            p.OFPActionPushVlan(0x8100),
+            p.OFPActionSetField(vlan_vid=0x1000 | 7),
+            p.OFPActionSetField(vlan_pcp=3),
+            p.OFPActionSetQueue(3),
+            out(2),
+        ],
+    )
     outs, _ = pl.process(1, udp(ttl=5), 0)
     [(port, f, q)] = outs
     e = Ether(f)
@@ -187,9 +193,14 @@ def test_actions_rewrite_and_queue() -> None:
     assert IP(bytes(e[IP])).chksum == chk
     # pop_vlan, and a later table sees the rewritten header.
     pl2 = Pipeline(ports=mkports())
-    flow(pl2, {}, instructions=[
-        p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionPopVlan()]),
-        p.OFPInstructionGotoTable(1)])
+    flow(
+        pl2,
+        {},
+        instructions=[
+            p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionPopVlan()]),
+            p.OFPInstructionGotoTable(1),
+        ],
+    )
     flow(pl2, {"vlan_vid": 0}, [out(3)], table=1)
     outs, _ = pl2.process(1, f, 0)
     assert ports_of(outs) == [3] and Dot1Q not in Ether(outs[0][1])
@@ -243,36 +254,80 @@ def test_modify_delete_strict_cookie_out_port() -> None:
     flow(pl, {}, [out(4)], prio=0, cookie=0x21)
     flow(pl, {"eth_type": 0x800}, [out(5)], cmd=ofp.OFPFC_MODIFY_STRICT, prio=10)
     assert pl.tables[0].entries[1].apply.ports == {5}
-    removed = flow(pl, {}, cmd=ofp.OFPFC_DELETE, cookie=0x20, cookie_mask=0xF0,
-                   table=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+    removed = flow(
+        pl,
+        {},
+        cmd=ofp.OFPFC_DELETE,
+        cookie=0x20,
+        cookie_mask=0xF0,
+        table=ofp.OFPTT_ALL,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+    )
     assert sorted(e.cookie for e in removed) == [0x21, 0x22]
     flow(pl, {"eth_type": 0x800}, [out(3)], prio=30)
-    removed = flow(pl, {"eth_type": 0x800}, cmd=ofp.OFPFC_DELETE, table=ofp.OFPTT_ALL,
-                   out_port=3, out_group=ofp.OFPG_ANY)
+    removed = flow(
+        pl,
+        {"eth_type": 0x800},
+        cmd=ofp.OFPFC_DELETE,
+        table=ofp.OFPTT_ALL,
+        out_port=3,
+        out_group=ofp.OFPG_ANY,
+    )
     assert [e.priority for e in removed] == [30]
-    assert flow(pl, {"eth_type": 0x800}, cmd=ofp.OFPFC_DELETE_STRICT, prio=11,
-                out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY) == []
-    assert len(flow(pl, {"eth_type": 0x800}, cmd=ofp.OFPFC_DELETE_STRICT, prio=10,
-                    out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)) == 1
+    assert (
+        flow(
+            pl,
+            {"eth_type": 0x800},
+            cmd=ofp.OFPFC_DELETE_STRICT,
+            prio=11,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+        )
+        == []
+    )
+    assert (
+        len(
+            flow(
+                pl,
+                {"eth_type": 0x800},
+                cmd=ofp.OFPFC_DELETE_STRICT,
+                prio=10,
+                out_port=ofp.OFPP_ANY,
+                out_group=ofp.OFPG_ANY,
+            )
+        )
+        == 1
+    )
 
 
 def test_check_overlap() -> None:
     pl = Pipeline(ports=mkports())
     flow(pl, {"eth_type": 0x800, "ipv4_dst": ("10.0.0.0", "255.0.0.0")}, [out(2)])
     with pytest.raises(OFError) as ei:
-        flow(pl, {"eth_type": 0x800, "ipv4_dst": "10.1.2.3"}, [out(2)],
-             flags=ofp.OFPFF_CHECK_OVERLAP)
+        flow(
+            pl, {"eth_type": 0x800, "ipv4_dst": "10.1.2.3"}, [out(2)], flags=ofp.OFPFF_CHECK_OVERLAP
+        )
     assert ei.value.code == ofp.OFPFMFC_OVERLAP
     flow(pl, {"eth_type": 0x800, "ipv4_dst": "11.1.2.3"}, [out(2)], flags=ofp.OFPFF_CHECK_OVERLAP)
 
 
 def test_timeouts_with_injected_time() -> None:
     pl = Pipeline(ports=mkports())
-    pl.flow_mod(p.OFPFlowMod(None, priority=2, match=p.OFPMatch(eth_type=0x800),
-                             idle_timeout=5, flags=ofp.OFPFF_SEND_FLOW_REM,
-                             instructions=[]), 0.0)
-    pl.flow_mod(p.OFPFlowMod(None, priority=1, match=p.OFPMatch(), hard_timeout=8,
-                             instructions=[]), 0.0)
+    pl.flow_mod(
+        p.OFPFlowMod(
+            None,
+            priority=2,
+            match=p.OFPMatch(eth_type=0x800),
+            idle_timeout=5,
+            flags=ofp.OFPFF_SEND_FLOW_REM,
+            instructions=[],
+        ),
+        0.0,
+    )
+    pl.flow_mod(
+        p.OFPFlowMod(None, priority=1, match=p.OFPMatch(), hard_timeout=8, instructions=[]), 0.0
+    )
     pl.process(1, udp(), 4.0)
     assert pl.expire(8.5)[0].removed_reason == ofp.OFPRR_HARD_TIMEOUT
     assert pl.expire(8.9) == []
@@ -298,14 +353,6 @@ def test_cache_invalidation_on_flow_add_and_liveness() -> None:
 
 
 # ----- groups ------------------------------------------------------------------------
-
-
-def select_pipeline(seed: int = 0, queue_bytes=None) -> tuple[Pipeline, dict]:
-    ports = mkports(5)
-    pl = Pipeline(seed=seed, ports=ports, queue_bytes=queue_bytes)
-    group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(i)], watch_port=i) for i in range(2, 6)])
-    flow(pl, {}, [p.OFPActionGroup(1)])
-    return pl, ports
 
 
 def spread(pl: Pipeline) -> dict[int, int]:
@@ -345,8 +392,12 @@ def test_select_skips_dead_buckets_and_weights() -> None:
 def test_fast_failover_and_indirect_and_all() -> None:
     ports = mkports()
     pl = Pipeline(ports=ports)
-    group(pl, 1, ofp.OFPGT_FF, [bucket([out(2)], 0, 2), bucket([out(3)], 0, 3),
-                                bucket([out(4)], 0, 4)])
+    group(
+        pl,
+        1,
+        ofp.OFPGT_FF,
+        [bucket([out(2)], 0, 2), bucket([out(3)], 0, 3), bucket([out(4)], 0, 4)],
+    )
     group(pl, 2, ofp.OFPGT_INDIRECT, [bucket([p.OFPActionGroup(1)], 0)])
     group(pl, 3, ofp.OFPGT_ALL, [bucket([out(5)], 0), bucket([p.OFPActionGroup(2)], 0)])
     flow(pl, {}, [p.OFPActionGroup(3)])
@@ -409,8 +460,13 @@ def test_packet_out_table_and_ports() -> None:
 
 def test_trace_gives_the_select_choice_process_makes_and_changes_nothing() -> None:
     pl, ports = select_pipeline(seed=7)
-    flow(pl, {"eth_type": 0x0800, "ipv4_dst": "10.0.0.9"},
-         [p.OFPActionSetField(eth_dst="02:00:00:00:00:09"), out(4)], prio=20, cookie=0x99)
+    flow(
+        pl,
+        {"eth_type": 0x0800, "ipv4_dst": "10.0.0.9"},
+        [p.OFPActionSetField(eth_dst="02:00:00:00:00:09"), out(4)],
+        prio=20,
+        cookie=0x99,
+    )
     before = (pl.groups[1].ctr.packets, pl.cache_misses, len(pl._cache))
     for sp in range(50):
         t = pl.trace(1, udp(sport=sp))
@@ -430,4 +486,9 @@ def test_trace_gives_the_select_choice_process_makes_and_changes_nothing() -> No
     pl.invalidate()
     assert {pl.trace(1, udp(sport=s))["outputs"][0][0] for s in range(100)} == {2, 3, 5}
     assert Pipeline(ports=mkports()).trace(1, udp()) == {
-        "entries": [], "outputs": [], "controller": 0, "flowlet": [], "dropped": "no match"}
+        "entries": [],
+        "outputs": [],
+        "controller": 0,
+        "flowlet": [],
+        "dropped": "no match",
+    }

@@ -33,16 +33,21 @@ def test_priority_0_leaves_the_policy_alone():
 @pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_RR needs CAP_SYS_NICE")
 def test_a_process_that_asks_runs_under_sched_rr():
     # In a child: the test process itself must not become real-time.
-    code = ("import os; from emu import realtime; print(realtime.apply(7)); "
-            "print(os.sched_getscheduler(0) == os.SCHED_RR, os.sched_getparam(0).sched_priority)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=30).stdout.splitlines()
+    code = (
+        "import os; from emu import realtime; print(realtime.apply(7)); "
+        "print(os.sched_getscheduler(0) == os.SCHED_RR, os.sched_getparam(0).sched_priority)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.splitlines()
     assert out == ["{'policy': 'rr', 'priority': 7}", "True 7"]
 
 
 def test_the_report_says_how_each_process_was_scheduled():
     assert realtime.describe({"policy": "rr", "priority": 10}) == "SCHED_RR 10"
     assert realtime.describe({"policy": "other"}) == "normal"
-    assert realtime.describe({"policy": "other", "asked": 10, "refused": "Operation not "
-                              "permitted"}) == "normal (real-time 10 refused: Operation not permitted)"
+    assert (
+        realtime.describe({"policy": "other", "asked": 10, "refused": "Operation not permitted"})
+        == "normal (real-time 10 refused: Operation not permitted)"
+    )
     assert realtime.describe(None) == "unknown"

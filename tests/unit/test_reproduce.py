@@ -18,51 +18,95 @@ from emu import cli, reproduce
 from emu.reproduce import Entry, Figure, RunRecord
 from emu.scenario import ScenarioError
 
-TOY = Entry("toy", "smoke", "toy scenario", figures=(
-    Figure("value", ("m", "v")),
-    Figure("value x 1000", ("m", "v"), scale=1e3),
-    Figure("missing", ("m", "nope")),
-))
+TOY = Entry(
+    "toy",
+    "smoke",
+    "toy scenario",
+    figures=(
+        Figure("value", ("m", "v")),
+        Figure("value x 1000", ("m", "v"), scale=1e3),
+        Figure("missing", ("m", "nope")),
+    ),
+)
 
 MACHINE = {"cores": 2, "cpu": "Test CPU 9000", "kernel": "6.1.0-test", "memory": "7.8 GiB"}
 
 
 def fidelity(faithful: bool) -> dict:
     stall = 13.9 if not faithful else 4.2
-    return {"faithful": faithful, "processes": 6, "frames": 48669, "worst": {
-        "on_time": {"where": "leaf4 port 1 (leaf4-eth1)", "value": 0.995, "limit": 0.99,
-                    "passed": True},
-        "stall": {"where": "leaf1 (switch)", "value": stall, "limit": 10.0,
-                  "passed": faithful},
-        "deficit": {"where": "leaf4 port 1 (leaf4-eth1)", "value": 0.0016, "limit": 0.01,
-                    "passed": True},
-        "kernel_drops": {"where": "spine1 port 1 (spine1-eth1)", "value": 0, "limit": 0,
-                         "passed": True}}}
+    return {
+        "faithful": faithful,
+        "processes": 6,
+        "frames": 48669,
+        "worst": {
+            "on_time": {
+                "where": "leaf4 port 1 (leaf4-eth1)",
+                "value": 0.995,
+                "limit": 0.99,
+                "passed": True,
+            },
+            "stall": {"where": "leaf1 (switch)", "value": stall, "limit": 10.0, "passed": faithful},
+            "deficit": {
+                "where": "leaf4 port 1 (leaf4-eth1)",
+                "value": 0.0016,
+                "limit": 0.01,
+                "passed": True,
+            },
+            "kernel_drops": {
+                "where": "spine1 port 1 (spine1-eth1)",
+                "value": 0,
+                "limit": 0,
+                "passed": True,
+            },
+        },
+    }
 
 
 def doc(value, faithful: bool = True, checks=(("network ok", True),), plots=()) -> dict:
     """A metrics.json as emu.scenario.write_results writes it."""
-    cs = [{"name": n, "passed": p, "value": 1, "expected": "1", "fidelity": False}
-          for n, p in checks]
-    cs.append({"name": "fidelity: stall", "passed": faithful, "value": "x", "expected": "y",
-               "fidelity": True})
-    return {"scenario": "smoke", "params": {}, "metrics": {"m": {"v": value},
-                                                           "fidelity": fidelity(faithful)},
-            "checks": cs, "events": [], "plots": list(plots),
-            "passed": all(c["passed"] for c in cs), "faithful": faithful}
+    cs = [
+        {"name": n, "passed": p, "value": 1, "expected": "1", "fidelity": False} for n, p in checks
+    ]
+    cs.append(
+        {
+            "name": "fidelity: stall",
+            "passed": faithful,
+            "value": "x",
+            "expected": "y",
+            "fidelity": True,
+        }
+    )
+    return {
+        "scenario": "smoke",
+        "params": {},
+        "metrics": {"m": {"v": value}, "fidelity": fidelity(faithful)},
+        "checks": cs,
+        "events": [],
+        "plots": list(plots),
+        "passed": all(c["passed"] for c in cs),
+        "faithful": faithful,
+    }
 
 
 def record(i: int, d: dict | None, code: int = 0) -> RunRecord:
-    return RunRecord(i, f"/nonexistent/run-{i}", code, d, 10.0 * i,
-                     "" if d is not None else "no metrics.json in /nonexistent")
+    return RunRecord(
+        i,
+        f"/nonexistent/run-{i}",
+        code,
+        d,
+        10.0 * i,
+        "" if d is not None else "no metrics.json in /nonexistent",
+    )
 
 
 # ----- reading figures ---------------------------------------------------------------------
 
 
 def test_lookup_follows_keys_indices_and_wildcards():
-    data = {"results": {"ring": [{"size": 1, "bw": 2.0}, {"size": 4, "bw": 3.0}]},
-            "measured_s": {"ring": {"1.5": 0.25}}}
+    data = {
+        "results": {"ring": [{"size": 1, "bw": 2.0}, {"size": 4, "bw": 3.0}]},
+        "measured_s": {"ring": {"1.5": 0.25}},
+    }
     assert reproduce.lookup(data, ("results", "ring", -1, "bw")) == 3.0
     assert reproduce.lookup(data, ("results", "ring", "*", "size")) == [1, 4]
     assert reproduce.lookup(data, ("results", "*", 0, "bw")) == [2.0]
@@ -73,28 +117,39 @@ def test_lookup_follows_keys_indices_and_wildcards():
     assert reproduce.lookup(data, ("results", "ring", "bw")) is None
 
 
-@pytest.mark.parametrize("fig, expected", [
-    (Figure("f", ("a",)), 2.0),
-    (Figure("f", ("a",), scale=1e3), 2000.0),
-    (Figure("f", ("lst",), "len"), 3.0),
-    (Figure("f", ("lst",), "sum"), 6.0),
-    (Figure("f", ("lst",), "mean"), 2.0),
-    (Figure("f", ("per",), "sum"), 5.0),          # a dict's values
-    (Figure("f", ("per",), "max"), 4.0),
-    (Figure("f", ("per",), "max_share"), 0.8),
-    (Figure("f", ("per",), "min_share"), 0.2),
-    (Figure("f", ("a",), "ratio", ("b",)), 0.5),
-    (Figure("f", ("a",), "add", ("b",)), 6.0),
-    (Figure("f", ("a",), "ratio", ("zero",)), None),  # no division by zero, no number
-    (Figure("f", ("none",)), None),                  # detected_after_s is None when off
-    (Figure("f", ("flag",)), None),                  # a bool is not a figure
-    (Figure("f", ("text",)), None),
-    (Figure("f", ("text",), "sum"), None),           # wrong shape: no number, no error
-    (Figure("f", ("a",), "ratio", ("nope",)), None),
-])
+@pytest.mark.parametrize(
+    "fig, expected",
+    [
+        (Figure("f", ("a",)), 2.0),
+        (Figure("f", ("a",), scale=1e3), 2000.0),
+        (Figure("f", ("lst",), "len"), 3.0),
+        (Figure("f", ("lst",), "sum"), 6.0),
+        (Figure("f", ("lst",), "mean"), 2.0),
+        (Figure("f", ("per",), "sum"), 5.0),  # a dict's values
+        (Figure("f", ("per",), "max"), 4.0),
+        (Figure("f", ("per",), "max_share"), 0.8),
+        (Figure("f", ("per",), "min_share"), 0.2),
+        (Figure("f", ("a",), "ratio", ("b",)), 0.5),
+        (Figure("f", ("a",), "add", ("b",)), 6.0),
+        (Figure("f", ("a",), "ratio", ("zero",)), None),  # no division by zero, no number
+        (Figure("f", ("none",)), None),  # detected_after_s is None when off
+        (Figure("f", ("flag",)), None),  # a bool is not a figure
+        (Figure("f", ("text",)), None),
+        (Figure("f", ("text",), "sum"), None),  # wrong shape: no number, no error
+        (Figure("f", ("a",), "ratio", ("nope",)), None),
+    ],
+)
 def test_extract_applies_the_figures_operation(fig, expected):
-    metrics = {"a": 2, "b": 4, "zero": 0, "lst": [1, 2, 3], "per": {"x": 1, "y": 4},
-               "none": None, "flag": True, "text": "leaf1"}
+    metrics = {
+        "a": 2,
+        "b": 4,
+        "zero": 0,
+        "lst": [1, 2, 3],
+        "per": {"x": 1, "y": 4},
+        "none": None,
+        "flag": True,
+        "text": "leaf1",
+    }
     assert reproduce.extract(metrics, fig) == expected
 
 
@@ -109,13 +164,15 @@ def test_a_figure_with_an_unknown_op_or_missing_operand_is_refused():
 
 def test_the_table_reads_a_real_smoke_metrics_shape():
     smoke = next(e for e in reproduce.ENTRIES if e.id == "smoke")
-    metrics = {"converge_s": 3.8, "fabric": {"rate_bps": 20_000_000},
-               "tcp": {"goodput_bps": 19e6, "wire_bps": 19.9e6, "peak_window_bps": 20e6,
-                       "retransmits": 0},
-               "ecmp": {"bytes_per_top_switch": {"spine1": 3, "spine2": 1}},
-               "link_failure": {"outage_s": {"h1": 0.04, "h2": 0.0}},
-               "controller_reaction_s": 0.061,
-               "ping": {"all-pairs ping": {"pairs": 12, "loss_pct": 0.0}}}
+    metrics = {
+        "converge_s": 3.8,
+        "fabric": {"rate_bps": 20_000_000},
+        "tcp": {"goodput_bps": 19e6, "wire_bps": 19.9e6, "peak_window_bps": 20e6, "retransmits": 0},
+        "ecmp": {"bytes_per_top_switch": {"spine1": 3, "spine2": 1}},
+        "link_failure": {"outage_s": {"h1": 0.04, "h2": 0.0}},
+        "controller_reaction_s": 0.061,
+        "ping": {"all-pairs ping": {"pairs": 12, "loss_pct": 0.0}},
+    }
     got = {f.label: reproduce.extract(metrics, f) for f in smoke.figures}
     assert got["TCP on the wire / link rate"] == pytest.approx(0.995)
     assert got["ECMP: largest top-tier switch's share"] == 0.75
@@ -131,8 +188,17 @@ def test_entries_are_unique_and_cover_every_scenario_the_readme_quotes():
     ids = [e.id for e in reproduce.ENTRIES]
     assert len(ids) == len(set(ids))
     assert {e.scenario for e in reproduce.ENTRIES} == {
-        "smoke", "incast", "pause-storm", "mixed-traffic", "ecn-thresholds", "failover",
-        "link-flap", "sharp-allreduce", "straggler", "ecmp-vs-adaptive"}
+        "smoke",
+        "incast",
+        "pause-storm",
+        "mixed-traffic",
+        "ecn-thresholds",
+        "failover",
+        "link-flap",
+        "sharp-allreduce",
+        "straggler",
+        "ecmp-vs-adaptive",
+    }
     for e in reproduce.ENTRIES:
         labels = [f.label for f in e.figures]
         assert labels and len(labels) == len(set(labels)), e.id
@@ -151,11 +217,16 @@ def test_every_configuration_parses_against_its_scenario(quick):
 
 
 def test_min_median_max_over_faithful_runs_only():
-    runs = [record(1, doc(3.0)), record(2, doc(1000.0, faithful=False), code=3),
-            record(3, doc(1.0)), record(4, None, code=1), record(5, doc(2.0))]
+    runs = [
+        record(1, doc(3.0)),
+        record(2, doc(1000.0, faithful=False), code=3),
+        record(3, doc(1.0)),
+        record(4, None, code=1),
+        record(5, doc(2.0)),
+    ]
     s = reproduce.summarise(TOY, (), runs)
     value, scaled, missing = s.figures
-    assert value.values == [3.0, 1.0, 2.0]          # 1000 (unfaithful) left out
+    assert value.values == [3.0, 1.0, 2.0]  # 1000 (unfaithful) left out
     assert value.left_out == [(2, 1000.0)]
     assert (value.min, value.median, value.max) == (1.0, 2.0, 3.0)
     assert value.faithful_runs == 3
@@ -170,21 +241,27 @@ def test_median_of_an_even_number_of_runs():
 
 
 def test_check_pass_counts_over_all_runs_and_over_faithful_runs():
-    runs = [record(1, doc(1, checks=(("a", True), ("b", True)))),
-            record(2, doc(1, checks=(("a", True), ("b", False)))),
-            record(3, doc(1, faithful=False, checks=(("a", False),))),   # b absent
-            record(4, None)]                                             # not counted
+    runs = [
+        record(1, doc(1, checks=(("a", True), ("b", True)))),
+        record(2, doc(1, checks=(("a", True), ("b", False)))),
+        record(3, doc(1, faithful=False, checks=(("a", False),))),  # b absent
+        record(4, None),
+    ]  # not counted
     counts = {c.name: c for c in reproduce.count_checks(runs)}
     a, b, fid = counts["a"], counts["b"], counts["fidelity: stall"]
     assert (a.passed, a.runs, a.passed_faithful, a.runs_faithful) == (2, 3, 2, 2)
     assert (b.passed, b.runs, b.absent, b.passed_faithful) == (1, 3, 1, 1)
     assert (fid.passed, fid.runs, fid.fidelity) == (2, 3, True)
-    assert list(counts) == ["a", "b", "fidelity: stall"]   # first-seen order
+    assert list(counts) == ["a", "b", "fidelity: stall"]  # first-seen order
 
 
 def test_plots_come_from_the_last_faithful_run_with_plots():
-    runs = [record(1, doc(1, plots=["smoke.png"])), record(2, doc(1, plots=["smoke.png"])),
-            record(3, doc(1, faithful=False, plots=["smoke.png"])), record(4, doc(1))]
+    runs = [
+        record(1, doc(1, plots=["smoke.png"])),
+        record(2, doc(1, plots=["smoke.png"])),
+        record(3, doc(1, faithful=False, plots=["smoke.png"])),
+        record(4, doc(1)),
+    ]
     assert reproduce.choose_plot_run(runs).index == 2
     only_bad = [record(1, doc(1, faithful=False, plots=["smoke.png"]))]
     assert reproduce.choose_plot_run(only_bad).index == 1
@@ -208,9 +285,15 @@ def test_overall_verdict():
 def render(runs, dirty=True, quick=False) -> str:
     s = reproduce.summarise(TOY, ("hosts_per_leaf=1",), runs)
     s.plots.append("toy.png")
-    info = {"commit": "1f4841b", "dirty": dirty, "machine": MACHINE,
-            "date": "2025-01-02 03:04 UTC", "command": "emu reproduce --runs 3 --out o --doc d",
-            "runs": len(runs), "quick": quick}
+    info = {
+        "commit": "1f4841b",
+        "dirty": dirty,
+        "machine": MACHINE,
+        "date": "2025-01-02 03:04 UTC",
+        "command": "emu reproduce --runs 3 --out o --doc d",
+        "runs": len(runs),
+        "quick": quick,
+    }
     return reproduce.render_markdown(info, [s], "results")
 
 
@@ -225,8 +308,14 @@ def test_markdown_names_commit_machine_date_and_command():
 
 
 def test_markdown_marks_unfaithful_runs_and_leaves_their_figures_out():
-    md = render([record(1, doc(1.0)), record(2, doc(50.0, faithful=False), code=3),
-                 record(3, doc(3.0, plots=["smoke.png"])), record(4, None, code=1)])
+    md = render(
+        [
+            record(1, doc(1.0)),
+            record(2, doc(50.0, faithful=False), code=3),
+            record(3, doc(3.0, plots=["smoke.png"])),
+            record(4, None, code=1),
+        ]
+    )
     assert "`emu run smoke --set hosts_per_leaf=1`: 4 run(s), 2 faithful." in md
     assert "Left out of the figures (unfaithful, or no metrics.json): run 2, run 4." in md
     assert "| value | 1 | 2 | 3 | 2/2 | run 2: 50 |" in md
@@ -246,8 +335,14 @@ def test_markdown_marks_unfaithful_runs_and_leaves_their_figures_out():
 
 
 def test_numbers_are_formatted_for_reading():
-    assert [reproduce.fmt(v) for v in (None, 3.0, 0.99524, 19.04, 1144.3, 0.0016)] == \
-        ["—", "3", "0.995", "19", "1144", "0.0016"]
+    assert [reproduce.fmt(v) for v in (None, 3.0, 0.99524, 19.04, 1144.3, 0.0016)] == [
+        "—",
+        "3",
+        "0.995",
+        "19",
+        "1144",
+        "0.0016",
+    ]
 
 
 # ----- the plan and bad input ----------------------------------------------------------------------
@@ -259,27 +354,35 @@ def test_only_selects_a_scenarios_configurations_or_one_of_them():
     plan = reproduce.make_plan("smoke-fat-tree, incast", 5, False)
     assert [e.id for e in plan.entries] == ["smoke-fat-tree", "incast"] and plan.runs == 5
     quick = reproduce.make_plan("smoke", None, True)
-    assert quick.runs == 1 and quick.overrides(quick.entries[0]) == ("hosts_per_leaf=1",
-                                                                     "iperf_s=4")
+    assert quick.runs == 1 and quick.overrides(quick.entries[0]) == (
+        "hosts_per_leaf=1",
+        "iperf_s=4",
+    )
     assert len(reproduce.make_plan(None, None, False).entries) == len(reproduce.ENTRIES)
 
 
-@pytest.mark.parametrize("only, runs, message", [
-    ("nope", None, "--only nope: not a scenario the README quotes; choose from .*smoke"),
-    ("smoke,nope,worse", None, "--only nope,worse:"),
-    (",", None, "--only ',': expected NAME"),
-    (None, 0, "--runs 0: must be at least 1"),
-    (None, -2, "--runs -2: must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "only, runs, message",
+    [
+        ("nope", None, "--only nope: not a scenario the README quotes; choose from .*smoke"),
+        ("smoke,nope,worse", None, "--only nope,worse:"),
+        (",", None, "--only ',': expected NAME"),
+        (None, 0, "--runs 0: must be at least 1"),
+        (None, -2, "--runs -2: must be at least 1"),
+    ],
+)
 def test_bad_plan_is_a_scenario_error_that_names_the_value(only, runs, message):
     with pytest.raises(ScenarioError, match=message):
         reproduce.make_plan(only, runs, False)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--only", "nope"], "emu: --only nope: not a scenario the README quotes"),
-    (["--runs", "0"], "emu: --runs 0: must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--only", "nope"], "emu: --only nope: not a scenario the README quotes"),
+        (["--runs", "0"], "emu: --runs 0: must be at least 1"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, monkeypatch):
     # main() installs TERM/HUP handlers for a fabric's teardown: not in pytest's process.
     monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
@@ -289,32 +392,60 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, monkeypatch
 
 
 def test_cli_bad_input_as_a_user_runs_it_has_no_traceback(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "emu.cli", "reproduce", "--only", "nope",
-                          "--doc", str(tmp_path / "r.md")], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "emu.cli",
+            "reproduce",
+            "--only",
+            "nope",
+            "--doc",
+            str(tmp_path / "r.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "--only nope" in res.stderr and not (tmp_path / "r.md").exists()
 
 
 def test_command_line_is_explicit(monkeypatch):
-    monkeypatch.delenv("EMU_RT_PRIORITY", raising=False)   # the default priority, spelled out
-    assert reproduce.command_line("smoke", None, True, "/tmp/rp", "/tmp/r.md") == \
-        "EMU_RT_PRIORITY=10 emu reproduce --quick --only smoke --out /tmp/rp --doc /tmp/r.md"
+    monkeypatch.delenv("EMU_RT_PRIORITY", raising=False)  # the default priority, spelled out
+    assert (
+        reproduce.command_line("smoke", None, True, "/tmp/rp", "/tmp/r.md")
+        == "EMU_RT_PRIORITY=10 emu reproduce --quick --only smoke --out /tmp/rp --doc /tmp/r.md"
+    )
     monkeypatch.setenv("EMU_RT_PRIORITY", "0")
-    assert reproduce.command_line(None, 5, False, "results/reproduce", "docs/results.md") == \
-        "EMU_RT_PRIORITY=0 emu reproduce --runs 5 --out results/reproduce --doc docs/results.md"
+    assert (
+        reproduce.command_line(None, 5, False, "results/reproduce", "docs/results.md")
+        == "EMU_RT_PRIORITY=0 emu reproduce --runs 5 --out results/reproduce --doc docs/results.md"
+    )
 
 
 def test_command_line_and_doc_carry_the_scheduling_asked_for(monkeypatch):
     monkeypatch.setenv("EMU_RT_PRIORITY", "10")
-    assert reproduce.command_line(None, 3, False, "o", "d") == \
-        "EMU_RT_PRIORITY=10 emu reproduce --runs 3 --out o --doc d"
+    assert (
+        reproduce.command_line(None, 3, False, "o", "d")
+        == "EMU_RT_PRIORITY=10 emu reproduce --runs 3 --out o --doc d"
+    )
     assert reproduce.scheduling_info().startswith("SCHED_RR 10 asked")
     s = reproduce.summarise(TOY, ("hosts_per_leaf=1",), [record(1, doc(1.0))])
-    info = {"commit": "1f4841b", "dirty": False, "machine": MACHINE, "date": "d",
-            "command": "c", "runs": 1, "quick": False, "scheduling": reproduce.scheduling_info()}
-    assert "- scheduling of switches and NIC agents: SCHED_RR 10 asked" in \
-        reproduce.render_markdown(info, [s], "results")
+    info = {
+        "commit": "1f4841b",
+        "dirty": False,
+        "machine": MACHINE,
+        "date": "d",
+        "command": "c",
+        "runs": 1,
+        "quick": False,
+        "scheduling": reproduce.scheduling_info(),
+    }
+    assert (
+        "- scheduling of switches and NIC agents: SCHED_RR 10 asked"
+        in reproduce.render_markdown(info, [s], "results")
+    )
     monkeypatch.setenv("EMU_RT_PRIORITY", "0")
     assert reproduce.scheduling_info().startswith("normal")
 
@@ -337,14 +468,22 @@ FAKE_RUN = textwrap.dedent("""
 
 def fake_argv(out_dir, code=0, faithful=True, value=1.0):
     d = doc(value, faithful=faithful, plots=["smoke.png"])
-    return [sys.executable, "-c", FAKE_RUN, str(out_dir), str(code), "1" if faithful else "0",
-            json.dumps(d)]
+    return [
+        sys.executable,
+        "-c",
+        FAKE_RUN,
+        str(out_dir),
+        str(code),
+        "1" if faithful else "0",
+        json.dumps(d),
+    ]
 
 
 def test_run_once_reads_the_metrics_of_a_run_that_exits_non_zero(tmp_path):
     out = tmp_path / "run-1"
-    rec = reproduce.run_once(fake_argv(out, code=3, faithful=False), out, tmp_path / "run-1.log",
-                             60, 1)
+    rec = reproduce.run_once(
+        fake_argv(out, code=3, faithful=False), out, tmp_path / "run-1.log", 60, 1
+    )
     assert rec.exit_code == 3 and rec.doc is not None and not rec.faithful and rec.note == ""
     assert "report of" in (tmp_path / "run-1.log").read_text()
 
@@ -353,18 +492,24 @@ def test_run_once_never_reads_a_previous_metrics_json(tmp_path):
     out = tmp_path / "run-1"
     out.mkdir()
     (out / "metrics.json").write_text(json.dumps(doc(1.0)))
-    rec = reproduce.run_once([sys.executable, "-c", "import sys; sys.exit(1)"], out,
-                             tmp_path / "run-1.log", 60, 1)
+    rec = reproduce.run_once(
+        [sys.executable, "-c", "import sys; sys.exit(1)"], out, tmp_path / "run-1.log", 60, 1
+    )
     assert rec.exit_code == 1 and rec.doc is None and "no metrics.json" in rec.note
 
 
 def test_run_once_stops_a_run_past_its_timeout(tmp_path):
     killed = []
-    rec = reproduce.run_once([sys.executable, "-c", "import time; time.sleep(120)"],
-                             tmp_path / "run-1", tmp_path / "run-1.log", 0.5, 1,
-                             after_kill=lambda: killed.append(True))
+    rec = reproduce.run_once(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        tmp_path / "run-1",
+        tmp_path / "run-1.log",
+        0.5,
+        1,
+        after_kill=lambda: killed.append(True),
+    )
     assert rec.exit_code is None and "timed out after 0.5 s" in rec.note
-    assert rec.seconds < 30 and killed == []   # SIGTERM sufficed: nothing to clean
+    assert rec.seconds < 30 and killed == []  # SIGTERM sufficed: nothing to clean
 
 
 def test_reproduce_writes_the_doc_and_copies_the_plots(tmp_path, monkeypatch):
@@ -378,15 +523,18 @@ def test_reproduce_writes_the_doc_and_copies_the_plots(tmp_path, monkeypatch):
     plan = reproduce.Plan((TOY,), 3, False)
     said = []
     doc_path = tmp_path / "docs" / "results.md"
-    summaries = reproduce.reproduce(plan, str(tmp_path / "out"), str(doc_path), "emu reproduce",
-                                    say=said.append)
+    summaries = reproduce.reproduce(
+        plan, str(tmp_path / "out"), str(doc_path), "emu reproduce", say=said.append
+    )
     (s,) = summaries
     assert [r.exit_code for r in s.runs] == [0, 3, 0]
-    assert s.figures[0].values == [1.0, 3.0]         # run 2 left out
+    assert s.figures[0].values == [1.0, 3.0]  # run 2 left out
     assert s.plot_run.index == 3 and s.plots == ["toy.png"]
     assert (tmp_path / "docs" / "results" / "toy.png").read_bytes() == b"\x89PNG fake"
     md = doc_path.read_text()
-    assert "| value | 1 | 2 | 3 | 2/2 | run 2: 2 |" in md and "![toy: toy.png](results/toy.png)" in md
+    assert (
+        "| value | 1 | 2 | 3 | 2/2 | run 2: 2 |" in md and "![toy: toy.png](results/toy.png)" in md
+    )
     assert "Plots (run 3):" in md
     assert any("[2/3] toy run 2/3" in line for line in said)
     assert any("NOT faithful" in line for line in said)
@@ -398,8 +546,16 @@ def test_reproduce_writes_the_doc_and_copies_the_plots(tmp_path, monkeypatch):
 
 def toy_results(runs) -> str:
     s = reproduce.summarise(TOY, ("hosts_per_leaf=1",), runs)
-    info = {"commit": "1f4841b", "dirty": False, "machine": MACHINE, "date": "d",
-            "command": "c", "runs": len(runs), "quick": False, "scheduling": "normal"}
+    info = {
+        "commit": "1f4841b",
+        "dirty": False,
+        "machine": MACHINE,
+        "date": "d",
+        "command": "c",
+        "runs": len(runs),
+        "quick": False,
+        "scheduling": "normal",
+    }
     return reproduce.render_markdown(info, [s], "results")
 
 
@@ -416,19 +572,26 @@ def test_results_are_read_back_as_render_markdown_wrote_them():
 def test_readme_block_is_rewritten_from_results_and_a_stale_one_is_named(monkeypatch):
     monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
     text = toy_results([record(1, doc(2.0)), record(2, doc(4.0))])
-    readme = ("# emu\n\n<!-- reproduced:toy -->\nold numbers\n<!-- /reproduced -->\n\n"
-              "<!-- reproduced:nope -->\nx\n<!-- /reproduced -->\n")
+    readme = (
+        "# emu\n\n<!-- reproduced:toy -->\nold numbers\n<!-- /reproduced -->\n\n"
+        "<!-- reproduced:nope -->\nx\n<!-- /reproduced -->\n"
+    )
     problems = reproduce.readme_problems(readme, text)
-    assert "block reproduced:toy differs from docs/results.md (run emu reproduce " \
-           "--update-readme)" in problems
+    assert (
+        "block reproduced:toy differs from docs/results.md (run emu reproduce "
+        "--update-readme)" in problems
+    )
     assert "block reproduced:nope: no such configuration" in problems
     fresh, unknown = reproduce.update_readme(readme, text)
     assert unknown == ["nope"]
-    assert "Reproduced at `1f4841b` by `emu reproduce`: 2 runs, 2 faithful, every check " \
-           "passed in 2." in fresh
+    assert (
+        "Reproduced at `1f4841b` by `emu reproduce`: 2 runs, 2 faithful, every check "
+        "passed in 2." in fresh
+    )
     assert "| value | 3 | 2 .. 4 | 2/2 |" in fresh and "old numbers" not in fresh
-    assert reproduce.readme_problems(fresh, text) == ["block reproduced:nope: no such "
-                                                      "configuration"]
+    assert reproduce.readme_problems(fresh, text) == [
+        "block reproduced:nope: no such configuration"
+    ]
 
 
 def test_readme_block_without_a_faithful_run_quotes_nothing(monkeypatch):
@@ -465,6 +628,8 @@ def test_cli_update_readme_copies_the_figures_and_runs_nothing(tmp_path, monkeyp
     readme.write_text("<!-- reproduced:nope -->\n<!-- /reproduced -->\n")
     assert cli.main(argv) == 2
     assert "unknown configurations: nope" in capsys.readouterr().err
-    assert cli.main(["reproduce", "--update-readme", str(tmp_path / "none.md"),
-                     "--doc", str(results)]) == 2
+    assert (
+        cli.main(["reproduce", "--update-readme", str(tmp_path / "none.md"), "--doc", str(results)])
+        == 2
+    )
     assert "--update-readme:" in capsys.readouterr().err

@@ -16,6 +16,8 @@ import emu.host.ring
 from emu.host.data import expected_sum, rank_input
 from emu.host.ring import RingAllReduce
 
+from .fakes import numpy_sum
+
 
 @pytest.mark.parametrize("module", [emu.host.ring, emu.host.data])
 def test_doctests_pass(module):
@@ -44,22 +46,18 @@ def run_ring(arrays, slice_bytes, seed=0):
     return ring, sent
 
 
-def numpy_sum(arrays):
-    stack = np.stack(arrays)
-    if stack.dtype == np.int32:
-        return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
-    return stack.astype(np.float64).sum(axis=0)
-
-
 @pytest.mark.parametrize("n", [2, 3, 4, 8, 16])
 @pytest.mark.parametrize("dtype", ["int32", "float32"])
-@pytest.mark.parametrize("count,slice_bytes", [
-    (4096, 1024),      # divisible by every n, several slices per chunk
-    (10_007, 2048),    # a prime: uneven chunks, uneven slices
-    (333, 64 * 1024),  # one slice per chunk
-    (5, 4),            # tiny: chunks and slices of 0 or 1 element
-    (1, 1024),         # a single element: every chunk but one is empty
-])
+@pytest.mark.parametrize(
+    "count,slice_bytes",
+    [
+        (4096, 1024),  # divisible by every n, several slices per chunk
+        (10_007, 2048),  # a prime: uneven chunks, uneven slices
+        (333, 64 * 1024),  # one slice per chunk
+        (5, 4),  # tiny: chunks and slices of 0 or 1 element
+        (1, 1024),  # a single element: every chunk but one is empty
+    ],
+)
 def test_ring_equals_numpy_sum(n, dtype, count, slice_bytes):
     arrays = [rank_input(11, r, count, dtype) for r in range(n)]
     before = [a.copy() for a in arrays]
@@ -72,7 +70,7 @@ def test_ring_equals_numpy_sum(n, dtype, count, slice_bytes):
             assert res.dtype == np.int32 and np.array_equal(res, want)
     else:
         # n-1 float32 additions per element: |error| <= gamma_{n-1} * sum|x| (Higham 4.4).
-        k = (n - 1) * 2.0 ** -24
+        k = (n - 1) * 2.0**-24
         bound = np.abs(np.stack(arrays)).astype(np.float64).sum(axis=0) * k / (1 - k)
         for res in results:
             assert res.dtype == np.float32
@@ -88,8 +86,9 @@ def test_ring_equals_numpy_sum(n, dtype, count, slice_bytes):
         assert len(sent[r]) == 2 * (n - 1) * nslices
         assert max(len(m) for m in sent[r]) <= slice_bytes
         chunks = [(r - k) % n for k in range(2 * (n - 1))]
-        want_bytes = sum(ring[r].chunk_bounds(c)[1] - ring[r].chunk_bounds(c)[0]
-                         for c in chunks) * itemsize
+        want_bytes = (
+            sum(ring[r].chunk_bounds(c)[1] - ring[r].chunk_bounds(c)[0] for c in chunks) * itemsize
+        )
         assert sum(len(m) for m in sent[r]) == want_bytes
         if count % n == 0:
             assert want_bytes == 2 * (n - 1) * count // n * itemsize
@@ -116,15 +115,18 @@ def test_first_step_sends_own_chunk_in_slices():
     assert b"".join(msgs) == x[10:20].tobytes() and all(len(m) <= 16 for m in msgs)
 
 
-@pytest.mark.parametrize("args,match", [
-    (dict(rank=4, nranks=4, data=np.zeros(4, np.int32)), "rank=4"),
-    (dict(rank=0, nranks=0, data=np.zeros(4, np.int32)), "nranks=0"),
-    (dict(rank=0, nranks=2, data=np.zeros((2, 2), np.int32)), "1-D"),
-    (dict(rank=0, nranks=2, data=[1, 2]), "1-D numpy array"),
-    (dict(rank=0, nranks=2, data=np.zeros(4, np.float64)), "dtype="),
-    (dict(rank=0, nranks=2, data=np.zeros(4, np.int64)), "dtype="),
-    (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), slice_bytes=2), "slice_bytes=2"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (dict(rank=4, nranks=4, data=np.zeros(4, np.int32)), "rank=4"),
+        (dict(rank=0, nranks=0, data=np.zeros(4, np.int32)), "nranks=0"),
+        (dict(rank=0, nranks=2, data=np.zeros((2, 2), np.int32)), "1-D"),
+        (dict(rank=0, nranks=2, data=[1, 2]), "1-D numpy array"),
+        (dict(rank=0, nranks=2, data=np.zeros(4, np.float64)), "dtype="),
+        (dict(rank=0, nranks=2, data=np.zeros(4, np.int64)), "dtype="),
+        (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), slice_bytes=2), "slice_bytes=2"),
+    ],
+)
 def test_ring_rejects_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):
         RingAllReduce(**args)
@@ -151,7 +153,7 @@ def test_expected_sum_counts_wrong_elements():
     exp = expected_sum(3, n, count, "float32")
     assert exp.wrong(ring[0].result) == 0
     bad = ring[0].result.copy()
-    bad[[5, 500]] += np.float32(1e-3)   # far beyond n * 2**-24 * 4
+    bad[[5, 500]] += np.float32(1e-3)  # far beyond n * 2**-24 * 4
     bad[7] = np.nan
     assert exp.wrong(bad) == 3
     ints = expected_sum(3, n, count, "int32")

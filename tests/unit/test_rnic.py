@@ -4,44 +4,9 @@ import pytest
 
 from emu import fidelity
 from emu.fidelity import early_departure_s
-from emu.host.rnic import NicConfig, Rnic
 from emu.proto import pfc, roce
-from emu.switch.parse import set_ip_ecn
 
-RATE = 20_000_000
-A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
-B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
-
-
-def pair(**kw):
-    a, b = Rnic(NicConfig(rate_bps=RATE, **A, **kw)), Rnic(NicConfig(rate_bps=RATE, **B, **kw))
-    a.connect(1, 7, B["mac"], B["ip"], 49152, 0.0)
-    b.connect(7, 1, A["mac"], A["ip"], 49153, 0.0)
-    return a, b
-
-
-def run(a, b, until, drop=lambda i, f: False, mark=lambda i, f: False,
-        repeat=lambda i, f: False, step=1e-4):
-    """Move frames a->b (and replies b->a) until `until`; returns frames a sent.
-
-    The i-th frame a sends is lost (`drop`), CE-marked (`mark`) or delivered twice (`repeat`).
-    """
-    now, sent = 0.0, 0
-    while now < until:
-        for f in b.tick(now):
-            a.receive(f, now)
-        frame = a.next_frame(now)
-        while frame is not None:
-            sent += 1
-            if not drop(sent, frame):
-                if mark(sent, frame):
-                    frame = set_ip_ecn(frame, roce.ECN_CE)
-                for _ in range(2 if repeat(sent, frame) else 1):
-                    for reply in b.receive(frame, now):
-                        a.receive(reply, now)
-            frame = a.next_frame(now)
-        now += step
-    return sent
+from .fakes import RATE, B, pair, run
 
 
 def test_message_completes_and_is_paced_at_link_rate():
@@ -62,7 +27,7 @@ def test_frame_due_within_a_quarter_frame_leaves_early_on_the_wires_clock(monkey
     a.post_send(1, 3 * 1024, 0.0)
     first = a.next_frame(0.0)
     assert first is not None
-    due = a.free_at                               # the second frame's slot
+    due = a.free_at  # the second frame's slot
     early = early_departure_s(RATE)
     assert a.next_frame(due - 1.5 * early) is None
     second = a.next_frame(due - 0.5 * early)
@@ -117,7 +82,7 @@ def test_slow_receiver_sends_pause_and_releases_it():
     a.receive = spy
     run(a, b, 1.0)
     assert 0xFFFF in paused_seen and 0 in paused_seen  # XOFF, then XON as it drains
-    assert b.rx_overflow == 0                          # PAUSE kept the buffer from overflowing
+    assert b.rx_overflow == 0  # PAUSE kept the buffer from overflowing
 
 
 def test_stuck_nic_pauses_continuously():
@@ -163,8 +128,11 @@ def test_rdma_write_carries_reth_on_its_first_packet_and_completes():
                 a.receive(reply, now)
             f = a.next_frame(now)
         now += 1e-4
-    assert [f.opcode for f in frames] == [roce.RDMA_WRITE_FIRST, roce.RDMA_WRITE_MIDDLE,
-                                          roce.RDMA_WRITE_LAST]
+    assert [f.opcode for f in frames] == [
+        roce.RDMA_WRITE_FIRST,
+        roce.RDMA_WRITE_MIDDLE,
+        roce.RDMA_WRITE_LAST,
+    ]
     assert frames[0].reth == (0x1000, 0x42, 3000) and frames[1].reth is None
     assert b.recv_qps[7].messages_received == 1 and b.recv_qps[7].rx_bytes == 3000
     assert len(a.send_qps[1].completed) == 1

@@ -112,11 +112,14 @@ def test_cnp_is_rocev2_cnp(tmpl):
 def test_same_bytes_as_scapy_builds(tmpl):
     """A whole frame from Scapy's layers (ICRC by Scapy) equals the template's."""
     frame = tmpl.frame(roce.RDMA_WRITE_ONLY, 99, 64, ack_req=True, reth=(5, 6, 64))
-    pkt = (Ether(src=SRC_MAC, dst=DST_MAC)
-           / IP(src="10.0.0.1", dst="10.0.0.2", tos=26 << 2 | 2, flags="DF", id=0)
-           / UDP(sport=49152, dport=4791, chksum=0)
-           / BTH(opcode=roce.RDMA_WRITE_ONLY, dqpn=0x123, psn=99, ackreq=1)
-           / RETH(va=5, rkey=6, dma_len=64) / Raw(bytes(range(64))))
+    pkt = (
+        Ether(src=SRC_MAC, dst=DST_MAC)
+        / IP(src="10.0.0.1", dst="10.0.0.2", tos=26 << 2 | 2, flags="DF", id=0)
+        / UDP(sport=49152, dport=4791, chksum=0)
+        / BTH(opcode=roce.RDMA_WRITE_ONLY, dqpn=0x123, psn=99, ackreq=1)
+        / RETH(va=5, rkey=6, dma_len=64)
+        / Raw(bytes(range(64)))
+    )
     assert bytes(pkt) == frame
 
 
@@ -126,18 +129,40 @@ def test_parse_round_trip(tmpl):
         pkt = Ether(frame)
         assert info.ok is True
         assert (info.opcode, info.psn, info.dest_qp, info.ack_req) == (
-            pkt[BTH].opcode, pkt[BTH].psn, 0x123, bool(pkt[BTH].ackreq))
+            pkt[BTH].opcode,
+            pkt[BTH].psn,
+            0x123,
+            bool(pkt[BTH].ackreq),
+        )
         assert (info.src_mac, info.dst_mac, info.src_ip, info.dst_ip, info.udp_sport) == (
-            SRC_MAC, DST_MAC, "10.0.0.1", "10.0.0.2", 49152)
+            SRC_MAC,
+            DST_MAC,
+            "10.0.0.1",
+            "10.0.0.2",
+            49152,
+        )
         assert (info.dscp, info.ecn, info.syndrome, info.becn) == (26, 2, None, False)
     info = roce.parse(tmpl.frame(roce.RDMA_WRITE_FIRST, 1, 100, reth=(7, 8, 300)))
     assert info.reth == (7, 8, 300) and info.payload_len == 100 and info.ok is None
     ack = roce.parse(tmpl.ack_frame(0xFFFFFF, 0x10203, roce.AETH_NAK_PSN_SEQ_ERROR), True)
     assert (ack.opcode, ack.psn, ack.syndrome, ack.msn, ack.payload_len, ack.ok) == (
-        0x11, 0xFFFFFF, 0x60, 0x10203, 0, True)
+        0x11,
+        0xFFFFFF,
+        0x60,
+        0x10203,
+        0,
+        True,
+    )
     cnp = roce.parse(tmpl.cnp_frame(), True)
     assert (cnp.opcode, cnp.dest_qp, cnp.becn, cnp.dscp, cnp.ecn, cnp.reth, cnp.ok) == (
-        0x81, 0x123, True, 48, 0, None, True)
+        0x81,
+        0x123,
+        True,
+        48,
+        0,
+        None,
+        True,
+    )
 
 
 def test_ce_mark_and_ttl_keep_icrc_valid(tmpl):
@@ -182,10 +207,15 @@ def test_psn_arithmetic_wraps_at_24_bits():
         assert roce.psn_diff(roce.psn_add(a, n), a) == n
 
 
-@pytest.mark.parametrize("frame", [
-    b"", bytes(57), bytes(12) + b"\x86\xdd" + bytes(80),  # empty, short, IPv6
-    bytes.fromhex("0180c2000001020000000001880801010008") + bytes(42),  # PFC
-])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"",
+        bytes(57),
+        bytes(12) + b"\x86\xdd" + bytes(80),  # empty, short, IPv6
+        bytes.fromhex("0180c2000001020000000001880801010008") + bytes(42),  # PFC
+    ],
+)
 def test_not_roce_is_none(frame):
     assert roce.parse(frame) is None
 
@@ -206,7 +236,7 @@ def test_parser_never_raises_on_garbage(tmpl):
             frame = bytearray(rng.choice(seeds))
             for _ in range(rng.randrange(1, 6)):
                 frame[rng.randrange(len(frame))] = rng.randrange(256)
-            frame = bytes(frame[:rng.randrange(len(frame) + 1)])
+            frame = bytes(frame[: rng.randrange(len(frame) + 1)])
         info = roce.parse(frame, verify_icrc=bool(i & 1))
         assert info is None or isinstance(info, roce.RoceInfo)
     for seed in seeds:  # every truncation of a real frame is refused, never half-read
@@ -217,19 +247,41 @@ def test_parser_never_raises_on_garbage(tmpl):
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
 def test_tshark_decodes_rocev2(tmpl, tmp_path):
     psns = [0xFFFFFE, 0xFFFFFF, 0, 1]
-    frames = [tmpl.frame(roce.RDMA_WRITE_FIRST, psns[0], 1024, reth=(0x1000, 0x55, 4096)),
-              tmpl.frame(roce.RDMA_WRITE_MIDDLE, psns[1], 1024),
-              set_ip_ecn(tmpl.frame(roce.RDMA_WRITE_MIDDLE, psns[2], 1024), roce.ECN_CE),
-              tmpl.frame(roce.RDMA_WRITE_LAST, psns[3], 1024, ack_req=True),
-              tmpl.ack_frame(psns[3], 1),
-              tmpl.cnp_frame()]
+    frames = [
+        tmpl.frame(roce.RDMA_WRITE_FIRST, psns[0], 1024, reth=(0x1000, 0x55, 4096)),
+        tmpl.frame(roce.RDMA_WRITE_MIDDLE, psns[1], 1024),
+        set_ip_ecn(tmpl.frame(roce.RDMA_WRITE_MIDDLE, psns[2], 1024), roce.ECN_CE),
+        tmpl.frame(roce.RDMA_WRITE_LAST, psns[3], 1024, ack_req=True),
+        tmpl.ack_frame(psns[3], 1),
+        tmpl.cnp_frame(),
+    ]
     pcap = tmp_path / "roce.pcap"
     wrpcap(str(pcap), [Ether(f) for f in frames])
     out = subprocess.run(
-        ["tshark", "-r", str(pcap), "-T", "fields", "-E", "separator=,",
-         "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.psn",
-         "-e", "infiniband.bth.destqp", "-e", "ip.dsfield.ecn", "-e", "ip.dsfield.dscp"],
-        capture_output=True, text=True, check=True, timeout=60).stdout.split()
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-T",
+            "fields",
+            "-E",
+            "separator=,",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "ip.dsfield.ecn",
+            "-e",
+            "ip.dsfield.dscp",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
     rows = [line.split(",") for line in out]
     assert [int(r[0]) for r in rows] == [6, 7, 7, 8, 17, 129]
     got_psns = [int(r[1]) for r in rows[:4]]

@@ -1,4 +1,4 @@
-"""Unit tests of the pure routing manager, driven by a simulated fabric.
+"""Unit tests of the pure routing manager, driven by a simulated fabric (`fakes.SimFabric`).
 
 The simulated fabric delivers what the manager sends: a PacketOut out of a
 fabric port comes back as a packet-in on the peer port (so LLDP frames built
@@ -9,17 +9,17 @@ and every message is serialized with os-ken (as the real shim would).
 
 from __future__ import annotations
 
-import collections
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Tuple
 
-import networkx as nx
 import pytest
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 from scapy.layers.l2 import ARP, Ether
 
 from controllers import layout, ofmsg
 from controllers.routing import PortInfo, RoutingConfig, RoutingManager, write_status
+
+from .fakes import SimFabric, fat_tree, leaf_spine, learn_all_hosts
 
 OFP = ofproto_v1_3
 PARSER = ofproto_v1_3_parser
@@ -34,189 +34,13 @@ class StubDatapath:
         self.ofproto_parser = PARSER
 
 
-class SimFabric:
-    """Switches and hosts from a networkx graph (nodes with ``kind`` = switch|host)."""
-
-    def __init__(self, graph: nx.Graph, mgr: RoutingManager) -> None:
-        self.mgr = mgr
-        self.now = 1000.0
-        self.dpid: Dict[str, int] = {}
-        self.port: Dict[Tuple[str, str], int] = {}  # (node, neighbour) -> port on node
-        self.peer: Dict[Tuple[int, int], Tuple[int, int]] = {}
-        self.host_at: Dict[Tuple[int, int], Tuple[str, str]] = {}  # (dpid, port) -> (ip, mac)
-        self.host_loc: Dict[str, Tuple[int, int]] = {}
-        self.dpids: List[int] = []
-        self.hold_barriers = False
-        self.held: List[Tuple[int, int]] = []
-        # Switches whose packet-ins wait (a backed-up channel): (dpid, port, frame), in order.
-        self.backed_up: set = set()
-        self.waiting_packet_ins: List[Tuple[int, int, bytes]] = []
-        self.to_hosts: List[Tuple[int, int, bytes]] = []
-        self.sent: List[Tuple[int, Any]] = []
-        switches = sorted(n for n, d in graph.nodes(data=True) if d["kind"] == "switch")
-        for i, name in enumerate(switches, start=1):
-            self.dpid[name] = i
-            self.dpids.append(i)
-        for name in switches:
-            for p, nb in enumerate(sorted(graph.neighbors(name)), start=1):
-                self.port[(name, nb)] = p
-        for a, b in graph.edges():
-            for x, y in ((a, b), (b, a)):
-                if graph.nodes[x]["kind"] == "switch" and graph.nodes[y]["kind"] == "switch":
-                    self.peer[(self.dpid[x], self.port[(x, y)])] = (self.dpid[y], self.port[(y, x)])
-                elif graph.nodes[x]["kind"] == "switch":
-                    ip, mac = graph.nodes[y]["ip"], graph.nodes[y]["mac"]
-                    loc = (self.dpid[x], self.port[(x, y)])
-                    self.host_at[loc] = (ip, mac)
-                    self.host_loc[y] = loc
-        self.graph = graph
-        self.switch_names = switches
-
-    def ports_of(self, dpid: int) -> List[PortInfo]:
-        name = next(n for n, d in self.dpid.items() if d == dpid)
-        return [
-            PortInfo(p, "02:00:00:%02x:00:%02x" % (dpid, p), True)
-            for (n, _nb), p in sorted(self.port.items())
-            if n == name
-        ]
-
-    def start(self) -> None:
-        for dpid in self.dpids:
-            self.deliver(self.mgr.switch_enter(dpid, self.ports_of(dpid), self.now))
-
-    def settle(self, ticks: int = 3, step_s: float = 0.1) -> None:
-        for _ in range(ticks):
-            self.now += step_s
-            self.deliver(self.mgr.tick(self.now))
-
-    def drain_packet_ins(self) -> None:
-        """The backed-up switches' packet-ins reach the controller, oldest first."""
-        waiting, self.waiting_packet_ins, self.backed_up = self.waiting_packet_ins, [], set()
-        for dpid, port, frame in waiting:
-            self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
-
-    def release_barriers(self) -> None:
-        held, self.held = self.held, []
-        for dpid, xid in held:
-            self.mgr.barrier_reply(dpid, xid, self.now)
-
-    def host_arp(self, host: str, target_ip: str) -> None:
-        """Host ``host`` sends an ARP request for ``target_ip``."""
-        ip, mac = self.graph.nodes[host]["ip"], self.graph.nodes[host]["mac"]
-        frame = ofmsg.arp_frame(
-            op=ofmsg.ARP_REQUEST,
-            src_mac=mac,
-            src_ip=ip,
-            dst_mac="00:00:00:00:00:00",
-            dst_ip=target_ip,
-        )
-        dpid, port = self.host_loc[host]
-        self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
-
-    def deliver(self, msgs: List[Tuple[int, Any]]) -> None:
-        queue = collections.deque(msgs)
-        while queue:
-            dpid, msg = queue.popleft()
-            if msg.xid is None:
-                msg.set_xid(0)
-            msg.serialize()  # every message must encode
-            assert msg.buf[0] == OFP.OFP_VERSION
-            self.sent.append((dpid, msg))
-            if isinstance(msg, PARSER.OFPBarrierRequest):
-                if self.hold_barriers:
-                    self.held.append((dpid, msg.xid))
-                else:
-                    queue.extend(self.mgr.barrier_reply(dpid, msg.xid, self.now))
-            elif isinstance(msg, PARSER.OFPPacketOut):
-                for action in msg.actions:
-                    out = (dpid, action.port)
-                    if out in self.peer:
-                        pd, pp = self.peer[out]
-                        if pd in self.backed_up:
-                            self.waiting_packet_ins.append((pd, pp, msg.data))
-                        else:
-                            queue.extend(self.mgr.packet_in(pd, pp, msg.data, self.now))
-                    elif out in self.host_at:
-                        self.to_hosts.append((dpid, action.port, msg.data))
-                        queue.extend(self._host_receives(out, msg.data))
-
-    def _host_receives(self, loc: Tuple[int, int], frame: bytes) -> List[Tuple[int, Any]]:
-        ip, mac = self.host_at[loc]
-        arp = ofmsg.parse_arp(frame)
-        if arp is None or arp.op != ofmsg.ARP_REQUEST or arp.dst_ip != ip:
-            return []
-        # Linux answers an ARP probe (sender IP 0.0.0.0) to the sender's MAC.
-        reply = ofmsg.arp_frame(
-            op=ofmsg.ARP_REPLY, src_mac=mac, src_ip=ip, dst_mac=arp.src_mac, dst_ip=arp.src_ip
-        )
-        return self.mgr.packet_in(loc[0], loc[1], reply, self.now)
-
-    def group_ports(self, switch: str, host: str) -> Optional[frozenset]:
-        """The ports of the group routing ``host``'s IP at ``switch`` (None if not a group)."""
-        dpid = self.dpid[switch]
-        acts = self.mgr.installed_flows(dpid)[self.graph.nodes[host]["ip"]]
-        if acts[0][0] != ofmsg.ACTION_GROUP:
-            return None
-        return self.mgr.installed_groups(dpid)[acts[0][1]]
-
-
-def _add_host(g: nx.Graph, name: str, switch: str, n: int) -> None:
-    g.add_node(name, kind="host", ip=f"10.0.0.{n}", mac="00:00:00:00:00:%02x" % n)
-    g.add_edge(name, switch)
-
-
-def leaf_spine(spines: int = 2, leaves: int = 4) -> nx.Graph:
-    g = nx.Graph()
-    for s in range(1, spines + 1):
-        g.add_node(f"s{s}", kind="switch")
-    for leaf in range(1, leaves + 1):
-        g.add_node(f"l{leaf}", kind="switch")
-        for s in range(1, spines + 1):
-            g.add_edge(f"l{leaf}", f"s{s}")
-        _add_host(g, f"h{leaf}", f"l{leaf}", leaf)
-    return g
-
-
-def fat_tree(k: int = 4) -> nx.Graph:
-    g = nx.Graph()
-    half = k // 2
-    cores = [f"c{i}" for i in range(half * half)]
-    for c in cores:
-        g.add_node(c, kind="switch")
-    n = 0
-    for pod in range(k):
-        aggs = [f"a{pod}_{i}" for i in range(half)]
-        edges = [f"e{pod}_{i}" for i in range(half)]
-        for i, a in enumerate(aggs):
-            g.add_node(a, kind="switch")
-            for j in range(half):
-                g.add_edge(a, cores[i * half + j])
-        for e in edges:
-            g.add_node(e, kind="switch")
-            for a in aggs:
-                g.add_edge(e, a)
-            for _ in range(half):
-                n += 1
-                _add_host(g, f"h{n}", e, n)
-    return g
-
-
-def _learn_all_hosts(fab: SimFabric) -> None:
-    hosts = sorted(
-        (n for n, d in fab.graph.nodes(data=True) if d["kind"] == "host"), key=lambda h: int(h[1:])
-    )
-    for h in hosts:  # every host ARPs for the next one: learns requester, and target via probe
-        nxt = hosts[(hosts.index(h) + 1) % len(hosts)]
-        fab.host_arp(h, fab.graph.nodes[nxt]["ip"])
-
-
 @pytest.fixture
 def leaf_spine_fab() -> SimFabric:
     mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4))
     fab = SimFabric(leaf_spine(), mgr)
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     return fab
 
 
@@ -267,7 +91,7 @@ def test_not_converged_until_barriers_answered() -> None:
     fab.hold_barriers = True
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     assert mgr.installed_version() < mgr.topology_version
     assert mgr.status()["converged"] is False
     fab.release_barriers()
@@ -279,7 +103,7 @@ def test_not_converged_when_expectations_unmet() -> None:
     fab = SimFabric(leaf_spine(), mgr)
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     assert mgr.installed_version() == mgr.topology_version
     assert mgr.converged() is False
 
@@ -342,9 +166,14 @@ def test_a_switch_that_connects_after_a_flood_gets_the_next_one_at_once() -> Non
     fab.deliver(mgr.switch_enter(h4_leaf, fab.ports_of(h4_leaf), fab.now))
     fab.sent.clear()
     fab.host_arp("h1", "10.0.0.4")  # h1 asks again
-    probed = {(d, a.port) for d, m in fab.sent if isinstance(m, PARSER.OFPPacketOut)
-              and (arp := ofmsg.parse_arp(m.data)) and arp.src_mac == layout.CONTROLLER_MAC
-              for a in m.actions}
+    probed = {
+        (d, a.port)
+        for d, m in fab.sent
+        if isinstance(m, PARSER.OFPPacketOut)
+        and (arp := ofmsg.parse_arp(m.data))
+        and arp.src_mac == layout.CONTROLLER_MAC
+        for a in m.actions
+    }
     assert fab.host_loc["h4"] in probed
     assert "10.0.0.4" in {h.ip for h in mgr.hosts}
 
@@ -445,7 +274,7 @@ def test_fat_tree_k4_ecmp() -> None:
     fab = SimFabric(g, mgr)
     fab.start()
     fab.settle()
-    _learn_all_hosts(fab)
+    learn_all_hosts(fab)
     assert len(mgr.links) == 64
     assert len(mgr.hosts) == 16
     assert mgr.converged()
@@ -497,14 +326,26 @@ def test_select_group_buckets_watch_their_port() -> None:
 
 def test_messages_built_without_a_datapath_encode_as_bound_ones() -> None:
     """Faucet style: managers build unbound; the shim binds the switch's datapath to send."""
-    unbound = ofmsg.flow_add(cookie=layout.ROUTING_COOKIE, table_id=0, priority=7,
-                             match={"eth_type": 0x0800}, action_specs=[("output", 2)])
+    unbound = ofmsg.flow_add(
+        cookie=layout.ROUTING_COOKIE,
+        table_id=0,
+        priority=7,
+        match={"eth_type": 0x0800},
+        action_specs=[("output", 2)],
+    )
     assert unbound.datapath is ofmsg.UNBOUND
     unbound.set_xid(5)
     unbound.serialize()
-    bound = ofmsg.bound(ofmsg.flow_add(cookie=layout.ROUTING_COOKIE, table_id=0, priority=7,
-                                       match={"eth_type": 0x0800},
-                                       action_specs=[("output", 2)]), StubDatapath(9))
+    bound = ofmsg.bound(
+        ofmsg.flow_add(
+            cookie=layout.ROUTING_COOKIE,
+            table_id=0,
+            priority=7,
+            match={"eth_type": 0x0800},
+            action_specs=[("output", 2)],
+        ),
+        StubDatapath(9),
+    )
     assert bound.datapath.id == 9
     bound.set_xid(5)
     bound.serialize()
@@ -531,8 +372,11 @@ def test_ipv4_miss_teaches_the_sender_and_probes_for_the_destination() -> None:
     fab.settle()
     assert mgr.hosts == []
     h1 = fab.graph.nodes["h1"]
-    frame = bytes(Ether(src=h1["mac"], dst="02:00:00:00:00:99") /
-                  IP(src=h1["ip"], dst="10.0.0.3") / UDP(sport=1, dport=2))
+    frame = bytes(
+        Ether(src=h1["mac"], dst="02:00:00:00:00:99")
+        / IP(src=h1["ip"], dst="10.0.0.3")
+        / UDP(sport=1, dport=2)
+    )
     dpid, port = fab.host_loc["h1"]
     fab.sent.clear()
     fab.deliver(mgr.packet_in(dpid, port, frame, fab.now))
@@ -562,7 +406,7 @@ def test_a_flapping_link_is_damped_then_restored_when_stable(leaf_spine_fab: Sim
     kinds = [e["kind"] for e in fab.mgr.status()["events"]]
     assert "link_damped" in kinds
     [damped] = [d for d in fab.mgr.status()["damping"] if d["kind"] == "damped"]
-    assert damped["downs"] == cfg.flap_threshold   # at the down that crossed the threshold
+    assert damped["downs"] == cfg.flap_threshold  # at the down that crossed the threshold
     # Up and answering LLDP, but out of rotation: no group at l1 uses the port.
     fab.settle(ticks=20, step_s=0.1)
     assert all(a not in (link[:2], link[2:]) for link in fab.mgr.links)

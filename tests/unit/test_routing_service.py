@@ -52,8 +52,9 @@ def test_routing_registers_as_the_routing_service_with_aggregation_observing(app
 def test_get_view_and_the_changed_event_carry_routing_s_view(apps) -> None:
     routing, agg = apps
     with routing._lock:  # as routing's handlers do
-        routing._apply(routing.manager.switch_enter(
-            7, [PortInfo(1, "02:00:00:00:00:01", True)], 100.0))
+        routing._apply(
+            routing.manager.switch_enter(7, [PortInfo(1, "02:00:00:00:00:01", True)], 100.0)
+        )
     version = routing.manager.topology_version
     assert version >= 1
     # Aggregation's handler took the event (it remembers the version it worked on).

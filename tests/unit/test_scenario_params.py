@@ -17,21 +17,25 @@ def test_every_scenario_has_description_params_and_docstring():
 
 def test_override_is_parsed_to_the_default_type():
     mod = scenario.load("smoke")
-    params = scenario.resolve_params(mod, ["topology=fat_tree", "k=4", "rate_mbps=10",
-                                           "link_down=off"])
+    params = scenario.resolve_params(
+        mod, ["topology=fat_tree", "k=4", "rate_mbps=10", "link_down=off"]
+    )
     assert params["topology"] == "fat_tree" and params["k"] == 4
     assert params["rate_mbps"] == 10.0 and params["link_down"] is False
 
 
-@pytest.mark.parametrize("item, message", [
-    ("nope=1", "unknown parameter 'nope'"),
-    ("k=four", "k='four': expected int"),
-    ("topology=ring", "allowed values are leaf_spine, fat_tree"),
-    ("spines=0", "spines=0: must be >= 1"),
-    ("rate_mbps=5000", "must be <= 1000"),
-    ("link_down=maybe", "expected bool"),
-    ("k", "expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("nope=1", "unknown parameter 'nope'"),
+        ("k=four", "k='four': expected int"),
+        ("topology=ring", "allowed values are leaf_spine, fat_tree"),
+        ("spines=0", "spines=0: must be >= 1"),
+        ("rate_mbps=5000", "must be <= 1000"),
+        ("link_down=maybe", "expected bool"),
+        ("k", "expected KEY=VALUE"),
+    ],
+)
 def test_bad_parameter_names_the_problem(item, message):
     with pytest.raises(ScenarioError, match=message):
         scenario.resolve_params(scenario.load("smoke"), [item])
@@ -58,7 +62,12 @@ def test_report_and_metrics_json(tmp_path):
 
     doc = json.loads((tmp_path / "metrics.json").read_text())
     assert doc["passed"] is False
-    assert doc["checks"][1] == {"name": "bad", "passed": False, "value": 0, "expected": "1",
-                                "fidelity": False}
+    assert doc["checks"][1] == {
+        "name": "bad",
+        "passed": False,
+        "value": 0,
+        "expected": "1",
+        "fidelity": False,
+    }
     report = (tmp_path / "report.txt").read_text()
     assert "[FAIL] bad" in report and "[PASS] good" in report and "1/2 checks passed" in report

@@ -69,10 +69,10 @@ def test_frame_due_within_a_quarter_frame_leaves_early_without_gaining_rate(monk
     s = PortScheduler(rate_bps=rate)
     for _ in range(3):
         s.enqueue(frame(1500), 0, now=0.0)
-    assert s.dequeue(0.0) is not None           # the first frame: wire free at 0
-    due = 1500 * 8 / rate                        # the second frame's slot
+    assert s.dequeue(0.0) is not None  # the first frame: wire free at 0
+    due = 1500 * 8 / rate  # the second frame's slot
     assert s.early_s == pytest.approx(0.25 * frame_time_s(rate))
-    assert s.dequeue(due - 1.5 * s.early_s) is None   # too early: not yet
+    assert s.dequeue(due - 1.5 * s.early_s) is None  # too early: not yet
     assert s.dequeue(due - 0.5 * s.early_s) is not None  # awake anyway: goes now
     # The wire's clock moved on from the slot, not from the early send.
     assert s.ready_at() == pytest.approx(2 * due)

@@ -16,20 +16,39 @@ import pytest
 from emu.host.sharp import SharpAllReduce
 from emu.proto import agg
 
-from .test_aggregation_engine import HOSTS, JOB, JOB_IP, JOB_MAC, LEAF_AT, Tree
+from .fakes import HOSTS, JOB, JOB_IP, JOB_MAC, LEAF_AT, Tree
 
 RATE_BPS = 10e6
 
 
 def _ranks(data: dict[str, np.ndarray], nslots: int, first_seq: int = 0) -> dict:
-    return {h: SharpAllReduce(data[h], rank=rank, job_id=JOB, job_ip=JOB_IP, job_mac=JOB_MAC,
-                              nslots=nslots, src_mac=mac, src_ip=ip, first_seq=first_seq,
-                              rate_bps=RATE_BPS, now=0.0)
-            for h, (_leaf, _port, mac, ip, rank) in HOSTS.items()}
+    return {
+        h: SharpAllReduce(
+            data[h],
+            rank=rank,
+            job_id=JOB,
+            job_ip=JOB_IP,
+            job_mac=JOB_MAC,
+            nslots=nslots,
+            src_mac=mac,
+            src_ip=ip,
+            first_seq=first_seq,
+            rate_bps=RATE_BPS,
+            now=0.0,
+        )
+        for h, (_leaf, _port, mac, ip, rank) in HOSTS.items()
+    }
 
 
-def _run(tree: Tree, ranks: dict, loss: float = 0.0, seed: int = 1, max_steps: int = 10**6,
-         lose=None, until=None):
+def _run(
+    tree: Tree,
+    ranks: dict,
+    loss: float = 0.0,
+    seed: int = 1,
+    max_steps: int = 10**6,
+    lose=None,
+    until=None,
+):
     """Send what each rank may, deliver frames (some lost), advance time to the next timeout.
 
     `lose(src, port, pkt)` replaces random loss; `until()` replaces "every rank is done".
@@ -54,10 +73,17 @@ def _run(tree: Tree, ranks: dict, loss: float = 0.0, seed: int = 1, max_steps: i
             for h, box in tree.inbox.items():
                 while box:
                     pkt = box.pop(0)
-                    frame = agg.AggTemplate("02:00:00:00:ff:ff", "02:00:00:00:00:01", JOB_IP,
-                                            pkt.dst_ip).frame(pkt.kind, pkt.dtype, pkt.job_id,
-                                                              pkt.seq, pkt.slot, pkt.payload,
-                                                              rank=pkt.rank)
+                    frame = agg.AggTemplate(
+                        "02:00:00:00:ff:ff", "02:00:00:00:00:01", JOB_IP, pkt.dst_ip
+                    ).frame(
+                        pkt.kind,
+                        pkt.dtype,
+                        pkt.job_id,
+                        pkt.seq,
+                        pkt.slot,
+                        pkt.payload,
+                        rank=pkt.rank,
+                    )
                     assert ranks[h].on_frame(frame, now)
         if not progressed:
             wakeups = [w for r in ranks.values() if (w := r.next_wakeup(now)) is not None]
@@ -69,8 +95,7 @@ def _run(tree: Tree, ranks: dict, loss: float = 0.0, seed: int = 1, max_steps: i
 def _inputs(dtype: str, n: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     if dtype == "int32":
-        return {h: rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
-                for h in HOSTS}
+        return {h: rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32) for h in HOSTS}
     return {h: rng.uniform(-1, 1, n).astype(np.float32) for h in HOSTS}
 
 
@@ -153,17 +178,19 @@ def test_waiting_for_a_straggler_sends_one_chunk_again_per_timeout_not_the_windo
     # apart) times out chunk after chunk; only the earliest goes again, at each
     # backed-off timeout (RFC 6298 5.4-5.6): a window sent again by every rank
     # would meet h4's contributions on the links.
-    data = _inputs("int32", 5000, seed=4)   # 20 chunks
+    data = _inputs("int32", 5000, seed=4)  # 20 chunks
     tree = Tree(nslots=8)
-    ranks = {h: _PacedRank(r, agg.PAYLOAD_OFFSET * 8 / RATE_BPS + 0.0008)
-             for h, r in _ranks(data, nslots=8).items()}
+    ranks = {
+        h: _PacedRank(r, agg.PAYLOAD_OFFSET * 8 / RATE_BPS + 0.0008)
+        for h, r in _ranks(data, nslots=8).items()
+    }
     late_at = 2.0
     ranks["h4"] = _LateRank(ranks["h4"], late_at)
     _run(tree, ranks)
     want = _expected(data)
     assert all(r.result.tobytes() == want.tobytes() for r in ranks.values())
     base = ranks["h1"].rank.base_timeout_s
-    rounds, t, timeout = 0, base, base   # the backed-off timeouts that fire before h4 starts
+    rounds, t, timeout = 0, base, base  # the backed-off timeouts that fire before h4 starts
     while t < late_at:
         rounds, timeout = rounds + 1, min(2 * timeout, 2.0)
         t += timeout
@@ -193,10 +220,8 @@ def test_frames_that_are_not_this_all_reduces_results_are_left_alone() -> None:
     tmpl = agg.AggTemplate("02:00:00:00:ff:ff", "02:00:00:00:00:01", JOB_IP, "10.0.0.1")
     payload = np.arange(256, dtype=">i4").tobytes()
     assert not rank.on_frame(b"\x00" * 60, 0.0)
-    assert not rank.on_frame(tmpl.frame(agg.KIND_CONTRIB, agg.DTYPE_INT32, JOB, 0, 0, payload),
-                             0.0)
-    assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB + 1, 0, 0, payload),
-                         0.0)
+    assert not rank.on_frame(tmpl.frame(agg.KIND_CONTRIB, agg.DTYPE_INT32, JOB, 0, 0, payload), 0.0)
+    assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB + 1, 0, 0, payload), 0.0)
     assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB, 99, 3, payload), 0.0)
     # A result of the wrong length for its chunk does not land in the array.
     assert rank.on_frame(tmpl.frame(agg.KIND_RESULT, agg.DTYPE_INT32, JOB, 1, 1, payload), 0.0)
@@ -211,9 +236,12 @@ def test_a_rebuilt_tree_cannot_finish_a_chunk_some_ranks_already_have() -> None:
     # its way to leaf1 after leaf2's ranks had it.
     data = _inputs("int32", 256)  # one chunk
     ranks = _ranks(data, nslots=1)
-    _run(Tree(nslots=1), ranks, lose=lambda src, port, pkt: (src, port) == ("root",
-                                                                           LEAF_AT["leaf1"]),
-         until=lambda: ranks["h3"].done and ranks["h4"].done)
+    _run(
+        Tree(nslots=1),
+        ranks,
+        lose=lambda src, port, pkt: (src, port) == ("root", LEAF_AT["leaf1"]),
+        until=lambda: ranks["h3"].done and ranks["h4"].done,
+    )
     assert not ranks["h1"].done and not ranks["h2"].done
     rebuilt = Tree(nslots=1)  # the new tree's engines hold nothing of the old one
     with pytest.raises(AssertionError, match="did not finish"):
@@ -233,31 +261,37 @@ def test_frames_on_the_nic_are_on_its_fidelity_clock() -> None:
     from emu.host.rnic import WIRE_CATCH_UP_S, NicConfig, Rnic
     from emu.host.sharp import SharpOnNic
 
-    from .test_rnic import A
+    from .fakes import A
 
     nic = Rnic(NicConfig(rate_bps=RATE_BPS, dcqcn=False, **A), now=0.0)
-    spec = SimpleNamespace(options={"job_id": JOB, "job_ip": JOB_IP, "job_mac": JOB_MAC,
-                                    "nslots": 3}, rank=0, job="j")
+    spec = SimpleNamespace(
+        options={"job_id": JOB, "job_ip": JOB_IP, "job_mac": JOB_MAC, "nslots": 3}, rank=0, job="j"
+    )
     algo = SharpOnNic(spec, nic, np.arange(4 * agg.MAX_ELEMENTS, dtype=np.int32))
     algo.start(1.0)
     frame_s = nic.clock.frame_s
     now = 1.0
-    for _ in range(2):   # on the wire's clock: each when the one before it is through
+    for _ in range(2):  # on the wire's clock: each when the one before it is through
         assert algo.next_frame(now) is not None
         now = nic.free_at
     late_by = 10 * frame_s
-    assert algo.next_frame(now + late_by) is not None   # the loop came back late
+    assert algo.next_frame(now + late_by) is not None  # the loop came back late
     assert nic.clock.frames == 3
     assert nic.clock.max_late_s == pytest.approx(late_by)
     assert nic.clock.deficit_s == pytest.approx(late_by - WIRE_CATCH_UP_S)
-    assert nic.clock.hist[0] == 2   # the first two left within their frame time
+    assert nic.clock.hist[0] == 2  # the first two left within their frame time
     # The window (3 slots) is full: chunk 3 may go only once chunk 0's result is
     # in, and is not late for the time it waited for that result.
     result_at = nic.free_at + 0.05
     assert algo.next_frame(result_at) is None
     result = agg.AggTemplate("02:00:00:00:ff:ff", A["mac"], JOB_IP, A["ip"]).frame(
-        agg.KIND_RESULT, agg.DTYPE_INT32, JOB, 0, 0,
-        np.arange(agg.MAX_ELEMENTS, dtype=">i4").tobytes())
+        agg.KIND_RESULT,
+        agg.DTYPE_INT32,
+        JOB,
+        0,
+        0,
+        np.arange(agg.MAX_ELEMENTS, dtype=">i4").tobytes(),
+    )
     assert algo.on_frame(result, result_at)
     assert algo.next_frame(result_at + frame_s / 2) is not None
     assert nic.clock.frames == 4
@@ -274,18 +308,23 @@ def test_sequence_numbers_are_the_nics_and_keep_growing_across_all_reduces() -> 
     from emu.host.rnic import NicConfig, Rnic
     from emu.host.sharp import SharpOnNic
 
-    from .test_rnic import A, B
+    from .fakes import A, B
 
     def spec(job_id: int) -> SimpleNamespace:
-        return SimpleNamespace(options={"job_id": job_id, "job_ip": JOB_IP, "job_mac": JOB_MAC,
-                                        "nslots": 2}, rank=0, job="j")
+        return SimpleNamespace(
+            options={"job_id": job_id, "job_ip": JOB_IP, "job_mac": JOB_MAC, "nslots": 2},
+            rank=0,
+            job="j",
+        )
 
     nic, other = (Rnic(NicConfig(rate_bps=RATE_BPS, dcqcn=False, **x)) for x in (A, B))
     three_chunks = np.zeros(3 * agg.MAX_ELEMENTS, dtype=np.int32)
     one_chunk = np.zeros(5, dtype=np.float32)
-    firsts = [SharpOnNic(spec(JOB), nic, d).sharp.first_seq
-              for d in (three_chunks, one_chunk, three_chunks)]
+    firsts = [
+        SharpOnNic(spec(JOB), nic, d).sharp.first_seq
+        for d in (three_chunks, one_chunk, three_chunks)
+    ]
     assert firsts == [0, 3, 4]
     assert SharpOnNic(spec(JOB + 1), nic, one_chunk).sharp.first_seq == 0  # per job
-    assert SharpOnNic(spec(JOB), other, one_chunk).sharp.first_seq == 0    # per NIC
+    assert SharpOnNic(spec(JOB), other, one_chunk).sharp.first_seq == 0  # per NIC
     assert nic.agg_next_seq == {JOB: 7, JOB + 1: 1} and other.agg_next_seq == {JOB: 1}

@@ -35,7 +35,8 @@ def test_header_sizes_are_those_of_real_frames():
     assert len(tmpl.ack_frame(5, 1)) == model.ROCE_ACK_FRAME_BYTES == 62
     elements = bytes(agg.MAX_ELEMENTS * agg.ELEMENT_BYTES)
     frame = agg.AggTemplate(A["mac"], B["mac"], A["ip"], B["ip"]).frame(
-        agg.KIND_CONTRIB, agg.DTYPE_FLOAT32, 1, 0, 0, elements)
+        agg.KIND_CONTRIB, agg.DTYPE_FLOAT32, 1, 0, 0, elements
+    )
     assert len(frame) - len(elements) == model.AGG_OVERHEAD_BYTES == 58
 
 
@@ -73,11 +74,12 @@ def test_message_frames_and_acks_are_what_the_nic_sends(sizes):
     assert acks == [model.ROCE_ACK_FRAME_BYTES] * asked
 
 
-@pytest.mark.parametrize("n,count,slice_bytes", [(8, 65536, 64 << 10), (3, 10_007, 2048),
-                                                 (4, 5, 4), (5, 1, 1024)])
+@pytest.mark.parametrize(
+    "n,count,slice_bytes", [(8, 65536, 64 << 10), (3, 10_007, 2048), (4, 5, 4), (5, 1, 1024)]
+)
 def test_ring_messages_are_those_of_the_pure_ring(n, count, slice_bytes):
     arrays = [np.arange(count, dtype=np.int32) for _ in range(n)]
-    wires = [deque() for _ in range(n)]   # wires[r]: rank r -> rank r+1
+    wires = [deque() for _ in range(n)]  # wires[r]: rank r -> rank r+1
     ring = [RingAllReduce(r, n, arrays[r], slice_bytes=slice_bytes) for r in range(n)]
     sent = [[] for _ in range(n)]
     for r in range(n):
@@ -99,16 +101,28 @@ def test_ring_messages_are_those_of_the_pure_ring(n, count, slice_bytes):
 
 def test_sharp_bytes_are_the_frames_a_rank_sends():
     for count in (65536, 1000, 1):
-        rank = SharpAllReduce(np.ones(count, dtype=np.float32), rank=0, job_id=1,
-                              job_ip="10.255.0.1", job_mac="02:00:00:00:ff:01",
-                              nslots=1 << 20, src_mac=A["mac"], src_ip=A["ip"], first_seq=0,
-                              rate_bps=RATE, now=0.0)
+        rank = SharpAllReduce(
+            np.ones(count, dtype=np.float32),
+            rank=0,
+            job_id=1,
+            job_ip="10.255.0.1",
+            job_mac="02:00:00:00:ff:01",
+            nslots=1 << 20,
+            src_mac=A["mac"],
+            src_ip=A["ip"],
+            first_seq=0,
+            rate_bps=RATE,
+            now=0.0,
+        )
         frames = []
         while (f := rank.next_frame(0.0)) is not None:
             frames.append(len(f))
         load = model.sharp_allreduce(count * 4, 8, RATE).loads[0]
-        assert (load.up_frames, load.up_bytes, load.payload_bytes) == \
-            (len(frames), sum(frames), count * 4)
+        assert (load.up_frames, load.up_bytes, load.payload_bytes) == (
+            len(frames),
+            sum(frames),
+            count * 4,
+        )
 
 
 # ----------------------------------------------------------------- times
@@ -119,7 +133,7 @@ def test_ring_time_is_2n_minus_1_steps_of_one_chunk_and_its_acks(n):
     size = 1 << 20
     chunk = size // n
     packets = -(-chunk // 1024)
-    step_bytes = chunk + packets * 58 + -(-packets // 4) * 62   # aligned PSNs: every 4th asks
+    step_bytes = chunk + packets * 58 + -(-packets // 4) * 62  # aligned PSNs: every 4th asks
     p = model.ring_allreduce(size, n, RATE)
     assert p.time_s == pytest.approx(2 * (n - 1) * step_bytes * 8 / RATE)
     assert p.wire_s == p.time_s
@@ -141,8 +155,9 @@ def test_sharp_time_is_s_up_in_kib_frames():
 def test_a_slow_nic_slows_the_whole_all_reduce_by_its_factor(algo, factor):
     healthy = model.predict_allreduce(algo, 256 << 10, 8, RATE)
     for slow_rank in (0, 5):
-        slow = model.predict_allreduce(algo, 256 << 10, 8, RATE, nic_factor=factor,
-                                       slow_rank=slow_rank)
+        slow = model.predict_allreduce(
+            algo, 256 << 10, 8, RATE, nic_factor=factor, slow_rank=slow_rank
+        )
         assert slow.time_s == pytest.approx(factor * healthy.time_s)
         assert slow.wire_s == pytest.approx(healthy.time_s)
 
@@ -163,16 +178,19 @@ def test_in_network_aggregation_beats_the_ring_by_about_2_n_minus_1_over_n():
     assert ring.time_s / sharp.time_s == pytest.approx(2 * 7 / 8 * (1 + 62 / 4 / 1082), rel=1e-3)
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: model.predict_allreduce("tree", 1024, 4, RATE), "algo='tree'"),
-    (lambda: model.ring_allreduce(1024, 1, RATE), "nranks=1"),
-    (lambda: model.ring_allreduce(1022, 4, RATE), "size_bytes=1022"),
-    (lambda: model.sharp_allreduce(1024, 4, 0), "link_rate_bps=0"),
-    (lambda: model.sharp_allreduce(6, 4, RATE), "size_bytes=6"),
-    (lambda: model.ring_allreduce(1024, 4, RATE, nic_factor=0.5), "nic_factor=0.5"),
-    (lambda: model.sharp_allreduce(1024, 4, RATE, nic_factor=2, slow_rank=4), "slow_rank=4"),
-    (lambda: model.roce_message_frames(-1), "size_bytes=-1"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: model.predict_allreduce("tree", 1024, 4, RATE), "algo='tree'"),
+        (lambda: model.ring_allreduce(1024, 1, RATE), "nranks=1"),
+        (lambda: model.ring_allreduce(1022, 4, RATE), "size_bytes=1022"),
+        (lambda: model.sharp_allreduce(1024, 4, 0), "link_rate_bps=0"),
+        (lambda: model.sharp_allreduce(6, 4, RATE), "size_bytes=6"),
+        (lambda: model.ring_allreduce(1024, 4, RATE, nic_factor=0.5), "nic_factor=0.5"),
+        (lambda: model.sharp_allreduce(1024, 4, RATE, nic_factor=2, slow_rank=4), "slow_rank=4"),
+        (lambda: model.roce_message_frames(-1), "size_bytes=-1"),
+    ],
+)
 def test_bad_arguments_are_named(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -20,8 +20,15 @@ def run(wd, t_end, view_at, t0=0.0):
 def stuck_from(start, pause_until=99.0):
     def view(t):
         paused = start <= t < pause_until
-        return QueueView(1, 3, 5000 if paused else 0, 10 if t >= start else int(t * 100),
-                         paused, last_pause_rx=min(t, pause_until))
+        return QueueView(
+            1,
+            3,
+            5000 if paused else 0,
+            10 if t >= start else int(t * 100),
+            paused,
+            last_pause_rx=min(t, pause_until),
+        )
+
     return view
 
 
@@ -81,11 +88,14 @@ def test_time_scale_stretches_detection():
     assert 1.0 <= storms[0][0] <= 1.0 + POLL + 1e-9
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"action": "reboot"}, "action='reboot'"),
-    ({"detection_s": 0}, "detection_s=0"),
-    ({"poll_s": -1}, "poll_s=-1"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"action": "reboot"}, "action='reboot'"),
+        ({"detection_s": 0}, "detection_s=0"),
+        ({"poll_s": -1}, "poll_s=-1"),
+    ],
+)
 def test_bad_spec_names_the_key(kw, message):
     with pytest.raises(ConfigError, match=message):
         WatchdogSpec(**kw)

@@ -1,0 +1,581 @@
+"""Shared fakes for the unit tests: helpers that more than one test module uses.
+
+Each test module keeps the helpers only it needs; whatever another module
+reuses lives here (as Faucet keeps its in `valve_test_lib`), so no test
+module imports another (tests/unit/test_imports.py checks that). Nothing here
+opens a socket or reads the clock. It provides, by owner:
+
+- OpenFlow codec: `HELLO`, `mkmodel`/`session` (a switch model and its agent
+  past the handshake), `decode`/`encode` (os-ken parse and serialize),
+  `errors` (the OFPT_ERRORs among replies), `frame` (a small UDP frame).
+  Used by test_openflow, test_openflow_fuzz, test_flowlet, test_channel,
+  test_adaptive, test_agg_proto and test_aggregation_engine.
+- Pipeline builders: `mkports`, `flow`, `out`, `group`, `bucket`, `udp` and
+  `select_pipeline` (a pipeline spreading over ports 2-5 with a select group).
+  Used by test_pipeline and test_flowlet.
+- Simulated routing fabrics: `SimFabric` (delivers what the pure routing
+  manager sends, answers ARP and barriers), `PipelineFabric` (the same, with
+  emu pipelines fed the controller's bytes), the graphs `leaf_spine` and
+  `fat_tree`, `learn_all_hosts` and `hosts_of`. Used by test_routing,
+  test_routing_on_pipeline, test_adaptive and test_aggregation_manager.
+- A two-level aggregation tree: `Tree` (leaf1, leaf2 and root engines), its
+  `HOSTS`, `JOB*`, `UP` and `LEAF_AT`, `switch_ports`, `leaf_job`,
+  `root_job`, and `lite_datapath` (a Datapath without sockets). Used by
+  test_aggregation_engine, test_sharp_host and test_channel.
+- A NIC pair back to back: `RATE`, `A`, `B`, `pair` and `run`. Used by
+  test_rnic, test_collectives and test_sharp_host.
+- `numpy_sum`, the reference sum of the ring all-reduce. Used by test_ring
+  and test_collectives.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import struct
+from typing import Any, Dict, List, Optional, Tuple
+
+import networkx as nx
+import numpy as np
+from os_ken.ofproto import ofproto_parser
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as p
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controllers import ofmsg
+from controllers.routing import PortInfo, RoutingManager
+from emu import config
+from emu.host.rnic import NicConfig, Rnic
+from emu.proto import agg, ofext, roce
+from emu.switch.aggregation import AggEngine
+from emu.switch.buffer import SharedBuffer
+from emu.switch.datapath import DEFAULT_DSCP_TO_PRIO, Datapath
+from emu.switch.openflow import OpenFlowSession, Reply, SwitchModel, reply_bytes
+from emu.switch.parse import set_ip_ecn
+from emu.switch.pipeline import Pipeline
+from emu.switch.ports import PortState
+from emu.switch.scheduler import PortScheduler
+
+# ----- OpenFlow codec -------------------------------------------------------------
+
+
+HELLO = bytes.fromhex("0400000800000001")
+
+
+def mkmodel(**kw) -> SwitchModel:
+    ports = {i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8) for i in range(1, 7)}
+    return SwitchModel(0x1234, Pipeline(ports=ports), **kw)
+
+
+def session(model: SwitchModel | None = None) -> OpenFlowSession:
+    s = OpenFlowSession(model or mkmodel(), is_controller_channel=True)
+    assert s.feed(HELLO, 0.0) == []
+    return s
+
+
+def decode(msg: bytes):
+    return ofproto_parser.msg(None, *ofproto_parser.header(msg), msg)
+
+
+def encode(msg) -> bytes:
+    class _DP:
+        ofproto = ofp
+        ofproto_parser = p
+
+    msg.datapath = _DP()
+    msg.serialize()
+    return bytes(msg.buf)
+
+
+def errors(replies: list) -> list[tuple[int, int]]:
+    """(type, code) of every OFPT_ERROR among replies (bytes) or a session's effects."""
+    msgs = [r.data if isinstance(r, Reply) else r for r in replies if isinstance(r, (Reply, bytes))]
+    return [(m.type, m.code) for m in map(decode, msgs) if isinstance(m, p.OFPErrorMsg)]
+
+
+def frame() -> bytes:
+    return bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1, dport=2) / b"abc")
+
+
+# ----- pipeline builders ----------------------------------------------------------
+
+
+def mkports(n: int = 5) -> dict[int, PortState]:
+    return {
+        i: PortState(i, f"s1-eth{i}", bytes([2, 0, 0, 0, 0, i]), 10**8) for i in range(1, n + 1)
+    }
+
+
+def flow(
+    pl: Pipeline,
+    match: dict,
+    actions: list | None = None,
+    *,
+    table: int = 0,
+    prio: int = 10,
+    instructions: list | None = None,
+    cmd: int = ofp.OFPFC_ADD,
+    **kw,
+) -> list:
+    if instructions is None:
+        instructions = [p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions or [])]
+    mod = p.OFPFlowMod(
+        None,
+        table_id=table,
+        priority=prio,
+        command=cmd,
+        match=p.OFPMatch(**match),
+        instructions=instructions,
+        **kw,
+    )
+    return pl.flow_mod(mod, kw.pop("now", 0.0))
+
+
+def out(port: int, max_len: int = ofp.OFPCML_NO_BUFFER) -> p.OFPActionOutput:
+    return p.OFPActionOutput(port, max_len)
+
+
+def group(pl: Pipeline, gid: int, gtype: int, buckets: list, cmd: int = ofp.OFPGC_ADD) -> list:
+    return pl.group_mod(p.OFPGroupMod(None, cmd, gtype, gid, buckets))
+
+
+def bucket(actions: list, weight: int = 1, watch_port: int = ofp.OFPP_ANY) -> p.OFPBucket:
+    return p.OFPBucket(weight, watch_port, ofp.OFPG_ANY, actions)
+
+
+def udp(sport: int = 1000, dst: str = "10.0.0.2", **kw) -> bytes:
+    return bytes(
+        Ether(src="00:00:00:00:00:01", dst="00:00:00:00:00:02")
+        / IP(src="10.0.0.1", dst=dst, **kw)
+        / UDP(sport=sport, dport=4791)
+        / (b"x" * 32)
+    )
+
+
+def select_pipeline(seed: int = 0, queue_bytes=None) -> tuple[Pipeline, dict]:
+    ports = mkports(5)
+    pl = Pipeline(seed=seed, ports=ports, queue_bytes=queue_bytes)
+    group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(i)], watch_port=i) for i in range(2, 6)])
+    flow(pl, {}, [p.OFPActionGroup(1)])
+    return pl, ports
+
+
+# ----- simulated routing fabrics --------------------------------------------------
+
+
+class SimFabric:
+    """Switches and hosts from a networkx graph (nodes with ``kind`` = switch|host)."""
+
+    def __init__(self, graph: nx.Graph, mgr: RoutingManager) -> None:
+        self.mgr = mgr
+        self.now = 1000.0
+        self.dpid: Dict[str, int] = {}
+        self.port: Dict[Tuple[str, str], int] = {}  # (node, neighbour) -> port on node
+        self.peer: Dict[Tuple[int, int], Tuple[int, int]] = {}
+        self.host_at: Dict[Tuple[int, int], Tuple[str, str]] = {}  # (dpid, port) -> (ip, mac)
+        self.host_loc: Dict[str, Tuple[int, int]] = {}
+        self.dpids: List[int] = []
+        self.hold_barriers = False
+        self.held: List[Tuple[int, int]] = []
+        # Switches whose packet-ins wait (a backed-up channel): (dpid, port, frame), in order.
+        self.backed_up: set = set()
+        self.waiting_packet_ins: List[Tuple[int, int, bytes]] = []
+        self.to_hosts: List[Tuple[int, int, bytes]] = []
+        self.sent: List[Tuple[int, Any]] = []
+        switches = sorted(n for n, d in graph.nodes(data=True) if d["kind"] == "switch")
+        for i, name in enumerate(switches, start=1):
+            self.dpid[name] = i
+            self.dpids.append(i)
+        for name in switches:
+            for port_no, nb in enumerate(sorted(graph.neighbors(name)), start=1):
+                self.port[(name, nb)] = port_no
+        for a, b in graph.edges():
+            for x, y in ((a, b), (b, a)):
+                if graph.nodes[x]["kind"] == "switch" and graph.nodes[y]["kind"] == "switch":
+                    self.peer[(self.dpid[x], self.port[(x, y)])] = (self.dpid[y], self.port[(y, x)])
+                elif graph.nodes[x]["kind"] == "switch":
+                    ip, mac = graph.nodes[y]["ip"], graph.nodes[y]["mac"]
+                    loc = (self.dpid[x], self.port[(x, y)])
+                    self.host_at[loc] = (ip, mac)
+                    self.host_loc[y] = loc
+        self.graph = graph
+        self.switch_names = switches
+
+    def ports_of(self, dpid: int) -> List[PortInfo]:
+        name = next(n for n, d in self.dpid.items() if d == dpid)
+        return [
+            PortInfo(p, "02:00:00:%02x:00:%02x" % (dpid, p), True)
+            for (n, _nb), p in sorted(self.port.items())
+            if n == name
+        ]
+
+    def start(self) -> None:
+        for dpid in self.dpids:
+            self.deliver(self.mgr.switch_enter(dpid, self.ports_of(dpid), self.now))
+
+    def settle(self, ticks: int = 3, step_s: float = 0.1) -> None:
+        for _ in range(ticks):
+            self.now += step_s
+            self.deliver(self.mgr.tick(self.now))
+
+    def drain_packet_ins(self) -> None:
+        """The backed-up switches' packet-ins reach the controller, oldest first."""
+        waiting, self.waiting_packet_ins, self.backed_up = self.waiting_packet_ins, [], set()
+        for dpid, port, frame in waiting:
+            self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
+
+    def release_barriers(self) -> None:
+        held, self.held = self.held, []
+        for dpid, xid in held:
+            self.mgr.barrier_reply(dpid, xid, self.now)
+
+    def host_arp(self, host: str, target_ip: str) -> None:
+        """Host ``host`` sends an ARP request for ``target_ip``."""
+        ip, mac = self.graph.nodes[host]["ip"], self.graph.nodes[host]["mac"]
+        frame = ofmsg.arp_frame(
+            op=ofmsg.ARP_REQUEST,
+            src_mac=mac,
+            src_ip=ip,
+            dst_mac="00:00:00:00:00:00",
+            dst_ip=target_ip,
+        )
+        dpid, port = self.host_loc[host]
+        self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
+
+    def deliver(self, msgs: List[Tuple[int, Any]]) -> None:
+        queue = collections.deque(msgs)
+        while queue:
+            dpid, msg = queue.popleft()
+            if msg.xid is None:
+                msg.set_xid(0)
+            msg.serialize()  # every message must encode
+            assert msg.buf[0] == ofp.OFP_VERSION
+            self.sent.append((dpid, msg))
+            if isinstance(msg, p.OFPBarrierRequest):
+                if self.hold_barriers:
+                    self.held.append((dpid, msg.xid))
+                else:
+                    queue.extend(self.mgr.barrier_reply(dpid, msg.xid, self.now))
+            elif isinstance(msg, p.OFPPacketOut):
+                for action in msg.actions:
+                    out = (dpid, action.port)
+                    if out in self.peer:
+                        pd, pp = self.peer[out]
+                        if pd in self.backed_up:
+                            self.waiting_packet_ins.append((pd, pp, msg.data))
+                        else:
+                            queue.extend(self.mgr.packet_in(pd, pp, msg.data, self.now))
+                    elif out in self.host_at:
+                        self.to_hosts.append((dpid, action.port, msg.data))
+                        queue.extend(self._host_receives(out, msg.data))
+
+    def _host_receives(self, loc: Tuple[int, int], frame: bytes) -> List[Tuple[int, Any]]:
+        ip, mac = self.host_at[loc]
+        arp = ofmsg.parse_arp(frame)
+        if arp is None or arp.op != ofmsg.ARP_REQUEST or arp.dst_ip != ip:
+            return []
+        # Linux answers an ARP probe (sender IP 0.0.0.0) to the sender's MAC.
+        reply = ofmsg.arp_frame(
+            op=ofmsg.ARP_REPLY, src_mac=mac, src_ip=ip, dst_mac=arp.src_mac, dst_ip=arp.src_ip
+        )
+        return self.mgr.packet_in(loc[0], loc[1], reply, self.now)
+
+    def group_ports(self, switch: str, host: str) -> Optional[frozenset]:
+        """The ports of the group routing ``host``'s IP at ``switch`` (None if not a group)."""
+        dpid = self.dpid[switch]
+        acts = self.mgr.installed_flows(dpid)[self.graph.nodes[host]["ip"]]
+        if acts[0][0] != ofmsg.ACTION_GROUP:
+            return None
+        return self.mgr.installed_groups(dpid)[acts[0][1]]
+
+
+def add_host(g: nx.Graph, name: str, switch: str, n: int) -> None:
+    g.add_node(name, kind="host", ip=f"10.0.0.{n}", mac="00:00:00:00:00:%02x" % n)
+    g.add_edge(name, switch)
+
+
+def leaf_spine(spines: int = 2, leaves: int = 4) -> nx.Graph:
+    g = nx.Graph()
+    for s in range(1, spines + 1):
+        g.add_node(f"s{s}", kind="switch")
+    for leaf in range(1, leaves + 1):
+        g.add_node(f"l{leaf}", kind="switch")
+        for s in range(1, spines + 1):
+            g.add_edge(f"l{leaf}", f"s{s}")
+        add_host(g, f"h{leaf}", f"l{leaf}", leaf)
+    return g
+
+
+def fat_tree(k: int = 4) -> nx.Graph:
+    g = nx.Graph()
+    half = k // 2
+    cores = [f"c{i}" for i in range(half * half)]
+    for c in cores:
+        g.add_node(c, kind="switch")
+    n = 0
+    for pod in range(k):
+        aggs = [f"a{pod}_{i}" for i in range(half)]
+        edges = [f"e{pod}_{i}" for i in range(half)]
+        for i, a in enumerate(aggs):
+            g.add_node(a, kind="switch")
+            for j in range(half):
+                g.add_edge(a, cores[i * half + j])
+        for e in edges:
+            g.add_node(e, kind="switch")
+            for a in aggs:
+                g.add_edge(e, a)
+            for _ in range(half):
+                n += 1
+                add_host(g, f"h{n}", e, n)
+    return g
+
+
+def learn_all_hosts(fab: SimFabric) -> None:
+    hosts = sorted(
+        (n for n, d in fab.graph.nodes(data=True) if d["kind"] == "host"), key=lambda h: int(h[1:])
+    )
+    for h in hosts:  # every host ARPs for the next one: learns requester, and target via probe
+        nxt = hosts[(hosts.index(h) + 1) % len(hosts)]
+        fab.host_arp(h, fab.graph.nodes[nxt]["ip"])
+
+
+OFPT_ERROR = 1
+
+
+class PipelineFabric(SimFabric):
+    """SimFabric whose switches are emu pipelines fed with the controller's bytes."""
+
+    def __init__(self, graph, mgr):
+        super().__init__(graph, mgr)
+        self.applied = 0
+        self.sessions = {}
+        self.pipelines = {}
+        for name, dpid in self.dpid.items():
+            ports = {
+                p: PortState(p, f"{name}-eth{p}", bytes(6), 10**9)
+                for (n, _nb), p in self.port.items()
+                if n == name
+            }
+            pipeline = Pipeline(seed=dpid, ports=ports)
+            session = OpenFlowSession(SwitchModel(dpid, pipeline))
+            session.feed(struct.pack("!BBHI", 4, ofp.OFPT_HELLO, 8, 1), 0.0)
+            self.sessions[dpid] = session
+            self.pipelines[dpid] = pipeline
+
+    def deliver(self, msgs):
+        super().deliver(msgs)
+        for dpid, msg in self.sent[self.applied :]:
+            for reply in reply_bytes(self.sessions[dpid].feed(bytes(msg.buf), self.now)):
+                assert reply[1] != OFPT_ERROR, f"switch {dpid} rejected {msg}: {reply.hex()}"
+        self.applied = len(self.sent)
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        for x, y in ((a, b), (b, a)):
+            dpid, port = self.dpid[x], self.port[(x, y)]
+            self.pipelines[dpid].ports[port].link_up = up
+            self.pipelines[dpid].invalidate()
+            self.deliver(
+                self.mgr.port_status(dpid, PortInfo(port, "02:00:00:00:00:00", up), self.now)
+            )
+
+    def trace(self, src: str, dst: str, sport: int = 4791) -> list[str]:
+        """The switches a UDP frame src -> dst crosses; asserts it reaches dst's port."""
+        s, d = self.graph.nodes[src], self.graph.nodes[dst]
+        frame = bytes(
+            Ether(src=s["mac"], dst="02:00:00:00:00:ff")
+            / IP(src=s["ip"], dst=d["ip"])
+            / UDP(sport=sport, dport=4791)
+            / (b"x" * 32)
+        )
+        names = {v: k for k, v in self.dpid.items()}
+        dpid, port = self.host_loc[src]
+        path = []
+        for _ in range(8):
+            path.append(names[dpid])
+            outs, _pins = self.pipelines[dpid].process(port, frame, self.now)
+            assert len(outs) == 1, f"{src}->{dst} at {names[dpid]}: outputs {outs}"
+            out_port, frame, _q = outs[0]
+            live = self.pipelines[dpid].ports[out_port].live
+            assert live, f"{src}->{dst}: {names[dpid]} sent out of dead port {out_port}"
+            if (dpid, out_port) in self.host_at:
+                assert (dpid, out_port) == self.host_loc[dst], f"{src}->{dst} misdelivered"
+                assert Ether(frame).dst == d["mac"]  # the last hop rewrote eth_dst
+                return path
+            dpid, port = self.peer[(dpid, out_port)]
+        raise AssertionError(f"{src}->{dst}: loop along {path}")
+
+
+def hosts_of(fab):
+    return sorted(
+        (n for n, d in fab.graph.nodes(data=True) if d["kind"] == "host"), key=lambda h: int(h[1:])
+    )
+
+
+# ----- a two-level aggregation tree -----------------------------------------------
+
+
+JOB, JOB_IP, JOB_MAC = 1, "10.255.0.1", "02:00:00:00:aa:01"
+
+
+HOSTS = {  # name: (leaf, port, mac, ip, rank)
+    "h1": ("leaf1", 1, "02:00:00:00:00:01", "10.0.0.1", 0),
+    "h2": ("leaf1", 2, "02:00:00:00:00:02", "10.0.0.2", 1),
+    "h3": ("leaf2", 1, "02:00:00:00:00:03", "10.0.0.3", 2),
+    "h4": ("leaf2", 2, "02:00:00:00:00:04", "10.0.0.4", 3),
+}
+
+
+UP = 3  # a leaf's port towards the root
+
+
+LEAF_AT = {"leaf1": 1, "leaf2": 2}  # the root's port to each leaf
+
+
+def switch_ports(sw: int, n: int = 4) -> dict[int, PortState]:
+    return {
+        i: PortState(i, f"s{sw}-eth{i}", bytes([2, 0, 0, 0, sw, i]), 10**8) for i in range(1, n + 1)
+    }
+
+
+def leaf_job(leaf: str, nslots: int) -> ofext.AggJobSet:
+    kids = tuple(
+        ofext.AggChild(port, mac, ip) for lf, port, mac, ip, _r in HOSTS.values() if lf == leaf
+    )
+    return ofext.AggJobSet(JOB, nslots, False, UP, JOB_IP, JOB_MAC, kids)
+
+
+def root_job(nslots: int) -> ofext.AggJobSet:
+    kids = tuple(ofext.AggChild(port, JOB_MAC, JOB_IP) for port in LEAF_AT.values())
+    return ofext.AggJobSet(JOB, nslots, True, 0, JOB_IP, JOB_MAC, kids)
+
+
+class Tree:
+    """leaf1, leaf2 and root engines; frames in flight in a pool; hosts' inboxes."""
+
+    def __init__(self, nslots: int = 4, rng: random.Random | None = None) -> None:
+        self.nslots = nslots
+        self.rng = rng
+        self.engines = {
+            "leaf1": AggEngine(switch_ports(1)),
+            "leaf2": AggEngine(switch_ports(2)),
+            "root": AggEngine(switch_ports(3)),
+        }
+        self.engines["leaf1"].job_set(leaf_job("leaf1", nslots))
+        self.engines["leaf2"].job_set(leaf_job("leaf2", nslots))
+        self.engines["root"].job_set(root_job(nslots))
+        self.links: dict[tuple[str, int], tuple[str, int]] = {}
+        for h, (leaf, port, *_rest) in HOSTS.items():
+            self.links[(leaf, port)] = (h, 0)
+            self.links[(h, 0)] = (leaf, port)
+        for leaf, rport in LEAF_AT.items():
+            self.links[(leaf, UP)] = ("root", rport)
+            self.links[("root", rport)] = (leaf, UP)
+        self.pool: list[tuple[str, int, bytes, str, int]] = []  # dst, in_port, frame, src, port
+        self.inbox: dict[str, list[agg.AggPacket]] = {h: [] for h in HOSTS}
+        self.lose = lambda src, port, pkt: False  # set by tests: drop a frame in flight
+        self.sent: list[tuple[str, int, bytes]] = []
+
+    def send(self, host: str, frame: bytes) -> None:
+        self.pool.append((*self.links[(host, 0)], frame, host, 0))
+
+    def step(self) -> None:
+        i = self.rng.randrange(len(self.pool)) if self.rng else 0
+        dst, in_port, frame, _src, _port = self.pool.pop(i)
+        if dst in self.inbox:
+            self.inbox[dst].append(agg.parse(frame))
+            return
+        for port, out, queue in self.engines[dst].receive(in_port, frame, 0.0):
+            assert queue is None
+            self.sent.append((dst, port, out))
+            if self.lose(dst, port, agg.parse(out)):
+                continue
+            self.pool.append((*self.links[(dst, port)], out, dst, port))
+
+    def run(self, on_result=None) -> None:
+        while self.pool:
+            before = {h: len(v) for h, v in self.inbox.items()}
+            self.step()
+            if on_result is not None:
+                for h, box in self.inbox.items():
+                    for pkt in box[before[h] :]:
+                        on_result(h, pkt)
+
+    def counters(self, sw: str) -> dict:
+        return self.engines[sw].report()["jobs"][str(JOB)]
+
+
+def lite_datapath(ports: dict[int, PortState], pipeline: Pipeline, engine: AggEngine) -> Datapath:
+    """A Datapath with its queues, buffer and engine but no sockets (for `_enqueue`)."""
+    dp = Datapath.__new__(Datapath)
+    qos = config.parse_qos({})
+    dp.name, dp.ports, dp.pipeline, dp.agg, dp.agg_errors = "s1", ports, pipeline, engine, 0
+    dp.schedulers = {n: PortScheduler(rate_bps=pt.rate_bps) for n, pt in ports.items()}
+    dp.buffer = SharedBuffer(
+        qos["buffer"], qos["pfc"], qos["ecn"], {n: pt.rate_bps for n, pt in ports.items()}
+    )
+    dp.wd_drop, dp.busy, dp.watchdog_drops, dp.tx_due = set(), set(), 0, float("inf")
+    dp.dscp_to_prio = [0] * 64
+    for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
+        dp.dscp_to_prio[dscp] = prio
+    return dp
+
+
+# ----- a NIC pair back to back ----------------------------------------------------
+
+
+RATE = 20_000_000
+
+
+A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
+
+
+B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
+
+
+def pair(**kw):
+    a, b = Rnic(NicConfig(rate_bps=RATE, **A, **kw)), Rnic(NicConfig(rate_bps=RATE, **B, **kw))
+    a.connect(1, 7, B["mac"], B["ip"], 49152, 0.0)
+    b.connect(7, 1, A["mac"], A["ip"], 49153, 0.0)
+    return a, b
+
+
+def run(
+    a,
+    b,
+    until,
+    drop=lambda i, f: False,
+    mark=lambda i, f: False,
+    repeat=lambda i, f: False,
+    step=1e-4,
+):
+    """Move frames a->b (and replies b->a) until `until`; returns frames a sent.
+
+    The i-th frame a sends is lost (`drop`), CE-marked (`mark`) or delivered twice (`repeat`).
+    """
+    now, sent = 0.0, 0
+    while now < until:
+        for f in b.tick(now):
+            a.receive(f, now)
+        frame = a.next_frame(now)
+        while frame is not None:
+            sent += 1
+            if not drop(sent, frame):
+                if mark(sent, frame):
+                    frame = set_ip_ecn(frame, roce.ECN_CE)
+                for _ in range(2 if repeat(sent, frame) else 1):
+                    for reply in b.receive(frame, now):
+                        a.receive(reply, now)
+            frame = a.next_frame(now)
+        now += step
+    return sent
+
+
+# ----- the ring's reference sum ---------------------------------------------------
+
+
+def numpy_sum(arrays):
+    stack = np.stack(arrays)
+    if stack.dtype == np.int32:
+        return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
+    return stack.astype(np.float64).sum(axis=0)
