@@ -8,8 +8,6 @@ controller process, without reading each other's fields.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from os_ken.base import app_manager
 
@@ -22,6 +20,7 @@ from controllers.routing_api import (
     RoutingView,
     get_view,
 )
+from emu.registry import wait_for
 
 
 @pytest.fixture
@@ -58,10 +57,7 @@ def test_get_view_and_the_changed_event_carry_routing_s_view(apps) -> None:
     version = routing.manager.topology_version
     assert version >= 1
     # Aggregation's handler took the event (it remembers the version it worked on).
-    deadline = time.monotonic() + 5
-    while agg._seen_version != version and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert agg._seen_version == version
+    wait_for(lambda: agg._seen_version == version, 5, "aggregation to take routing's event")
     view = get_view(agg)
     assert isinstance(view, RoutingView)
     assert view.version == version and dict(view.switches) == {7: {1: "02:00:00:00:00:01"}}
