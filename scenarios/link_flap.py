@@ -29,6 +29,7 @@ Run:  emu run link-flap [--set modes=static,adaptive --set flap_s=30]
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 
@@ -183,8 +184,8 @@ def run(ctx: Context) -> None:
         )
         stuck_text = "; ".join(
             f"{d['flow']} silent {d['silent_s']} s from t={d['silent_from_s']} s "
-            f"({d['retransmits_before']} retransmits in the 3 s before, "
-            f"{d['retransmits_during']} during)"
+            f"(receiver got nothing; {d['retransmits_before']} retransmits in the "
+            f"3 s before, {d['retransmits_during']} during)"
             for d in r["stuck_detail"]
         )
         ctx.check(
@@ -327,7 +328,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     with Fabric(
         graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], apps=(MODES[mode],), qos=qos
     ) as fab:
-        clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT)
+        clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT, server_output=True)
         t0 = time.time()
         pings = {
             pair: fab.start(
@@ -347,6 +348,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
             at=p["start_s"] - (time.time() - t0),
         )
         docs = [iperf.finish(fab, c, timeout_s=duration + 30) for c in clients]
+        save_flow_results(ctx.out_dir / mode / "flows", flows, docs)
         ping_results = {pair: job.wait() for pair, job in pings.items()}
         if fab.faults.errors:
             raise RuntimeError(f"fault injection failed: {'; '.join(fab.faults.errors)}")
@@ -378,6 +380,31 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     )
 
 
+def silent_span(per_second: list[float], start: int, window: int) -> tuple[int, int] | None:
+    """The first run of >= `window` zero intervals from `start` on: (first, length), or None."""
+    first = next(
+        (
+            i
+            for i in range(start, len(per_second) - window + 1)
+            if all(x == 0 for x in per_second[i : i + window])
+        ),
+        None,
+    )
+    if first is None:
+        return None
+    last = first
+    while last + 1 < len(per_second) and per_second[last + 1] == 0:
+        last += 1
+    return first, last - first + 1
+
+
+def save_flow_results(out_dir, flows: list[tuple[str, str]], docs: list[dict]) -> None:
+    """Every flow's iperf3 result (sender and receiver intervals) for a post-mortem."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for (src, dst), doc in zip(flows, docs):
+        (out_dir / f"{src}-{dst}.json").write_text(json.dumps(doc, indent=1))
+
+
 def summarise(
     p: dict,
     t0: float,
@@ -401,38 +428,37 @@ def summarise(
         vals = [total[i] for i in range(n) if lo <= i and i + 1 <= hi]
         return sum(vals) / len(vals) if vals else 0.0
 
-    # A flow is stuck if, once the link is flapping, it moves no bytes for stuck_s in a row.
+    # A flow is stuck if, once the link is flapping, its receiver gets no bytes for
+    # stuck_s in a row. The sender's intervals cannot say it: they count bytes written
+    # into the socket, and a sender whose socket buffer is full writes nothing for
+    # seconds while the buffer drains at a few hundred kbit/s.
     window = max(1, int(round(p["stuck_s"])))
     stuck_detail = []
-    for k, f in enumerate(per_flow):
-        first = next(
-            (
-                i
-                for i in range(int(start), len(f) - window + 1)
-                if all(x == 0 for x in f[i : i + window])
-            ),
-            None,
-        )
-        if first is None:
+    writer_silent = []
+    for k, doc in enumerate(docs):
+        name = "->".join(flows[k]) if k < len(flows) else str(k)
+        intervals = doc["intervals"]
+        span = silent_span(iperf.received_mbps(doc), int(start), window)
+        written = silent_span(per_flow[k], int(start), window)
+        if written is not None:
+            writer_silent.append({"flow": name, "from_s": written[0], "silent_s": written[1]})
+        if span is None:
             continue
-        last = first
-        while last + 1 < len(f) and f[last + 1] == 0:
-            last += 1
-        intervals = docs[k]["intervals"]
+        first, length = span
         # Which flow, when (s since the flows began) and for how long, and the
         # sender's retransmissions around it: the report must let the reader
         # tell an RTO backoff from a black hole.
         stuck_detail.append(
             {
-                "flow": "->".join(flows[k]) if k < len(flows) else str(k),
+                "flow": name,
                 "silent_from_s": first,
-                "silent_s": last - first + 1,
+                "silent_s": length,
                 "retransmits_before": sum(
                     iv["sum"].get("retransmits", 0) or 0
-                    for iv in intervals[max(0, first - 3) : first + 1]
+                    for iv in intervals[max(0, first - 3) : first]
                 ),
                 "retransmits_during": sum(
-                    iv["sum"].get("retransmits", 0) or 0 for iv in intervals[first : last + 2]
+                    iv["sum"].get("retransmits", 0) or 0 for iv in intervals[first : first + length]
                 ),
             }
         )
@@ -454,6 +480,7 @@ def summarise(
         "worst_outage_s": max(r.longest_outage_s for r in pings.values()),
         "stuck_flows": stuck,
         "stuck_detail": stuck_detail,
+        "writer_silent": writer_silent,
         "dead": dead,
         "unreachable_after": unreachable,
         "adaptive": status.get("adaptive"),

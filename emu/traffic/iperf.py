@@ -47,13 +47,17 @@ def start_many(
     tos: int | None = None,
     length: int | None = None,
     omit_s: float | None = None,
+    server_output: bool = False,
 ) -> list[subprocess.Popen]:
     """Start one iperf3 test per (src, dst), all servers first, then all clients together.
 
     Flows that start together share the fabric for the same window (a pattern
     of simultaneous flows, as in Hedera's experiments). `omit_s` leaves the
     first seconds (slow start, routing reacting) out of iperf3's totals.
-    Finish each with `finish`.
+    `server_output` adds the receiver's own intervals to the result
+    (`received_mbps`): the sender's intervals count bytes written into its
+    socket, which can pause for seconds while the socket's buffer drains, so
+    only the receiver says when a flow moved no bytes. Finish each with `finish`.
     """
     servers = []
     clients: list[subprocess.Popen] = []
@@ -62,7 +66,9 @@ def start_many(
             servers.append(
                 fab.popen(
                     dst,
-                    ["iperf3", "-s", "-1", "-p", str(first_port + i)],
+                    # -J: the server's intervals reach the client (--get-server-output)
+                    # as JSON, not as text.
+                    ["iperf3", "-s", "-1", "-J", "-p", str(first_port + i)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
@@ -76,7 +82,17 @@ def start_many(
             )
         for i, (src, dst) in enumerate(flows):
             argv = _client_argv(
-                fab, dst, first_port + i, seconds, parallel, udp, bitrate, tos, length, omit_s
+                fab,
+                dst,
+                first_port + i,
+                seconds,
+                parallel,
+                udp,
+                bitrate,
+                tos,
+                length,
+                omit_s,
+                server_output,
             )
             client = fab.popen(
                 src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -101,6 +117,7 @@ def _client_argv(
     tos: int | None,
     length: int | None,
     omit_s: float | None,
+    server_output: bool = False,
 ) -> list[str]:
     argv = [
         "iperf3",
@@ -126,6 +143,8 @@ def _client_argv(
         argv += ["--tos", str(tos)]
     if length:
         argv += ["-l", str(length)]
+    if server_output:
+        argv.append("--get-server-output")
     return argv
 
 
@@ -137,6 +156,16 @@ def finish(fab: Fabric, client: subprocess.Popen, timeout_s: float = 60.0) -> di
         fab.stop_proc(client)
         fab.stop_proc(client.server)
     return json.loads(out or '{"error": "no output"}')
+
+
+def received_mbps(doc: dict) -> list[float]:
+    """The receiver's Mbit/s in each of its intervals (needs `server_output=True`)."""
+    server = doc.get("server_output_json")
+    if not server:
+        raise ValueError(
+            "iperf3 result has no server_output_json: start it with server_output=True"
+        )
+    return [iv["sum"]["bits_per_second"] / 1e6 for iv in server.get("intervals", [])]
 
 
 def _listening(fab: Fabric, host: str, port: int) -> bool:

@@ -45,19 +45,37 @@ def test_the_floor_subtracts_the_rto_backoff_left_in_the_window():
 
 
 def test_a_stuck_flow_is_named_with_when_and_its_retransmissions():
-    def doc(rates, retrans):
+    def doc(written, received, retrans):
         return {
             "intervals": [
-                {"sum": {"bits_per_second": r, "retransmits": x}} for r, x in zip(rates, retrans)
-            ]
+                {"sum": {"bits_per_second": r, "retransmits": x}} for r, x in zip(written, retrans)
+            ],
+            "server_output_json": {
+                "intervals": [{"sum": {"bits_per_second": r}} for r in received]
+            },
         }
 
     p = {"start_s": 3.0, "flap_s": 4.0, "stuck_s": 3.0}
-    moving = doc([5e6] * 10, [0] * 10)
-    silent = doc([5e6, 5e6, 5e6, 5e6, 0, 0, 0, 0, 5e6, 5e6], [0, 0, 0, 2, 1, 1, 0, 1, 0, 0])
+    moving = doc([5e6] * 10, [5e6] * 10, [0] * 10)
+    silent = doc(
+        [5e6, 5e6, 5e6, 5e6, 0, 0, 0, 0, 5e6, 5e6],
+        [5e6, 5e6, 5e6, 5e6, 0, 0, 0, 0, 5e6, 5e6],
+        [0, 0, 0, 2, 1, 1, 0, 1, 0, 0],
+    )
+    # A sender whose socket buffer is full writes nothing while its receiver still
+    # gets bytes: that flow moves, it is not stuck.
+    draining = doc([5e6, 5e6, 5e6, 0, 0, 0, 0, 5e6, 5e6, 5e6], [1e6] * 10, [0] * 10)
     pings = {("h1", "h3"): SimpleNamespace(longest_outage_s=0.1)}
     r = link_flap.summarise(
-        p, 0.0, [moving, silent], pings, {}, [], 0, 3, [("h1", "h5"), ("h2", "h6")]
+        p,
+        0.0,
+        [moving, silent, draining],
+        pings,
+        {},
+        [],
+        0,
+        3,
+        [("h1", "h5"), ("h2", "h6"), ("h3", "h7")],
     )
     assert r["stuck_flows"] == 1
     assert r["stuck_detail"] == [
@@ -65,7 +83,7 @@ def test_a_stuck_flow_is_named_with_when_and_its_retransmissions():
             "flow": "h2->h6",
             "silent_from_s": 4,
             "silent_s": 4,
-            "retransmits_before": 3,
+            "retransmits_before": 2,
             "retransmits_during": 3,
         }
     ]
