@@ -87,6 +87,16 @@ PARAMS = {
         min=1.0,
         max=3.0,
     ),
+    # One measurement of the non-blocking switch divides every ECMP run of its fan-in:
+    # its error moves all of them together (0.98 of the mean once, in 5 reproductions
+    # of 5 runs, which put a whole reproduction 0.02 high). Several measurements shrink
+    # that error, and their spread enters the ECMP model check's interval.
+    "reference_runs": Param(
+        5,
+        "non-blocking measurements per receiver fan-in (the denominator of every figure)",
+        min=2,
+        max=20,
+    ),
     "model_samples": Param(2000, "draws for the flow-level ECMP expectation", min=100, max=100000),
 }
 
@@ -349,19 +359,21 @@ def run(ctx: Context) -> None:
 
     ideal_graph = fabric_mod.single_switch(hosts=len(fabric_mod.hosts(graph)), rate_bps=rate_bps)
     rename = dict(zip(fabric_mod.hosts(graph), fabric_mod.hosts(ideal_graph)))
-    ideal: dict[tuple, float] = {}
+    ideal: dict[tuple, list[float]] = {}
     ctx.log("ecmp-vs-adaptive: the non-blocking switch")
     with Fabric(ideal_graph, out_dir=str(ctx.out_dir / "nonblocking"), **_fabric_options(p)) as fab:
         for pat in patterns:
             for flows in matrices[pat]:
                 key = fan_in(flows)
-                if key not in ideal:
-                    ideal[key], _ports = measure(fab, [(rename[s], rename[d]) for s, d in flows], p)
-                    ctx.log(f"  non-blocking fan-in {key[-3:]}: {ideal[key] / 1e6:.1f} Mbit/s")
+                while len(ideal.setdefault(key, [])) < p["reference_runs"]:
+                    bps, _ports = measure(fab, [(rename[s], rename[d]) for s, d in flows], p)
+                    ideal[key].append(bps)
+                    ctx.log(f"  non-blocking fan-in {key[-3:]}: {bps / 1e6:.1f} Mbit/s")
+    reference = {key: statistics.mean(runs) for key, runs in ideal.items()}
 
     norm = {
         m: {
-            pat: [bps / ideal[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
+            pat: [bps / reference[fan_in(f)] for bps, f in zip(measured[m][pat], matrices[pat])]
             for pat in patterns
         }
         for m in modes
@@ -471,7 +483,8 @@ def report(
             "normalised": norm,
             "mean_normalised": means,
             "aggregate_bps": measured,
-            "nonblocking_bps": {str(k): v for k, v in ideal.items()},
+            "nonblocking_bps": {str(k): statistics.mean(v) for k, v in ideal.items()},
+            "nonblocking_runs_bps": {str(k): v for k, v in ideal.items()},
             "ecmp_model": expect,
             "ecmp_model_on_paths": on_paths,
             "ecmp_next_hop_choices": {str(m): c for m, c in choices.items()},
@@ -506,18 +519,48 @@ def report(
                 ">= 0.80",
             )
     if on_paths:
-        _check_ecmp_model(ctx, patterns, norm["ecmp"], on_paths)
+        keys = [fan_in(f) for pat in patterns for f in matrices[pat]]
+        _check_ecmp_model(ctx, patterns, norm["ecmp"], on_paths, keys, ideal)
     if choices:
         _check_ecmp_spread(ctx, choices)
     plot(ctx, patterns, modes, norm, expect)
 
 
-def _check_ecmp_model(ctx: Context, patterns, ecmp: dict, on_paths: dict) -> None:
+def mean_interval(
+    diffs: list[float], got: list[float], keys: list, reference: dict[tuple, list[float]]
+) -> tuple[float, float]:
+    """The 99% two-sided half-width of mean(diffs), where diff i = got i - a model and
+    got i = a measurement / the mean of reference[keys[i]].
+
+    Two independent errors: the runs' own spread (their standard error), and
+    each reference mean's (its relative standard error moves every run it
+    divides together, which the runs' spread cannot show). The degrees of
+    freedom of the sum are Welch-Satterthwaite's.
+    """
+    n = len(diffs)
+    runs_var = statistics.variance(diffs) / n
+    terms = []  # (variance, degrees of freedom) of each reference's share of the mean
+    for key in dict.fromkeys(keys):
+        refs = reference[key]
+        share = sum(g for g, k in zip(got, keys) if k == key) / n
+        rel_se = statistics.stdev(refs) / statistics.mean(refs) / len(refs) ** 0.5
+        terms.append(((share * rel_se) ** 2, len(refs) - 1))
+    var = runs_var + sum(v for v, _df in terms)
+    if var == 0:
+        return 0.0, float("inf")
+    df = var**2 / (runs_var**2 / (n - 1) + sum(v**2 / d for v, d in terms))
+    return t_995(int(df)) * var**0.5, df
+
+
+def _check_ecmp_model(
+    ctx: Context, patterns, ecmp: dict, on_paths: dict, keys: list, reference: dict
+) -> None:
     """Measured ECMP against the flow-level model of the very paths the hash chose.
 
     TCP's allocation lies between max-min (its idealisation) and proportional
     fairness; a two one-sided t-test at 99% over every ECMP run asks whether
-    the measurements sit below the first or above the second.
+    the measurements sit below the first or above the second. The interval
+    holds the non-blocking reference's error too (`mean_interval`).
     """
     got = [x for pat in patterns for x in ecmp[pat]]
     low = [x for pat in patterns for x in on_paths["max-min"][pat]]
@@ -526,19 +569,19 @@ def _check_ecmp_model(ctx: Context, patterns, ecmp: dict, on_paths: dict) -> Non
     if len(got) < 2:
         ctx.log(f"{name}: not checked, it needs 2 or more ECMP runs (patterns x seeds)")
         return
-    t = t_995(len(got) - 1)
     below = [g - m for g, m in zip(got, low)]
     above = [g - m for g, m in zip(got, high)]
-    slack_low = t * statistics.stdev(below) / len(got) ** 0.5
-    slack_high = t * statistics.stdev(above) / len(got) ** 0.5
+    slack_low, _ = mean_interval(below, got, keys, reference)
+    slack_high, df = mean_interval(above, got, keys, reference)
     ok = statistics.mean(below) >= -slack_low and statistics.mean(above) <= slack_high
+    refs = sum(len(reference[k]) for k in dict.fromkeys(keys))
     ctx.check(
         name,
         ok,
         f"{statistics.mean(got):.3f}",
         f"between max-min {statistics.mean(low):.3f} - {slack_low:.3f} and proportional "
         f"{statistics.mean(high):.3f} + {slack_high:.3f} (99% t-test over "
-        f"{len(got)} runs)",
+        f"{len(got)} runs and {refs} non-blocking references, {df:.0f} degrees of freedom)",
     )
 
 

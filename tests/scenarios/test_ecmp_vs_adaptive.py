@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from emu import fabric as fabric_mod
@@ -84,7 +85,10 @@ def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
         ([0.40, 0.52, 0.45, 0.50], False),
     ):  # the fabric lost throughput
         c = _Checks()
-        eva._check_ecmp_model(c, ["random"], {"random": measured}, model)
+        keys = [(1,)] * len(measured)
+        eva._check_ecmp_model(
+            c, ["random"], {"random": measured}, model, keys, {(1,): [14.3e6, 14.4e6, 14.35e6]}
+        )
         [(passed, _v, _e)] = c.checks.values()
         assert passed is ok, (measured, c.checks)
     for counts, ok in (([246, 210], True), ([300, 156], False), ([456, 0], False)):
@@ -95,6 +99,35 @@ def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
     assert eva.chi2_999(1) == pytest.approx(10.828)
     assert eva.chi2_999(12) == pytest.approx(32.909, rel=0.02)  # tables: 32.909
     assert eva.t_995(14) == pytest.approx(2.977) and eva.t_995(1000) == pytest.approx(2.576)
+
+
+def test_the_interval_covers_the_truth_when_one_noisy_reference_divides_every_run():
+    """99% intervals of mean(measured / reference - model) cover the true 0 about 99%
+    of the time. One reference measurement and the runs' own t-interval (what the
+    check did before) do not: the reference's error moves all runs together,
+    which their spread cannot show."""
+    rng = np.random.default_rng(7)
+    n, m, trials = 15, 5, 3000
+    covered = naive_covered = 0
+    for _ in range(trials):
+        bps = rng.normal(0.62 * 14.4, 0.3, n)  # the runs' spread, as measured (README)
+        references = list(rng.normal(14.4, 0.15, m))  # 1% spread, as measured
+        got = list(bps / np.mean(references))
+        diffs = [g - 0.62 for g in got]
+        half, df = eva.mean_interval(diffs, got, [(1,)] * n, {(1,): references})
+        assert m - 1 <= df <= n - 1 + m - 1
+        covered += abs(np.mean(diffs)) <= half
+        single = [g - 0.62 for g in bps / references[0]]
+        naive = eva.t_995(n - 1) * np.std(single, ddof=1) / n**0.5
+        naive_covered += abs(np.mean(single)) <= naive
+    assert covered / trials >= 0.98, covered / trials
+    assert naive_covered / trials < 0.97, naive_covered / trials
+    # A reference without spread adds nothing: the runs' own t-interval.
+    diffs = [0.01, -0.02, 0.015, 0.0]
+    half, df = eva.mean_interval(diffs, [0.6] * 4, [(1,)] * 4, {(1,): [14e6, 14e6]})
+    assert df == pytest.approx(3) and half == pytest.approx(
+        eva.t_995(3) * np.std(diffs, ddof=1) / 2
+    )
 
 
 def test_patterns_and_the_ecmp_expectation_on_k4():
@@ -118,6 +151,7 @@ def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):
         "patterns=stride4,stride8,random",
         "modes=ecmp,adaptive",
         "seeds=3",
+        "reference_runs=3",
         f"min_gain={MIN_GAIN_HERE}",
         timeout_s=1500,
     )
