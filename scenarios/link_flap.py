@@ -419,9 +419,10 @@ def summarise(
     bad = [doc.get("error") for doc in docs if "error" in doc]
     if bad:
         raise RuntimeError(f"iperf3 failed: {bad}")
-    per_flow = [[iv["sum"]["bits_per_second"] for iv in doc["intervals"]] for doc in docs]
+    # Goodput is what the receivers got (Mbit/s per second of the test).
+    per_flow = [iperf.received_mbps(doc) for doc in docs]
     n = min(len(f) for f in per_flow)
-    total = [sum(f[i] for f in per_flow) / 1e6 for i in range(n)]
+    total = [sum(f[i] for f in per_flow) for i in range(n)]
     start, end = p["start_s"], p["start_s"] + p["flap_s"]
 
     def mean_over(lo: float, hi: float) -> float:
@@ -434,14 +435,10 @@ def summarise(
     # seconds while the buffer drains at a few hundred kbit/s.
     window = max(1, int(round(p["stuck_s"])))
     stuck_detail = []
-    writer_silent = []
     for k, doc in enumerate(docs):
         name = "->".join(flows[k]) if k < len(flows) else str(k)
         intervals = doc["intervals"]
-        span = silent_span(iperf.received_mbps(doc), int(start), window)
-        written = silent_span(per_flow[k], int(start), window)
-        if written is not None:
-            writer_silent.append({"flow": name, "from_s": written[0], "silent_s": written[1]})
+        span = silent_span(per_flow[k], int(start), window)
         if span is None:
             continue
         first, length = span
@@ -480,7 +477,6 @@ def summarise(
         "worst_outage_s": max(r.longest_outage_s for r in pings.values()),
         "stuck_flows": stuck,
         "stuck_detail": stuck_detail,
-        "writer_silent": writer_silent,
         "dead": dead,
         "unreachable_after": unreachable,
         "adaptive": status.get("adaptive"),

@@ -78,6 +78,8 @@ def test_a_stuck_flow_is_named_with_when_and_its_retransmissions():
         [("h1", "h5"), ("h2", "h6"), ("h3", "h7")],
     )
     assert r["stuck_flows"] == 1
+    # Goodput is the receivers' (5 + 5 + 1 Mbit/s), not the senders' writes (5 + 5 + 5).
+    assert r["before_mbps"] == pytest.approx(11.0)
     assert r["stuck_detail"] == [
         {
             "flow": "h2->h6",
