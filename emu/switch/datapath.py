@@ -94,15 +94,6 @@ class PortSpec:
         return spec
 
 
-def _is_ect(frame: bytes) -> bool:
-    """ECN-capable transport: the IPv4 ECN field is ECT(0), ECT(1) or CE."""
-    if frame[12:14] == b"\x08\x00" and len(frame) > 15:
-        return frame[15] & 3 != 0
-    if frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
-        return frame[19] & 3 != 0
-    return False
-
-
 def _qos(text: str) -> dict:
     """--qos JSON into validated specs; errors name the key."""
     try:
@@ -340,15 +331,6 @@ class Datapath:
             if packet_ins:
                 self.of.packet_ins(packet_ins)
 
-    def _classify(self, frame: bytes) -> int:
-        """Egress priority from the IPv4 DSCP (DESIGN.md priority map)."""
-        ethertype = frame[12:14]
-        if ethertype == b"\x08\x00" and len(frame) > 15:
-            return self.dscp_to_prio[frame[15] >> 2]
-        if ethertype == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
-            return self.dscp_to_prio[frame[19] >> 2]
-        return 0
-
     def _enqueue(self, outputs, in_port: int, now: float) -> None:
         """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
         admit = self.buffer.admit
@@ -358,17 +340,24 @@ class Datapath:
                 if port_no == AGG_PORT:
                     self._aggregate(in_port, frame, now)
                 continue
-            prio = (
-                queue_id
-                if queue_id is not None and 0 <= queue_id < N_PRIORITIES
-                else self._classify(frame)
-            )
-            if (port_no, prio) in self.wd_drop:
+            # The DSCP picks the priority and the ECN field says ECN-capable (RFC 3168):
+            # both from one look at the IPv4 header, untagged (nearly every frame) or not.
+            if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+                tos = frame[15]
+            elif frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
+                tos = frame[19]
+            else:
+                tos = None
+            if queue_id is not None and 0 <= queue_id < N_PRIORITIES:
+                prio = queue_id
+            else:
+                prio = self.dscp_to_prio[tos >> 2] if tos is not None else 0
+            if self.wd_drop and (port_no, prio) in self.wd_drop:
                 self.watchdog_drops += 1
                 self.ports[port_no].counters.tx_dropped += 1
                 continue
-            ect = _is_ect(frame)
-            decision = admit(in_port, prio, port_no, len(frame), ect, now)
+            size = len(frame)
+            decision = admit(in_port, prio, port_no, size, tos is not None and tos & 3 != 0, now)
             if decision is None:
                 self.ports[port_no].counters.tx_dropped += 1
                 continue
@@ -381,7 +370,7 @@ class Datapath:
                     if now < self.tx_due:
                         self.tx_due = now
             else:
-                self.buffer.release(in_port, prio, port_no, len(frame), charge)
+                self.buffer.release(in_port, prio, port_no, size, charge)
                 self.ports[port_no].counters.tx_dropped += 1
 
     def _aggregate(self, in_port: int, frame: bytes, now: float) -> None:
@@ -569,12 +558,12 @@ class Datapath:
             sched = self.schedulers[port_no]
             sock = self.port_socks[port_no]
             counters = self.ports[port_no].counters
+            loss = self.port_loss.get(port_no)
             while True:
                 item = sched.dequeue(now)
                 if item is None:
                     break
                 frame, prio, meta = item
-                loss = self.port_loss.get(port_no)
                 if loss and self.loss_rng.random() < loss:
                     # On the wire and lost: the frame leaves the buffer but never arrives.
                     self.lost_frames[port_no] = self.lost_frames.get(port_no, 0) + 1
@@ -589,9 +578,10 @@ class Datapath:
                     counters.tx_dropped += 1
                     release(meta[0], prio, port_no, len(frame), meta[1])
                     continue
-                release(meta[0], prio, port_no, len(frame), meta[1])
+                size = len(frame)
+                release(meta[0], prio, port_no, size, meta[1])
                 counters.tx_packets += 1
-                counters.tx_bytes += len(frame)
+                counters.tx_bytes += size
             ready = sched.ready_at()
             if ready is None:
                 done.append(port_no)
@@ -832,6 +822,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling",
     )
     p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="run under cProfile and write its stats to PATH on exit (bench/forwarding.py)",
+    )
     return p
 
 
@@ -854,7 +849,14 @@ def main(argv: list[str] | None = None) -> int:
         dp.of.listen_addr,
         frozen,
     )
-    dp.run()
+    if args.profile:
+        import cProfile  # only when asked: the profiler costs every call
+
+        profiler = cProfile.Profile()
+        profiler.runcall(dp.run)
+        profiler.dump_stats(args.profile)
+    else:
+        dp.run()
     return 0
 
 
