@@ -282,13 +282,15 @@ class Datapath:
         sched = self.schedulers.get(port_no)
         return sum(sched.depth_bytes) if sched is not None else 0
 
-    def _receive(self, port_no: int, now: float) -> None:
+    def _receive(self, port_no: int, now: float) -> int:
+        """Read up to RX_BATCH frames from a port and forward them; how many it read."""
         sock = self.port_socks[port_no]
         port = self.ports[port_no]
         counters = port.counters
         process = self.pipeline.process
         monotonic = time.monotonic
-        for _ in range(RX_BATCH):
+        read = 0
+        for read in range(1, RX_BATCH + 1):
             if self.tx_due <= now:
                 self._transmit(now)
             try:
@@ -299,10 +301,10 @@ class Datapath:
                 else:
                     frame = sock.recv(MAX_FRAME_BYTES)
             except BlockingIOError:
-                return
+                return read - 1
             except OSError as exc:
                 if exc.errno in (errno.ENETDOWN, errno.ENXIO):
-                    return
+                    return read - 1
                 raise
             now = monotonic()
             counters.rx_packets += 1
@@ -330,6 +332,7 @@ class Datapath:
                 self._enqueue(outputs, port_no, now)
             if packet_ins:
                 self.of.packet_ins(packet_ins)
+        return read
 
     def _enqueue(self, outputs, in_port: int, now: float) -> None:
         """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
@@ -682,6 +685,7 @@ class Datapath:
         awake_since = time.monotonic()  # when the loop last came back from select()
         awake_cpu = time.thread_time()
         work: list = []  # what this pass did (names the longest stall)
+        frames_read = 0  # and how many frames it read
         while not self.stopping:
             now = time.monotonic()
             self.of.connect_due(now)
@@ -724,15 +728,17 @@ class Datapath:
                 any(key.data[0] == "port" for key, _ in ready),
                 work,
                 worked_cpu,
+                frames_read,
             )
             awake_since = woke
             work = []
+            frames_read = 0
             for key, events in ready:
                 kind, ref = key.data
                 work.append(kind)
                 now = time.monotonic()
                 if kind == "port":
-                    self._receive(ref, now)
+                    frames_read += self._receive(ref, now)
                     self._send_pfc(now)  # XOFF as soon as a threshold is crossed
                     if self.busy:  # send between receive batches, not once per pass
                         self._transmit(time.monotonic())
