@@ -192,6 +192,8 @@ class SharedBuffer:
 
     def pfc_due(self, now: float) -> list[tuple[int, dict[int, int]]]:
         """PFC frames to send now: XOFF on crossing, refreshes, XON below the resume point."""
+        if not self.paused_upstream and not self._pending:
+            return []  # nothing paused: every loop pass of every switch asks, twice
         resume = self.xoff_threshold() - self.spec.resume_offset_bytes
         for ikey, refresh_at in list(self.paused_upstream.items()):
             in_port, prio = ikey
