@@ -30,7 +30,7 @@ import struct
 import sys
 import time
 
-from emu import realtime
+from emu import profiling, realtime
 from emu.fidelity import GcMonitor, ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import NicConfig, Rnic
@@ -556,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     agent.fidelity.sched = sched
     stop_on_signals(agent)
     GcMonitor.freeze()  # set up: keep it out of every later collection (emu/fidelity.py)
-    agent.run()
+    profiling.run(args.name, agent.run)
     return 0
 
 

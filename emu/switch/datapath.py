@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from emu import config, realtime
+from emu import config, profiling, realtime
 from emu.fidelity import GcMonitor, ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
@@ -828,11 +828,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling",
     )
     p.add_argument("--log-level", default="INFO")
-    p.add_argument(
-        "--profile",
-        metavar="PATH",
-        help="run under cProfile and write its stats to PATH on exit (bench/forwarding.py)",
-    )
     return p
 
 
@@ -855,14 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         dp.of.listen_addr,
         frozen,
     )
-    if args.profile:
-        import cProfile  # only when asked: the profiler costs every call
-
-        profiler = cProfile.Profile()
-        profiler.runcall(dp.run)
-        profiler.dump_stats(args.profile)
-    else:
-        dp.run()
+    profiling.run(dp.name, dp.run)
     return 0
 
 
