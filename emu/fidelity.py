@@ -787,7 +787,7 @@ def _work(loop: dict) -> str:
     text = f" in a pass that handled {work}" if work else ""
     if "longest_stall_cpu_s" in loop:
         text += f" using {loop['longest_stall_cpu_s'] * 1e3:.1f} ms of CPU"
-    if "longest_stall_frames" in loop:
+    if loop.get("longest_stall_frames"):
         text += f" and reading {loop['longest_stall_frames']} frames"
     return text
 

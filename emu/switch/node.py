@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 20.0
 # Frames handed to AF_PACKET must be real Ethernet frames: no TSO/GSO/GRO
 # super-frames, no partial checksums, VLAN tags in the frame rather than in
-# metadata. Not every driver has every feature, so each is set on its own.
+# metadata. Not every driver has every feature (disable_offloads copes).
 OFFLOADS_OFF = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
 
 

@@ -83,10 +83,19 @@ def test_frames_with_the_same_cache_key_have_the_same_match_key() -> None:
         for v in variants:
             ck, mk = parse.cache_key(v, 3), parse.extract_key(v, 3)
             assert seen.setdefault(ck, mk) == mk, v.hex()
-    # One UDP flow is one entry, whatever its packets' ids and lengths.
+    # One flow is one entry, whatever changes from packet to packet: a UDP flow's
+    # ids and lengths, a ping's sequence numbers (and so its ICMP checksum), a
+    # fragmented datagram's offsets and payload.
     f = frames[0]
     keys = {parse.cache_key(f[:16] + bytes([i, i]) + f[18:], 3) for i in range(50)}
     assert len(keys) == 1
+    pings = [bytes(Ether() / IP() / ICMP(type=8, id=7, seq=s) / (b"p" * 8)) for s in range(50)]
+    assert len({parse.cache_key(p, 3) for p in pings}) == 1
+    fragments = [
+        bytes(Ether() / IP(id=9, flags="MF", frag=o, proto=17) / (bytes([o % 256]) * 24))
+        for o in range(1, 50)
+    ]
+    assert len({parse.cache_key(p, 3) for p in fragments}) == 1
 
 
 def test_extract_key_tcp_icmp_arp_ipv6() -> None:
