@@ -152,6 +152,7 @@ class Resources:
     """
 
     run_dir: Path
+    manifest: Path = MANIFEST
     procs: list[Proc] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
@@ -176,9 +177,9 @@ class Resources:
             "links": self.links,
             "dirs": [str(d) for d in self.dirs],
         }
-        tmp = MANIFEST.with_suffix(".tmp")
+        tmp = self.manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(MANIFEST)
+        tmp.replace(self.manifest)
 
     # -- creation -------------------------------------------------------
 
@@ -285,18 +286,18 @@ class Resources:
         self.save()
 
 
-def clean_stale_manifest() -> None:
+def clean_stale_manifest(manifest: Path = MANIFEST) -> None:
     """Remove what a bench run that died without cleanup (kill -9) left behind.
 
     Raises:
         BenchError: another bench run is alive and owns the manifest.
     """
-    if not MANIFEST.exists():
+    if not manifest.exists():
         return
-    data = json.loads(MANIFEST.read_text() or "{}")
+    data = json.loads(manifest.read_text() or "{}")
     pid = data.get("bench_pid")
     if pid and pid != os.getpid() and _proc_alive(pid, data.get("bench_argv")):
-        raise BenchError(f"another forwarding bench (pid {pid}) is running; see {MANIFEST}")
+        raise BenchError(f"another bench (pid {pid}) is running; see {manifest}")
     for p in data.get("procs", []):
         if _proc_alive(p["pid"], p["argv"]):
             print(f"stale: stopping pid {p['pid']} ({' '.join(p['argv'][:4])} ...)")
@@ -317,7 +318,7 @@ def clean_stale_manifest() -> None:
             subprocess.run(["ip", "link", "del", link], capture_output=True)
     for d in data.get("dirs", []):
         shutil.rmtree(d, ignore_errors=True)
-    MANIFEST.unlink()
+    manifest.unlink()
 
 
 # -- topology -----------------------------------------------------------------
@@ -412,8 +413,9 @@ def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
 class EmuChain:
     """N emu switch processes, each programmed through its passive OpenFlow port."""
 
-    def __init__(self, res: Resources, chain: Chain) -> None:
+    def __init__(self, res: Resources, chain: Chain, profile: bool = False) -> None:
         self.res, self.chain = res, chain
+        self.profile = profile
         self.switches: list[tuple[Proc, str]] = []
 
     def start(self) -> None:
@@ -438,6 +440,10 @@ class EmuChain:
                 f"{self.chain.port(i, 2)}:2:{EMU_RATE_BPS}",
             ]
             env = dict(os.environ, PYTHONPATH=str(REPO))
+            if self.profile:  # emu/profiling.py: s<i>.prof when the switch stops
+                env["EMU_PROFILE_DIR"] = str(
+                    self.res.run_dir / "logs" / f"prof-{self.chain.hops}hop"
+                )
             proc = self.res.start(f"emu-{self.chain.hops}hop-s{i}", argv, env=env)
             self.switches.append((proc, sock))
 
@@ -470,11 +476,12 @@ class EmuChain:
                 f.write(json.dumps({"after": label, "counters": counters}) + "\n")
 
 
-class OvsChain:
-    """Our own ovsdb-server + ovs-vswitchd in a temporary directory, N netdev bridges."""
+class OvsDaemons:
+    """Our own ovsdb-server + ovs-vswitchd in a temporary directory (the system's OVS
+    service is never used). `env` points ovs-vsctl and Mininet at them."""
 
-    def __init__(self, res: Resources, chain: Chain) -> None:
-        self.res, self.chain = res, chain
+    def __init__(self, res: Resources, tag: str) -> None:
+        self.res, self.tag = res, tag
         self.dir = Path(tempfile.mkdtemp(prefix="ovs-", dir=res.run_dir))
         res.dirs.append(self.dir)
         res.save()
@@ -487,16 +494,14 @@ class OvsChain:
             OVS_SYSCONFDIR=str(self.dir),
             OVS_PKGDATADIR=str(OVS_SCHEMA.parent),
         )
+        self.db: Optional[Proc] = None
         self.vswitchd: Optional[Proc] = None
 
     def vsctl(self, *args: str) -> None:
         _run(["ovs-vsctl", f"--db={self.db_sock}", "--timeout=10", *args], env=self.env)
 
-    def bridge(self, i: int) -> str:
-        return f"{PREFIX}b{i}"
-
     def start(self) -> None:
-        d, tag = self.dir, f"ovs-{self.chain.hops}hop"
+        d, tag = self.dir, self.tag
         if not OVS_SCHEMA.exists():
             raise BenchError(f"{OVS_SCHEMA} missing: is openvswitch-switch installed?")
         # dpif-netdev keeps a persistent tap named after the datapath; one that
@@ -507,7 +512,7 @@ class OvsChain:
                 "datapath runs on this machine; not starting ours"
             )
         _run(["ovsdb-tool", "create", f"{d}/conf.db", str(OVS_SCHEMA)], env=self.env)
-        db = self.res.start(
+        self.db = self.res.start(
             f"{tag}-ovsdb-server",
             [
                 "ovsdb-server",
@@ -525,7 +530,7 @@ class OvsChain:
             lambda: os.path.exists(f"{d}/db.sock"),
             f"ovsdb-server socket {d}/db.sock",
             READY_TIMEOUT_S,
-            (db,),
+            (self.db,),
         )
         self.vsctl("--no-wait", "init")
         self.vswitchd = self.res.start(
@@ -549,12 +554,46 @@ class OvsChain:
             READY_TIMEOUT_S,
             (self.vswitchd,),
         )
+
+    def pids(self) -> list[int]:
+        return [p.popen.pid for p in (self.db, self.vswitchd) if p is not None]
+
+    def check_alive(self) -> None:
+        if self.vswitchd and self.vswitchd.popen.poll() is not None:
+            raise BenchError(f"ovs-vswitchd died; log {self.dir}/ovs-vswitchd.log")
+
+    def delete_bridges(self, bridges: list[str]) -> None:
+        """Delete our bridges while vswitchd still runs, and keep the daemons' logs."""
+        for br in bridges:
+            try:
+                self.vsctl("--if-exists", "del-br", br)
+            except BenchError as exc:
+                log.warning("%s", exc)
+        for name in ("ovs-vswitchd.log", "ovsdb-server.log"):
+            src = self.dir / name
+            if src.exists():
+                shutil.copy(src, self.res.run_dir / "logs" / f"{self.tag}-{name}")
+
+
+class OvsChain:
+    """N netdev bridges in a chain on our own OVS daemons (`OvsDaemons`)."""
+
+    def __init__(self, res: Resources, chain: Chain) -> None:
+        self.res, self.chain = res, chain
+        self.ovs = OvsDaemons(res, f"ovs-{chain.hops}hop")
+
+    def bridge(self, i: int) -> str:
+        return f"{PREFIX}b{i}"
+
+    def start(self) -> None:
+        self.ovs.start()
+        d = self.ovs.dir
         for i in range(1, self.chain.hops + 1):
             br = self.bridge(i)
             # Its internal port is a tap named like the bridge: record it.
             self.res.links.append(br)
             self.res.save()
-            self.vsctl(
+            self.ovs.vsctl(
                 "add-br",
                 br,
                 "--",
@@ -588,32 +627,23 @@ class OvsChain:
                 lambda br=br: os.path.exists(f"{d}/{br}.mgmt"),
                 f"{br}.mgmt",
                 READY_TIMEOUT_S,
-                (self.vswitchd,),
+                (self.ovs.vswitchd,),
             )
-            _run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", mgmt_sock], env=self.env)
-            _flows(mgmt_sock, env=self.env)
+            _run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", mgmt_sock], env=self.ovs.env)
+            _flows(mgmt_sock, env=self.ovs.env)
 
     def pids(self) -> list[int]:
-        return [self.vswitchd.popen.pid] if self.vswitchd else []
+        # The switch's CPU is ovs-vswitchd's (ovsdb-server idles while forwarding).
+        return [self.ovs.vswitchd.popen.pid] if self.ovs.vswitchd else []
 
     def check_alive(self) -> None:
-        if self.vswitchd and self.vswitchd.popen.poll() is not None:
-            raise BenchError(f"ovs-vswitchd died; log {self.dir}/ovs-vswitchd.log")
+        self.ovs.check_alive()
 
     def snapshot(self, label: str) -> None:
         pass
 
     def stop(self) -> None:
-        """Delete our bridges while vswitchd still runs, and keep its log."""
-        for i in range(1, self.chain.hops + 1):
-            try:
-                self.vsctl("--if-exists", "del-br", self.bridge(i))
-            except BenchError as exc:
-                log.warning("%s", exc)
-        for name in ("ovs-vswitchd.log", "ovsdb-server.log"):
-            src = self.dir / name
-            if src.exists():
-                shutil.copy(src, self.res.run_dir / "logs" / f"ovs-{self.chain.hops}hop-{name}")
+        self.ovs.delete_bridges([self.bridge(i) for i in range(1, self.chain.hops + 1)])
 
 
 # -- measurement --------------------------------------------------------------
@@ -664,7 +694,7 @@ def _cpu_pct(pids: list[int], before: list[float], wall_s: float) -> float:
     return 100.0 * sum(_cpu_s(p) - b for p, b in zip(pids, before)) / wall_s
 
 
-def measure(res: Resources, variant: str, hops: int, seconds: int) -> Row:
+def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool = False) -> Row:
     """Build one variant with `hops` switches, measure, tear it down."""
     row = Row(variant, hops)
     chain = Chain(hops)
@@ -672,7 +702,7 @@ def measure(res: Resources, variant: str, hops: int, seconds: int) -> Row:
     try:
         chain.build(res)
         if variant == "emu":
-            switches = EmuChain(res, chain)
+            switches = EmuChain(res, chain, profile)
         elif variant == "ovs-user":
             switches = OvsChain(res, chain)
         if switches:
@@ -823,6 +853,43 @@ def leftovers(res: Resources) -> list[str]:
     return left
 
 
+def guarded(
+    label: str, manifest: Path, prefix: str, body: Callable[[Resources], None]
+) -> tuple[Resources, int, list[str]]:
+    """Run `body(res)` with everything it creates recorded in `manifest` and removed after.
+
+    What a run that died left under the same manifest is cleaned first; SIGINT,
+    SIGTERM and SIGHUP unwind through the teardown. Returns the resources, the
+    exit status (130 when interrupted) and what is left behind (nothing, normally).
+    """
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    clean_stale_manifest(manifest)
+    run_dir = BENCH_DIR / time.strftime(f"{prefix}-%Y%m%d-%H%M%S-{os.getpid()}")
+    (run_dir / "logs").mkdir(parents=True)
+    res = Resources(run_dir, manifest=manifest)
+    res.save()
+    status = 0
+    try:
+        body(res)
+    except Interrupted as exc:
+        print(f"{label}: interrupted by {exc}; cleaning up", file=sys.stderr)
+        status = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        res.teardown()
+        left = leftovers(res)
+        if not left:
+            manifest.unlink(missing_ok=True)
+    return res, status, left
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
@@ -839,6 +906,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(VARIANTS)}",
     )
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the emu switches under cProfile (slower); stats in the run's logs/*.prof",
+    )
     args = p.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in args.variants if v not in VARIANTS]
@@ -860,39 +932,20 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"forwarding bench: {tool} not found", file=sys.stderr)
             return 2
 
-    def on_signal(signum: int, frame: object) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    clean_stale_manifest()
-    run_dir = BENCH_DIR / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
-    (run_dir / "logs").mkdir(parents=True)
-    res = Resources(run_dir)
-    res.save()
     plan = [(v, 0) for v in args.variants if v == "veth"]
     plan += [(v, h) for v in args.variants if v != "veth" for h in args.hops]
     rows: list[Row] = []
-    status = 0
-    try:
+
+    def measure_all(res: Resources) -> None:
         for variant, hops in plan:
             print(f"# {variant}, {hops} hop(s) ...", file=sys.stderr, flush=True)
-            row = measure(res, variant, hops, args.seconds)
+            row = measure(res, variant, hops, args.seconds, args.profile)
             if row.error:
                 print(f"#   error: {row.error}", file=sys.stderr, flush=True)
             rows.append(row)
-    except Interrupted as exc:
-        print(f"forwarding bench: interrupted by {exc}; cleaning up", file=sys.stderr)
-        status = 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        res.teardown()
-        left = leftovers(res)
-        if not left:
-            MANIFEST.unlink(missing_ok=True)
+
+    res, status, left = guarded("forwarding bench", MANIFEST, "run", measure_all)
+    run_dir = res.run_dir
     print(plain_table(rows))
     if args.markdown:
         print()

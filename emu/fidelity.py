@@ -183,6 +183,7 @@ class LoopMonitor:
         "idle_longest_s",
         "longest_work",
         "longest_cpu_s",
+        "longest_frames",
         "longest_ended_at",
     )
 
@@ -199,6 +200,7 @@ class LoopMonitor:
         self.idle_longest_s = 0.0
         self.longest_work = ""
         self.longest_cpu_s = 0.0
+        self.longest_frames = 0
         self.longest_ended_at = 0.0
 
     def pass_done(
@@ -208,11 +210,14 @@ class LoopMonitor:
         work: tuple = (),
         cpu_s: float = 0.0,
         ended_at: float = 0.0,
+        frames: int = 0,
     ) -> None:
         """Record one pass; `work` names what the loop did in it, `cpu_s` the CPU it
-        used (a stall far longer than its CPU was spent waiting for a CPU) and
+        used (a stall far longer than its CPU was spent waiting for a CPU),
         `ended_at` when it ended (monotonic: the same clock in every process, so
-        that stalls of many processes at one moment can be told apart)."""
+        that stalls of many processes at one moment can be told apart) and
+        `frames` how many frames it read (a backlog drained in one pass reads
+        hundreds; one slow frame, a few)."""
         self.passes += 1
         if stall_s <= self.frame_s:
             return
@@ -228,6 +233,7 @@ class LoopMonitor:
             self.longest_s = stall_s
             self.longest_work = ",".join(sorted(set(work)))
             self.longest_cpu_s = cpu_s
+            self.longest_frames = frames
             self.longest_ended_at = ended_at
 
     def woke(
@@ -240,6 +246,7 @@ class LoopMonitor:
         frames_ready: bool,
         work: tuple = (),
         cpu_s: float = 0.0,
+        frames: int = 0,
     ) -> None:
         """The loop came back from select(): record the pass that ended at `asleep_at`.
 
@@ -259,6 +266,7 @@ class LoopMonitor:
             work,
             cpu_s,
             woke,
+            frames,
         )
 
     def snapshot(self) -> dict:
@@ -272,6 +280,7 @@ class LoopMonitor:
             "idle_longest_stall_s": round(self.idle_longest_s, 6),
             "longest_stall_work": self.longest_work,
             "longest_stall_cpu_s": round(self.longest_cpu_s, 6),
+            "longest_stall_frames": self.longest_frames,
             "longest_stall_ended_at": round(self.longest_ended_at, 6),
         }
 
@@ -778,6 +787,8 @@ def _work(loop: dict) -> str:
     text = f" in a pass that handled {work}" if work else ""
     if "longest_stall_cpu_s" in loop:
         text += f" using {loop['longest_stall_cpu_s'] * 1e3:.1f} ms of CPU"
+    if loop.get("longest_stall_frames"):
+        text += f" and reading {loop['longest_stall_frames']} frames"
     return text
 
 

@@ -112,6 +112,8 @@ class Fabric:
         self.status_path = ""
         self.started_at = 0.0
         self.converged_after_s = None
+        # Seconds since start at the end of each boot phase (bench/scale.py prints them).
+        self.boot_phases: dict[str, float] = {}
         # Hypervisor steal (s) when the fidelity window began (emu/telemetry.py).
         self.fidelity_steal_start_s: float | None = None
         self._faults = None
@@ -149,6 +151,7 @@ class Fabric:
         Path(self.run.sock_dir, GRAPH_FILE).write_text(json.dumps(nx.node_link_data(self.graph)))
         self.run.add_interfaces(self._interface_names())
         self._start_controller()
+        self._boot_phase("controller listening")
         setLogLevel("warning")
         rates = {}
         for u, v, data in self.graph.edges(data=True):
@@ -174,20 +177,30 @@ class Fabric:
             waitConnected=False,
         )
         self.net.build()
+        self._boot_phase("namespaces and links")
         for node in self.net.hosts + self.net.switches:
             # Interactive bash ignores SIGTERM: Mininet ends its shells with SIGHUP too.
             self.run.add_pid(node.shell.pid, f"shell {node.name}", group=True, sig=signal.SIGHUP)
         for host in self.net.hosts:
             self.host_run(host.name, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
             for intf in host.intfList():
-                disable_offloads(intf.name, run_in=functools.partial(self.host_run, host.name))
+                disable_offloads(
+                    intf.name, run_in=lambda argv, h=host.name: self.host_run(h, argv).returncode
+                )
             if self.host_nic_pacing:
                 self.set_host_tx_rate(host.name)
+        self._boot_phase("hosts configured")
         self.net.start()
+        self._boot_phase("switches started")
         for sw in self.net.switches:
             sw.wait_ready()
+        self._boot_phase("switches answering")
         self.wait_converged()
+        self._boot_phase("routing converged")
         telemetry.reset_fidelity(self)  # judge the experiment, not the boot
+
+    def _boot_phase(self, name: str) -> None:
+        self.boot_phases[name] = round(time.monotonic() - self.started_at, 3)
 
     def close(self) -> dict:
         """Tear everything down; idempotent. Returns what the registry removed."""

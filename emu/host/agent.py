@@ -30,7 +30,7 @@ import struct
 import sys
 import time
 
-from emu import realtime
+from emu import profiling, realtime
 from emu.fidelity import GcMonitor, ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import NicConfig, Rnic
@@ -425,6 +425,7 @@ class Agent:
         awake_since = time.monotonic()  # when the loop last came back from select()
         awake_cpu = time.thread_time()
         work: list = []  # what this pass did (names the longest stall)
+        frames_read = 0  # and how many frames it read
         while not self.stopping:
             now = time.monotonic()
             for frame in rnic.tick(now):
@@ -468,15 +469,17 @@ class Agent:
                 any(key.data == "port" for key, _ in ready),
                 work,
                 worked_cpu,
+                frames_read,
             )
             awake_since = woke
+            frames_read = 0
             work = ["mgmt" if key.data != "port" else "port" for key, _ in ready]
             if self.jobs:
                 work.append("collective")
             for key, _ in ready:
                 if key.data == "port":
                     now = time.monotonic()
-                    self._receive(now)
+                    frames_read += self._receive(now)
                     if self._qp_owner:
                         self._deliver_messages(now)
                 elif key.data == "mgmt-done":
@@ -495,14 +498,16 @@ class Agent:
         for sink in self.sinks:
             sink.close()
 
-    def _receive(self, now: float) -> None:
-        for _ in range(RX_BATCH):
+    def _receive(self, now: float) -> int:
+        """Read up to RX_BATCH frames and hand them to the NIC model; how many it read."""
+        read = 0
+        for read in range(1, RX_BATCH + 1):
             try:
                 frame = self.sock.recv(9216)
             except BlockingIOError:
-                return
+                return read - 1
             except OSError:
-                return
+                return read - 1
             if (
                 self._frame_takers
                 and not roce.is_rocev2(frame)
@@ -517,6 +522,7 @@ class Agent:
                 continue
             for reply in replies:
                 self._send(reply)
+        return read
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -550,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     agent.fidelity.sched = sched
     stop_on_signals(agent)
     GcMonitor.freeze()  # set up: keep it out of every later collection (emu/fidelity.py)
-    agent.run()
+    profiling.run(args.name, agent.run)
     return 0
 
 

@@ -2,9 +2,10 @@
 
 Owns the wire format of PFC (MAC control, ethertype 0x8808, opcode 0x0101,
 a class-enable vector and eight per-priority pause times in quanta) and the
-conversion of quanta to time. Frames are built once with Scapy's
-`MACControlClassBasedFlowControl` and patched with `struct` on the hot path;
-tests and reports dissect them with Scapy or tshark.
+conversion of quanta to time. Frames are built once with `struct` and
+patched on the hot path; tests check them against Scapy's
+`MACControlClassBasedFlowControl`, and reports dissect them with Scapy or
+tshark.
 
 One quantum is 512 bit times at the port's speed (802.1Qbb / 802.3 Annex
 31B). Scapy's own pause-time helper assumes other speeds, so the conversion
@@ -16,8 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from scapy.contrib.mac_control import MACControlClassBasedFlowControl
-from scapy.layers.l2 import Ether
+from emu.proto import headers
 
 ETH_TYPE_MAC_CONTROL = 0x8808
 PFC_OPCODE = 0x0101
@@ -28,7 +28,6 @@ MAX_QUANTA = 0xFFFF
 PFC_FRAME_BYTES = 60  # minimum Ethernet frame without FCS
 
 _QUANTA = struct.Struct("!8H")
-_HEAD = struct.Struct("!HHH")  # ethertype, opcode, class-enable vector
 
 
 def quanta_to_s(quanta: int, rate_bps: float) -> float:
@@ -43,8 +42,10 @@ def s_to_quanta(seconds: float, rate_bps: float) -> int:
 
 
 def template(src_mac: str) -> bytes:
-    """A PFC frame from `src_mac` with no class enabled, as Scapy builds it."""
-    return bytes(Ether(dst=PFC_DST_MAC, src=src_mac) / MACControlClassBasedFlowControl())
+    """A PFC frame from `src_mac` with no class enabled, padded to the minimum frame."""
+    head = headers.ethernet(PFC_DST_MAC, src_mac, ETH_TYPE_MAC_CONTROL)
+    frame = head + struct.pack("!HH", PFC_OPCODE, 0) + _QUANTA.pack(*[0] * 8)
+    return frame + bytes(PFC_FRAME_BYTES - len(frame))
 
 
 def build(tmpl: bytes, quanta_by_prio: dict[int, int]) -> bytes:

@@ -8,9 +8,9 @@ control (DCQCN) or the switch's header rewrites (`emu/switch/parse.py`).
 
 Callers: the host NIC model builds frames with a `DataTemplate` per queue
 pair and reads them with `parse`; tests and reports dissect with Scapy
-(`scapy.contrib.roce`, plus the `RETH` layer defined here) or tshark.
+(`emu.proto.layers`: `scapy.contrib.roce` plus a `RETH` layer) or tshark.
 
-Headers are built once with Scapy; per packet only the IPv4 total length and
+Headers are built once with `emu.proto.headers`; per packet only the IPv4 total length and
 checksum, the UDP length, the BTH and the ICRC are packed with `struct` and
 `zlib.crc32`. The ICRC (IBA Annex A17.3.3) is a CRC-32 over 8 bytes of 0xFF
 (the masked LRH/GRH stand-in), the IPv4 header with tos, ttl and checksum set
@@ -36,14 +36,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-# AETH and CNPPadding are re-exported: tests and reports take every RoCE layer from here.
-from scapy.contrib.roce import AETH as AETH
-from scapy.contrib.roce import BTH
-from scapy.contrib.roce import CNPPadding as CNPPadding
-from scapy.fields import IntField, XIntField, XLongField
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Packet, bind_layers
+from emu.proto import headers
 
 ROCEV2_UDP_PORT = 4791
 
@@ -95,22 +88,6 @@ _UDP_BYTES = 8
 _HDR_BYTES = _ETH_BYTES + _IP_BYTES + _UDP_BYTES  # up to the BTH
 MAX_PAYLOAD_BYTES = 9216  # largest payload a template builds (jumbo MTU)
 
-
-class RETH(Packet):
-    """RDMA Extended Transport Header (IBA 9.3.3): target of an RDMA WRITE/READ."""
-
-    name = "RETH"
-    fields_desc = [
-        XLongField("va", 0),
-        XIntField("rkey", 0),
-        IntField("dma_len", 0),
-    ]
-
-
-# scapy.contrib.roce binds AETH by opcode; RETH follows the first (or only)
-# packet of an RDMA WRITE, RC and UC alike (IBA table 38).
-for _op in (RDMA_WRITE_FIRST, RDMA_WRITE_ONLY, 0x20 | RDMA_WRITE_FIRST, 0x20 | RDMA_WRITE_ONLY):
-    bind_layers(BTH, RETH, opcode=_op)
 
 _EXT_BYTES = {
     RDMA_WRITE_FIRST: RETH_BYTES,
@@ -165,7 +142,7 @@ def _fold(s: int) -> int:
 
 
 class _Header:
-    """One Scapy-built Ether/IPv4/UDP/BTH header, cut into constant pieces.
+    """One Ether/IPv4/UDP header (and the BTH after it), cut into constant pieces.
 
     Per frame, `pack` fills in the IPv4 total length and checksum, the UDP
     length and the BTH; `crc` starts the ICRC over the masked headers.
@@ -182,13 +159,9 @@ class _Header:
         ecn: int,
         becn: bool = False,
     ) -> None:
-        pkt = (
-            Ether(src=src_mac, dst=dst_mac)
-            / IP(src=src_ip, dst=dst_ip, tos=dscp << 2 | ecn, flags="DF", id=0, ttl=64)
-            / UDP(sport=udp_sport, dport=ROCEV2_UDP_PORT, chksum=0)
-            / BTH(icrc=0)
+        raw = headers.eth_ipv4_udp(
+            src_mac, dst_mac, src_ip, dst_ip, dscp << 2 | ecn, udp_sport, ROCEV2_UDP_PORT
         )
-        raw = bytes(pkt)[:_HDR_BYTES]
         ip = bytearray(raw[_ETH_BYTES : _ETH_BYTES + _IP_BYTES])
         ip[2:4] = b"\0\0"
         ip[10:12] = b"\0\0"
@@ -237,7 +210,7 @@ class _Header:
 class DataTemplate:
     """Frames from one queue pair to its peer: data, ACK/NAK and CNP.
 
-    Built once per connection end with Scapy; each frame costs a few `struct`
+    Built once per connection end; each frame costs a few `struct`
     packs and one `zlib.crc32`. Data and ACKs carry `dscp`/`ecn`; CNPs carry
     `cnp_dscp` and ECN not-ECT (RoCEv2 Annex A17.9.2, DESIGN.md conventions).
     All three go to `dest_qp` at `dst_ip`: the peer's QP, which is also the

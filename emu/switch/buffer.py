@@ -116,8 +116,10 @@ class SharedBuffer:
         `charge` (SHARED or HEADROOM) must be passed back to `release`.
         """
         ekey = (out_port, prio)
+        ikey = (in_port, prio)
+        egress = self.egress
+        queued = egress[ekey]
         if prio in self.lossless:
-            ikey = (in_port, prio)
             if (
                 self.ingress[ikey] + size <= self.xoff_threshold()
                 and self.shared_used + size <= self.spec.size_bytes - self.reserved
@@ -135,13 +137,16 @@ class SharedBuffer:
                 self._pending[in_port][prio] = self.pfc.pause_quanta
                 self.counters.xoff_sent[ikey] += 1
         else:
-            if self.egress[ekey] + size > self.lossy_threshold():
+            spec = self.spec
+            # lossy_threshold(), inline: this is every lossy frame's path.
+            if queued + size > spec.alpha_lossy * (
+                spec.size_bytes - self.reserved - self.shared_used
+            ):
                 cause = DROP_LOSSLESS_NO_PFC if prio in self.lossless_class else DROP_LOSSY
                 self._drop(cause, ekey)
                 return None
-            ikey = (in_port, prio)
             charge = SHARED
-        mark = ect and prio in self.ecn_prios and self._ecn_mark(out_port, self.egress[ekey])
+        mark = ect and prio in self.ecn_prios and self._ecn_mark(out_port, queued)
         if mark:
             self.counters.marks[ekey] += 1
         if charge == SHARED:
@@ -151,9 +156,11 @@ class SharedBuffer:
                 self.counters.shared_watermark_bytes = self.shared_used
         else:
             self.headroom_used[ikey] += size
-        self.egress[ekey] += size
-        if self.egress[ekey] > self.counters.egress_watermark_bytes[ekey]:
-            self.counters.egress_watermark_bytes[ekey] = self.egress[ekey]
+        queued += size
+        egress[ekey] = queued
+        watermarks = self.counters.egress_watermark_bytes
+        if queued > watermarks[ekey]:
+            watermarks[ekey] = queued
         return charge, mark
 
     def release(self, in_port: int, prio: int, out_port: int, size: int, charge: int) -> None:
@@ -185,6 +192,8 @@ class SharedBuffer:
 
     def pfc_due(self, now: float) -> list[tuple[int, dict[int, int]]]:
         """PFC frames to send now: XOFF on crossing, refreshes, XON below the resume point."""
+        if not self.paused_upstream and not self._pending:
+            return []  # nothing paused: every loop pass of every switch asks, twice
         resume = self.xoff_threshold() - self.spec.resume_offset_bytes
         for ikey, refresh_at in list(self.paused_upstream.items()):
             in_port, prio = ikey

@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from emu import config, realtime
+from emu import config, profiling, realtime
 from emu.fidelity import GcMonitor, ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
@@ -92,15 +92,6 @@ class PortSpec:
         if spec.port_no < 1 or spec.rate_bps <= 0:
             raise argparse.ArgumentTypeError(f"port {text!r}: port_no and rate must be positive")
         return spec
-
-
-def _is_ect(frame: bytes) -> bool:
-    """ECN-capable transport: the IPv4 ECN field is ECT(0), ECT(1) or CE."""
-    if frame[12:14] == b"\x08\x00" and len(frame) > 15:
-        return frame[15] & 3 != 0
-    if frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
-        return frame[19] & 3 != 0
-    return False
 
 
 def _qos(text: str) -> dict:
@@ -291,13 +282,15 @@ class Datapath:
         sched = self.schedulers.get(port_no)
         return sum(sched.depth_bytes) if sched is not None else 0
 
-    def _receive(self, port_no: int, now: float) -> None:
+    def _receive(self, port_no: int, now: float) -> int:
+        """Read up to RX_BATCH frames from a port and forward them; how many it read."""
         sock = self.port_socks[port_no]
         port = self.ports[port_no]
         counters = port.counters
         process = self.pipeline.process
         monotonic = time.monotonic
-        for _ in range(RX_BATCH):
+        read = 0
+        for read in range(1, RX_BATCH + 1):
             if self.tx_due <= now:
                 self._transmit(now)
             try:
@@ -308,10 +301,10 @@ class Datapath:
                 else:
                     frame = sock.recv(MAX_FRAME_BYTES)
             except BlockingIOError:
-                return
+                return read - 1
             except OSError as exc:
                 if exc.errno in (errno.ENETDOWN, errno.ENXIO):
-                    return
+                    return read - 1
                 raise
             now = monotonic()
             counters.rx_packets += 1
@@ -339,15 +332,7 @@ class Datapath:
                 self._enqueue(outputs, port_no, now)
             if packet_ins:
                 self.of.packet_ins(packet_ins)
-
-    def _classify(self, frame: bytes) -> int:
-        """Egress priority from the IPv4 DSCP (DESIGN.md priority map)."""
-        ethertype = frame[12:14]
-        if ethertype == b"\x08\x00" and len(frame) > 15:
-            return self.dscp_to_prio[frame[15] >> 2]
-        if ethertype == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
-            return self.dscp_to_prio[frame[19] >> 2]
-        return 0
+        return read
 
     def _enqueue(self, outputs, in_port: int, now: float) -> None:
         """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
@@ -358,17 +343,24 @@ class Datapath:
                 if port_no == AGG_PORT:
                     self._aggregate(in_port, frame, now)
                 continue
-            prio = (
-                queue_id
-                if queue_id is not None and 0 <= queue_id < N_PRIORITIES
-                else self._classify(frame)
-            )
-            if (port_no, prio) in self.wd_drop:
+            # The DSCP picks the priority and the ECN field says ECN-capable (RFC 3168):
+            # both from one look at the IPv4 header, untagged (nearly every frame) or not.
+            if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+                tos = frame[15]
+            elif frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
+                tos = frame[19]
+            else:
+                tos = None
+            if queue_id is not None and 0 <= queue_id < N_PRIORITIES:
+                prio = queue_id
+            else:
+                prio = self.dscp_to_prio[tos >> 2] if tos is not None else 0
+            if self.wd_drop and (port_no, prio) in self.wd_drop:
                 self.watchdog_drops += 1
                 self.ports[port_no].counters.tx_dropped += 1
                 continue
-            ect = _is_ect(frame)
-            decision = admit(in_port, prio, port_no, len(frame), ect, now)
+            size = len(frame)
+            decision = admit(in_port, prio, port_no, size, tos is not None and tos & 3 != 0, now)
             if decision is None:
                 self.ports[port_no].counters.tx_dropped += 1
                 continue
@@ -381,7 +373,7 @@ class Datapath:
                     if now < self.tx_due:
                         self.tx_due = now
             else:
-                self.buffer.release(in_port, prio, port_no, len(frame), charge)
+                self.buffer.release(in_port, prio, port_no, size, charge)
                 self.ports[port_no].counters.tx_dropped += 1
 
     def _aggregate(self, in_port: int, frame: bytes, now: float) -> None:
@@ -569,12 +561,12 @@ class Datapath:
             sched = self.schedulers[port_no]
             sock = self.port_socks[port_no]
             counters = self.ports[port_no].counters
+            loss = self.port_loss.get(port_no)
             while True:
                 item = sched.dequeue(now)
                 if item is None:
                     break
                 frame, prio, meta = item
-                loss = self.port_loss.get(port_no)
                 if loss and self.loss_rng.random() < loss:
                     # On the wire and lost: the frame leaves the buffer but never arrives.
                     self.lost_frames[port_no] = self.lost_frames.get(port_no, 0) + 1
@@ -589,9 +581,10 @@ class Datapath:
                     counters.tx_dropped += 1
                     release(meta[0], prio, port_no, len(frame), meta[1])
                     continue
-                release(meta[0], prio, port_no, len(frame), meta[1])
+                size = len(frame)
+                release(meta[0], prio, port_no, size, meta[1])
                 counters.tx_packets += 1
-                counters.tx_bytes += len(frame)
+                counters.tx_bytes += size
             ready = sched.ready_at()
             if ready is None:
                 done.append(port_no)
@@ -692,6 +685,7 @@ class Datapath:
         awake_since = time.monotonic()  # when the loop last came back from select()
         awake_cpu = time.thread_time()
         work: list = []  # what this pass did (names the longest stall)
+        frames_read = 0  # and how many frames it read
         while not self.stopping:
             now = time.monotonic()
             self.of.connect_due(now)
@@ -734,15 +728,17 @@ class Datapath:
                 any(key.data[0] == "port" for key, _ in ready),
                 work,
                 worked_cpu,
+                frames_read,
             )
             awake_since = woke
             work = []
+            frames_read = 0
             for key, events in ready:
                 kind, ref = key.data
                 work.append(kind)
                 now = time.monotonic()
                 if kind == "port":
-                    self._receive(ref, now)
+                    frames_read += self._receive(ref, now)
                     self._send_pfc(now)  # XOFF as soon as a threshold is crossed
                     if self.busy:  # send between receive batches, not once per pass
                         self._transmit(time.monotonic())
@@ -854,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         dp.of.listen_addr,
         frozen,
     )
-    dp.run()
+    profiling.run(dp.name, dp.run)
     return 0
 
 

@@ -48,7 +48,7 @@ from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-expo
     _to_int,
     convert_match,
 )
-from emu.switch.parse import extract_key
+from emu.switch.parse import cache_key, extract_key
 from emu.switch.ports import OFPPC_NO_FWD, OFPPC_NO_RECV, PortState
 
 LOG = logging.getLogger(__name__)
@@ -323,11 +323,11 @@ class Pipeline:
         """
         if len(self.ports) != self._nports:
             self.invalidate()
-        key = extract_key(frame, in_port)
+        key = cache_key(frame, in_port)
         hit = self._cache.get(key)
         if hit is None:
             self.cache_misses += 1
-            hit = self._resolve(key, frame, 0, in_port)
+            hit = self._resolve(extract_key(frame, in_port), frame, 0, in_port)
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             self._cache[key] = hit

@@ -74,6 +74,8 @@ class PortScheduler:
         self._undo = (0.0, float("-inf"), 0.0)  # what requeue_front restores
         self.set_rate(self.rate_bps)
         self.pending = 0
+        # Bit p set while queue p holds frames: dequeue visits only those, highest first.
+        self.nonempty = 0
 
     def set_rate(self, rate_bps: float) -> None:
         """Pace at `rate_bps` from now on (a degraded link, a slow host's port)."""
@@ -97,6 +99,7 @@ class PortScheduler:
             c.dropped_bytes += size
             return False
         self.queues[prio].append((frame, meta, now))
+        self.nonempty |= 1 << prio
         depth = self.depth_bytes[prio] + size
         self.depth_bytes[prio] = depth
         if depth > c.watermark_bytes:
@@ -144,37 +147,43 @@ class PortScheduler:
             return None
         queues = self.queues
         paused_until = self.paused_until
-        for prio in range(N_PRIORITIES - 1, -1, -1):
+        left = self.nonempty
+        while left:
+            prio = left.bit_length() - 1
+            left ^= 1 << prio
+            if paused_until[prio] > now:
+                continue
             q = queues[prio]
-            if q and paused_until[prio] <= now:
-                frame, meta, queued_at = q.popleft()
-                size = len(frame)
-                self.depth_bytes[prio] -= size
-                self.pending -= 1
-                c = self.counters[prio]
-                c.tx_packets += 1
-                c.tx_bytes += size
-                # The slot: the wire was free and the frame could go (queued, not paused).
-                slot = self.free_at
-                if queued_at > slot:
-                    slot = queued_at
-                if paused_until[prio] > slot:
-                    slot = paused_until[prio]
-                self.clock.departed(now, slot, size * self.s_per_byte)
-                earliest = now - self.burst_s
-                lost = 0.0
-                if self.free_at > earliest:
-                    start = self.free_at
-                else:
-                    start = earliest
-                    if slot < earliest and slot == self.free_at:
-                        # Backlogged on the wire clock and beyond the burst: link time
-                        # lost. (A frame that found the port idle is only late.)
-                        lost = earliest - slot
-                        self.clock.lost(lost)
-                self._undo = (self.free_at, queued_at, lost)
-                self.free_at = start + size * self.s_per_byte
-                return frame, prio, meta
+            frame, meta, queued_at = q.popleft()
+            if not q:
+                self.nonempty ^= 1 << prio
+            size = len(frame)
+            self.depth_bytes[prio] -= size
+            self.pending -= 1
+            c = self.counters[prio]
+            c.tx_packets += 1
+            c.tx_bytes += size
+            # The slot: the wire was free and the frame could go (queued, not paused).
+            slot = self.free_at
+            if queued_at > slot:
+                slot = queued_at
+            if paused_until[prio] > slot:
+                slot = paused_until[prio]
+            self.clock.departed(now, slot, size * self.s_per_byte)
+            earliest = now - self.burst_s
+            lost = 0.0
+            if self.free_at > earliest:
+                start = self.free_at
+            else:
+                start = earliest
+                if slot < earliest and slot == self.free_at:
+                    # Backlogged on the wire clock and beyond the burst: link time
+                    # lost. (A frame that found the port idle is only late.)
+                    lost = earliest - slot
+                    self.clock.lost(lost)
+            self._undo = (self.free_at, queued_at, lost)
+            self.free_at = start + size * self.s_per_byte
+            return frame, prio, meta
         return None
 
     def requeue_front(self, frame: bytes, prio: int, meta=None) -> None:
@@ -182,6 +191,7 @@ class PortScheduler:
         size = len(frame)
         free_at, queued_at, lost = self._undo
         self.queues[prio].appendleft((frame, meta, queued_at))
+        self.nonempty |= 1 << prio
         self.depth_bytes[prio] += size
         self.pending += 1
         c = self.counters[prio]
@@ -201,5 +211,6 @@ class PortScheduler:
             dropped.extend((frame, prio, meta) for frame, meta, _ in q)
             self.pending -= len(q)
             q.clear()
+            self.nonempty &= ~(1 << prio)
             self.depth_bytes[prio] = 0
         return dropped

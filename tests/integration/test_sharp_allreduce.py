@@ -24,7 +24,7 @@ from scapy.packet import Raw
 
 from emu.host.data import rank_input
 from emu.net import wait_for
-from emu.proto import agg
+from emu.proto import agg, layers
 from emu.traffic import collectives
 from emu.traffic.collectives import nccl_table, run_allreduce
 
@@ -152,11 +152,11 @@ def _inject(fabric, host, job, n_bad, tmp_path):
     )
     frames = [
         base / Raw(b"\x01\x00"),  # truncated header
-        base / agg.AggHeader(version=9, job_id=job["job_id"], count=1) / Raw(bytes(4)),
-        base / agg.AggHeader(job_id=job["job_id"], count=300) / Raw(bytes(1200)),
-        base / agg.AggHeader(job_id=job["job_id"], count=4) / Raw(bytes(3)),
-        base / agg.AggHeader(job_id=job["job_id"], seq=5, slot=1, count=1) / Raw(bytes(4)),
-        base / agg.AggHeader(job_id=0x7777, count=1) / Raw(bytes(4)),  # unknown job
+        base / layers.AggHeader(version=9, job_id=job["job_id"], count=1) / Raw(bytes(4)),
+        base / layers.AggHeader(job_id=job["job_id"], count=300) / Raw(bytes(1200)),
+        base / layers.AggHeader(job_id=job["job_id"], count=4) / Raw(bytes(3)),
+        base / layers.AggHeader(job_id=job["job_id"], seq=5, slot=1, count=1) / Raw(bytes(4)),
+        base / layers.AggHeader(job_id=0x7777, count=1) / Raw(bytes(4)),  # unknown job
         Ether(chunk0),
     ]
     listing = tmp_path / "frames.hex"

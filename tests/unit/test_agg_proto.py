@@ -17,7 +17,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from emu.proto import agg, ofext
+from emu.proto import agg, layers, ofext
 from emu.switch import openflow
 
 from .fakes import decode, encode
@@ -49,7 +49,7 @@ def scapy_frame(payload: bytes, **hdr) -> bytes:
         Ether(src=HOST_MAC, dst=JOB_MAC)
         / IP(src=HOST_IP, dst=JOB_IP, tos=26 << 2)
         / UDP(sport=5000, dport=agg.AGG_UDP_PORT)
-        / agg.AggHeader(**fields)
+        / layers.AggHeader(**fields)
         / Raw(payload)
     )
 
@@ -65,7 +65,7 @@ def checksum_ok(frame: bytes) -> bool:
 
 
 def test_header_golden_bytes() -> None:
-    h = agg.AggHeader(
+    h = layers.AggHeader(
         kind=agg.KIND_RESULT,
         dtype=agg.DTYPE_FLOAT32,
         job_id=0x0102,
@@ -75,7 +75,7 @@ def test_header_golden_bytes() -> None:
         rank=agg.RANK_SWITCH,
     )
     assert bytes(h) == bytes.fromhex("01 01 01 00 0102 0003 0a0b0c0d 0002 ffff")
-    assert len(bytes(agg.AggHeader())) == agg.HEADER_BYTES == 16
+    assert len(bytes(layers.AggHeader())) == agg.HEADER_BYTES == 16
 
 
 def test_template_frame_dissected_by_scapy() -> None:
@@ -86,7 +86,7 @@ def test_template_frame_dissected_by_scapy() -> None:
     assert (pkt[IP].src, pkt[IP].dst, pkt[IP].tos) == (HOST_IP, JOB_IP, 26 << 2 | 0b10)
     assert pkt[IP].len == len(frame) - 14 and checksum_ok(frame)
     assert (pkt[UDP].dport, pkt[UDP].len, pkt[UDP].chksum) == (4792, 8 + 16 + 12, 0)
-    h = pkt[agg.AggHeader]
+    h = pkt[layers.AggHeader]
     assert (h.version, h.kind, h.dtype, h.flags) == (1, agg.KIND_CONTRIB, agg.DTYPE_INT32, 0)
     assert (h.job_id, h.slot, h.seq, h.count, h.rank) == (7, 1, 9, 3, 3)
     assert bytes(h.payload) == payload
@@ -94,7 +94,7 @@ def test_template_frame_dissected_by_scapy() -> None:
     frame2 = template().frame(
         agg.KIND_RESULT, agg.DTYPE_FLOAT32, 7, 10, 2, elements([1.5] * 256, agg.DTYPE_FLOAT32)
     )
-    assert checksum_ok(frame2) and Ether(frame2)[agg.AggHeader].count == 256
+    assert checksum_ok(frame2) and Ether(frame2)[layers.AggHeader].count == 256
 
 
 def test_scapy_frame_parsed_by_codec() -> None:

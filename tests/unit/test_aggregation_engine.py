@@ -20,7 +20,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
-from emu.proto import agg, ofext
+from emu.proto import agg, layers, ofext
 from emu.switch.aggregation import AggEngine, AggNoSlots
 from emu.switch.match import OFError
 from emu.switch.openflow import OpenFlowSession, SwitchModel, reply_bytes
@@ -159,7 +159,7 @@ def test_frames_the_engine_sends() -> None:
     all_reduce(tree, data)
     for sw, port, frame in tree.sent:
         pkt = Ether(frame)
-        hdr = pkt[agg.AggHeader]
+        hdr = pkt[layers.AggHeader]
         assert pkt[IP].tos >> 2 == 26 and pkt[IP].src == JOB_IP and pkt[UDP].dport == 4792
         ip = pkt[IP]
         chk, ip.chksum = ip.chksum, None

@@ -285,6 +285,19 @@ def test_the_loop_keeps_when_its_longest_stall_ended():
     assert snap["longest_stall_ended_at"] == pytest.approx(10.0 + 20 * FRAME_S, abs=1e-6)
 
 
+def test_the_longest_stall_says_how_many_frames_its_pass_read():
+    """A backlog drained in one pass reads hundreds of frames; a slow frame, a few."""
+    loop = fidelity.LoopMonitor(FRAME_S)
+    loop.woke(10.0, 10.0 + 3 * FRAME_S, 0.0, 10.0 + 3 * FRAME_S, 10.0, True, ("port",), 0.001, 5)
+    loop.woke(20.0, 20.0 + 30 * FRAME_S, 0.0, 20.0 + 30 * FRAME_S, 20.0, True, ("port",), 0.02, 640)
+    loop.woke(30.0, 30.0 + 2 * FRAME_S, 0.0, 30.0 + 2 * FRAME_S, 30.0, True, ("port",), 0.0, 1)
+    assert loop.snapshot()["longest_stall_frames"] == 640
+    rec = record("leaf3", stall_frames=30.0)
+    rec["loop"].update(loop.snapshot())
+    stall = fidelity.judge([("ecn", rec)]).worst["stall"]
+    assert "using 20.0 ms of CPU and reading 640 frames" in stall.text, stall.text
+
+
 def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_path):
     for fab, steal in (("a", 0.05), ("b", 0.02)):
         (tmp_path / fab).mkdir()

@@ -18,6 +18,13 @@ def test_xoff_frame_dissects_with_scapy():
     assert len(frame) == pfc.PFC_FRAME_BYTES
 
 
+def test_the_template_is_the_frame_scapy_builds():
+    scapy = bytes(
+        Ether(dst=pfc.PFC_DST_MAC, src="02:00:00:00:00:07") / MACControlClassBasedFlowControl()
+    )
+    assert pfc.template("02:00:00:00:00:07") == scapy
+
+
 def test_round_trip_and_xon():
     tmpl = pfc.template("02:00:00:00:00:07")
     parsed = pfc.parse(pfc.build(tmpl, {3: 100, 6: 0}))

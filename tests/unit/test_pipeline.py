@@ -42,6 +42,62 @@ def test_extract_key_udp_vlan_ip_options() -> None:
     assert k[parse.K_TCP_SRC] is None
 
 
+def test_frames_with_the_same_cache_key_have_the_same_match_key() -> None:
+    """The microflow cache keys on `cache_key`: it must determine `extract_key`.
+
+    Every kind of frame, then the same frame with every byte the fast key leaves
+    out changed (IPv4 length, id, checksum, payload), and with each byte it keeps
+    changed: equal cache keys always mean equal match keys, and the per-packet
+    bytes never split a flow into several cache entries."""
+    import random
+
+    rng = random.Random(5)
+    frames = [
+        bytes(
+            Ether()
+            / IP(src="10.0.0.1", dst="10.0.0.2", tos=0x68)
+            / UDP(sport=5, dport=6)
+            / (b"x" * 30)
+        ),
+        bytes(Ether() / IP(ttl=3) / TCP(sport=5, dport=6)),
+        bytes(Ether() / IP() / ICMP(type=8, code=0) / (b"y" * 20)),
+        bytes(Ether() / IP(frag=5, proto=17) / (b"z" * 30)),  # a later fragment: no ports
+        bytes(Ether() / IP(options=b"\x01\x01\x01\x00") / UDP(sport=1, dport=2)),
+        bytes(Ether() / Dot1Q(vlan=5) / IP() / UDP(sport=7, dport=8) / (b"w" * 20)),
+        bytes(Ether() / ARP(psrc="10.0.0.1", pdst="10.0.0.2")),
+        bytes(Ether() / IP() / UDP(sport=1, dport=2))[:37],  # truncated
+    ]
+    seen: dict = {}
+    for f in frames:
+        variants = [f]
+        for _ in range(30):
+            g = bytearray(f)
+            for i in (16, 17, 18, 19, 24, 25, *range(38, len(g))):
+                if i < len(g) and rng.random() < 0.5:
+                    g[i] = rng.randrange(256)
+            variants.append(bytes(g))
+        for i in range(min(len(f), 38)):
+            g = bytearray(f)
+            g[i] ^= 0x01
+            variants.append(bytes(g))
+        for v in variants:
+            ck, mk = parse.cache_key(v, 3), parse.extract_key(v, 3)
+            assert seen.setdefault(ck, mk) == mk, v.hex()
+    # One flow is one entry, whatever changes from packet to packet: a UDP flow's
+    # ids and lengths, a ping's sequence numbers (and so its ICMP checksum), a
+    # fragmented datagram's offsets and payload.
+    f = frames[0]
+    keys = {parse.cache_key(f[:16] + bytes([i, i]) + f[18:], 3) for i in range(50)}
+    assert len(keys) == 1
+    pings = [bytes(Ether() / IP() / ICMP(type=8, id=7, seq=s) / (b"p" * 8)) for s in range(50)]
+    assert len({parse.cache_key(p, 3) for p in pings}) == 1
+    fragments = [
+        bytes(Ether() / IP(id=9, flags="MF", frag=o, proto=17) / (bytes([o % 256]) * 24))
+        for o in range(1, 50)
+    ]
+    assert len({parse.cache_key(p, 3) for p in fragments}) == 1
+
+
 def test_extract_key_tcp_icmp_arp_ipv6() -> None:
     k = parse.extract_key(bytes(Ether() / IP() / TCP(sport=5, dport=6)), 1)
     assert (k[parse.K_IP_PROTO], k[parse.K_TCP_SRC], k[parse.K_TCP_DST]) == (6, 5, 6)

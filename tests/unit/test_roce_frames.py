@@ -5,14 +5,13 @@ import shutil
 import subprocess
 
 import pytest
-from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
 
 from emu.proto import roce
-from emu.proto.roce import RETH
+from emu.proto.layers import AETH, BTH, RETH, CNPPadding
 from emu.switch.parse import set_ip_ecn
 
 SRC_MAC, DST_MAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
