@@ -105,12 +105,12 @@ def memory_kib(pid: int) -> tuple[int, int]:
 def measure_side(row: Row, pids: list[int], switch_pids: list[int], idle_s: float) -> None:
     """Fill in memory and idle CPU of the switch side (`pids`)."""
     row.processes = len(pids)
-    mem = [memory_kib(p) for p in pids]
-    row.rss_mib = round(sum(r for r, _ in mem) / 1024, 1)
-    row.pss_mib = round(sum(p for _, p in mem) / 1024, 1)
+    mem = {pid: memory_kib(pid) for pid in pids}
+    row.rss_mib = round(sum(r for r, _ in mem.values()) / 1024, 1)
+    row.pss_mib = round(sum(p for _, p in mem.values()) / 1024, 1)
     if switch_pids:
         row.rss_per_switch_mib = round(
-            sum(memory_kib(p)[0] for p in switch_pids) / 1024 / len(switch_pids), 1
+            sum(mem[pid][0] for pid in switch_pids) / 1024 / len(switch_pids), 1
         )
     before = sum(fw._cpu_s(p) for p in pids)
     t0 = time.monotonic()
