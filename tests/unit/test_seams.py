@@ -1,0 +1,205 @@
+"""The seams between emu's parts, read from the source with `ast`.
+
+- No controller module reads another object's private attribute: apps and
+  managers meet through events, requests and public methods (os-ken's
+  topology service and Faucet's valve are the models), never by reaching into
+  `routing._hosts` or `mgr._dps`.
+- No pure manager reads a clock: every manager and every pure switch or NIC
+  module takes `now` from its caller. Only the event-loop shells (the os-ken
+  apps, the switch's datapath and its report builder, the host agent) may.
+
+Nothing is imported: a module that reads the clock through an alias
+(`from time import monotonic`) is caught as well as one that calls
+`time.time()`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Module-level functions of the standard library whose names start with an
+# underscore by design; calling one is not reading an object's private field.
+PUBLIC_UNDERSCORE = {("os", "_exit")}
+
+CLOCKS = {
+    ("time", "time"),
+    ("time", "time_ns"),
+    ("time", "monotonic"),
+    ("time", "monotonic_ns"),
+    ("time", "perf_counter"),
+    ("time", "perf_counter_ns"),
+    ("time", "process_time"),
+    ("time", "thread_time"),
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+    ("datetime", "today"),
+    ("date", "today"),
+}
+
+# The shells: they own the loop, the sockets and the clock (DESIGN.md, STYLE.md 5).
+CLOCK_OWNERS = {
+    "emu/switch/datapath.py",
+    "emu/switch/reports.py",
+    "emu/host/agent.py",
+}
+
+
+def private_reads(source: str, filename: str = "<src>") -> list[str]:
+    """`line: expr` of every `obj._name` where obj is not `self` or `cls`."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            continue
+        if isinstance(base, ast.Name) and (base.id, name) in PUBLIC_UNDERSCORE:
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def clock_reads(
+    source: str, filename: str = "<src>", skip_class_suffix: str | None = None
+) -> list[str]:
+    """`line: what` of every clock read, skipping classes whose name ends with `skip_class_suffix`."""
+    tree = ast.parse(source, filename)
+    owners: dict[str, str] = {}  # local name -> time, datetime or date (`import time as t`)
+    functions: dict[str, tuple[str, str]] = {}  # local name -> clock (`from time import monotonic`)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ("time", "datetime"):
+                    owners[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module in ("time", "datetime"):
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if node.module == "time":
+                    functions[local] = ("time", alias.name)
+                else:  # from datetime import datetime, date: their methods are the clocks
+                    owners[local] = alias.name
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if (
+                skip_class_suffix
+                and isinstance(child, ast.ClassDef)
+                and child.name.endswith(skip_class_suffix)
+            ):
+                continue
+            if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name):
+                owner = owners.get(child.value.id)
+                if owner and (owner, child.attr) in CLOCKS:
+                    found.append(f"{child.lineno}: {ast.unparse(child)}")
+            elif isinstance(child, ast.Attribute) and isinstance(child.value, ast.Attribute):
+                if (child.value.attr, child.attr) in CLOCKS:  # datetime.datetime.now
+                    found.append(f"{child.lineno}: {ast.unparse(child)}")
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                if functions.get(child.id) in CLOCKS:
+                    found.append(f"{child.lineno}: {child.id}")
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _sources(*folders: str) -> list[Path]:
+    return [p for f in folders for p in sorted((REPO / f).glob("*.py"))]
+
+
+@pytest.mark.parametrize("path", _sources("controllers"), ids=lambda p: p.name)
+def test_no_controller_module_reads_another_objects_private_attribute(path: Path) -> None:
+    assert private_reads(path.read_text(), str(path)) == []
+
+
+@pytest.mark.parametrize("path", _sources("controllers"), ids=lambda p: p.name)
+def test_no_controller_manager_reads_the_clock(path: Path) -> None:
+    """Only the os-ken shims (classes named ...App) read the clock and pass it on as `now`."""
+    assert clock_reads(path.read_text(), str(path), skip_class_suffix="App") == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _sources("emu/switch", "emu/host") if str(p.relative_to(REPO)) not in CLOCK_OWNERS],
+    ids=lambda p: str(p.relative_to(REPO)),
+)
+def test_pure_switch_and_nic_modules_take_now_from_their_caller(path: Path) -> None:
+    assert clock_reads(path.read_text(), str(path)) == []
+
+
+def test_the_checkers_see_what_they_forbid() -> None:
+    """The checkers themselves, on the patterns issue 10 found in the old code."""
+    reaching_in = (
+        "class AdaptiveManager(RoutingManager):\n"
+        "    def place(self):\n"
+        "        hosts = self.routing._hosts\n"
+        "        dps = app._mgr._dps\n"
+        "        os._exit(0)\n"
+        "        return self._mine, self.__class__\n"
+    )
+    assert private_reads(reaching_in) == [
+        "3: self.routing._hosts",
+        "4: app._mgr._dps",
+        "4: app._mgr",
+    ]
+
+    clocked = (
+        "import time\n"
+        "import time as t\n"
+        "from time import monotonic as mono\n"
+        "import datetime\n"
+        "class AggregationManager:\n"
+        "    def register(self):\n"
+        "        return time.time(), mono(), datetime.datetime.now(), t.monotonic()\n"
+        "    def elapsed(self, now):\n"
+        "        return now - self.started, time.sleep\n"
+        "class AggregationApp:\n"
+        "    def handler(self):\n"
+        "        return self.mgr.register(time.time())\n"
+    )
+    manager_reads = ["7: time.time", "7: mono", "7: datetime.datetime.now", "7: t.monotonic"]
+    assert clock_reads(clocked) == manager_reads + ["12: time.time"]
+    assert clock_reads(clocked, skip_class_suffix="App") == manager_reads
+
+
+def foreign_bases(path: Path) -> list[str]:
+    """`line: Class(Base)` where a non-shim class subclasses a class of another controller module."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("controllers"):
+            imported.update(alias.asname or alias.name for alias in node.names)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and not node.name.endswith("App"):
+            for base in node.bases:
+                name = ast.unparse(base)
+                if name in imported or name.startswith(("routing.", "aggregation.", "adaptive.")):
+                    found.append(f"{node.lineno}: {node.name}({name})")
+    return found
+
+
+@pytest.mark.parametrize("path", _sources("controllers"), ids=lambda p: p.name)
+def test_managers_compose_by_holding_each_other_not_by_subclassing(path: Path) -> None:
+    """A manager that subclasses another inherits its private state (issue 10: the old
+    AdaptiveManager(RoutingManager) read `_hosts`, `_links` and `_is_damped`)."""
+    assert foreign_bases(path) == []
+
+
+def test_the_subclass_checker_sees_a_manager_extending_routing(tmp_path: Path) -> None:
+    src = tmp_path / "adaptive.py"
+    src.write_text(
+        "from controllers.routing import RoutingApp, RoutingManager\n"
+        "class AdaptiveManager(RoutingManager):\n    pass\n"
+        "class AdaptiveApp(RoutingApp):\n    pass\n"
+    )
+    assert foreign_bases(src) == ["2: AdaptiveManager(RoutingManager)"]
