@@ -194,6 +194,11 @@ class _Switch:
     entered_s: float
     next_lldp_s: float
     acked_version: int = 0
+    # Barriers sent and not yet answered: xid -> the version they close.
+    barriers: Dict[int, int] = field(default_factory=dict)
+    # The newest version that sent this switch nothing: it is in place as soon as
+    # every barrier sent before it is answered.
+    quiet_version: int = 0
     flows: Dict[str, Tuple[ofmsg.Action, ...]] = field(
         default_factory=dict
     )  # installed: ipv4_dst -> actions
@@ -243,7 +248,6 @@ class RoutingManager:
         self._hosts: Dict[str, Host] = {}
         self._pending: Dict[str, List[_Pending]] = {}
         self._flooded_s: Dict[str, float] = {}
-        self._barriers: Dict[Tuple[int, int], int] = {}  # (dpid, xid) -> version
         self._next_xid = layout.ROUTING_BARRIER_XIDS.first
         self._events: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
         # Damping decisions on their own: a long flap would push them out of `_events`.
@@ -311,12 +315,17 @@ class RoutingManager:
             return False
         return self.installed_version() == self.topology_version
 
-    def edge_ports(self, dpid: int) -> List[int]:
-        """Live ports of ``dpid`` that are not an end of any discovered inter-switch link."""
+    def edge_ports(self, dpid: int, fabric: Optional[Set[PortKey]] = None) -> List[int]:
+        """Live ports of ``dpid`` that are not an end of any discovered inter-switch link.
+
+        ``fabric``: the link ends (``_fabric_ports()``), when the caller asks for many switches.
+        """
         sw = self._switches.get(dpid)
         if sw is None:
             return []
-        return sorted(p for p in sw.ports if not self._is_fabric_port(dpid, p))
+        if fabric is None:
+            fabric = self._fabric_ports()
+        return sorted(p for p in sw.ports if (dpid, p) not in fabric)
 
     def installed_groups(self, dpid: int) -> Dict[int, FrozenSet[int]]:
         return dict(self._switches[dpid].groups)
@@ -434,7 +443,6 @@ class RoutingManager:
         for src, dst in list(self._links.items()):
             if src[0] == dpid or dst[0] == dpid:
                 self._remove_link(src, now)
-        self._barriers = {k: v for k, v in self._barriers.items() if k[0] != dpid}
         self._event(now, "switch_leave", dpid=dpid)
         LOG.info("switch %016x left", dpid)
         return self.resync(now)
@@ -472,10 +480,13 @@ class RoutingManager:
 
     def barrier_reply(self, dpid: int, xid: int, now: float) -> Msgs:
         """A barrier reply: everything sent to ``dpid`` before it is in place."""
-        version = self._barriers.pop((dpid, xid), None)
         sw = self._switches.get(dpid)
-        if version is not None and sw is not None and version > sw.acked_version:
-            sw.acked_version = version
+        version = None if sw is None else sw.barriers.pop(xid, None)
+        if version is None:
+            return []  # not ours, or sent on a connection that is gone
+        if not sw.barriers:
+            version = max(version, sw.quiet_version)
+        sw.acked_version = max(sw.acked_version, version)
         return []
 
     # ------------------------------------------------------------------ packet-ins
@@ -640,8 +651,9 @@ class RoutingManager:
             dst_ip=target_ip,
         )
         msgs: Msgs = []
+        fabric = self._fabric_ports()  # once per flood, not once per port (O(links) each)
         for dpid in sorted(self._switches):
-            ports = [p for p in self.edge_ports(dpid) if (dpid, p) != exclude]
+            ports = [p for p in self.edge_ports(dpid, fabric) if (dpid, p) != exclude]
             if ports:
                 msgs.append((dpid, ofmsg.packet_out(data=frame, ports=ports)))
         return msgs
@@ -695,6 +707,10 @@ class RoutingManager:
         key = (dpid, port_no)
         return key in self._links or any(dst == key for dst in self._links.values())
 
+    def _fabric_ports(self) -> Set[PortKey]:
+        """Both ends of every discovered link."""
+        return set(self._links) | set(self._links.values())
+
     def _remove_link(self, src: PortKey, now: float) -> None:
         dst = self._links.pop(src)
         self._link_seen_s.pop(src, None)
@@ -723,8 +739,22 @@ class RoutingManager:
     def _barrier(self, dpid: int, version: int) -> Any:
         xid = self._next_xid
         self._next_xid = layout.ROUTING_BARRIER_XIDS.next(xid)
-        self._barriers[(dpid, xid)] = version
+        self._switches[dpid].barriers[xid] = version
         return ofmsg.barrier(xid=xid)
+
+    def _quiet(self, dpid: int, version: int) -> None:
+        """``version`` sent ``dpid`` nothing: it is in place once earlier barriers are answered.
+
+        Without this every change would cost a barrier round trip on every
+        switch: at k=8 (80 switches) discovery made 42,000 barrier replies, each
+        a handler call in the controller, for the ~11,000 messages that changed
+        anything.
+        """
+        sw = self._switches[dpid]
+        if sw.barriers:
+            sw.quiet_version = version
+        else:
+            sw.acked_version = max(sw.acked_version, version)
 
     def _graph(self) -> nx.DiGraph:
         g = nx.DiGraph()
@@ -766,7 +796,7 @@ class RoutingManager:
         return result
 
     def resync(self, now: float) -> Msgs:
-        """Bump the topology version, send every switch its difference and a barrier.
+        """Bump the topology version, send every switch its difference and, if it had one, a barrier.
 
         Routing calls it on every change it sees; an extension calls it when
         what it adds to every switch changed (bucket weights).
@@ -779,8 +809,12 @@ class RoutingManager:
         routes = self.routes()
         msgs: Msgs = []
         for dpid in sorted(self._switches):
-            msgs += self._sync_switch(dpid, routes.get(dpid, {}), view, now)
-            msgs.append((dpid, self._barrier(dpid, self.topology_version)))
+            changes = self._sync_switch(dpid, routes.get(dpid, {}), view, now)
+            if changes:
+                msgs += changes
+                msgs.append((dpid, self._barrier(dpid, self.topology_version)))
+            else:
+                self._quiet(dpid, self.topology_version)
         return msgs
 
     def _sync_switch(
@@ -907,6 +941,7 @@ class RoutingApp(app_manager.OSKenApp):
         self._lock = threading.Lock()
         self._dps: Dict[int, Any] = {}
         self._last_status: Optional[str] = None
+        self._status_dirty = True
         self._published_version: Optional[int] = None
         self._running = True
         self._write_status()
@@ -941,7 +976,10 @@ class RoutingApp(app_manager.OSKenApp):
             if dp is None:
                 continue
             dp.send_msg(ofmsg.bound(msg, dp))
-        self._write_status()
+        # Written by the tick, at most every TICK_S: writing it after every handler
+        # call (each barrier reply and LLDP packet-in) was 85% of the controller's
+        # CPU while a k=8 fat-tree came up (0.55 ms per call for 41 KB of JSON).
+        self._status_dirty = True
         self._publish()
 
     def _publish(self) -> None:
@@ -953,6 +991,7 @@ class RoutingApp(app_manager.OSKenApp):
         self.send_event_to_observers(EventRoutingChanged(self.manager.view(time.time())))
 
     def _write_status(self) -> None:
+        self._status_dirty = False
         if not self._status_file:
             return
         status = self.manager.status()
@@ -966,6 +1005,8 @@ class RoutingApp(app_manager.OSKenApp):
         while self._running:
             with self._lock:
                 self._apply(self.manager.tick(time.time()))
+                if self._status_dirty:
+                    self._write_status()
             hub.sleep(self.TICK_S)
 
     # -- handlers, one per event

@@ -98,6 +98,53 @@ def test_not_converged_until_barriers_answered() -> None:
     assert mgr.status()["converged"] is True
 
 
+def test_a_change_sends_barriers_only_to_the_switches_it_changed() -> None:
+    """A host learned at one leaf changes the routes of every switch, but a link seen
+    before any host is known changes none: it must not cost 6 barrier round trips."""
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    assert mgr.cable_count() == 8 and not mgr.hosts
+    barriers = [(d, m) for d, m in fab.sent if isinstance(m, ofproto_v1_3_parser.OFPBarrierRequest)]
+    # One per switch when it entered (its flushes and base flows); discovery itself
+    # changed no switch's tables.
+    assert sorted(d for d, _m in barriers) == fab.dpids
+    assert mgr.installed_version() == mgr.topology_version > len(fab.dpids)
+    before = len(fab.sent)
+    learn_all_hosts(fab)
+    assert mgr.converged()
+    after = [
+        (d, m) for d, m in fab.sent[before:] if isinstance(m, ofproto_v1_3_parser.OFPBarrierRequest)
+    ]
+    changed = {
+        d
+        for d, m in fab.sent[before:]
+        if isinstance(m, (ofproto_v1_3_parser.OFPFlowMod, ofproto_v1_3_parser.OFPGroupMod))
+    }
+    assert {d for d, _m in after} == changed == set(fab.dpids)
+
+
+def test_a_quiet_switch_is_installed_only_after_its_earlier_barriers() -> None:
+    """A version that sends a switch nothing is in place there once the barriers sent
+    before it are answered, not before: discovery sends nothing, but the flushes and
+    base flows of each switch's entry must be acknowledged first."""
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=0))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.hold_barriers = True
+    fab.start()
+    fab.settle()
+    assert mgr.cable_count() == 8
+    assert sorted(d for d, _xid in fab.held) == fab.dpids  # the entry barriers only
+    assert mgr.installed_version() < mgr.topology_version and not mgr.converged()
+    held, fab.held = fab.held, []
+    for dpid, xid in held[:-1]:
+        mgr.barrier_reply(dpid, xid, fab.now)
+    assert not mgr.converged()  # one switch has not acknowledged its entry yet
+    mgr.barrier_reply(*held[-1], fab.now)
+    assert mgr.installed_version() == mgr.topology_version and mgr.converged()
+
+
 def test_not_converged_when_expectations_unmet() -> None:
     mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=5))
     fab = SimFabric(leaf_spine(), mgr)
