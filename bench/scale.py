@@ -35,7 +35,7 @@ Resources). The last line says whether anything was left behind.
 Run as root from the repository root:
 
     .venv/bin/python bench/scale.py [--fabrics ls4,ft4,ft6,ft8] [--variants emu,mininet-ovs]
-        [--idle-s 5] [--markdown] [--json PATH]
+        [--idle-s 5] [--ping-pairs N] [--markdown] [--json PATH]
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class Row:
     pss_mib: Optional[float] = None
     rss_per_switch_mib: Optional[float] = None
     idle_cpu_pct: Optional[float] = None
+    ping_pairs: int = 0  # host pairs pinged after convergence (emu only)
+    ping_reached: int = 0  # of those, pairs with a reply
     error: str = ""
 
 
@@ -123,7 +125,22 @@ def measure_side(row: Row, pids: list[int], switch_pids: list[int], idle_s: floa
 # -- the two variants ------------------------------------------------------------
 
 
-def boot_emu(name: str, graph, idle_s: float, run_dir: Path) -> Row:
+def ping_sample(fab, graph, pairs: int, seed: int = 0) -> tuple[int, int]:
+    """Ping `pairs` host pairs drawn at random (all of them if there are fewer); (pinged, reached).
+
+    A pair counts as reached when one of 3 pings is answered: the first ping of a
+    pair whose hosts never talked waits for ARP, which the controller answers.
+    """
+    import random
+
+    hosts = fabric_mod.hosts(graph)
+    every = [(a, b) for a in hosts for b in hosts if a != b]
+    chosen = every if pairs >= len(every) else random.Random(seed).sample(every, pairs)
+    reached = sum(1 for a, b in chosen if fab.ping(a, b, count=3, interval_s=0.2)[1] > 0)
+    return len(chosen), reached
+
+
+def boot_emu(name: str, graph, idle_s: float, run_dir: Path, ping_pairs: int = 0) -> Row:
     from emu.net import Fabric
 
     row = Row(name, "emu", len(fabric_mod.switches(graph)), len(fabric_mod.hosts(graph)))
@@ -135,6 +152,8 @@ def boot_emu(name: str, graph, idle_s: float, run_dir: Path) -> Row:
         row.phases = dict(fab.boot_phases)
         switch_pids = [fab.switch(s).proc.pid for s in fabric_mod.switches(graph)]
         measure_side(row, switch_pids + [fab.controller.pid], switch_pids, idle_s)
+        if ping_pairs:
+            row.ping_pairs, row.ping_reached = ping_sample(fab, graph, ping_pairs)
     except (FabricError, OSError) as exc:
         row.error = str(exc).splitlines()[0][:200]
         row.phases = dict(fab.boot_phases)
@@ -201,7 +220,8 @@ def boot_mininet_ovs(name: str, graph, idle_s: float, res: fw.Resources) -> Row:
 def plain_table(rows: list[Row]) -> str:
     head = (
         f"{'fabric':6} {'variant':12} {'switches':>8} {'hosts':>5} {'boot s':>7} "
-        f"{'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'RSS/switch':>10} {'idle CPU %':>10}  error"
+        f"{'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'RSS/switch':>10} {'idle CPU %':>10} "
+        f"{'ping':>9}  error"
     )
     lines = [head]
     for r in rows:
@@ -212,16 +232,21 @@ def plain_table(rows: list[Row]) -> str:
         lines.append(
             f"{r.fabric:6} {r.variant:12} {r.switches:>8} {r.hosts:>5} {f(r.boot_s, '>7.1f')} "
             f"{r.processes:>5} {f(r.rss_mib, '>8.0f')} {f(r.pss_mib, '>8.0f')} "
-            f"{f(r.rss_per_switch_mib, '>10.1f')} {f(r.idle_cpu_pct, '>10.1f')}  {r.error}"
+            f"{f(r.rss_per_switch_mib, '>10.1f')} {f(r.idle_cpu_pct, '>10.1f')} "
+            f"{_ping_cell(r):>9}  {r.error}"
         )
     return "\n".join(lines)
+
+
+def _ping_cell(r: Row) -> str:
+    return f"{r.ping_reached}/{r.ping_pairs}" if r.ping_pairs else "-"
 
 
 def markdown_table(rows: list[Row]) -> str:
     out = [
         "| fabric | variant | switches | hosts | boot s | RSS MiB | PSS MiB | RSS per switch MiB "
-        "| idle CPU % | boot phases (s since start) | error |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| idle CPU % | pairs reached / pinged | boot phases (s since start) | error |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in rows:
         phases = "; ".join(f"{k} {v:.1f}" for k, v in r.phases.items())
@@ -235,6 +260,7 @@ def markdown_table(rows: list[Row]) -> str:
             r.pss_mib,
             r.rss_per_switch_mib,
             r.idle_cpu_pct,
+            _ping_cell(r),
             phases,
             r.error,
         ]
@@ -251,6 +277,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--idle-s", type=float, default=5.0)
     ap.add_argument("--stop-at-failure", action="store_true")
+    ap.add_argument(
+        "--ping-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the idle window, ping N random host pairs of each emu fabric (0: none)",
+    )
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
@@ -262,6 +295,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"unknown {', '.join(bad)}: fabrics {', '.join(FABRICS)}; variants "
             f"{', '.join(VARIANTS)}"
         )
+    if args.ping_pairs < 0:
+        ap.error(f"--ping-pairs {args.ping_pairs}: expected a count >= 0")
     if os.geteuid() != 0:
         print("scale bench: needs root (namespaces, veths, OVS)", file=sys.stderr)
         return 2
@@ -274,7 +309,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 graph = FABRICS[name]()
                 print(f"# {name} ({variant}) ...", file=sys.stderr, flush=True)
                 if variant == "emu":
-                    row = boot_emu(name, graph, args.idle_s, res.run_dir)
+                    row = boot_emu(name, graph, args.idle_s, res.run_dir, args.ping_pairs)
                 else:
                     row = boot_mininet_ovs(name, graph, args.idle_s, res)
                 rows.append(row)
