@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from emu import fabric, mgmt, realtime, registry, scenario
+from emu import checklines, fabric, mgmt, realtime, registry, scenario
 from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
@@ -122,6 +122,8 @@ def cmd_reproduce(args) -> int:
 
     if args.update_readme:
         return _update_readme(reproduce, args.update_readme, args.doc)
+    if args.check_lines:
+        return _write_check_lines(reproduce, args.check_lines, args.out, args.doc)
     plan = reproduce.make_plan(args.only, args.runs, args.quick)  # bad input: before root
     reproduce.check_overrides(plan)
     need_root("emu reproduce")
@@ -130,6 +132,26 @@ def cmd_reproduce(args) -> int:
     verdict = reproduce.overall(summaries)
     print(f"wrote {args.doc} ({verdict}); runs in {args.out}")
     return {"passed": 0, "unfaithful": EXIT_UNFAITHFUL}.get(verdict, EXIT_CHECKS_FAILED)
+
+
+def _write_check_lines(reproduce, path: str, out_dir: str, doc_path: str) -> int:
+    intro = (
+        f"Every check line of every run under `{out_dir}`, copied from each run's report.txt "
+        f"by `emu reproduce --check-lines {path} --out {out_dir}`; the figures over these "
+        f"runs are in [{os.path.basename(doc_path)}]"
+        f"({os.path.relpath(doc_path, os.path.dirname(os.path.abspath(path)))}), whose header "
+        "names the commit, the machine and the command that made them."
+    )
+    try:
+        text = checklines.render(
+            Path(out_dir), "Check lines of a reproduction", intro, [e.id for e in reproduce.ENTRIES]
+        )
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"--check-lines: {exc}") from None
+    print(f"wrote {path} from the runs in {out_dir}")
+    return 0
 
 
 def _update_readme(reproduce, readme_path: str, doc_path: str) -> int:
@@ -475,6 +497,12 @@ def build_parser() -> argparse.ArgumentParser:
         const="README.md",
         help="run nothing: copy --doc's figures into README's "
         "<!-- reproduced:ID --> blocks (default README.md)",
+    )
+    s.add_argument(
+        "--check-lines",
+        metavar="PATH",
+        help="run nothing: write every check line of the runs in --out to PATH "
+        "(e.g. docs/runs/DATE-reproduction.md)",
     )
     s.set_defaults(func=cmd_reproduce)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
