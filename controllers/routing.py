@@ -299,6 +299,10 @@ class RoutingManager:
         both = sum(1 for src, dst in self._links.items() if self._links.get(dst) == src)
         return both // 2
 
+    def switch_installed_version(self, dpid: int) -> int:
+        """The newest topology version in place at ``dpid`` (acknowledged by its barriers)."""
+        return self._switches[dpid].acked_version
+
     def installed_version(self) -> int:
         """The topology version acknowledged by a barrier on every connected switch."""
         if not self._switches:
@@ -428,6 +432,9 @@ class RoutingManager:
             (dpid, ofmsg.flow_add(priority=prio, match=match, action_specs=acts, **common))
             for prio, match, acts in base_flows
         ]
+        # The barrier above orders the flush before the adds; this one is what says
+        # the base flows are in: the resync below may send this switch nothing.
+        msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         msgs.append((dpid, ofmsg.port_desc_request()))
         msgs += self._lldp_out(dpid, sorted(sw.ports))
         sw.next_lldp_s = now + self.config.lldp_burst_interval_s
@@ -479,11 +486,20 @@ class RoutingManager:
         return self.resync(now) if changed else []
 
     def barrier_reply(self, dpid: int, xid: int, now: float) -> Msgs:
-        """A barrier reply: everything sent to ``dpid`` before it is in place."""
+        """A barrier reply: everything sent to ``dpid`` before it is in place.
+
+        A switch answers barriers in the order it got them (OpenFlow 1.3, 6.2), so
+        this reply also stands for every earlier barrier of the switch whose reply
+        was not seen: one lost reply does not hold the switch back for good.
+        """
         sw = self._switches.get(dpid)
-        version = None if sw is None else sw.barriers.pop(xid, None)
-        if version is None:
+        if sw is None or xid not in sw.barriers:
             return []  # not ours, or sent on a connection that is gone
+        version = 0
+        for sent in list(sw.barriers):  # oldest first (insertion order)
+            version = max(version, sw.barriers.pop(sent))
+            if sent == xid:
+                break
         if not sw.barriers:
             version = max(version, sw.quiet_version)
         sw.acked_version = max(sw.acked_version, version)

@@ -10,6 +10,7 @@ and every message is serialized with os-ken (as the real shim would).
 from __future__ import annotations
 
 import json
+import random
 from typing import Any, List, Tuple
 
 import pytest
@@ -107,9 +108,9 @@ def test_a_change_sends_barriers_only_to_the_switches_it_changed() -> None:
     fab.settle()
     assert mgr.cable_count() == 8 and not mgr.hosts
     barriers = [(d, m) for d, m in fab.sent if isinstance(m, ofproto_v1_3_parser.OFPBarrierRequest)]
-    # One per switch when it entered (its flushes and base flows); discovery itself
-    # changed no switch's tables.
-    assert sorted(d for d, _m in barriers) == fab.dpids
+    # Two per switch when it entered (after its flushes, after its base flows);
+    # discovery itself changed no switch's tables.
+    assert sorted(d for d, _m in barriers) == sorted(fab.dpids * 2)
     assert mgr.installed_version() == mgr.topology_version > len(fab.dpids)
     before = len(fab.sent)
     learn_all_hosts(fab)
@@ -135,7 +136,7 @@ def test_a_quiet_switch_is_installed_only_after_its_earlier_barriers() -> None:
     fab.start()
     fab.settle()
     assert mgr.cable_count() == 8
-    assert sorted(d for d, _xid in fab.held) == fab.dpids  # the entry barriers only
+    assert sorted(d for d, _xid in fab.held) == sorted(fab.dpids * 2)  # the entry barriers only
     assert mgr.installed_version() < mgr.topology_version and not mgr.converged()
     held, fab.held = fab.held, []
     for dpid, xid in held[:-1]:
@@ -143,6 +144,140 @@ def test_a_quiet_switch_is_installed_only_after_its_earlier_barriers() -> None:
     assert not mgr.converged()  # one switch has not acknowledged its entry yet
     mgr.barrier_reply(*held[-1], fab.now)
     assert mgr.installed_version() == mgr.topology_version and mgr.converged()
+
+
+def test_a_new_switch_is_not_installed_before_its_base_flows_are() -> None:
+    """The barrier that orders the flush before the adds does not cover the base flows
+    sent after it: a switch whose resync sends nothing is in place only once a barrier
+    after its base flows is answered (found in review of the barrier economy)."""
+    mgr = RoutingManager(RoutingConfig(expect_switches=1, expect_links=0, expect_hosts=0))
+    msgs = mgr.switch_enter(1, [PortInfo(1, "02:00:00:00:00:01", True)], now=0.0)
+    kinds = [type(m).__name__ for _d, m in msgs]
+    barriers = [i for i, k in enumerate(kinds) if k == "OFPBarrierRequest"]
+    assert len(barriers) == 2
+    assert "OFPFlowMod" not in kinds[barriers[-1] :]  # nothing table-changing after the last
+    mgr.barrier_reply(1, msgs[barriers[0]][1].xid, 0.0)
+    assert not mgr.converged() and mgr.installed_version() < mgr.topology_version
+    mgr.barrier_reply(1, msgs[barriers[1]][1].xid, 0.0)
+    assert mgr.converged()
+
+
+def test_a_lost_barrier_reply_is_covered_by_the_next_one() -> None:
+    """A switch answers barriers in order: the reply to a later barrier stands for an
+    earlier one whose reply never came, so one lost reply cannot hold a switch back."""
+    mgr = RoutingManager(RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    learn_all_hosts(fab)
+    assert mgr.converged()
+    fab.hold_barriers = True
+    spine, leaf = fab.dpid["s1"], fab.dpid["l1"]
+    port = fab.port[("l1", "s1")]
+    fab.deliver(mgr.port_status(leaf, PortInfo(port, "02:00:00:01:00:03", False), fab.now))
+    lost = [x for x in fab.held if x[0] == spine]
+    assert lost
+    fab.held = [x for x in fab.held if x[0] != spine]
+    fab.release_barriers()
+    fab.hold_barriers = False
+    assert mgr.installed_version() < mgr.topology_version  # the spine's reply is lost
+    fab.deliver(mgr.port_status(leaf, PortInfo(port, "02:00:00:01:00:03", True), fab.now))
+    fab.settle(12)  # the link comes back: the spine's routes change again, a new barrier
+    for _ in range(3):  # versions that change no switch: in place once nothing is owed
+        fab.deliver(mgr.resync(fab.now))
+    assert mgr.installed_version() == mgr.topology_version and mgr.converged()
+
+
+def _random_interleaving(seed: int, expect_hosts: int) -> None:
+    """One random boot-and-churn of a leaf/spine; asserts the installed-version invariant."""
+    table = (ofproto_v1_3_parser.OFPFlowMod, ofproto_v1_3_parser.OFPGroupMod)
+    rnd = random.Random(seed)
+    mgr = RoutingManager(
+        RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=expect_hosts)
+    )
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.hold_barriers = True
+    version_of: dict = {}  # id(message) -> topology version when it was sent
+    unacked: dict = {d: [] for d in fab.dpids}  # table messages no answered barrier covers
+    pending: dict = {d: [] for d in fab.dpids}  # (xid, what it covers), oldest first
+    seen = 0
+
+    def account() -> None:
+        nonlocal seen
+        for d, m in fab.sent[seen:]:
+            version_of.setdefault(id(m), mgr.topology_version)
+            if isinstance(m, table):
+                unacked[d].append(m)
+            elif isinstance(m, ofproto_v1_3_parser.OFPBarrierRequest):
+                pending[d].append((m.xid, list(unacked[d])))
+        seen = len(fab.sent)
+        fab.held = []
+
+    def answer(d: int, n: int) -> None:
+        for _ in range(n):
+            if not pending[d]:
+                return
+            xid, covered = pending[d].pop(0)
+            done = {id(m) for m in covered}
+            unacked[d] = [m for m in unacked[d] if id(m) not in done]
+            fab.deliver(mgr.barrier_reply(d, xid, fab.now))
+            account()
+
+    def ahead() -> list:
+        """(seed, switch, its installed version) where that version runs ahead of it."""
+        out = []
+        for d in mgr.switches:
+            acked = mgr.switch_installed_version(d)
+            if any(version_of[id(m)] <= acked for m in unacked[d]):
+                out.append((seed, d, acked))
+        return out
+
+    for d in fab.dpids:
+        fab.deliver(mgr.switch_enter(d, fab.ports_of(d), fab.now))
+        account()
+        if rnd.random() < 0.5:
+            answer(rnd.choice(fab.dpids), 2)
+        assert ahead() == []
+    for _step in range(60):
+        r = rnd.random()
+        if r < 0.25:
+            fab.now += 0.1
+            fab.deliver(mgr.tick(fab.now))
+        elif r < 0.35 and mgr.cable_count() >= 8:
+            learn_all_hosts(fab)
+        elif r < 0.45:
+            d = rnd.choice(fab.dpids)  # a new connection: the old one's replies are gone
+            pending[d], unacked[d] = [], []
+            fab.deliver(mgr.switch_enter(d, fab.ports_of(d), fab.now))
+        elif r < 0.55:
+            d, port = rnd.choice(sorted(fab.peer))
+            info = PortInfo(port, "02:00:00:00:00:09", rnd.random() < 0.5)
+            fab.deliver(mgr.port_status(d, info, fab.now))
+        else:
+            answer(rnd.choice(fab.dpids), rnd.randint(1, 3))
+        account()
+        assert ahead() == []
+    for _ in range(40):
+        for d in fab.dpids:
+            answer(d, 10**6)
+        fab.now += 0.1
+        fab.deliver(mgr.tick(fab.now))
+        account()
+    for d in fab.dpids:
+        answer(d, 10**6)
+    assert ahead() == []
+    assert mgr.installed_version() == mgr.topology_version, seed
+
+
+@pytest.mark.parametrize("expect_hosts", [4, 0])
+def test_installed_never_runs_ahead_of_the_switches(expect_hosts: int) -> None:
+    """Invariant, over random interleavings of switch entries and reconnects, port
+    changes, host learning, ticks and barrier replies (in order per switch, at random
+    times): when a switch counts version v as installed, every FlowMod and GroupMod
+    sent to it at a version <= v is followed by a barrier it answered; and once every
+    reply is in, installed catches up with the topology version."""
+    for seed in range(40):
+        _random_interleaving(seed, expect_hosts)
 
 
 def test_not_converged_when_expectations_unmet() -> None:
