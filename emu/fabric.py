@@ -525,6 +525,35 @@ def expected_counts(G: nx.Graph) -> Dict[str, int]:
     }
 
 
+# LLDP frames per second the routing controller is asked to send, and take back
+# as packet-ins, in all; the period grows with the switch ports beyond it.
+# Measured on the 2-core VM (docs/performance.md, "Routing convergence at
+# scale"): a k=8 fat-tree (640 switch ports) at 1 s, 640 frames/s each way,
+# never converged (LLDP round trips beyond the 5-interval expiry, links
+# expiring and found again, 7,426 times in 342 s); at 3 s, 213 frames/s, it
+# converged in 35 s. Fabrics up to 200 switch ports (every scenario's) keep
+# Ryu's 1 s.
+LLDP_FRAMES_PER_S = 200.0
+LLDP_MIN_INTERVAL_S = 1.0
+
+
+def lldp_interval_s(G: nx.Graph) -> float:
+    """The LLDP period for `G`'s routing controller: 1 s, or longer for big fabrics.
+
+    LLDP here discovers the fabric; a cut cable shows at once as carrier down
+    (PORT_STATUS), so a longer period slows only the expiry of a link that
+    fails silently.
+
+    Examples:
+        >>> lldp_interval_s(fat_tree(k=4))
+        1.0
+        >>> round(lldp_interval_s(fat_tree(k=8)), 2)
+        3.2
+    """
+    ports = sum(G.degree(n) for n in switches(G))
+    return max(LLDP_MIN_INTERVAL_S, ports / LLDP_FRAMES_PER_S)
+
+
 def port_map(G: nx.Graph, node: str) -> Dict[int, Tuple[str, str, int, int]]:
     """Return ``{port_no: (intf, peer, peer_port, rate_bps)}`` for `node`, by port.
 

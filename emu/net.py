@@ -272,6 +272,8 @@ class Fabric:
             str(counts["switch_links"]),
             "--expect-hosts",
             str(counts["hosts"]),
+            "--lldp-interval",  # before controller_args: an explicit one there wins
+            f"{fabric_mod.lldp_interval_s(self.graph):g}",
             *self.controller_args,
             *self.apps,
         ]

@@ -392,3 +392,14 @@ def test_fabric_imports_without_mininet():
 
     code = "import sys, emu.fabric; sys.exit('mininet' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_lldp_period_is_ryus_second_up_to_200_switch_ports_and_grows_beyond() -> None:
+    """Every scenario's fabric keeps 1 s; a k=8 fat-tree (640 switch ports), which never
+    converged at 1 s on 2 cores, gets 640 / 200 = 3.2 s (docs/performance.md)."""
+    assert emu.fabric.lldp_interval_s(fat_tree(k=4)) == 1.0
+    assert emu.fabric.lldp_interval_s(leaf_spine(leaves=4, spines=2, hosts_per_leaf=2)) == 1.0
+    ports = sum(fat_tree(k=8).degree(n) for n in switches(fat_tree(k=8)))
+    assert ports == 640
+    assert emu.fabric.lldp_interval_s(fat_tree(k=8)) == pytest.approx(640 / 200)
+    assert emu.fabric.lldp_interval_s(fat_tree(k=6)) == pytest.approx(270 / 200)
