@@ -35,8 +35,8 @@ CPU (``time.process_time`` of this process) is split three ways:
         ``view()`` when the topology version moved (``_publish``);
   ser   os-ken's ``serialize`` of every message sent (``Datapath.send_msg``).
 
-``--status per-tick`` (the default) is RoutingApp as it is: ``_apply`` marks
-the status dirty and ``_tick_loop`` writes it after the tick.
+``--status per-tick`` (the default) is RoutingApp as it is: ``_tick_loop``
+writes the status after every tick and ``_apply`` never does.
 ``--status per-call`` is the shim before commit 6bf14ec, for comparison: the
 status written after every handler call (every barrier reply, every LLDP
 packet-in). The manager is today's in both. Not counted: os-ken's parsing of
@@ -180,27 +180,23 @@ class Shim:
         self.mode = mode
         self.status_path = status_path
         self.status: Dict[str, Any] = {}  # as last written
-        self.dirty = True
         self.dumps = 0
         self.writes = 0
         self._last_text: Optional[str] = None
         self._published_version: Optional[int] = None
 
     def applied(self, now: float) -> None:
-        """``_apply`` after it sent the messages: the status (per call, or marked dirty), publish."""
+        """``_apply`` after it sent the messages: the status (per call only), publish."""
         if self.mode == "per-call":
             self.write_status()
-        else:
-            self.dirty = True
         self.publish(now)
 
     def ticked(self) -> None:
-        """``_tick_loop`` after the tick's ``_apply``: the status, if dirty."""
-        if self.mode == "per-tick" and self.dirty:
+        """``_tick_loop`` after the tick's ``_apply``: the status."""
+        if self.mode == "per-tick":
             self.write_status()
 
     def write_status(self) -> None:
-        self.dirty = False
         status = self.mgr.status()
         text = json.dumps(status, sort_keys=True)
         self.dumps += 1

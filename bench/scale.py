@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -131,8 +132,6 @@ def ping_sample(fab, graph, pairs: int, seed: int = 0) -> tuple[int, int]:
     A pair counts as reached when one of 3 pings is answered: the first ping of a
     pair whose hosts never talked waits for ARP, which the controller answers.
     """
-    import random
-
     hosts = fabric_mod.hosts(graph)
     every = [(a, b) for a in hosts for b in hosts if a != b]
     chosen = every if pairs >= len(every) else random.Random(seed).sample(every, pairs)
