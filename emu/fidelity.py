@@ -412,6 +412,9 @@ class ProcessFidelity:
         self.kernel_drops: dict = {k: 0 for k in clocks}
         self.loop = LoopMonitor(frame_s)
         self.sched: dict | None = None  # emu/realtime.py: the policy it runs under
+        # The switches that share this process and its loop (emu/switch/loop.py):
+        # their CPU and stalls are the process's, counted once per pid.
+        self.process_switches: list[str] = []
         self.gc = GcMonitor.process()
         self.reset(now)
 
@@ -453,6 +456,7 @@ class ProcessFidelity:
             "gc": self.gc.snapshot(),
             "ports": ports,
             **({} if self.sched is None else {"sched": self.sched}),
+            **({"process_switches": self.process_switches} if self.process_switches else {}),
             **({} if lossless_frames is None else {"lossless_frames": lossless_frames}),
         }
 

@@ -75,6 +75,10 @@ class Fabric:
             data; on, TCP Small Queues keep that backlog in the host, as on a
             real NIC. Leave it off for the RDMA NIC model, which paces itself
             and must stop at once on PAUSE (frames in a qdisc would not).
+        switch_processes: 0 runs each switch in a process of its own; N > 0
+            runs the switches in N processes, one event loop each
+            (emu/switch/loop.py): switches that share a loop share its
+            wake-ups, which is most of what a switch at tens of Mbit/s costs.
 
     Example:
         >>> with Fabric(leaf_spine(leaves=2, spines=2)) as fab:   # doctest: +SKIP
@@ -92,6 +96,7 @@ class Fabric:
         qos: dict | None = None,
         controller_args: tuple[str, ...] = (),
         host_nic_pacing: bool = False,
+        switch_processes: int = 0,
     ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
@@ -101,6 +106,12 @@ class Fabric:
         self.log_level = log_level
         self.qos = qos or {}
         self.host_nic_pacing = host_nic_pacing
+        if not isinstance(switch_processes, int) or switch_processes < 0:
+            raise FabricError(
+                f"switch_processes={switch_processes!r}: expected 0 (a process per switch) "
+                "or the number of processes to share the switches"
+            )
+        self.switch_processes = switch_processes
         parse_qos(self.qos)  # a bad key fails here, naming it, not in 20 switch logs
         n = graph.number_of_nodes()
         self.converge_timeout_s = converge_timeout_s or 30.0 + 1.5 * n
@@ -166,6 +177,7 @@ class Fabric:
             fabric_seed=self.seed,
             log_level=self.log_level,
             qos=self.qos,
+            switch_processes=self.switch_processes,
         )
         self.net = Mininet(
             topo=fabric_mod.to_mininet(self.graph),
@@ -301,24 +313,20 @@ class Fabric:
         )
 
     def kill_switch(self, name: str) -> None:
-        """Crash a switch: its process is killed (SIGKILL) and its ports go dark.
+        """Crash a switch: it stops at once (SIGKILL, or a crash command when it
+        shares a process with other switches) and its ports go dark.
 
         A crashed hardware switch takes its links down with it, so its
         neighbours see carrier loss and fail over at once.
         """
-        sw = self.switch(name)
-        if sw.proc is None or sw.proc.poll() is not None:
-            raise FabricError(f"switch {name} is not running")
-        sw.proc.kill()
-        sw.proc.wait()
-        self.run.forget_pid(sw.proc.pid)
+        self.switch(name).crash()
         for intf in self._switch_intfs(name):
             subprocess.run(["ip", "link", "set", "dev", intf, "down"], check=True)
 
     def restart_switch(self, name: str) -> None:
         """Start a crashed switch again: empty tables until the controller resynchronises it."""
         sw = self.switch(name)
-        if sw.proc is not None and sw.proc.poll() is None:
+        if sw.running():
             raise FabricError(f"switch {name} is still running")
         for intf in self._switch_intfs(name):
             subprocess.run(["ip", "link", "set", "dev", intf, "up"], check=True)

@@ -6,8 +6,9 @@ switches), torn down after the test whatever happens, with the fault API at
 `fabric.faults` and workloads from `fabric.start(...)`. Mark a test with
 `@pytest.mark.emu_fabric(...)` to change the fabric (leaf_spine's arguments,
 or topology="fat_tree", k=4), its switches' QoS (qos={...}), its hosts' NICs
-(host_nic_pacing=True: kernel traffic leaves a host at its link rate) or its
-controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
+(host_nic_pacing=True: kernel traffic leaves a host at its link rate), how
+many processes run its switches (switch_processes=2; 0, the default, is one
+per switch) or its controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
 
     def test_my_job_survives_a_spine_failure(fabric):
         job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=4)
@@ -33,7 +34,7 @@ def pytest_configure(config) -> None:
         "markers",
         "emu_fabric(**kw): the fabric the `fabric` fixture builds "
         "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; "
-        "host_nic_pacing=True; apps=(...); controller_args=(...))",
+        "host_nic_pacing=True; switch_processes=N; apps=(...); controller_args=(...))",
     )
 
 
@@ -52,6 +53,7 @@ def fabric(request, tmp_path):
     topology = options.pop("topology", "leaf_spine")
     qos = options.pop("qos", None)
     pacing = bool(options.pop("host_nic_pacing", False))
+    processes = options.pop("switch_processes", 0)
     controller = {
         key: tuple(options.pop(key)) for key in ("apps", "controller_args") if key in options
     }
@@ -60,7 +62,12 @@ def fabric(request, tmp_path):
     else:
         graph = fabric_mod.leaf_spine(**options)
     with Fabric(
-        graph, out_dir=str(tmp_path / "emu"), qos=qos, host_nic_pacing=pacing, **controller
+        graph,
+        out_dir=str(tmp_path / "emu"),
+        qos=qos,
+        host_nic_pacing=pacing,
+        switch_processes=processes,
+        **controller,
     ) as fab:
         yield fab
         errors = list(fab.faults.errors)

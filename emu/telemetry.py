@@ -191,7 +191,7 @@ def fidelity_sockets(fab) -> dict[str, str]:
     socks = {}
     for sw in _switches(fab):
         node = fab.switch(sw)
-        if node.proc is not None and node.proc.poll() is None:
+        if node.running():
             socks[sw] = node.mgmt_path  # a switch the run crashed on purpose has no record
     for path in sorted(Path(fab.run.sock_dir).glob("*.nic.sock")):
         socks[path.name[: -len(".nic.sock")]] = str(path)

@@ -41,6 +41,7 @@ from emu.switch import parse, reports
 from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
 from emu.switch.channel import Channels, OFChannel
+from emu.switch.loop import SwitchLoop
 from emu.switch.openflow import Effect, FlowsRemoved, PortChanged, Reply, SwitchModel, Transmit
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
@@ -125,7 +126,7 @@ def _hostport(text: str) -> tuple[str, int]:
 class Datapath:
     """The event loop of one switch."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, loop: SwitchLoop | None = None) -> None:
         self.name: str = args.name
         self.dpid: int = args.dpid
         self.mgmt_path: str = args.mgmt
@@ -141,12 +142,14 @@ class Datapath:
         # a port got its first frame): the receive loop sends as soon as it is due
         # instead of after a whole batch (a 64-frame batch is ~2 frame times at 20 Mbit/s).
         self.tx_due = 0.0
-        self.stopping = False
-        # select(2), not epoll: epoll_wait's timeout is whole milliseconds, so a
-        # loop that sleeps until the next frame's slot woke up to 1 ms late
-        # (1.7 frame times at 20 Mbit/s; measured by emu/fidelity.py). select
-        # takes microseconds, and a switch has a handful of descriptors.
-        self.sel = selectors.SelectSelector()
+        self.stopping = False  # crashed on request (mgmt "crash"): the loop closes it
+        # The loop (emu/switch/loop.py) may serve other switches too; it sleeps
+        # until the earliest `due` of all of them.
+        self.loop = loop if loop is not None else SwitchLoop()
+        self.sel = self.loop.view(self)
+        self.due = 0.0
+        self.next_carrier = self.next_expire = self.next_watchdog = self.next_sample = 0.0
+        self.mgmt_conns: dict = {}
         self.kernel_drops: dict[int, int] = {}
         self.malformed_frames = 0
 
@@ -192,10 +195,12 @@ class Datapath:
             time.monotonic(),
         )
         self.fidelity.port_names = {n: p.name for n, p in self.ports.items()}
+        self.early_s = min((s.early_s for s in self.schedulers.values()), default=0.0)
         self._lossless_at_reset = 0  # lossless frames sent before the window
         self.of = Channels(self.name, self.model, self.sel, args.of_listen, args.controller or [])
         self.mgmt = MgmtServer(self.mgmt_path, self._mgmt_handlers())
         self.sel.register(self.mgmt.listener, selectors.EVENT_READ, ("mgmt-listen", None))
+        self.loop.add(self)
 
     # ----- ports -------------------------------------------------------------
 
@@ -646,6 +651,7 @@ class Datapath:
             "set_port_rate": self._set_port_rate,
             "fidelity": self._fidelity,
             "fidelity_reset": self._fidelity_reset,
+            "crash": self._crash,
         }
 
     def _lossless_sent(self) -> int:
@@ -675,88 +681,71 @@ class Datapath:
             "uptime_s": time.time() - self.started_at,
         }
 
-    # ----- the loop ---------------------------------------------------------
+    # ----- the loop (emu/switch/loop.py calls these) --------------------------
+
+    def service(self, now: float, work: list) -> None:
+        """Run the timers that are due, send the frames that are due; set `due`."""
+        self.of.connect_due(now)
+        if now >= self.next_carrier:
+            self._poll_carrier()
+            self.of.keepalive(now)
+            self.next_carrier = now + CARRIER_POLL_S
+            work.append("carrier")
+        if now >= self.next_sample:
+            self._sample_telemetry(now)
+            self.next_sample = now + TELEMETRY_SAMPLE_S
+            work.append("telemetry")
+        if now >= self.next_watchdog:
+            self._poll_watchdog(now)
+            self.next_watchdog = now + self.watchdog.spec.poll_s
+            work.append("watchdog")
+        if now >= self.next_expire:
+            self._expire(now)
+            self._read_kernel_drops()
+            self.next_expire = now + EXPIRE_POLL_S
+            work.append("expiry")
+        if self.busy:
+            self._transmit(time.monotonic())
+        self._send_pfc(now)
+        self.refresh_due()
+
+    def refresh_due(self) -> None:
+        """`due`: the earliest of the timers, the next frame and the next PAUSE."""
+        due = min(self.next_carrier, self.next_sample, self.next_watchdog, self.next_expire)
+        if self.busy and self.tx_due < due:
+            due = self.tx_due
+        next_pfc = self.buffer.next_pfc_at()
+        if next_pfc is not None and next_pfc < due:
+            due = next_pfc
+        self.due = due
+
+    def on_ready(self, kind: str, ref, events: int, now: float) -> int:
+        """One of this switch's sockets is ready; returns how many frames it read."""
+        if kind == "port":
+            read = self._receive(ref, now)
+            self._send_pfc(now)  # XOFF as soon as a threshold is crossed
+            if self.busy:  # send between receive batches, not once per pass
+                self._transmit(time.monotonic())
+            return read
+        if kind == "of":
+            self._on_channel(ref, events, now)
+        elif kind == "of-listen":
+            self.of.accept(now)
+        elif kind == "mgmt-listen":
+            conn = self.mgmt.accept()
+            if conn:
+                self.mgmt_conns[conn.sock.fileno()] = conn
+                self.sel.register(conn.sock, selectors.EVENT_READ, ("mgmt", conn))
+        elif kind == "mgmt":
+            if not self.mgmt.on_readable(ref):
+                self.sel.unregister(ref.sock)
+                self.mgmt_conns.pop(ref.sock.fileno(), None)
+                ref.sock.close()
+        return 0
 
     def run(self) -> None:
-        next_carrier = next_expire = next_watchdog = next_sample = 0.0
-        sel = self.sel
-        mgmt_conns = {}
-        loop = self.fidelity.loop
-        awake_since = time.monotonic()  # when the loop last came back from select()
-        awake_cpu = time.thread_time()
-        work: list = []  # what this pass did (names the longest stall)
-        frames_read = 0  # and how many frames it read
-        while not self.stopping:
-            now = time.monotonic()
-            self.of.connect_due(now)
-            if now >= next_carrier:
-                self._poll_carrier()
-                self.of.keepalive(now)
-                next_carrier = now + CARRIER_POLL_S
-                work.append("carrier")
-            if now >= next_sample:
-                self._sample_telemetry(now)
-                next_sample = now + TELEMETRY_SAMPLE_S
-                work.append("telemetry")
-            if now >= next_watchdog:
-                self._poll_watchdog(now)
-                next_watchdog = now + self.watchdog.spec.poll_s
-                work.append("watchdog")
-            if now >= next_expire:
-                self._expire(now)
-                self._read_kernel_drops()
-                next_expire = now + EXPIRE_POLL_S
-                work.append("expiry")
-            next_tx = self._transmit(time.monotonic()) if self.busy else None
-            self._send_pfc(now)
-            deadline = next_carrier if next_tx is None else min(next_carrier, next_tx)
-            next_pfc = self.buffer.next_pfc_at()
-            if next_pfc is not None and next_pfc < deadline:
-                deadline = next_pfc
-            asleep_at = time.monotonic()
-            worked_cpu = time.thread_time() - awake_cpu
-            timeout = max(0.0, deadline - asleep_at)
-            ready = sel.select(timeout)
-            woke = time.monotonic()
-            awake_cpu = time.thread_time()
-            loop.woke(
-                awake_since,
-                asleep_at,
-                timeout,
-                woke,
-                next_tx,
-                any(key.data[0] == "port" for key, _ in ready),
-                work,
-                worked_cpu,
-                frames_read,
-            )
-            awake_since = woke
-            work = []
-            frames_read = 0
-            for key, events in ready:
-                kind, ref = key.data
-                work.append(kind)
-                now = time.monotonic()
-                if kind == "port":
-                    frames_read += self._receive(ref, now)
-                    self._send_pfc(now)  # XOFF as soon as a threshold is crossed
-                    if self.busy:  # send between receive batches, not once per pass
-                        self._transmit(time.monotonic())
-                elif kind == "of":
-                    self._on_channel(ref, events, now)
-                elif kind == "of-listen":
-                    self.of.accept(now)
-                elif kind == "mgmt-listen":
-                    conn = self.mgmt.accept()
-                    if conn:
-                        mgmt_conns[conn.sock.fileno()] = conn
-                        sel.register(conn.sock, selectors.EVENT_READ, ("mgmt", conn))
-                elif kind == "mgmt":
-                    if not self.mgmt.on_readable(ref):
-                        sel.unregister(ref.sock)
-                        mgmt_conns.pop(ref.sock.fileno(), None)
-                        ref.sock.close()
-        self.close()
+        """Serve this switch (and any other switch of its loop) until stopped."""
+        self.loop.run()
 
     def _expire(self, now: float) -> None:
         removed = self.pipeline.expire(now)
@@ -771,10 +760,23 @@ class Datapath:
         self.pipeline.invalidate()
         self.of.port_status(OFPPR_MODIFY, port)
 
+    def _crash(self) -> dict:
+        """Stop at once as a crashed switch does: tables, queues and sessions are lost.
+
+        The answer goes out before the loop closes this switch's sockets; other
+        switches of the same process go on (Fabric.kill_switch takes the links down).
+        """
+        self.stopping = True
+        return {"name": self.name, "crashed": True}
+
     def close(self) -> None:
+        self.sel.unregister_all()
         self.of.close()
         for sock in self.port_socks.values():
             sock.close()
+        for conn in self.mgmt_conns.values():
+            conn.sock.close()
+        self.mgmt_conns.clear()
         self.mgmt.close()
 
 
@@ -831,27 +833,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def serve(
+    switch_args: list[argparse.Namespace], name: str, rt_priority: int, log_level: str
+) -> int:
+    """Run switches in this process, all in one loop, until a signal stops them."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    die_with_parent()
+    sched = realtime.apply(rt_priority)
+    loop = SwitchLoop()
+    names = [a.name for a in switch_args]
+    for args in switch_args:
+        dp = Datapath(args, loop)
+        dp.fidelity.sched = sched
+        if len(names) > 1:
+            dp.fidelity.process_switches = names
+        log.info(
+            "%s: dpid %016x, %d ports, OpenFlow listener %s",
+            dp.name,
+            dp.dpid,
+            len(dp.ports),
+            dp.of.listen_addr,
+        )
+    stop_on_signals(loop)
+    frozen = GcMonitor.freeze()  # set up: keep it out of every later collection (fidelity.py)
+    log.info("%s: %d switch(es) in one loop, %d objects frozen", name, len(names), frozen)
+    profiling.run(name, loop.run)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
-    die_with_parent()
-    sched = realtime.apply(args.rt_priority)
-    dp = Datapath(args)
-    dp.fidelity.sched = sched
-    stop_on_signals(dp)
-    frozen = GcMonitor.freeze()  # set up: keep it out of every later collection (fidelity.py)
-    log.info(
-        "%s: dpid %016x, %d ports, OpenFlow listener %s, %d objects frozen",
-        dp.name,
-        dp.dpid,
-        len(dp.ports),
-        dp.of.listen_addr,
-        frozen,
-    )
-    profiling.run(dp.name, dp.run)
-    return 0
+    return serve([args], args.name, args.rt_priority, args.log_level)
 
 
 if __name__ == "__main__":

@@ -72,9 +72,16 @@ class EmuSwitch(Switch):
         seed: int = 0,
         log_level: str = "INFO",
         qos: dict | None = None,
+        switch_processes: int = 0,
         **params,
     ) -> None:
         super().__init__(name, **params)
+        # 0: this switch runs in a process of its own. N > 0: batchStartup puts
+        # the fabric's switches into N processes that share one loop each.
+        self.switch_processes = switch_processes
+        self.deferred = False  # start() left the spawning to batchStartup
+        self.shares_process = False
+        self.crashed = False
         self.run = run
         self.port_rates = port_rates
         self.controller_addrs = tuple(controller_addrs)
@@ -128,6 +135,12 @@ class EmuSwitch(Switch):
         for intf in self.intfList():
             if intf.name != "lo":
                 disable_offloads(intf.name)
+        self.crashed = False
+        if self.switch_processes and self.proc is None and not self.shares_process:
+            self.deferred = True  # Mininet calls batchStartup next
+            return
+        # A switch of its own, or one restarted after a crash: its own process.
+        self.shares_process = False
         argv = self.build_argv()
         log.debug("%s: %s", self.name, " ".join(argv))
         with open(self.log_path, "ab") as logf:
@@ -139,6 +152,76 @@ class EmuSwitch(Switch):
                 close_fds=True,
             )
         self.run.add_pid(self.proc.pid, f"switch {self.name}")
+
+    @classmethod
+    def batchStartup(cls, switches, run=None) -> list:  # noqa: N802 (Mininet's API)
+        """Start the switches whose start() was deferred, spread over their processes.
+
+        Round-robin over the switches in Mininet's order, so that each process
+        gets leaves and spines alike rather than one tier each.
+        """
+        deferred = [s for s in switches if s.deferred]
+        if not deferred:
+            return list(switches)
+        n = max(1, min(deferred[0].switch_processes, len(deferred)))
+        groups = [deferred[i::n] for i in range(n)]
+        for i, group in enumerate(groups, 1):
+            group[0].spawn_shared(f"switches-{i}", group)
+        return list(switches)
+
+    def spawn_shared(self, process_name: str, group: list) -> None:
+        """Start one `emu.switch.worker` process that runs every switch of `group`."""
+        argv = [sys.executable, "-m", "emu.switch.worker", "--name", process_name]
+        argv += ["--rt-priority", str(realtime.configured_priority())]
+        argv += ["--log-level", self.log_level]
+        for sw in group:
+            argv += ["--switch", json.dumps(sw.build_argv()[len(sw.datapath_command()) :])]
+        log_path = os.path.join(self.run.log_dir, f"{process_name}.log")
+        with open(log_path, "ab") as logf:
+            proc = subprocess.Popen(
+                argv,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        names = ",".join(sw.name for sw in group)
+        self.run.add_pid(proc.pid, f"switches {process_name}: {names}")
+        for sw in group:
+            sw.proc = proc
+            sw.log_path = log_path
+            sw.deferred = False
+            sw.shares_process = True
+
+    def running(self) -> bool:
+        """Its process runs and it has not crashed (another switch of the process may have)."""
+        return self.proc is not None and self.proc.poll() is None and not self.crashed
+
+    def crash(self, timeout_s: float = 5.0) -> None:
+        """Stop this switch as a crash does: at once, losing tables, queues and sessions.
+
+        Alone in its process: SIGKILL. Sharing a process: the switch is told
+        to crash (management command) and the others go on; returns when its
+        management socket is gone, i.e. its sockets are closed.
+        """
+        if not self.running():
+            raise FabricError(f"switch {self.name} is not running")
+        self.crashed = True
+        if not self.shares_process:
+            self.proc.kill()
+            self.proc.wait()
+            self.run.forget_pid(self.proc.pid)
+            self.proc = None
+            return
+        self.call("crash", timeout_s=timeout_s)
+        wait_for(
+            lambda: not os.path.exists(self.mgmt_path),
+            timeout_s,
+            f"switch {self.name} to close its sockets after a crash",
+            interval_s=0.01,
+            logs=self.log_path,
+        )
+        self.proc = None  # the process is the other switches' now
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict:
         """Wait until the process answers on its management socket; returns its `info`.
@@ -177,5 +260,5 @@ class EmuSwitch(Switch):
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's API)
         if self.proc is not None:
-            stop_child(self.proc)
+            stop_child(self.proc)  # a shared process: the first of its switches ends it
         super().stop(deleteIntfs)

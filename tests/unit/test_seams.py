@@ -44,6 +44,7 @@ CLOCKS = {
 # The shells: they own the loop, the sockets and the clock (DESIGN.md, STYLE.md 5).
 CLOCK_OWNERS = {
     "emu/switch/datapath.py",
+    "emu/switch/loop.py",
     "emu/switch/reports.py",
     "emu/host/agent.py",
 }
