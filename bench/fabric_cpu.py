@@ -37,10 +37,13 @@ def summarize(fidelity_path: str) -> dict:
         records = json.load(f)["processes"]
     kinds: dict[str, dict[str, float]] = {}
     lost = busy = 0.0
+    counted: set[int] = set()  # switches that share a process share its CPU and passes
     for rec in records:
         k = kinds.setdefault(rec["kind"], {"cpu_s": 0.0, "frames": 0, "passes": 0})
-        k["cpu_s"] += rec["cpu"]["cpu_s"]
-        k["passes"] += rec["loop"]["passes"]
+        if rec["pid"] not in counted:
+            counted.add(rec["pid"])
+            k["cpu_s"] += rec["cpu"]["cpu_s"]
+            k["passes"] += rec["loop"]["passes"]
         for port in rec["ports"].values():
             k["frames"] += port["frames"]
             lost += port["deficit_s"]

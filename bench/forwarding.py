@@ -1,11 +1,12 @@
 """Forwarding benchmark: frames/s and Mbit/s through chains of 1..N switches.
 
-Owns one measurement, run on one machine in one go, of three ways to forward
+Owns one measurement, run on one machine in one go, of four ways to forward
 between two network namespaces `h1` (10.0.0.1) and `h2` (10.0.0.2):
 
-    veth      h1 ================================= h2          (0 hops, ceiling)
-    emu       h1 --- s1 --- s2 --- ... --- sN --- h2          (emu.switch.datapath)
-    ovs-user  h1 --- b1 --- b2 --- ... --- bN --- h2          (OVS, datapath_type=netdev)
+    veth        h1 ================================= h2      (0 hops, ceiling)
+    emu         h1 --- s1 --- s2 --- ... --- sN --- h2      (emu.switch.datapath, a process each)
+    emu-shared  h1 --- s1 --- s2 --- ... --- sN --- h2      (emu.switch.worker: one process)
+    ovs-user    h1 --- b1 --- b2 --- ... --- bN --- h2      (OVS, datapath_type=netdev)
 
 Every switch has port 1 towards h1 and port 2 towards h2 and the two flows
 `in_port=1,actions=output:2` and `in_port=2,actions=output:1`, installed with
@@ -73,7 +74,7 @@ PING_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 3.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 OFFLOAD_FEATURES = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
-VARIANTS = ("veth", "emu", "ovs-user")
+VARIANTS = ("veth", "emu", "emu-shared", "ovs-user")
 OVS_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 OVS_NETDEV_TAP = "ovs-netdev"
 
@@ -411,21 +412,29 @@ def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
 
 
 class EmuChain:
-    """N emu switch processes, each programmed through its passive OpenFlow port."""
+    """N emu switches, each programmed through its passive OpenFlow port.
 
-    def __init__(self, res: Resources, chain: Chain, profile: bool = False) -> None:
+    `shared`: all N in one process and one event loop (emu/switch/worker.py),
+    as `Fabric(switch_processes=1)` runs them; otherwise a process each.
+    """
+
+    def __init__(
+        self, res: Resources, chain: Chain, profile: bool = False, shared: bool = False
+    ) -> None:
         self.res, self.chain = res, chain
         self.profile = profile
+        self.shared = shared
         self.switches: list[tuple[Proc, str]] = []
 
     def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        if self.profile:  # emu/profiling.py: one .prof per process when it stops
+            env["EMU_PROFILE_DIR"] = str(self.res.run_dir / "logs" / f"prof-{self.chain.hops}hop")
+        specs = []
         for i in range(1, self.chain.hops + 1):
             sock = str(self.res.run_dir / f"s{i}.sock")
             of_port = free_tcp_port()
-            argv = [
-                sys.executable,
-                "-m",
-                "emu.switch.datapath",
+            args = [
                 "--name",
                 f"s{i}",
                 "--dpid",
@@ -439,12 +448,23 @@ class EmuChain:
                 "--port",
                 f"{self.chain.port(i, 2)}:2:{EMU_RATE_BPS}",
             ]
-            env = dict(os.environ, PYTHONPATH=str(REPO))
-            if self.profile:  # emu/profiling.py: s<i>.prof when the switch stops
-                env["EMU_PROFILE_DIR"] = str(
-                    self.res.run_dir / "logs" / f"prof-{self.chain.hops}hop"
+            specs.append((f"s{i}", sock, of_port, args))
+        if self.shared:
+            argv = [sys.executable, "-m", "emu.switch.worker", "--name", "switches-1"]
+            for _, _, _, args in specs:
+                argv += ["--switch", json.dumps(args)]
+            proc = self.res.start(f"emu-shared-{self.chain.hops}hop", argv, env=env)
+            procs = [proc] * len(specs)
+        else:
+            procs = [
+                self.res.start(
+                    f"emu-{self.chain.hops}hop-{name}",
+                    [sys.executable, "-m", "emu.switch.datapath", *args],
+                    env=env,
                 )
-            proc = self.res.start(f"emu-{self.chain.hops}hop-s{i}", argv, env=env)
+                for name, _, _, args in specs
+            ]
+        for (name, sock, of_port, _), proc in zip(specs, procs):
             self.switches.append((proc, sock))
 
             def ready(sock: str = sock) -> bool:
@@ -454,11 +474,11 @@ class EmuChain:
                 except mgmt.MgmtError:
                     return False
 
-            _wait(ready, f"s{i} to answer 'info' on {sock}", READY_TIMEOUT_S, (proc,))
+            _wait(ready, f"{name} to answer 'info' on {sock}", READY_TIMEOUT_S, (proc,))
             _flows(f"tcp:127.0.0.1:{of_port}")
 
     def pids(self) -> list[int]:
-        return [p.popen.pid for p, _ in self.switches]
+        return sorted({p.popen.pid for p, _ in self.switches})
 
     def check_alive(self) -> None:
         for p, _ in self.switches:
@@ -701,8 +721,8 @@ def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool
     switches: Optional[EmuChain | OvsChain] = None
     try:
         chain.build(res)
-        if variant == "emu":
-            switches = EmuChain(res, chain, profile)
+        if variant in ("emu", "emu-shared"):
+            switches = EmuChain(res, chain, profile, shared=variant == "emu-shared")
         elif variant == "ovs-user":
             switches = OvsChain(res, chain)
         if switches:

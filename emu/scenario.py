@@ -348,7 +348,18 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
             rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
         ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
+        "switch_processes": Param(
+            0,
+            "processes that run the switches, one event loop each (0: a process per switch)",
+            min=0,
+            max=64,
+        ),
     }
+
+
+def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
+    """The `emu.net.Fabric` arguments that `fabric_params()` set (besides the graph)."""
+    return {"seed": params["seed"], "switch_processes": params["switch_processes"]}
 
 
 def build_fabric_graph(params: dict[str, Any]):

@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from emu import fabric as fabric_mod  # noqa: E402
 from emu.net import Fabric, wait_for  # noqa: E402
 from emu.proto import ofext  # noqa: E402
-from emu.scenario import Context, Param, ScenarioError, fabric_params  # noqa: E402
+from emu.scenario import Context, Param, ScenarioError, fabric_options, fabric_params  # noqa: E402
 from emu.traffic import iperf  # noqa: E402
 
 DESCRIPTION = "Hedera's stride/random/staggered patterns on a k=4 fat-tree: ECMP vs adaptive"
@@ -333,7 +333,7 @@ def run(ctx: Context) -> None:
         with Fabric(
             graph,
             out_dir=str(ctx.out_dir / mode),
-            seed=p["seed"],
+            **fabric_options(p),
             **_fabric_options(p),
             **_mode_options(mode, p, rate_bps),
         ) as fab:
@@ -361,7 +361,12 @@ def run(ctx: Context) -> None:
     rename = dict(zip(fabric_mod.hosts(graph), fabric_mod.hosts(ideal_graph)))
     ideal: dict[tuple, list[float]] = {}
     ctx.log("ecmp-vs-adaptive: the non-blocking switch")
-    with Fabric(ideal_graph, out_dir=str(ctx.out_dir / "nonblocking"), **_fabric_options(p)) as fab:
+    with Fabric(
+        ideal_graph,
+        out_dir=str(ctx.out_dir / "nonblocking"),
+        switch_processes=p["switch_processes"],
+        **_fabric_options(p),
+    ) as fab:
         for pat in patterns:
             for flows in matrices[pat]:
                 key = fan_in(flows)

@@ -27,7 +27,14 @@ import time
 
 from emu import fabric as fabric_mod
 from emu.net import Fabric
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.telemetry import Panel, save_panels
 
 DESCRIPTION = "link, switch and controller failures under ping traffic: recovery time and loss"
@@ -142,7 +149,7 @@ def run(ctx: Context) -> None:
 def run_failure(ctx: Context, graph, failure: str) -> dict:
     p = ctx.params
     flows = pairs(graph)
-    with Fabric(graph, out_dir=str(ctx.out_dir / failure), seed=p["seed"]) as fab:
+    with Fabric(graph, out_dir=str(ctx.out_dir / failure), **fabric_options(p)) as fab:
         jobs = {
             (s, d): fab.start(
                 "ping", src=s, dst=d, interval_s=p["interval_s"], duration_s=p["duration_s"]

@@ -42,7 +42,14 @@ from emu.host.dcqcn import DcqcnEffective, DcqcnSpec
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.net import Fabric
 from emu.proto import roce
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
 
@@ -144,7 +151,7 @@ def run_mode(
     leaf = graph.nodes[receiver]["leaf"]
     port = graph.edges[receiver, leaf]["ports"][leaf]
     rate = graph.edges[receiver, leaf]["rate_bps"]
-    with Fabric(graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], qos=qos) as fab:
+    with Fabric(graph, out_dir=str(ctx.out_dir / mode), **fabric_options(p), qos=qos) as fab:
         # pcaps of the bottleneck link and of the first sender's link, for Wireshark.
         caps = []
         for h in (receiver, senders[0]):

@@ -38,7 +38,14 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu.config import BufferSpec
 from emu.net import Fabric
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
 from scenarios.ecmp_vs_adaptive import max_min_rates
@@ -326,7 +333,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     # whatever the routing does, which would read as a flow stuck by the flapping.
     qos = {"buffer": {"alpha_lossy": p["alpha_lossy"]}}
     with Fabric(
-        graph, out_dir=str(ctx.out_dir / mode), seed=p["seed"], apps=(MODES[mode],), qos=qos
+        graph, out_dir=str(ctx.out_dir / mode), **fabric_options(p), apps=(MODES[mode],), qos=qos
     ) as fab:
         clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT, server_output=True)
         t0 = time.time()

@@ -23,7 +23,7 @@ import threading
 from emu import fabric as fabric_mod
 from emu.config import MTU_FRAME_BYTES, PfcSpec
 from emu.net import Fabric
-from emu.scenario import Context, Param, build_fabric_graph, fabric_params
+from emu.scenario import Context, Param, build_fabric_graph, fabric_options, fabric_params
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
 from emu.traffic.rdma import RdmaHosts
@@ -62,7 +62,7 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
     rate = int(p["rate_mbps"] * 1e6)
     target = p["rdma_share"] * rate
     qos = {"watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
-    with Fabric(graph, out_dir=str(ctx.out_dir / variant), seed=p["seed"], qos=qos) as fab:
+    with Fabric(graph, out_dir=str(ctx.out_dir / variant), **fabric_options(p), qos=qos) as fab:
         nics = RdmaHosts(fab, list(rdma), dcqcn=True, modelled_rate_bps=p["modelled_gbps"] * 1e9)
         qp = nics.connect(rdma[0], rdma[1], max_rate_bps=target)
         nics.post(rdma[0], qp, 65536, int(target * p["duration_s"] / 8 / 65536) + 4)

@@ -28,7 +28,14 @@ import time
 from emu import fabric as fabric_mod
 from emu.faults import Faults
 from emu.net import Fabric
-from emu.scenario import Context, Param, ScenarioError, build_fabric_graph, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
 
@@ -93,7 +100,7 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
     rate = int(p["rate_mbps"] * 1e6)
     qos = {"watchdog": {"enabled": mode == "on"}, "ecn": {"enabled": False}}
     with Fabric(
-        graph, out_dir=str(ctx.out_dir / f"watchdog-{mode}"), seed=p["seed"], qos=qos
+        graph, out_dir=str(ctx.out_dir / f"watchdog-{mode}"), **fabric_options(p), qos=qos
     ) as fab:
         hosts = fabric_mod.hosts(graph)
         nics = RdmaHosts(fab, hosts, dcqcn=False)

@@ -30,6 +30,7 @@ from emu.scenario import (
     Context,
     Param,
     build_fabric_graph,
+    fabric_options,
     fabric_params,
     parse_param,
 )
@@ -77,7 +78,7 @@ def run(ctx: Context) -> None:
     sizes = collectives.parse_sizes(p["sizes"], p["factor"], p["dtype"])
     algos = collectives.parse_algos(p["algos"])
     results: dict[str, list[collectives.AllReduceResult]] = {}
-    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), seed=p["seed"], apps=APPS) as fab:
+    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
         for algo in algos:
             ctx.log(f"sharp-allreduce: {algo} on {n} ranks, {len(sizes)} sizes")
             results[algo] = collectives.run_allreduce(

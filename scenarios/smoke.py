@@ -31,7 +31,7 @@ import time
 
 from emu import fabric as fabric_mod
 from emu.net import Fabric
-from emu.scenario import Context, Param, build_fabric_graph, fabric_params
+from emu.scenario import Context, Param, build_fabric_graph, fabric_options, fabric_params
 from emu.switch.scheduler import MIN_BURST_S
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
@@ -61,7 +61,7 @@ def run(ctx: Context) -> None:
         f"smoke: building {graph.graph['name']} ({counts['switches']} switches, "
         f"{counts['hosts']} hosts, {counts['switch_links']} fabric links)"
     )
-    with Fabric(graph, out_dir=str(ctx.out_dir), seed=p["seed"]) as fab:
+    with Fabric(graph, out_dir=str(ctx.out_dir), **fabric_options(p)) as fab:
         ctx.event("converged", after_s=round(fab.converged_after_s, 2))
         status = fab.controller_status()
         ctx.metrics["converge_s"] = fab.converged_after_s

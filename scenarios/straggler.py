@@ -78,6 +78,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    fabric_options,
     fabric_params,
     parse_param,
 )
@@ -221,7 +222,7 @@ def run(ctx: Context) -> None:
         )
 
     points: list[Point] = []
-    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), seed=p["seed"], apps=APPS) as fab:
+    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
         # The agents the straggler fault talks to, and that run_allreduce reuses.
         fab.faults.nics = RdmaHosts(fab, hosts, dcqcn=p["dcqcn"])
         for algo in collectives.parse_algos(p["algos"]):

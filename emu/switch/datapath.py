@@ -840,7 +840,7 @@ def serve(
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     die_with_parent()
     sched = realtime.apply(rt_priority)
-    loop = SwitchLoop()
+    loop = SwitchLoop(shared=len(switch_args) > 1)
     names = [a.name for a in switch_args]
     for args in switch_args:
         dp = Datapath(args, loop)

@@ -17,6 +17,7 @@ is due, and a busy loop does not sleep at all.
 from __future__ import annotations
 
 import logging
+import select
 import selectors
 import time
 
@@ -56,13 +57,30 @@ class SwitchSelector:
         self.fileobjs.clear()
 
 
-class SwitchLoop:
-    """select(2) over the sockets of every switch in this process, and their timers.
+class PreciseEpollSelector(selectors.EpollSelector):
+    """epoll, woken on time: the sleep is a select(2) on the epoll descriptor alone.
 
-    select(2), not epoll: epoll_wait's timeout is whole milliseconds, so a
-    loop that sleeps until the next frame's slot woke up to 1 ms late (1.7
-    frame times at 20 Mbit/s; measured by emu/fidelity.py). select takes
-    microseconds.
+    epoll_wait's timeout is whole milliseconds, so a loop that sleeps until
+    the next frame's slot woke up to 1 ms late (1.7 frame times at 20 Mbit/s;
+    measured by emu/fidelity.py); select(2) takes microseconds but looks at
+    every descriptor on every call, which was a fifth of a loop's CPU with
+    ten switches (70 sockets) in it (perf, docs/performance.md). So: select(2)
+    on the one epoll descriptor to sleep, then epoll_wait(0) for what is ready.
+    """
+
+    def select(self, timeout: float | None = None) -> list:
+        if timeout is None or timeout > 0.0:
+            readable, _, _ = select.select([self.fileno()], [], [], timeout)
+            if not readable:
+                return []
+        return super().select(0)
+
+
+class SwitchLoop:
+    """Every switch of this process: their sockets, their timers, one sleep.
+
+    One switch alone sleeps in select(2) (a handful of sockets); several
+    share a `PreciseEpollSelector` (why: see there).
 
     A switch offers: `due` (monotonic time of its next timer or frame),
     `early_s` (how early its fastest port may send a frame),
@@ -72,8 +90,8 @@ class SwitchLoop:
     `stopping` (it crashed or was stopped: the loop closes it) and `close()`.
     """
 
-    def __init__(self) -> None:
-        self.sel = selectors.SelectSelector()
+    def __init__(self, shared: bool = False) -> None:
+        self.sel = PreciseEpollSelector() if shared else selectors.SelectSelector()
         self.switches: list = []
         self.stopping = False  # set by a signal (emu.registry.stop_on_signals)
 
