@@ -740,16 +740,18 @@ def table_rows(records: list[tuple[str, dict]], limits: Limits = Limits()) -> li
         deficit = v.worst.get("deficit")
         drops = sum(p["kernel_drops"] for _, r in recs for p in r["ports"].values())
         busiest = max(recs, key=lambda lr: lr[1]["cpu"]["cpu_share"])[1]
+        mates = len(busiest.get("process_switches", [])) - 1
         rows.append(
             [
                 label,
-                v.processes,
+                len({r.get("pid", id(r)) for _, r in recs}),  # switches that share a process count once
                 v.frames,
                 f"{on_time.value:.2%} {_short(on_time.where)}" if on_time else "-",
                 f"{stall.value:g} {_short(stall.where)}",
                 f"{deficit.value:.2%} {_short(deficit.where)}" if deficit else "-",
                 drops,
-                f"{busiest['cpu']['cpu_share']:.0%} {busiest['name']}",
+                f"{busiest['cpu']['cpu_share']:.0%} {busiest['name']}"
+                + (f" (+{mates} in its process)" if mates > 0 else ""),
                 f"{max(r['cpu']['wait_share'] for _, r in recs):.0%}",
             ]
         )
@@ -772,11 +774,16 @@ TABLE_COLUMNS = [
 def sched_summary(records: list[tuple[str, dict]]) -> str:
     """One line: under which policy the switches and NICs ran (emu/realtime.py)."""
     counts: dict[str, int] = {}
+    pids: set = set()
     for _, rec in records:
+        pid = rec.get("pid", id(rec))
+        if pid in pids:
+            continue  # switches that share a process share its policy
+        pids.add(pid)
         text = describe_sched(rec.get("sched"))
         counts[text] = counts.get(text, 0) + 1
     parts = [f"{n} {text}" for text, n in sorted(counts.items(), key=lambda kv: -kv[1])]
-    return f"scheduling of the {len(records)} switch and NIC processes: {', '.join(parts)}"
+    return f"scheduling of the {len(pids)} switch and NIC processes: {', '.join(parts)}"
 
 
 def _short(where: str) -> str:

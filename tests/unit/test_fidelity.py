@@ -365,3 +365,17 @@ def test_a_stall_that_held_a_garbage_collection_says_so():
     rec["gc"]["longest_ended_at"] = 50.0  # a pause elsewhere in the run is not named
     assert "garbage collection" not in fidelity.judge([("dcqcn", rec)]).worst["stall"].text
     assert "gc: 981 collections" in fidelity.render_record(rec)
+
+
+def test_switches_that_share_a_process_count_as_one_process_in_the_table():
+    a, b, c = record("leaf1"), record("spine1"), record("leaf2")
+    for rec, pid in ((a, 10), (b, 10), (c, 20)):
+        rec["pid"] = pid
+    a["process_switches"] = b["process_switches"] = ["leaf1", "spine1"]
+    a["cpu"]["cpu_share"] = b["cpu"]["cpu_share"] = 0.8
+    a["sched"] = b["sched"] = c["sched"] = {"policy": "SCHED_RR", "priority": 10}
+    records = [("", a), ("", b), ("", c)]
+    [row] = fidelity.table_rows(records)
+    assert row[1] == 2
+    assert row[7] == "80% leaf1 (+1 in its process)"
+    assert fidelity.sched_summary(records).startswith("scheduling of the 2 switch and NIC processes")
