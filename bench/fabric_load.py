@@ -16,7 +16,11 @@ all 16 at once, every flow crossing the core (five switch hops) for
   machine kept up;
 - switch CPU: seconds of CPU of the switch processes (each process counted
   once) and CPU microseconds per frame-hop (frames the switches sent);
-- boot: seconds from start until routing converged.
+- boot: seconds from start until routing converged;
+- how much of the machine's CPU was idle while the flows ran (/proc/stat):
+  near 0, the hosts' TCP stacks and iperf3, which run below the switches'
+  real-time priority, get what the switches leave, and goodput can fall
+  short while the switches' own fidelity stays green.
 
 Run as root from the repository root:
 
@@ -63,6 +67,7 @@ class LoadRun:
     switch_cpu_s: float = 0.0
     frame_hops: int = 0
     window_s: float = 0.0
+    idle_share: float = 0.0  # of the machine's CPU while the flows ran
     error: str = ""
 
     @property
@@ -84,6 +89,13 @@ def switch_cpu(records: list[tuple[str, dict]]) -> tuple[float, int, float]:
     return sum(cpu.values()), frames, window
 
 
+def cpu_times() -> tuple[float, float]:
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [float(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user..steal
+
+
 def one_run(rate_mbps: float, processes: int, seconds: float, out: Path) -> LoadRun:
     run = LoadRun(rate_mbps, processes)
     graph = fabric_mod.fat_tree(k=4, rate_bps=int(rate_mbps * 1e6))
@@ -98,7 +110,10 @@ def one_run(rate_mbps: float, processes: int, seconds: float, out: Path) -> Load
             clients = iperf.start_many(
                 fab, flows, seconds, first_port=FIRST_PORT, omit_s=OMIT_S, server_output=True
             )
+            idle0, total0 = cpu_times()
             docs = [iperf.finish(fab, c, timeout_s=seconds + 30) for c in clients]
+            idle1, total1 = cpu_times()
+            run.idle_share = (idle1 - idle0) / max(total1 - total0, 1.0)
     except Exception as exc:  # noqa: BLE001 - a failed run is a row, not the end of the bench
         run.error = f"{type(exc).__name__}: {exc}"[:300]
         return run
@@ -133,6 +148,7 @@ def table(runs: list[LoadRun], markdown: bool) -> str:
         "switch CPU s",
         "CPU us per frame-hop",
         "boot s",
+        "machine idle while sending",
         "worst finding (first unfaithful run)",
     ]
     body = []
@@ -150,6 +166,7 @@ def table(runs: list[LoadRun], markdown: bool) -> str:
                 spread([r.switch_cpu_s for r in ok], "{:.1f}"),
                 spread([r.us_per_frame_hop for r in ok], "{:.1f}"),
                 spread([r.boot_s for r in ok], "{:.1f}"),
+                spread([r.idle_share for r in ok], "{:.0%}"),
                 next((r.worst for r in ok if not r.faithful), "")[:200]
                 or "; ".join(r.error for r in rs if r.error),
             ]

@@ -744,7 +744,9 @@ def table_rows(records: list[tuple[str, dict]], limits: Limits = Limits()) -> li
         rows.append(
             [
                 label,
-                len({r.get("pid", id(r)) for _, r in recs}),  # switches that share a process count once
+                len(
+                    {r.get("pid", id(r)) for _, r in recs}
+                ),  # switches that share a process count once
                 v.frames,
                 f"{on_time.value:.2%} {_short(on_time.where)}" if on_time else "-",
                 f"{stall.value:g} {_short(stall.where)}",

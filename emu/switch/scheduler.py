@@ -76,6 +76,9 @@ class PortScheduler:
         self.pending = 0
         # Bit p set while queue p holds frames: dequeue visits only those, highest first.
         self.nonempty = 0
+        # The latest end of any PAUSE received: at or before free_at, no pause
+        # can hold the next frame back (ready_at's fast path).
+        self.pauses_end = 0.0
 
     def set_rate(self, rate_bps: float) -> None:
         """Pace at `rate_bps` from now on (a degraded link, a slow host's port)."""
@@ -117,6 +120,7 @@ class PortScheduler:
         elif until > now:
             self.paused_s[prio] += until - now
         self.paused_until[prio] = until
+        self.pauses_end = max(self.paused_until)
 
     def paused_so_far(self, now: float) -> list[float]:
         """Seconds each priority has been paused up to `now` (not counting the rest of a PAUSE)."""
@@ -132,6 +136,8 @@ class PortScheduler:
         """When the next frame may leave; None if nothing is queued."""
         if not self.pending:
             return None
+        if self.pauses_end <= self.free_at:
+            return self.free_at
         return max(
             self.free_at, min(self.paused_until[p] for p in range(N_PRIORITIES) if self.queues[p])
         )

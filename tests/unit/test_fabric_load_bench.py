@@ -33,11 +33,15 @@ def test_switches_of_one_process_count_its_cpu_once_and_their_frames_each() -> N
 
 
 def test_the_table_keeps_an_unfaithful_run_apart_from_a_failed_one() -> None:
-    ok = fabric_load.LoadRun(10.0, 2, boot_s=2.5, goodput_of_links=0.52, faithful=True)
+    ok = fabric_load.LoadRun(
+        10.0, 2, boot_s=2.5, goodput_of_links=0.52, faithful=True, idle_share=0.12
+    )
     ok.switch_cpu_s, ok.frame_hops = 18.0, 1_000_000
     bad = fabric_load.LoadRun(20.0, 0, boot_s=4.6, goodput_of_links=0.38, worst="e5 port 3 late")
     bad.switch_cpu_s, bad.frame_hops = 27.0, 900_000
     broken = fabric_load.LoadRun(20.0, 0, error="FabricError: switch a1 did not answer")
     text = fabric_load.table([ok, bad, broken], markdown=True)
-    assert "| 10 | 2 | 1 | 1 | 0.52 | 18.0 | 18.0 | 2.5 |  |" in text
-    assert "| 20 | one per switch | 2 | 0 | 0.38 | 27.0 | 30.0 | 4.6 | e5 port 3 late |" in text
+    assert "| 10 | 2 | 1 | 1 | 0.52 | 18.0 | 18.0 | 2.5 | 12% |  |" in text
+    assert (
+        "| 20 | one per switch | 2 | 0 | 0.38 | 27.0 | 30.0 | 4.6 | 0% | e5 port 3 late |" in text
+    )

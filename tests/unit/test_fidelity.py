@@ -378,4 +378,6 @@ def test_switches_that_share_a_process_count_as_one_process_in_the_table():
     [row] = fidelity.table_rows(records)
     assert row[1] == 2
     assert row[7] == "80% leaf1 (+1 in its process)"
-    assert fidelity.sched_summary(records).startswith("scheduling of the 2 switch and NIC processes")
+    assert fidelity.sched_summary(records).startswith(
+        "scheduling of the 2 switch and NIC processes"
+    )
