@@ -55,6 +55,12 @@ GRAPH_FILE = "graph.json"  # in the run's socket directory
 HOST_NIC_FRAME_BYTES = 1514
 
 
+def default_switch_processes() -> int:
+    """One switch process per CPU: each loop can have a core, and no more loops
+    than cores compete for them (docs/performance.md, "Switches sharing a process")."""
+    return max(1, os.cpu_count() or 1)
+
+
 class Fabric:
     """A running emulated fabric (context manager).
 
@@ -75,10 +81,11 @@ class Fabric:
             data; on, TCP Small Queues keep that backlog in the host, as on a
             real NIC. Leave it off for the RDMA NIC model, which paces itself
             and must stop at once on PAUSE (frames in a qdisc would not).
-        switch_processes: 0 runs each switch in a process of its own; N > 0
-            runs the switches in N processes, one event loop each
-            (emu/switch/loop.py): switches that share a loop share its
-            wake-ups, which is most of what a switch at tens of Mbit/s costs.
+        switch_processes: N > 0 runs the switches in N processes, one event
+            loop each (emu/switch/loop.py): switches that share a loop share
+            its wake-ups, which is most of what a switch at tens of Mbit/s
+            costs. 0 runs each switch in a process of its own. None (the
+            default): one process per CPU (`default_switch_processes`).
 
     Example:
         >>> with Fabric(leaf_spine(leaves=2, spines=2)) as fab:   # doctest: +SKIP
@@ -96,7 +103,7 @@ class Fabric:
         qos: dict | None = None,
         controller_args: tuple[str, ...] = (),
         host_nic_pacing: bool = False,
-        switch_processes: int = 0,
+        switch_processes: int | None = None,
     ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
@@ -106,6 +113,8 @@ class Fabric:
         self.log_level = log_level
         self.qos = qos or {}
         self.host_nic_pacing = host_nic_pacing
+        if switch_processes is None:
+            switch_processes = default_switch_processes()
         if not isinstance(switch_processes, int) or switch_processes < 0:
             raise FabricError(
                 f"switch_processes={switch_processes!r}: expected 0 (a process per switch) "

@@ -7,8 +7,8 @@ switches), torn down after the test whatever happens, with the fault API at
 `@pytest.mark.emu_fabric(...)` to change the fabric (leaf_spine's arguments,
 or topology="fat_tree", k=4), its switches' QoS (qos={...}), its hosts' NICs
 (host_nic_pacing=True: kernel traffic leaves a host at its link rate), how
-many processes run its switches (switch_processes=2; 0, the default, is one
-per switch) or its controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
+many processes run its switches (switch_processes=2; 0 is one per switch;
+by default one per CPU) or its controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
 
     def test_my_job_survives_a_spine_failure(fabric):
         job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=4)
@@ -53,7 +53,7 @@ def fabric(request, tmp_path):
     topology = options.pop("topology", "leaf_spine")
     qos = options.pop("qos", None)
     pacing = bool(options.pop("host_nic_pacing", False))
-    processes = options.pop("switch_processes", 0)
+    processes = options.pop("switch_processes", None)
     controller = {
         key: tuple(options.pop(key)) for key in ("apps", "controller_args") if key in options
     }

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import scenarios
 from emu import fabric, fidelity
+from emu.net import default_switch_processes
 
 
 class ScenarioError(ValueError):
@@ -349,8 +350,9 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
         ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
         "switch_processes": Param(
-            0,
-            "processes that run the switches, one event loop each (0: a process per switch)",
+            default_switch_processes(),
+            "processes that run the switches, one event loop each (0: a process per "
+            "switch; the default is this machine's CPU count)",
             min=0,
             max=64,
         ),
