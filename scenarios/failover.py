@@ -189,7 +189,7 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
         got = set(r.replied)
         for seq in range(1, r.sent + 1):
             if seq not in got:
-                slot = round(seq * r.interval_s, 1)
+                slot = round(seq * r.actual_interval_s, 1)  # ping's real pace, not -i
                 bins[slot] = bins.get(slot, 0) + 1
     times = [round(i * 0.1, 1) for i in range(int(p["duration_s"] * 10) + 1)]
     return {

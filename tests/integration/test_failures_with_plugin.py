@@ -67,11 +67,13 @@ def test_controller_killed_for_ten_seconds_then_back(fabric):
     fabric.faults.kill_controller(at=0.5)
     fabric.faults.restart_controller(at=10.5)
     result = job.wait()
-    replied = set(result.replied)
+    events = {e["kind"]: e["wall"] for e in fabric.faults.events}
     # Switches keep forwarding with their last flows while the controller is away
-    # for 10 s (0.5 s to 10.5 s: pings 10 to 210)...
-    missing = [seq for seq in range(1, 211) if seq not in replied]
-    assert not missing, f"pings lost while the controller was away: {missing}"
+    # (from its kill until its successor listens). Which pings those are comes from
+    # their replies' times: ping's timer runs late (asked for 50 ms, 56 ms here).
+    away = result.lost_between(events["controller_killed"], events["controller_restarted"])
+    assert not away, f"pings lost while the controller was away: {away}"
+    assert len(result.replied) > 150  # the stream ran through the whole absence
     # ...and the returning controller's resync (delete, then reinstall as hosts are
     # relearned from their traffic) costs at most a short gap.
     assert result.longest_outage_s <= 0.5
