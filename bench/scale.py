@@ -105,15 +105,23 @@ def memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def measure_side(row: Row, pids: list[int], switch_pids: list[int], idle_s: float) -> None:
-    """Fill in memory and idle CPU of the switch side (`pids`)."""
+def measure_side(
+    row: Row, pids: list[int], switch_pids: list[int], idle_s: float, switches: int = 0
+) -> None:
+    """Fill in memory and idle CPU of the switch side (`pids`).
+
+    Switches that share a process (emu's default) list its pid once each: each
+    process is counted once, and RSS per switch divides by `switches`.
+    """
+    pids = list(dict.fromkeys(pids))
+    switch_pids = list(dict.fromkeys(switch_pids))
     row.processes = len(pids)
     mem = {pid: memory_kib(pid) for pid in pids}
     row.rss_mib = round(sum(r for r, _ in mem.values()) / 1024, 1)
     row.pss_mib = round(sum(p for _, p in mem.values()) / 1024, 1)
     if switch_pids:
         row.rss_per_switch_mib = round(
-            sum(mem[pid][0] for pid in switch_pids) / 1024 / len(switch_pids), 1
+            sum(mem[pid][0] for pid in switch_pids) / 1024 / (switches or len(switch_pids)), 1
         )
     before = sum(fw._cpu_s(p) for p in pids)
     t0 = time.monotonic()
@@ -150,7 +158,7 @@ def boot_emu(name: str, graph, idle_s: float, run_dir: Path, ping_pairs: int = 0
         row.boot_s = round(time.monotonic() - t0, 2)
         row.phases = dict(fab.boot_phases)
         switch_pids = [fab.switch(s).proc.pid for s in fabric_mod.switches(graph)]
-        measure_side(row, switch_pids + [fab.controller.pid], switch_pids, idle_s)
+        measure_side(row, switch_pids + [fab.controller.pid], switch_pids, idle_s, len(switch_pids))
         if ping_pairs:
             row.ping_pairs, row.ping_reached = ping_sample(fab, graph, ping_pairs)
     except (FabricError, OSError) as exc:

@@ -110,10 +110,17 @@ class SwitchLoop:
         work: list = []  # what this pass did (names the longest stall)
         frames_read = 0  # and how many frames it read
         several = len(self.switches) > 1
-        while self.switches and not self.stopping:
+        switches = self.switches
+        while switches and not self.stopping:
             now = monotonic()
             deadline = float("inf")
-            for sw in self.switches:
+            if several:
+                # Who is served first turns every pass: frames that two switches
+                # send at the same moment must not always leave in the same order
+                # (a fixed order decides, at every shared queue downstream, whose
+                # frame finds the last free slot, an order only this loop imposes).
+                switches.append(switches.pop(0))
+            for sw in switches:
                 # A loop that is awake anyway sends what is due within early_s
                 # (emu.fidelity.EARLY_FRAMES), as the scheduler allows.
                 if sw.due <= now + sw.early_s:

@@ -45,3 +45,16 @@ def test_the_table_keeps_an_unfaithful_run_apart_from_a_failed_one() -> None:
     assert (
         "| 20 | one per switch | 2 | 0 | 0.38 | 27.0 | 30.0 | 4.6 | 0% | e5 port 3 late |" in text
     )
+
+
+def test_scale_counts_a_shared_switch_process_once(monkeypatch) -> None:
+    from bench import scale
+
+    monkeypatch.setattr(scale, "memory_kib", lambda pid: {10: (1024, 512), 20: (2048, 1024)}[pid])
+    monkeypatch.setattr(scale.fw, "_cpu_s", lambda pid: 0.0)
+    row = scale.Row("ft4", "emu", 4, 16)
+    # Four switches in process 10, the controller is process 20.
+    scale.measure_side(row, [10, 10, 10, 10, 20], [10, 10, 10, 10], 0.0, switches=4)
+    assert row.processes == 2
+    assert row.rss_mib == 3.0
+    assert row.rss_per_switch_mib == 0.2  # 1 MiB shared by four switches
