@@ -1,9 +1,10 @@
-"""The emu switch process: ports, receive, pipeline, queue, paced transmit.
+"""One emu switch: ports, receive, pipeline, queue, paced transmit.
 
-Owns the event loop and the clock of one switch, an AF_PACKET socket per veth
-and the management socket; the OpenFlow TCP connections are `channel.py`'s,
-registered in this loop's selector. It feeds received frames to the pure
-OpenFlow pipeline (`pipeline.py`), classifies them onto 8 egress priorities
+Owns the clock and the timers of one switch, an AF_PACKET socket per veth and
+the management socket; the OpenFlow TCP connections are `channel.py`'s. The
+event loop that sleeps and dispatches is `loop.py`'s, which may serve several
+switches in one process (`worker.py`); this module says what is due when.
+It feeds received frames to the pure OpenFlow pipeline (`pipeline.py`), classifies them onto 8 egress priorities
 by DSCP, queues them in the per-port schedulers (`scheduler.py`) and transmits
 them paced at each port's link rate. It carries out what the OpenFlow
 sessions return (`openflow.py`: replies, PacketOut frames, port changes,
@@ -124,7 +125,7 @@ def _hostport(text: str) -> tuple[str, int]:
 
 
 class Datapath:
-    """The event loop of one switch."""
+    """One switch: its ports, timers and handlers, served by a `SwitchLoop`."""
 
     def __init__(self, args: argparse.Namespace, loop: SwitchLoop | None = None) -> None:
         self.name: str = args.name

@@ -80,6 +80,7 @@ class EmuSwitch(Switch):
         # the fabric's switches into N processes that share one loop each.
         self.switch_processes = switch_processes
         self.deferred = False  # start() left the spawning to batchStartup
+        self.started_once = False  # later starts (a restart after a crash) spawn alone
         self.shares_process = False
         self.crashed = False
         self.run = run
@@ -136,7 +137,9 @@ class EmuSwitch(Switch):
             if intf.name != "lo":
                 disable_offloads(intf.name)
         self.crashed = False
-        if self.switch_processes and self.proc is None and not self.shares_process:
+        first = not self.started_once
+        self.started_once = True
+        if self.switch_processes and first:
             self.deferred = True  # Mininet calls batchStartup next
             return
         # A switch of its own, or one restarted after a crash: its own process.
@@ -154,7 +157,7 @@ class EmuSwitch(Switch):
         self.run.add_pid(self.proc.pid, f"switch {self.name}")
 
     @classmethod
-    def batchStartup(cls, switches, run=None) -> list:  # noqa: N802 (Mininet's API)
+    def batchStartup(cls, switches) -> list:  # noqa: N802 (Mininet's API)
         """Start the switches whose start() was deferred, spread over their processes.
 
         Round-robin over the switches in Mininet's order, so that each process

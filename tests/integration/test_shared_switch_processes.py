@@ -70,6 +70,11 @@ def test_a_switch_crashes_and_restarts_alone(fabric):
         lambda: fabric.switch("spine1").connected(), 10.0, "spine1 to reconnect to the controller"
     )
     assert fabric.ping("h1", "h2") == (1, 1)
+    # Crashed again, now alone in its process, it restarts alone again.
+    fabric.kill_switch("spine1")
+    assert not fabric.switch("spine1").running()
+    fabric.restart_switch("spine1")
+    assert fabric.switch_call("spine1", "info")["pid"] not in (*before.values(), after)
 
 
 def test_a_negative_process_count_is_refused_by_name():
