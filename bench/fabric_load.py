@@ -45,6 +45,7 @@ from typing import Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.rate_sweep import render_rows  # noqa: E402
 from emu import fabric as fabric_mod  # noqa: E402
 from emu import fidelity  # noqa: E402
 from emu.net import Fabric  # noqa: E402
@@ -171,11 +172,7 @@ def table(runs: list[LoadRun], markdown: bool) -> str:
                 or "; ".join(r.error for r in rs if r.error),
             ]
         )
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in body]
-        return "\n".join(lines)
-    return "\n".join("  ".join(cells) for cells in [head] + body)
+    return render_rows(head, body, markdown)
 
 
 def _numbers(text: str, kind, what: str, ap: argparse.ArgumentParser) -> list:

@@ -119,6 +119,11 @@ def table(rows: list[RateRow], markdown: bool) -> str:
         ]
         for r in rows
     ]
+    return render_rows(head, body, markdown)
+
+
+def render_rows(head: list[str], body: list[list[str]], markdown: bool) -> str:
+    """A table of strings: Markdown, or columns separated by two spaces."""
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
