@@ -753,10 +753,6 @@ class Datapath:
                 ref.sock.close()
         return 0
 
-    def run(self) -> None:
-        """Serve this switch (and any other switch of its loop) until stopped."""
-        self.loop.run()
-
     def _expire(self, now: float) -> None:
         removed = self.pipeline.expire(now)
         if removed:

@@ -139,14 +139,14 @@ class SwitchLoop:
             awake_since = woke
             work = []
             frames_read = 0
-            touched = []
+            touched = set()  # refresh each switch's deadline once, however many sockets
             for key, events in ready:
                 kind, ref, sw = key.data
                 if sw.stopping:
                     continue
                 work.append(f"{sw.name}:{kind}" if several else kind)
                 frames_read += sw.on_ready(kind, ref, events, monotonic())
-                touched.append(sw)
+                touched.add(sw)
             for sw in touched:
                 sw.refresh_due()
             if any(sw.stopping for sw in self.switches):
