@@ -46,6 +46,7 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
+PACKET_QDISC_BYPASS = 20  # linux/if_packet.h
 RX_BATCH = 64
 SAMPLE_S = 0.1
 MAX_IDLE_S = 0.05
@@ -70,6 +71,11 @@ class Agent:
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.bind((args.intf, ETH_P_ALL))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        # The NIC model paces itself and stops at once on PAUSE. The host's own
+        # qdisc (the tbf of Fabric(host_nic_pacing=True), which paces the
+        # kernel's traffic) would hold frames that PAUSE could no longer stop,
+        # and pace them a second time: our frames go straight to the device.
+        self.sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.setblocking(False)
         # Our RoCEv2 frames (and in-network aggregation's) also reach the kernel's
