@@ -185,7 +185,7 @@ def cmd_cli(args) -> int:
     params = scenario.resolve_params(Module, args.set)
     need_root("emu cli")
     graph = scenario.build_fabric_graph(params)
-    with Fabric(graph, seed=params["seed"]) as fab:
+    with Fabric(graph, **scenario.fabric_options(params)) as fab:
         print(
             f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
             f"logs in {fab.log_dir()}"

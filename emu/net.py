@@ -75,12 +75,14 @@ class Fabric:
         qos: buffer/PFC/ECN/watchdog settings of every switch, e.g.
             {"pfc": {"enabled": False}} (see emu/config.py; validated by the switch).
         host_nic_pacing: give every host's kernel a NIC that sends at its link
-            rate (a tc token bucket with a 16-frame ring). Off, a host's veth
-            sends as fast as the CPU allows and its backlog waits in the
-            switch's egress queue, where the host's ACKs queue behind its own
-            data; on, TCP Small Queues keep that backlog in the host, as on a
-            real NIC. Leave it off for the RDMA NIC model, which paces itself
-            and must stop at once on PAUSE (frames in a qdisc would not).
+            rate (a tc token bucket with a 16-frame ring; on by default). Off,
+            a host's veth sends as fast as the CPU allows and its backlog
+            waits in the switch's egress queue, where the host's ACKs queue
+            behind its own data, and a host that sends to two hosts gets two
+            links; on, TCP Small Queues keep that backlog in the host, as on
+            a real NIC. The RDMA NIC model (emu/host/agent.py) paces itself
+            and skips this qdisc (PACKET_QDISC_BYPASS), so PAUSE stops it at
+            once either way.
         switch_processes: N > 0 runs the switches in N processes, one event
             loop each (emu/switch/loop.py): switches that share a loop share
             its wake-ups, which is most of what a switch at tens of Mbit/s
@@ -102,7 +104,7 @@ class Fabric:
         log_level: str = "INFO",
         qos: dict | None = None,
         controller_args: tuple[str, ...] = (),
-        host_nic_pacing: bool = False,
+        host_nic_pacing: bool = True,
         switch_processes: int | None = None,
     ) -> None:
         fabric_mod.validate(graph)

@@ -6,7 +6,8 @@ switches), torn down after the test whatever happens, with the fault API at
 `fabric.faults` and workloads from `fabric.start(...)`. Mark a test with
 `@pytest.mark.emu_fabric(...)` to change the fabric (leaf_spine's arguments,
 or topology="fat_tree", k=4), its switches' QoS (qos={...}), its hosts' NICs
-(host_nic_pacing=True: kernel traffic leaves a host at its link rate), how
+(host_nic_pacing=False: kernel traffic leaves a host as fast as its CPU
+allows; by default at its link rate, as from a real NIC), how
 many processes run its switches (switch_processes=2; 0 is one per switch;
 by default one per CPU) or its controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
 
@@ -52,7 +53,7 @@ def fabric(request, tmp_path):
         options.update(marker.kwargs)
     topology = options.pop("topology", "leaf_spine")
     qos = options.pop("qos", None)
-    pacing = bool(options.pop("host_nic_pacing", False))
+    pacing = bool(options.pop("host_nic_pacing", True))
     processes = options.pop("switch_processes", None)
     controller = {
         key: tuple(options.pop(key)) for key in ("apps", "controller_args") if key in options

@@ -349,6 +349,9 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
             rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
         ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
+        "host_nic_pacing": Param(
+            True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
+        ),
         "switch_processes": Param(
             default_switch_processes(),
             "processes that run the switches, one event loop each (0: a process per "
@@ -361,7 +364,11 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
 
 def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
     """The `emu.net.Fabric` arguments that `fabric_params()` set (besides the graph)."""
-    return {"seed": params["seed"], "switch_processes": params["switch_processes"]}
+    return {
+        "seed": params["seed"],
+        "switch_processes": params["switch_processes"],
+        "host_nic_pacing": params["host_nic_pacing"],
+    }
 
 
 def build_fabric_graph(params: dict[str, Any]):

@@ -85,7 +85,6 @@ PARAMS = {
         min=0.001,
         max=64.0,
     ),
-    "host_nic_pacing": Param(True, "hosts send at their link rate (tc), as a real NIC does"),
     # 1.5x ECMP's expected 0.62 on strides 4 and 8 is 0.93 of non-blocking: Hedera's
     # "96% of optimal bisection" (Al-Fares et al., NSDI 2010, abstract), less the ACKs
     # that still hash as mice here (README).
@@ -373,6 +372,7 @@ def run(ctx: Context) -> None:
         ideal_graph,
         out_dir=str(ctx.out_dir / "nonblocking"),
         switch_processes=p["switch_processes"],
+        host_nic_pacing=p["host_nic_pacing"],
         **_fabric_options(p),
     ) as fab:
         for pat in patterns:
@@ -424,7 +424,7 @@ def _qos(p: dict) -> dict:
 
 
 def _fabric_options(p: dict) -> dict:
-    return {"qos": _qos(p), "host_nic_pacing": p["host_nic_pacing"]}
+    return {"qos": _qos(p)}
 
 
 def _mode_options(mode: str, p: dict, rate_bps: int) -> dict:
