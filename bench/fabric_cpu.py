@@ -52,7 +52,9 @@ def summarize(fidelity_path: str) -> dict:
 
 
 def one_run(size: int, rate_mbps: float, out_dir: str) -> tuple[float, dict]:
-    defaults = {k: v.default for k, v in fabric_params(rate_mbps=rate_mbps).items()}
+    defaults = {
+        k: v.default for k, v in fabric_params(rate_mbps=rate_mbps, modelled_gbps=25.0).items()
+    }
     graph = build_fabric_graph(defaults)
     hosts = fabric_mod.hosts(graph)
     with Fabric(graph, out_dir=out_dir, seed=0, apps=("controllers.routing",)) as fab:

@@ -78,11 +78,17 @@ def cmd_allreduce(args) -> int:
         raise ScenarioError(f"--hosts {args.hosts}: allowed 2..64")
     if not 0.1 <= args.rate_mbps <= 1000:
         raise ScenarioError(f"--rate-mbps {args.rate_mbps}: allowed 0.1..1000")
+    if not 1e-4 <= args.modelled_gbps <= 800:
+        raise ScenarioError(f"--modelled-gbps {args.modelled_gbps}: allowed 0.0001..800")
     need_root("emu allreduce")
     per_leaf = 2 if args.hosts <= 8 else 4
     leaves = -(-args.hosts // per_leaf)
     graph = fabric.leaf_spine(
-        leaves=leaves, spines=2, hosts_per_leaf=per_leaf, host_rate_bps=int(args.rate_mbps * 1e6)
+        leaves=leaves,
+        spines=2,
+        hosts_per_leaf=per_leaf,
+        host_rate_bps=int(args.rate_mbps * 1e6),
+        modelled_rate_bps=args.modelled_gbps * 1e9,
     )
     hosts = fabric.hosts(graph)[: args.hosts]
     apps = ("controllers.routing", "controllers.aggregation")
@@ -475,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--iters", type=int, default=1, help="timed iterations per size")
     s.add_argument("--seed", type=int, default=0, help="data seed")
     s.add_argument("--rate-mbps", type=float, default=10.0, help="link rate (default 10)")
+    s.add_argument(
+        "--modelled-gbps",
+        type=float,
+        default=25.0,
+        help="NIC speed the links stand for; sets the time scale of DCQCN and the RTO "
+        "(default 25, the HPCC/DCQCN ns-3 NIC)",
+    )
     s.add_argument("--bw-unit", choices=("MB/s", "GB/s"), default="MB/s")
     s.add_argument("--out", help="directory for the fabric's logs")
     s.set_defaults(func=cmd_allreduce)

@@ -17,6 +17,17 @@ The attribute contract (checked by `validate`):
 - ``G.graph``: ``name`` (str), ``kind`` ("leaf_spine" | "fat_tree" |
   "single_switch"), ``params`` (the resolved builder arguments),
   ``subnet`` ("10.0.0.0/8"), ``time_scale`` (float).
+
+The time scale: a fabric's links run at emulated rates (tens of Mbit/s) and
+stand for hardware that is ``time_scale`` times faster, e.g. 20 Mbit/s for
+25 Gbit/s at 1250. Every builder takes ``time_scale`` or, the usual way,
+``modelled_rate_bps`` (the host NIC speed the host links stand for; the
+scale is derived from it). It is the fabric's one clock ratio: `emu.net`
+hands it to the switches' PFC watchdog, the NIC models' DCQCN timers, RTO
+and RNR timer (emu/traffic/rdma.py), and scenarios derive the flowlet gap
+from it. PFC quanta need no scaling: a quantum is 512 bit times of the link
+it is sent on, which the emulated link stretches by exactly the time scale.
+Default 1.0: emulated time is modelled time.
 - switch nodes: ``kind="switch"``, ``role`` ("leaf", "spine", "edge", "agg",
   "core", "switch"), ``dpid`` (unique nonzero int), ``tier`` (0 leaf/edge/switch,
   1 spine/agg, 2 core); fat-tree edge and agg switches also carry ``pod``.
@@ -125,6 +136,34 @@ def _check_positive(param: str, value: Any) -> float:
     return float(value)
 
 
+def time_scale_for(link_rate_bps: float, modelled_rate_bps: float) -> float:
+    """The time scale at which a link of `link_rate_bps` stands for `modelled_rate_bps`.
+
+    Examples:
+        >>> time_scale_for(20e6, 25e9)
+        1250.0
+    """
+    return _check_positive("modelled_rate_bps", modelled_rate_bps) / _check_positive(
+        "link_rate_bps", link_rate_bps
+    )
+
+
+def _resolve_time_scale(
+    time_scale: Optional[float], modelled_rate_bps: Optional[float], host_rate_bps: float
+) -> float:
+    if modelled_rate_bps is None:
+        return 1.0 if time_scale is None else _check_positive("time_scale", time_scale)
+    derived = time_scale_for(host_rate_bps, modelled_rate_bps)
+    if time_scale is not None and abs(_check_positive("time_scale", time_scale) - derived) > (
+        1e-9 * derived
+    ):
+        raise FabricSpecError(
+            f"time_scale={time_scale!r} conflicts with modelled_rate_bps={modelled_rate_bps!r} "
+            f"over host links of {host_rate_bps:g} bit/s (that is {derived:g}); give one of them"
+        )
+    return derived
+
+
 def _check_name(value: Any, default: str) -> str:
     if value is None:
         return default
@@ -211,7 +250,8 @@ def leaf_spine(
     oversubscription: Optional[float] = None,
     uplinks_per_spine: int = 1,
     delay_s: float = 0.0,
-    time_scale: float = 1.0,
+    time_scale: Optional[float] = None,
+    modelled_rate_bps: Optional[float] = None,
     name: Optional[str] = None,
 ) -> nx.Graph:
     """Return a two-tier leaf/spine (folded Clos) fabric.
@@ -236,7 +276,11 @@ def leaf_spine(
             is supported (parallel links would need an nx.MultiGraph, and the
             single-link graph is the contract everything else reads).
         delay_s: one-way propagation delay of every link, in seconds.
-        time_scale: emulated-to-wall-clock time factor stored in ``G.graph``.
+        time_scale: how many times faster the modelled hardware is (module
+            docstring, "The time scale"); 1.0 when neither it nor
+            `modelled_rate_bps` is given.
+        modelled_rate_bps: the host NIC speed the host links stand for;
+            sets ``time_scale`` to it over the host link rate.
         name: the graph's name; defaults to ``leaf_spine_<L>l_<S>s_<H>h``.
 
     Returns:
@@ -273,7 +317,7 @@ def leaf_spine(
             "(parallel leaf-spine links would need a MultiGraph)"
         )
     delay_s = _check_nonneg("delay_s", delay_s)
-    time_scale = _check_positive("time_scale", time_scale)
+    time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, host_rate_bps)
     down_bps = hosts_per_leaf * host_rate_bps
     up_links = spines * uplinks_per_spine
     if fabric_rate_bps is not None:
@@ -337,7 +381,8 @@ def fat_tree(
     rate_bps: int = DEFAULT_RATE_BPS,
     rates: Optional[Mapping[str, int]] = None,
     delay_s: float = 0.0,
-    time_scale: float = 1.0,
+    time_scale: Optional[float] = None,
+    modelled_rate_bps: Optional[float] = None,
     name: Optional[str] = None,
 ) -> nx.Graph:
     """Return a k-ary fat tree (Al-Fares, Loukissas, Vahdat, SIGCOMM 2008).
@@ -357,7 +402,11 @@ def fat_tree(
         rate_bps: rate of every link in bit/s, unless overridden by `rates`.
         rates: per-tier overrides, keys among "host", "edge-agg", "agg-core".
         delay_s: one-way propagation delay of every link, in seconds.
-        time_scale: emulated-to-wall-clock time factor stored in ``G.graph``.
+        time_scale: how many times faster the modelled hardware is (module
+            docstring, "The time scale"); 1.0 when neither it nor
+            `modelled_rate_bps` is given.
+        modelled_rate_bps: the host NIC speed the host links stand for;
+            sets ``time_scale`` to it over the host link rate.
         name: the graph's name; defaults to ``fat_tree_k<k>``.
 
     Returns:
@@ -395,7 +444,7 @@ def fat_tree(
             )
         tier_rates[key] = _check_rate(f"rates[{key!r}]", value)
     delay_s = _check_nonneg("delay_s", delay_s)
-    time_scale = _check_positive("time_scale", time_scale)
+    time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, tier_rates["host"])
     half = k // 2
     _check_intf_names(
         [f"h{k**3 // 4}-eth0", f"e{k * half}-eth{k}", f"a{k * half}-eth{k}", f"c{half**2}-eth{k}"],
@@ -440,7 +489,8 @@ def single_switch(
     hosts: int = 4,
     rate_bps: int = DEFAULT_RATE_BPS,
     delay_s: float = 0.0,
-    time_scale: float = 1.0,
+    time_scale: Optional[float] = None,
+    modelled_rate_bps: Optional[float] = None,
     name: Optional[str] = None,
 ) -> nx.Graph:
     """Return one switch ``s1`` with every host on it: the non-blocking ideal.
@@ -452,7 +502,11 @@ def single_switch(
         hosts: number of hosts, 1..254.
         rate_bps: rate of every host link in bit/s.
         delay_s: one-way propagation delay of every link, in seconds.
-        time_scale: emulated-to-wall-clock time factor stored in ``G.graph``.
+        time_scale: how many times faster the modelled hardware is (module
+            docstring, "The time scale"); 1.0 when neither it nor
+            `modelled_rate_bps` is given.
+        modelled_rate_bps: the host NIC speed the host links stand for;
+            sets ``time_scale`` to it over the host link rate.
         name: the graph's name; defaults to ``single_switch_<n>h``.
 
     Returns:
@@ -475,7 +529,7 @@ def single_switch(
     n_hosts = _check_int("hosts", hosts, 1, 254)
     rate_bps = _check_rate("rate_bps", rate_bps)
     delay_s = _check_nonneg("delay_s", delay_s)
-    time_scale = _check_positive("time_scale", time_scale)
+    time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, rate_bps)
     params = dict(hosts=n_hosts, rate_bps=rate_bps, delay_s=delay_s)
     G = _new_graph(
         "single_switch", _check_name(name, f"single_switch_{n_hosts}h"), params, time_scale

@@ -61,6 +61,23 @@ def default_switch_processes() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def _with_time_scale(qos: dict, time_scale: float) -> dict:
+    """`qos` with the fabric's time scale in its watchdog section (emu/fabric.py, "The time scale").
+
+    The scale belongs to the fabric, not to one setting: a watchdog with a
+    scale of its own would run on another clock than the NICs beside it.
+    """
+    watchdog = qos.get("watchdog", {})
+    if not isinstance(watchdog, dict):
+        return qos  # parse_qos names the error
+    if "time_scale" in watchdog:
+        raise FabricError(
+            f"qos watchdog time_scale={watchdog['time_scale']!r}: the time scale is the "
+            "fabric's; give the builder time_scale= or modelled_rate_bps= instead"
+        )
+    return {**qos, "watchdog": {**watchdog, "time_scale": time_scale}}
+
+
 class Fabric:
     """A running emulated fabric (context manager).
 
@@ -74,6 +91,8 @@ class Fabric:
         converge_timeout_s: how long to wait for the controller's convergence.
         qos: buffer/PFC/ECN/watchdog settings of every switch, e.g.
             {"pfc": {"enabled": False}} (see emu/config.py; validated by the switch).
+            The watchdog's times are modelled times, scaled by the graph's
+            ``time_scale`` (emu/fabric.py, "The time scale").
         host_nic_pacing: give every host's kernel a NIC that sends at its link
             rate (a tc token bucket with a 16-frame ring; on by default). Off,
             a host's veth sends as fast as the CPU allows and its backlog
@@ -113,7 +132,8 @@ class Fabric:
         self.controller_args = tuple(controller_args)
         self.seed = seed
         self.log_level = log_level
-        self.qos = qos or {}
+        self.time_scale = float(graph.graph["time_scale"])
+        self.qos = _with_time_scale(qos or {}, self.time_scale)
         self.host_nic_pacing = host_nic_pacing
         if switch_processes is None:
             switch_processes = default_switch_processes()

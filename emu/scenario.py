@@ -337,8 +337,15 @@ def parse_param(params: dict[str, Any], key: str, parse, *args: Any) -> Any:
         raise ScenarioError(f"parameter {key}={params[key]!r}: {exc}") from None
 
 
-def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict[str, Param]:
-    """The parameters every fabric-building scenario shares (and `emu cli` takes)."""
+def fabric_params(
+    topology: str = "leaf_spine", rate_mbps: float = 20.0, modelled_gbps: float | None = None
+) -> dict[str, Param]:
+    """The parameters every fabric-building scenario shares (and `emu cli` takes).
+
+    `modelled_gbps` is the host NIC speed the emulated links stand for; it sets
+    the fabric's time scale (emu/fabric.py, "The time scale"). None: the
+    emulated rate itself (time scale 1).
+    """
     return {
         "topology": Param(topology, "fabric shape", choices=("leaf_spine", "fat_tree")),
         "k": Param(4, "fat-tree arity (even)", min=2, max=8),
@@ -347,6 +354,13 @@ def fabric_params(topology: str = "leaf_spine", rate_mbps: float = 20.0) -> dict
         "hosts_per_leaf": Param(2, "hosts per leaf (leaf_spine)", min=1, max=32),
         "rate_mbps": Param(
             rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
+        ),
+        "modelled_gbps": Param(
+            modelled_gbps if modelled_gbps is not None else rate_mbps / 1000,
+            "host NIC speed the emulated links stand for: the fabric's time scale is it over "
+            "rate_mbps, and DCQCN, the RTO and the PFC watchdog run on that clock",
+            min=1e-4,
+            max=800.0,
         ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
         "host_nic_pacing": Param(
@@ -374,13 +388,17 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
 def build_fabric_graph(params: dict[str, Any]):
     """The networkx fabric that `fabric_params()` describe."""
     rate_bps = int(params["rate_mbps"] * 1e6)
+    modelled_rate_bps = params["modelled_gbps"] * 1e9
     if params["topology"] == "fat_tree":
         if params["k"] % 2:
             raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
-        return fabric.fat_tree(k=params["k"], rate_bps=rate_bps)
+        return fabric.fat_tree(
+            k=params["k"], rate_bps=rate_bps, modelled_rate_bps=modelled_rate_bps
+        )
     return fabric.leaf_spine(
         leaves=params["leaves"],
         spines=params["spines"],
         hosts_per_leaf=params["hosts_per_leaf"],
         host_rate_bps=rate_bps,
+        modelled_rate_bps=modelled_rate_bps,
     )

@@ -31,13 +31,12 @@ from emu.traffic.rdma import RdmaHosts
 DESCRIPTION = "TCP storage traffic on the RDMA class by mistake: RDMA loses its bandwidth"
 
 PARAMS = {
-    **fabric_params(rate_mbps=10.0),
+    **fabric_params(rate_mbps=10.0, modelled_gbps=1.0),
     "leaves": Param(2, "leaf switches", min=2, max=32),
     "spines": Param(1, "spine switches", min=1, max=16),
     "hosts_per_leaf": Param(2, "hosts per leaf", min=2, max=32),
     "rdma_share": Param(0.5, "the RDMA flow's rate as a fraction of the link", min=0.05, max=1.0),
     "duration_s": Param(8.0, "how long both flows run", min=3.0, max=600.0),
-    "modelled_gbps": Param(1.0, "NIC speed the emulated link stands for", min=0.01, max=800.0),
 }
 VARIANTS = {"correct": 0, "misconfigured": 26 << 2}  # TCP's TOS byte
 
@@ -63,7 +62,7 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
     target = p["rdma_share"] * rate
     qos = {"watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
     with Fabric(graph, out_dir=str(ctx.out_dir / variant), **fabric_options(p), qos=qos) as fab:
-        nics = RdmaHosts(fab, list(rdma), dcqcn=True, modelled_rate_bps=p["modelled_gbps"] * 1e9)
+        nics = RdmaHosts(fab, list(rdma), dcqcn=True)
         qp = nics.connect(rdma[0], rdma[1], max_rate_bps=target)
         nics.post(rdma[0], qp, 65536, int(target * p["duration_s"] / 8 / 65536) + 4)
         tcp_client = iperf.start(fab, tcp[0], tcp[1], p["duration_s"], port=5400, tos=tos)

@@ -43,6 +43,9 @@ DESCRIPTION = "a stuck NIC floods PAUSE: the storm spreads with the watchdog off
 SLACK_S = 0.15
 
 PARAMS = {
+    # Time scale 1 (modelled_gbps defaults to the link rate): the storm and the
+    # watchdog live on SONiC's 200 ms scale, which a faster modelled NIC would
+    # stretch past the run (x2500 at 25 Gbit/s: 500 s).
     **fabric_params(rate_mbps=10.0),
     "load": Param(
         0.4,

@@ -106,6 +106,8 @@ class Agent:
                     "ip": cfg.ip,
                     "mac": cfg.mac,
                     "rate_bps": cfg.rate_bps,
+                    "modelled_rate_bps": cfg.modelled_rate_bps,
+                    "rto_s": self.rnic.rto_s,
                 },
                 "connect": self._connect,
                 "post_send": self._post_send,

@@ -37,11 +37,17 @@ class Nic:
 
 
 class RdmaHosts:
-    """The NICs of a fabric's hosts, started on construction (one agent per host)."""
+    """The NICs of a fabric's hosts, started on construction (one agent per host).
 
-    def __init__(
-        self, fab: Fabric, hosts: list[str], dcqcn: bool = True, modelled_rate_bps: float = 25e9
-    ) -> None:
+    Each NIC models hardware at its link rate times the fabric's time scale
+    (emu/fabric.py, "The time scale"): DCQCN's timers and rate steps, the RTO
+    and the RNR timer run on that clock. Build the fabric with
+    ``modelled_rate_bps=25e9`` for the 25 Gbit/s NICs of the HPCC/DCQCN ns-3
+    configurations; at time scale 1 the NIC is as slow as its emulated link,
+    and DCQCN's 55 us timers and the 67 ms RTO run in real time.
+    """
+
+    def __init__(self, fab: Fabric, hosts: list[str], dcqcn: bool = True) -> None:
         self.fab = fab
         self.nics: dict[str, Nic] = {}
         self._qpn = 100
@@ -51,6 +57,7 @@ class RdmaHosts:
             node = fab.graph.nodes[h]
             leaf = node["leaf"]
             rate = fab.graph.edges[h, leaf]["rate_bps"]
+            modelled_rate_bps = rate * fab.graph.graph["time_scale"]
             path = os.path.join(fab.run.sock_dir, f"{h}.nic.sock")
             log = open(os.path.join(fab.run.log_dir, f"{h}.nic.log"), "ab")
             argv = [

@@ -32,7 +32,7 @@ def tx_packets(fab, switch: str) -> int:
 
 def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch):
     monkeypatch.delenv(realtime.ENV, raising=False)  # the default: real-time
-    g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1)
+    g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1, modelled_rate_bps=25e9)
     # A process per switch: the stopped process is leaf1 and nothing else.
     with Fabric(g, out_dir=str(tmp_path), switch_processes=0) as fab:
         # The window starts at convergence: a live record says so.

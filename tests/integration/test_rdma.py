@@ -11,7 +11,7 @@ from emu.traffic.rdma import RdmaHosts
 
 @pytest.fixture(scope="module")
 def rdma(tmp_path_factory):
-    g = fabric.leaf_spine(leaves=2, spines=2, hosts_per_leaf=1)
+    g = fabric.leaf_spine(leaves=2, spines=2, hosts_per_leaf=1, modelled_rate_bps=25e9)
     with Fabric(g, out_dir=str(tmp_path_factory.mktemp("rdma")), host_nic_pacing=True) as fab:
         yield fab, RdmaHosts(fab, ["h1", "h2"])
 

@@ -276,6 +276,7 @@ MALFORMED_FRAMES = r"""
 import random, socket, struct, sys
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((sys.argv[1], 0))
+s.setsockopt(263, 20, 1)  # PACKET_QDISC_BYPASS: all at once, past the host NIC's 16-frame tbf
 src = bytes.fromhex("020000000001"); bcast = b"\xff" * 6; dst = bytes.fromhex("0200000000ff")
 eth = lambda t: dst + src + struct.pack("!H", t)
 frames = [

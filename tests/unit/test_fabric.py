@@ -262,6 +262,21 @@ def test_params_and_time_scale_recorded():
     assert {e["delay_s"] for _, _, e in G.edges(data=True)} == {0.001}
 
 
+def test_time_scale_is_the_modelled_nic_over_the_host_link():
+    assert leaf_spine(host_rate_bps=20_000_000, modelled_rate_bps=25e9).graph["time_scale"] == 1250
+    # A fat-tree's host tier may run at its own rate: the scale follows the host links.
+    G = fat_tree(k=2, rate_bps=10_000_000, rates={"host": 5_000_000}, modelled_rate_bps=1e9)
+    assert G.graph["time_scale"] == 200
+    assert single_switch(hosts=2, rate_bps=1_000_000, modelled_rate_bps=1e9).graph[
+        "time_scale"
+    ] == pytest.approx(1000)
+    # Both given and agreeing is fine; neither is 1 (modelled time is emulated time).
+    assert leaf_spine(host_rate_bps=1000, time_scale=4, modelled_rate_bps=4000).graph[
+        "time_scale"
+    ] == pytest.approx(4)
+    assert leaf_spine().graph["time_scale"] == 1.0
+
+
 # ------------------------------------------------------------ errors, one per rule
 
 BAD = [
@@ -276,6 +291,8 @@ BAD = [
     ("rates['host']", lambda: fat_tree(rates={"host": -5})),
     ("delay_s", lambda: fat_tree(delay_s=-0.1)),
     ("time_scale", lambda: fat_tree(time_scale=0)),
+    ("modelled_rate_bps", lambda: fat_tree(modelled_rate_bps=-1)),
+    ("conflicts with modelled_rate_bps", lambda: leaf_spine(time_scale=2, modelled_rate_bps=1e9)),
     ("name", lambda: fat_tree(name="")),
     ("leaves", lambda: leaf_spine(leaves=0)),
     ("leaves", lambda: leaf_spine(leaves=256)),
