@@ -107,6 +107,9 @@ class MgmtServer:
         self._worker: ThreadPoolExecutor | None = None
         self._finished: list[_Conn] = []
         self._lock = threading.Lock()
+        # Commands served on the owner's thread since `take_served()`: a loop
+        # that stalled names them (emu/fidelity.py).
+        self._served: list[str] = []
         # The worker writes a byte here when a deferred work is done; the owner
         # registers `done_reader` with its selector and calls `on_done()`.
         self.done_reader, self._done_writer = socket.socketpair()
@@ -197,6 +200,7 @@ class MgmtServer:
         except (ValueError, KeyError) as exc:
             return {"ok": False, "error": f"bad request: {exc}"}
         handler = self.handlers.get(cmd)
+        self._served.append(str(cmd))
         if handler is None:
             return {
                 "ok": False,
@@ -213,6 +217,11 @@ class MgmtServer:
                 )
             return cmd, result, self._worker.submit(result.work)
         return {"ok": True, "result": result}
+
+    def take_served(self) -> str:
+        """The commands served since the last call, e.g. "counters,ports" ("" if none)."""
+        served, self._served = self._served, []
+        return ",".join(served)
 
     def _answer(self, conn: _Conn, answer: dict) -> None:
         data = json.dumps(answer, default=str).encode() + b"\n"

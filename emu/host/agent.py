@@ -501,6 +501,9 @@ class Agent:
                     self.sel.unregister(key.data.sock)
                     conns.pop(key.data.sock.fileno(), None)
                     key.data.sock.close()
+            served = self.mgmt.take_served()
+            if served:
+                work = [f"mgmt({served})" if w == "mgmt" else w for w in work]
         self.mgmt.close()
         self.sock.close()
         for sink in self.sinks:

@@ -144,8 +144,10 @@ class SwitchLoop:
                 kind, ref, sw = key.data
                 if sw.stopping:
                     continue
-                work.append(f"{sw.name}:{kind}" if several else kind)
                 frames_read += sw.on_ready(kind, ref, events, monotonic())
+                if kind == "mgmt":
+                    kind = f"mgmt({sw.mgmt.take_served()})"
+                work.append(f"{sw.name}:{kind}" if several else kind)
                 touched.add(sw)
             for sw in touched:
                 sw.refresh_due()
