@@ -1,24 +1,27 @@
-"""Where a single flow stops being faithful: `emu run smoke` swept over the link rate.
+"""Where a scenario stops being faithful: `emu run SCENARIO` swept over the link rate.
 
 Owns one measurement: for every rate in `--rates` (Mbit/s), `--runs` runs of
-`emu run smoke --set rate_mbps=R` (a 2-spine, 4-leaf fabric; its TCP flow
-h1 -> h8 crosses leaf1, a spine and leaf4: three switch hops), each in a
-subprocess with its own results directory. Per rate it prints the TCP flow's
-bytes on the wire as a fraction of the link rate (min/median/max over every
-run and over the faithful runs only), how many runs the fidelity monitor
-judged faithful (emu/fidelity.py), and for the first unfaithful run its
-verdict: which switch or port fell behind, and by how much. The answer to
-"up to which rate does this machine emulate a flow" is the highest rate whose
-runs are all faithful; the TCP figure of an unfaithful run is shown for
-diagnosis only and is never the result.
+`emu run SCENARIO --set rate_mbps=R` (default `smoke`: a 2-spine, 4-leaf
+fabric whose TCP flow h1 -> h8 crosses leaf1, a spine and leaf4, three
+switch hops), each in a subprocess with its own results directory. Per rate
+it prints how many runs the fidelity monitor judged faithful
+(emu/fidelity.py) and how many passed every check, smoke's TCP flow's bytes
+on the wire as a fraction of the link rate (min/median/max over every run
+and over the faithful runs only), the CPU time the VM's host took (steal)
+during each unfaithful run, and the first unfaithful run's verdict: which
+switch, NIC or port fell behind, and by how much. The answer to "up to which
+rate does this machine emulate this scenario" is the highest rate whose runs
+are all faithful; a figure of an unfaithful run is shown for diagnosis only
+and is never the result.
 
 Run as root from the repository root (each run builds a fabric):
 
-    .venv/bin/python bench/rate_sweep.py [--rates 20,50,100,200,300,500] [--runs 3]
-        [--out /tmp/rate-sweep] [--markdown]
+    .venv/bin/python bench/rate_sweep.py [--scenario smoke] [--rates 20,50,100]
+        [--runs 3] [--out /tmp/rate-sweep] [--markdown]
 
 Set EMU_RT_PRIORITY as for `emu run` (the default scheduling applies).
-Results: docs/performance.md ("A single flow against the link rate").
+Results: docs/performance.md ("A single flow against the link rate",
+"The all-hosts scenarios at 20 Mbit/s").
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class RateRow:
     runs: int = 0
     faithful: int = 0
     passed: int = 0  # runs whose every check passed
+    unfaithful_steal_s: list[float] = field(default_factory=list)  # VM steal in each
     verdict: str = ""  # the first unfaithful run's verdict
     errors: list[str] = field(default_factory=list)
 
@@ -58,9 +62,9 @@ def unfaithful_line(report: Path) -> str:
     return next((ln.strip() for ln in lines if ln.strip().startswith("unfaithful run")), "")
 
 
-def one_run(emu: list[str], rate_mbps: float, out: Path) -> dict:
-    """One `emu run smoke` at `rate_mbps`; returns its metrics.json (or {"error": ...})."""
-    argv = emu + ["run", "smoke", "--set", f"rate_mbps={rate_mbps:g}", "--out", str(out)]
+def one_run(emu: list[str], rate_mbps: float, out: Path, scenario: str = "smoke") -> dict:
+    """One `emu run SCENARIO` at `rate_mbps`; returns its metrics.json (or {"error": ...})."""
+    argv = emu + ["run", scenario, "--set", f"rate_mbps={rate_mbps:g}", "--out", str(out)]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -87,8 +91,12 @@ def record(row: RateRow, result: dict, report: Path) -> None:
         row.of_link.append(share)
         if faithful:
             row.of_link_faithful.append(share)
-    if not faithful and not row.verdict:
-        row.verdict = unfaithful_line(report) or "unfaithful (no verdict line in report.txt)"
+    if not faithful:
+        steal = result.get("metrics", {}).get("fidelity", {}).get("steal_s")
+        if steal is not None:
+            row.unfaithful_steal_s.append(float(steal))
+        if not row.verdict:
+            row.verdict = unfaithful_line(report) or "unfaithful (no verdict line in report.txt)"
 
 
 def spread(values: list[float]) -> str:
@@ -105,6 +113,7 @@ def table(rows: list[RateRow], markdown: bool) -> str:
         "all checks passed",
         "TCP on wire / link, faithful runs (min / median / max)",
         "every run",
+        "VM steal in each unfaithful run (ms)",
         "first unfaithful run's verdict",
     ]
     body = [
@@ -115,6 +124,7 @@ def table(rows: list[RateRow], markdown: bool) -> str:
             str(r.passed),
             spread(r.of_link_faithful),
             spread(r.of_link),
+            ", ".join(f"{s * 1e3:.0f}" for s in r.unfaithful_steal_s) or "-",
             (r.verdict or "; ".join(r.errors))[:400],
         ]
         for r in rows
@@ -133,6 +143,7 @@ def render_rows(head: list[str], body: list[list[str]], markdown: bool) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="smoke", help="the scenario to run (default smoke)")
     ap.add_argument("--rates", default="20,50,100,200,300,500", help="Mbit/s, comma-separated")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default="/tmp/emu-rate-sweep")
@@ -155,9 +166,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     for rate in rates:
         row = RateRow(rate)
         for i in range(1, args.runs + 1):
-            out = Path(args.out) / f"{rate:g}" / f"run-{i}"
-            print(f"# {rate:g} Mbit/s run {i}/{args.runs} -> {out}", file=sys.stderr, flush=True)
-            record(row, one_run(emu, rate, out), out / "report.txt")
+            out = Path(args.out) / args.scenario / f"{rate:g}" / f"run-{i}"
+            print(
+                f"# {args.scenario} {rate:g} Mbit/s run {i}/{args.runs} -> {out}",
+                file=sys.stderr,
+                flush=True,
+            )
+            record(row, one_run(emu, rate, out, args.scenario), out / "report.txt")
         rows.append(row)
     print(table(rows, args.markdown))
     if args.json:

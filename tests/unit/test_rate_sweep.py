@@ -10,9 +10,9 @@ import pytest
 from bench import rate_sweep
 
 
-def _metrics(wire_bps: float, faithful: bool, passed: bool) -> dict:
+def _metrics(wire_bps: float, faithful: bool, passed: bool, steal_s: float = 0.0) -> dict:
     return {
-        "metrics": {"tcp": {"wire_bps": wire_bps}},
+        "metrics": {"tcp": {"wire_bps": wire_bps}, "fidelity": {"steal_s": steal_s}},
         "faithful": faithful,
         "passed": passed,
     }
@@ -26,7 +26,7 @@ def test_unfaithful_runs_are_counted_but_not_quoted(tmp_path: Path) -> None:
     )
     row = rate_sweep.RateRow(100.0)
     rate_sweep.record(row, _metrics(97e6, True, True), tmp_path / "none.txt")
-    rate_sweep.record(row, _metrics(50e6, False, False), report)
+    rate_sweep.record(row, _metrics(50e6, False, False, steal_s=0.02), report)
     rate_sweep.record(row, {"error": "exit 1: boom"}, tmp_path / "none.txt")
     assert (row.runs, row.faithful, row.passed) == (3, 1, 1)
     assert row.of_link_faithful == [0.97]
@@ -34,7 +34,7 @@ def test_unfaithful_runs_are_counted_but_not_quoted(tmp_path: Path) -> None:
     assert row.verdict.startswith("unfaithful run") and "leaf4 port 1" in row.verdict
     assert row.errors == ["exit 1: boom"]
     text = rate_sweep.table([row], markdown=True)
-    assert "| 100 | 3 | 1 | 1 | 0.970 / 0.970 / 0.970 | 0.500 / 0.735 / 0.970 |" in text
+    assert "| 100 | 3 | 1 | 1 | 0.970 / 0.970 / 0.970 | 0.500 / 0.735 / 0.970 | 20 |" in text
 
 
 def test_a_run_without_metrics_is_an_error_not_a_zero(tmp_path: Path, monkeypatch) -> None:
@@ -48,11 +48,12 @@ def test_a_run_without_metrics_is_an_error_not_a_zero(tmp_path: Path, monkeypatc
     ok.write_text(
         "import json, sys, pathlib\n"
         "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
-        "assert 'rate_mbps=100' in sys.argv\n"
+        "assert 'rate_mbps=100' in sys.argv and 'pause-storm' in sys.argv\n"
         "out.mkdir(parents=True)\n"
         f"(out / 'metrics.json').write_text({json.dumps(json.dumps(_metrics(1e8, True, True)))})\n"
     )
-    assert rate_sweep.one_run(["python3", str(ok)], 100.0, tmp_path / "out2")["faithful"] is True
+    result = rate_sweep.one_run(["python3", str(ok)], 100.0, tmp_path / "out2", "pause-storm")
+    assert result["faithful"] is True
 
 
 def test_bad_rates_are_named(capsys) -> None:
