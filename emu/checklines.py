@@ -24,7 +24,8 @@ from typing import Iterable
 # report's "scheduling of the N switch and NIC processes: ...", the summary
 # "N/M checks passed; results in DIR" and, for an unfaithful run, "unfaithful run...".
 _KEEP = re.compile(
-    r"^\s*(\[(PASS|FAIL)\] |scheduling of the |\d+/\d+ checks passed|unfaithful run)"
+    r"^\s*(\[(PASS|FAIL)\] |scheduling of the |the whole machine meanwhile|"
+    r"\d+/\d+ checks passed|unfaithful run)"
 )
 _RUN_DIR = re.compile(r"^run-(\d+)$")
 

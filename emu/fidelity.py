@@ -382,12 +382,66 @@ def machine_steal_s() -> float:
     process stalls then and none of them is at fault. The fabric reads it at
     the start and the end of its window and the report quotes the difference.
     """
+    return machine_sample().steal_s
+
+
+@dataclass(frozen=True)
+class MachineSample:
+    """The whole machine's CPU counters at one moment (`machine_sample()`).
+
+    The switches and NICs judge themselves; the hosts' traffic (iperf3, the
+    kernel's TCP), the controller and the rest of the machine do not. When
+    they starve, the switches can be on time while a TCP flow is slow for
+    want of a CPU at its ends. Two machine-wide figures over a fabric's
+    window say whether that could be so: how much of the CPUs' time was
+    idle, and for how much of the time some runnable task waited for a CPU
+    (the kernel's pressure stall information, /proc/pressure/cpu "some";
+    None where the kernel has no PSI). They are reported, not judged: no
+    published figure says how much contention a result can bear.
+    """
+
+    at: float  # time.monotonic()
+    steal_s: float  # CPU time the VM's host took, summed over CPUs
+    idle_s: float  # idle and iowait time, summed over CPUs
+    total_s: float  # every CPU time, summed over CPUs
+    pressure_s: float | None  # time during which some task waited for a CPU
+
+
+def machine_sample() -> MachineSample:
+    """The machine's CPU counters now (/proc/stat's first line, /proc/pressure/cpu)."""
+    steal = idle = total = 0.0
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+        # user nice system idle iowait irq softirq steal (guest time is inside user)
+        steal, idle, total = ticks[7] / hz, (ticks[3] + ticks[4]) / hz, sum(ticks) / hz
     except (OSError, ValueError, IndexError):
-        return 0.0
+        pass
+    pressure = None
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+        pressure = int(some[-1].split("=", 1)[1]) / 1e6  # "total=" in microseconds
+    except (OSError, ValueError, IndexError):
+        pass
+    return MachineSample(time.monotonic(), steal, idle, total, pressure)
+
+
+def machine_window(start: MachineSample, end: MachineSample) -> dict:
+    """What the machine did between two samples: {"window_s", "steal_s", "idle_share",
+    "cpu_pressure_share"} (the last None without PSI)."""
+    window = max(end.at - start.at, 1e-9)
+    total = end.total_s - start.total_s
+    pressure = None
+    if start.pressure_s is not None and end.pressure_s is not None:
+        pressure = round(min(1.0, (end.pressure_s - start.pressure_s) / window), 4)
+    return {
+        "window_s": round(window, 3),
+        "steal_s": round(end.steal_s - start.steal_s, 3),
+        "idle_share": round((end.idle_s - start.idle_s) / total, 4) if total > 0 else None,
+        "cpu_pressure_share": pressure,
+    }
 
 
 def process_cpu() -> dict:
@@ -722,9 +776,16 @@ def load_records(out_dir: Path) -> list[tuple[str, dict]]:
     return [(label, rec) for label, doc in _documents(out_dir) for rec in doc.get("processes", [])]
 
 
-def load_steal_s(out_dir: Path) -> float:
-    """CPU time the VM's host took during the fabrics' windows (every fidelity.json)."""
-    return sum(doc.get("machine", {}).get("steal_s", 0.0) for _, doc in _documents(out_dir))
+def load_machine(out_dir: Path) -> dict:
+    """The machine over every fabric's window under `out_dir` (`machine_window`'s shares,
+    weighted by window length; a share no window measured is None)."""
+    docs = [doc.get("machine", {}) for _, doc in _documents(out_dir)]
+    out: dict = {"steal_s": round(sum(m.get("steal_s", 0.0) for m in docs), 3)}
+    for key in ("idle_share", "cpu_pressure_share"):
+        measured = [m for m in docs if m.get(key) is not None and m.get("window_s")]
+        span = sum(m["window_s"] for m in measured)
+        out[key] = round(sum(m[key] * m["window_s"] for m in measured) / span, 4) if span else None
+    return out
 
 
 def load_missing(out_dir: Path) -> list[str]:

@@ -156,8 +156,8 @@ class Fabric:
         self.converged_after_s = None
         # Seconds since start at the end of each boot phase (bench/scale.py prints them).
         self.boot_phases: dict[str, float] = {}
-        # Hypervisor steal (s) when the fidelity window began (emu/telemetry.py).
-        self.fidelity_steal_start_s: float | None = None
+        # The machine's CPU counters when the fidelity window began (emu/telemetry.py).
+        self.fidelity_machine_start = None
         self._faults = None
 
     # ----- lifecycle --------------------------------------------------------

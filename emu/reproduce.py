@@ -630,6 +630,7 @@ def fidelity_row(run: RunRecord) -> list[str]:
             "—",
             "—",
             "—",
+            "—",
             f"{run.seconds:.0f}",
         ]
     checks = run.checks
@@ -642,6 +643,7 @@ def fidelity_row(run: RunRecord) -> list[str]:
             exit_text,
             faithful + " (no fidelity record)",
             passed,
+            "—",
             "—",
             "—",
             "—",
@@ -664,8 +666,20 @@ def fidelity_row(run: RunRecord) -> list[str]:
         at("on_time", lambda v: f"{v:.2%}"),
         at("stall", lambda v: f"{v:g} frame times"),
         at("kernel_drops", lambda v: f"{v:g}"),
+        machine_cell(fid),
         f"{run.seconds:.0f}",
     ]
+
+
+def machine_cell(fid: dict) -> str:
+    """The whole machine over the run's fabrics: idle CPU, CPU pressure (PSI), steal."""
+    parts = []
+    if fid.get("idle_share") is not None:
+        parts.append(f"idle {fid['idle_share']:.0%}")
+    if fid.get("cpu_pressure_share") is not None:
+        parts.append(f"waited {fid['cpu_pressure_share']:.0%}")
+    parts.append(f"steal {fid.get('steal_s', 0.0) * 1e3:.0f} ms")
+    return ", ".join(parts)
 
 
 def _plot_name(entry: Entry, name: str) -> str:
@@ -727,6 +741,7 @@ def render_entry(s: EntrySummary, plots_dir_name: str) -> list[str]:
             "worst on-time share",
             "longest stall",
             "worst kernel drops",
+            "machine (CPUs idle, some task waited for a CPU, steal)",
             "time s",
         ],
         [fidelity_row(r) for r in s.runs],

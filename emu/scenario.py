@@ -231,6 +231,20 @@ def unfaithful_line(ctx: Context) -> str:
     return line
 
 
+def machine_text(machine: dict) -> str:
+    """The machine's idle share and CPU pressure, for the scheduling line ("" if unmeasured)."""
+    text = ""
+    if machine.get("idle_share") is not None:
+        text += f"the whole machine meanwhile: CPUs idle {machine['idle_share']:.0%} of the time"
+        if machine.get("cpu_pressure_share") is not None:
+            text += (
+                f"; some task waited for a CPU {machine['cpu_pressure_share']:.0%} of the time "
+                "(PSI): the hosts' traffic and the controller are not judged above, and a "
+                "busy machine can starve them while the switches keep time"
+            )
+    return text
+
+
 def add_fidelity(ctx: Context) -> None:
     """Judge the run's fidelity records: a table, four checks and `metrics["fidelity"]`."""
     records = fidelity.load_records(ctx.out_dir)
@@ -251,9 +265,12 @@ def add_fidelity(ctx: Context) -> None:
         fidelity.TABLE_COLUMNS,
         fidelity.table_rows(records, limits),
     )
-    steal_s = fidelity.load_steal_s(ctx.out_dir)
+    machine = fidelity.load_machine(ctx.out_dir)
+    steal_s = machine["steal_s"]
     scheduling = fidelity.sched_summary(records)
     ctx.text(f"{scheduling}; CPU time the VM's host took meanwhile (steal): {steal_s * 1e3:.0f} ms")
+    if machine_text(machine):
+        ctx.text(machine_text(machine))
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:
@@ -279,6 +296,8 @@ def add_fidelity(ctx: Context) -> None:
         "frames": verdict.frames,
         "scheduling": scheduling,
         "steal_s": round(steal_s, 3),
+        "idle_share": machine["idle_share"],
+        "cpu_pressure_share": machine["cpu_pressure_share"],
         "worst": {
             m: {"where": f.where, "value": f.value, "limit": f.limit, "passed": f.passed}
             for m, f in verdict.worst.items()

@@ -204,7 +204,7 @@ def _switches(fab) -> list[str]:
 
 def reset_fidelity(fab) -> None:
     """Start every switch's fidelity window now (after boot and convergence)."""
-    fab.fidelity_steal_start_s = fidelity.machine_steal_s()
+    fab.fidelity_machine_start = fidelity.machine_sample()
     for sw in _switches(fab):
         try:
             fab.switch_call(sw, "fidelity_reset")
@@ -230,13 +230,11 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "fidelity.json"
-    start = fab.fidelity_steal_start_s
-    steal_s = fidelity.machine_steal_s() - start if start is not None else 0.0
+    start = fab.fidelity_machine_start
+    end = fidelity.machine_sample()
+    machine = fidelity.machine_window(start if start is not None else end, end)
     path.write_text(
-        json.dumps(
-            {"processes": records, "missing": missing, "machine": {"steal_s": round(steal_s, 3)}},
-            indent=1,
-        )
+        json.dumps({"processes": records, "missing": missing, "machine": machine}, indent=1)
     )
     folder = out / "telemetry"
     folder.mkdir(parents=True, exist_ok=True)

@@ -304,12 +304,15 @@ def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_p
         (tmp_path / fab / "fidelity.json").write_text(
             json.dumps({"processes": [record()], "missing": [], "machine": {"steal_s": steal}})
         )
-    assert fidelity.load_steal_s(tmp_path) == pytest.approx(0.07)
+    assert fidelity.load_machine(tmp_path)["steal_s"] == pytest.approx(0.07)
     assert fidelity.machine_steal_s() >= 0.0
     ctx = scenario.Context("t", {}, tmp_path)
     scenario.add_fidelity(ctx)
     assert "(steal): 70 ms" in scenario.render_report(ctx)
     assert ctx.metrics["fidelity"]["steal_s"] == pytest.approx(0.07)
+    # Documents without the machine's idle time or pressure (older runs) report none.
+    assert "the whole machine meanwhile" not in scenario.render_report(ctx)
+    assert ctx.metrics["fidelity"]["idle_share"] is None
     # An unfaithful run's one line names the steal too: the likeliest cause on a busy VM.
     ctx.check(
         "fidelity: stand-in", False, "leaf1 stalled 30 ms", "<= 10 frame times", fidelity=True
@@ -319,6 +322,43 @@ def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_p
         .splitlines()[-1]
         .endswith("the VM's host took 70 ms of CPU meanwhile (steal)")
     )
+
+
+def test_the_machine_window_weights_idle_and_pressure_by_window(tmp_path):
+    start = fidelity.MachineSample(
+        at=100.0, steal_s=1.0, idle_s=50.0, total_s=200.0, pressure_s=7.0
+    )
+    end = fidelity.MachineSample(
+        at=110.0, steal_s=1.02, idle_s=54.0, total_s=220.0, pressure_s=10.0
+    )
+    window = fidelity.machine_window(start, end)
+    # 2 CPUs for 10 s: 20 s of CPU time, 4 of them idle; someone waited 3 of the 10 s.
+    assert window == {
+        "window_s": 10.0,
+        "steal_s": 0.02,
+        "idle_share": 0.2,
+        "cpu_pressure_share": 0.3,
+    }
+    no_psi = fidelity.MachineSample(
+        at=110.0, steal_s=1.0, idle_s=54.0, total_s=220.0, pressure_s=None
+    )
+    assert fidelity.machine_window(start, no_psi)["cpu_pressure_share"] is None
+    for fab, machine in (("a", window), ("b", {**window, "window_s": 30.0, "idle_share": 0.6})):
+        (tmp_path / fab).mkdir()
+        (tmp_path / fab / "fidelity.json").write_text(
+            json.dumps({"processes": [record()], "missing": [], "machine": machine})
+        )
+    assert fidelity.load_machine(tmp_path) == {
+        "steal_s": 0.04,
+        "idle_share": pytest.approx(0.5),  # (0.2 x 10 + 0.6 x 30) / 40
+        "cpu_pressure_share": pytest.approx(0.3),
+    }
+    ctx = scenario.Context("t", {}, tmp_path)
+    scenario.add_fidelity(ctx)
+    text = scenario.render_report(ctx)
+    assert "CPUs idle 50% of the time; some task waited for a CPU 30% of the time (PSI)" in text
+    sample = fidelity.machine_sample()  # this machine's own counters read at all
+    assert sample.total_s > 0 and sample.idle_s <= sample.total_s
 
 
 def test_garbage_collections_are_recorded_by_generation_with_the_longest_pause():
