@@ -3,7 +3,8 @@
 Owns reading the run directories that `emu reproduce` leaves under its
 `--out` (`<configuration>/run-N/report.txt`) and rendering, per configuration
 and run, the lines a reader needs to judge that run: each check with its value
-and expectation, the scheduling and steal line, the summary, and for an
+and expectation, the scheduling and steal line, the whole machine's line
+(idle CPU, CPU pressure), the summary, and for an
 unfaithful run its one-line verdict. `docs/results.md` gives min/median/max;
 this file is the evidence under them ("the closing note pastes the check
 lines").
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Iterable
 
 # What scenario.render writes: "  [PASS] name: value (expected ...)", the fidelity
-# report's "scheduling of the N switch and NIC processes: ...", the summary
+# report's "scheduling of the N switch and NIC processes: ...", "the whole
+# machine meanwhile: ...", the summary
 # "N/M checks passed; results in DIR" and, for an unfaithful run, "unfaithful run...".
 _KEEP = re.compile(
     r"^\s*(\[(PASS|FAIL)\] |scheduling of the |the whole machine meanwhile|"

@@ -3,8 +3,9 @@
 Owns the parameters (and their defaults, each with its source) of the shared
 buffer, PFC and ECN marking. Every spec is a frozen dataclass validated on
 construction; `from_dict` rejects unknown keys. An error names the key, the
-value and what is allowed. Rates and times here are at the emulated link
-rate; `DESIGN.md` explains the time scale.
+value and what is allowed. Rates, sizes and ECN thresholds here are at the
+emulated link rate; the PFC watchdog's times are modelled times, which the
+fabric scales by its time scale (emu/fabric.py, "The time scale").
 """
 
 from __future__ import annotations

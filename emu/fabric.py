@@ -17,17 +17,6 @@ The attribute contract (checked by `validate`):
 - ``G.graph``: ``name`` (str), ``kind`` ("leaf_spine" | "fat_tree" |
   "single_switch"), ``params`` (the resolved builder arguments),
   ``subnet`` ("10.0.0.0/8"), ``time_scale`` (float).
-
-The time scale: a fabric's links run at emulated rates (tens of Mbit/s) and
-stand for hardware that is ``time_scale`` times faster, e.g. 20 Mbit/s for
-25 Gbit/s at 1250. Every builder takes ``time_scale`` or, the usual way,
-``modelled_rate_bps`` (the host NIC speed the host links stand for; the
-scale is derived from it). It is the fabric's one clock ratio: `emu.net`
-hands it to the switches' PFC watchdog, the NIC models' DCQCN timers, RTO
-and RNR timer (emu/traffic/rdma.py), and scenarios derive the flowlet gap
-from it. PFC quanta need no scaling: a quantum is 512 bit times of the link
-it is sent on, which the emulated link stretches by exactly the time scale.
-Default 1.0: emulated time is modelled time.
 - switch nodes: ``kind="switch"``, ``role`` ("leaf", "spine", "edge", "agg",
   "core", "switch"), ``dpid`` (unique nonzero int), ``tier`` (0 leaf/edge/switch,
   1 spine/agg, 2 core); fat-tree edge and agg switches also carry ``pod``.
@@ -37,6 +26,18 @@ Default 1.0: emulated time is modelled time.
 - edges: ``rate_bps`` (int), ``delay_s`` (float), ``tier`` ("host" |
   "leaf-spine" | "edge-agg" | "agg-core"), ``ports`` ({node: port_no}),
   ``intfs`` ({node: interface name}).
+
+The time scale: a fabric's links run at emulated rates (tens of Mbit/s) and
+stand for hardware that is ``time_scale`` times faster, e.g. 20 Mbit/s for
+25 Gbit/s at 1250. Every builder takes ``time_scale`` or, the usual way,
+``modelled_rate_bps`` (the host NIC speed the host links stand for; the
+scale is derived from it). It is the fabric's one clock ratio: `emu.net`
+hands it to the switches' PFC watchdog, the NIC models' DCQCN timers, RTO
+and RNR timer (emu/traffic/rdma.py); ecmp-vs-adaptive derives its flowlet
+gap from the same modelled rate. PFC quanta need no scaling: a quantum is
+512 bit times of the link it is sent on, which the emulated link stretches
+by exactly the time scale.
+Default 1.0: emulated time is modelled time.
 
 Port numbering: a host has one interface, ``<host>-eth0``, port 0. A switch
 numbers its ports from 1, downward-facing ports first, then upward-facing

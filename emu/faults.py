@@ -299,7 +299,11 @@ class Faults:
         action: str | None = None,
         detection_s: float | None = None,
     ) -> None:
-        """Turn the PFC watchdog on or off (or change its action) on one or every switch."""
+        """Turn the PFC watchdog on or off (or change its action) on one or every switch.
+
+        `detection_s` is modelled time: the switch multiplies it by the
+        fabric's time scale (emu/fabric.py, "The time scale").
+        """
         for sw in self._switches(switch):
             try:
                 self.fab.switch_call(

@@ -24,6 +24,7 @@ import os
 import selectors
 import socket
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -107,9 +108,10 @@ class MgmtServer:
         self._worker: ThreadPoolExecutor | None = None
         self._finished: list[_Conn] = []
         self._lock = threading.Lock()
-        # Commands served on the owner's thread since `take_served()`: a loop
-        # that stalled names them (emu/fidelity.py).
-        self._served: list[str] = []
+        # The last commands served on the owner's thread since `take_served()`:
+        # a loop that stalled names them (emu/fidelity.py). Bounded: an owner
+        # that never asks (the aggregation controller) must not grow it.
+        self._served: deque[str] = deque(maxlen=8)
         # The worker writes a byte here when a deferred work is done; the owner
         # registers `done_reader` with its selector and calls `on_done()`.
         self.done_reader, self._done_writer = socket.socketpair()
@@ -220,8 +222,9 @@ class MgmtServer:
 
     def take_served(self) -> str:
         """The commands served since the last call, e.g. "counters,ports" ("" if none)."""
-        served, self._served = self._served, []
-        return ",".join(served)
+        served = ",".join(self._served)
+        self._served.clear()
+        return served
 
     def _answer(self, conn: _Conn, answer: dict) -> None:
         data = json.dumps(answer, default=str).encode() + b"\n"

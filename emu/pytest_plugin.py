@@ -35,7 +35,8 @@ def pytest_configure(config) -> None:
         "markers",
         "emu_fabric(**kw): the fabric the `fabric` fixture builds "
         "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; "
-        "host_nic_pacing=True; switch_processes=N; apps=(...); controller_args=(...))",
+        "host_nic_pacing=False; switch_processes=N; apps=(...); controller_args=(...); "
+        "modelled_rate_bps=... or time_scale=...)",
     )
 
 

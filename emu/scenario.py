@@ -362,8 +362,8 @@ def fabric_params(
     """The parameters every fabric-building scenario shares (and `emu cli` takes).
 
     `modelled_gbps` is the host NIC speed the emulated links stand for; it sets
-    the fabric's time scale (emu/fabric.py, "The time scale"). None: the
-    emulated rate itself (time scale 1).
+    the fabric's time scale (emu/fabric.py, "The time scale"). None (the
+    parameter's 0): whatever `rate_mbps` is set to, i.e. time scale 1.
     """
     return {
         "topology": Param(topology, "fabric shape", choices=("leaf_spine", "fat_tree")),
@@ -375,10 +375,11 @@ def fabric_params(
             rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
         ),
         "modelled_gbps": Param(
-            modelled_gbps if modelled_gbps is not None else rate_mbps / 1000,
+            float(modelled_gbps or 0.0),
             "host NIC speed the emulated links stand for: the fabric's time scale is it over "
-            "rate_mbps, and DCQCN, the RTO and the PFC watchdog run on that clock",
-            min=1e-4,
+            "rate_mbps, and DCQCN, the RTO and the PFC watchdog run on that clock "
+            "(0: the emulated rate itself, time scale 1)",
+            min=0.0,
             max=800.0,
         ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
@@ -407,7 +408,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
 def build_fabric_graph(params: dict[str, Any]):
     """The networkx fabric that `fabric_params()` describe."""
     rate_bps = int(params["rate_mbps"] * 1e6)
-    modelled_rate_bps = params["modelled_gbps"] * 1e9
+    modelled_rate_bps = params["modelled_gbps"] * 1e9 or None  # 0: time scale 1
     if params["topology"] == "fat_tree":
         if params["k"] % 2:
             raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")

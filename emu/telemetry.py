@@ -232,7 +232,11 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
     path = out / "fidelity.json"
     start = fab.fidelity_machine_start
     end = fidelity.machine_sample()
-    machine = fidelity.machine_window(start if start is not None else end, end)
+    machine = (
+        fidelity.machine_window(start, end)
+        if start is not None
+        else {"steal_s": 0.0, "idle_share": None, "cpu_pressure_share": None}
+    )
     path.write_text(
         json.dumps({"processes": records, "missing": missing, "machine": machine}, indent=1)
     )

@@ -101,8 +101,7 @@ PARAMS = {
     ),
     "nic_factors": Param(
         "1,1.5",
-        "the straggler's NIC slowdowns f (its link at rate / f; "
-        "the PFC watchdog bounds f, see above)",
+        "the straggler's NIC slowdowns f (its link at rate / f)",
     ),
     "compute_s": Param(0.5, "compute step C of every rank, seconds", min=0.01, max=60.0),
     "size": Param("256K", "all-reduce size per rank (bytes; K/M suffixes)"),

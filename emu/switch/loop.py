@@ -146,7 +146,8 @@ class SwitchLoop:
                     continue
                 frames_read += sw.on_ready(kind, ref, events, monotonic())
                 if kind == "mgmt":
-                    kind = f"mgmt({sw.mgmt.take_served()})"
+                    served = sw.mgmt.take_served()
+                    kind = f"mgmt({served})" if served else kind
                 work.append(f"{sw.name}:{kind}" if several else kind)
                 touched.add(sw)
             for sw in touched:

@@ -52,6 +52,21 @@ def test_odd_fat_tree_is_rejected():
         scenario.build_fabric_graph(params)
 
 
+def test_the_time_scale_follows_the_modelled_nic_at_any_rate():
+    def scale(name, *sets):
+        params = scenario.resolve_params(scenario.load(name), list(sets))
+        return scenario.build_fabric_graph(params).graph["time_scale"]
+
+    # modelled_gbps 0: the emulated rate itself, whatever rate_mbps is set to.
+    assert scale("pause-storm") == 1.0
+    assert scale("pause-storm", "rate_mbps=20") == 1.0
+    # A modelled NIC: its speed over the link's, at the default or another rate.
+    assert scale("incast") == pytest.approx(100.0)
+    assert scale("incast", "rate_mbps=20") == pytest.approx(50.0)
+    assert scale("straggler") == pytest.approx(5000.0)
+    assert scale("smoke", "modelled_gbps=25") == pytest.approx(1250.0)
+
+
 def test_report_and_metrics_json(tmp_path):
     ctx = scenario.Context(name="x", params={"a": 1}, out_dir=tmp_path)
     ctx.table("t", ["c1", "c2"], [[1, 2.5]])
