@@ -14,7 +14,10 @@ the routing controller over OpenFlow 1.3:
 1. the fabric converges: LLDP finds every link, ARP finds every host;
 2. all-pairs ping has 0% loss;
 3. TCP (iperf3) between hosts on different leaves reaches >= 90% of the
-   link rate, and the switch never sends faster than the rate plus a burst;
+   link rate, and the switch never sends faster than the rate plus a burst
+   (with host NIC pacing, the default, the sender's NIC paces too; `--set
+   host_nic_pacing=false` leaves the pacing to the switches alone, as the
+   scenario test does);
 4. many TCP flows between two leaves are spread over more than one spine
    (ECMP with SELECT groups, visible in the spines' port counters);
 5. a leaf-spine link taken down under ping traffic: reachability comes back
