@@ -46,6 +46,19 @@ from emu.traffic.rdma import RdmaHosts
 
 RATE_BPS = 10_000_000
 NIC_BPS = 25e9  # the NIC model stands for the HPCC/DCQCN ns-3 25 Gbit/s NIC
+
+
+def ring_fabric(leaves: int, hosts_per_leaf: int):
+    """The marker of every test here: 2 spines, 25 Gbit/s NICs on RATE_BPS links."""
+    return pytest.mark.emu_fabric(
+        leaves=leaves,
+        spines=2,
+        hosts_per_leaf=hosts_per_leaf,
+        host_rate_bps=RATE_BPS,
+        modelled_rate_bps=NIC_BPS,
+    )
+
+
 MTU_PAYLOAD = 1024
 FRAME_BYTES = 14 + 20 + 8 + 12 + MTU_PAYLOAD + 4  # Ethernet/IPv4/UDP/BTH/payload/ICRC
 GOODPUT_BYTES_PER_S = RATE_BPS / 8 * MTU_PAYLOAD / FRAME_BYTES
@@ -111,9 +124,7 @@ def wire_messages(pcap, src_ip):
     return messages
 
 
-@pytest.mark.emu_fabric(
-    leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS, modelled_rate_bps=NIC_BPS
-)
+@ring_fabric(leaves=2, hosts_per_leaf=2)
 def test_ring_allreduce_4_hosts(fabric, tmp_path):
     hosts = hosts_of(4)
     nics = RdmaHosts(fabric, hosts)
@@ -130,9 +141,7 @@ def test_ring_allreduce_4_hosts(fabric, tmp_path):
     assert_busbw(big[0], 4)
 
 
-@pytest.mark.emu_fabric(
-    leaves=2, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS, modelled_rate_bps=NIC_BPS
-)
+@ring_fabric(leaves=2, hosts_per_leaf=4)
 def test_ring_allreduce_8_hosts(fabric, tmp_path):
     hosts = hosts_of(8)
     nics = RdmaHosts(fabric, hosts)
@@ -155,9 +164,7 @@ def test_ring_allreduce_8_hosts(fabric, tmp_path):
         pytest.xfail(f"busbw below the model in an unfaithful run:\n{found['text']}")
 
 
-@pytest.mark.emu_fabric(
-    leaves=4, spines=2, hosts_per_leaf=4, host_rate_bps=RATE_BPS, modelled_rate_bps=NIC_BPS
-)
+@ring_fabric(leaves=4, hosts_per_leaf=4)
 def test_ring_allreduce_16_hosts(fabric, tmp_path):
     """Correct and byte-exact at 16 ranks; busbw held to the nccl-tests model when the
     emulator kept up, and otherwise the emulator's own verdict must say it did not.
@@ -274,9 +281,7 @@ def _machine_cpu():
     return sum(fields) - idle, sum(fields)
 
 
-@pytest.mark.emu_fabric(
-    leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS, modelled_rate_bps=NIC_BPS
-)
+@ring_fabric(leaves=2, hosts_per_leaf=2)
 def test_the_wire_carries_the_data_and_stragglers_hold_everyone(fabric, tmp_path):
     hosts = hosts_of(4)
     nics = RdmaHosts(fabric, hosts)

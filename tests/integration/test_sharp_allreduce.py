@@ -33,6 +33,18 @@ NIC_BPS = 25e9  # the NIC model stands for the HPCC/DCQCN ns-3 25 Gbit/s NIC
 APPS = ("controllers.routing", "controllers.aggregation")
 
 
+def sharp_fabric(leaves: int, hosts_per_leaf: int):
+    """The marker of every test here: 2 spines, the aggregation app, 25 Gbit/s NICs."""
+    return pytest.mark.emu_fabric(
+        leaves=leaves,
+        spines=2,
+        hosts_per_leaf=hosts_per_leaf,
+        host_rate_bps=RATE_BPS,
+        modelled_rate_bps=NIC_BPS,
+        apps=APPS,
+    )
+
+
 def hosts_of(n):
     return [f"h{i}" for i in range(1, n + 1)]
 
@@ -65,14 +77,7 @@ def spines_by_dpid(fabric):
     return {f"{fabric.graph.nodes[s]['dpid']:016x}": s for s in ("spine1", "spine2")}
 
 
-@pytest.mark.emu_fabric(
-    leaves=4,
-    spines=2,
-    hosts_per_leaf=2,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=4, hosts_per_leaf=2)
 def test_sharp_8_ranks_correct_with_S_bytes_per_host(fabric):
     hosts = hosts_of(8)
     res = run_allreduce(
@@ -93,14 +98,7 @@ def test_sharp_8_ranks_correct_with_S_bytes_per_host(fabric):
         assert st["slots_used"] == 0 and st["malformed"] == 0, st
 
 
-@pytest.mark.emu_fabric(
-    leaves=2,
-    spines=2,
-    hosts_per_leaf=2,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=2, hosts_per_leaf=2)
 def test_sharp_4_ranks_and_a_refused_job_falls_back_to_the_ring(fabric):
     hosts = hosts_of(4)
     res = run_allreduce(fabric, hosts, [4 * 7, 64 << 10], "float32", algo="sharp", seed=3)
@@ -110,14 +108,7 @@ def test_sharp_4_ranks_and_a_refused_job_falls_back_to_the_ring(fabric):
     check(res, 4, algo="ring")
 
 
-@pytest.mark.emu_fabric(
-    leaves=4,
-    spines=2,
-    hosts_per_leaf=4,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=4, hosts_per_leaf=4)
 def test_sharp_16_ranks(fabric):
     hosts = hosts_of(16)
     res = run_allreduce(
@@ -128,14 +119,7 @@ def test_sharp_16_ranks(fabric):
     check(res, 16)
 
 
-@pytest.mark.emu_fabric(
-    leaves=4,
-    spines=2,
-    hosts_per_leaf=2,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=4, hosts_per_leaf=2)
 def test_two_concurrent_jobs_on_shared_switches(fabric):
     a, b = ["h1", "h3", "h5", "h7"], ["h2", "h4", "h6", "h8"]  # both jobs on every leaf
     collectives.host_nics(fabric, hosts_of(8))
@@ -199,14 +183,7 @@ def _inject(fabric, host, job, n_bad, tmp_path):
     fabric.host_run(host, ["python3", "-c", script, str(listing)], check=True)
 
 
-@pytest.mark.emu_fabric(
-    leaves=2,
-    spines=2,
-    hosts_per_leaf=2,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=2, hosts_per_leaf=2)
 def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_path):
     hosts = hosts_of(4)
     collectives.host_nics(fabric, hosts)
@@ -227,14 +204,7 @@ def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_pa
         assert fabric.switch(sw).proc.poll() is None, f"{sw} died"
 
 
-@pytest.mark.emu_fabric(
-    leaves=2,
-    spines=2,
-    hosts_per_leaf=2,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=2, hosts_per_leaf=2)
 def test_tree_rebuilt_when_its_link_fails(fabric):
     hosts = hosts_of(4)
     job, opts = register(fabric, hosts, nslots=16)
@@ -261,14 +231,7 @@ def test_tree_rebuilt_when_its_link_fails(fabric):
         fabric.agg_call("unregister", job_id=job["job_id"])
 
 
-@pytest.mark.emu_fabric(
-    leaves=2,
-    spines=2,
-    hosts_per_leaf=2,
-    host_rate_bps=RATE_BPS,
-    modelled_rate_bps=NIC_BPS,
-    apps=APPS,
-)
+@sharp_fabric(leaves=2, hosts_per_leaf=2)
 def test_all_reduce_in_flight_starts_over_when_its_tree_is_rebuilt(fabric):
     # If the cut loses a result that other ranks already got, the new tree's
     # empty slots can never finish that chunk (shown in
