@@ -375,16 +375,6 @@ class GcMonitor:
         }
 
 
-def machine_steal_s() -> float:
-    """CPU time the hypervisor took from this VM so far, summed over CPUs (/proc/stat).
-
-    A VM whose host runs other guests loses its CPUs now and then; every
-    process stalls then and none of them is at fault. The fabric reads it at
-    the start and the end of its window and the report quotes the difference.
-    """
-    return machine_sample().steal_s
-
-
 @dataclass(frozen=True)
 class MachineSample:
     """The whole machine's CPU counters at one moment (`machine_sample()`).
@@ -401,7 +391,10 @@ class MachineSample:
     """
 
     at: float  # time.monotonic()
-    steal_s: float  # CPU time the VM's host took, summed over CPUs
+    # CPU time the VM's host took, summed over CPUs: a VM whose host runs other
+    # guests loses its CPUs now and then; every process stalls then and none
+    # of them is at fault, so the report quotes it.
+    steal_s: float
     idle_s: float  # idle and iowait time, summed over CPUs
     total_s: float  # every CPU time, summed over CPUs
     pressure_s: float | None  # time during which some task waited for a CPU

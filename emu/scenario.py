@@ -269,8 +269,9 @@ def add_fidelity(ctx: Context) -> None:
     steal_s = machine["steal_s"]
     scheduling = fidelity.sched_summary(records)
     ctx.text(f"{scheduling}; CPU time the VM's host took meanwhile (steal): {steal_s * 1e3:.0f} ms")
-    if machine_text(machine):
-        ctx.text(machine_text(machine))
+    machine_line = machine_text(machine)
+    if machine_line:
+        ctx.text(machine_line)
     for measure in ("on_time", "stall", "deficit", "kernel_drops"):
         worst = verdict.worst.get(measure)
         if worst is None:

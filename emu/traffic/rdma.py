@@ -57,7 +57,7 @@ class RdmaHosts:
             node = fab.graph.nodes[h]
             leaf = node["leaf"]
             rate = fab.graph.edges[h, leaf]["rate_bps"]
-            modelled_rate_bps = rate * fab.graph.graph["time_scale"]
+            modelled_rate_bps = rate * fab.time_scale
             path = os.path.join(fab.run.sock_dir, f"{h}.nic.sock")
             log = open(os.path.join(fab.run.log_dir, f"{h}.nic.log"), "ab")
             argv = [

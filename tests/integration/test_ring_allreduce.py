@@ -44,20 +44,8 @@ from emu.telemetry import collect_fidelity, reset_fidelity
 from emu.traffic.collectives import nccl_table, run_allreduce
 from emu.traffic.rdma import RdmaHosts
 
-RATE_BPS = 10_000_000
-NIC_BPS = 25e9  # the NIC model stands for the HPCC/DCQCN ns-3 25 Gbit/s NIC
-
-
-def ring_fabric(leaves: int, hosts_per_leaf: int):
-    """The marker of every test here: 2 spines, 25 Gbit/s NICs on RATE_BPS links."""
-    return pytest.mark.emu_fabric(
-        leaves=leaves,
-        spines=2,
-        hosts_per_leaf=hosts_per_leaf,
-        host_rate_bps=RATE_BPS,
-        modelled_rate_bps=NIC_BPS,
-    )
-
+from . import RDMA_RATE_BPS as RATE_BPS
+from . import hosts_of, rdma_fabric
 
 MTU_PAYLOAD = 1024
 FRAME_BYTES = 14 + 20 + 8 + 12 + MTU_PAYLOAD + 4  # Ethernet/IPv4/UDP/BTH/payload/ICRC
@@ -65,10 +53,6 @@ GOODPUT_BYTES_PER_S = RATE_BPS / 8 * MTU_PAYLOAD / FRAME_BYTES
 # The shallowest queue a switch marks, in the fidelity monitor's unit (full-frame times).
 KMIN_FRAMES = EcnSpec().thresholds(RATE_BPS)[0] / fidelity.FRAME_BYTES
 _SENDS = (roce.SEND_FIRST, roce.SEND_MIDDLE, roce.SEND_LAST, roce.SEND_ONLY)
-
-
-def hosts_of(n):
-    return [f"h{i}" for i in range(1, n + 1)]
 
 
 def check(results, n):
@@ -124,7 +108,7 @@ def wire_messages(pcap, src_ip):
     return messages
 
 
-@ring_fabric(leaves=2, hosts_per_leaf=2)
+@rdma_fabric(leaves=2, hosts_per_leaf=2)
 def test_ring_allreduce_4_hosts(fabric, tmp_path):
     hosts = hosts_of(4)
     nics = RdmaHosts(fabric, hosts)
@@ -141,7 +125,7 @@ def test_ring_allreduce_4_hosts(fabric, tmp_path):
     assert_busbw(big[0], 4)
 
 
-@ring_fabric(leaves=2, hosts_per_leaf=4)
+@rdma_fabric(leaves=2, hosts_per_leaf=4)
 def test_ring_allreduce_8_hosts(fabric, tmp_path):
     hosts = hosts_of(8)
     nics = RdmaHosts(fabric, hosts)
@@ -164,7 +148,7 @@ def test_ring_allreduce_8_hosts(fabric, tmp_path):
         pytest.xfail(f"busbw below the model in an unfaithful run:\n{found['text']}")
 
 
-@ring_fabric(leaves=4, hosts_per_leaf=4)
+@rdma_fabric(leaves=4, hosts_per_leaf=4)
 def test_ring_allreduce_16_hosts(fabric, tmp_path):
     """Correct and byte-exact at 16 ranks; busbw held to the nccl-tests model when the
     emulator kept up, and otherwise the emulator's own verdict must say it did not.
@@ -281,7 +265,7 @@ def _machine_cpu():
     return sum(fields) - idle, sum(fields)
 
 
-@ring_fabric(leaves=2, hosts_per_leaf=2)
+@rdma_fabric(leaves=2, hosts_per_leaf=2)
 def test_the_wire_carries_the_data_and_stragglers_hold_everyone(fabric, tmp_path):
     hosts = hosts_of(4)
     nics = RdmaHosts(fabric, hosts)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -28,25 +27,9 @@ from emu.proto import agg, layers
 from emu.traffic import collectives
 from emu.traffic.collectives import nccl_table, run_allreduce
 
-RATE_BPS = 10_000_000
-NIC_BPS = 25e9  # the NIC model stands for the HPCC/DCQCN ns-3 25 Gbit/s NIC
+from . import hosts_of, rdma_fabric
+
 APPS = ("controllers.routing", "controllers.aggregation")
-
-
-def sharp_fabric(leaves: int, hosts_per_leaf: int):
-    """The marker of every test here: 2 spines, the aggregation app, 25 Gbit/s NICs."""
-    return pytest.mark.emu_fabric(
-        leaves=leaves,
-        spines=2,
-        hosts_per_leaf=hosts_per_leaf,
-        host_rate_bps=RATE_BPS,
-        modelled_rate_bps=NIC_BPS,
-        apps=APPS,
-    )
-
-
-def hosts_of(n):
-    return [f"h{i}" for i in range(1, n + 1)]
 
 
 def check(results, n, algo="sharp"):
@@ -77,7 +60,7 @@ def spines_by_dpid(fabric):
     return {f"{fabric.graph.nodes[s]['dpid']:016x}": s for s in ("spine1", "spine2")}
 
 
-@sharp_fabric(leaves=4, hosts_per_leaf=2)
+@rdma_fabric(leaves=4, hosts_per_leaf=2, apps=APPS)
 def test_sharp_8_ranks_correct_with_S_bytes_per_host(fabric):
     hosts = hosts_of(8)
     res = run_allreduce(
@@ -98,7 +81,7 @@ def test_sharp_8_ranks_correct_with_S_bytes_per_host(fabric):
         assert st["slots_used"] == 0 and st["malformed"] == 0, st
 
 
-@sharp_fabric(leaves=2, hosts_per_leaf=2)
+@rdma_fabric(leaves=2, hosts_per_leaf=2, apps=APPS)
 def test_sharp_4_ranks_and_a_refused_job_falls_back_to_the_ring(fabric):
     hosts = hosts_of(4)
     res = run_allreduce(fabric, hosts, [4 * 7, 64 << 10], "float32", algo="sharp", seed=3)
@@ -108,7 +91,7 @@ def test_sharp_4_ranks_and_a_refused_job_falls_back_to_the_ring(fabric):
     check(res, 4, algo="ring")
 
 
-@sharp_fabric(leaves=4, hosts_per_leaf=4)
+@rdma_fabric(leaves=4, hosts_per_leaf=4, apps=APPS)
 def test_sharp_16_ranks(fabric):
     hosts = hosts_of(16)
     res = run_allreduce(
@@ -119,7 +102,7 @@ def test_sharp_16_ranks(fabric):
     check(res, 16)
 
 
-@sharp_fabric(leaves=4, hosts_per_leaf=2)
+@rdma_fabric(leaves=4, hosts_per_leaf=2, apps=APPS)
 def test_two_concurrent_jobs_on_shared_switches(fabric):
     a, b = ["h1", "h3", "h5", "h7"], ["h2", "h4", "h6", "h8"]  # both jobs on every leaf
     collectives.host_nics(fabric, hosts_of(8))
@@ -183,7 +166,7 @@ def _inject(fabric, host, job, n_bad, tmp_path):
     fabric.host_run(host, ["python3", "-c", script, str(listing)], check=True)
 
 
-@sharp_fabric(leaves=2, hosts_per_leaf=2)
+@rdma_fabric(leaves=2, hosts_per_leaf=2, apps=APPS)
 def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_path):
     hosts = hosts_of(4)
     collectives.host_nics(fabric, hosts)
@@ -204,7 +187,7 @@ def test_malformed_and_duplicate_frames_neither_corrupt_nor_crash(fabric, tmp_pa
         assert fabric.switch(sw).proc.poll() is None, f"{sw} died"
 
 
-@sharp_fabric(leaves=2, hosts_per_leaf=2)
+@rdma_fabric(leaves=2, hosts_per_leaf=2, apps=APPS)
 def test_tree_rebuilt_when_its_link_fails(fabric):
     hosts = hosts_of(4)
     job, opts = register(fabric, hosts, nslots=16)
@@ -231,7 +214,7 @@ def test_tree_rebuilt_when_its_link_fails(fabric):
         fabric.agg_call("unregister", job_id=job["job_id"])
 
 
-@sharp_fabric(leaves=2, hosts_per_leaf=2)
+@rdma_fabric(leaves=2, hosts_per_leaf=2, apps=APPS)
 def test_all_reduce_in_flight_starts_over_when_its_tree_is_rebuilt(fabric):
     # If the cut loses a result that other ranks already got, the new tree's
     # empty slots can never finish that chunk (shown in

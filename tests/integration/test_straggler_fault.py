@@ -8,14 +8,13 @@ from emu.faults import FaultError
 from emu.traffic.collectives import run_allreduce
 from emu.traffic.rdma import RdmaHosts
 
-RATE_BPS = 10_000_000
-NIC_BPS = 25e9  # the NIC model stands for the HPCC/DCQCN ns-3 25 Gbit/s NIC
+from . import RDMA_RATE_BPS as RATE_BPS
+from . import rdma_fabric
+
 HOSTS = ["h1", "h2", "h3", "h4"]
 
 
-@pytest.mark.emu_fabric(
-    leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS, modelled_rate_bps=NIC_BPS
-)
+@rdma_fabric(leaves=2, hosts_per_leaf=2)
 def test_compute_and_nic_stragglers_stretch_the_iteration(fabric):
     # DCQCN off: a slow link's queue is then held back by PFC alone, and the senders'
     # rates do not have to climb back on DCQCN's timers after the straggler heals.

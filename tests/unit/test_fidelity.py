@@ -305,7 +305,7 @@ def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_p
             json.dumps({"processes": [record()], "missing": [], "machine": {"steal_s": steal}})
         )
     assert fidelity.load_machine(tmp_path)["steal_s"] == pytest.approx(0.07)
-    assert fidelity.machine_steal_s() >= 0.0
+    assert fidelity.machine_sample().steal_s >= 0.0
     ctx = scenario.Context("t", {}, tmp_path)
     scenario.add_fidelity(ctx)
     assert "(steal): 70 ms" in scenario.render_report(ctx)
