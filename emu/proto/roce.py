@@ -18,7 +18,7 @@ to all ones, the UDP header with checksum set to all ones, the BTH with its
 FECN/BECN/reserved byte set to all ones, the payload and pad bytes. It is
 stored least significant byte first, as Linux rxe and Scapy do. Because tos
 and ttl are masked, a switch that marks ECN CE or decrements the TTL only
-fixes the IPv4 checksum (`emu.switch.parse.set_ip_ecn`).
+fixes the IPv4 checksum (`emu.switch.rewrite.set_ip_ecn`).
 
 The UDP checksum is 0 (allowed for RoCEv2 over IPv4). A frame carries either
 the caller's bytes (`DataTemplate.frame(..., payload=...)`: collectives move

@@ -38,7 +38,7 @@ from emu.mgmt import MgmtServer
 from emu.proto import pfc
 from emu.proto.ofext import AGG_PORT
 from emu.registry import die_with_parent, stop_on_signals
-from emu.switch import parse, reports
+from emu.switch import reports, rewrite
 from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
 from emu.switch.channel import Channels, OFChannel
@@ -372,7 +372,7 @@ class Datapath:
                 continue
             charge, mark = decision
             if mark:
-                frame = parse.set_ip_ecn(frame, 3)  # CE; RoCE's ICRC masks the ECN bits
+                frame = rewrite.set_ip_ecn(frame, 3)  # CE; RoCE's ICRC masks the ECN bits
             if sched.enqueue(frame, prio, (in_port, charge), now):
                 if port_no not in self.busy:
                     self.busy.add(port_no)

@@ -26,8 +26,9 @@ class OFError(Exception):
         self.code = code
 
 
-# Match fields: name -> (maskable, prerequisite check on the compiled match dict).
+# OF1.3 table 11: the fields that may carry a mask.
 _MASKABLE = {
+    "metadata",
     "eth_dst",
     "eth_src",
     "vlan_vid",
@@ -37,34 +38,58 @@ _MASKABLE = {
     "arp_tpa",
     "arp_sha",
     "arp_tha",
-    "metadata",
+    "ipv6_src",
+    "ipv6_dst",
+    "ipv6_flabel",
+    "pbb_isid",
+    "tunnel_id",
+    "ipv6_exthdr",
 }
-_MAC_FIELDS = {"eth_dst", "eth_src", "arp_sha", "arp_tha"}
+_MAC_FIELDS = {"eth_dst", "eth_src", "arp_sha", "arp_tha", "ipv6_nd_sll", "ipv6_nd_tll"}
 _IP4_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"}
+_IP6_FIELDS = {"ipv6_src", "ipv6_dst", "ipv6_nd_target"}
+# Every OXM basic field of OF1.3 and its width in bits.
 _FIELD_BITS = {
     "in_port": 32,
+    "in_phy_port": 32,
+    "metadata": 64,
+    "eth_dst": 48,
+    "eth_src": 48,
     "eth_type": 16,
     "vlan_vid": 13,
     "vlan_pcp": 3,
     "ip_dscp": 6,
     "ip_ecn": 2,
     "ip_proto": 8,
+    "ipv4_src": 32,
+    "ipv4_dst": 32,
     "tcp_src": 16,
     "tcp_dst": 16,
     "udp_src": 16,
     "udp_dst": 16,
+    "sctp_src": 16,
+    "sctp_dst": 16,
     "icmpv4_type": 8,
     "icmpv4_code": 8,
     "arp_op": 16,
-    "metadata": 64,
-    "eth_dst": 48,
-    "eth_src": 48,
-    "arp_sha": 48,
-    "arp_tha": 48,
-    "ipv4_src": 32,
-    "ipv4_dst": 32,
     "arp_spa": 32,
     "arp_tpa": 32,
+    "arp_sha": 48,
+    "arp_tha": 48,
+    "ipv6_src": 128,
+    "ipv6_dst": 128,
+    "ipv6_flabel": 20,
+    "icmpv6_type": 8,
+    "icmpv6_code": 8,
+    "ipv6_nd_target": 128,
+    "ipv6_nd_sll": 48,
+    "ipv6_nd_tll": 48,
+    "mpls_label": 20,
+    "mpls_tc": 3,
+    "mpls_bos": 1,
+    "pbb_isid": 24,
+    "tunnel_id": 64,
+    "ipv6_exthdr": 9,
 }
 
 
@@ -79,27 +104,58 @@ def _is_ip(m: dict) -> bool:
     return _exact(m, "eth_type") in (parse.ETH_TYPE_IP, parse.ETH_TYPE_IPV6)
 
 
+def _eth_type_is(*types: int) -> Callable[[dict], bool]:
+    return lambda m: _exact(m, "eth_type") in types
+
+
+def _ip_proto_is(proto: int, *eth_types: int) -> Callable[[dict], bool]:
+    return lambda m: _exact(m, "eth_type") in eth_types and _exact(m, "ip_proto") == proto
+
+
+_IP_TYPES = (parse.ETH_TYPE_IP, parse.ETH_TYPE_IPV6)
+
+# OF1.3 table 12: what each field needs matched before it (OFPBMC_BAD_PREREQ).
 _PREREQ: dict[str, Callable[[dict], bool]] = {
-    # OF1.3 spec table 11/12: prerequisites of each OXM field.
+    "in_phy_port": lambda m: "in_port" in m,
     "vlan_pcp": lambda m: "vlan_vid" in m and m["vlan_vid"] != (parse.OFPVID_NONE, None),
     "ip_dscp": _is_ip,
     "ip_ecn": _is_ip,
     "ip_proto": _is_ip,
-    "ipv4_src": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP,
-    "ipv4_dst": lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_IP,
-    "tcp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
-    "tcp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 6,
-    "udp_src": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
-    "udp_dst": lambda m: _is_ip(m) and _exact(m, "ip_proto") == 17,
-    "icmpv4_type": lambda m: (
-        _exact(m, "eth_type") == parse.ETH_TYPE_IP and _exact(m, "ip_proto") == 1
+    "ipv4_src": _eth_type_is(parse.ETH_TYPE_IP),
+    "ipv4_dst": _eth_type_is(parse.ETH_TYPE_IP),
+    "tcp_src": _ip_proto_is(parse.IPPROTO_TCP, *_IP_TYPES),
+    "tcp_dst": _ip_proto_is(parse.IPPROTO_TCP, *_IP_TYPES),
+    "udp_src": _ip_proto_is(parse.IPPROTO_UDP, *_IP_TYPES),
+    "udp_dst": _ip_proto_is(parse.IPPROTO_UDP, *_IP_TYPES),
+    "sctp_src": _ip_proto_is(parse.IPPROTO_SCTP, *_IP_TYPES),
+    "sctp_dst": _ip_proto_is(parse.IPPROTO_SCTP, *_IP_TYPES),
+    "icmpv4_type": _ip_proto_is(parse.IPPROTO_ICMP, parse.ETH_TYPE_IP),
+    "icmpv4_code": _ip_proto_is(parse.IPPROTO_ICMP, parse.ETH_TYPE_IP),
+    "ipv6_src": _eth_type_is(parse.ETH_TYPE_IPV6),
+    "ipv6_dst": _eth_type_is(parse.ETH_TYPE_IPV6),
+    "ipv6_flabel": _eth_type_is(parse.ETH_TYPE_IPV6),
+    "ipv6_exthdr": _eth_type_is(parse.ETH_TYPE_IPV6),
+    "icmpv6_type": _ip_proto_is(parse.IPPROTO_ICMPV6, parse.ETH_TYPE_IPV6),
+    "icmpv6_code": _ip_proto_is(parse.IPPROTO_ICMPV6, parse.ETH_TYPE_IPV6),
+    "ipv6_nd_target": lambda m: (
+        _ip_proto_is(parse.IPPROTO_ICMPV6, parse.ETH_TYPE_IPV6)(m)
+        and _exact(m, "icmpv6_type") in (parse.ND_SOLICIT, parse.ND_ADVERT)
     ),
-    "icmpv4_code": lambda m: (
-        _exact(m, "eth_type") == parse.ETH_TYPE_IP and _exact(m, "ip_proto") == 1
+    "ipv6_nd_sll": lambda m: (
+        _ip_proto_is(parse.IPPROTO_ICMPV6, parse.ETH_TYPE_IPV6)(m)
+        and _exact(m, "icmpv6_type") == parse.ND_SOLICIT
     ),
+    "ipv6_nd_tll": lambda m: (
+        _ip_proto_is(parse.IPPROTO_ICMPV6, parse.ETH_TYPE_IPV6)(m)
+        and _exact(m, "icmpv6_type") == parse.ND_ADVERT
+    ),
+    "mpls_label": _eth_type_is(*parse.MPLS_TYPES),
+    "mpls_tc": _eth_type_is(*parse.MPLS_TYPES),
+    "mpls_bos": _eth_type_is(*parse.MPLS_TYPES),
+    "pbb_isid": _eth_type_is(parse.ETH_TYPE_PBB),
 }
 for _f in ("arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha"):
-    _PREREQ[_f] = lambda m: _exact(m, "eth_type") == parse.ETH_TYPE_ARP
+    _PREREQ[_f] = _eth_type_is(parse.ETH_TYPE_ARP)
 
 
 def _to_int(name: str, v: Any) -> int:
@@ -111,6 +167,8 @@ def _to_int(name: str, v: Any) -> int:
         return int(str(v).replace(":", "").replace("-", ""), 16)
     if name in _IP4_FIELDS:
         return int(ipaddress.IPv4Address(v))
+    if name in _IP6_FIELDS:
+        return int(ipaddress.IPv6Address(v))
     return int(v)
 
 

@@ -31,9 +31,10 @@ MAX_MSG = 0xFFFF
 # Multipart replies are split so that each message stays under 64 KiB.
 MP_CHUNK = 60000
 
-# OXM basic field number -> value size in bytes, for the fields the pipeline matches.
+# OXM basic field number -> value size in bytes: all 40 fields of OF1.3 (7.2.3.7).
 OXM_SIZES = {
     ofp.OFPXMT_OFB_IN_PORT: 4,
+    ofp.OFPXMT_OFB_IN_PHY_PORT: 4,
     ofp.OFPXMT_OFB_METADATA: 8,
     ofp.OFPXMT_OFB_ETH_DST: 6,
     ofp.OFPXMT_OFB_ETH_SRC: 6,
@@ -49,6 +50,8 @@ OXM_SIZES = {
     ofp.OFPXMT_OFB_TCP_DST: 2,
     ofp.OFPXMT_OFB_UDP_SRC: 2,
     ofp.OFPXMT_OFB_UDP_DST: 2,
+    ofp.OFPXMT_OFB_SCTP_SRC: 2,
+    ofp.OFPXMT_OFB_SCTP_DST: 2,
     ofp.OFPXMT_OFB_ICMPV4_TYPE: 1,
     ofp.OFPXMT_OFB_ICMPV4_CODE: 1,
     ofp.OFPXMT_OFB_ARP_OP: 2,
@@ -56,16 +59,39 @@ OXM_SIZES = {
     ofp.OFPXMT_OFB_ARP_TPA: 4,
     ofp.OFPXMT_OFB_ARP_SHA: 6,
     ofp.OFPXMT_OFB_ARP_THA: 6,
+    ofp.OFPXMT_OFB_IPV6_SRC: 16,
+    ofp.OFPXMT_OFB_IPV6_DST: 16,
+    ofp.OFPXMT_OFB_IPV6_FLABEL: 4,
+    ofp.OFPXMT_OFB_ICMPV6_TYPE: 1,
+    ofp.OFPXMT_OFB_ICMPV6_CODE: 1,
+    ofp.OFPXMT_OFB_IPV6_ND_TARGET: 16,
+    ofp.OFPXMT_OFB_IPV6_ND_SLL: 6,
+    ofp.OFPXMT_OFB_IPV6_ND_TLL: 6,
+    ofp.OFPXMT_OFB_MPLS_LABEL: 4,
+    ofp.OFPXMT_OFB_MPLS_TC: 1,
+    ofp.OFPXMT_OFB_MPLS_BOS: 1,
+    ofp.OFPXMT_OFB_PBB_ISID: 3,
+    ofp.OFPXMT_OFB_TUNNEL_ID: 8,
+    ofp.OFPXMT_OFB_IPV6_EXTHDR: 2,
 }
 # Action type -> exact length (None: variable, >= 8, multiple of 8).
 ACTION_LENS = {
     ofp.OFPAT_OUTPUT: 16,
-    ofp.OFPAT_SET_QUEUE: 8,
-    ofp.OFPAT_GROUP: 8,
-    ofp.OFPAT_DEC_NW_TTL: 8,
+    ofp.OFPAT_COPY_TTL_OUT: 8,
+    ofp.OFPAT_COPY_TTL_IN: 8,
+    ofp.OFPAT_SET_MPLS_TTL: 8,
+    ofp.OFPAT_DEC_MPLS_TTL: 8,
     ofp.OFPAT_PUSH_VLAN: 8,
     ofp.OFPAT_POP_VLAN: 8,
+    ofp.OFPAT_PUSH_MPLS: 8,
+    ofp.OFPAT_POP_MPLS: 8,
+    ofp.OFPAT_SET_QUEUE: 8,
+    ofp.OFPAT_GROUP: 8,
+    ofp.OFPAT_SET_NW_TTL: 8,
+    ofp.OFPAT_DEC_NW_TTL: 8,
     ofp.OFPAT_SET_FIELD: None,
+    ofp.OFPAT_PUSH_PBB: 8,
+    ofp.OFPAT_POP_PBB: 8,
 }
 _KNOWN_ACTIONS = set(range(0, 28)) | {ofp.OFPAT_EXPERIMENTER}
 

@@ -36,11 +36,10 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
 from emu.proto.ofext import AGG_PORT
-from emu.switch import parse
+from emu.switch import parse, rewrite
 from emu.switch.flowlet import FlowletTable
 from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
     _FIELD_BITS,
-    _MAC_FIELDS,
     OFError,
     _compile_match,
     _covers,
@@ -82,37 +81,58 @@ class PacketIn:
     buffer_id: int = OFP_NO_BUFFER
 
 
-# Compiled action opcodes.
-A_OUT, A_GROUP, A_XF, A_DECTTL, A_QUEUE = range(5)
+# Compiled action opcodes (A_TUNNEL: set_field tunnel_id, pipeline state).
+A_OUT, A_GROUP, A_XF, A_DECTTL, A_QUEUE, A_TUNNEL = range(6)
 _RESERVED_OUT = {
     ofp.OFPP_IN_PORT,
     ofp.OFPP_TABLE,
-    ofp.OFPP_NORMAL,
     ofp.OFPP_FLOOD,
     ofp.OFPP_ALL,
     ofp.OFPP_CONTROLLER,
-    ofp.OFPP_LOCAL,
+}
+# OF1.3 5.9: NORMAL and LOCAL are optional; emu has no local port and no
+# traditional L2 pipeline, so it answers them with OFPBAC_BAD_OUT_PORT.
+
+
+# Action class -> (rewrite(frame, arg), category in the action set). The
+# argument is the action's ethertype, or None.
+_ENCAP = {
+    ofpp.OFPActionPushVlan: (rewrite.push_vlan, "push_vlan", parse.VLAN_TYPES),
+    ofpp.OFPActionPushMpls: (rewrite.push_mpls, "push_mpls", parse.MPLS_TYPES),
+    ofpp.OFPActionPushPbb: (rewrite.push_pbb, "push_pbb", (parse.ETH_TYPE_PBB,)),
+    ofpp.OFPActionPopMpls: (rewrite.pop_mpls, "pop_mpls", None),
+}
+_NO_ARG = {
+    ofpp.OFPActionPopVlan: (rewrite.pop_vlan, "pop_vlan"),
+    ofpp.OFPActionPopPbb: (rewrite.pop_pbb, "pop_pbb"),
+    ofpp.OFPActionCopyTtlOut: (rewrite.copy_ttl_out, "copy_ttl_out"),
+    ofpp.OFPActionCopyTtlIn: (rewrite.copy_ttl_in, "copy_ttl_in"),
+}
+_DEC_TTL = {
+    ofpp.OFPActionDecNwTtl: (rewrite.dec_nw_ttl, "dec_nw_ttl"),
+    ofpp.OFPActionDecMplsTtl: (rewrite.dec_mpls_ttl, "dec_mpls_ttl"),
 }
 
 
-def _mac_bytes(v: Any) -> bytes:
-    return _to_int("eth_dst", v).to_bytes(6, "big")
-
-
-_SETTERS: dict[str, Callable[[Any], tuple[Callable, Any]]] = {
-    "eth_dst": lambda v: (parse.set_eth_dst, _mac_bytes(v)),
-    "eth_src": lambda v: (parse.set_eth_src, _mac_bytes(v)),
-    "ip_dscp": lambda v: (parse.set_ip_dscp, int(v) & 0x3F),
-    "ip_ecn": lambda v: (parse.set_ip_ecn, int(v) & 0x3),
-    "vlan_vid": lambda v: (parse.set_vlan_vid, int(v) & 0xFFF),
-    "vlan_pcp": lambda v: (parse.set_vlan_pcp, int(v) & 0x7),
-    "ipv4_src": lambda v: (lambda f, a: parse.set_ipv4_addr(f, False, a), _to_int("ipv4_src", v)),
-    "ipv4_dst": lambda v: (lambda f, a: parse.set_ipv4_addr(f, True, a), _to_int("ipv4_dst", v)),
-}
-
-
-def _pop(frame: bytes, _arg: Any) -> bytes:
-    return parse.pop_vlan(frame)
+# Every OF1.3 action type this pipeline carries out (group features, table features).
+SUPPORTED_ACTIONS = (
+    ofp.OFPAT_OUTPUT,
+    ofp.OFPAT_COPY_TTL_OUT,
+    ofp.OFPAT_COPY_TTL_IN,
+    ofp.OFPAT_SET_MPLS_TTL,
+    ofp.OFPAT_DEC_MPLS_TTL,
+    ofp.OFPAT_PUSH_VLAN,
+    ofp.OFPAT_POP_VLAN,
+    ofp.OFPAT_PUSH_MPLS,
+    ofp.OFPAT_POP_MPLS,
+    ofp.OFPAT_SET_QUEUE,
+    ofp.OFPAT_GROUP,
+    ofp.OFPAT_SET_NW_TTL,
+    ofp.OFPAT_DEC_NW_TTL,
+    ofp.OFPAT_SET_FIELD,
+    ofp.OFPAT_PUSH_PBB,
+    ofp.OFPAT_POP_PBB,
+)
 
 
 class Actions:
@@ -126,6 +146,29 @@ class Actions:
         self.groups = groups
 
 
+def _set_field_op(key: str, value: Any) -> tuple:
+    """The compiled op of one set_field (OFPBAC_BAD_SET_TYPE / _ARGUMENT when it cannot be)."""
+    if key == "tunnel_id":
+        try:
+            return (A_TUNNEL, _to_int(key, value) & 0xFFFFFFFFFFFFFFFF, "set:tunnel_id")
+        except (ValueError, TypeError) as e:
+            raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_ARGUMENT, key) from e
+    setter = rewrite.SET_FIELD.get(key)
+    if setter is None:
+        raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_TYPE, str(key))
+    fn, convert = setter
+    try:
+        v = _to_int(key, value)
+        if key == "vlan_vid":
+            v &= ~parse.OFPVID_PRESENT  # the value carries OFPVID_PRESENT (OF1.3 7.2.3.7)
+        if v < 0 or v >> _FIELD_BITS[key]:
+            raise ValueError(f"{key}={value!r} does not fit")
+        arg = convert(v)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_ARGUMENT, key) from e
+    return (A_XF, fn, arg, "set:" + key)
+
+
 def compile_actions(actions: list, groups: dict, allow_table: bool = False) -> Actions:
     """Validate os-ken action objects and compile them to opcode tuples.
 
@@ -136,7 +179,8 @@ def compile_actions(actions: list, groups: dict, allow_table: bool = False) -> A
     ports: set = set()
     gids: set = set()
     for a in actions:
-        if isinstance(a, ofpp.OFPActionOutput):
+        kind = type(a)
+        if kind is ofpp.OFPActionOutput:
             port = a.port
             if (
                 port == 0
@@ -147,29 +191,29 @@ def compile_actions(actions: list, groups: dict, allow_table: bool = False) -> A
                 raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT, str(port))
             ops.append((A_OUT, port, a.max_len))
             ports.add(port)
-        elif isinstance(a, ofpp.OFPActionGroup):
+        elif kind is ofpp.OFPActionGroup:
             if a.group_id not in groups:
                 raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_GROUP, str(a.group_id))
             ops.append((A_GROUP, a.group_id))
             gids.add(a.group_id)
-        elif isinstance(a, ofpp.OFPActionSetField):
-            mk = _SETTERS.get(a.key)
-            if mk is None:
-                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_TYPE, str(a.key))
-            try:
-                fn, arg = mk(a.value)
-            except (ValueError, TypeError) as e:
-                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_ARGUMENT, a.key) from e
-            ops.append((A_XF, fn, arg, "set:" + a.key))
-        elif isinstance(a, ofpp.OFPActionDecNwTtl):
-            ops.append((A_DECTTL,))
-        elif isinstance(a, ofpp.OFPActionPushVlan):
-            if a.ethertype not in (parse.ETH_TYPE_VLAN, parse.ETH_TYPE_QINQ):
-                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_ARGUMENT, "push_vlan")
-            ops.append((A_XF, parse.push_vlan, a.ethertype, "push"))
-        elif isinstance(a, ofpp.OFPActionPopVlan):
-            ops.append((A_XF, _pop, None, "pop"))
-        elif isinstance(a, ofpp.OFPActionSetQueue):
+        elif kind is ofpp.OFPActionSetField:
+            ops.append(_set_field_op(a.key, a.value))
+        elif kind in _DEC_TTL:
+            fn, category = _DEC_TTL[kind]
+            ops.append((A_DECTTL, fn, category))
+        elif kind in _ENCAP:
+            fn, category, allowed = _ENCAP[kind]
+            if allowed is not None and a.ethertype not in allowed:
+                raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_ARGUMENT, category)
+            ops.append((A_XF, fn, a.ethertype, category))
+        elif kind in _NO_ARG:
+            fn, category = _NO_ARG[kind]
+            ops.append((A_XF, fn, None, category))
+        elif kind is ofpp.OFPActionSetNwTtl:
+            ops.append((A_XF, rewrite.set_nw_ttl, a.nw_ttl & 0xFF, "set_nw_ttl"))
+        elif kind is ofpp.OFPActionSetMplsTtl:
+            ops.append((A_XF, rewrite.set_mpls_ttl, a.mpls_ttl & 0xFF, "set_mpls_ttl"))
+        elif kind is ofpp.OFPActionSetQueue:
             ops.append((A_QUEUE, a.queue_id))
         else:
             raise OFError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_TYPE, type(a).__name__)
@@ -177,22 +221,39 @@ def compile_actions(actions: list, groups: dict, allow_table: bool = False) -> A
 
 
 def _set_category(op: tuple) -> str:
-    if op[0] == A_XF:
+    code = op[0]
+    if code == A_XF:
         return op[3]
-    return {A_OUT: "output", A_GROUP: "group", A_DECTTL: "ttl", A_QUEUE: "queue"}[op[0]]
+    if code in (A_DECTTL, A_TUNNEL):
+        return op[2]
+    return {A_OUT: "output", A_GROUP: "group", A_QUEUE: "queue"}[code]
+
+
+# OF1.3 5.10: the order in which an action set runs, whatever order it was written in.
+_ACTION_SET_ORDER = (
+    "copy_ttl_in",
+    "pop_vlan",
+    "pop_mpls",
+    "pop_pbb",
+    "push_mpls",
+    "push_pbb",
+    "push_vlan",
+    "copy_ttl_out",
+    "dec_mpls_ttl",
+    "dec_nw_ttl",
+    "set_mpls_ttl",
+    "set_nw_ttl",
+)
 
 
 def _action_set_order(aset: dict) -> list:
-    """OF1.3 5.10 execution order of the action set (subset we support)."""
-    ops = []
-    for cat in ("pop", "push", "ttl"):
-        if cat in aset:
-            ops.append(aset[cat])
+    """The action set's actions in the spec's order (OF1.3 5.10)."""
+    ops = [aset[cat] for cat in _ACTION_SET_ORDER if cat in aset]
     ops.extend(v for k, v in aset.items() if k.startswith("set:"))
     if "queue" in aset:
         ops.append(aset["queue"])
     if "group" in aset:
-        ops.append(aset["group"])
+        ops.append(aset["group"])  # OF1.3 5.10: a group action makes output ignored
     elif "output" in aset:
         ops.append(aset["output"])
     return ops
@@ -354,7 +415,7 @@ class Pipeline:
             elif code == P_XF:
                 frame = op[1](frame, op[2])
             elif code == P_DECTTL:
-                frame, ok = parse.dec_ip_ttl(frame)
+                frame, ok = op[1](frame)
                 if not ok:
                     self.dropped_ttl += 1
                     return False
@@ -413,7 +474,7 @@ class Pipeline:
             elif code == P_XF:
                 frame = op[1](frame, op[2])
             elif code == P_DECTTL:
-                frame, ok = parse.dec_ip_ttl(frame)
+                frame, ok = op[1](frame)
                 if not ok:
                     out["dropped"] = "ttl"
                     return
@@ -499,9 +560,13 @@ class Pipeline:
             if code == A_XF:
                 prog.append((P_XF, op[1], op[2]))
                 st["frame"] = op[1](st["frame"], op[2])
-                st["key"] = extract_key(st["frame"], in_port)
+                st["key"] = self._key(st, in_port)
             elif code == A_DECTTL:
-                prog.append((P_DECTTL,))
+                prog.append((P_DECTTL, op[1]))
+            elif code == A_TUNNEL:
+                # tunnel_id is the pipeline's, not the frame's: later tables match on it.
+                st["tunnel"] = op[1]
+                st["key"] = self._key(st, in_port)
             elif code == A_QUEUE:
                 st["queue"] = op[1]
             elif code == A_OUT:
@@ -523,6 +588,15 @@ class Pipeline:
                     sst = dict(st)
                     self._emit(group.compiled[idx].ops, sst, sub, ctrs, in_port, entry, depth + 1)
                     prog.append((P_SUB, sub))
+
+    @staticmethod
+    def _key(st: dict, in_port: int) -> tuple:
+        """The match key of the frame as rewritten so far, with the pipeline's tunnel_id."""
+        key = extract_key(st["frame"], in_port)
+        tunnel = st.get("tunnel")
+        if tunnel is not None:
+            key = key[: parse.K_TUNNEL_ID] + (tunnel,) + key[parse.K_TUNNEL_ID + 1 :]
+        return key
 
     def _emit_flowlet(
         self,
@@ -614,16 +688,22 @@ class Pipeline:
 
     def select_hash(self, key: tuple) -> int:
         """Deterministic 5-tuple hash (eth src/dst/type for non-IP), seeded."""
+        l4s = key[parse.K_UDP_SRC] or key[parse.K_TCP_SRC] or key[parse.K_SCTP_SRC] or 0
+        l4d = key[parse.K_UDP_DST] or key[parse.K_TCP_DST] or key[parse.K_SCTP_DST] or 0
         if key[parse.K_IPV4_SRC] is not None:
-            l4s = key[parse.K_UDP_SRC] if key[parse.K_UDP_SRC] is not None else key[parse.K_TCP_SRC]
-            l4d = key[parse.K_UDP_DST] if key[parse.K_UDP_DST] is not None else key[parse.K_TCP_DST]
             data = struct.pack(
                 "!IIBHH",
                 key[parse.K_IPV4_SRC],
                 key[parse.K_IPV4_DST],
                 key[parse.K_IP_PROTO] or 0,
-                l4s or 0,
-                l4d or 0,
+                l4s,
+                l4d,
+            )
+        elif key[parse.K_IPV6_SRC] is not None:
+            data = (
+                key[parse.K_IPV6_SRC].to_bytes(16, "big")
+                + key[parse.K_IPV6_DST].to_bytes(16, "big")
+                + struct.pack("!BHH", key[parse.K_IP_PROTO] or 0, l4s, l4d)
             )
         else:
             data = struct.pack(
@@ -999,15 +1079,7 @@ class Pipeline:
         )
         caps = ofp.OFPGFC_SELECT_WEIGHT | ofp.OFPGFC_SELECT_LIVENESS | ofp.OFPGFC_CHAINING
         acts = 0
-        for a in (
-            ofp.OFPAT_OUTPUT,
-            ofp.OFPAT_GROUP,
-            ofp.OFPAT_SET_FIELD,
-            ofp.OFPAT_DEC_NW_TTL,
-            ofp.OFPAT_PUSH_VLAN,
-            ofp.OFPAT_POP_VLAN,
-            ofp.OFPAT_SET_QUEUE,
-        ):
+        for a in SUPPORTED_ACTIONS:
             acts |= 1 << a
         return {
             "types": types,

@@ -10,7 +10,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
-from emu.switch import parse
+from emu.switch import parse, rewrite
 from emu.switch.pipeline import OFError, Pipeline
 from emu.switch.ports import OFPPC_NO_FWD, PortState
 
@@ -123,10 +123,10 @@ def test_extract_key_truncated_never_raises() -> None:
 @pytest.mark.parametrize(
     "rewrite",
     [
-        lambda f: parse.set_ip_ecn(f, 3),
-        lambda f: parse.set_ip_dscp(f, 26),
-        lambda f: parse.dec_ip_ttl(f)[0],
-        lambda f: parse.set_ipv4_addr(f, True, 0x0B000001),
+        lambda f: rewrite.set_ip_ecn(f, 3),
+        lambda f: rewrite.set_ip_dscp(f, 26),
+        lambda f: rewrite.dec_nw_ttl(f)[0],
+        lambda f: rewrite.set_ipv4_addr(f, True, 0x0B000001),
     ],
 )
 @pytest.mark.parametrize("tagged", [False, True])
@@ -146,9 +146,9 @@ def test_ipv4_checksum_after_rewrite(rewrite, tagged: bool) -> None:
 
 
 def test_ecn_dscp_values_and_ttl_expiry() -> None:
-    f = parse.set_ip_dscp(parse.set_ip_ecn(udp(tos=0), 3), 26)
+    f = rewrite.set_ip_dscp(rewrite.set_ip_ecn(udp(tos=0), 3), 26)
     assert Ether(f)[IP].tos == (26 << 2) | 3
-    f, ok = parse.dec_ip_ttl(udp(ttl=1))
+    f, ok = rewrite.dec_nw_ttl(udp(ttl=1))
     assert not ok
 
 

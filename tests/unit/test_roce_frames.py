@@ -12,7 +12,7 @@ from scapy.utils import wrpcap
 
 from emu.proto import roce
 from emu.proto.layers import AETH, BTH, RETH, CNPPadding
-from emu.switch.parse import set_ip_ecn
+from emu.switch.rewrite import set_ip_ecn
 
 SRC_MAC, DST_MAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
