@@ -51,7 +51,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
 from emu import mgmt
-from emu.registry import FabricError, Run, free_tcp_port, stop_child, wait_for
+from emu.registry import FabricError, Run, free_tcp_port, interface_exists, stop_child, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +420,7 @@ class SwitchTestbed:
         while True:
             tag = uuid.uuid4().hex[:6]
             if not any(
-                os.path.exists(f"/sys/class/net/tb{tag}{end}{n}")
+                interface_exists(f"tb{tag}{end}{n}")
                 for n in range(1, self.n_ports + 1)
                 for end in "st"
             ):
@@ -535,7 +535,7 @@ class SwitchTestbed:
         finally:
             if self.run is not None:
                 self.run.teardown()
-        left = [n for pair in self.pairs.values() for n in pair if _interface_exists(n)]
+        left = [n for pair in self.pairs.values() for n in pair if interface_exists(n)]
         if left:
             raise TestbedError(f"testbed {self.tag}: interfaces left after teardown: {left}")
 
@@ -768,10 +768,6 @@ def _disable_ipv6(ifname: str) -> None:
     )
     if res.returncode != 0:
         raise TestbedError(f"disabling IPv6 on {ifname}: {res.stderr.strip()}")
-
-
-def _interface_exists(name: str) -> bool:
-    return os.path.exists(f"/sys/class/net/{name}")
 
 
 def _packet_socket(ifname: str) -> socket.socket:
