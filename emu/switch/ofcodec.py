@@ -198,7 +198,11 @@ def read_instructions(buf: bytes, off: int, end: int) -> list:
             if itype == ofp.OFPIT_CLEAR_ACTIONS and acts:
                 raise bad(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_LEN)
             out.append(ofpp.OFPInstructionActions(itype, acts))
-        elif itype in (ofp.OFPIT_METER, ofp.OFPIT_EXPERIMENTER):
+        elif itype == ofp.OFPIT_METER:
+            if ilen != 8:
+                raise bad(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_LEN)
+            out.append(ofpp.OFPInstructionMeter(struct.unpack_from("!I", buf, off + 4)[0]))
+        elif itype == ofp.OFPIT_EXPERIMENTER:
             raise bad(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNSUP_INST)
         else:
             raise bad(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST)
@@ -263,6 +267,25 @@ def read_group_mod(msg: bytes) -> Any:
     command, gtype, gid = struct.unpack_from("!HBxI", msg, 8)
     buckets = read_buckets(msg, ofp.OFP_GROUP_MOD_SIZE, len(msg))
     return ofpp.OFPGroupMod(None, command, gtype, gid, buckets)
+
+
+def read_meter_mod(msg: bytes) -> tuple[int, int, int, list[tuple]]:
+    """ofp_meter_mod (A.3.4.4) -> (command, flags, meter_id, [(type, rate, burst, prec_level)])."""
+    if len(msg) < ofp.OFP_METER_MOD_SIZE:
+        raise _brc(ofp.OFPBRC_BAD_LEN)
+    command, flags, meter_id = struct.unpack_from("!HHI", msg, 8)
+    bands = []
+    off = ofp.OFP_METER_MOD_SIZE
+    while off < len(msg):
+        if off + 16 > len(msg):
+            raise bad(ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_BAD_BAND)
+        btype, blen, rate, burst = struct.unpack_from("!HHII", msg, off)
+        if blen != 16 or off + blen > len(msg):
+            raise bad(ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_BAD_BAND)
+        prec = msg[off + 12] if btype == ofp.OFPMBT_DSCP_REMARK else 0
+        bands.append((btype, rate, burst, prec))
+        off += blen
+    return command, flags, meter_id, bands
 
 
 def read_packet_out(msg: bytes) -> tuple[int, int, list, bytes]:
@@ -491,6 +514,40 @@ def group_stats_entry(g: Any, ref_count: int, now: float) -> bytes:
         )
         + bc
     )
+
+
+def meter_bands(meter: Any) -> bytes:
+    return b"".join(
+        struct.pack("!HHIIB3x", b.type, 16, b.rate, b.burst_size, b.prec_level) for b in meter.bands
+    )
+
+
+def meter_config_entry(meter: Any) -> bytes:
+    """ofp_meter_config (A.3.5.12) of one meter."""
+    bands = meter_bands(meter)
+    return struct.pack("!HHI", 8 + len(bands), meter.flags, meter.meter_id) + bands
+
+
+def meter_stats_entry(meter: Any, flow_count: int, now: float) -> bytes:
+    """ofp_meter_stats (A.3.5.11): the meter's counters and each band's."""
+    sec, nsec = _duration(now, meter.created)
+    bands = b"".join(struct.pack("!QQ", b.packets, b.bytes) for b in meter.bands)
+    head = struct.pack(
+        "!IH6xIQQII",
+        meter.meter_id,
+        40 + len(bands),
+        flow_count,
+        meter.packets_in,
+        meter.bytes_in,
+        sec,
+        nsec,
+    )
+    return head + bands
+
+
+def meter_features(features: tuple) -> bytes:
+    """ofp_meter_features (A.3.5.13)."""
+    return struct.pack("!IIIBB2x", *features)
 
 
 def group_features(f: dict) -> bytes:

@@ -421,7 +421,9 @@ class OpenFlowSession:
         return []  # OF1.3 table config bits are deprecated; nothing to apply
 
     def _meter_mod(self, msg: bytes, xid: int) -> list[Effect]:
-        raise OFError(ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_OUT_OF_METERS)
+        command, flags, meter_id, bands = codec.read_meter_mod(msg)
+        removed = self.model.pipeline.meter_mod(command, flags, meter_id, bands, self._now)
+        return self._removed(removed)
 
     def _queue_get_config(self, msg: bytes, xid: int) -> list[Effect]:
         if len(msg) != 16:
@@ -518,6 +520,17 @@ class OpenFlowSession:
             ]
         elif mp_type == ofp.OFPMP_GROUP_FEATURES:
             entries = [codec.group_features(pl.group_features())]
+        elif mp_type in (ofp.OFPMP_METER, ofp.OFPMP_METER_CONFIG):
+            if len(body) != 8:
+                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+            (meter_id,) = struct.unpack_from("!I", body, 0)
+            meters = pl.meters.select(meter_id)
+            if mp_type == ofp.OFPMP_METER:
+                entries = [codec.meter_stats_entry(m, pl.meter_flow_count(m), now) for m in meters]
+            else:
+                entries = [codec.meter_config_entry(m) for m in meters]
+        elif mp_type == ofp.OFPMP_METER_FEATURES:
+            entries = [codec.meter_features(pl.meters.features())]
         elif mp_type == ofp.OFPMP_TABLE_FEATURES:
             # A request with a body would set table features: not supported.
             if body:

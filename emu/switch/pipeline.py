@@ -47,6 +47,7 @@ from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-expo
     _to_int,
     convert_match,
 )
+from emu.switch.meter import Meter, MeterTable, remark_dscp
 from emu.switch.parse import cache_key, extract_key
 from emu.switch.ports import OFPPC_NO_FWD, OFPPC_NO_RECV, PortState
 
@@ -284,6 +285,7 @@ class FlowEntry:
         self.clear = ofp.OFPIT_CLEAR_ACTIONS in compiled
         self.write_md: Optional[tuple] = compiled.get(ofp.OFPIT_WRITE_METADATA)
         self.goto: Optional[int] = compiled.get(ofp.OFPIT_GOTO_TABLE)
+        self.meter_id: Optional[int] = compiled.get(ofp.OFPIT_METER)
 
     @property
     def is_table_miss(self) -> bool:
@@ -326,8 +328,9 @@ class Table:
         self.matched = Counter()
 
 
-# Replay program opcodes (P_FLOWLET: a per-packet bucket choice of a flowlet-mode group).
-P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET = range(7)
+# Replay program opcodes (P_FLOWLET: a per-packet bucket choice of a flowlet-mode group;
+# P_METER: a meter measures the packet and may drop or remark it).
+P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET, P_METER = range(8)
 
 
 class Pipeline:
@@ -357,7 +360,9 @@ class Pipeline:
         self._nports = -1
         self.dropped_port_down = 0
         self.dropped_ttl = 0
+        self.dropped_meter = 0
         self.cache_misses = 0
+        self.meters = MeterTable()
         self.flowlets = FlowletTable(queue_bytes)
 
     def set_seed(self, seed: int) -> None:
@@ -427,6 +432,15 @@ class Pipeline:
                 ctr.bytes += len(frame)
                 ctr.used = now
                 self._run(sub, frame, in_port, outs, pins, now)
+            elif code == P_METER:
+                band = op[1].apply(len(frame), now)
+                if band is not None:
+                    if band.type == ofp.OFPMBT_DROP:
+                        self.dropped_meter += 1
+                        return False
+                    dscp = rewrite.ip_dscp(frame)
+                    if dscp is not None:
+                        frame = rewrite.set_ip_dscp(frame, remark_dscp(dscp, band.prec_level))
             elif code == P_CTRL:
                 pins.append(PacketIn(op[1], op[2], op[3], in_port, frame, op[4], op[5]))
             elif code == P_DEAD:
@@ -514,6 +528,11 @@ class Pipeline:
             ctrs.append(entry.ctr)
             if matched is not None:
                 matched.append((table_id, entry.priority, entry.cookie))
+            if entry.meter_id is not None:
+                # OF1.3 5.9: the meter instruction runs first, before any action.
+                meter = self.meters.meters.get(entry.meter_id)
+                if meter is not None:
+                    prog.append((P_METER, meter))
             if entry.apply is not None:
                 self._emit(entry.apply.ops, st, prog, ctrs, in_port, entry)
             if entry.clear:
@@ -838,6 +857,30 @@ class Pipeline:
         n = sum(1 for t in self.tables for e in t.entries if e.uses_group(gid))
         return n + sum(1 for g in self.groups.values() if gid in g.groups)
 
+    # ----- meters ------------------------------------------------------------
+
+    def meter_mod(
+        self, command: int, flags: int, meter_id: int, bands: list[tuple], now: float = 0.0
+    ) -> list[FlowEntry]:
+        """Apply an OFPT_METER_MOD (bands: (type, rate, burst_size, prec_level)).
+
+        Returns:
+            Flow entries removed because their meter was deleted (reason
+            OFPRR_DELETE: OF1.3 has no reason of its own for it).
+
+        Raises:
+            OFError: METER_MOD_FAILED with the spec's code.
+        """
+        gone = set(self.meters.meter_mod(command, flags, meter_id, bands, now))
+        removed = self._remove_where(lambda e: e.meter_id in gone, ofp.OFPRR_DELETE) if gone else []
+        # Cached programs hold the Meter objects: a modified meter is a new object.
+        self.invalidate()
+        return removed
+
+    def meter_flow_count(self, meter: Meter) -> int:
+        """Flow entries whose meter instruction names `meter`."""
+        return sum(1 for t in self.tables for e in t.entries if e.meter_id == meter.meter_id)
+
     # ----- flows -------------------------------------------------------------
 
     def _compile_instructions(self, table_id: int, instructions: list) -> dict:
@@ -852,6 +895,9 @@ class Pipeline:
                 out[t] = ins.table_id
             elif isinstance(ins, ofpp.OFPInstructionWriteMetadata):
                 out[t] = (ins.metadata, ins.metadata_mask)
+            elif isinstance(ins, ofpp.OFPInstructionMeter):
+                self.meters.get(ins.meter_id)  # METER_MOD_FAILED/UNKNOWN_METER if absent
+                out[t] = ins.meter_id
             elif isinstance(ins, ofpp.OFPInstructionActions) and t in (
                 ofp.OFPIT_APPLY_ACTIONS,
                 ofp.OFPIT_WRITE_ACTIONS,

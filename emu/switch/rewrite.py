@@ -212,6 +212,17 @@ def _set_tclass(frame: bytes, dscp: int | None, ecn: int | None) -> bytes:
     return frame
 
 
+def ip_dscp(frame: bytes) -> int | None:
+    """The DSCP of an IPv4 or IPv6 packet, or None."""
+    off = _ipv4_offset(frame)
+    if off >= 0:
+        return frame[off + 1] >> 2
+    off = _ipv6_offset(frame)
+    if off >= 0:
+        return (_U32_AT(frame, off)[0] >> 22) & 0x3F
+    return None
+
+
 def set_ip_dscp(frame: bytes, dscp: int) -> bytes:
     """Rewrite the DSCP (IPv4 TOS or IPv6 traffic class); RoCEv2's ICRC masks it."""
     return _set_tclass(frame, dscp, None)
