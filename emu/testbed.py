@@ -783,6 +783,8 @@ def _packet_socket(ifname: str) -> socket.socket:
         # Frames to any MAC, as a switch port sends them, must reach us.
         mreq = struct.pack("iHH8s", socket.if_nametoindex(ifname), PACKET_MR_PROMISC, 0, b"")
         sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        # A test reads after it has sent: room for a few thousand frames, not ~200.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()

@@ -52,9 +52,9 @@ from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
 from emu.switch.datapath import DEFAULT_DSCP_TO_PRIO, Datapath
 from emu.switch.openflow import OpenFlowSession, Reply, SwitchModel, reply_bytes
-from emu.switch.rewrite import set_ip_ecn
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
+from emu.switch.rewrite import set_ip_ecn
 from emu.switch.scheduler import PortScheduler
 
 # ----- OpenFlow codec -------------------------------------------------------------
