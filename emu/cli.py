@@ -361,6 +361,32 @@ def cmd_ctl(args) -> int:
     raise ScenarioError(f"unknown switch or host {args.target!r}; running: {', '.join(names)}")
 
 
+def cmd_ofctl(args) -> int:
+    from emu import ofctl
+
+    runs = [r for r in registry.live_runs() if not args.run or r.run_id == args.run]
+    if not runs:
+        raise ScenarioError("no running fabric found (start one with `emu run` or `emu cli`)")
+    for run in runs:
+        path = os.path.join(run.sock_dir, f"{args.switch}.sock")
+        if os.path.exists(path):
+            host, port = mgmt.call(path, "info")["of_listen"]
+            try:
+                res = ofctl.run((host, port), [args.command, *args.args], check=False)
+            except (ofctl.OfctlError, ValueError) as exc:
+                raise ScenarioError(str(exc)) from None
+            sys.stdout.write(res.stdout)
+            sys.stderr.write(res.stderr)
+            return res.returncode
+    names = sorted(
+        p.name[: -len(".sock")]
+        for r in runs
+        for p in Path(r.sock_dir).glob("*.sock")
+        if not p.name.endswith(".nic.sock")
+    )
+    raise ScenarioError(f"unknown switch {args.switch!r}; running: {', '.join(names)}")
+
+
 def cmd_path(args) -> int:
     import networkx as nx
 
@@ -448,6 +474,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs="*")
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ctl)
+    s = sub.add_parser(
+        "ofctl",
+        help="ovs-ofctl -O OpenFlow13 against a running switch (flows, groups, meters)",
+        description="Runs `ovs-ofctl -O OpenFlow13 COMMAND tcp:<switch> ARGS` against "
+        "a switch of the running fabric, e.g. `emu ofctl leaf1 dump-flows`, "
+        "`emu ofctl leaf1 add-meter meter=1,kbps,bands=type=drop,rate=2000`.",
+    )
+    s.add_argument("switch", help="switch name")
+    s.add_argument("command", help="ovs-ofctl command: dump-flows, add-flow, add-meter ...")
+    s.add_argument("args", nargs=argparse.REMAINDER)
+    s.add_argument("--run", help="run id (default: any running fabric)")
+    s.set_defaults(func=cmd_ofctl)
     s = sub.add_parser(
         "path",
         help="the switches a flow crosses now, asked of each switch",

@@ -28,7 +28,7 @@ from typing import Any
 import networkx as nx
 
 from emu import fabric as fabric_mod
-from emu import mgmt, telemetry, trace
+from emu import mgmt, ofctl, telemetry, trace
 from emu.config import parse_qos
 from emu.faults import Faults
 from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
@@ -635,6 +635,21 @@ class Fabric:
     def switch_call(self, name: str, cmd: str, **args: Any) -> Any:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)
+
+    def ofctl(self, switch: str, *args: str) -> str:
+        """Run `ovs-ofctl -O OpenFlow13 ARGS[0] <switch> ARGS[1:]`; its output.
+
+        What a lab or a failure test uses to program one switch by hand beside
+        the controller: `fab.ofctl("leaf1", "add-meter", "meter=1,kbps,bands=type=drop,rate=2000")`.
+
+        Raises:
+            FabricError: unknown switch, ovs-ofctl missing, or it failed (its stderr).
+        """
+        host, port = self.switch_call(switch, "info")["of_listen"]
+        try:
+            return ofctl.run((host, port), args).stdout
+        except ofctl.OfctlError as exc:
+            raise FabricError(f"{switch}: {exc}") from exc
 
     def trace_path(
         self, src: str, dst: str, proto: str = "tcp", sport: int = 49152, dport: int = 5201

@@ -50,7 +50,7 @@ from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
-from emu import mgmt
+from emu import mgmt, ofctl
 from emu.registry import FabricError, Run, free_tcp_port, interface_exists, stop_child, wait_for
 
 log = logging.getLogger(__name__)
@@ -593,22 +593,11 @@ class SwitchTestbed:
             TestbedError: ovs-ofctl failed (check=True; the message carries its
                 stderr), or did not finish within 20 s.
         """
-        if not args:
-            raise ValueError("ofctl: name the ovs-ofctl command, e.g. ofctl('dump-flows')")
-        host, port = self.of_addr
-        argv = ["ovs-ofctl", "-O", "OpenFlow13", args[0], f"tcp:{host}:{port}", *args[1:]]
         try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=OFCTL_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            raise TestbedError(
-                f"{' '.join(argv)}: no answer within {OFCTL_TIMEOUT_S:g} s; "
-                f"switch log {self.log_path}"
-            ) from exc
-        if not check:
-            return res
-        if res.returncode != 0:
-            raise TestbedError(f"{' '.join(argv)}: exit {res.returncode}: {res.stderr.strip()}")
-        return res.stdout
+            res = ofctl.run(self.of_addr, args, check=check, timeout_s=OFCTL_TIMEOUT_S)
+        except ofctl.OfctlError as exc:
+            raise TestbedError(f"{exc}; switch log {self.log_path}") from exc
+        return res.stdout if check else res
 
     def controller(self, active: bool = False, timeout_s: float = OF_TIMEOUT_S) -> OFClient:
         """An OpenFlow 1.3 connection to the switch, past the HELLO exchange.

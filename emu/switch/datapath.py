@@ -189,7 +189,9 @@ class Datapath:
             pipeline=self.pipeline,
             dp_desc=f"emu switch {self.name}",
             agg=self.agg,
+            queue_counters=self._queue_counters,
         )
+        self.model.queues_since = time.monotonic()
         # Fidelity (emu/fidelity.py): the ports' clocks live in their schedulers;
         # stalls are counted in frame times of the fastest port.
         self.fidelity = ProcessFidelity(
@@ -669,6 +671,13 @@ class Datapath:
             "fidelity": self._fidelity,
             "fidelity_reset": self._fidelity_reset,
             "crash": self._crash,
+        }
+
+    def _queue_counters(self) -> dict:
+        """OFPMP_QUEUE's view: per port, (tx_bytes, tx_packets, dropped) of each priority."""
+        return {
+            n: [(c.tx_bytes, c.tx_packets, c.dropped_packets) for c in s.counters]
+            for n, s in self.schedulers.items()
         }
 
     def _lossless_sent(self) -> int:

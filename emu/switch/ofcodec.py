@@ -609,6 +609,7 @@ def table_features(table_id: int, n_tables: int, name: str) -> bytes:
             ofp.OFPIT_WRITE_ACTIONS,
             ofp.OFPIT_APPLY_ACTIONS,
             ofp.OFPIT_CLEAR_ACTIONS,
+            ofp.OFPIT_METER,
         )
     )
     acts = b"".join(struct.pack("!HH", t, 4) for t in sorted(ACTION_LENS))
@@ -653,13 +654,11 @@ def table_features(table_id: int, n_tables: int, name: str) -> bytes:
     return fixed + props
 
 
-_SETTABLE = {
-    ofp.OFPXMT_OFB_ETH_DST,
-    ofp.OFPXMT_OFB_ETH_SRC,
-    ofp.OFPXMT_OFB_VLAN_VID,
-    ofp.OFPXMT_OFB_VLAN_PCP,
-    ofp.OFPXMT_OFB_IP_DSCP,
-    ofp.OFPXMT_OFB_IP_ECN,
-    ofp.OFPXMT_OFB_IPV4_SRC,
-    ofp.OFPXMT_OFB_IPV4_DST,
+# set_field takes every header field: not in_port/in_phy_port/metadata (not
+# headers) nor ipv6_exthdr (a pseudo-field); tunnel_id is the pipeline's.
+_SETTABLE = set(OXM_SIZES) - {
+    ofp.OFPXMT_OFB_IN_PORT,
+    ofp.OFPXMT_OFB_IN_PHY_PORT,
+    ofp.OFPXMT_OFB_METADATA,
+    ofp.OFPXMT_OFB_IPV6_EXTHDR,
 }

@@ -44,6 +44,7 @@ from emu.switch.ports import (
     OFPPC_PORT_DOWN,
     PortState,
 )
+from emu.switch.scheduler import N_PRIORITIES as N_QUEUES
 
 LOG = logging.getLogger(__name__)
 
@@ -127,13 +128,21 @@ class SwitchModel:
     Args:
         dpid: datapath id.
         pipeline: the switch's Pipeline (its `ports` dict is the switch's ports).
+        queue_counters: what OFPMP_QUEUE reports, {port_no: [(tx_bytes,
+            tx_packets, tx_errors) per queue id]}; queue ids are emu's 8
+            priorities, the ones set_queue names.
         dp_desc: the OFPMP_DESC datapath description (default: from the dpid).
         agg: the switch's reduction engine, configured by emu's experimenter
             messages (default: a new one on the pipeline's ports).
     """
 
     def __init__(
-        self, dpid: int, pipeline: Pipeline, dp_desc: str = "", agg: Optional[AggEngine] = None
+        self,
+        dpid: int,
+        pipeline: Pipeline,
+        dp_desc: str = "",
+        agg: Optional[AggEngine] = None,
+        queue_counters: Optional[Callable[[], dict]] = None,
     ) -> None:
         self.dpid = dpid
         self.pipeline = pipeline
@@ -147,6 +156,10 @@ class SwitchModel:
         self.generation_id: Optional[int] = None
         self.sessions: list[OpenFlowSession] = []
         self.agg = agg if agg is not None else AggEngine(pipeline.ports)
+        # {port_no: [(tx_bytes, tx_packets, tx_errors) per queue]}, asked at each
+        # OFPMP_QUEUE: the datapath owns the queues (a request, not its fields).
+        self.queue_counters = queue_counters or (lambda: {})
+        self.queues_since = 0.0
 
 
 class OpenFlowSession:
@@ -426,14 +439,36 @@ class OpenFlowSession:
         return self._removed(removed)
 
     def _queue_get_config(self, msg: bytes, xid: int) -> list[Effect]:
+        """Each port's queues: emu's 8 priorities (ids 0-7), no rate properties."""
         if len(msg) != 16:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         (port,) = struct.unpack_from("!I", msg, 8)
         if port not in self.model.ports and port != ofp.OFPP_ANY:
             raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
-        return [
-            Reply(codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, struct.pack("!I4x", port), xid))
-        ]
+        ports = sorted(self.model.ports) if port == ofp.OFPP_ANY else [port]
+        queues = b"".join(struct.pack("!IIH6x", q, p, 16) for p in ports for q in range(N_QUEUES))
+        body = struct.pack("!I4x", port) + queues
+        return [Reply(codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, body, xid))]
+
+    def _queue_stats(self, body: bytes, now: float) -> list[bytes]:
+        if len(body) != 8:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        port, queue = struct.unpack_from("!II", body, 0)
+        counters = self.model.queue_counters()
+        if port != ofp.OFPP_ANY and port not in counters:
+            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
+        if queue != ofp.OFPQ_ALL and queue >= N_QUEUES:
+            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_QUEUE)
+        sec = int(max(0.0, now - self.model.queues_since))
+        nsec = int((max(0.0, now - self.model.queues_since) - sec) * 1e9)
+        out = []
+        for p in sorted(counters) if port == ofp.OFPP_ANY else [port]:
+            for q, (tx_bytes, tx_packets, tx_errors) in enumerate(counters[p]):
+                if queue in (ofp.OFPQ_ALL, q):
+                    out.append(
+                        struct.pack("!IIQQQII", p, q, tx_bytes, tx_packets, tx_errors, sec, nsec)
+                    )
+        return out
 
     def _experimenter(self, msg: bytes, xid: int) -> list[Effect]:
         """emu's extension (emu/proto/ofext.py): SELECT group mode, aggregation jobs."""
@@ -529,6 +564,8 @@ class OpenFlowSession:
                 entries = [codec.meter_stats_entry(m, pl.meter_flow_count(m), now) for m in meters]
             else:
                 entries = [codec.meter_config_entry(m) for m in meters]
+        elif mp_type == ofp.OFPMP_QUEUE:
+            entries = self._queue_stats(body, now)
         elif mp_type == ofp.OFPMP_METER_FEATURES:
             entries = [codec.meter_features(pl.meters.features())]
         elif mp_type == ofp.OFPMP_TABLE_FEATURES:

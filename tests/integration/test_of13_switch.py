@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.contrib.mpls import MPLS
@@ -21,6 +22,8 @@ from scapy.layers.inet6 import ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, IPv6
 from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
 from scapy.layers.sctp import SCTP
 from scapy.packet import Raw
+
+from emu.traffic import iperf
 
 MAC1, MAC2 = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
@@ -175,3 +178,41 @@ def test_a_meter_from_ovs_ofctl_limits_a_host_and_counts_what_it_dropped(testbed
 def test_normal_is_refused_with_the_specs_error(testbed):
     result = testbed.ofctl("add-flow", "in_port=1,actions=NORMAL", check=False)
     assert result.returncode != 0 and "OFPBAC_BAD_OUT_PORT" in result.stdout + result.stderr
+
+
+RATE_LIMIT_KBPS = 4000
+RATE_LIMIT_BURST_KB = 40
+PAYLOAD_BYTES = 1000
+# What a kbps meter counts per datagram: the Ethernet frame (UDP 8, IPv4 20, Ethernet 14).
+FRAME_BYTES = PAYLOAD_BYTES + 8 + 20 + 14
+
+
+@pytest.mark.emu_fabric(leaves=2, spines=1, hosts_per_leaf=2, host_rate_bps=20_000_000)
+def test_a_lab_rate_limits_one_host_with_a_meter_beside_the_routing_controller(fabric):
+    """The README's "rate-limit this host": a meter and one flow added with ovs-ofctl."""
+    h2 = fabric.graph.nodes["h2"]
+    port = fabric.graph.edges["h2", "leaf1"]["ports"]["leaf1"]
+    src_ip, dst_ip = fabric.graph.nodes["h1"]["ip"], h2["ip"]
+    fabric.ofctl(
+        "leaf1",
+        "add-meter",
+        f"meter=1,kbps,burst,stats,bands=type=drop,rate={RATE_LIMIT_KBPS},"
+        f"burst_size={RATE_LIMIT_BURST_KB}",
+    )
+    # The same actions as routing's host route to h2, behind the meter.
+    fabric.ofctl(
+        "leaf1",
+        "add-flow",
+        f"priority=40000,ip,nw_src={src_ip},nw_dst={dst_ip},"
+        f"actions=meter:1,set_field:{h2['mac']}->eth_dst,output:{port}",
+    )
+    seconds = 4
+    result = iperf.run(fabric, "h1", "h2", seconds, udp=True, bitrate="12M", length=PAYLOAD_BYTES)
+    received = result["end"]["sum"]["bytes"] * 8 / seconds / 1e6
+    # The token bucket's model: its rate over the test plus one burst, in payload bits.
+    model = (RATE_LIMIT_KBPS * 1e3 * seconds + RATE_LIMIT_BURST_KB * 1e3) / seconds / 1e6
+    model *= PAYLOAD_BYTES / FRAME_BYTES
+    assert 0.9 * model <= received <= model * 1.01, (received, model)
+    stats = fabric.ofctl("leaf1", "meter-stats")
+    dropped = int(re.search(r"packet_count:(\d+)", stats.split("band")[1]).group(1))
+    assert dropped > 0

@@ -146,9 +146,12 @@ def test_golden_role_async_multipart() -> None:
     [r] = reply_bytes(s.feed(encode(p.OFPTableFeaturesStatsRequest(None, 0, [])), 0))
     tf = decode(r).body
     assert [t.table_id for t in tf] == list(range(8))
+    # os-ken's queue stats request (every port, every queue) is answered.
+    [r] = reply_bytes(s.feed(golden("4-37-ofp_queue_stats_request.packet"), 0))
+    assert decode(r).body == []  # mkmodel's switch has no queue counters
+    # The golden meter mod has an experimenter band: METER_MOD_FAILED/BAD_BAND.
     for name in (
         "4-45-ofp_meter_mod.packet",
-        "4-37-ofp_queue_stats_request.packet",
         "4-16-ofp_experimenter.packet",
         "4-6-ofp_features_reply.packet",
     ):
@@ -469,3 +472,30 @@ def test_ovs_ofctl_talks_to_agent() -> None:
         stop.set()
         t.join(2)
         srv.close()
+
+
+def test_queue_stats_and_config_report_the_eight_priorities() -> None:
+    """set_queue names emu's priorities 0-7: OFPMP_QUEUE and QUEUE_GET_CONFIG list them."""
+    counters = {1: [(100 * q, q, 0) for q in range(8)], 2: [(0, 0, 5)] + [(0, 0, 0)] * 7}
+    model = mkmodel()
+    model.queue_counters = lambda: counters
+    s = session(model)
+    [r] = reply_bytes(s.feed(encode(p.OFPQueueStatsRequest(None, 0, 1, 3)), 2.5))
+    [st] = decode(r).body
+    assert (st.port_no, st.queue_id, st.tx_bytes, st.tx_packets, st.duration_sec) == (
+        1,
+        3,
+        300,
+        3,
+        2,
+    )
+    [r] = reply_bytes(
+        s.feed(encode(p.OFPQueueStatsRequest(None, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL)), 3)
+    )
+    body = decode(r).body
+    assert len(body) == 16 and body[8].tx_errors == 5
+    assert errors(s.feed(encode(p.OFPQueueStatsRequest(None, 0, 1, 8)), 3)) == [
+        (ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_QUEUE)
+    ]
+    [r] = reply_bytes(s.feed(encode(p.OFPQueueGetConfigRequest(None, 1)), 3))
+    assert sorted(q.queue_id for q in decode(r).queues) == list(range(8))
