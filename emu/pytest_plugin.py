@@ -19,6 +19,9 @@ by default one per CPU) or its controller (apps=("controllers.adaptive",), contr
 
 The fixture needs root (it builds network namespaces) and skips, saying so,
 without it.
+
+Also `testbed`: one live switch and no controller, for testing an OpenFlow
+app or the switch itself with real frames (emu/testbed.py).
 """
 
 from __future__ import annotations
@@ -75,3 +78,24 @@ def fabric(request, tmp_path):
         errors = list(fab.faults.errors)
     if errors:
         pytest.fail(f"scheduled faults failed: {'; '.join(errors)}")
+
+
+@pytest.fixture
+def testbed(request, tmp_path):
+    """One live emu switch whose ports end in the test's sockets (emu.testbed.SwitchTestbed).
+
+    A 4-port switch with 8 tables at 100 Mbit/s, no controller: the test
+    programs it (`testbed.controller()`, `testbed.ofctl(...)`), sends frames
+    (`testbed.send(port, frame)`) and reads what leaves each port
+    (`testbed.receive()`). Other arguments: parametrize indirectly with a dict
+    of SwitchTestbed's, `@pytest.mark.parametrize("testbed", [{"n_ports": 2}],
+    indirect=True)`. Torn down after the test whatever happens; needs root.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("emu's testbed fixture needs root: it makes veth pairs")
+    from emu.testbed import SwitchTestbed
+
+    kwargs = dict(getattr(request, "param", None) or {})
+    kwargs.setdefault("out_dir", tmp_path / "testbed")
+    with SwitchTestbed(**kwargs) as tb:
+        yield tb
