@@ -38,6 +38,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 from emu.proto.ofext import AGG_PORT
 from emu.switch import parse, rewrite
 from emu.switch.flowlet import FlowletTable
+from emu.switch.l2 import MacTable
 from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
     _FIELD_BITS,
     OFError,
@@ -85,14 +86,15 @@ class PacketIn:
 # Compiled action opcodes (A_TUNNEL: set_field tunnel_id, pipeline state).
 A_OUT, A_GROUP, A_XF, A_DECTTL, A_QUEUE, A_TUNNEL = range(6)
 _RESERVED_OUT = {
+    ofp.OFPP_NORMAL,
     ofp.OFPP_IN_PORT,
     ofp.OFPP_TABLE,
     ofp.OFPP_FLOOD,
     ofp.OFPP_ALL,
     ofp.OFPP_CONTROLLER,
 }
-# OF1.3 5.9: NORMAL and LOCAL are optional; emu has no local port and no
-# traditional L2 pipeline, so it answers them with OFPBAC_BAD_OUT_PORT.
+# OF1.3 4.5: LOCAL is optional and an emu switch has no local port, so an
+# output to it is answered with OFPBAC_BAD_OUT_PORT. NORMAL is l2.py's.
 
 
 # Action class -> (rewrite(frame, arg), category in the action set). The
@@ -329,8 +331,9 @@ class Table:
 
 
 # Replay program opcodes (P_FLOWLET: a per-packet bucket choice of a flowlet-mode group;
-# P_METER: a meter measures the packet and may drop or remark it).
-P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET, P_METER = range(8)
+# P_METER: a meter measures the packet and may drop or remark it; P_NORMAL: the
+# MAC table decides per packet, and learns).
+P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET, P_METER, P_NORMAL = range(9)
 
 
 class Pipeline:
@@ -363,6 +366,7 @@ class Pipeline:
         self.dropped_meter = 0
         self.cache_misses = 0
         self.meters = MeterTable()
+        self.mac_table = MacTable()
         self.flowlets = FlowletTable(queue_bytes)
 
     def set_seed(self, seed: int) -> None:
@@ -443,6 +447,9 @@ class Pipeline:
                         frame = rewrite.set_ip_dscp(frame, remark_dscp(dscp, band.prec_level))
             elif code == P_CTRL:
                 pins.append(PacketIn(op[1], op[2], op[3], in_port, frame, op[4], op[5]))
+            elif code == P_NORMAL:
+                for port_no in self.mac_table.outputs(frame, in_port, self.ports, now):
+                    outs.append((port_no, frame, op[1]))
             elif code == P_DEAD:
                 self.dropped_port_down += 1
                 if op[1] is not None:
@@ -477,10 +484,10 @@ class Pipeline:
             out["dropped"] = "no recv"
         elif not entries:
             out["dropped"] = "no match"
-        self._trace_prog(prog, frame, out)
+        self._trace_prog(prog, frame, out, in_port)
         return out
 
-    def _trace_prog(self, prog: list, frame: bytes, out: dict) -> None:
+    def _trace_prog(self, prog: list, frame: bytes, out: dict, in_port: int = 0) -> None:
         for op in prog:
             code = op[0]
             if code == P_OUT:
@@ -493,13 +500,16 @@ class Pipeline:
                     out["dropped"] = "ttl"
                     return
             elif code == P_SUB:
-                self._trace_prog(op[1], frame, out)
+                self._trace_prog(op[1], frame, out, in_port)
             elif code == P_FLOWLET:
                 out["flowlet"].append(
                     sorted(port for _i, port, _s, _c in op[4] if port is not None)
                 )
             elif code == P_CTRL:
                 out["controller"] += 1
+            elif code == P_NORMAL:
+                for port_no in self.mac_table.outputs(frame, in_port, self.ports, 0.0, learn=False):
+                    out["outputs"].append((port_no, op[1], frame.hex()))
             elif code == P_DEAD:
                 out["dropped"] = "port down"
 
@@ -658,6 +668,8 @@ class Pipeline:
             prog.append((P_CTRL, reason, tid, cookie, max_len, st["md"]))
         elif port_no == ofp.OFPP_IN_PORT:
             self._emit_physical(in_port, q, prog, None)
+        elif port_no == ofp.OFPP_NORMAL:
+            prog.append((P_NORMAL, q))
         elif port_no in (ofp.OFPP_FLOOD, ofp.OFPP_ALL):
             for p in sorted(self.ports):
                 ps = self.ports[p]

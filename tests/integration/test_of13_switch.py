@@ -171,8 +171,18 @@ def test_a_meter_from_ovs_ofctl_limits_a_host_and_counts_what_it_dropped(testbed
     assert "rate=50" in testbed.ofctl("dump-meters")
 
 
-def test_normal_is_refused_with_the_specs_error(testbed):
-    result = testbed.ofctl("add-flow", "in_port=1,actions=NORMAL", check=False)
+def test_normal_switches_like_a_learning_bridge_and_local_is_refused(testbed):
+    testbed.ofctl("add-flow", "actions=NORMAL")
+    a, b = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
+    a_to_b = bytes(Ether(src=a, dst=b) / IP() / UDP())
+    testbed.send(1, a_to_b)
+    got = testbed.receive()
+    assert got[2] == got[3] == got[4] == [a_to_b] and not got[1]  # b unknown: flooded
+    testbed.send(3, bytes(Ether(src=b, dst=a) / IP() / UDP()))
+    assert len(only(testbed.receive(), 1)) == 1  # a was learned on port 1
+    testbed.send(1, a_to_b)
+    assert only(testbed.receive(), 3) == [a_to_b]  # and b on port 3
+    result = testbed.ofctl("add-flow", "in_port=1,actions=LOCAL", check=False)
     assert result.returncode != 0 and "OFPBAC_BAD_OUT_PORT" in result.stdout + result.stderr
 
 

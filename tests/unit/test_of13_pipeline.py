@@ -257,12 +257,31 @@ def test_push_actions_refuse_wrong_ethertypes() -> None:
         assert (e.value.type, e.value.code) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_ARGUMENT)
 
 
-def test_normal_and_local_outputs_are_refused_with_bad_out_port() -> None:
-    for port in (ofp.OFPP_NORMAL, ofp.OFPP_LOCAL):
-        pl = Pipeline(ports=mkports(4))
-        with pytest.raises(OFError) as e:
-            flow(pl, {}, [out(port)])
-        assert (e.value.type, e.value.code) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT)
+def test_local_output_is_refused_with_bad_out_port() -> None:
+    pl = Pipeline(ports=mkports(4))
+    with pytest.raises(OFError) as e:
+        flow(pl, {}, [out(ofp.OFPP_LOCAL)])
+    assert (e.value.type, e.value.code) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT)
+
+
+def test_normal_learns_floods_the_unknown_and_forgets_after_the_age() -> None:
+    ports = mkports(4)
+    pl = Pipeline(ports=ports)
+    flow(pl, {}, [out(ofp.OFPP_NORMAL)])
+    a_to_b = bytes(Ether(src="02:00:00:00:00:0a", dst="02:00:00:00:00:0b") / IP() / UDP())
+    b_to_a = bytes(Ether(src="02:00:00:00:00:0b", dst="02:00:00:00:00:0a") / IP() / UDP())
+    bcast = bytes(Ether(src="02:00:00:00:00:0b", dst="ff:ff:ff:ff:ff:ff") / IP())
+    assert sent_to(pl, a_to_b, 1) == [2, 3, 4]  # b unknown: flooded
+    assert sent_to(pl, b_to_a, 2) == [1]  # a learned on port 1
+    assert sent_to(pl, a_to_b, 1) == [2]  # b learned on port 2
+    assert sent_to(pl, bcast, 2) == [1, 3, 4]
+    assert sent_to(pl, a_to_b, 2) == []  # b is behind the port it came from
+    outs, _ = pl.process(1, a_to_b, 301.0)  # b not seen for 300 s: flooded again
+    assert [o[0] for o in outs] == [2, 3, 4]
+    ports[3].link_up = False
+    pl.invalidate()
+    outs, _ = pl.process(2, bcast, 302.0)
+    assert [o[0] for o in outs] == [1, 4]  # never to a dead port
 
 
 def test_action_set_runs_in_the_specs_order_not_the_written_one() -> None:
