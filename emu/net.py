@@ -320,11 +320,7 @@ class Fabric:
             *self.controller_args,
             *self.apps,
         ]
-        with open(log_path + ".out", "ab") as out:
-            self.controller = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        self.run.add_pid(self.controller.pid, "controller")
+        self.controller = self.run.spawn(argv, log_path + ".out", "controller")
 
         def listening() -> bool:
             if self.controller.poll() is not None:

@@ -251,6 +251,27 @@ class Run:
             self.pids.append(entry)
         self.save()
 
+    def spawn(
+        self, argv: list[str], log_path: str, role: str, env: dict | None = None
+    ) -> subprocess.Popen:
+        """Start `argv` with stdout and stderr appended to `log_path`; its pid recorded as `role`.
+
+        The one way emu starts a long-lived child (switches, the controller, a
+        testbed's switch): no terminal input, no inherited descriptors, and in
+        the manifest before anyone can miss it.
+        """
+        with open(log_path, "ab") as logf:
+            proc = subprocess.Popen(
+                argv,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+                env=env,
+            )
+        self.add_pid(proc.pid, role)
+        return proc
+
     def forget_pid(self, pid: int) -> None:
         """Drop a process that has ended and been reaped (keeps the manifest short)."""
         with _LOCK:

@@ -452,16 +452,7 @@ class SwitchTestbed:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                argv,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
-                env=env,
-            )
-        self.run.add_pid(self.proc.pid, "switch")
+        self.proc = self.run.spawn(argv, str(self.log_path), "switch", env=env)
 
         def answered() -> dict | None:
             self._check_alive("during start-up")

@@ -146,15 +146,7 @@ class EmuSwitch(Switch):
         self.shares_process = False
         argv = self.build_argv()
         log.debug("%s: %s", self.name, " ".join(argv))
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                argv,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
-            )
-        self.run.add_pid(self.proc.pid, f"switch {self.name}")
+        self.proc = self.run.spawn(argv, self.log_path, f"switch {self.name}")
 
     @classmethod
     def batchStartup(cls, switches) -> list:  # noqa: N802 (Mininet's API)
@@ -180,16 +172,8 @@ class EmuSwitch(Switch):
         for sw in group:
             argv += ["--switch", json.dumps(sw.build_argv()[len(sw.datapath_command()) :])]
         log_path = os.path.join(self.run.log_dir, f"{process_name}.log")
-        with open(log_path, "ab") as logf:
-            proc = subprocess.Popen(
-                argv,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
-            )
         names = ",".join(sw.name for sw in group)
-        self.run.add_pid(proc.pid, f"switches {process_name}: {names}")
+        proc = self.run.spawn(argv, log_path, f"switches {process_name}: {names}")
         for sw in group:
             sw.proc = proc
             sw.log_path = log_path

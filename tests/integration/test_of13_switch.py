@@ -304,3 +304,92 @@ def test_every_set_field_on_a_live_switch(one_switch, field, value, frame, want)
     if field != "icmpv6_type":  # Scapy dissects an echo reply as another class
         assert getattr(Ether(out)[layer], attr) == expected
     assert checksums_right(out), f"{field}: a checksum is wrong on the wire"
+
+
+def _mpls_ip(ttl: int = 9, ip_ttl: int = 60) -> bytes:
+    return bytes(Ether(src=MAC1, dst=MAC2) / MPLS(label=7, ttl=ttl) / IP(ttl=ip_ttl) / UDP())
+
+
+# Every action on the wire: the actions, the frame sent, what must hold of the frame out.
+ACTION_CASES = [
+    (
+        "push_vlan",
+        [p.OFPActionPushVlan(0x8100)],
+        bytes(Ether(src=MAC1, dst=MAC2) / IP() / UDP()),
+        lambda f: Ether(f)[Dot1Q].vlan == 0,
+    ),
+    (
+        "pop_vlan",
+        [p.OFPActionPopVlan()],
+        bytes(Ether(src=MAC1, dst=MAC2) / Dot1Q(vlan=4) / IP() / UDP()),
+        lambda f: Ether(f).type == 0x800,
+    ),
+    (
+        "push_mpls",
+        [p.OFPActionPushMpls(0x8847)],
+        bytes(Ether(src=MAC1, dst=MAC2) / IP(ttl=20) / UDP()),
+        lambda f: Ether(f)[MPLS].ttl == 20,
+    ),
+    ("pop_mpls", [p.OFPActionPopMpls(0x800)], _mpls_ip(), lambda f: Ether(f).type == 0x800),
+    ("set_mpls_ttl", [p.OFPActionSetMplsTtl(33)], _mpls_ip(), lambda f: Ether(f)[MPLS].ttl == 33),
+    ("dec_mpls_ttl", [p.OFPActionDecMplsTtl()], _mpls_ip(), lambda f: Ether(f)[MPLS].ttl == 8),
+    ("copy_ttl_in", [p.OFPActionCopyTtlIn()], _mpls_ip(), lambda f: Ether(f)[IP].ttl == 9),
+    ("copy_ttl_out", [p.OFPActionCopyTtlOut()], _mpls_ip(), lambda f: Ether(f)[MPLS].ttl == 60),
+    (
+        "set_nw_ttl",
+        [p.OFPActionSetNwTtl(77)],
+        bytes(Ether(src=MAC1, dst=MAC2) / IP(ttl=5) / UDP()),
+        lambda f: Ether(f)[IP].ttl == 77,
+    ),
+    (
+        "dec_nw_ttl ipv6",
+        [p.OFPActionDecNwTtl()],
+        bytes(Ether(src=MAC1, dst=MAC2) / IPv6(hlim=5) / UDP()),
+        lambda f: Ether(f)[IPv6].hlim == 4,
+    ),
+    (
+        "push_pbb",
+        [p.OFPActionPushPbb(0x88E7)],
+        bytes(Ether(src=MAC1, dst=MAC2) / IP() / UDP()),
+        lambda f: f[12:14] == b"\x88\xe7" and f[18:30] == f[:12],
+    ),
+    (
+        "pop_pbb",
+        [p.OFPActionPopPbb()],
+        of13_cases.pbb(5),
+        lambda f: f == of13_cases.pbb(5)[18:],
+    ),
+    (
+        "set_queue",
+        [p.OFPActionSetQueue(5)],
+        bytes(Ether(src=MAC1, dst=MAC2) / IP() / UDP()),
+        lambda f: Ether(f).type == 0x800,
+    ),
+]
+
+
+@pytest.mark.parametrize("name,actions,frame,holds", ACTION_CASES, ids=[c[0] for c in ACTION_CASES])
+def test_every_action_on_a_live_switch(one_switch, name, actions, frame, holds):
+    with one_switch.controller() as c:
+        fresh_flows(one_switch, c, [({"in_port": 1}, [*actions, p.OFPActionOutput(2)], 10)])
+    one_switch.send(1, frame)
+    [out] = only(one_switch.receive(), 2)
+    assert holds(out), f"{name}: {out.hex()}"
+    assert checksums_right(out), f"{name}: a checksum is wrong on the wire"
+
+
+def test_set_queue_puts_the_frame_in_that_priority_and_queue_stats_count_it(one_switch):
+    with one_switch.controller() as c:
+        fresh_flows(
+            one_switch, c, [({"in_port": 1}, [p.OFPActionSetQueue(5), p.OFPActionOutput(2)], 10)]
+        )
+
+    def queue_packets() -> int:
+        stats = one_switch.ofctl("queue-stats", "2", "5")
+        return int(re.search(r"pkts=(\d+)", stats).group(1))
+
+    before = queue_packets()
+    for _ in range(3):
+        one_switch.send(1, bytes(Ether(src=MAC1, dst=MAC2) / IP() / UDP()))
+    assert len(only(one_switch.receive(), 2)) == 3
+    assert queue_packets() == before + 3
