@@ -54,6 +54,15 @@ _L4_CSUM = {
 }
 
 
+# Ethernet's shortest frame without its FCS: a MAC pads anything shorter on
+# the wire (IEEE 802.3 4.2.3.3), so a frame a pop made shorter leaves padded.
+MIN_FRAME = 60
+
+
+def _padded(frame: bytes) -> bytes:
+    return frame if len(frame) >= MIN_FRAME else frame + bytes(MIN_FRAME - len(frame))
+
+
 # ----- where the headers are ----------------------------------------------------
 
 
@@ -404,7 +413,7 @@ def push_vlan(frame: bytes, tpid: int = 0x8100) -> bytes:
 def pop_vlan(frame: bytes, _arg: object = None) -> bytes:
     """Pop the outermost tag; untagged frames come back unchanged."""
     if len(frame) >= 18 and _U16_AT(frame, 12)[0] in VLAN_TYPES:
-        return frame[:12] + frame[16:]
+        return _padded(frame[:12] + frame[16:])
     return frame
 
 
@@ -539,7 +548,7 @@ def pop_mpls(frame: bytes, eth_type: int) -> bytes:
     off = _mpls_offset(frame)
     if off < 0:
         return frame
-    return frame[: off - 2] + _U16.pack(eth_type) + frame[off + 4 :]
+    return _padded(frame[: off - 2] + _U16.pack(eth_type) + frame[off + 4 :])
 
 
 # ----- PBB (802.1ah) ---------------------------------------------------------------------
@@ -566,7 +575,7 @@ def push_pbb(frame: bytes, eth_type: int = ETH_TYPE_PBB) -> bytes:
 def pop_pbb(frame: bytes, _arg: object = None) -> bytes:
     """OFPAT_POP_PBB: the customer frame behind the I-TAG."""
     if len(frame) >= 30 and _U16_AT(frame, 12)[0] == ETH_TYPE_PBB:
-        return frame[18:]
+        return _padded(frame[18:])
     return frame
 
 

@@ -13,7 +13,7 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.contrib.mpls import MPLS
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.inet6 import (
     IPv6,
     IPv6ExtHdrDestOpt,
@@ -226,6 +226,17 @@ def test_push_pop_mpls_and_its_ttls() -> None:
         p.OFPActionCopyTtlOut(),
     )
     assert Ether(f)[MPLS].ttl == 4
+
+
+def test_a_frame_a_pop_shortens_leaves_padded_to_the_ethernet_minimum() -> None:
+    """IEEE 802.3: a MAC pads a frame below 60 bytes (the os-ken tester expects it)."""
+    inner = bytes(eth() / IP() / ICMP())  # 42 bytes
+    for frame, action in (
+        (bytes(eth() / MPLS(label=1) / IP() / ICMP()), p.OFPActionPopMpls(0x800)),
+        (bytes(eth() / Dot1Q(vlan=2) / IP() / ICMP()), p.OFPActionPopVlan()),
+    ):
+        [f] = apply(frame, action)
+        assert f == inner + bytes(18)
 
 
 def test_nw_ttl_on_ipv4_and_ipv6() -> None:
