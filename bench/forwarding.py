@@ -411,6 +411,54 @@ def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
         _run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", target, flow], env=env)
 
 
+def emu_switch_args(
+    name: str,
+    dpid: int,
+    mgmt_sock: str,
+    ports: list[tuple[str, int]],
+    of_listen: str = "127.0.0.1:0",
+    controller: Optional[str] = None,
+    rate_bps: int = EMU_RATE_BPS,
+) -> list[str]:
+    """Arguments of one `emu.switch.datapath` switch (without the interpreter and `-m`).
+
+    Args:
+        name: the switch's name (its log lines and management answers carry it).
+        dpid: datapath id.
+        mgmt_sock: path of its management Unix socket.
+        ports: (interface, OpenFlow port number) of every port.
+        of_listen: HOST:PORT of its passive OpenFlow listener (port 0: any free).
+        controller: `tcp:HOST:PORT` of a controller it connects to, if any.
+        rate_bps: every port's link rate (the default never limits forwarding).
+
+    Returns:
+        The argument list, e.g. for `[sys.executable, "-m", "emu.switch.datapath", *args]`.
+    """
+    args = ["--name", name, "--dpid", hex(dpid), "--mgmt", mgmt_sock, "--of-listen", of_listen]
+    for ifname, port_no in ports:
+        args += ["--port", f"{ifname}:{port_no}:{rate_bps}"]
+    if controller:
+        args += ["--controller", controller]
+    return args
+
+
+def wait_emu_ready(name: str, mgmt_sock: str, proc: Proc) -> None:
+    """Wait until switch `name` answers 'info' on `mgmt_sock`.
+
+    Raises:
+        BenchError: `proc` exited or did not answer within READY_TIMEOUT_S (names its log).
+    """
+
+    def ready() -> bool:
+        try:
+            mgmt.call(mgmt_sock, "info", timeout_s=1.0)
+            return True
+        except mgmt.MgmtError:
+            return False
+
+    _wait(ready, f"{name} to answer 'info' on {mgmt_sock}", READY_TIMEOUT_S, (proc,))
+
+
 class EmuChain:
     """N emu switches, each programmed through its passive OpenFlow port.
 
@@ -434,20 +482,13 @@ class EmuChain:
         for i in range(1, self.chain.hops + 1):
             sock = str(self.res.run_dir / f"s{i}.sock")
             of_port = free_tcp_port()
-            args = [
-                "--name",
+            args = emu_switch_args(
                 f"s{i}",
-                "--dpid",
-                hex(i),
-                "--mgmt",
+                i,
                 sock,
-                "--of-listen",
-                f"127.0.0.1:{of_port}",
-                "--port",
-                f"{self.chain.port(i, 1)}:1:{EMU_RATE_BPS}",
-                "--port",
-                f"{self.chain.port(i, 2)}:2:{EMU_RATE_BPS}",
-            ]
+                [(self.chain.port(i, 1), 1), (self.chain.port(i, 2), 2)],
+                of_listen=f"127.0.0.1:{of_port}",
+            )
             specs.append((f"s{i}", sock, of_port, args))
         if self.shared:
             argv = [sys.executable, "-m", "emu.switch.worker", "--name", "switches-1"]
@@ -466,15 +507,7 @@ class EmuChain:
             ]
         for (name, sock, of_port, _), proc in zip(specs, procs):
             self.switches.append((proc, sock))
-
-            def ready(sock: str = sock) -> bool:
-                try:
-                    mgmt.call(sock, "info", timeout_s=1.0)
-                    return True
-                except mgmt.MgmtError:
-                    return False
-
-            _wait(ready, f"{name} to answer 'info' on {sock}", READY_TIMEOUT_S, (proc,))
+            wait_emu_ready(name, sock, proc)
             _flows(f"tcp:127.0.0.1:{of_port}")
 
     def pids(self) -> list[int]:
@@ -575,6 +608,36 @@ class OvsDaemons:
             (self.vswitchd,),
         )
 
+    def add_bridge(self, br: str, ports: list[tuple[str, int]], *settings: str) -> str:
+        """Add netdev bridge `br` (OpenFlow 1.3 only, fail_mode=secure) with `ports`.
+
+        Its internal port, a tap named like the bridge, is recorded before it exists.
+
+        Args:
+            br: bridge name.
+            ports: (interface, OpenFlow port number) of every port.
+            settings: more `column=value` settings of the bridge row, e.g.
+                `other-config:datapath-id=0000000000000002`.
+
+        Returns:
+            The bridge's management target for ovs-ofctl (`unix:DIR/BR.mgmt`).
+        """
+        self.res.links.append(br)
+        self.res.save()
+        args = ["add-br", br, "--", "set", "bridge", br, "datapath_type=netdev"]
+        args += ["fail_mode=secure", "protocols=OpenFlow13", *settings]
+        for ifname, port_no in ports:
+            args += ["--", "add-port", br, ifname]
+            args += ["--", "set", "interface", ifname, f"ofport_request={port_no}"]
+        self.vsctl(*args)
+        _wait(
+            lambda: os.path.exists(f"{self.dir}/{br}.mgmt"),
+            f"{br}.mgmt",
+            READY_TIMEOUT_S,
+            (self.vswitchd,) if self.vswitchd else (),
+        )
+        return f"unix:{self.dir}/{br}.mgmt"
+
     def pids(self) -> list[int]:
         return [p.popen.pid for p in (self.db, self.vswitchd) if p is not None]
 
@@ -607,47 +670,9 @@ class OvsChain:
 
     def start(self) -> None:
         self.ovs.start()
-        d = self.ovs.dir
         for i in range(1, self.chain.hops + 1):
-            br = self.bridge(i)
-            # Its internal port is a tap named like the bridge: record it.
-            self.res.links.append(br)
-            self.res.save()
-            self.ovs.vsctl(
-                "add-br",
-                br,
-                "--",
-                "set",
-                "bridge",
-                br,
-                "datapath_type=netdev",
-                "fail_mode=secure",
-                "protocols=OpenFlow13",
-                "--",
-                "add-port",
-                br,
-                self.chain.port(i, 1),
-                "--",
-                "set",
-                "interface",
-                self.chain.port(i, 1),
-                "ofport_request=1",
-                "--",
-                "add-port",
-                br,
-                self.chain.port(i, 2),
-                "--",
-                "set",
-                "interface",
-                self.chain.port(i, 2),
-                "ofport_request=2",
-            )
-            mgmt_sock = f"unix:{d}/{br}.mgmt"
-            _wait(
-                lambda br=br: os.path.exists(f"{d}/{br}.mgmt"),
-                f"{br}.mgmt",
-                READY_TIMEOUT_S,
-                (self.ovs.vswitchd,),
+            mgmt_sock = self.ovs.add_bridge(
+                self.bridge(i), [(self.chain.port(i, 1), 1), (self.chain.port(i, 2), 2)]
             )
             _run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", mgmt_sock], env=self.ovs.env)
             _flows(mgmt_sock, env=self.ovs.env)
