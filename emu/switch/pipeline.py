@@ -718,7 +718,7 @@ class Pipeline:
         return True
 
     def select_hash(self, key: tuple) -> int:
-        """Deterministic 5-tuple hash (eth src/dst/type for non-IP), seeded."""
+        """Deterministic, seeded: the IP 5-tuple; eth src/dst/type (+ ARP spa/tpa) for non-IP."""
         l4s = key[parse.K_UDP_SRC] or key[parse.K_TCP_SRC] or key[parse.K_SCTP_SRC] or 0
         l4d = key[parse.K_UDP_DST] or key[parse.K_TCP_DST] or key[parse.K_SCTP_DST] or 0
         if key[parse.K_IPV4_SRC] is not None:
@@ -743,6 +743,9 @@ class Pipeline:
                 key[parse.K_ETH_DST] or 0,
                 key[parse.K_ETH_TYPE] or 0,
             )
+            if key[parse.K_ARP_SPA] is not None:
+                # ARP between two routers' MACs still spreads by the addresses it resolves.
+                data += struct.pack("!II", key[parse.K_ARP_SPA], key[parse.K_ARP_TPA] or 0)
         d = hashlib.blake2b(data, digest_size=8, key=self._seed_key).digest()
         return int.from_bytes(d, "big")
 

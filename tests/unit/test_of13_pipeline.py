@@ -332,3 +332,22 @@ def test_sctp_crc_matches_scapys() -> None:
     frame = bytes(v4() / SCTP(sport=1, dport=2) / PAYLOAD)
     after = rewrite.SET_FIELD["sctp_dst"][0](frame, 7)
     assert after[36:38] == b"\x00\x07" and checksums_right(after)
+
+
+def test_select_spreads_arp_by_the_addresses_it_resolves() -> None:
+    """ARP between the same two MACs (a router's) still spreads over a SELECT group's buckets:
+    os-ken's switch tester (group 01_SELECT_IP) sends it with random spa/tpa and expects both."""
+    from scapy.layers.l2 import ARP
+
+    from .fakes import bucket, group
+
+    pl = Pipeline(ports=mkports(4))
+    group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(2)]), bucket([out(3)])])
+    flow(pl, {}, [p.OFPActionGroup(1)], prio=1)
+    eth = Ether(src="00:00:00:00:00:01", dst="ff:ff:ff:ff:ff:ff")
+    ports = {
+        port
+        for i in range(64)
+        for port in sent_to(pl, eth / ARP(psrc=f"10.0.{i}.1", pdst=f"10.1.{i}.9"))
+    }
+    assert ports == {2, 3}
