@@ -54,7 +54,7 @@ from typing import Callable, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emu import mgmt  # noqa: E402  (needs the repo on sys.path when run as a script)
+from emu import mgmt, ovs  # noqa: E402  (needs the repo on sys.path when run as a script)
 from emu.registry import FabricError, die_with_parent, free_tcp_port, wait_for  # noqa: E402
 
 log = logging.getLogger("bench.forwarding")
@@ -75,8 +75,7 @@ STOP_TIMEOUT_S = 3.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 OFFLOAD_FEATURES = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
 VARIANTS = ("veth", "emu", "emu-shared", "ovs-user")
-OVS_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
-OVS_NETDEV_TAP = "ovs-netdev"
+OVS_NETDEV_TAP = ovs.NETDEV_TAP
 
 
 class BenchError(RuntimeError):
@@ -538,25 +537,19 @@ class OvsDaemons:
         self.dir = Path(tempfile.mkdtemp(prefix="ovs-", dir=res.run_dir))
         res.dirs.append(self.dir)
         res.save()
-        self.db_sock = f"unix:{self.dir}/db.sock"
-        self.env = dict(
-            os.environ,
-            OVS_RUNDIR=str(self.dir),
-            OVS_DBDIR=str(self.dir),
-            OVS_LOGDIR=str(self.dir),
-            OVS_SYSCONFDIR=str(self.dir),
-            OVS_PKGDATADIR=str(OVS_SCHEMA.parent),
-        )
+        self.db_sock = ovs.db_socket(self.dir)
+        self.env = ovs.env(self.dir)
         self.db: Optional[Proc] = None
         self.vswitchd: Optional[Proc] = None
 
     def vsctl(self, *args: str) -> None:
-        _run(["ovs-vsctl", f"--db={self.db_sock}", "--timeout=10", *args], env=self.env)
+        _run(ovs.vsctl_argv(self.dir, *args), env=self.env)
 
     def start(self) -> None:
         d, tag = self.dir, self.tag
-        if not OVS_SCHEMA.exists():
-            raise BenchError(f"{OVS_SCHEMA} missing: is openvswitch-switch installed?")
+        absent = ovs.missing()
+        if absent:
+            raise BenchError(absent)
         # dpif-netdev keeps a persistent tap named after the datapath; one that
         # exists already belongs to another OVS, which we must not touch.
         if _ifexists(OVS_NETDEV_TAP):
@@ -564,79 +557,40 @@ class OvsDaemons:
                 f"interface {OVS_NETDEV_TAP} exists: another OVS userspace "
                 "datapath runs on this machine; not starting ours"
             )
-        _run(["ovsdb-tool", "create", f"{d}/conf.db", str(OVS_SCHEMA)], env=self.env)
-        self.db = self.res.start(
-            f"{tag}-ovsdb-server",
-            [
-                "ovsdb-server",
-                f"{d}/conf.db",
-                f"--remote=p{self.db_sock}",
-                f"--unixctl={d}/ovsdb-server.ctl",
-                f"--pidfile={d}/ovsdb-server.pid",
-                "-vconsole:off",
-                "-vfile:info",
-                f"--log-file={d}/ovsdb-server.log",
-            ],
-            env=self.env,
-        )
+        _run(ovs.create_db_argv(d), env=self.env)
+        self.db = self.res.start(f"{tag}-ovsdb-server", ovs.ovsdb_server_argv(d), env=self.env)
         _wait(
-            lambda: os.path.exists(f"{d}/db.sock"),
+            lambda: ovs.db_ready(d),
             f"ovsdb-server socket {d}/db.sock",
             READY_TIMEOUT_S,
             (self.db,),
         )
         self.vsctl("--no-wait", "init")
-        self.vswitchd = self.res.start(
-            f"{tag}-ovs-vswitchd",
-            [
-                "ovs-vswitchd",
-                self.db_sock,
-                f"--unixctl={d}/ovs-vswitchd.ctl",
-                f"--pidfile={d}/ovs-vswitchd.pid",
-                "-vconsole:off",
-                "-vfile:info",
-                f"--log-file={d}/ovs-vswitchd.log",
-            ],
-            env=self.env,
-        )
+        self.vswitchd = self.res.start(f"{tag}-ovs-vswitchd", ovs.vswitchd_argv(d), env=self.env)
         self.res.links.append(OVS_NETDEV_TAP)
         self.res.save()
         _wait(
-            lambda: os.path.exists(f"{d}/ovs-vswitchd.ctl"),
+            lambda: ovs.vswitchd_ready(d),
             "ovs-vswitchd control socket",
             READY_TIMEOUT_S,
             (self.vswitchd,),
         )
 
     def add_bridge(self, br: str, ports: list[tuple[str, int]], *settings: str) -> str:
-        """Add netdev bridge `br` (OpenFlow 1.3 only, fail_mode=secure) with `ports`.
+        """Add netdev bridge `br` (emu.ovs.add_bridge_args) with `ports`; its management target.
 
         Its internal port, a tap named like the bridge, is recorded before it exists.
-
-        Args:
-            br: bridge name.
-            ports: (interface, OpenFlow port number) of every port.
-            settings: more `column=value` settings of the bridge row, e.g.
-                `other-config:datapath-id=0000000000000002`.
-
-        Returns:
-            The bridge's management target for ovs-ofctl (`unix:DIR/BR.mgmt`).
         """
         self.res.links.append(br)
         self.res.save()
-        args = ["add-br", br, "--", "set", "bridge", br, "datapath_type=netdev"]
-        args += ["fail_mode=secure", "protocols=OpenFlow13", *settings]
-        for ifname, port_no in ports:
-            args += ["--", "add-port", br, ifname]
-            args += ["--", "set", "interface", ifname, f"ofport_request={port_no}"]
-        self.vsctl(*args)
+        self.vsctl(*ovs.add_bridge_args(br, ports, *settings))
         _wait(
             lambda: os.path.exists(f"{self.dir}/{br}.mgmt"),
             f"{br}.mgmt",
             READY_TIMEOUT_S,
             (self.vswitchd,) if self.vswitchd else (),
         )
-        return f"unix:{self.dir}/{br}.mgmt"
+        return ovs.bridge_mgmt(self.dir, br)
 
     def pids(self) -> list[int]:
         return [p.popen.pid for p in (self.db, self.vswitchd) if p is not None]
