@@ -50,12 +50,13 @@ from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
-from emu import mgmt, ofctl
+from emu import mgmt, ofctl, ovs
 from emu.registry import FabricError, Run, free_tcp_port, interface_exists, stop_child, wait_for
 
 log = logging.getLogger(__name__)
 
 SWITCH_NAME = "tb"
+SWITCHES = ("emu", "ovs")
 DPID = 0x1
 MAX_PORTS = 64  # a conformance test needs a handful; each port is two interfaces
 MAX_TABLES = ofp.OFPTT_MAX + 1  # table ids 0..0xfe; 0xff is OFPTT_ALL
@@ -317,6 +318,10 @@ class SwitchTestbed:
             testbed, so that `controller(active=True)` is a controller
             connection: emu sends PACKET_IN, PORT_STATUS and FLOW_REMOVED on
             those only, never on its passive listener.
+        switch: "emu", or "ovs" for an Open vSwitch userspace bridge on the
+            same ports (our own daemons, emu.ovs), so that one test holds
+            emu to account against OVS. OVS does not pace its ports
+            (`rate_bps` is emu's only), and `switch_call` is emu's only.
 
     Raises:
         ValueError: an argument is out of range; the message names it.
@@ -331,8 +336,11 @@ class SwitchTestbed:
         controllers: tuple[str, ...] = (),
         log_level: str = "INFO",
         active_controller: bool = False,
+        switch: str = "emu",
     ) -> None:
         _check_int("n_ports", n_ports, 1, MAX_PORTS)
+        if switch not in SWITCHES:
+            raise ValueError(f"switch={switch!r}: one of {', '.join(SWITCHES)}")
         _check_int("rate_bps", rate_bps, 1, None)
         _check_int("tables", tables, 1, MAX_TABLES)
         if isinstance(controllers, str):
@@ -350,6 +358,7 @@ class SwitchTestbed:
         self.controllers = tuple(controllers)
         self.log_level = log_level.upper()
         self.active_controller = active_controller
+        self.switch = switch
 
         self.run: Run | None = None
         self.tag = ""
@@ -362,6 +371,8 @@ class SwitchTestbed:
         self._socks: dict[int, socket.socket] = {}
         self._listener: socket.socket | None = None
         self._clients: list[OFClient] = []
+        self._ovs_dir = ""
+        self._ovs_db: subprocess.Popen | None = None
         self._opened = False
         self._closed = False
 
@@ -413,7 +424,10 @@ class SwitchTestbed:
             self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._listener.bind(("127.0.0.1", 0))
             self._listener.listen(4)
-        self._start_switch()
+        if self.switch == "ovs":
+            self._start_ovs()
+        else:
+            self._start_switch()
         self.drain()
 
     def _free_tag(self) -> str:
@@ -488,6 +502,92 @@ class SwitchTestbed:
         except FabricError as exc:
             raise TestbedError(f"{exc}\n{self._log_tail()}") from exc
 
+    def _start_ovs(self) -> None:
+        """Our own ovsdb-server and ovs-vswitchd, one netdev bridge on the switch ends."""
+        absent = ovs.missing()
+        if absent:
+            raise TestbedError(absent)
+        if interface_exists(ovs.NETDEV_TAP):
+            raise TestbedError(
+                f"interface {ovs.NETDEV_TAP} exists: another Open vSwitch userspace "
+                "datapath runs on this machine, and only one can"
+            )
+        self._ovs_dir = d = os.path.join(self.run.log_dir, f"ovs-{self.tag}")
+        os.makedirs(d, exist_ok=True)
+        self.log_path = os.path.join(d, "ovs-vswitchd.log")
+        env = ovs.env(d)
+        bridge = f"tb{self.tag}br"
+        # Its internal port and the datapath's tap appear with the bridge.
+        self.run.add_interfaces([bridge, ovs.NETDEV_TAP])
+        self._vsctl_or_fail(ovs.create_db_argv(d), env)
+        self._ovs_db = self.run.spawn(
+            ovs.ovsdb_server_argv(d), os.path.join(d, "ovsdb-server.out"), "ovsdb-server", env=env
+        )
+        try:
+            wait_for(
+                lambda: self._ovs_alive(self._ovs_db) and ovs.db_ready(d),
+                READY_TIMEOUT_S,
+                f"ovsdb-server to listen in {d}",
+                interval_s=0.05,
+                logs=os.path.join(d, "ovsdb-server.log"),
+            )
+            self._vsctl_or_fail(ovs.vsctl_argv(d, "--no-wait", "init"), env)
+            self.proc = self.run.spawn(
+                ovs.vswitchd_argv(d), os.path.join(d, "ovs-vswitchd.out"), "switch", env=env
+            )
+            wait_for(
+                lambda: self._ovs_alive(self.proc) and ovs.vswitchd_ready(d),
+                READY_TIMEOUT_S,
+                "ovs-vswitchd to start",
+                interval_s=0.05,
+                logs=self.log_path,
+            )
+            self._vsctl_or_fail(ovs.vsctl_argv(d, *ovs.FLOW_LIMIT_OFF), env)
+            ports = [(sw_end, n) for n, (sw_end, _) in self.pairs.items()]
+            settings = (
+                f"other-config:datapath-id={DPID:016x}",
+                "other-config:disable-in-band=true",
+            )
+            self._vsctl_or_fail(
+                ovs.vsctl_argv(d, *ovs.add_bridge_args(bridge, ports, *settings)), env
+            )
+            of_port = free_tcp_port()
+            targets = [f"ptcp:{of_port}:127.0.0.1"] + [f"tcp:{a}" for a in self.controllers]
+            if self._listener is not None:
+                targets.append("tcp:127.0.0.1:%d" % self._listener.getsockname()[1])
+            self._vsctl_or_fail(ovs.vsctl_argv(d, "set-controller", bridge, *targets), env)
+            self.info = {"of_listen": ["127.0.0.1", of_port], "switch": "ovs"}
+
+            def ports_live() -> bool:
+                self._check_alive("during start-up")
+                res = ofctl.run(self.of_addr, ("dump-ports-desc",), check=False, timeout_s=5.0)
+                return res.returncode == 0 and _ovs_live_ports(res.stdout) >= set(self.pairs)
+
+            wait_for(
+                ports_live,
+                READY_TIMEOUT_S,
+                f"ovs-vswitchd to answer on 127.0.0.1:{of_port} with {self.n_ports} live ports",
+                interval_s=0.1,
+                logs=self.log_path,
+            )
+        except FabricError as exc:
+            raise TestbedError(f"{exc}\n{self._log_tail()}") from exc
+
+    def _ovs_alive(self, proc: subprocess.Popen | None) -> bool:
+        if proc is None or proc.poll() is not None:
+            raise TestbedError(
+                f"Open vSwitch exited during start-up; logs in {self._ovs_dir}:\n{self._log_tail()}"
+            )
+        return True
+
+    def _vsctl_or_fail(self, argv: list[str], env: dict[str, str]) -> None:
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+        except subprocess.TimeoutExpired as exc:
+            raise TestbedError(f"{' '.join(argv)}: no answer in 30 s") from exc
+        if res.returncode != 0:
+            raise TestbedError(f"{' '.join(argv)}: {(res.stderr or res.stdout).strip()[-300:]}")
+
     def _check_alive(self, when: str) -> None:
         if self.proc is None or self.proc.poll() is not None:
             code = None if self.proc is None else self.proc.returncode
@@ -523,6 +623,8 @@ class SwitchTestbed:
         try:
             if self.proc is not None:
                 stop_child(self.proc)
+            if self._ovs_db is not None:
+                stop_child(self._ovs_db)
         finally:
             if self.run is not None:
                 self.run.teardown()
@@ -560,7 +662,10 @@ class SwitchTestbed:
 
         Raises:
             emu.mgmt.MgmtError: no answer within `timeout_s`, or the switch said no.
+            TestbedError: the switch is Open vSwitch, which has no such socket.
         """
+        if self.switch != "emu":
+            raise TestbedError(f"switch_call({cmd!r}): only emu's switch has a management socket")
         return mgmt.call(self.mgmt_path, cmd, timeout_s=timeout_s, **args)
 
     @overload
@@ -712,6 +817,18 @@ class SwitchTestbed:
 
 
 # ----- helpers ----------------------------------------------------------------
+
+
+def _ovs_live_ports(ports_desc: str) -> set[int]:
+    """Port numbers that `ovs-ofctl dump-ports-desc` shows with state LIVE."""
+    live, port = set(), None
+    for line in ports_desc.splitlines():
+        head = line.strip().split("(", 1)[0]
+        if head.isdigit():
+            port = int(head)
+        elif line.strip().startswith("state:") and "LIVE" in line and port is not None:
+            live.add(port)
+    return live
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None) -> None:

@@ -16,7 +16,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.all import IP, UDP, Dot1Q, Ether, raw
 
-from emu import registry
+from emu import ovs, registry
 from emu.testbed import SwitchTestbed, TestbedError
 
 
@@ -174,8 +174,26 @@ def test_a_switch_that_exits_at_start_up_fails_open_with_its_log_and_leaves_noth
         ({"controllers": ("127.0.0.1",)}, "controllers"),
         ({"controllers": "127.0.0.1:6653"}, "controllers"),
         ({"log_level": "LOUD"}, "log_level"),
+        ({"switch": "bmv2"}, "switch"),
     ],
 )
 def test_a_bad_argument_is_refused_naming_it(kwargs, name):
     with pytest.raises(ValueError, match=name):
         SwitchTestbed(**kwargs)
+
+
+@pytest.mark.skipif(bool(ovs.missing()), reason=ovs.missing() or "ok")
+def test_an_ovs_testbed_forwards_and_leaves_nothing_behind():
+    """The reference switch on the same ports: flows by ovs-ofctl, frames through, all gone after."""
+    tb = SwitchTestbed(n_ports=2, switch="ovs")
+    with tb:
+        tb.ofctl("add-flow", "in_port=1,actions=output:2")
+        frame = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP() / UDP())
+        tb.send(1, frame)
+        assert tb.receive() == {1: [], 2: [frame]}
+        with pytest.raises(TestbedError, match="management socket"):
+            tb.switch_call("flows")
+        pids = [entry["pid"] for entry in tb.run.pids]
+        assert len(pids) == 2  # ovsdb-server and ovs-vswitchd
+    assert not any(os.path.exists(f"/sys/class/net/{n}") for n in tb.interfaces + [ovs.NETDEV_TAP])
+    assert all(registry.proc_start_time(pid) is None for pid in pids)
