@@ -80,6 +80,7 @@ class AppOptions:
     elephant_fraction: float = 0.1
     agg_socket: Optional[str] = None
     agg_slots_per_switch: int = 1024
+    next_hops: Optional[str] = None
 
 
 def _emu_opts() -> list:
@@ -106,6 +107,12 @@ def _emu_opts() -> list:
             default=1024,
             help="aggregation: slots of each switch's reduction engine",
         ),
+        cfg.StrOpt(
+            "next-hops",
+            default=None,
+            help="routing: a Python file whose next_hops(topology, switch, destination) "
+            "chooses the ports (default: every shortest-path next hop)",
+        ),
     ]
 
 
@@ -129,6 +136,7 @@ def app_options() -> AppOptions:
             elephant_fraction=conf.elephant_fraction,
             agg_socket=conf.agg_socket,
             agg_slots_per_switch=conf.agg_slots_per_switch,
+            next_hops=conf.next_hops,
         )
     except (oslo_cfg.Error, AttributeError):
         return AppOptions()
@@ -224,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1024,
         help="controllers.aggregation: slots of each switch's reduction engine",
     )
+    p.add_argument(
+        "--next-hops",
+        metavar="FILE",
+        help="controllers.routing: a Python file whose next_hops(topology, switch, "
+        "destination) returns the output ports (a lab's ECMP policy)",
+    )
     p.add_argument("--verbose", action="store_true")
     p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
     return p
@@ -247,6 +261,13 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(
             f"cannot listen on {args.ofp_listen_host}:{args.ofp_tcp_listen_port}: {e.strerror}"
         )
+    if args.next_hops is not None:
+        from controllers.routing import load_next_hops
+
+        try:
+            load_next_hops(args.next_hops)
+        except ValueError as exc:
+            parser.error(str(exc))
     for app in args.apps:
         try:
             importlib.import_module(app)
@@ -299,6 +320,8 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
     ]  # fmt: skip
     if args.flowlet_gap_us is not None:
         out += ["--flowlet-gap-us", str(args.flowlet_gap_us)]
+    if args.next_hops is not None:
+        out += ["--next-hops", os.path.abspath(args.next_hops)]
     agg_socket = args.agg_socket or os.path.join(
         os.path.dirname(os.path.abspath(args.status_file)), "aggregation.sock"
     )

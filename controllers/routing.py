@@ -36,6 +36,7 @@ OpenFlow 1.3 switch.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import logging
 import os
@@ -158,6 +159,9 @@ class RoutingConfig:
     max_events: int = 200
     set_eth_dst: bool = True
     flowlet_gap_us: Optional[int] = None
+    # Where each switch sends a destination switch's traffic; None: every shortest-path
+    # next hop (ECMP). A lab's student writes one (`NextHops`, `--next-hops FILE`).
+    next_hops: Optional["NextHops"] = None
 
     def __post_init__(self) -> None:
         for name in ("lldp_interval_s", "lldp_burst_interval_s", "arp_pending_timeout_s"):
@@ -183,6 +187,32 @@ class PortInfo:
     hw_addr: str
     live: bool
     speed_bps: int = 0  # PortDesc curr_speed; 0 when the switch does not say
+
+
+# A next-hop policy: (topology, switch, destination switch) -> output ports.
+NextHops = Callable[[nx.DiGraph, int, int], Iterable[int]]
+
+
+def load_next_hops(path: str) -> NextHops:
+    """The `next_hops` function of the Python file at `path` (a lab's or a user's policy).
+
+    Raises:
+        ValueError: the file cannot be loaded or defines no callable `next_hops`.
+    """
+    spec = importlib.util.spec_from_file_location("emu_next_hops", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"--next-hops {path!r}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a student's file: any error is theirs to see, named
+        raise ValueError(f"--next-hops {path!r}: {type(exc).__name__}: {exc}") from None
+    policy = getattr(module, "next_hops", None)
+    if not callable(policy):
+        raise ValueError(
+            f"--next-hops {path!r}: defines no function next_hops(topology, switch, destination)"
+        )
+    return policy
 
 
 FlowKey = Tuple[int, str]  # (priority, ipv4_dst)
@@ -780,8 +810,19 @@ class RoutingManager:
                 g.add_edge(s, d)
         return g
 
+    def topology(self) -> nx.DiGraph:
+        """Switches (dpids) and directed links; edge u->v carries "port", u's port towards v."""
+        g = nx.DiGraph()
+        g.add_nodes_from(self._switches)
+        for (s, sp), (d, _dp) in self._links.items():
+            if s in self._switches and d in self._switches:
+                g.add_edge(s, d, port=sp)
+        return g
+
     def routes(self) -> Dict[int, Dict[str, Route]]:
         """Desired route per switch per host IP: ECMP over every shortest-path next hop."""
+        if self.config.next_hops is not None:
+            return self._routes_by(self.config.next_hops)
         g = self._graph()
         rev = g.reverse(copy=False)
         out_links: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
@@ -809,6 +850,28 @@ class RoutingManager:
                         f"switch {dpid:016x} at distance {dist[dpid]} has no next hop"
                     )
                 result[dpid][host.ip] = ("ecmp", ports)
+        return result
+
+    def _routes_by(self, next_hops: "NextHops") -> Dict[int, Dict[str, Route]]:
+        """`routes()` with another policy: it names the ports, routing checks them."""
+        topology = self.topology()
+        result: Dict[int, Dict[str, Route]] = {dpid: {} for dpid in self._switches}
+        for host in self._hosts.values():
+            if host.dpid not in self._switches:
+                continue
+            for dpid in self._switches:
+                if dpid == host.dpid:
+                    result[dpid][host.ip] = ("local", host.port, host.mac)
+                    continue
+                ports = frozenset(next_hops(topology, dpid, host.dpid) or ())
+                links = {data["port"] for _, _, data in topology.out_edges(dpid, data=True)}
+                if not ports <= links:
+                    raise RoutingInvariantError(
+                        f"next_hops(topology, {dpid}, {host.dpid}) returned {sorted(ports)}: "
+                        f"switch {dpid}'s links to other switches are on ports {sorted(links)}"
+                    )
+                if ports:
+                    result[dpid][host.ip] = ("ecmp", ports)
         return result
 
     def resync(self, now: float) -> Msgs:
@@ -950,6 +1013,7 @@ class RoutingApp(app_manager.OSKenApp):
                 expect_links=opts.expect_links,
                 expect_hosts=opts.expect_hosts,
                 flowlet_gap_us=opts.flowlet_gap_us,
+                next_hops=load_next_hops(opts.next_hops) if opts.next_hops else None,
             )
         )
         self.make_extension(self.manager)

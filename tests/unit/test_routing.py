@@ -599,3 +599,55 @@ def test_a_flapping_link_is_damped_then_restored_when_stable(leaf_spine_fab: Sim
     assert any(a == link[:2] for link in fab.mgr.links)
     assert fab.group_ports("l1", "h3") == frozenset(fab.port[("l1", s)] for s in ("s1", "s2"))
     assert "link_undamped" in [e["kind"] for e in fab.mgr.status()["events"]]
+
+
+def _settled(next_hops) -> SimFabric:
+    config = RoutingConfig(expect_switches=6, expect_links=8, expect_hosts=4, next_hops=next_hops)
+    fab = SimFabric(leaf_spine(), RoutingManager(config))
+    fab.start()
+    fab.settle()
+    learn_all_hosts(fab)
+    return fab
+
+
+def test_a_next_hop_policy_chooses_the_ports_and_routing_installs_them() -> None:
+    """The pluggable policy a lab's student writes (`--next-hops FILE`): one path, not ECMP."""
+    import networkx as nx
+
+    def first_shortest_path(topology, switch, destination):
+        path = nx.shortest_path(topology, switch, destination)
+        return {topology.edges[path[0], path[1]]["port"]}
+
+    fab = _settled(first_shortest_path)
+    for remote in ("h2", "h3", "h4"):
+        assert len(fab.group_ports("l1", remote)) == 1
+    # The topology it is given: every directed link, with the port it leaves by.
+    topology = fab.mgr.topology()
+    assert topology.number_of_edges() == 16
+    assert all(
+        topology.edges[fab.dpid[a], fab.dpid[b]]["port"] == fab.port[(a, b)]
+        for a, b in (("l1", "s1"), ("s2", "l3"))
+    )
+
+
+def test_a_policy_naming_a_port_with_no_link_is_refused_naming_it() -> None:
+    from controllers.routing import RoutingInvariantError
+
+    with pytest.raises(RoutingInvariantError, match=r"returned \[99\]: switch \d+'s links"):
+        _settled(lambda topology, switch, destination: {99})
+
+
+def test_load_next_hops_names_what_is_wrong_with_the_file(tmp_path) -> None:
+    from controllers.routing import load_next_hops
+
+    good = tmp_path / "good.py"
+    good.write_text("def next_hops(topology, switch, destination):\n    return set()\n")
+    assert load_next_hops(str(good))(None, 1, 2) == set()
+    broken = tmp_path / "broken.py"
+    broken.write_text("def next_hops(:\n")
+    with pytest.raises(ValueError, match="broken.py'.*SyntaxError"):
+        load_next_hops(str(broken))
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(ValueError, match="defines no function next_hops"):
+        load_next_hops(str(empty))
