@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from emu import checklines, fabric, mgmt, realtime, registry, scenario
+from emu import checklines, fabric, labs, mgmt, realtime, registry, scenario
 from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
@@ -192,20 +192,51 @@ def cmd_cli(args) -> int:
     need_root("emu cli")
     graph = scenario.build_fabric_graph(params)
     with Fabric(graph, **scenario.fabric_options(params)) as fab:
-        print(
-            f"fabric {graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
-            f"logs in {fab.log_dir()}"
-        )
-        print(
-            "emu commands: ctl SWITCH flows|ports|groups|counters, path SRC DST "
-            "[tcp|udp SPORT DPORT], status"
-        )
-        from mininet.log import setLogLevel
-
-        setLogLevel("output")  # the CLI prints command output at Mininet's 'output' level
-        logging.getLogger("mininet").propagate = False  # Mininet has its own handler
-        EmuCLI(fab.net, fab=fab)
+        interactive(fab)
     return 0
+
+
+def interactive(fab) -> None:
+    """Mininet's CLI with emu's commands on a running fabric, until the user quits."""
+    print(
+        f"fabric {fab.graph.graph['name']} up; converged after {fab.converged_after_s:.1f} s; "
+        f"logs in {fab.log_dir()}"
+    )
+    print(
+        "emu commands: ctl SWITCH flows|ports|groups|counters, path SRC DST "
+        "[tcp|udp SPORT DPORT], status"
+    )
+    from mininet.log import setLogLevel
+
+    setLogLevel("output")  # the CLI prints command output at Mininet's 'output' level
+    logging.getLogger("mininet").propagate = False  # Mininet has its own handler
+    EmuCLI(fab.net, fab=fab)
+
+
+def cmd_lab(args) -> int:
+    """emu lab list | start NAME | check NAME [--solution|--work DIR] [--out DIR]."""
+    if args.lab_command == "list":
+        rows = [
+            (name, m.TITLE, f"{m.MINUTES} min", m.GRADES) for name, m in labs.available().items()
+        ]
+        width = max(len(r[0]) for r in rows)
+        for name, title, minutes, grades in rows:
+            print(f"{name:{width}}  {title} ({minutes})\n{'':{width}}  graded on: {grades}")
+        return 0
+    module = labs.load(args.name)
+    if args.lab_command == "start":
+        need_root(f"emu lab start {args.name}")
+        work = labs.copy_starting_point(args.name)
+        print(f"lab {args.name}: {module.TITLE}. Your copy: {work}/ (edit it there);")
+        print(f"  the handout: {labs.lab_dir(args.name) / 'README.md'}")
+        print(f"  grade it with: emu lab check {args.name}")
+        module.start(labs.new_run(args.name, work, args.out, solution=False))
+        return 0
+    labs.work_dir(args.name, args.solution, args.work)  # a missing file is named before root
+    need_root(f"emu lab check {args.name}")
+    run = labs.check(args.name, args.solution, args.work, args.out)
+    print(labs.render(run))
+    return 0 if run.passed else EXIT_CHECKS_FAILED
 
 
 def _make_emu_cli():
@@ -556,6 +587,23 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. docs/runs/DATE-reproduction.md)",
     )
     s.set_defaults(func=cmd_reproduce)
+    s = sub.add_parser("lab", help="teaching labs: list, start one, grade your work")
+    lab = s.add_subparsers(dest="lab_command", required=True)
+    lab.add_parser("list", help="the labs, their time and what each is graded on")
+    t = lab.add_parser(
+        "start", help="copy the lab's starting point, build its fabric, open the CLI"
+    )
+    t.add_argument("name")
+    t.add_argument("--out", help="results directory (default results/labs/NAME)")
+    t = lab.add_parser("check", help="grade the lab on real packets; a hint per failed check")
+    t.add_argument("name")
+    which = t.add_mutually_exclusive_group()
+    which.add_argument("--solution", action="store_true", help="grade the lab's solution/")
+    which.add_argument(
+        "--work", help="grade this directory (default labs-work/NAME, else the start)"
+    )
+    t.add_argument("--out", help="results directory (default results/labs/NAME)")
+    s.set_defaults(func=cmd_lab)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)
     s = sub.add_parser("report", help="print the report of a results directory")
@@ -575,7 +623,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         realtime.configured_priority()  # a bad EMU_RT_PRIORITY is named before anything starts
         return args.func(args)
-    except (ScenarioError, FabricSpecError, mgmt.MgmtError, realtime.RealtimeError) as exc:
+    except (
+        ScenarioError,
+        FabricSpecError,
+        mgmt.MgmtError,
+        realtime.RealtimeError,
+        labs.LabError,
+    ) as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -5,7 +5,7 @@ skipped, with the reason, for a non-root run. Every such test is followed by
 a check that nothing of ours is left: no emu run in the registry, no
 interface named like a fabric port, no process whose command line is an emu
 switch, controller or NIC agent. The check is autouse for every test under
-tests/integration/ and tests/scenarios/ (`no_leaks` remains for a test
+tests/integration/, tests/scenarios/ and tests/labs/ (`no_leaks` remains for a test
 elsewhere that wants it). A fabric that a module-scoped fixture holds is alive
 during the module's tests by design: it is left out of each test's check and
 checked when the module ends, after its fixture has torn it down.
@@ -35,7 +35,7 @@ _REPORTED: set[tuple[str, str]] = set()
 def builds_fabrics(path) -> bool:
     """True for the tests that need root and get the leak check."""
     path = str(path)
-    return "/integration/" in path or "/scenarios/" in path
+    return any(part in path for part in ("/integration/", "/scenarios/", "/labs/"))
 
 
 def leftovers(held: Iterable[registry.Run] = ()) -> dict:
