@@ -15,7 +15,8 @@ raising `FabricSpecError` naming the parameter, its value and what is allowed.
 The attribute contract (checked by `validate`):
 
 - ``G.graph``: ``name`` (str), ``kind`` ("leaf_spine" | "fat_tree" |
-  "single_switch"), ``params`` (the resolved builder arguments),
+  "single_switch" | "custom", the last for a hand-made topology file),
+  ``params`` (the resolved builder arguments),
   ``subnet`` ("10.0.0.0/8"), ``time_scale`` (float).
 - switch nodes: ``kind="switch"``, ``role`` ("leaf", "spine", "edge", "agg",
   "core", "switch"), ``dpid`` (unique nonzero int), ``tier`` (0 leaf/edge/switch,
@@ -24,7 +25,8 @@ The attribute contract (checked by `validate`):
   ``prefixlen`` (8), ``mac`` ("02:00:00:xx:xx:xx"), ``leaf`` (the switch it
   attaches to); fat-tree hosts also carry ``pod``.
 - edges: ``rate_bps`` (int), ``delay_s`` (float), ``tier`` ("host" |
-  "leaf-spine" | "edge-agg" | "agg-core"), ``ports`` ({node: port_no}),
+  "leaf-spine" | "edge-agg" | "agg-core" | "fabric", the last between switch
+  roles no builder joins), ``ports`` ({node: port_no}),
   ``intfs`` ({node: interface name}).
 
 The time scale: a fabric's links run at emulated rates (tens of Mbit/s) and
@@ -88,9 +90,11 @@ PREFIXLEN = 8
 # Linux IFNAMSIZ is 16 including the terminating NUL.
 MAX_INTF_NAME = 15
 
-KINDS = ("leaf_spine", "fat_tree", "single_switch")
+# "custom": a fabric read from a topology file that no builder made (emu/topofile.py).
+KINDS = ("leaf_spine", "fat_tree", "single_switch", "custom")
 SWITCH_ROLES = {"leaf": 0, "spine": 1, "edge": 0, "agg": 1, "core": 2, "switch": 0}
-LINK_TIERS = ("host", "leaf-spine", "edge-agg", "agg-core")
+# "fabric": a link between switch roles that no builder joins (a hand-made file's).
+LINK_TIERS = ("host", "leaf-spine", "edge-agg", "agg-core", "fabric")
 _MAC_RE = re.compile(r"^02:00:00(:[0-9a-f]{2}){3}$")
 
 

@@ -1,0 +1,842 @@
+"""Topology files: a fabric written down as YAML, read into the builders' graph.
+
+Owns the file format (its JSON schema is `emu/data/topology.schema.json`), reading
+a file into the same networkx graph the builders of `emu.fabric` return
+(`load`), checking it with errors that name the file, the line and the field in
+one line (`TopoFileError`), and writing a graph back in the same format
+(`dump`), so that a parametrised fabric stays one Python call and a hand-made
+one stays one file. Does not own the graph's attribute contract (that is
+`emu.fabric.validate`, which every loaded graph passes) nor anything that runs.
+Called by `emu.scenario` (the `topo` parameter, `emu run --topo`, `emu cli
+--topo`), by the `emu topo` commands and by labs.
+
+A file, in the spirit of containerlab's ``.clab.yml``::
+
+    # yaml-language-server: $schema=../emu/data/topology.schema.json
+    name: two-leaves
+    defaults: {rate: 20M}
+    nodes:
+      spine1: {kind: switch, role: spine}
+      leaf1:  {kind: switch, role: leaf, hosts: 2}
+      leaf2:  {kind: switch, role: leaf}
+      h3:     {kind: host, ip: 10.0.2.1}
+    links:
+      - {a: leaf1, b: spine1}
+      - {a: leaf2, b: spine1, rate: 10M}
+      - {a: h3, b: leaf2}
+
+What is left out is derived the way the builders derive it (module docstring
+of `emu.fabric`): a switch's tier from its role, its dpid from its role and
+its rank among switches of that role, a host's MAC from its number in file
+order, its IP as 10.0.<S>.<n> (its switch the S-th that has hosts, it the
+n-th host there), port numbers downward-facing first, each in file order. So
+`dump(leaf_spine(...))` is a short file, and loading it gives the graph back.
+
+Checking goes in three steps, each stopping at the first error: YAML syntax
+(PyYAML's marks), the schema (jsonschema, first error by line), then what a
+schema cannot say (names in links, one link per host, duplicates, ports,
+connectivity). PyYAML keeps the last of two equal keys silently; this module
+reads the composed nodes and rejects the second.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import networkx as nx
+import yaml
+
+from emu import fabric
+from emu.fabric import FabricSpecError
+
+__all__ = ["SCHEMA_FILE", "TopoFileError", "dump", "graphs_equal", "load", "loads", "schema"]
+
+SCHEMA_FILE = "topology.schema.json"
+# Where an example in topologies/ finds the schema relative to itself, for editors.
+SCHEMA_HINT = "# yaml-language-server: $schema=../emu/data/topology.schema.json"
+
+_RATE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)([KMGT]?)$")
+_DELAY_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+_DELAY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE]-?[0-9]+)?)(ns|us|ms|s)$")
+# A host's port is 0; a switch numbers its ports from 1 (emu.fabric, "Port numbering").
+_FIRST_PORT = {"host": 0, "switch": 1}
+# The link tier the builders give a link between two switch roles; others are "fabric".
+_LINK_TIER = {
+    frozenset({"leaf", "spine"}): "leaf-spine",
+    frozenset({"edge", "agg"}): "edge-agg",
+    frozenset({"agg", "core"}): "agg-core",
+}
+
+Path_ = Tuple[Union[str, int], ...]
+
+
+class TopoFileError(FabricSpecError):
+    """A topology file that cannot be read into a fabric.
+
+    Its text is one line, ``FILE:LINE: FIELD: what is wrong``, e.g.
+    ``topo.yaml:14: links[3].b: unknown node 'leaf9'``.
+
+    Attributes:
+        filename: the file as the user named it.
+        line: 1-based line, or None when the error is about the whole file.
+        field: the field's path (``links[3].b``, ``nodes.leaf1.kind``), or "".
+        problem: what is wrong with it.
+    """
+
+    def __init__(self, filename: str, line: Optional[int], field_path: str, problem: str):
+        self.filename, self.line, self.field, self.problem = filename, line, field_path, problem
+        where = filename if line is None else f"{filename}:{line}"
+        super().__init__(f"{where}: {field_path}: {problem}" if field_path else f"{where}: {problem}")
+
+
+def field_name(path: Path_) -> str:
+    """``("links", 3, "b")`` -> ``links[3].b``; the empty path is the top level."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "top level"
+
+
+# ---------------------------------------------------------------- YAML with line marks
+
+
+class _Marks:
+    """Line numbers of a composed YAML document, looked up by field path."""
+
+    def __init__(self, root: yaml.Node):
+        self.root = root
+
+    def _walk(self, path: Path_) -> Tuple[yaml.Node, Optional[yaml.Node]]:
+        """The deepest node on `path` and, when the last step is a mapping key, its key node."""
+        node, key_node = self.root, None
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                found = [(k, v) for k, v in node.value if k.value == part]
+                if not found:
+                    return node, None
+                key_node, node = found[-1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+                if part >= len(node.value):
+                    return node, None
+                key_node, node = None, node.value[part]
+            else:
+                return node, None
+        return node, key_node
+
+    def value_line(self, path: Path_) -> int:
+        """1-based line of the value at `path` (or of the nearest enclosing one)."""
+        return self._walk(path)[0].start_mark.line + 1
+
+    def key_line(self, path: Path_) -> int:
+        """1-based line of the key that names `path` (its value's line for a list item)."""
+        node, key_node = self._walk(path)
+        return (key_node or node).start_mark.line + 1
+
+
+def _first_duplicate_key(node: yaml.Node, path: Path_ = ()) -> Optional[Tuple[Path_, int, int]]:
+    """(path, line, first line) of the first key given twice in one mapping, in file order."""
+    if isinstance(node, yaml.MappingNode):
+        seen: Dict[Any, int] = {}
+        for key, value in node.value:
+            line = key.start_mark.line + 1
+            if isinstance(key, yaml.ScalarNode) and key.value in seen:
+                return path + (key.value,), line, seen[key.value]
+            seen[key.value] = line
+            found = _first_duplicate_key(value, path + (key.value,))
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _first_duplicate_key(item, path + (i,))
+            if found:
+                return found
+    return None
+
+
+def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                raise TopoFileError(
+                    filename, 1, "", "the file is empty; expected name, nodes and links"
+                )
+            duplicate = _first_duplicate_key(root)
+            if duplicate:
+                path, line, first = duplicate
+                what = "node" if len(path) == 2 and path[0] == "nodes" else "key"
+                raise TopoFileError(
+                    filename, line, field_name(path), f"duplicate {what} (first at line {first})"
+                )
+            doc = loader.construct_document(root)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        column = f" (column {mark.column + 1})" if mark else ""
+        problem = exc.problem or exc.context or "not YAML"
+        raise TopoFileError(filename, line, "", f"YAML syntax: {problem}{column}") from None
+    except yaml.YAMLError as exc:  # a reader error (bad bytes) carries no problem mark
+        raise TopoFileError(filename, None, "", f"YAML: {exc}") from None
+    return doc, _Marks(root)
+
+
+# ---------------------------------------------------------------- schema
+
+
+def schema() -> Dict[str, Any]:
+    """The JSON schema of a topology file (draft-07), as shipped in emu/data/."""
+    return json.loads(resources.files("emu").joinpath("data", SCHEMA_FILE).read_text())
+
+
+def _schema_error(doc: Any, marks: _Marks, filename: str) -> Optional[TopoFileError]:
+    """The schema error that comes first in the file, as a TopoFileError; None if valid."""
+    import jsonschema  # only here: the graph-only paths of emu import without it
+
+    validator = jsonschema.Draft7Validator(
+        schema(), format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
+    )
+    errors = [_describe(e, doc, marks, filename) for e in validator.iter_errors(doc)]
+    return min(errors, key=lambda e: (e.line or 0, e.field)) if errors else None
+
+
+def _describe(error, doc: Any, marks: _Marks, filename: str) -> TopoFileError:
+    path: Path_ = tuple(error.absolute_path)
+    here = field_name(path)
+    value = error.instance
+    message = error.schema.get("x-emu-message") if isinstance(error.schema, dict) else None
+    if error.validator == "propertyNames":  # a node name: the key itself is wrong
+        message = error.schema.get("x-emu-message", "is not an allowed name")
+        return TopoFileError(
+            filename, marks.key_line(path + (value,)), field_name(path + (value,)),
+            f"{value!r} {message}",
+        )  # fmt: skip
+    if message:
+        return TopoFileError(filename, marks.value_line(path), here, f"{_show(value)} {message}")
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        return TopoFileError(
+            filename, marks.value_line(path), field_name(path + (missing,)), "missing"
+        )
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(value) - set(allowed), key=str)[0]
+        return TopoFileError(
+            filename,
+            marks.key_line(path + (extra,)),
+            field_name(path + (extra,)),
+            f"unknown field; allowed: {', '.join(allowed)}",
+        )
+    if error.validator == "enum":
+        allowed = ", ".join(str(v) for v in error.validator_value)
+        return TopoFileError(
+            filename, marks.value_line(path), here, f"{_show(value)} is not one of {allowed}"
+        )
+    if error.validator == "type":
+        return TopoFileError(
+            filename, marks.value_line(path), here, f"{_show(value)} is not {_a(error.validator_value)}"
+        )  # fmt: skip
+    if error.validator == "format":
+        return TopoFileError(
+            filename, marks.value_line(path), here, f"{_show(value)} is not an IPv4 address"
+        )
+    if error.validator in ("minProperties", "minItems") and not value:
+        return TopoFileError(filename, marks.value_line(path), here, "is empty")
+    return TopoFileError(filename, marks.value_line(path), here, error.message)
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _a(json_type: Any) -> str:
+    names = {"object": "a mapping", "array": "a list", "string": "a string"}
+    names.update({"integer": "an integer", "number": "a number", "boolean": "true or false"})
+    return names.get(json_type, str(json_type))
+
+
+# ---------------------------------------------------------------- units
+
+
+def parse_rate(value: Union[int, float, str]) -> int:
+    """Bits per second from ``100M``, ``10G``, ``2.5G``, ``25e9`` or a number.
+
+    Raises:
+        ValueError: not a rate, or not a whole number of bit/s above 0.
+
+    Examples:
+        >>> parse_rate("2.5G"), parse_rate("25e9"), parse_rate(20_000_000)
+        (2500000000, 25000000000, 20000000)
+    """
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, str):
+        match = _RATE_RE.match(value)
+        if not match:
+            raise ValueError(value)
+        value = float(match.group(1)) * _RATE_SUFFIX[match.group(2)]
+    rate = round(value)
+    if rate <= 0 or abs(rate - value) > 1e-6 * rate:
+        raise ValueError(value)
+    return int(rate)
+
+
+def format_rate(rate_bps: int) -> Union[str, int]:
+    """The shortest exact spelling of `rate_bps`: ``20M``, ``2500M``, or the integer."""
+    for suffix in ("T", "G", "M", "K"):
+        if rate_bps % _RATE_SUFFIX[suffix] == 0:
+            return f"{rate_bps // _RATE_SUFFIX[suffix]}{suffix}"
+    return rate_bps
+
+
+def parse_delay(value: Union[int, float, str]) -> float:
+    """Seconds from ``100us``, ``1ms``, ``0.5s`` or a number of seconds."""
+    if isinstance(value, str):
+        match = _DELAY_RE.match(value)
+        if not match:
+            raise ValueError(value)
+        # Rounded to a picosecond, so that "100us" is 0.0001 and not 9.999999999999999e-05.
+        return round(float(match.group(1)) * _DELAY_UNIT[match.group(2)], 12)
+    return float(value)
+
+
+# ---------------------------------------------------------------- resolving
+
+
+@dataclass
+class _Node:
+    name: str
+    kind: str
+    role: str
+    spec: Dict[str, Any]
+    path: Path_
+    host_index: int = 0  # hosts: 1-based number in file order (the MAC)
+    attached_to: Optional[str] = None  # hosts: the switch, once a link names it
+    link_index: Optional[int] = None  # hosts: which link attaches it
+    generated: bool = False  # made by a switch's `hosts:`
+    attrs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Link:
+    a: str
+    b: str
+    rate_bps: int
+    delay_s: float
+    ports: Optional[Tuple[int, int]]
+    path: Path_  # ("links", i), or the generating switch's ("nodes", name, "hosts")
+
+
+class _Reader:
+    """Turns a schema-valid document into a fabric graph, checking what the schema cannot."""
+
+    def __init__(self, doc: Dict[str, Any], marks: _Marks, filename: str):
+        self.doc, self.marks, self.filename = doc, marks, filename
+
+    def fail(self, path: Path_, problem: str, on_key: bool = False) -> TopoFileError:
+        line = self.marks.key_line(path) if on_key else self.marks.value_line(path)
+        return TopoFileError(self.filename, line, field_name(path), problem)
+
+    def rate(self, path: Path_, value: Any) -> int:
+        try:
+            return parse_rate(value)
+        except (ValueError, OverflowError):
+            raise self.fail(path, f"{_show(value)} is not a rate (e.g. 100M, 10G, 25e9)") from None
+
+    def read(self) -> nx.Graph:
+        defaults = self.doc.get("defaults", {})
+        self.default_rate = (
+            self.rate(("defaults", "rate"), defaults["rate"]) if "rate" in defaults else None
+        )
+        self.default_delay = parse_delay(defaults.get("delay", 0.0))
+        nodes, links = self.read_nodes()
+        self.attach_hosts(nodes, links)
+        self.number_ports(nodes, links)
+        return self.build(nodes, links)
+
+    def read_nodes(self) -> Tuple[Dict[str, _Node], List[_Link]]:
+        nodes: Dict[str, _Node] = {}
+        generated: List[_Link] = []
+        host_count = 0
+        declared = self.doc["nodes"]
+        for name, spec in declared.items():
+            path: Path_ = ("nodes", name)
+            kind = spec["kind"]
+            role = spec.get("role", "host" if kind == "host" else "switch")
+            if (role == "host") != (kind == "host"):
+                allowed = "host" if kind == "host" else "leaf, spine, edge, agg, core, switch"
+                raise self.fail(path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}")
+            only = ("hosts", "host_rate") if kind == "host" else ("ip", "mac")
+            for key in only:
+                if key in spec:
+                    raise self.fail(path + (key,), f"a {kind} has no {key}", on_key=True)
+            if kind == "host" and "dpid" in spec:
+                raise self.fail(path + ("dpid",), "a host has no dpid", on_key=True)
+            node = _Node(name, kind, role, spec, path)
+            nodes[name] = node
+            if kind == "host":
+                host_count += 1
+                node.host_index = host_count
+            for _ in range(spec.get("hosts", 0)):
+                host_count += 1
+                host = f"h{host_count}"
+                if host in declared:
+                    raise self.fail(
+                        path + ("hosts",),
+                        f"generated host {host!r} clashes with node {host!r} "
+                        f"(line {self.marks.key_line(('nodes', host))})",
+                    )
+                inherited = {k: spec[k] for k in ("pod", "rail") if k in spec}
+                nodes[host] = _Node(
+                    host, "host", "host", inherited, path + ("hosts",), host_count, name,
+                    generated=True,
+                )  # fmt: skip
+                rate_path = path + ("host_rate",) if "host_rate" in spec else ("defaults", "rate")
+                if "host_rate" in spec:
+                    rate = self.rate(rate_path, spec["host_rate"])
+                elif self.default_rate is not None:
+                    rate = self.default_rate
+                else:
+                    raise self.fail(path + ("hosts",), "no rate for the generated hosts' links: give host_rate or defaults.rate")
+                generated.append(_Link(host, name, rate, self.default_delay, None, path + ("hosts",)))  # fmt: skip
+        links = generated
+        for i, spec in enumerate(self.doc["links"]):
+            path = ("links", i)
+            for end in ("a", "b"):
+                if spec[end] not in nodes:
+                    raise self.fail(path + (end,), f"unknown node {spec[end]!r}")
+            if spec["a"] == spec["b"]:
+                raise self.fail(path + ("b",), f"a link from {spec['a']!r} to itself")
+            if "rate" in spec:
+                rate = self.rate(path + ("rate",), spec["rate"])
+            elif self.default_rate is not None:
+                rate = self.default_rate
+            else:
+                raise self.fail(path, "missing rate (give one here or in defaults.rate)")
+            delay = parse_delay(spec["delay"]) if "delay" in spec else self.default_delay
+            ports = tuple(spec["ports"]) if "ports" in spec else None
+            links.append(_Link(spec["a"], spec["b"], rate, delay, ports, path))
+        return nodes, links
+
+    def attach_hosts(self, nodes: Dict[str, _Node], links: List[_Link]) -> None:
+        seen: Dict[frozenset, _Link] = {}
+        for link in links:
+            pair = frozenset((link.a, link.b))
+            if pair in seen:
+                first = seen[pair].path
+                raise self.fail(
+                    link.path,
+                    f"a second link between {link.a} and {link.b} "
+                    f"(first: {field_name(first)}, line {self.marks.value_line(first)})",
+                )
+            seen[pair] = link
+            a, b = nodes[link.a], nodes[link.b]
+            if a.kind == b.kind == "host":
+                raise self.fail(link.path + ("b",), f"links two hosts ({link.a}, {link.b}); a host attaches to a switch")  # fmt: skip
+            for host, switch in ((a, b), (b, a)):
+                if host.kind != "host" or host.generated:
+                    continue
+                if host.attached_to is not None:
+                    first = ("links", host.link_index)
+                    raise self.fail(
+                        link.path,
+                        f"host {host.name!r} already has its one link "
+                        f"({field_name(first)}, line {self.marks.value_line(first)})",
+                    )
+                host.attached_to, host.link_index = switch.name, link.path[1]
+        for node in nodes.values():
+            if node.kind == "host" and node.attached_to is None:
+                raise self.fail(node.path, "host is not attached: no link names it", on_key=True)
+            if node.kind == "switch" and not any(node.name in (l.a, l.b) for l in links):  # noqa: E741
+                raise self.fail(node.path, "switch has no links", on_key=True)
+
+    def number_ports(self, nodes: Dict[str, _Node], links: List[_Link]) -> None:
+        """Give every link end a port: explicit ones first, then emu.fabric's default order."""
+        self.port_of: Dict[Tuple[int, str], int] = {}
+        owner: Dict[Tuple[str, int], _Link] = {}
+        for i, link in enumerate(links):
+            for end, name in enumerate((link.a, link.b)):
+                if link.ports is None:
+                    continue
+                port = link.ports[end]
+                if port < _FIRST_PORT[nodes[name].kind]:
+                    raise self.fail(link.path + ("ports", end), f"{name} is a {nodes[name].kind}; its ports start at {_FIRST_PORT[nodes[name].kind]}")  # fmt: skip
+                if (name, port) in owner:
+                    raise self.fail(link.path + ("ports", end), f"port {port} of {name} already used by {field_name(owner[name, port].path)}")  # fmt: skip
+                owner[name, port] = link
+                self.port_of[i, name] = port
+        order = _default_port_order(
+            [(link.a, link.b) for link in links], {n: _rank(v.kind, v.role) for n, v in nodes.items()}
+        )
+        for name, link_indexes in order.items():
+            port = _FIRST_PORT[nodes[name].kind]
+            for i in link_indexes:
+                if (i, name) in self.port_of:
+                    continue
+                while (name, port) in owner:
+                    port += 1
+                owner[name, port] = links[i]
+                self.port_of[i, name] = port
+        for name, node in nodes.items():
+            used = sorted(p for (n, p) in owner if n == name)
+            first = _FIRST_PORT[node.kind]
+            if used != list(range(first, first + len(used))):
+                gap = next(p for p in range(first, first + len(used) + 1) if p not in used)
+                culprit = max((p, owner[name, p]) for p in used)[1]
+                raise self.fail(culprit.path + ("ports",), f"{name}'s ports must be {first}..{first + len(used) - 1} with none skipped; port {gap} is missing")  # fmt: skip
+            longest = f"{name}-eth{used[-1]}"
+            if len(longest) > fabric.MAX_INTF_NAME:
+                raise self.fail(node.path, f"interface name {longest!r} has {len(longest)} characters, Linux allows at most {fabric.MAX_INTF_NAME}", on_key=True)  # fmt: skip
+
+    def build(self, nodes: Dict[str, _Node], links: List[_Link]) -> nx.Graph:
+        doc = self.doc
+        host_rates = [
+            link.rate_bps for link in links if "host" in (nodes[link.a].kind, nodes[link.b].kind)
+        ]
+        time_scale = float(doc.get("time_scale", 1.0))
+        if "modelled_rate" in doc:
+            if "time_scale" in doc:
+                raise self.fail(("modelled_rate",), "give modelled_rate or time_scale, not both", on_key=True)  # fmt: skip
+            if len(set(host_rates)) != 1:
+                raise self.fail(("modelled_rate",), f"host links run at {len(set(host_rates))} different rates; give time_scale instead", on_key=True)  # fmt: skip
+            modelled = self.rate(("modelled_rate",), doc["modelled_rate"])
+            time_scale = fabric.time_scale_for(host_rates[0], modelled)
+        G = nx.Graph(
+            name=doc["name"],
+            kind=doc.get("kind", "custom"),
+            params=dict(doc.get("params", {})),
+            subnet=fabric.SUBNET,
+            time_scale=time_scale,
+        )
+        role_rank: Dict[str, int] = {}
+        seen: Dict[str, Dict[Any, Path_]] = {"dpid": {}, "ip": {}, "mac": {}}
+        default_ips = _default_ips(
+            [(n.name, n.kind, n.attached_to) for n in nodes.values()],
+        )
+        for name, node in nodes.items():
+            spec = node.spec
+            if node.kind == "switch":
+                role_rank[node.role] = role_rank.get(node.role, 0) + 1
+                tier = fabric.SWITCH_ROLES[node.role]
+                dpid = spec.get("dpid", ((tier + 1) << 16) | role_rank[node.role])
+                self.unique(seen, "dpid", dpid, node.path + ("dpid",), node)
+                attrs = dict(kind="switch", role=node.role, tier=tier, dpid=dpid)
+            else:
+                ip = spec.get("ip") or default_ips.get(name)
+                if ip is None:
+                    raise self.fail(node.path, "no ip, and its switch has too many hosts or switches with hosts for the default 10.0.<S>.<n>", on_key=True)  # fmt: skip
+                if ipaddress.ip_address(ip) not in ipaddress.ip_network(fabric.SUBNET):
+                    raise self.fail(node.path + ("ip",), f"{ip!r} is not in {fabric.SUBNET}")
+                self.unique(seen, "ip", ip, node.path + ("ip",), node)
+                mac = spec.get("mac") or _default_mac(node.host_index)
+                self.unique(seen, "mac", mac, node.path + ("mac",), node)
+                attrs = dict(
+                    kind="host", role="host", ip=ip, prefixlen=fabric.PREFIXLEN, mac=mac,
+                    leaf=node.attached_to,
+                )  # fmt: skip
+            for key in ("pod", "rail"):
+                if key in spec:
+                    attrs[key] = spec[key]
+            G.add_node(name, **attrs)
+        for i, link in enumerate(links):
+            pa, pb = self.port_of[i, link.a], self.port_of[i, link.b]
+            G.add_edge(
+                link.a,
+                link.b,
+                rate_bps=link.rate_bps,
+                delay_s=link.delay_s,
+                tier=_link_tier(nodes[link.a], nodes[link.b]),
+                ports={link.a: pa, link.b: pb},
+                intfs={link.a: f"{link.a}-eth{pa}", link.b: f"{link.b}-eth{pb}"},
+            )
+        if not nx.is_connected(G):
+            parts = sorted(nx.connected_components(G), key=lambda c: -len(c))
+            stray = sorted(parts[1], key=list(G.nodes).index)
+            raise self.fail(("links",), f"the fabric is not connected: {', '.join(stray[:4])}{' ...' if len(stray) > 4 else ''} cannot reach {next(iter(G.nodes))}", on_key=True)  # fmt: skip
+        try:
+            fabric.validate(G)
+        except FabricSpecError as exc:  # a rule this reader missed: still one line, no traceback
+            raise TopoFileError(self.filename, None, "fabric", str(exc)) from None
+        return G
+
+    def unique(self, seen, what: str, value: Any, path: Path_, node: _Node) -> None:
+        if value in seen[what]:
+            other = seen[what][value]
+            raise self.fail(
+                path if path[-1] in node.spec else node.path,
+                f"{what} {value!r} already used by {other[1]} (line {self.marks.key_line(other)})",
+                on_key=path[-1] not in node.spec,
+            )
+        seen[what][value] = node.path
+
+
+def _rank(kind: str, role: str) -> int:
+    """Hosts below tier-0 switches below tier 1 below tier 2: which way a link faces."""
+    return -1 if kind == "host" else fabric.SWITCH_ROLES[role]
+
+
+def _default_port_order(
+    pairs: Sequence[Tuple[str, str]], rank: Dict[str, int]
+) -> Dict[str, List[int]]:
+    """Per node, its links (indexes into `pairs`) in port order: downward-facing first.
+
+    As `emu.fabric._number_ports`: a link faces down from its higher-ranked
+    end; between equal ranks, `a` counts as the lower end.
+    """
+    down: Dict[str, List[int]] = {}
+    up: Dict[str, List[int]] = {}
+    for i, (a, b) in enumerate(pairs):
+        lower, upper = (b, a) if rank[a] > rank[b] else (a, b)
+        up.setdefault(lower, []).append(i)
+        down.setdefault(upper, []).append(i)
+    return {n: down.get(n, []) + up.get(n, []) for n in rank}
+
+
+def _default_ips(nodes: Sequence[Tuple[str, str, Optional[str]]]) -> Dict[str, str]:
+    """Host -> 10.0.<S>.<n>: its switch the S-th (file order) with hosts, it the n-th there."""
+    order = [name for name, _, _ in nodes]
+    by_switch: Dict[str, List[str]] = {}
+    for name, kind, attached in nodes:
+        if kind == "host":
+            by_switch.setdefault(attached, []).append(name)
+    out = {}
+    for s, switch in enumerate(sorted(by_switch, key=order.index), start=1):
+        for n, host in enumerate(by_switch[switch], start=1):
+            if s <= 255 and n <= 254:
+                out[host] = f"10.0.{s}.{n}"
+    return out
+
+
+def _default_mac(index: int) -> str:
+    """As emu.fabric._add_host: 02:00:00 and the host's 24-bit number."""
+    return "02:00:00:%02x:%02x:%02x" % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF)
+
+
+def _link_tier(a: _Node, b: _Node) -> str:
+    if "host" in (a.kind, b.kind):
+        return "host"
+    return _LINK_TIER.get(frozenset({a.role, b.role}), "fabric")
+
+
+# ---------------------------------------------------------------- public API
+
+
+def loads(text: str, filename: str = "<string>") -> nx.Graph:
+    """Read a topology from YAML text; `filename` is what errors name.
+
+    Raises:
+        TopoFileError: the first thing wrong, in one line (FILE:LINE: FIELD: problem).
+    """
+    doc, marks = _parse_yaml(text, filename)
+    error = _schema_error(doc, marks, filename)
+    if error:
+        raise error
+    return _Reader(doc, marks, filename).read()
+
+
+def load(path: Union[str, Path]) -> nx.Graph:
+    """Read the topology file at `path` into a fabric graph (the builders' contract).
+
+    Args:
+        path: a YAML topology file (format: this module's docstring and the
+            schema in emu/data/topology.schema.json).
+
+    Returns:
+        An ``nx.Graph`` that passes `emu.fabric.validate`: hand it to
+        `emu.net.Fabric` as a builder's graph.
+
+    Raises:
+        TopoFileError: the file cannot be read, or the first thing wrong in
+            it, in one line naming the file, the line and the field.
+
+    Examples:
+        >>> G = load("topologies/leaf-spine-2x2.yaml")
+        >>> fabric.expected_counts(G)
+        {'switches': 4, 'hosts': 4, 'switch_links': 4}
+    """
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopoFileError(str(path), None, "", f"cannot read: {exc}") from None
+    return loads(text, str(path))
+
+
+def graphs_equal(G: nx.Graph, H: nx.Graph) -> bool:
+    """Same graph attributes, nodes, edges and every attribute (node order aside)."""
+    if G.graph != H.graph or dict(G.nodes(data=True)) != dict(H.nodes(data=True)):
+        return False
+    return {frozenset((u, v)): d for u, v, d in G.edges(data=True)} == {
+        frozenset((u, v)): d for u, v, d in H.edges(data=True)
+    }
+
+
+# ---------------------------------------------------------------- writing
+
+
+def dump(G: nx.Graph) -> str:
+    """The topology file of `G` (a builder's graph, or one loaded from a file).
+
+    Writes only what cannot be derived (see the module docstring): a switch's
+    hosts as ``hosts: N`` where they are what that shorthand makes, dpids,
+    MACs, IPs and ports only where they differ from the defaults. Loading the
+    text gives `G` back (`graphs_equal`); tests check that for every builder.
+
+    Raises:
+        FabricSpecError: `G` breaks the contract of emu.fabric.validate.
+    """
+    fabric.validate(G)
+    rates = [d["rate_bps"] for _, _, d in G.edges(data=True)]
+    delays = [d["delay_s"] for _, _, d in G.edges(data=True)]
+    default_rate = max(set(rates), key=rates.count)
+    default_delay = max(set(delays), key=delays.count)
+    compact = _compact_switches(G, default_rate, default_delay)
+    out_nodes: Dict[str, Dict[str, Any]] = {}
+    out_links: List[Dict[str, Any]] = []
+    generated = {h for s in compact for h in _hosts_of(G, s)}
+    order = [n for n in G.nodes if n not in generated]
+    role_rank: Dict[str, int] = {}
+    host_index = 0
+    for name in order:
+        d = G.nodes[name]
+        spec: Dict[str, Any] = {"kind": d["kind"]}
+        if d["kind"] == "switch":
+            spec["role"] = d["role"]
+            role_rank[d["role"]] = role_rank.get(d["role"], 0) + 1
+            if d["dpid"] != ((d["tier"] + 1) << 16) | role_rank[d["role"]]:
+                spec["dpid"] = d["dpid"]
+            if name in compact:
+                spec["hosts"] = len(_hosts_of(G, name))
+                host_rate = G.edges[name, _hosts_of(G, name)[0]]["rate_bps"]
+                if host_rate != default_rate:
+                    spec["host_rate"] = format_rate(host_rate)
+                host_index += spec["hosts"]
+        else:
+            host_index += 1
+            spec["ip"] = d["ip"]
+            if d["mac"] != _default_mac(host_index):
+                spec["mac"] = d["mac"]
+        for key in ("pod", "rail"):
+            if key in d:
+                spec[key] = d[key]
+        out_nodes[name] = spec
+    edges = [(u, v) for u, v in G.edges if not ({u, v} & generated)]
+    rank = {n: _rank(G.nodes[n]["kind"], G.nodes[n]["role"]) for n in G.nodes}
+    position = {n: i for i, n in enumerate(G.nodes)}
+
+    def oriented(u: str, v: str) -> Tuple[str, str]:
+        return (u, v) if (rank[u], position[u]) <= (rank[v], position[v]) else (v, u)
+
+    # Links in the order that lets the default numbering reproduce the ports
+    # (a builder's graph then needs no `ports:`): by tier, then by the lower
+    # end in node order, then by its port.
+    edges = sorted(
+        (oriented(u, v) for u, v in edges),
+        key=lambda e: (rank[e[0]], rank[e[1]], position[e[0]], G.edges[e]["ports"][e[0]]),
+    )
+    generated_links = [(h, s) for s in compact for h in _hosts_of(G, s)]
+    pairs = generated_links + edges
+    default_order = _default_port_order(pairs, rank)
+    default_port = {}
+    for name, indexes in default_order.items():
+        first = _FIRST_PORT[G.nodes[name]["kind"]]
+        for port, i in enumerate(indexes, start=first):
+            default_port[i, name] = port
+    for i, (u, v) in enumerate(pairs):
+        e = G.edges[u, v]
+        if i < len(generated_links):
+            continue
+        link: Dict[str, Any] = {"a": u, "b": v}
+        if e["rate_bps"] != default_rate:
+            link["rate"] = format_rate(e["rate_bps"])
+        if e["delay_s"] != default_delay:
+            link["delay"] = e["delay_s"]
+        if (e["ports"][u], e["ports"][v]) != (default_port[i, u], default_port[i, v]):
+            link["ports"] = [e["ports"][u], e["ports"][v]]
+        out_links.append(link)
+    doc: Dict[str, Any] = {"name": G.graph["name"], "kind": G.graph["kind"]}
+    if G.graph["params"]:
+        doc["params"] = G.graph["params"]
+    if G.graph["time_scale"] != 1.0:
+        doc["time_scale"] = G.graph["time_scale"]
+    doc["defaults"] = {"rate": format_rate(default_rate)}
+    if default_delay:
+        doc["defaults"]["delay"] = default_delay
+    doc["nodes"] = out_nodes
+    doc["links"] = out_links
+    return _render(doc)
+
+
+def _hosts_of(G: nx.Graph, switch: str) -> List[str]:
+    return [n for n in G.nodes if G.nodes[n]["kind"] == "host" and G.nodes[n]["leaf"] == switch]
+
+
+def _compact_switches(G: nx.Graph, default_rate: int, default_delay: float) -> List[str]:
+    """Switches whose hosts are exactly what ``hosts: N`` would make of them.
+
+    The shorthand numbers hosts h<i> in file order, right after their switch,
+    with default IPs and MACs, the switch's pod and rail, one rate, the
+    default delay and the default ports; a switch qualifies when all of that
+    holds in `G`.
+    """
+    order = list(G.nodes)
+    candidates = []
+    with_hosts = [s for s in fabric.switches(G) if _hosts_of(G, s)]
+    index = 0
+    for name in order:
+        d = G.nodes[name]
+        if d["kind"] == "host":
+            index += 1
+            continue
+        hosts = _hosts_of(G, name)
+        if not hosts:
+            continue
+        s_rank = with_hosts.index(name) + 1
+        expected = [f"h{index + n}" for n in range(1, len(hosts) + 1)]
+        position = order.index(name)
+        ok = hosts == expected and order[position + 1 : position + 1 + len(hosts)] == hosts
+        for n, host in enumerate(hosts, start=1):
+            hd, e = G.nodes[host], G.edges[host, name]
+            inherited = {k: d[k] for k in ("pod", "rail") if k in d}
+            ok = ok and hd["ip"] == f"10.0.{s_rank}.{n}" and hd["mac"] == _default_mac(index + n)
+            ok = ok and {k: hd[k] for k in ("pod", "rail") if k in hd} == inherited
+            ok = ok and e["ports"][name] == n and e["delay_s"] == default_delay
+            ok = ok and e["rate_bps"] == G.edges[hosts[0], name]["rate_bps"]
+        if ok and len(hosts) <= 254:
+            candidates.append(name)
+    return candidates
+
+
+def _render(doc: Dict[str, Any]) -> str:
+    """YAML with one flow-style line per node and per link, the way people write it."""
+    lines = [SCHEMA_HINT]
+    for key in ("name", "kind", "params", "time_scale", "defaults"):
+        if key in doc:
+            lines.append(f"{key}: {_flow(doc[key])}")
+    lines.append("nodes:")
+    width = max(len(n) for n in doc["nodes"]) + 1
+    for name, spec in doc["nodes"].items():
+        lines.append(f"  {(name + ':').ljust(width)} {_flow(spec)}")
+    lines.append("links:")
+    lines += [f"  - {_flow(link)}" for link in doc["links"]]
+    return "\n".join(lines) + "\n"
+
+
+def _flow(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 16)
+    # A bare scalar comes back as a document of its own, closed by "...".
+    return text.strip().removesuffix("...").strip()
+
+
+def iter_example_files(folder: Union[str, Path]) -> Iterator[Path]:
+    """The topology files in `folder` (``*.yaml``, ``*.yml``), sorted."""
+    folder = Path(folder)
+    yield from sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
