@@ -1,8 +1,8 @@
-"""The `emu` command: run, list, cli, ctl, allreduce, reproduce, clean, report.
+"""The `emu` command: run, list, cli, ctl, topo, allreduce, reproduce, clean, report.
 
 Owns argument parsing and what the user sees; everything it does goes through
-emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl) and emu.registry
-(clean). Errors the user can fix (bad scenario name or parameter, unknown
+emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl), emu.topofile (topo)
+and emu.registry (clean). Errors the user can fix (bad scenario name or parameter, unknown
 switch, no running fabric) print one line and exit 2, never a traceback.
 """
 
@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from emu import checklines, fabric, labs, mgmt, realtime, registry, scenario
+from emu import checklines, fabric, labs, mgmt, realtime, registry, scenario, topofile
 from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
@@ -45,7 +45,13 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _with_topo(args) -> list[str]:
+    """`--set` overrides with `--topo FILE` added as the `topo` parameter."""
+    return args.set + ([f"topo={args.topo}"] if args.topo else [])
+
+
 def cmd_run(args) -> int:
+    args.set = _with_topo(args)
     module = scenario.load(args.name)
     scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
     need_root(f"emu run {args.name}")
@@ -187,8 +193,9 @@ def cmd_cli(args) -> int:
 
     class Module:
         PARAMS = scenario.fabric_params()
+        TOPOLOGY_FILE = True  # the CLI runs no checks: any fabric will do
 
-    params = scenario.resolve_params(Module, args.set)
+    params = scenario.resolve_params(Module, _with_topo(args))
     need_root("emu cli")
     graph = scenario.build_fabric_graph(params)
     with Fabric(graph, **scenario.fabric_options(params)) as fab:
@@ -237,6 +244,135 @@ def cmd_lab(args) -> int:
     run = labs.check(args.name, args.solution, args.work, args.out)
     print(labs.render(run))
     return 0 if run.passed else EXIT_CHECKS_FAILED
+
+
+# `emu topo export BUILDER k=v ...`: the builders a file can be exported from.
+EXPORT_BUILDERS = {
+    "leaf_spine": fabric.leaf_spine,
+    "fat_tree": fabric.fat_tree,
+    "single_switch": fabric.single_switch,
+}
+
+
+def cmd_topo_validate(args) -> int:
+    """Check each file without starting anything; a linter's output and exit status."""
+    failed = 0
+    for path in args.files:
+        try:
+            graph = topofile.load(path)
+        except topofile.TopoFileError as exc:
+            print(exc)
+            failed += 1
+            continue
+        counts = fabric.expected_counts(graph)
+        print(
+            f"{path}: ok ({counts['switches']} switches, {counts['hosts']} hosts, "
+            f"{counts['switch_links']} switch links)"
+        )
+    return EXIT_CHECKS_FAILED if failed else 0
+
+
+def cmd_topo_show(args) -> int:
+    graph = topofile.load(args.file)
+    print(topology_summary(graph))
+    if args.out:
+        from emu.telemetry import draw_fabric
+
+        try:
+            print(f"drew {draw_fabric(graph, Path(args.out))}")
+        except (ValueError, OSError) as exc:
+            raise ScenarioError(f"--out: {exc}") from None
+    return 0
+
+
+def topology_summary(graph) -> str:
+    """The fabric as `emu topo show` prints it: a headline, switches, hosts, switch links."""
+    counts = fabric.expected_counts(graph)
+    head = (
+        f"fabric {graph.graph['name']} ({graph.graph['kind']}): {counts['switches']} switches, "
+        f"{counts['hosts']} hosts, {counts['switch_links']} switch links, "
+        f"time scale {graph.graph['time_scale']:g}"
+    )
+    switches = [
+        [n, d["role"], d["tier"], f"{d['dpid']:#x}", graph.degree(n),
+         sum(1 for p in graph[n] if graph.nodes[p]["kind"] == "host")]
+        for n in fabric.switches(graph)
+        for d in [graph.nodes[n]]
+    ]  # fmt: skip
+    hosts = [
+        [h, d["ip"], d["mac"], d["leaf"], f"{graph.edges[h, d['leaf']]['rate_bps'] / 1e6:g}"]
+        for h in fabric.hosts(graph)
+        for d in [graph.nodes[h]]
+    ]
+    # Each link lower tier first: a leaf's row, then the spine it goes up to.
+    ordered = [sorted(e, key=lambda n: graph.nodes[n]["tier"]) for e in fabric.switch_links(graph)]
+    links = [
+        [u, graph.edges[u, v]["ports"][u], v, graph.edges[u, v]["ports"][v],
+         f"{graph.edges[u, v]['rate_bps'] / 1e6:g}", f"{graph.edges[u, v]['delay_s'] * 1e6:g}",
+         graph.edges[u, v]["tier"]]
+        for u, v in ordered
+    ]  # fmt: skip
+    tables = [
+        scenario.Table("switches", ["name", "role", "tier", "dpid", "ports", "hosts"], switches),
+        scenario.Table("hosts", ["name", "ip", "mac", "switch", "Mbit/s"], hosts),
+        scenario.Table(
+            "switch links", ["a", "port", "b", "port", "Mbit/s", "delay us", "tier"], links
+        ),
+    ]
+    return "\n\n".join([head] + [t.render() for t in tables if t.rows])
+
+
+def parse_builder_args(builder: str, items: list[str]) -> dict:
+    """`k=4`, `host_rate_bps=10M`, `name=lab1` -> builder keyword arguments, checked by name."""
+    import inspect
+
+    allowed = [p for p in inspect.signature(EXPORT_BUILDERS[builder]).parameters if p != "rates"]
+    kwargs = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ScenarioError(f"{item!r}: expected KEY=VALUE")
+        if key not in allowed:
+            raise ScenarioError(
+                f"{builder}: unknown parameter {key!r}; allowed: {', '.join(allowed)}"
+            )
+        kwargs[key] = _builder_value(text)
+    return kwargs
+
+
+def _builder_value(text: str):
+    for parse in (int, float, topofile.parse_rate):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
+
+
+def cmd_topo_export(args) -> int:
+    if args.builder not in EXPORT_BUILDERS:
+        raise ScenarioError(
+            f"unknown builder {args.builder!r}; available: {', '.join(EXPORT_BUILDERS)}"
+        )
+    graph = EXPORT_BUILDERS[args.builder](**parse_builder_args(args.builder, args.params))
+    # The editor's `$schema=` line: relative to the file written, or the installed schema.
+    schema = topofile.schema_path()
+    ref = os.path.relpath(schema, Path(args.out).resolve().parent) if args.out else str(schema)
+    text = topofile.dump(graph, schema_ref=ref)
+    if args.out:
+        try:
+            Path(args.out).write_text(text)
+        except OSError as exc:
+            raise ScenarioError(f"--out: {exc}") from None
+        print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_topo_schema(args) -> int:
+    print(json.dumps(topofile.schema(), indent=2))
+    return 0
 
 
 def _make_emu_cli():
@@ -488,10 +624,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--out", help="results directory (default results/NAME)")
+    s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
     s.set_defaults(func=cmd_run)
     s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
     s.set_defaults(func=cmd_cli)
+    s = sub.add_parser(
+        "topo",
+        help="topology files: validate, show, export, schema",
+        description="Fabrics from a file (emu/topofile.py; schema: `emu topo schema`).",
+    )
+    topo = s.add_subparsers(dest="topo_command", required=True)
+    t = topo.add_parser(
+        "validate", help="check files without starting anything (exit 1 on the first error)"
+    )
+    t.add_argument("files", nargs="+", metavar="FILE")
+    t.set_defaults(func=cmd_topo_validate)
+    t = topo.add_parser("show", help="print a file's fabric; draw it with --out")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("--out", metavar="PNG|SVG", help="draw the fabric into this file")
+    t.set_defaults(func=cmd_topo_show)
+    t = topo.add_parser(
+        "export",
+        help="write a builder's fabric as a topology file",
+        description="e.g. `emu topo export fat_tree k=4`, `emu topo export leaf_spine "
+        "leaves=2 spines=2 hosts_per_leaf=2 host_rate_bps=10M`. Builders: "
+        + ", ".join(EXPORT_BUILDERS),
+    )
+    t.add_argument("builder", metavar="BUILDER")
+    t.add_argument("params", nargs="*", metavar="KEY=VALUE")
+    t.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    t.set_defaults(func=cmd_topo_export)
+    t = topo.add_parser("schema", help="print the JSON schema of topology files")
+    t.set_defaults(func=cmd_topo_schema)
     s = sub.add_parser(
         "ctl",
         help="ask a running switch or host NIC, or inject a fault",

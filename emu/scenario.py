@@ -8,6 +8,12 @@ record, writing `OUT/metrics.json` and `OUT/report.txt`, and the exit status
 `PARAMS` and `run(ctx) -> None`; it fills `ctx.metrics`, `ctx.tables` and
 `ctx.checks`.
 
+A scenario that reads its fabric only from the graph (never from the shape
+parameters) sets `TOPOLOGY_FILE = True` and then also runs on a fabric from a
+topology file (`--set topo=FILE`, `emu run NAME --topo FILE`, emu/topofile.py):
+the file replaces the shape parameters (`SHAPE_PARAMS`, dropped from the
+parameters) and sets `rate_mbps` to its slowest host link.
+
 Every run is also judged on its fidelity (emu/fidelity.py): after the scenario,
 the records its fabrics left in `OUT/**/fidelity.json` become a fidelity table
 and four fidelity checks. A run whose own checks pass but whose fidelity fails
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import scenarios
-from emu import fabric, fidelity
+from emu import fabric, fidelity, topofile
 from emu.net import default_switch_processes
 
 
@@ -165,6 +171,7 @@ def load(name: str):
 def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
     """Defaults of `module.PARAMS` with `key=value` overrides applied and validated."""
     params = {k: p.default for k, p in module.PARAMS.items()}
+    given = set()
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip().replace("-", "_")
@@ -175,9 +182,39 @@ def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
                 f"unknown parameter {key!r}; allowed: {', '.join(sorted(module.PARAMS))}"
             )
         params[key] = module.PARAMS[key].parse(key, text.strip())
+        given.add(key)
+    if params.get("topo"):
+        _apply_topology_file(module, params, given)
     if hasattr(module, "validate"):
         module.validate(params)
     return params
+
+
+# What a topology file decides instead of the parameters (rate_mbps is set from it).
+SHAPE_PARAMS = ("topology", "k", "leaves", "spines", "hosts_per_leaf")
+
+
+def _apply_topology_file(module, params: dict[str, Any], given: set[str]) -> None:
+    """Check a `topo` file now (one line on error) and let it replace the shape parameters."""
+    if not getattr(module, "TOPOLOGY_FILE", False):
+        takers = sorted(n for n, m in available().items() if getattr(m, "TOPOLOGY_FILE", False))
+        raise ScenarioError(
+            f"parameter topo: this scenario's checks assume the fabric its own parameters "
+            f"build; a topology file runs with: emu cli, {', '.join(takers)}"
+        )
+    for key in sorted(given & {*SHAPE_PARAMS, "rate_mbps"}):
+        raise ScenarioError(
+            f"parameter {key}: the topology file {params['topo']} decides the fabric's shape "
+            f"and rates; drop --set {key} or the file"
+        )
+    graph = topofile.load(params["topo"])
+    for key in SHAPE_PARAMS:
+        params.pop(key, None)
+    params["rate_mbps"] = _slowest_host_link_bps(graph) / 1e6
+
+
+def _slowest_host_link_bps(graph) -> int:
+    return min(d["rate_bps"] for _, _, d in graph.edges(data=True) if d["tier"] == "host")
 
 
 def render_report(ctx: Context) -> str:
@@ -375,6 +412,11 @@ def fabric_params(
         "rate_mbps": Param(
             rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
         ),
+        "topo": Param(
+            "",
+            "a topology file (YAML, emu/topofile.py) instead of topology, k, leaves, spines, "
+            "hosts_per_leaf and rate_mbps; also `--topo FILE`",
+        ),
         "modelled_gbps": Param(
             float(modelled_gbps or 0.0),
             "host NIC speed the emulated links stand for: the fabric's time scale is it over "
@@ -407,9 +449,11 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_fabric_graph(params: dict[str, Any]):
-    """The networkx fabric that `fabric_params()` describe."""
+    """The networkx fabric that `fabric_params()` describe (or their `topo` file)."""
     rate_bps = int(params["rate_mbps"] * 1e6)
     modelled_rate_bps = params["modelled_gbps"] * 1e9 or None  # 0: time scale 1
+    if params.get("topo"):
+        return _graph_from_file(params["topo"], modelled_rate_bps)
     if params["topology"] == "fat_tree":
         if params["k"] % 2:
             raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
@@ -423,3 +467,19 @@ def build_fabric_graph(params: dict[str, Any]):
         host_rate_bps=rate_bps,
         modelled_rate_bps=modelled_rate_bps,
     )
+
+
+def _graph_from_file(path: str, modelled_rate_bps: float | None):
+    """The file's graph; `modelled_gbps` sets its time scale unless the file has one."""
+    graph = topofile.load(path)
+    if modelled_rate_bps is not None:
+        if graph.graph["time_scale"] != 1.0:
+            raise ScenarioError(
+                f"parameter modelled_gbps: {path} sets time_scale={graph.graph['time_scale']:g}; "
+                "give one of them"
+            )
+        # Over the slowest host link, as rate_mbps is read from the file.
+        graph.graph["time_scale"] = fabric.time_scale_for(
+            _slowest_host_link_bps(graph), modelled_rate_bps
+        )
+    return graph

@@ -7,7 +7,8 @@ itself every 100 ms (queue depth, paused state, ECN marks, bytes sent),
 collected after a run into `telemetry/<switch>.csv` and a queue-depth PNG;
 every switch's and NIC agent's fidelity record (emu/fidelity.py), collected
 into `fidelity.json` and `telemetry/fidelity.csv`; and pcaps of chosen ports
-(tcpdump). Called by emu.net (before teardown) and by scenarios; it drives a
+(tcpdump); and the drawing of a fabric's graph (`draw_fabric`, for `emu topo
+show`). Called by emu.net (before teardown) and by scenarios; it drives a
 fabric only through the `emu.net.Fabric` it is handed, never by importing emu.net.
 """
 
@@ -93,6 +94,84 @@ def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# Drawing a fabric: hosts at the bottom, then switch tiers upward.
+_ROLE_COLOUR = {
+    "host": "tab:gray",
+    "leaf": "tab:blue",
+    "edge": "tab:blue",
+    "switch": "tab:blue",
+    "spine": "tab:orange",
+    "agg": "tab:orange",
+    "core": "tab:red",
+}
+
+
+def draw_fabric(G, path: Path) -> Path:
+    """Draw the fabric graph `G` into `path` (PNG or SVG, by its suffix); returns the path.
+
+    Layers from the bottom: hosts, then switches by tier; colour by role; a
+    link's width grows with its rate (relative to the fastest) and its label
+    is the rate when the fabric mixes rates.
+    """
+    import networkx as nx
+
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"{path}: draw to a .png or an .svg file")
+    plt = _pyplot()
+    layer = {n: (-1 if d["kind"] == "host" else d["tier"]) for n, d in G.nodes(data=True)}
+    H = nx.Graph()
+    H.add_nodes_from(G.nodes)
+    H.add_edges_from(G.edges)
+    pos = _layered_positions(G, layer)
+    widest = max(sum(1 for v in layer.values() if v == t) for t in set(layer.values()))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * widest + 2), 1.6 * len(set(layer.values())) + 1))
+    rates = {(u, v): d["rate_bps"] for u, v, d in G.edges(data=True)}
+    fastest = max(rates.values())
+    nx.draw_networkx_edges(
+        H, pos, ax=ax, width=[0.6 + 2.4 * rates[e] / fastest for e in H.edges], edge_color="0.5"
+    )
+    if len(set(rates.values())) > 1:
+        labels = {e: f"{r / 1e6:g}M" for e, r in rates.items()}
+        nx.draw_networkx_edge_labels(H, pos, edge_labels=labels, ax=ax, font_size=6)
+    colours = [_ROLE_COLOUR.get(G.nodes[n]["role"], "tab:purple") for n in H.nodes]
+    sizes = [220 if G.nodes[n]["kind"] == "host" else 520 for n in H.nodes]
+    nx.draw_networkx_nodes(H, pos, ax=ax, node_color=colours, node_size=sizes)
+    nx.draw_networkx_labels(H, pos, ax=ax, font_size=7)
+    counts = fabric_mod.expected_counts(G)
+    ax.set_title(
+        f"{G.graph['name']}: {counts['switches']} switches, {counts['hosts']} hosts, "
+        f"{counts['switch_links']} switch links",
+        fontsize=10,
+    )
+    ax.axis("off")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _layered_positions(G, layer: dict) -> dict:
+    """x, y for every node: one row per layer, hosts in the order of their switches.
+
+    A host sits under its switch (ordered by the switch's place in its row),
+    so a leaf's hosts are drawn together and their links do not cross.
+    """
+    order = {n: i for i, n in enumerate(G.nodes)}
+
+    def key(n):
+        d = G.nodes[n]
+        return (order[d["leaf"]], order[n]) if d["kind"] == "host" else (order[n], 0)
+
+    pos = {}
+    for row in sorted(set(layer.values())):
+        members = sorted((n for n in G.nodes if layer[n] == row), key=key)
+        for i, n in enumerate(members):
+            pos[n] = ((i + 0.5) / len(members), float(row))
+    return pos
 
 
 def start_capture(fab, intf: str, path: Path, bpf: str = "", timeout_s: float = 10.0):

@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import networkx as nx
 import yaml
@@ -55,11 +55,21 @@ import yaml
 from emu import fabric
 from emu.fabric import FabricSpecError
 
-__all__ = ["SCHEMA_FILE", "TopoFileError", "dump", "graphs_equal", "load", "loads", "schema"]
+__all__ = [
+    "SCHEMA_FILE",
+    "TopoFileError",
+    "dump",
+    "graphs_equal",
+    "load",
+    "loads",
+    "parse_rate",
+    "schema",
+    "schema_path",
+]
 
 SCHEMA_FILE = "topology.schema.json"
 # Where an example in topologies/ finds the schema relative to itself, for editors.
-SCHEMA_HINT = "# yaml-language-server: $schema=../emu/data/topology.schema.json"
+SCHEMA_REF = "../emu/data/topology.schema.json"
 
 _RATE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)([KMGT]?)$")
@@ -659,7 +669,7 @@ def load(path: Union[str, Path]) -> nx.Graph:
             it, in one line naming the file, the line and the field.
 
     Examples:
-        >>> G = load("topologies/leaf-spine-2x2.yaml")
+        >>> G = load("topologies/leaf-spine-2x2.yaml")  # from the repository's top
         >>> fabric.expected_counts(G)
         {'switches': 4, 'hosts': 4, 'switch_links': 4}
     """
@@ -682,13 +692,20 @@ def graphs_equal(G: nx.Graph, H: nx.Graph) -> bool:
 # ---------------------------------------------------------------- writing
 
 
-def dump(G: nx.Graph) -> str:
+def schema_path() -> Path:
+    """The schema file as installed (for an editor's ``$schema=`` line)."""
+    return Path(str(resources.files("emu").joinpath("data", SCHEMA_FILE)))
+
+
+def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     """The topology file of `G` (a builder's graph, or one loaded from a file).
 
     Writes only what cannot be derived (see the module docstring): a switch's
     hosts as ``hosts: N`` where they are what that shorthand makes, dpids,
     MACs, IPs and ports only where they differ from the defaults. Loading the
     text gives `G` back (`graphs_equal`); tests check that for every builder.
+    The first line points editors at the schema: `schema_ref`, a path
+    relative to where the file will live, or a URL.
 
     Raises:
         FabricSpecError: `G` breaks the contract of emu.fabric.validate.
@@ -772,7 +789,7 @@ def dump(G: nx.Graph) -> str:
         doc["defaults"]["delay"] = default_delay
     doc["nodes"] = out_nodes
     doc["links"] = out_links
-    return _render(doc)
+    return _render(doc, schema_ref)
 
 
 def _hosts_of(G: nx.Graph, switch: str) -> List[str]:
@@ -815,9 +832,9 @@ def _compact_switches(G: nx.Graph, default_rate: int, default_delay: float) -> L
     return candidates
 
 
-def _render(doc: Dict[str, Any]) -> str:
+def _render(doc: Dict[str, Any], schema_ref: str) -> str:
     """YAML with one flow-style line per node and per link, the way people write it."""
-    lines = [SCHEMA_HINT]
+    lines = [f"# yaml-language-server: $schema={schema_ref}"]
     for key in ("name", "kind", "params", "time_scale", "defaults"):
         if key in doc:
             lines.append(f"{key}: {_flow(doc[key])}")
@@ -836,7 +853,3 @@ def _flow(value: Any) -> str:
     return text.strip().removesuffix("...").strip()
 
 
-def iter_example_files(folder: Union[str, Path]) -> Iterator[Path]:
-    """The topology files in `folder` (``*.yaml``, ``*.yml``), sorted."""
-    folder = Path(folder)
-    yield from sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])

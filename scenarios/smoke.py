@@ -25,6 +25,9 @@ the routing controller over OpenFlow 1.3:
 
 Run:  emu run smoke                     (2 spines, 4 leaves, 8 hosts)
       emu run smoke --set topology=fat_tree --set k=4 --out results/smoke
+      emu run smoke --topo topologies/leaf-spine-2x2.yaml
+                                        (any topology file whose leaves have
+                                        two uplinks: the link-failure step cuts one)
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ PARAMS = {
     "link_down": Param(True, "take a leaf-spine link down under traffic and measure recovery"),
     "ping_count": Param(3, "pings per host pair", min=1, max=20),
 }
+
+# Every step reads the fabric from the graph, so a topology file may replace
+# the shape parameters (emu/scenario.py).
+TOPOLOGY_FILE = True
 
 # A sender may exceed the link rate over a short window only by the scheduler's
 # burst allowance (two full frames) plus one sampling period's jitter.
