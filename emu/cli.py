@@ -294,11 +294,17 @@ def topology_summary(graph) -> str:
         f"time scale {graph.graph['time_scale']:g}"
     )
     switches = [
-        [n, d["role"], d["tier"], f"{d['dpid']:#x}", graph.degree(n),
-         sum(1 for p in graph[n] if graph.nodes[p]["kind"] == "host")]
+        [
+            n,
+            d["role"],
+            d["tier"],
+            f"{d['dpid']:#x}",
+            graph.degree(n),
+            sum(1 for p in graph[n] if graph.nodes[p]["kind"] == "host"),
+        ]
         for n in fabric.switches(graph)
         for d in [graph.nodes[n]]
-    ]  # fmt: skip
+    ]
     hosts = [
         [h, d["ip"], d["mac"], d["leaf"], f"{graph.edges[h, d['leaf']]['rate_bps'] / 1e6:g}"]
         for h in fabric.hosts(graph)
@@ -307,11 +313,17 @@ def topology_summary(graph) -> str:
     # Each link lower tier first: a leaf's row, then the spine it goes up to.
     ordered = [sorted(e, key=lambda n: graph.nodes[n]["tier"]) for e in fabric.switch_links(graph)]
     links = [
-        [u, graph.edges[u, v]["ports"][u], v, graph.edges[u, v]["ports"][v],
-         f"{graph.edges[u, v]['rate_bps'] / 1e6:g}", f"{graph.edges[u, v]['delay_s'] * 1e6:g}",
-         graph.edges[u, v]["tier"]]
+        [
+            u,
+            graph.edges[u, v]["ports"][u],
+            v,
+            graph.edges[u, v]["ports"][v],
+            f"{graph.edges[u, v]['rate_bps'] / 1e6:g}",
+            f"{graph.edges[u, v]['delay_s'] * 1e6:g}",
+            graph.edges[u, v]["tier"],
+        ]
         for u, v in ordered
-    ]  # fmt: skip
+    ]
     tables = [
         scenario.Table("switches", ["name", "role", "tier", "dpid", "ports", "hosts"], switches),
         scenario.Table("hosts", ["name", "ip", "mac", "switch", "Mbit/s"], hosts),

@@ -127,7 +127,9 @@ def draw_fabric(G, path: Path) -> Path:
     H.add_edges_from(G.edges)
     pos = _layered_positions(G, layer)
     widest = max(sum(1 for v in layer.values() if v == t) for t in set(layer.values()))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * widest + 2), 1.6 * len(set(layer.values())) + 1))
+    fig, ax = plt.subplots(
+        figsize=(max(6.0, 0.55 * widest + 2), 1.6 * len(set(layer.values())) + 1)
+    )
     rates = {(u, v): d["rate_bps"] for u, v, d in G.edges(data=True)}
     fastest = max(rates.values())
     nx.draw_networkx_edges(

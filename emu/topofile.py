@@ -3,8 +3,8 @@
 Owns the file format (its JSON schema is `emu/data/topology.schema.json`), reading
 a file into the same networkx graph the builders of `emu.fabric` return
 (`load`), checking it with errors that name the file, the line and the field in
-one line (`TopoFileError`), and writing a graph back in the same format
-(`dump`), so that a parametrised fabric stays one Python call and a hand-made
+one line (`TopoFileError`), and the rules that derive what a file leaves out;
+writing a graph back in the same format (`dump`) is emu/topowrite.py's, so that a parametrised fabric stays one Python call and a hand-made
 one stays one file. Does not own the graph's attribute contract (that is
 `emu.fabric.validate`, which every loaded graph passes) nor anything that runs.
 Called by `emu.scenario` (the `topo` parameter, `emu run --topo`, `emu cli
@@ -75,8 +75,11 @@ _RATE_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)([KMGT]?)$")
 _DELAY_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _DELAY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE]-?[0-9]+)?)(ns|us|ms|s)$")
+# The rules that fill in what a file leaves out (FIRST_PORT, node_rank,
+# default_port_order, default_mac) are public: emu/topowrite.py leaves out
+# exactly what they reproduce.
 # A host's port is 0; a switch numbers its ports from 1 (emu.fabric, "Port numbering").
-_FIRST_PORT = {"host": 0, "switch": 1}
+FIRST_PORT = {"host": 0, "switch": 1}
 # The link tier the builders give a link between two switch roles; others are "fabric".
 _LINK_TIER = {
     frozenset({"leaf", "spine"}): "leaf-spine",
@@ -103,7 +106,9 @@ class TopoFileError(FabricSpecError):
     def __init__(self, filename: str, line: Optional[int], field_path: str, problem: str):
         self.filename, self.line, self.field, self.problem = filename, line, field_path, problem
         where = filename if line is None else f"{filename}:{line}"
-        super().__init__(f"{where}: {field_path}: {problem}" if field_path else f"{where}: {problem}")
+        super().__init__(
+            f"{where}: {field_path}: {problem}" if field_path else f"{where}: {problem}"
+        )
 
 
 def field_name(path: Path_) -> str:
@@ -193,8 +198,11 @@ def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         column = f" (column {mark.column + 1})" if mark else ""
-        problem = exc.problem or exc.context or "not YAML"
-        raise TopoFileError(filename, line, "", f"YAML syntax: {problem}{column}") from None
+        problem = f"YAML syntax: {exc.problem or exc.context or 'not YAML'}{column}"
+        if exc.problem and exc.context and exc.context_mark:
+            # An unclosed bracket is noticed far below: say where it was opened.
+            problem += f", {exc.context} that starts at line {exc.context_mark.line + 1}"
+        raise TopoFileError(filename, line, "", problem) from None
     except yaml.YAMLError as exc:  # a reader error (bad bytes) carries no problem mark
         raise TopoFileError(filename, None, "", f"YAML: {exc}") from None
     return doc, _Marks(root)
@@ -206,6 +214,11 @@ def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
 def schema() -> Dict[str, Any]:
     """The JSON schema of a topology file (draft-07), as shipped in emu/data/."""
     return json.loads(resources.files("emu").joinpath("data", SCHEMA_FILE).read_text())
+
+
+def schema_path() -> Path:
+    """The schema file as installed (for an editor's ``$schema=`` line)."""
+    return Path(str(resources.files("emu").joinpath("data", SCHEMA_FILE)))
 
 
 def _schema_error(doc: Any, marks: _Marks, filename: str) -> Optional[TopoFileError]:
@@ -224,18 +237,20 @@ def _describe(error, doc: Any, marks: _Marks, filename: str) -> TopoFileError:
     here = field_name(path)
     value = error.instance
     message = error.schema.get("x-emu-message") if isinstance(error.schema, dict) else None
-    if error.validator == "propertyNames":  # a node name: the key itself is wrong
-        message = error.schema.get("x-emu-message", "is not an allowed name")
+    if "propertyNames" in error.absolute_schema_path:  # a node name: the key itself is wrong
+        message = message or "is not an allowed name"
         return TopoFileError(
-            filename, marks.key_line(path + (value,)), field_name(path + (value,)),
+            filename,
+            marks.key_line(path + (value,)),
+            field_name(path + (value,)),
             f"{value!r} {message}",
-        )  # fmt: skip
+        )
     if message:
         return TopoFileError(filename, marks.value_line(path), here, f"{_show(value)} {message}")
     if error.validator == "required":
         missing = error.message.split("'")[1]
         return TopoFileError(
-            filename, marks.value_line(path), field_name(path + (missing,)), "missing"
+            filename, marks.value_line(path), field_name(path + (missing,)), "missing field"
         )
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
@@ -253,8 +268,11 @@ def _describe(error, doc: Any, marks: _Marks, filename: str) -> TopoFileError:
         )
     if error.validator == "type":
         return TopoFileError(
-            filename, marks.value_line(path), here, f"{_show(value)} is not {_a(error.validator_value)}"
-        )  # fmt: skip
+            filename,
+            marks.value_line(path),
+            here,
+            f"{_show(value)} is not {_a(error.validator_value)}",
+        )
     if error.validator == "format":
         return TopoFileError(
             filename, marks.value_line(path), here, f"{_show(value)} is not an IPv4 address"
@@ -384,7 +402,9 @@ class _Reader:
             role = spec.get("role", "host" if kind == "host" else "switch")
             if (role == "host") != (kind == "host"):
                 allowed = "host" if kind == "host" else "leaf, spine, edge, agg, core, switch"
-                raise self.fail(path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}")
+                raise self.fail(
+                    path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}"
+                )
             only = ("hosts", "host_rate") if kind == "host" else ("ip", "mac")
             for key in only:
                 if key in spec:
@@ -407,17 +427,28 @@ class _Reader:
                     )
                 inherited = {k: spec[k] for k in ("pod", "rail") if k in spec}
                 nodes[host] = _Node(
-                    host, "host", "host", inherited, path + ("hosts",), host_count, name,
+                    host,
+                    "host",
+                    "host",
+                    inherited,
+                    path + ("hosts",),
+                    host_count,
+                    name,
                     generated=True,
-                )  # fmt: skip
+                )
                 rate_path = path + ("host_rate",) if "host_rate" in spec else ("defaults", "rate")
                 if "host_rate" in spec:
                     rate = self.rate(rate_path, spec["host_rate"])
                 elif self.default_rate is not None:
                     rate = self.default_rate
                 else:
-                    raise self.fail(path + ("hosts",), "no rate for the generated hosts' links: give host_rate or defaults.rate")
-                generated.append(_Link(host, name, rate, self.default_delay, None, path + ("hosts",)))  # fmt: skip
+                    raise self.fail(
+                        path + ("hosts",),
+                        "no rate for the generated hosts' links: give host_rate or defaults.rate",
+                    )
+                generated.append(
+                    _Link(host, name, rate, self.default_delay, None, path + ("hosts",))
+                )
         links = generated
         for i, spec in enumerate(self.doc["links"]):
             path = ("links", i)
@@ -451,7 +482,10 @@ class _Reader:
             seen[pair] = link
             a, b = nodes[link.a], nodes[link.b]
             if a.kind == b.kind == "host":
-                raise self.fail(link.path + ("b",), f"links two hosts ({link.a}, {link.b}); a host attaches to a switch")  # fmt: skip
+                raise self.fail(
+                    link.path + ("b",),
+                    f"links two hosts ({link.a}, {link.b}); a host attaches to a switch",
+                )
             for host, switch in ((a, b), (b, a)):
                 if host.kind != "host" or host.generated:
                     continue
@@ -466,7 +500,7 @@ class _Reader:
         for node in nodes.values():
             if node.kind == "host" and node.attached_to is None:
                 raise self.fail(node.path, "host is not attached: no link names it", on_key=True)
-            if node.kind == "switch" and not any(node.name in (l.a, l.b) for l in links):  # noqa: E741
+            if node.kind == "switch" and not any(node.name in (lk.a, lk.b) for lk in links):
                 raise self.fail(node.path, "switch has no links", on_key=True)
 
     def number_ports(self, nodes: Dict[str, _Node], links: List[_Link]) -> None:
@@ -478,17 +512,24 @@ class _Reader:
                 if link.ports is None:
                     continue
                 port = link.ports[end]
-                if port < _FIRST_PORT[nodes[name].kind]:
-                    raise self.fail(link.path + ("ports", end), f"{name} is a {nodes[name].kind}; its ports start at {_FIRST_PORT[nodes[name].kind]}")  # fmt: skip
+                if port < FIRST_PORT[nodes[name].kind]:
+                    raise self.fail(
+                        link.path + ("ports", end),
+                        f"{name} is a {nodes[name].kind}; its ports start at {FIRST_PORT[nodes[name].kind]}",
+                    )
                 if (name, port) in owner:
-                    raise self.fail(link.path + ("ports", end), f"port {port} of {name} already used by {field_name(owner[name, port].path)}")  # fmt: skip
+                    raise self.fail(
+                        link.path + ("ports", end),
+                        f"port {port} of {name} already used by {field_name(owner[name, port].path)}",
+                    )
                 owner[name, port] = link
                 self.port_of[i, name] = port
-        order = _default_port_order(
-            [(link.a, link.b) for link in links], {n: _rank(v.kind, v.role) for n, v in nodes.items()}
+        order = default_port_order(
+            [(link.a, link.b) for link in links],
+            {n: node_rank(v.kind, v.role) for n, v in nodes.items()},
         )
         for name, link_indexes in order.items():
-            port = _FIRST_PORT[nodes[name].kind]
+            port = FIRST_PORT[nodes[name].kind]
             for i in link_indexes:
                 if (i, name) in self.port_of:
                     continue
@@ -498,14 +539,21 @@ class _Reader:
                 self.port_of[i, name] = port
         for name, node in nodes.items():
             used = sorted(p for (n, p) in owner if n == name)
-            first = _FIRST_PORT[node.kind]
+            first = FIRST_PORT[node.kind]
             if used != list(range(first, first + len(used))):
                 gap = next(p for p in range(first, first + len(used) + 1) if p not in used)
                 culprit = max((p, owner[name, p]) for p in used)[1]
-                raise self.fail(culprit.path + ("ports",), f"{name}'s ports must be {first}..{first + len(used) - 1} with none skipped; port {gap} is missing")  # fmt: skip
+                raise self.fail(
+                    culprit.path + ("ports",),
+                    f"{name}'s ports must be {first}..{first + len(used) - 1} with none skipped; port {gap} is missing",
+                )
             longest = f"{name}-eth{used[-1]}"
             if len(longest) > fabric.MAX_INTF_NAME:
-                raise self.fail(node.path, f"interface name {longest!r} has {len(longest)} characters, Linux allows at most {fabric.MAX_INTF_NAME}", on_key=True)  # fmt: skip
+                raise self.fail(
+                    node.path,
+                    f"interface name {longest!r} has {len(longest)} characters, Linux allows at most {fabric.MAX_INTF_NAME}",
+                    on_key=True,
+                )
 
     def build(self, nodes: Dict[str, _Node], links: List[_Link]) -> nx.Graph:
         doc = self.doc
@@ -515,9 +563,15 @@ class _Reader:
         time_scale = float(doc.get("time_scale", 1.0))
         if "modelled_rate" in doc:
             if "time_scale" in doc:
-                raise self.fail(("modelled_rate",), "give modelled_rate or time_scale, not both", on_key=True)  # fmt: skip
+                raise self.fail(
+                    ("modelled_rate",), "give modelled_rate or time_scale, not both", on_key=True
+                )
             if len(set(host_rates)) != 1:
-                raise self.fail(("modelled_rate",), f"host links run at {len(set(host_rates))} different rates; give time_scale instead", on_key=True)  # fmt: skip
+                raise self.fail(
+                    ("modelled_rate",),
+                    f"host links run at {len(set(host_rates))} different rates; give time_scale instead",
+                    on_key=True,
+                )
             modelled = self.rate(("modelled_rate",), doc["modelled_rate"])
             time_scale = fabric.time_scale_for(host_rates[0], modelled)
         G = nx.Graph(
@@ -528,7 +582,7 @@ class _Reader:
             time_scale=time_scale,
         )
         role_rank: Dict[str, int] = {}
-        seen: Dict[str, Dict[Any, Path_]] = {"dpid": {}, "ip": {}, "mac": {}}
+        seen: Dict[str, Dict[Any, Tuple[str, int]]] = {"dpid": {}, "ip": {}, "mac": {}}
         default_ips = _default_ips(
             [(n.name, n.kind, n.attached_to) for n in nodes.values()],
         )
@@ -543,16 +597,24 @@ class _Reader:
             else:
                 ip = spec.get("ip") or default_ips.get(name)
                 if ip is None:
-                    raise self.fail(node.path, "no ip, and its switch has too many hosts or switches with hosts for the default 10.0.<S>.<n>", on_key=True)  # fmt: skip
+                    raise self.fail(
+                        node.path,
+                        "no ip, and its switch has too many hosts or switches with hosts for the default 10.0.<S>.<n>",
+                        on_key=True,
+                    )
                 if ipaddress.ip_address(ip) not in ipaddress.ip_network(fabric.SUBNET):
                     raise self.fail(node.path + ("ip",), f"{ip!r} is not in {fabric.SUBNET}")
                 self.unique(seen, "ip", ip, node.path + ("ip",), node)
-                mac = spec.get("mac") or _default_mac(node.host_index)
+                mac = spec.get("mac") or default_mac(node.host_index)
                 self.unique(seen, "mac", mac, node.path + ("mac",), node)
                 attrs = dict(
-                    kind="host", role="host", ip=ip, prefixlen=fabric.PREFIXLEN, mac=mac,
+                    kind="host",
+                    role="host",
+                    ip=ip,
+                    prefixlen=fabric.PREFIXLEN,
+                    mac=mac,
                     leaf=node.attached_to,
-                )  # fmt: skip
+                )
             for key in ("pod", "rail"):
                 if key in spec:
                     attrs[key] = spec[key]
@@ -571,7 +633,11 @@ class _Reader:
         if not nx.is_connected(G):
             parts = sorted(nx.connected_components(G), key=lambda c: -len(c))
             stray = sorted(parts[1], key=list(G.nodes).index)
-            raise self.fail(("links",), f"the fabric is not connected: {', '.join(stray[:4])}{' ...' if len(stray) > 4 else ''} cannot reach {next(iter(G.nodes))}", on_key=True)  # fmt: skip
+            raise self.fail(
+                ("links",),
+                f"the fabric is not connected: {', '.join(stray[:4])}{' ...' if len(stray) > 4 else ''} cannot reach {next(iter(G.nodes))}",
+                on_key=True,
+            )
         try:
             fabric.validate(G)
         except FabricSpecError as exc:  # a rule this reader missed: still one line, no traceback
@@ -579,22 +645,24 @@ class _Reader:
         return G
 
     def unique(self, seen, what: str, value: Any, path: Path_, node: _Node) -> None:
+        """Reject `value` if another node has it; blame the field if given, else the node."""
+        given = not node.generated and path[-1] in node.spec
         if value in seen[what]:
-            other = seen[what][value]
+            other, line = seen[what][value]
             raise self.fail(
-                path if path[-1] in node.spec else node.path,
-                f"{what} {value!r} already used by {other[1]} (line {self.marks.key_line(other)})",
-                on_key=path[-1] not in node.spec,
+                path if given else node.path,
+                f"{what} {value!r} already used by {other} (line {line})",
+                on_key=not given,
             )
-        seen[what][value] = node.path
+        seen[what][value] = (node.name, self.marks.key_line(node.path))
 
 
-def _rank(kind: str, role: str) -> int:
+def node_rank(kind: str, role: str) -> int:
     """Hosts below tier-0 switches below tier 1 below tier 2: which way a link faces."""
     return -1 if kind == "host" else fabric.SWITCH_ROLES[role]
 
 
-def _default_port_order(
+def default_port_order(
     pairs: Sequence[Tuple[str, str]], rank: Dict[str, int]
 ) -> Dict[str, List[int]]:
     """Per node, its links (indexes into `pairs`) in port order: downward-facing first.
@@ -626,7 +694,7 @@ def _default_ips(nodes: Sequence[Tuple[str, str, Optional[str]]]) -> Dict[str, s
     return out
 
 
-def _default_mac(index: int) -> str:
+def default_mac(index: int) -> str:
     """As emu.fabric._add_host: 02:00:00 and the host's 24-bit number."""
     return "02:00:00:%02x:%02x:%02x" % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF)
 
@@ -689,167 +757,8 @@ def graphs_equal(G: nx.Graph, H: nx.Graph) -> bool:
     }
 
 
-# ---------------------------------------------------------------- writing
-
-
-def schema_path() -> Path:
-    """The schema file as installed (for an editor's ``$schema=`` line)."""
-    return Path(str(resources.files("emu").joinpath("data", SCHEMA_FILE)))
-
-
 def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
-    """The topology file of `G` (a builder's graph, or one loaded from a file).
+    """The topology file of `G`; see `emu.topowrite.dump`, which writes it."""
+    from emu import topowrite  # it imports this module's derivation rules
 
-    Writes only what cannot be derived (see the module docstring): a switch's
-    hosts as ``hosts: N`` where they are what that shorthand makes, dpids,
-    MACs, IPs and ports only where they differ from the defaults. Loading the
-    text gives `G` back (`graphs_equal`); tests check that for every builder.
-    The first line points editors at the schema: `schema_ref`, a path
-    relative to where the file will live, or a URL.
-
-    Raises:
-        FabricSpecError: `G` breaks the contract of emu.fabric.validate.
-    """
-    fabric.validate(G)
-    rates = [d["rate_bps"] for _, _, d in G.edges(data=True)]
-    delays = [d["delay_s"] for _, _, d in G.edges(data=True)]
-    default_rate = max(set(rates), key=rates.count)
-    default_delay = max(set(delays), key=delays.count)
-    compact = _compact_switches(G, default_rate, default_delay)
-    out_nodes: Dict[str, Dict[str, Any]] = {}
-    out_links: List[Dict[str, Any]] = []
-    generated = {h for s in compact for h in _hosts_of(G, s)}
-    order = [n for n in G.nodes if n not in generated]
-    role_rank: Dict[str, int] = {}
-    host_index = 0
-    for name in order:
-        d = G.nodes[name]
-        spec: Dict[str, Any] = {"kind": d["kind"]}
-        if d["kind"] == "switch":
-            spec["role"] = d["role"]
-            role_rank[d["role"]] = role_rank.get(d["role"], 0) + 1
-            if d["dpid"] != ((d["tier"] + 1) << 16) | role_rank[d["role"]]:
-                spec["dpid"] = d["dpid"]
-            if name in compact:
-                spec["hosts"] = len(_hosts_of(G, name))
-                host_rate = G.edges[name, _hosts_of(G, name)[0]]["rate_bps"]
-                if host_rate != default_rate:
-                    spec["host_rate"] = format_rate(host_rate)
-                host_index += spec["hosts"]
-        else:
-            host_index += 1
-            spec["ip"] = d["ip"]
-            if d["mac"] != _default_mac(host_index):
-                spec["mac"] = d["mac"]
-        for key in ("pod", "rail"):
-            if key in d:
-                spec[key] = d[key]
-        out_nodes[name] = spec
-    edges = [(u, v) for u, v in G.edges if not ({u, v} & generated)]
-    rank = {n: _rank(G.nodes[n]["kind"], G.nodes[n]["role"]) for n in G.nodes}
-    position = {n: i for i, n in enumerate(G.nodes)}
-
-    def oriented(u: str, v: str) -> Tuple[str, str]:
-        return (u, v) if (rank[u], position[u]) <= (rank[v], position[v]) else (v, u)
-
-    # Links in the order that lets the default numbering reproduce the ports
-    # (a builder's graph then needs no `ports:`): by tier, then by the lower
-    # end in node order, then by its port.
-    edges = sorted(
-        (oriented(u, v) for u, v in edges),
-        key=lambda e: (rank[e[0]], rank[e[1]], position[e[0]], G.edges[e]["ports"][e[0]]),
-    )
-    generated_links = [(h, s) for s in compact for h in _hosts_of(G, s)]
-    pairs = generated_links + edges
-    default_order = _default_port_order(pairs, rank)
-    default_port = {}
-    for name, indexes in default_order.items():
-        first = _FIRST_PORT[G.nodes[name]["kind"]]
-        for port, i in enumerate(indexes, start=first):
-            default_port[i, name] = port
-    for i, (u, v) in enumerate(pairs):
-        e = G.edges[u, v]
-        if i < len(generated_links):
-            continue
-        link: Dict[str, Any] = {"a": u, "b": v}
-        if e["rate_bps"] != default_rate:
-            link["rate"] = format_rate(e["rate_bps"])
-        if e["delay_s"] != default_delay:
-            link["delay"] = e["delay_s"]
-        if (e["ports"][u], e["ports"][v]) != (default_port[i, u], default_port[i, v]):
-            link["ports"] = [e["ports"][u], e["ports"][v]]
-        out_links.append(link)
-    doc: Dict[str, Any] = {"name": G.graph["name"], "kind": G.graph["kind"]}
-    if G.graph["params"]:
-        doc["params"] = G.graph["params"]
-    if G.graph["time_scale"] != 1.0:
-        doc["time_scale"] = G.graph["time_scale"]
-    doc["defaults"] = {"rate": format_rate(default_rate)}
-    if default_delay:
-        doc["defaults"]["delay"] = default_delay
-    doc["nodes"] = out_nodes
-    doc["links"] = out_links
-    return _render(doc, schema_ref)
-
-
-def _hosts_of(G: nx.Graph, switch: str) -> List[str]:
-    return [n for n in G.nodes if G.nodes[n]["kind"] == "host" and G.nodes[n]["leaf"] == switch]
-
-
-def _compact_switches(G: nx.Graph, default_rate: int, default_delay: float) -> List[str]:
-    """Switches whose hosts are exactly what ``hosts: N`` would make of them.
-
-    The shorthand numbers hosts h<i> in file order, right after their switch,
-    with default IPs and MACs, the switch's pod and rail, one rate, the
-    default delay and the default ports; a switch qualifies when all of that
-    holds in `G`.
-    """
-    order = list(G.nodes)
-    candidates = []
-    with_hosts = [s for s in fabric.switches(G) if _hosts_of(G, s)]
-    index = 0
-    for name in order:
-        d = G.nodes[name]
-        if d["kind"] == "host":
-            index += 1
-            continue
-        hosts = _hosts_of(G, name)
-        if not hosts:
-            continue
-        s_rank = with_hosts.index(name) + 1
-        expected = [f"h{index + n}" for n in range(1, len(hosts) + 1)]
-        position = order.index(name)
-        ok = hosts == expected and order[position + 1 : position + 1 + len(hosts)] == hosts
-        for n, host in enumerate(hosts, start=1):
-            hd, e = G.nodes[host], G.edges[host, name]
-            inherited = {k: d[k] for k in ("pod", "rail") if k in d}
-            ok = ok and hd["ip"] == f"10.0.{s_rank}.{n}" and hd["mac"] == _default_mac(index + n)
-            ok = ok and {k: hd[k] for k in ("pod", "rail") if k in hd} == inherited
-            ok = ok and e["ports"][name] == n and e["delay_s"] == default_delay
-            ok = ok and e["rate_bps"] == G.edges[hosts[0], name]["rate_bps"]
-        if ok and len(hosts) <= 254:
-            candidates.append(name)
-    return candidates
-
-
-def _render(doc: Dict[str, Any], schema_ref: str) -> str:
-    """YAML with one flow-style line per node and per link, the way people write it."""
-    lines = [f"# yaml-language-server: $schema={schema_ref}"]
-    for key in ("name", "kind", "params", "time_scale", "defaults"):
-        if key in doc:
-            lines.append(f"{key}: {_flow(doc[key])}")
-    lines.append("nodes:")
-    width = max(len(n) for n in doc["nodes"]) + 1
-    for name, spec in doc["nodes"].items():
-        lines.append(f"  {(name + ':').ljust(width)} {_flow(spec)}")
-    lines.append("links:")
-    lines += [f"  - {_flow(link)}" for link in doc["links"]]
-    return "\n".join(lines) + "\n"
-
-
-def _flow(value: Any) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 16)
-    # A bare scalar comes back as a document of its own, closed by "...".
-    return text.strip().removesuffix("...").strip()
-
-
+    return topowrite.dump(G, schema_ref)
