@@ -16,7 +16,17 @@ import signal
 import sys
 from pathlib import Path
 
-from emu import checklines, fabric, labs, mgmt, realtime, registry, scenario, topofile
+from emu import (
+    checklines,
+    fabric,
+    labs,
+    mgmt,
+    realtime,
+    registry,
+    scenario,
+    topofile,
+    topowrite,
+)
 from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
@@ -370,7 +380,7 @@ def cmd_topo_export(args) -> int:
     # The editor's `$schema=` line: relative to the file written, or the installed schema.
     schema = topofile.schema_path()
     ref = os.path.relpath(schema, Path(args.out).resolve().parent) if args.out else str(schema)
-    text = topofile.dump(graph, schema_ref=ref)
+    text = topowrite.dump(graph, schema_ref=ref)
     if args.out:
         try:
             Path(args.out).write_text(text)

@@ -4,7 +4,7 @@ Owns the file format (its JSON schema is `emu/data/topology.schema.json`), readi
 a file into the same networkx graph the builders of `emu.fabric` return
 (`load`), checking it with errors that name the file, the line and the field in
 one line (`TopoFileError`), and the rules that derive what a file leaves out;
-writing a graph back in the same format (`dump`) is emu/topowrite.py's, so that a parametrised fabric stays one Python call and a hand-made
+writing a graph back in the same format is `emu.topowrite.dump`'s, so that a parametrised fabric stays one Python call and a hand-made
 one stays one file. Does not own the graph's attribute contract (that is
 `emu.fabric.validate`, which every loaded graph passes) nor anything that runs.
 Called by `emu.scenario` (the `topo` parameter, `emu run --topo`, `emu cli
@@ -30,7 +30,8 @@ of `emu.fabric`): a switch's tier from its role, its dpid from its role and
 its rank among switches of that role, a host's MAC from its number in file
 order, its IP as 10.0.<S>.<n> (its switch the S-th that has hosts, it the
 n-th host there), port numbers downward-facing first, each in file order. So
-`dump(leaf_spine(...))` is a short file, and loading it gives the graph back.
+`emu.topowrite.dump(leaf_spine(...))` is a short file, and loading it gives
+the graph back.
 
 Checking goes in three steps, each stopping at the first error: YAML syntax
 (PyYAML's marks), the schema (jsonschema, first error by line), then what a
@@ -58,7 +59,6 @@ from emu.fabric import FabricSpecError
 __all__ = [
     "SCHEMA_FILE",
     "TopoFileError",
-    "dump",
     "graphs_equal",
     "load",
     "loads",
@@ -755,10 +755,3 @@ def graphs_equal(G: nx.Graph, H: nx.Graph) -> bool:
     return {frozenset((u, v)): d for u, v, d in G.edges(data=True)} == {
         frozenset((u, v)): d for u, v, d in H.edges(data=True)
     }
-
-
-def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
-    """The topology file of `G`; see `emu.topowrite.dump`, which writes it."""
-    from emu import topowrite  # it imports this module's derivation rules
-
-    return topowrite.dump(G, schema_ref)

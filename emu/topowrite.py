@@ -4,8 +4,8 @@ Owns what a written file leaves out and how it is laid out: a switch's hosts
 as ``hosts: N`` where they are what that shorthand makes, dpids, MACs and
 ports only where emu.topofile's derivation rules would not reproduce them,
 the most common rate and delay as defaults, one line per node and per link.
-Does not own the format or its rules (emu/topofile.py, whose `dump` calls
-this). Called by `emu topo export` and by anyone saving a built fabric.
+Does not own the format or its rules (emu/topofile.py, which this imports;
+never the other way round). Called by `emu topo export` and by anyone saving a built fabric.
 """
 
 from __future__ import annotations
