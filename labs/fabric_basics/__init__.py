@@ -1,0 +1,132 @@
+"""Lab fabric_basics: a leaf/spine, one packet traced hop by hop, flow tables, an ECMP choice.
+
+The student answers four questions in `answers.yaml` from what the running
+fabric shows them (the CLI's `path`, `ctl SWITCH flows|groups`, tcpdump on a
+spine port). The check builds the same fabric (same seed, so the same hash
+choices), sends the flows in question as real datagrams and reads the
+switches' port counters and group table, and compares each answer with what
+the packets did.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from emu import fabric as fabric_mod
+from emu.labs import LabRun
+from emu.net import Fabric, wait_for
+
+TITLE = "Fabric basics: trace a packet, read flow tables, explain an ECMP choice"
+MINUTES = 30
+ORDER = 1
+GRADES = "which switches and which spine real datagrams crossed, the group's buckets"
+FILES = ("answers.yaml",)
+
+SEED = 0  # the ECMP hash seeds; the same in `start` and `check`, so answers carry over
+DPORT = 4000
+SPORTS = (40000, 40001)
+DATAGRAMS = 200
+# A few frames of LLDP and ARP cross every link while the check runs.
+BACKGROUND_FRAMES = 30
+
+GROUP_ACTION = re.compile(r"OFPActionGroup\(group_id=(\d+)")
+
+SEND = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("", int(sys.argv[1])))
+for _ in range(int(sys.argv[4])):
+    s.sendto(b"x" * 64, (sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def graph():
+    return fabric_mod.leaf_spine(leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=20_000_000)
+
+
+def start(lab: LabRun) -> None:
+    from emu.cli import interactive
+
+    with Fabric(graph(), out_dir=str(lab.out_dir), seed=SEED) as fab:
+        interactive(fab)
+
+
+def rx_packets(fab: Fabric) -> dict[str, int]:
+    """Frames every switch has received, summed over its ports."""
+    return {
+        sw: sum(p["rx_packets"] for p in fab.switch_call(sw, "ports"))
+        for sw in fabric_mod.switches(fab.graph)
+    }
+
+
+def crossed_by(fab: Fabric, sport: int) -> list[str]:
+    """The switches that `DATAGRAMS` real datagrams h1:sport -> h3:DPORT went through."""
+    before = rx_packets(fab)
+    dst = fab.graph.nodes["h3"]["ip"]
+    fab.host_run(
+        "h1", [sys.executable, "-c", SEND, str(sport), dst, str(DPORT), str(DATAGRAMS)], check=True
+    )
+
+    def arrived() -> bool:
+        return rx_packets(fab)["leaf2"] - before["leaf2"] >= DATAGRAMS
+
+    wait_for(arrived, 10.0, f"{DATAGRAMS} datagrams from h1 to reach leaf2")
+    after = rx_packets(fab)
+    crossed = {sw for sw in after if after[sw] - before[sw] >= DATAGRAMS - BACKGROUND_FRAMES}
+    # In the order a packet meets them: the first leaf, the spine, the last leaf.
+    return sorted(crossed, key=lambda sw: (sw != "leaf1", sw.startswith("leaf"), sw))
+
+
+def buckets_towards(fab: Fabric, switch: str, host: str) -> int:
+    """Buckets of the group that `switch`'s route to `host` points at (0: no group)."""
+    ip = fab.graph.nodes[host]["ip"]
+    groups = {g["group_id"]: g for g in fab.switch_call(switch, "groups")}
+    for flow in fab.switch_call(switch, "flows"):
+        if str(flow["match"].get("ipv4_dst", "")).split("/")[0] != ip:
+            continue
+        for instruction in flow["instructions"]:
+            found = GROUP_ACTION.search(instruction)
+            if found and int(found.group(1)) in groups:
+                return len(groups[int(found.group(1))]["buckets"])
+    return 0
+
+
+def _same(answer, measured) -> bool:
+    return str(answer).strip().lower() == str(measured).strip().lower()
+
+
+def check(lab: LabRun) -> None:
+    answers = lab.answers()
+    with Fabric(graph(), out_dir=str(lab.out_dir), seed=SEED) as fab:
+        paths = {sport: crossed_by(fab, sport) for sport in SPORTS}
+        buckets = buckets_towards(fab, "leaf1", "h3")
+    first = paths[SPORTS[0]]
+    lab.check(
+        "1. switches from h1 to h3",
+        _same(answers.get("switches_h1_to_h3"), len(first)),
+        answers.get("switches_h1_to_h3"),
+        f"{len(first)} ({' -> '.join(first)} received the datagrams)",
+        "in the lab's CLI, `path h1 h3` lists every node a packet crosses; count the "
+        "switches, not the hosts",
+    )
+    lab.check(
+        "2. buckets in leaf1's group towards h3",
+        _same(answers.get("buckets_leaf1_to_h3"), buckets),
+        answers.get("buckets_leaf1_to_h3"),
+        f"{buckets} (leaf1's group table)",
+        "`ctl leaf1 flows` shows the flow for h3's address and the group it sends to; "
+        "`ctl leaf1 groups` shows that group's buckets, one per uplink",
+    )
+    for n, sport in enumerate(SPORTS, start=3):
+        spine = next((sw for sw in paths[sport] if sw.startswith("spine")), "none")
+        key = f"spine_for_udp_{sport}_to_h3_{DPORT}"
+        lab.check(
+            f"{n}. the spine UDP {sport} -> h3:{DPORT} crosses",
+            _same(answers.get(key), spine),
+            answers.get(key),
+            f"{spine} (its counters moved by {DATAGRAMS} frames)",
+            f"`path h1 h3 udp {sport} {DPORT}` asks each switch where it would send the "
+            f"packet; check it with `{spine if spine != 'none' else 'spine1'} tcpdump -ni any "
+            f"udp port {DPORT}` while h1 sends. The source port is part of the ECMP hash",
+        )
