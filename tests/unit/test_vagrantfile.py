@@ -64,12 +64,18 @@ def test_box_and_providers():
     assert re.search(
         r'config\.vm\.box\s*=\s*ENV\.fetch\("EMU_VAGRANT_BOX",\s*"debian/bookworm64"\)', text
     )
-    for provider in ("virtualbox", "libvirt"):
+    for provider in ("virtualbox", "libvirt", "parallels"):
         block = re.search(rf'provider\s+"{provider}"\s+do\s*\|(\w+)\|(.*?)\bend\b', text, re.S)
         assert block, provider
         var, body = block.groups()
         assert re.search(rf"{var}\.memory\s*=\s*4096", body)
         assert re.search(rf"{var}\.cpus\s*=\s*2", body)
+    # VMware (Fusion on Apple Silicon) takes the same through vmx keys.
+    block = re.search(r'provider\s+"vmware_desktop"\s+do\s*\|(\w+)\|(.*?)\bend\b', text, re.S)
+    assert block, "vmware_desktop"
+    var, body = block.groups()
+    assert re.search(rf'{var}\.vmx\["memsize"\]\s*=\s*"4096"', body)
+    assert re.search(rf'{var}\.vmx\["numvcpus"\]\s*=\s*"2"', body)
     assert re.search(r'synced_folder\s+"\.",\s+"/home/vagrant/emu"', text)
 
 
