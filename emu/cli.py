@@ -1,19 +1,22 @@
-"""The `emu` command: run, list, cli, ctl, topo, allreduce, reproduce, clean, report.
+"""The `emu` command: run, list, cli, ctl, topo, allreduce, reproduce, clean, report, web.
 
 Owns argument parsing and what the user sees; everything it does goes through
-emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl), emu.topofile (topo)
-and emu.registry (clean). Errors the user can fix (bad scenario name or parameter, unknown
+emu.scenario (run, list), emu.net (cli), emu.mgmt (ctl), emu.topofile (topo),
+emu.registry (clean) and emu.live (`--web`, web). Errors the user can fix (bad
+scenario name or parameter, unknown
 switch, no running fabric) print one line and exit 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from emu import (
@@ -65,9 +68,51 @@ def cmd_run(args) -> int:
     module = scenario.load(args.name)
     scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
     need_root(f"emu run {args.name}")
-    ctx = scenario.run(args.name, args.set, args.out)
-    print(scenario.render_report(ctx))
+    if not args.web:
+        ctx = scenario.run(args.name, args.set, args.out)
+        print(scenario.render_report(ctx))
+        return run_status(ctx)
+    # The view follows every fabric the scenario opens (this process's runs) and
+    # stays up after the run to show its report and plots.
+    with _live_view(None, args) as view:
+        ctx = scenario.run(args.name, args.set, args.out)
+        print(scenario.render_report(ctx))
+        view.finished(ctx.out_dir)
+        _linger(view, args.web_linger)
     return run_status(ctx)
+
+
+def _live_view(fab, args):
+    """Start the live view (emu/live/) of `fab` (None: this process's fabrics); says where."""
+    from emu import live
+
+    try:
+        view = live.serve(fab, port=args.web_port, host=args.web_host)
+    except live.LiveViewError as exc:
+        raise ScenarioError(str(exc)) from None
+    print(f"live view: {view.url}", flush=True)
+    return view
+
+
+def _linger(view, linger_s: float | None) -> None:
+    """Keep serving the finished run's page for `linger_s` (None: until Ctrl-C)."""
+    if linger_s is not None and linger_s <= 0:
+        return
+    print(
+        f"live view: the run's report and plots at {view.url}; "
+        + ("Ctrl-C to stop" if linger_s is None else f"closing in {linger_s:g} s"),
+        flush=True,
+    )
+    _serve_until_interrupted(linger_s)
+
+
+def _serve_until_interrupted(timeout_s: float | None = None) -> None:
+    """Block for `timeout_s` (None: for ever) or until Ctrl-C, TERM or HUP (main() turns
+    those into KeyboardInterrupt): the user is done looking, which is how a view ends."""
+    try:
+        threading.Event().wait(timeout_s)
+    except KeyboardInterrupt:
+        pass
 
 
 def run_status(ctx) -> int:
@@ -208,7 +253,10 @@ def cmd_cli(args) -> int:
     params = scenario.resolve_params(Module, _with_topo(args))
     need_root("emu cli")
     graph = scenario.build_fabric_graph(params)
-    with Fabric(graph, **scenario.fabric_options(params)) as fab:
+    with contextlib.ExitStack() as stack:
+        fab = stack.enter_context(Fabric(graph, **scenario.fabric_options(params)))
+        if args.web:
+            stack.enter_context(_live_view(fab, args))  # closed before the fabric
         interactive(fab)
     return 0
 
@@ -624,6 +672,64 @@ def cmd_clean(args) -> int:
     return 0
 
 
+def cmd_web(args) -> int:
+    """The live view of a fabric that another process runs (`emu cli`, a test, a lab)."""
+    from emu import live
+    from emu.live.sampler import RegisteredRuns
+
+    runs = registry.live_runs()
+    if args.run and not any(r.run_id == args.run for r in runs):
+        known = ", ".join(r.run_id for r in runs) or "none"
+        raise ScenarioError(f"no running fabric {args.run!r}; running: {known}")
+    try:
+        view = live.serve(
+            port=args.web_port, host=args.web_host, source=RegisteredRuns(run_id=args.run)
+        )
+    except live.LiveViewError as exc:
+        raise ScenarioError(str(exc)) from None
+    with view:
+        print(
+            f"live view: {view.url} (the newest running fabric"
+            f"{'' if not args.run else ' ' + args.run}); Ctrl-C to stop",
+            flush=True,
+        )
+        _serve_until_interrupted()
+    return 0
+
+
+def _add_web_options(s: argparse.ArgumentParser, linger: bool) -> None:
+    from emu.live import DEFAULT_PORT
+
+    s.add_argument(
+        "--web",
+        action="store_true",
+        help="serve the live view of the fabric (links by utilisation, PAUSE, queues) "
+        f"on http://127.0.0.1:{DEFAULT_PORT}/",
+    )
+    _add_web_address(s)
+    if linger:
+        s.add_argument(
+            "--web-linger",
+            type=float,
+            metavar="SECONDS",
+            help="with --web: keep showing the report and plots this long after the "
+            "run (default: until Ctrl-C; 0: stop with the run)",
+        )
+
+
+def _add_web_address(s: argparse.ArgumentParser) -> None:
+    from emu.live import DEFAULT_PORT
+
+    s.add_argument(
+        "--web-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free"
+    )
+    s.add_argument(
+        "--web-host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 to view from outside a VM)",
+    )
+
+
 def cmd_report(args) -> int:
     path = Path(args.dir) / "report.txt"
     if not path.exists():
@@ -647,11 +753,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--out", help="results directory (default results/NAME)")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
+    _add_web_options(s, linger=True)
     s.set_defaults(func=cmd_run)
     s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
+    _add_web_options(s, linger=False)
     s.set_defaults(func=cmd_cli)
+    s = sub.add_parser(
+        "web",
+        help="live view of a running fabric in the browser",
+        description="Serves the live view (links by utilisation, PAUSE per port, queues, "
+        "ECN marks, drops) of the newest fabric that `emu run`, `emu cli` or a test runs.",
+    )
+    s.add_argument("--run", help="run id (default: the newest running fabric)")
+    _add_web_address(s)
+    s.set_defaults(func=cmd_web)
     s = sub.add_parser(
         "topo",
         help="topology files: validate, show, export, schema",

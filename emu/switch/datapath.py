@@ -669,6 +669,7 @@ class Datapath:
             },
             "set_watchdog": self._set_watchdog,
             "queues": lambda: reports.queues(self),
+            "live": lambda: reports.live(self),
             "telemetry": lambda since=0.0: [r for r in self.telemetry if r[0] >= since],
             "set_ecn": self._set_ecn,
             "set_port_loss": self._set_port_loss,

@@ -69,6 +69,59 @@ def queues(dp: Datapath) -> dict:
     }
 
 
+def _by_port_and_prio(counts: dict) -> dict[int, list[int]]:
+    """{(port, prio): n} -> {port: [n per priority]}."""
+    out: dict[int, list[int]] = {}
+    for (port_no, prio), n in counts.items():
+        out.setdefault(port_no, [0] * N_PRIORITIES)[prio] += n
+    return out
+
+
+def live(dp: Datapath) -> dict:
+    """Per port, what the live view (emu/live/) draws: one answer a few times a second.
+
+    Counters are totals since the switch started; the reader turns two answers
+    into rates and shares. `mono` is the switch's monotonic clock at the answer
+    (CLOCK_MONOTONIC is one clock for every process of the machine), so the
+    reader divides by the switch's own interval, not by its polling jitter.
+    """
+    now = time.monotonic()
+    buf = dp.buffer
+    pausing: dict[int, list[int]] = {}
+    for port_no, prio in buf.paused_upstream:
+        pausing.setdefault(port_no, []).append(prio)
+    marks = _by_port_and_prio(buf.counters.marks)
+    pause_rx = _by_port_and_prio(dp.pause_rx)
+    xoff_sent = _by_port_and_prio(buf.counters.xoff_sent)
+    drops: dict[int, int] = {}
+    for (port_no, _prio), n in buf.counters.drops_by_queue.items():
+        drops[port_no] = drops.get(port_no, 0) + n
+    zeros = [0] * N_PRIORITIES
+    out = []
+    for port_no, sched in sorted(dp.schedulers.items()):
+        port = dp.ports[port_no]
+        c = port.counters
+        out.append(
+            {
+                "port_no": port_no,
+                "name": port.name,
+                "link_up": port.link_up,
+                "rate_bps": port.rate_bps,
+                "tx_bytes": c.tx_bytes,
+                "rx_bytes": c.rx_bytes,
+                "depth_bytes": list(sched.depth_bytes),
+                "paused_now": [p for p in range(N_PRIORITIES) if sched.is_paused(p, now)],
+                "paused_s": sched.paused_so_far(now),
+                "pausing": sorted(pausing.get(port_no, ())),
+                "pause_rx_frames": pause_rx.get(port_no, zeros),
+                "pause_tx_frames": xoff_sent.get(port_no, zeros),
+                "ecn_marks": marks.get(port_no, zeros),
+                "drops": drops.get(port_no, 0) + c.rx_dropped + c.tx_dropped,
+            }
+        )
+    return {"time": time.time(), "mono": now, "ports": out}
+
+
 def flows(dp: Datapath) -> list:
     now = time.monotonic()
     out = []

@@ -21,7 +21,7 @@ opens a socket or reads the clock. It provides, by owner:
 - A two-level aggregation tree: `Tree` (leaf1, leaf2 and root engines), its
   `HOSTS`, `JOB*`, `UP` and `LEAF_AT`, `switch_ports`, `leaf_job`,
   `root_job`, and `lite_datapath` (a Datapath without sockets). Used by
-  test_aggregation_engine, test_sharp_host and test_channel.
+  test_aggregation_engine, test_sharp_host, test_channel and test_live_model.
 - A NIC pair back to back: `RATE`, `A`, `B`, `pair` and `run`. Used by
   test_rnic, test_collectives and test_sharp_host.
 - `numpy_sum`, the reference sum of the ring all-reduce. Used by test_ring
@@ -515,6 +515,7 @@ def lite_datapath(ports: dict[int, PortState], pipeline: Pipeline, engine: AggEn
         qos["buffer"], qos["pfc"], qos["ecn"], {n: pt.rate_bps for n, pt in ports.items()}
     )
     dp.wd_drop, dp.busy, dp.watchdog_drops, dp.tx_due = set(), set(), 0, float("inf")
+    dp.pause_rx = {}
     dp.dscp_to_prio = [0] * 64
     for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
         dp.dscp_to_prio[dscp] = prio
