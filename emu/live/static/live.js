@@ -4,7 +4,7 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const WIDTH = 1000;
-const HEIGHT = 560;
+const HEIGHT = 480;
 const POLL_MS = 250; // the server samples at 4 Hz; the page asks as often
 const RETRY_MS = 1000; // the server is gone (the run ended): ask less often
 const QUEUE_FULL_SCALE_BYTES = 128 * 1024; // the legend says so
