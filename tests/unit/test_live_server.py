@@ -208,3 +208,22 @@ def test_a_taken_port_is_named_in_one_line(fake, view):
 
     with pytest.raises(LiveViewError, match=f"127.0.0.1:{view.port}.*--web-port"):
         LiveServer(fake, view.port, "127.0.0.1", Sampler(fake, call=fake.call))
+
+
+def test_emu_web_names_an_unknown_run_in_one_line(capsys):
+    from emu.cli import EXIT_USAGE, main
+
+    assert main(["web", "--run", "no-such-run", "--web-port", "0"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("emu: no running fabric 'no-such-run'") and err.count("\n") == 1
+
+
+def test_run_and_cli_take_the_web_options():
+    from emu.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["run", "pause-storm", "--web", "--web-port", "0", "--web-linger", "0"]
+    )
+    assert (args.web, args.web_port, args.web_linger, args.web_host) == (True, 0, 0.0, "127.0.0.1")
+    args = build_parser().parse_args(["cli", "--web"])
+    assert args.web and args.web_port == 8765
