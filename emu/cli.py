@@ -253,10 +253,13 @@ def cmd_cli(args) -> int:
     params = scenario.resolve_params(Module, _with_topo(args))
     need_root("emu cli")
     graph = scenario.build_fabric_graph(params)
+    fab = Fabric(graph, **scenario.fabric_options(params))
     with contextlib.ExitStack() as stack:
-        fab = stack.enter_context(Fabric(graph, **scenario.fabric_options(params)))
         if args.web:
-            stack.enter_context(_live_view(fab, args))  # closed before the fabric
+            # Before the fabric: a taken port fails in a second, not after the boot.
+            # The page says "waiting" until the fabric is up, and again once it is gone.
+            stack.enter_context(_live_view(fab, args))
+        stack.enter_context(fab)
         interactive(fab)
     return 0
 
