@@ -298,7 +298,13 @@ def cmd_lab(args) -> int:
         print(f"lab {args.name}: {module.TITLE}. Your copy: {work}/ (edit it there);")
         print(f"  the handout: {labs.lab_dir(args.name) / 'README.md'}")
         print(f"  grade it with: emu lab check {args.name}")
-        module.start(labs.new_run(args.name, work, args.out, solution=False))
+        run = labs.new_run(args.name, work, args.out, solution=False)
+        if not args.web:
+            module.start(run)
+            return 0
+        # The view follows whatever fabric the lab builds in this process.
+        with _live_view(None, args):
+            module.start(run)
         return 0
     labs.work_dir(args.name, args.solution, args.work)  # a missing file is named before root
     need_root(f"emu lab check {args.name}")
@@ -903,6 +909,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("name")
     t.add_argument("--out", help="results directory (default results/labs/NAME)")
+    _add_web_options(t, linger=False)
     t = lab.add_parser("check", help="grade the lab on real packets; a hint per failed check")
     t.add_argument("name")
     which = t.add_mutually_exclusive_group()

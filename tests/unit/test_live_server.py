@@ -227,3 +227,5 @@ def test_run_and_cli_take_the_web_options():
     assert (args.web, args.web_port, args.web_linger, args.web_host) == (True, 0, 0.0, "127.0.0.1")
     args = build_parser().parse_args(["cli", "--web"])
     assert args.web and args.web_port == 8765
+    args = build_parser().parse_args(["lab", "start", "ecmp-app", "--web", "--web-port", "8800"])
+    assert args.web and args.web_port == 8800
