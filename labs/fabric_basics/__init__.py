@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 from emu import fabric as fabric_mod
+from emu import topofile
 from emu.labs import LabRun
 from emu.net import Fabric, wait_for
 
@@ -41,8 +43,12 @@ for _ in range(int(sys.argv[4])):
 """
 
 
+FABRIC_FILE = Path(__file__).with_name("fabric.yaml")
+
+
 def graph():
-    return fabric_mod.leaf_spine(leaves=2, spines=2, hosts_per_leaf=2, host_rate_bps=20_000_000)
+    """The lab's fabric, from its topology file (the same graph as leaf_spine(2, 2, 2))."""
+    return topofile.load(FABRIC_FILE)
 
 
 def start(lab: LabRun) -> None:
