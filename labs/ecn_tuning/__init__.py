@@ -14,24 +14,30 @@ and the link's utilisation over the steady state, each against its target.
 The targets, and where they come from:
 
 - utilisation >= 0.97: the exercise's "keep the link full", to within 3%.
-- queue p99 <= 3 x the loop's bandwidth-delay product (`loop_bdp_bytes`,
-  about 31 KB here): what the link sends while DCQCN's loop turns (the CNP
+- queue p99 <= 3 x the bandwidth-delay product of DCQCN's control loop
+  (`loop_bdp_bytes`, about 10 KB here: what the link sends during the CNP
   interval plus the data frame's hops out and the CNP's hops back; Zhu et
-  al., SIGCOMM 2015, section 3.1). One BDP of queue is what keeps a link
-  busy while its senders react (the buffer-sizing rule of thumb; Appenzeller
-  et al., SIGCOMM 2004): a queue several times deeper adds waiting, not
-  throughput.
+  al., SIGCOMM 2015, section 3.1): the exercise's latency budget, a queue
+  that adds at most three turns of the loop (31 KB: 25 ms at 10 Mbit/s,
+  0.25 ms at the modelled 1 Gbit/s).
 
-Measured on the 2-core build VM (one run each, p99 / utilisation):
-storage-tuned 60/160 frames, Pmax 0.2 (the starting point): 230 KB / 0.999;
-training-tuned 2/10 frames, Pmax 0.2: 21.6 KB / 0.946; 8/32 frames, Pmax
-0.2: 76 KB / 0.874 (the loop cycles between empty and a peak above Kmax);
-2/10 frames, Pmax 1.0 (the solution): 15.1 KB / 0.987; 4/20 frames, Pmax
-1.0: 29.2 KB / 0.973. Why Pmax matters: at DCQCN's fixed point (Zhu et al.,
-"ECN or Delay", CoNEXT 2016; `scenarios.incast.dcqcn_fixed_point`) about 17%
-of the packets must be marked to hold 8 senders at their share. With Pmax
-below that, marking only reaches it above Kmax, the queue overshoots, the
-senders cut hard, and the queue runs dry: both targets missed at once.
+What decides both (Zhu et al., "ECN or Delay", CoNEXT 2016): at DCQCN's
+fixed point a share p* of the packets must be marked for the senders' cuts
+to balance their increases (about 0.17 for these 8 senders;
+`scenarios.incast.dcqcn_fixed_point`), and RED marks that share at the
+depth Kmin + p*/Pmax x (Kmax - Kmin), or only past Kmax when Pmax is below
+p*. The switch marks at enqueue, so that depth's own delay is part of the
+loop: the deeper the queue settles, the later the senders hear of it, and
+beyond a few frames the loop swings between an empty queue (the link idles)
+and a peak above Kmax. Measured on the 2-core build VM (p99 / utilisation,
+one run each unless said): storage-tuned 60/160 frames, Pmax 0.2 (the
+starting point) 230-236 KB / 0.999 (2 runs); training-tuned 2/10 frames,
+Pmax 0.2: 21.6 KB / 0.946; 8/32 frames, Pmax 0.2: 76 KB / 0.874; 2/10
+frames, Pmax 1.0 (the solution): 15.1 KB / 0.983-0.987 (2 runs); 4/20
+frames, Pmax 1.0: 29.2 KB / 0.973; 5/25 frames, Pmax 1.0: 34.6 KB / 0.957;
+0/40 frames, Pmax 1.0: 37.9 KB / 0.984; 0/2 frames, Pmax 1.0: 3.2 KB /
+0.995. The hints follow that: raise Pmax above p*, then bring the
+settling depth down.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from emu.host.dcqcn import DcqcnSpec
 from emu.labs import LabError, LabRun
 from emu.net import Fabric, FabricError, wait_for
 from emu.traffic.rdma import RdmaHosts
-from scenarios.incast import DATA_FRAME_BYTES, dcqcn_fixed_point, loop_base_delay_s
+from scenarios.incast import dcqcn_fixed_point, loop_base_delay_s
 
 TITLE = "ECN tuning: pick Kmin/Kmax/Pmax for a short queue and a full link under DCQCN"
 MINUTES = 45
@@ -70,8 +76,7 @@ TELEMETRY_COLUMNS_PER_PRIO = 4  # depth, paused, marks, tx bytes (emu/telemetry.
 
 # The control loop DCQCN closes: a mark travels with its frame to the receiver, a
 # CNP comes back, at most one per CNP interval per flow (Zhu et al., SIGCOMM 2015,
-# section 3.1). Its bandwidth-delay product is what the queue must hold so that
-# the link stays busy while the senders hear of it.
+# section 3.1). Its bandwidth-delay product is the unit of the queue's target.
 DCQCN = DcqcnSpec.from_hardware(RATE_BPS, MODELLED_RATE_BPS)
 CNP_INTERVAL_S = DCQCN.effective().cnp_interval_s
 
@@ -235,34 +240,27 @@ def check(lab: LabRun) -> None:
         "other programs and check again",
     )
     settle = settling_bytes(ecn, p_star)
-    if ecn["pmax"] < 2 * p_star:
-        # Marking reaches p* only in the top half of Kmin..Kmax, or past Kmax.
-        knob = (
-            f"raise Pmax (yours: {ecn['pmax']}) well above {p_star:.2f}, the share of packets "
-            "DCQCN must mark to hold 8 senders at their fair share: below it, or just above, "
-            "marking gets there only near or past Kmax, so the queue overshoots and then, "
-            "after the senders' hard cut, runs dry"
-        )
-    elif settle < 2 * DATA_FRAME_BYTES:
-        knob = (
-            f"the queue settles at about {settle:.0f} B (Kmin + {p_star:.2f}/Pmax x (Kmax - "
-            "Kmin)), less than two frames, so the link idles whenever a frame comes late: "
-            "raise Kmin a little"
-        )
-    else:
-        knob = (
-            f"the queue settles at about {settle:.0f} B (Kmin + {p_star:.2f}/Pmax x (Kmax - "
-            f"Kmin)), and its own delay ({settle * 8 / RATE_BPS * 1e3:.0f} ms) lengthens "
-            "DCQCN's loop until the queue swings between empty and a peak above Kmax: bring "
-            "it down, by lowering Kmin and Kmax or raising Pmax"
-        )
+    raise_pmax = (
+        f"raise Pmax (yours: {ecn['pmax']}) well above {p_star:.2f}, the share of packets "
+        "DCQCN must mark to hold 8 senders at their fair share: with Pmax below or just above "
+        "it, enough packets are marked only near or past Kmax"
+        if ecn["pmax"] < 2 * p_star
+        else ""
+    )
+    lower_depth = (
+        f"the queue settles at about {settle:.0f} B (Kmin + {p_star:.2f}/Pmax x (Kmax - "
+        f"Kmin), or Kmax when Pmax is below {p_star:.2f}), and its own delay "
+        f"({settle * 8 / RATE_BPS * 1e3:.0f} ms) lengthens DCQCN's loop: the deeper it "
+        "settles, the more it swings, between empty and a peak above Kmax; bring it down by "
+        "lowering Kmin and Kmax"
+    )
     p99 = m["queue_p99_bytes"]
     lab.check(
         "bottleneck queue p99 (lossless class)",
         p99 <= target,
         f"{p99} B",
         f"<= {target} B ({QUEUE_TARGET_BDPS} x the loop's bandwidth-delay product, {bdp:.0f} B)",
-        f"too deep: {knob}",
+        f"too deep: {raise_pmax}; then {lower_depth}" if raise_pmax else f"too deep: {lower_depth}",
     )
     util = m["utilisation"]
     lab.check(
@@ -270,5 +268,5 @@ def check(lab: LabRun) -> None:
         util >= UTILISATION_TARGET,
         f"{util:.3f}",
         f">= {UTILISATION_TARGET}",
-        f"the link idles: {knob}",
+        f"the link idles: {raise_pmax or lower_depth}",
     )
