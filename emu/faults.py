@@ -148,15 +148,30 @@ class Faults:
             self._later(start + (i + 0.5) * period_s, lambda: self._link(u, v, up=True))
         self._event("flap_scheduled", link=f"{u}-{v}", period_s=period_s, count=count)
 
-    def lossy_link(self, u: str, v: str, probability: float, at: float | None = None) -> None:
-        """Each frame crossing u-v (either way) is lost with `probability` (0: healthy)."""
+    def lossy_link(
+        self,
+        u: str,
+        v: str,
+        probability: float,
+        at: float | None = None,
+        only_from: str | None = None,
+    ) -> None:
+        """Each frame crossing u-v (either way) is lost with `probability` (0: healthy).
+
+        `only_from`: lose only the frames that this end (a switch, u or v) sends,
+        as a failing transmitter or a one-way bad fibre does; None: both ways.
+        """
         self._check_link(u, v)
         if not 0.0 <= probability <= 1.0:
             raise FaultError(f"probability={probability}: must be within 0..1")
+        if only_from is not None and (
+            only_from not in (u, v) or self.fab.graph.nodes[only_from]["kind"] != "switch"
+        ):
+            raise FaultError(f"only_from={only_from!r}: must be a switch end of the link {u}-{v}")
 
         def apply() -> None:
             g = self.fab.graph
-            for node in (u, v):
+            for node in (u, v) if only_from is None else (only_from,):
                 if g.nodes[node]["kind"] == "switch":
                     self.fab.switch_call(
                         node,
@@ -164,7 +179,8 @@ class Faults:
                         port_no=g.edges[u, v]["ports"][node],
                         probability=probability,
                     )
-            self._event("lossy_link", link=f"{u}-{v}", probability=probability)
+            one_way = {} if only_from is None else {"only_from": only_from}
+            self._event("lossy_link", link=f"{u}-{v}", probability=probability, **one_way)
 
         self._later(at, apply)
 

@@ -587,8 +587,13 @@ class Datapath:
             frame, prio, meta = item
             if loss and self.loss_rng.random() < loss:
                 # On the wire and lost: the frame leaves the buffer but never arrives.
+                # The transmitter counts it as sent (its queue counter already did), so
+                # this port's tx and the peer's rx part by what the link lost: how a
+                # gray failure shows in port counters (Huang et al., HotOS 2017).
                 self.lost_frames[port_no] = self.lost_frames.get(port_no, 0) + 1
                 release(meta[0], prio, port_no, len(frame), meta[1])
+                counters.tx_packets += 1
+                counters.tx_bytes += len(frame)
                 continue
             try:
                 sock.send(frame)

@@ -1,0 +1,426 @@
+"""Lab gray_failure: one link silently loses 1% of its frames; find it from counters and
+retransmissions.
+
+Owns the lab's fabric (three leaves, two spines, two hosts per leaf), the choice
+of the faulty link (a fixed seed, so that the solution stays the solution), the
+TCP workload that crosses every leaf-spine link in both directions, and the
+grading. The fault is emu's lossy link (`emu.faults.Faults.lossy_link`) in one
+direction only, as a failing transmitter or one bad fibre of a pair loses
+frames one way: the sending port counts each lost frame as sent, the receiving
+port never sees it, and the TCP flows whose data crosses it retransmit.
+Nothing else tells: the link stays up, routing keeps using it, and nearly
+every ping is answered (Huang et al., "Gray Failure: The Achilles' Heel of
+Cloud-Scale Systems", HotOS 2017).
+
+The student names the link and its direction in `answers.yaml`. The check
+runs the same fabric and fault again (same seed) and grades the answer
+against it, and it first finds the link itself from what a student can read:
+the port counters of both ends of every link, and the TCP retransmissions of
+flows whose paths the switches trace. If a change to emu hid the fault from
+either, that check fails here, instead of leaving a lab that cannot be solved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emu import fabric as fabric_mod
+from emu import fidelity
+from emu.labs import LabRun
+from emu.net import Fabric, FabricError, wait_for
+
+TITLE = "Gray failure: one link loses 1% of its frames; find it without being told"
+MINUTES = 40
+ORDER = 6
+GRADES = (
+    "the link and direction you name, against a fresh run in which the check finds the "
+    "lossy link itself from port counters and TCP retransmissions"
+)
+FILES = ("answers.yaml",)
+
+SEED = 2017  # picks the lossy link (the HotOS paper's year); fixed, so the solution holds
+LOSS = 0.01  # the issue's gray failure: one link loses 1% of its frames
+RATE_BPS = 10_000_000
+# Every host sends two bulk TCP flows and receives two, each with a 16 KB
+# socket buffer (iperf3 -w): enough window to fill its share of a 10 Mbit/s
+# link (the unloaded round trip is a few ms), too little for the twelve flows
+# together to fill the switches' shared buffer (1 MiB, emu/config.py), so no
+# queue overflows anywhere. Every frame lost and every segment resent is then
+# the faulty link's doing, not congestion's. The flows are not rate-limited:
+# a paced, application-limited flow goes idle between its writes, and Linux's
+# tail-loss probes (RFC 8985) then resend segments that were never lost. And
+# the hosts send without emu's NIC qdisc (`host_nic_pacing=False`): its
+# 16-frame queue dropped segments when a host's two flows and its ACKs
+# burst together, and TCP resent those too. What a host sends waits instead
+# in the switches' egress queues, which send at the links' rate, in a buffer
+# these windows cannot fill (each flow gets about 4.5 Mbit/s: its receiver's
+# link is shared by two).
+FLOW_WINDOW = "16K"
+FLOW_SECONDS = 8
+# `emu lab start`: the flows run for a minute, long enough to read `ss -ti` in the
+# hosts; then the counters stand still and both ends of a link can be compared.
+LIVE_SECONDS = 60
+FIRST_SERVER_PORT = 5301
+FIRST_CLIENT_PORT = 40000
+# Source ports tried to pin a flow to a spine: the leaf's ECMP hash sends each
+# to one of two spines, so 64 tries all missing one spine happen with p = 2^-64.
+CLIENT_PORT_TRIES = 64
+MSS_BYTES = 1448  # TCP payload per segment: 1500-byte MTU, IP and TCP headers, timestamps
+# Frames that may be between two switches while their counters are read one
+# after the other (LLDP, ARP): a healthy link shows at most this many missing.
+IN_FLIGHT_SLACK = 3
+# A flow "retransmits" when it resent at least a quarter of what the fault
+# takes (a flow through the faulty link resends about 1% of its segments; a
+# flow elsewhere, with no congestion anywhere, none).
+RETRANS_SHARE_FLOOR = LOSS / 4
+
+
+def graph():
+    return fabric_mod.leaf_spine(leaves=3, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS)
+
+
+def fabric(out_dir: str) -> Fabric:
+    return Fabric(graph(), out_dir=out_dir, host_nic_pacing=False)  # see FLOW_WINDOW
+
+
+def fabric_links(g) -> list[tuple[str, str]]:
+    """Every directed leaf-spine link (sending switch, receiving switch), in a fixed order."""
+    return sorted(
+        (a, b)
+        for u, v, d in g.edges(data=True)
+        if d["tier"] == "leaf-spine"
+        for a, b in ((u, v), (v, u))
+    )
+
+
+def lossy_link(g) -> tuple[str, str]:
+    """The link that loses frames: (the switch whose port sends them, the one that misses them)."""
+    return random.Random(SEED).choice(fabric_links(g))
+
+
+def _num(name: str) -> int:
+    return int("".join(c for c in name if c.isdigit()))
+
+
+@dataclass
+class Flow:
+    """One TCP flow of the workload, pinned to one spine by its source port."""
+
+    src: str
+    dst: str
+    spine: str
+    server_port: int
+    client_port: int = 0
+    path: list[str] = field(default_factory=list)
+    retransmits: int = 0
+    sent_bytes: int = 0
+
+    @property
+    def links(self) -> set[tuple[str, str]]:
+        """The directed links its data crosses, its hosts' own links included."""
+        return set(zip(self.path, self.path[1:]))
+
+    @property
+    def resent_share(self) -> float:
+        segments = self.sent_bytes / MSS_BYTES
+        return self.retransmits / segments if segments else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.src}->{self.dst} via {self.spine}"
+
+
+def plan(g) -> list[Flow]:
+    """One flow per (source leaf, destination leaf, spine): every directed leaf-spine link
+    carries the data of two flows. The two flows that share a link come from different
+    hosts and go to different hosts, so that the one link their paths share is that one;
+    and each host sends two flows and receives two."""
+    switches = fabric_mod.switches(g)
+    leaves = sorted((s for s in switches if g.nodes[s]["role"] == "leaf"), key=_num)
+    spines = sorted((s for s in switches if g.nodes[s]["role"] == "spine"), key=_num)
+    hosts = {
+        leaf: sorted((h for h in g.neighbors(leaf) if g.nodes[h]["kind"] == "host"), key=_num)
+        for leaf in leaves
+    }
+    flows = []
+    for a in leaves:
+        for b in leaves:
+            if a == b:
+                continue
+            to_b = [x for x in leaves if x != a].index(b)  # which of a's two peers b is
+            from_a = [x for x in leaves if x != b].index(a)  # which of b's two peers a is
+            for i, spine in enumerate(spines):
+                src = hosts[a][(i + to_b) % len(hosts[a])]
+                dst = hosts[b][(i + from_a) % len(hosts[b])]
+                flows.append(Flow(src, dst, spine, FIRST_SERVER_PORT + len(flows)))
+    return flows
+
+
+def pin(fab: Fabric, flows: list[Flow]) -> None:
+    """Give each flow a source port that the leaves' ECMP hash sends over its spine.
+
+    The switches trace each candidate 5-tuple through their own tables
+    (`Fabric.trace_path`, the CLI's `path`), so the flows' paths are the ones
+    their frames take.
+    """
+    sport = FIRST_CLIENT_PORT
+    for flow in flows:
+        for _ in range(CLIENT_PORT_TRIES):
+            sport += 1
+            path = fab.trace_path(flow.src, flow.dst, "tcp", sport, flow.server_port)
+            if flow.spine in path:
+                flow.client_port, flow.path = sport, path
+                break
+        else:
+            raise FabricError(
+                f"no source port of {CLIENT_PORT_TRIES} sends {flow} over {flow.spine}"
+            )
+
+
+def start_flows(
+    fab: Fabric, flows: list[Flow], seconds: int, json_dir: Path | None = None
+) -> list[subprocess.Popen]:
+    """An iperf3 server per flow, then every client at once (bulk TCP, JSON out).
+
+    With `json_dir`, each client writes its JSON report to `<src>-<dst>.json` there;
+    without, to a pipe that `finish_flows` reads.
+    """
+    for flow in flows:
+        fab.popen(
+            flow.dst,
+            ["iperf3", "-s", "-1", "-p", str(flow.server_port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    for flow in flows:
+        wait_for(
+            lambda flow=flow: fab.host_run(
+                flow.dst, ["ss", "-Hltn", f"sport = :{flow.server_port}"]
+            ).stdout.strip(),
+            10.0,
+            f"the iperf3 server of {flow} on {flow.dst}:{flow.server_port}",
+        )
+    if json_dir is not None:
+        json_dir.mkdir(parents=True, exist_ok=True)
+    clients = []
+    for flow in flows:
+        argv = ["iperf3", "-c", fab.graph.nodes[flow.dst]["ip"], "-p", str(flow.server_port)]
+        argv += ["--cport", str(flow.client_port), "-w", FLOW_WINDOW, "-t", str(seconds), "-J"]
+        if json_dir is None:
+            out = subprocess.PIPE
+        else:
+            # Closed below, once the client holds its own copy.
+            out = open(json_dir / f"{flow.src}-{flow.dst}.json", "w")
+        try:
+            clients.append(
+                fab.popen(flow.src, argv, stdout=out, stderr=subprocess.DEVNULL, text=True)
+            )
+        finally:
+            if json_dir is not None:
+                out.close()
+    return clients
+
+
+def finish_flows(fab: Fabric, flows: list[Flow], clients: list[subprocess.Popen]) -> None:
+    """Wait for every client; each flow's retransmissions and bytes from iperf3's JSON."""
+    for flow, client in zip(flows, clients):
+        try:
+            out, _ = client.communicate(timeout=FLOW_SECONDS + 30)
+        finally:
+            fab.stop_proc(client)
+        doc = json.loads(out or '{"error": "no output"}')
+        if "error" in doc:
+            raise FabricError(f"iperf3 {flow}: {doc['error']}")
+        sent = doc["end"]["sum_sent"]
+        flow.retransmits, flow.sent_bytes = sent.get("retransmits", 0), sent["bytes"]
+
+
+def port_counters(fab: Fabric) -> dict[str, dict[int, dict]]:
+    """Every switch's port counters now, as `ctl SWITCH ports` shows them."""
+    return {
+        sw: {p["port_no"]: p for p in fab.switch_call(sw, "ports")}
+        for sw in fabric_mod.switches(fab.graph)
+    }
+
+
+def missing_frames(fab: Fabric) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """Per directed leaf-spine link: (frames sent, fewest missing, most missing).
+
+    A frame is missing when the sender's port counted it sent (tx_pkts) and the
+    receiver's port neither received it (rx_pkts) nor saw the kernel drop it
+    before the switch could read it (rx_drop). Two switches cannot be read at
+    the same instant, and frames (LLDP, ARP) cross between two reads, so every
+    counter is read twice: what was sent by the first read and not received by
+    the second is missing for sure; what was sent by the second and not
+    received by the first is the most that can be.
+    """
+    g = fab.graph
+    first, second = port_counters(fab), port_counters(fab)
+    out = {}
+    for u, v in fabric_links(g):
+        tx_port, rx_port = g.edges[u, v]["ports"][u], g.edges[u, v]["ports"][v]
+        sent = [snap[u][tx_port]["tx_packets"] for snap in (first, second)]
+        received = [
+            snap[v][rx_port]["rx_packets"] + snap[v][rx_port]["rx_dropped"]
+            for snap in (first, second)
+        ]
+        out[(u, v)] = (sent[1], sent[0] - received[1], sent[1] - received[0])
+    return out
+
+
+def inject(fab: Fabric) -> tuple[str, str]:
+    sender, receiver = lossy_link(fab.graph)
+    fab.faults.lossy_link(sender, receiver, LOSS, only_from=sender)
+    return sender, receiver
+
+
+def start(lab: LabRun) -> None:
+    from emu.cli import interactive
+
+    with fabric(str(lab.out_dir)) as fab:
+        inject(fab)
+        flows = plan(fab.graph)
+        pin(fab, flows)
+        reports = lab.out_dir / "iperf3"
+        start_flows(fab, flows, LIVE_SECONDS, json_dir=reports)
+        print(
+            f"{len(flows)} TCP flows (iperf3, server ports "
+            f"{flows[0].server_port}..{flows[-1].server_port}) cross every leaf-spine link "
+            f"for {LIVE_SECONDS} s; their iperf3 reports go to {reports}/. One link loses "
+            "1% of the frames it carries, one way. Which?"
+        )
+        interactive(fab)
+
+
+def answer(lab: LabRun) -> tuple[str, str] | None:
+    """(from, to) as the student wrote them; None while either is blank."""
+    doc = lab.answers()
+    ends = tuple(str(doc.get(k) or "").strip() for k in ("from", "to"))
+    return None if "" in ends else ends
+
+
+def check(lab: LabRun) -> None:
+    g = graph()
+    links = fabric_links(g)
+    named = answer(lab)
+    where_to_look = (
+        "for each leaf-spine link, compare the frames one end sent (tx_pkts in `ctl SWITCH "
+        "ports`) with those the other end received (rx_pkts + rx_drop); on a healthy link "
+        "they agree to within a few frames (`net` shows which port faces which switch). Then "
+        "check it with TCP: `h1 ss -ti` shows each connection's retrans, `path SRC DST tcp "
+        "SPORT DPORT` its spine"
+    )
+    if named is None:
+        lab.check(
+            "the lossy link",
+            False,
+            "from/to left blank",
+            "the two switches at its ends",
+            f"fill in `from:` and `to:` in answers.yaml; {where_to_look}",
+        )
+        lab.check(
+            "its direction",
+            False,
+            "from/to left blank",
+            "from = the switch whose frames are lost",
+            "the switch whose port counts more frames sent than its peer counts received is `from`",
+        )
+        return
+    if named not in links:
+        shown = ", ".join(f"{u} -> {v}" for u, v in links)
+        lab.check(
+            "the lossy link",
+            False,
+            f"{named[0]} -> {named[1]}",
+            "a leaf-spine link of the fabric",
+            f"{named[0]} and {named[1]} are not the two ends of one leaf-spine link; the "
+            f"links (sender -> receiver) are: {shown}",
+        )
+        return
+    faulty = lossy_link(g)
+    out = lab.out_dir / "check"  # apart from `emu lab start`'s run, so each has its own records
+    with fabric(str(out)) as fab:
+        inject(fab)
+        flows = plan(g)
+        pin(fab, flows)
+        clients = start_flows(fab, flows, FLOW_SECONDS)
+        finish_flows(fab, flows, clients)
+        counts = missing_frames(fab)
+    # Evidence that is not there is a defect of the lab, unless the emulator fell
+    # behind its links (a kernel drop shows as a missing frame): say which.
+    verdict = fidelity.judge(fidelity.load_records(out))
+    if verdict.faithful:
+        defect = f"a lab defect, not your answer: please report it with {out}"
+    else:
+        late = "; ".join(f.text for f in verdict.failures())
+        defect = f"not your answer: the emulator fell behind ({late}); check again"
+    grade_counters(lab, faulty, counts, defect)
+    grade_retransmissions(lab, faulty, flows, defect)
+    lab.check(
+        "the lossy link",
+        set(named) == set(faulty),
+        f"{named[0]}-{named[1]}",
+        "the link the counters and retransmissions found (above)",
+        f"{named[0]}-{named[1]} carried every frame it was given; {where_to_look}",
+    )
+    lab.check(
+        "its direction",
+        named == faulty,
+        f"from {named[0]} to {named[1]}",
+        "from = the switch whose frames are lost",
+        "the right cable, the wrong way round: frames go missing after the port that counts "
+        "them sent and before the port that would count them received; `from` is the sender"
+        if set(named) == set(faulty)
+        else "find the link first (above); then `from` is the end whose port counts more "
+        "frames sent than the other end counts received",
+    )
+
+
+def grade_counters(lab: LabRun, faulty, counts, defect: str) -> None:
+    """The port counters show one link, the faulty one, short of frames; the others whole."""
+    found = max(counts, key=lambda link: counts[link][1])
+    sent, fewest, _ = counts[faulty]
+    # Binomial: the faulty link loses LOSS of what it sends; fewer than the mean
+    # minus 4 sigma missing, it is not losing that (or the counters hide it).
+    floor = max(LOSS * sent - 4 * math.sqrt(sent * LOSS * (1 - LOSS)), IN_FLIGHT_SLACK + 1)
+    rest = [c for link, c in counts.items() if link != faulty]
+    # Below zero: frames a receiver counted that its peer switch did not send
+    # itself (the kernel's own IPv6 router solicitations and MLD reports on a
+    # switch port as it comes up; emu/testbed.py disables IPv6 for that reason).
+    others, lowest = max(most for _, _, most in rest), min(fewest for _, fewest, _ in rest)
+    lab.check(
+        "evidence: port counters show one link short of frames",
+        found == faulty and fewest >= floor and others <= IN_FLIGHT_SLACK,
+        f"{found[0]}->{found[1]}: {counts[found][1]} of {counts[found][0]} frames missing; "
+        f"every other link {lowest} to {others}",
+        f"the faulty link >= {floor:.0f} missing (1% of what it sent, binomial mean - 4 "
+        f"sigma), every other <= {IN_FLIGHT_SLACK} (frames in flight)",
+        "the lossy link no longer shows in the port counters (tx of one end against rx of "
+        f"the other); {defect}",
+    )
+
+
+def grade_retransmissions(lab: LabRun, faulty, flows: list[Flow], defect: str) -> None:
+    """TCP's retransmissions point at the same link: the only link that every flow which
+    resent segments crosses and no flow that resent none does (tomography, as in 007:
+    Arzani et al., NSDI 2018)."""
+    bad = [f for f in flows if f.resent_share >= RETRANS_SHARE_FLOOR]
+    clean = [f for f in flows if f.resent_share < RETRANS_SHARE_FLOOR]
+    suspects = set.intersection(*(f.links for f in bad)) if bad else set()
+    for f in clean:
+        suspects -= f.links
+    shown = ", ".join(f"{f} ({f.retransmits})" for f in bad) or "none"
+    lab.check(
+        "evidence: TCP retransmissions point at the same link",
+        suspects == {faulty},
+        f"flows that resent >= {RETRANS_SHARE_FLOOR:.2%} of segments: {shown}; the only link "
+        f"all of them cross and no clean flow does: "
+        f"{', '.join(f'{u}->{v}' for u, v in sorted(suspects)) or 'none'}",
+        f"{faulty[0]}->{faulty[1]}",
+        "the TCP flows do not single out the lossy link (those through it resend about "
+        f"1% of their segments, the others none); {defect}",
+    )
