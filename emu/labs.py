@@ -105,6 +105,24 @@ class LabRun:
             raise LabError(f"{path}: expected 'key: value' lines, found {type(data).__name__}")
         return data
 
+    def open_fabric(self, fab: Any, name: str, hint: str) -> bool:
+        """Open `fab` (an unopened emu.net.Fabric built around the student's work).
+
+        A fabric that the student's files keep from starting (a config a switch
+        refuses, a policy that raises in the controller) is a failed check named
+        `name`, with `hint` and the first line of the error, and is closed again;
+        anything else propagates. The caller closes a fabric that started.
+        """
+        from emu.registry import FabricError
+
+        try:
+            fab.open()
+        except FabricError as exc:
+            fab.close()  # what open() built before it failed
+            self.check(name, False, str(exc).splitlines()[0][:200], "the fabric up", hint)
+            return False
+        return True
+
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(c.passed for c in self.checks)

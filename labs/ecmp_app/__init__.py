@@ -75,18 +75,13 @@ def check(lab: LabRun) -> None:
     hosts = fabric_mod.hosts(graph())
     pairs = [(a, b) for a in hosts for b in hosts if a != b]
     fab = fabric(lab)
-    try:
-        fab.open()
-    except FabricError as exc:
-        fab.close()  # what open() built before it failed
-        lab.check(
-            "the fabric converges with your policy",
-            False,
-            str(exc).splitlines()[0][:200],
-            "every switch routes every host",
-            "your next_hops raised or returned a port with no link behind it; the controller's "
-            f"log says which: {lab.out_dir}/controller.log (search for Traceback)",
-        )
+    started = lab.open_fabric(
+        fab,
+        "the fabric converges with your policy",
+        "your next_hops raised or returned a port with no link behind it; the controller's "
+        f"log says which: {lab.out_dir}/controller.log (search for Traceback)",
+    )
+    if not started:
         return
     try:
         unreachable = [f"{a}->{b}" for a, b in pairs if fab.ping(a, b, count=2)[1] == 0]

@@ -253,17 +253,8 @@ def check(lab: LabRun) -> None:
     qos = student_qos(lab)
     named, bad = named_ports(lab, g)
     fab = Fabric(g, out_dir=str(lab.out_dir), qos=qos)
-    try:
-        fab.open()
-    except FabricError as exc:
-        fab.close()
-        lab.check(
-            "the fabric starts with your config",
-            False,
-            str(exc).splitlines()[0][:200],
-            "every switch up and routing",
-            f"a switch refused config.yaml; its log under {lab.out_dir}/logs says why",
-        )
+    hint = f"a switch refused config.yaml; its log under {lab.out_dir}/logs says why"
+    if not lab.open_fabric(fab, "the fabric starts with your config", hint):
         return
     try:
         result = run_incast(fab, lab)

@@ -64,3 +64,33 @@ def test_emu_lab_list_and_bad_names(capsys):
     assert "ecmp_app" in out and "graded on:" in out
     assert cli.main(["lab", "check", "nosuch"]) == cli.EXIT_USAGE
     assert "emu: unknown lab 'nosuch'" in capsys.readouterr().err
+
+
+class _FakeFabric:
+    def __init__(self, fails: bool) -> None:
+        self.fails, self.closed = fails, False
+
+    def open(self) -> None:
+        from emu.registry import FabricError
+
+        if self.fails:
+            raise FabricError("switch leaf1 refused the config\nmore detail")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_fabric_the_work_keeps_from_starting_is_a_failed_check_and_is_closed(tmp_path):
+    run = labs.new_run("ecmp_app", tmp_path, str(tmp_path / "out"), solution=False)
+    broken = _FakeFabric(fails=True)
+    assert not run.open_fabric(broken, "the fabric starts", "read the switch's log")
+    assert broken.closed
+    [c] = run.checks
+    assert (c.name, c.passed, c.value, c.hint) == (
+        "the fabric starts",
+        False,
+        "switch leaf1 refused the config",
+        "read the switch's log",
+    )
+    healthy = _FakeFabric(fails=False)
+    assert run.open_fabric(healthy, "the fabric starts", "") and not healthy.closed
