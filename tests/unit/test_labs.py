@@ -11,7 +11,7 @@ HANDOUT_SECTIONS = ("**Time:**", "## Goal", "## Background", "## Steps", "## Que
 
 def test_every_lab_keeps_the_contract_and_ships_its_handout_start_and_solution():
     catalogue = labs.available()
-    assert catalogue  # the issue asks for at least seven; tests/labs grades each one
+    assert len(catalogue) >= 7  # issue 13; tests/labs grades each one on real packets
     for name, module in catalogue.items():
         here = labs.lab_dir(name)
         handout = (here / "README.md").read_text()
