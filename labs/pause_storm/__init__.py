@@ -34,7 +34,7 @@ import time
 from emu import fabric as fabric_mod
 from emu.config import ConfigError, WatchdogSpec
 from emu.labs import LabError, LabRun
-from emu.net import Fabric, FabricError
+from emu.net import Fabric
 from emu.proto.pfc import quanta_to_s
 from emu.traffic.rdma import RdmaHosts
 
@@ -231,17 +231,8 @@ def check(lab: LabRun) -> None:
     spec = WatchdogSpec.from_dict(wd)
     named = str(lab.answers("answers.yaml").get("culprit") or "").strip()
     fab = Fabric(g, out_dir=str(lab.out_dir), qos={"watchdog": wd, "ecn": {"enabled": False}})
-    try:
-        fab.open()
-    except FabricError as exc:
-        fab.close()
-        lab.check(
-            "the fabric starts with your watchdog",
-            False,
-            str(exc).splitlines()[0][:200],
-            "every switch up and routing",
-            f"a switch refused watchdog.yaml; its log under {lab.out_dir}/logs says why",
-        )
+    hint = f"a switch refused watchdog.yaml; its log under {lab.out_dir}/logs says why"
+    if not lab.open_fabric(fab, "the fabric starts with your watchdog", hint):
         return
     try:
         r = run_storm(fab)
