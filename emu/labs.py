@@ -85,8 +85,12 @@ class LabRun:
         """A file of the work (the student's copy, the starting point or the solution)."""
         return self.work / filename
 
-    def answers(self, filename: str = "answers.yaml") -> dict:
-        """The YAML mapping in `filename`; a syntax error is a LabError naming file and line."""
+    def answers(self, filename: str = "answers.yaml", keys: tuple[str, ...] = ()) -> dict:
+        """The YAML mapping in `filename`; a syntax error is a LabError naming file and line.
+
+        `keys`: the only keys the lab reads; any other is a LabError naming it, so
+        that a student's typo is not silently a blank answer.
+        """
         path = self.path(filename)
         try:
             text = path.read_text()
@@ -103,6 +107,9 @@ class LabRun:
             return {}
         if not isinstance(data, dict):
             raise LabError(f"{path}: expected 'key: value' lines, found {type(data).__name__}")
+        unknown = sorted(set(map(str, data)) - set(keys)) if keys else []
+        if unknown:
+            raise LabError(f"{path}: {', '.join(unknown)}: this lab reads {', '.join(keys)} only")
         return data
 
     def open_fabric(self, fab: Any, name: str, hint: str) -> bool:

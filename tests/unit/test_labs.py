@@ -43,6 +43,9 @@ def test_a_broken_answers_file_is_named_with_its_line(tmp_path):
     run = labs.new_run("ecmp_app", tmp_path, str(tmp_path / "out"), solution=False)
     with pytest.raises(labs.LabError, match=r"answers.yaml:\d+: not valid YAML"):
         run.answers()
+    (tmp_path / "answers.yaml").write_text("culprti: h6\n")
+    with pytest.raises(labs.LabError, match="culprti: this lab reads culprit only"):
+        run.answers(keys=("culprit",))
     (tmp_path / "answers.yaml").write_text("- a list\n")
     with pytest.raises(labs.LabError, match="expected 'key: value' lines"):
         run.answers()
