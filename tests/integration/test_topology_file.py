@@ -15,8 +15,7 @@ import sys
 
 from emu import fabric, topofile
 from emu.net import Fabric
-from tests.scenarios import ROOT, assert_checks
-from tests.scenarios.test_smoke import LEAF_SPINE_CHECKS
+from tests.scenarios import LEAF_SPINE_CHECKS, ROOT, assert_checks
 
 SMOKE_CHECKS = LEAF_SPINE_CHECKS  # the same fabric shape, built from a file
 

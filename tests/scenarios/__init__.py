@@ -63,3 +63,16 @@ def assert_checks(res, doc, names=None, count=None):
     assert not failed, f"checks {failed} failed in a faithful run\n{res.stdout}"
     assert res.returncode == (0 if faithful else EXIT_UNFAITHFUL), res.stdout + res.stderr
     assert doc["passed"] is faithful
+
+
+# The checks smoke reports on a leaf/spine, whether built by parameters or from a file.
+LEAF_SPINE_CHECKS = [
+    "LLDP found every link",
+    "ARP found every host",
+    "all-pairs ping: 0% loss",
+    "TCP reaches >= 90% of link rate",
+    "pacing: never above link rate + burst",
+    "ECMP spreads flows over more than one top-tier switch",
+    "reachability returns after link down (no restart)",
+    "all-pairs ping after link failure: 0% loss",
+]
