@@ -4,10 +4,10 @@ Owns one NIC's transport state: queue pairs (a sender side that segments
 messages into RoCEv2 SEND packets, paces them at the link rate and at the
 DCQCN rate, and recovers losses on NAK or retransmit timeout; a receiver side
 that delivers in PSN order, acknowledges, NAKs the first gap and answers CE
-marks with CNPs), the NIC's loss recovery (`NicConfig.loss_recovery`, below),
-the host's PFC behaviour (honour a received
-PAUSE per priority; send PAUSE when the receive buffer fills because the host
-drains slowly, or continuously when the NIC is stuck), the counters, and
+marks with CNPs), the NIC's loss recovery (`NicConfig.loss_recovery`,
+below), the host's PFC behaviour (honour a received PAUSE per priority;
+send PAUSE when the receive buffer fills because the host drains slowly, or
+continuously when the NIC is stuck), the counters, and
 the next sequence number of each in-network aggregation job it sends for
 (`agg_next_seq`: emu/host/sharp.py's frames, which live as long as the NIC).
 
@@ -25,16 +25,17 @@ PSNs are unbounded integers inside and 24-bit on the wire.
 Loss recovery (`NicConfig.loss_recovery`):
 - "go-back-n" (the default; IBA 9.7.5 and today's NICs): a NAK names the
   first missing PSN and the requester resends from there.
-- "go-back-0": the early firmware of Guo et al., "RDMA over Commodity
-  Ethernet at Scale" (SIGCOMM 2016, section 4: transport livelock), which
-  restarts the whole message from its first packet. The responder keeps no
-  partial message across a gap: it discards what it holds of the message in
-  progress and NAKs that message's first PSN; the requester rewinds there (on a
-  timeout too). With the responder's side modelled like HPCC's ns-3 RDMA
-  (rdma-hw.cc, `m_backto0`: the expected sequence falls back to the chunk's
-  start with the NAK). A message of M packets then gets through only if all
-  M arrive in one attempt: with 1 loss in 256, (255/256)^M, and never once
-  M >= 256 under a deterministic drop of every 256th packet: a livelock.
+- "go-back-0": the NIC firmware that Guo et al., "RDMA over Commodity
+  Ethernet at Scale" (SIGCOMM 2016, section 4: transport livelock) found,
+  which restarts the whole message from its first packet. The responder
+  keeps no partial message across a gap: it discards what it holds of the
+  message in progress and NAKs that message's first PSN; the requester
+  rewinds there (on a timeout too). The responder's side is modelled on
+  HPCC's ns-3 RDMA (rdma-hw.cc, `m_backto0`: the expected sequence falls
+  back to the chunk's start with the NAK). A message of M packets then gets
+  through only if all M arrive in one attempt: with random loss 1/256 that
+  is (255/256)^M, and under a deterministic drop of every 256th packet it
+  never happens once M >= 256: a livelock.
 """
 
 from __future__ import annotations
