@@ -570,8 +570,11 @@ def ctl_request(target_kind: str, what: str, extra: list[str]) -> tuple[str, dic
             args["pmax"] = float(extra[2])
         return "set_ecn", args
     if what == "loss" and target_kind == "switch":
+        if len(extra) == 3 and extra[1] == "every":
+            # Every N-th RoCEv2 frame the port sends (Guo et al., SIGCOMM 2016: 256).
+            return "set_port_loss", {"port_no": int(extra[0]), "every": int(extra[2])}
         if len(extra) != 2:
-            raise ScenarioError("usage: emu ctl SWITCH loss PORT_NO PROBABILITY")
+            raise ScenarioError("usage: emu ctl SWITCH loss PORT_NO PROBABILITY|every N")
         return "set_port_loss", {"port_no": int(extra[0]), "probability": float(extra[1])}
     if what == "rate" and target_kind == "switch":
         if len(extra) != 2:

@@ -152,18 +152,28 @@ class Faults:
         self,
         u: str,
         v: str,
-        probability: float,
+        probability: float = 0.0,
         at: float | None = None,
         only_from: str | None = None,
+        every: int | None = None,
     ) -> None:
         """Each frame crossing u-v (either way) is lost with `probability` (0: healthy).
 
         `only_from`: lose only the frames that this end (a switch, u or v) sends,
         as a failing transmitter or a one-way bad fibre does; None: both ways.
+        `every`: instead, lose exactly every `every`-th RoCEv2 frame a switch end
+        sends (other frames pass and do not count): the deterministic drop of
+        Guo et al., SIGCOMM 2016 (one RoCEv2 packet in 256); None or 0: off.
         """
         self._check_link(u, v)
         if not 0.0 <= probability <= 1.0:
             raise FaultError(f"probability={probability}: must be within 0..1")
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int) or every < 0
+        ):
+            raise FaultError(f"every={every!r}: must be a whole number >= 1 (0: off)")
+        if every and probability:
+            raise FaultError(f"probability={probability} and every={every}: give one of them")
         if only_from is not None and (
             only_from not in (u, v) or self.fab.graph.nodes[only_from]["kind"] != "switch"
         ):
@@ -178,9 +188,12 @@ class Faults:
                         "set_port_loss",
                         port_no=g.edges[u, v]["ports"][node],
                         probability=probability,
+                        every=every,
                     )
-            one_way = {} if only_from is None else {"only_from": only_from}
-            self._event("lossy_link", link=f"{u}-{v}", probability=probability, **one_way)
+            extra = {} if only_from is None else {"only_from": only_from}
+            if every:
+                extra["every"] = every
+            self._event("lossy_link", link=f"{u}-{v}", probability=probability, **extra)
 
         self._later(at, apply)
 

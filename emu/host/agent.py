@@ -33,7 +33,7 @@ import time
 from emu import profiling, realtime
 from emu.fidelity import GcMonitor, ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
-from emu.host.rnic import NicConfig, Rnic
+from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, NicConfig, Rnic
 from emu.mgmt import Deferred, MgmtServer
 from emu.proto import pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
@@ -63,6 +63,7 @@ class Agent:
             rate_bps=args.rate_bps,
             dcqcn=not args.no_dcqcn,
             modelled_rate_bps=args.modelled_rate_bps,
+            loss_recovery=args.loss_recovery,
         )
         self.started = time.monotonic()
         self.rnic = Rnic(cfg, now=self.started)
@@ -108,6 +109,7 @@ class Agent:
                     "rate_bps": cfg.rate_bps,
                     "modelled_rate_bps": cfg.modelled_rate_bps,
                     "rto_s": self.rnic.rto_s,
+                    "loss_recovery": cfg.loss_recovery,
                 },
                 "connect": self._connect,
                 "post_send": self._post_send,
@@ -545,6 +547,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate-bps", type=int, required=True)
     p.add_argument("--modelled-rate-bps", type=float, default=25e9)
     p.add_argument("--no-dcqcn", action="store_true")
+    p.add_argument(
+        "--loss-recovery",
+        choices=LOSS_RECOVERY,
+        default=GO_BACK_N,
+        help="go-back-n, or go-back-0: restart the whole message on a loss (emu/host/rnic.py)",
+    )
     p.add_argument("--mgmt", required=True)
     p.add_argument(
         "--rt-priority",

@@ -2,11 +2,12 @@
 
 Owns one NIC's transport state: queue pairs (a sender side that segments
 messages into RoCEv2 SEND packets, paces them at the link rate and at the
-DCQCN rate, and recovers losses with go-back-N on NAK or retransmit timeout;
-a receiver side that delivers in PSN order, acknowledges, NAKs the first gap
-and answers CE marks with CNPs), the host's PFC behaviour (honour a received
-PAUSE per priority; send PAUSE when the receive buffer fills because the host
-drains slowly, or continuously when the NIC is stuck), the counters, and
+DCQCN rate, and recovers losses on NAK or retransmit timeout; a receiver side
+that delivers in PSN order, acknowledges, NAKs the first gap and answers CE
+marks with CNPs), the NIC's loss recovery (`NicConfig.loss_recovery`,
+below), the host's PFC behaviour (honour a received PAUSE per priority;
+send PAUSE when the receive buffer fills because the host drains slowly, or
+continuously when the NIC is stuck), the counters, and
 the next sequence number of each in-network aggregation job it sends for
 (`agg_next_seq`: emu/host/sharp.py's frames, which live as long as the NIC).
 
@@ -20,6 +21,21 @@ Pure: every method takes `now`; `receive(frame)` returns frames to send back
 at once (ACK, NAK, CNP, PAUSE), `next_frame(now)` the next data frame the
 pacing allows. The agent (`agent.py`) owns the socket and the clock.
 PSNs are unbounded integers inside and 24-bit on the wire.
+
+Loss recovery (`NicConfig.loss_recovery`):
+- "go-back-n" (the default; IBA 9.7.5 and today's NICs): a NAK names the
+  first missing PSN and the requester resends from there.
+- "go-back-0": the NIC firmware that Guo et al., "RDMA over Commodity
+  Ethernet at Scale" (SIGCOMM 2016, section 4: transport livelock) found,
+  which restarts the whole message from its first packet. The responder
+  keeps no partial message across a gap: it discards what it holds of the
+  message in progress and NAKs that message's first PSN; the requester
+  rewinds there (on a timeout too). The responder's side is modelled on
+  HPCC's ns-3 RDMA (rdma-hw.cc, `m_backto0`: the expected sequence falls
+  back to the chunk's start with the NAK). A message of M packets then gets
+  through only if all M arrive in one attempt: with random loss 1/256 that
+  is (255/256)^M, and under a deterministic drop of every 256th packet it
+  never happens once M >= 256: a livelock.
 """
 
 from __future__ import annotations
@@ -91,6 +107,9 @@ MIN_RNR_TIMER = 12
 # Bookkeeping charged per queued message, so that a flood of empty messages
 # is bounded by `inbox_max_bytes` too.
 INBOX_MESSAGE_OVERHEAD_BYTES = 64
+GO_BACK_N = "go-back-n"
+GO_BACK_0 = "go-back-0"
+LOSS_RECOVERY = (GO_BACK_N, GO_BACK_0)
 
 
 @dataclass
@@ -124,6 +143,8 @@ class NicConfig:
     # is a guard against a consumer that stopped, not a working limit; a
     # single message must fit in it.
     inbox_max_bytes: int = 64 << 20
+    # How a loss is recovered (module docstring): "go-back-n" or "go-back-0".
+    loss_recovery: str = GO_BACK_N
 
 
 @dataclass
@@ -191,13 +212,24 @@ class RecvQP:
     parts: list = field(default_factory=list)  # payloads of the message being received
     parts_bytes: int = 0
     rnr_naks_sent: int = 0
+    msg_first: int = 0  # PSN of the first packet of the message being received
+    msg_bytes: int = 0  # payload bytes received of that message so far
+    # Go-back-0: packets and payload bytes of partial messages thrown away on a
+    # gap (they stay in rx_packets/rx_bytes, which count what arrived in order).
+    discarded_packets: int = 0
+    discarded_bytes: int = 0
 
 
 class Rnic:
     """A NIC with its queue pairs; see the module docstring."""
 
     def __init__(self, cfg: NicConfig, now: float = 0.0) -> None:
+        if cfg.loss_recovery not in LOSS_RECOVERY:
+            raise ValueError(
+                f"loss_recovery={cfg.loss_recovery!r}: must be one of {', '.join(LOSS_RECOVERY)}"
+            )
         self.cfg = cfg
+        self.go_back_0 = cfg.loss_recovery == GO_BACK_0
         self.send_qps: dict[int, SendQP] = {}
         self.recv_qps: dict[int, RecvQP] = {}
         self.free_at = now  # the NIC's own wire (link-rate pacing)
@@ -452,10 +484,23 @@ class Rnic:
     def _check_timeout(self, qp: SendQP, now: float) -> None:
         if qp.una < qp.next_psn and now - qp.sent_at.get(qp.una, qp.last_progress) >= self.rto_s:
             qp.timeouts += 1
-            qp.retransmitted += qp.next_psn - qp.una
-            qp.next_psn = qp.una
+            # Go-back-0 restarts the message that `una` is in (the responder may
+            # have discarded its start on a gap whose NAK was lost).
+            start = self._message_start(qp, qp.una) if self.go_back_0 else qp.una
+            qp.retransmitted += qp.next_psn - start
+            qp.una = qp.next_psn = start
             qp.last_progress = now
             qp.ready_since = now
+
+    @staticmethod
+    def _message_start(qp: SendQP, psn: int) -> int:
+        """The first PSN of the unfinished message holding `psn` (`psn` itself if none does)."""
+        for msg in qp.messages:
+            if msg.first_psn <= psn < msg.end_psn:
+                return msg.first_psn
+            if msg.first_psn > psn:
+                break
+        return psn
 
     # ----- receive ----------------------------------------------------------
 
@@ -504,7 +549,17 @@ class Rnic:
         psn = self._unwrap(info.psn, qp.una)
         if kind == roce.AETH_NAK:
             qp.naks += 1
-            if qp.una <= psn <= qp.next_psn:
+            if self.go_back_0:
+                # The NAK names the message's first PSN, which may lie below `una`:
+                # the responder threw away the packets it had acknowledged.
+                start = self._message_start(qp, psn)
+                oldest = qp.messages[0].first_psn if qp.messages else qp.una
+                if oldest <= start <= qp.next_psn:
+                    qp.retransmitted += qp.next_psn - start
+                    qp.una = qp.next_psn = start
+                    qp.last_progress = now
+                    qp.ready_since = now
+            elif qp.una <= psn <= qp.next_psn:
                 qp.retransmitted += qp.next_psn - psn
                 qp.una = max(qp.una, psn)
                 qp.next_psn = psn  # go-back-N from the first missing packet
@@ -530,7 +585,11 @@ class Rnic:
             qp.completed.append(msg)
         # PSNs are posted contiguously, so what was acknowledged is freed from the
         # bottom up: the cost is per acknowledged packet, whatever is outstanding.
-        while qp.freed < qp.una:
+        # Go-back-0 keeps the unfinished message whole: a NAK may rewind to its start.
+        keep = qp.una
+        if self.go_back_0 and qp.messages:
+            keep = min(keep, qp.messages[0].first_psn)
+        while qp.freed < keep:
             qp.sizes.pop(qp.freed, None)
             qp.sent_at.pop(qp.freed, None)
             qp.freed += 1
@@ -581,8 +640,11 @@ class Rnic:
             qp.nak_sent = False
             qp.rx_packets += 1
             qp.rx_bytes += info.payload_len
+            qp.msg_bytes += info.payload_len
             self.rx_buffer += size
             if info.opcode in _MESSAGE_ENDS:
+                qp.msg_first = qp.expected
+                qp.msg_bytes = 0
                 qp.msn += 1
                 qp.messages_received += 1
                 if qp.deliver_data:
@@ -598,6 +660,13 @@ class Rnic:
             qp.out_of_order += 1
             if not qp.nak_sent:
                 qp.nak_sent = True
+                if self.go_back_0 and qp.expected > qp.msg_first:
+                    # Go-back-0 keeps no partial message: expect it from its start.
+                    qp.discarded_packets += qp.expected - qp.msg_first
+                    qp.discarded_bytes += qp.msg_bytes
+                    qp.expected, qp.msg_bytes = qp.msg_first, 0
+                    qp.parts.clear()
+                    qp.parts_bytes = 0
                 out.append(qp.tmpl.nak_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF))
         else:
             qp.duplicates += 1
@@ -688,6 +757,8 @@ class Rnic:
                 "inbox_messages": len(qp.inbox),
                 "inbox_bytes": qp.inbox_bytes,
                 "rnr_naks_sent": qp.rnr_naks_sent,
+                "discarded_packets": qp.discarded_packets,
+                "discarded_bytes": qp.discarded_bytes,
             }
             for qpn, qp in self.recv_qps.items()
         }
@@ -704,4 +775,5 @@ class Rnic:
             "rx_overflow": self.rx_overflow,
             "rx_buffer_bytes": self.rx_buffer,
             "stuck": self.stuck,
+            "loss_recovery": self.cfg.loss_recovery,
         }

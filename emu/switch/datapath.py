@@ -36,6 +36,7 @@ from emu.fidelity import GcMonitor, ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
 from emu.proto import pfc
 from emu.proto.ofext import AGG_PORT
+from emu.proto.roce import is_rocev2
 from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import reports, rewrite
 from emu.switch.aggregation import AggEngine
@@ -181,8 +182,10 @@ class Datapath:
         self.wd_ignore_pause: set[tuple[int, int]] = set()
         self.watchdog_drops = 0
         self.telemetry: list[list] = []
-        # A lossy link (fault): per port, the probability that a frame sent is lost.
+        # A lossy link (fault): per port, the probability that a frame sent is lost,
+        # or [n, count]: every n-th RoCEv2 frame sent is lost (count: those sent so far).
         self.port_loss: dict[int, float] = {}
+        self.port_loss_every: dict[int, list[int]] = {}
         self.loss_rng = random.Random(self.dpid)
         self.lost_frames: dict[int, int] = {}
         self.pfc_tx_frames: dict[int, int] = {}
@@ -542,17 +545,38 @@ class Datapath:
         self.pipeline.set_seed(seed)
         return {"seed": seed}
 
-    def _set_port_loss(self, port_no: int, probability: float) -> dict:
-        """Lose each frame sent on `port_no` with `probability` (0 turns it off)."""
+    def _set_port_loss(
+        self, port_no: int, probability: float = 0.0, every: int | None = None
+    ) -> dict:
+        """Lose each frame sent on `port_no` with `probability` (0 turns it off), or
+        deterministically every `every`-th RoCEv2 frame (None or 0 turns it off).
+
+        `every` is the drop of Guo et al. (SIGCOMM 2016, section 4): a switch
+        ACL that dropped one packet in 256 of a RoCEv2 sender (its IP ID's last
+        byte 0xff); here the port counts the RoCEv2 frames it sends, so other
+        traffic does not move the phase. Both may be set at once.
+        """
         if int(port_no) not in self.ports:
             raise ValueError(f"unknown port {port_no}; ports: {sorted(self.ports)}")
         if not 0.0 <= float(probability) <= 1.0:
             raise ValueError(f"probability={probability}: must be within 0..1")
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int) or every < 0
+        ):
+            raise ValueError(f"every={every!r}: must be a whole number >= 1 (0: off)")
         if probability:
             self.port_loss[int(port_no)] = float(probability)
         else:
             self.port_loss.pop(int(port_no), None)
-        return {"port_loss": self.port_loss, "lost_frames": self.lost_frames}
+        if every:
+            self.port_loss_every[int(port_no)] = [every, 0]
+        else:
+            self.port_loss_every.pop(int(port_no), None)
+        return {
+            "port_loss": self.port_loss,
+            "port_loss_every": {p: n for p, (n, _) in self.port_loss_every.items()},
+            "lost_frames": self.lost_frames,
+        }
 
     def _set_ecn(self, **changes) -> dict:
         """Change ECN marking (enabled, kmin_bytes, kmax_bytes, pmax); validated."""
@@ -579,13 +603,18 @@ class Datapath:
         sock = self.port_socks[port_no]
         counters = self.ports[port_no].counters
         loss = self.port_loss.get(port_no)
+        every = self.port_loss_every.get(port_no)
         release = self.buffer.release
         while sched.pending and sched.free_at <= until:
             item = sched.dequeue(now)
             if item is None:
                 break
             frame, prio, meta = item
-            if loss and self.loss_rng.random() < loss:
+            nth = False
+            if every is not None and is_rocev2(frame):
+                every[1] += 1
+                nth = every[1] % every[0] == 0
+            if nth or (loss and self.loss_rng.random() < loss):
                 # On the wire and lost: the frame leaves the buffer but never arrives.
                 # The transmitter counts it as sent (its queue counter already did), so
                 # this port's tx and the peer's rx part by what the link lost: how a
@@ -599,6 +628,8 @@ class Datapath:
                 sock.send(frame)
             except BlockingIOError:
                 sched.requeue_front(frame, prio, meta)
+                if every is not None and is_rocev2(frame):
+                    every[1] -= 1  # counted again when it goes
                 break
             except OSError:
                 counters.tx_dropped += 1

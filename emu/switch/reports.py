@@ -203,6 +203,7 @@ def counters(dp: Datapath) -> dict:
             "paused_s": {n: s.paused_so_far(time.monotonic()) for n, s in dp.schedulers.items()},
         },
         "malformed_frames": dp.malformed_frames,
+        "lost_frames": dict(dp.lost_frames),  # by a lossy-link fault, per port
         "pipeline": {
             "cache_misses": dp.pipeline.cache_misses,
             "dropped_port_down": dp.pipeline.dropped_port_down,

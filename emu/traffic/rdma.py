@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from emu import mgmt, realtime
+from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY
 from emu.net import Fabric
 from emu.registry import wait_for
 
@@ -47,7 +48,18 @@ class RdmaHosts:
     and DCQCN's 55 us timers and the 67 ms RTO run in real time.
     """
 
-    def __init__(self, fab: Fabric, hosts: list[str], dcqcn: bool = True) -> None:
+    def __init__(
+        self, fab: Fabric, hosts: list[str], dcqcn: bool = True, loss_recovery: str = GO_BACK_N
+    ) -> None:
+        """Start the NICs of `hosts`; `loss_recovery` is the NICs' (emu/host/rnic.py).
+
+        Raises:
+            ValueError: an unknown `loss_recovery`.
+        """
+        if loss_recovery not in LOSS_RECOVERY:
+            raise ValueError(
+                f"loss_recovery={loss_recovery!r}: must be one of {', '.join(LOSS_RECOVERY)}"
+            )
         self.fab = fab
         self.nics: dict[str, Nic] = {}
         self._qpn = 100
@@ -80,6 +92,8 @@ class RdmaHosts:
                 path,
                 "--rt-priority",
                 str(realtime.configured_priority()),
+                "--loss-recovery",
+                loss_recovery,
             ]
             if not dcqcn:
                 argv.append("--no-dcqcn")

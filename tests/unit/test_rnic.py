@@ -136,3 +136,103 @@ def test_rdma_write_carries_reth_on_its_first_packet_and_completes():
     assert frames[0].reth == (0x1000, 0x42, 3000) and frames[1].reth is None
     assert b.recv_qps[7].messages_received == 1 and b.recv_qps[7].rx_bytes == 3000
     assert len(a.send_qps[1].completed) == 1
+
+
+# ----- go-back-0 (Guo et al., SIGCOMM 2016: the transport livelock) ----------------------
+
+
+def deliver(a, b, frames, now=0.0):
+    """Hand `frames` to b one by one and b's replies to a; returns b's replies."""
+    replies = []
+    for f in frames:
+        for r in b.receive(f, now):
+            replies.append(r)
+            a.receive(r, now)
+    return replies
+
+
+def frames_out(a, n, now=0.0):
+    out = []
+    t = now
+    while len(out) < n:
+        f = a.next_frame(t)
+        if f is None:
+            t += 1e-4
+            continue
+        out.append(f)
+    return out
+
+
+def naks(replies):
+    return [
+        roce.parse(r).psn
+        for r in replies
+        if roce.parse(r).opcode == roce.ACKNOWLEDGE
+        and roce.parse(r).syndrome & roce.AETH_KIND_MASK == roce.AETH_NAK
+    ]
+
+
+@pytest.mark.parametrize("mode", ["go-back-n", "go-back-0"])
+def test_a_nak_rewinds_to_the_gap_or_to_the_messages_first_psn(mode):
+    a, b = pair(dcqcn=False, loss_recovery=mode)
+    a.post_send(1, 10 * 1024, 0.0)  # PSNs 0..9
+    a.post_send(1, 40 * 1024, 0.0)  # PSNs 10..49: the loss is in this one
+    sent = frames_out(a, 32)
+    replies = deliver(a, b, sent[:30] + sent[31:])  # PSN 30 lost
+    qp, rq = a.send_qps[1], b.recv_qps[7]
+    assert len(qp.completed) == 1 and rq.messages_received == 1
+    if mode == "go-back-n":
+        assert naks(replies) == [30]
+        assert (qp.una, qp.next_psn, rq.expected) == (30, 30, 30)
+        assert qp.retransmitted == 2 and rq.discarded_packets == 0
+    else:
+        # The responder threw away PSNs 10..29 (acknowledged up to 27 already) and asks
+        # for the message from its first packet; the requester goes back below `una`.
+        assert naks(replies) == [10]
+        assert (qp.una, qp.next_psn, rq.expected) == (10, 10, 10)
+        assert qp.retransmitted == 22
+        assert rq.discarded_packets == 20 and rq.discarded_bytes == 20 * 1024
+    # Either way the message then arrives whole.
+    run(a, b, 0.2)
+    assert len(qp.completed) == 2 and rq.messages_received == 2
+
+
+@pytest.mark.parametrize("mode", ["go-back-n", "go-back-0"])
+def test_a_lost_tail_times_out_and_restarts_the_message_under_go_back_0(mode):
+    a, b = pair(dcqcn=False, rto_modelled_s=0.05, modelled_rate_bps=RATE, loss_recovery=mode)
+    a.post_send(1, 8 * 1024, 0.0)  # ACKs asked on PSN 3 and 7; PSN 7 is lost once
+    run(a, b, 0.3, drop=lambda i, f: i == 8)
+    qp = a.send_qps[1]
+    assert len(qp.completed) == 1 and qp.timeouts == 1
+    assert qp.retransmitted == (4 if mode == "go-back-n" else 8)
+    # All but the lost PSN 7 were there already: 4..6, or 0..6 from the message's start.
+    assert b.recv_qps[7].duplicates == qp.retransmitted - 1
+
+
+def test_every_256th_packet_lost_livelocks_go_back_0_but_not_go_back_n():
+    # Guo et al. dropped 1 packet in 256; a message of 300 packets never gets all of
+    # its packets through in one attempt, so go-back-0 delivers nothing while the link
+    # stays busy; go-back-N loses one NAK loop per drop and completes.
+    every_256th = lambda i, f: i % 256 == 0  # noqa: E731
+    results = {}
+    for mode in ("go-back-n", "go-back-0"):
+        a, b = pair(dcqcn=False, loss_recovery=mode)
+        for _ in range(3):
+            a.post_send(1, 300 * 1024, 0.0)
+        sent = run(a, b, 1.0, drop=every_256th)
+        results[mode] = (a.send_qps[1], b.recv_qps[7], sent)
+    qp, rq, sent = results["go-back-n"]
+    assert len(qp.completed) == 3 and rq.messages_received == 3
+    assert qp.naks == sent // 256 and rq.discarded_packets == 0
+    qp, rq, sent = results["go-back-0"]
+    assert qp.completed == [] and rq.messages_received == 0
+    assert rq.msn == 0 and qp.una < 300
+    # It kept sending the whole time (the link at ~line rate: 1 s at 20 Mbit/s is ~2300
+    # frames), one NAK per drop, each rewinding to PSN 0.
+    assert sent > 2000 and qp.naks == sent // 256
+    assert rq.discarded_packets >= qp.naks * 200
+
+
+def test_an_unknown_loss_recovery_is_a_clear_error():
+    with pytest.raises(ValueError, match="loss_recovery='go-back-1'.*go-back-n, go-back-0"):
+        pair(loss_recovery="go-back-1")
