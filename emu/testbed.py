@@ -408,12 +408,15 @@ class SwitchTestbed:
             n: (f"tb{self.tag}s{n}", f"tb{self.tag}t{n}") for n in range(1, self.n_ports + 1)
         }
         self.run.add_interfaces([name for pair in self.pairs.values() for name in pair])
-        from emu.switch.node import disable_offloads  # emu.switch.node imports Mininet
+        from emu.switch.node import disable_ipv6, disable_offloads  # imports Mininet
 
         for sw_end, test_end in self.pairs.values():
             _ip(["link", "add", sw_end, "type", "veth", "peer", "name", test_end])
             for name in (sw_end, test_end):
-                _disable_ipv6(name)
+                try:
+                    disable_ipv6(name)
+                except RuntimeError as exc:
+                    raise TestbedError(str(exc)) from None
                 disable_offloads(name)
             for name in (sw_end, test_end):
                 _ip(["link", "set", "dev", name, "up"])
@@ -851,20 +854,6 @@ def _ip(args: list[str]) -> None:
     res = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise TestbedError(f"ip {' '.join(args)}: {res.stderr.strip()}")
-
-
-def _disable_ipv6(ifname: str) -> None:
-    """No IPv6 on `ifname`: the kernel would send router solicitations and MLD into the test."""
-    if not os.path.exists(f"/proc/sys/net/ipv6/conf/{ifname}"):
-        return  # a kernel without IPv6 sends none
-    res = subprocess.run(
-        ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if res.returncode != 0:
-        raise TestbedError(f"disabling IPv6 on {ifname}: {res.stderr.strip()}")
 
 
 def _packet_socket(ifname: str) -> socket.socket:
