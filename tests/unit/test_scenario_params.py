@@ -30,7 +30,7 @@ def test_override_is_parsed_to_the_default_type():
         ("nope=1", "unknown parameter 'nope'"),
         ("k=four", "k='four': expected int"),
         ("topology=ring", "allowed values are leaf_spine, fat_tree"),
-        ("spines=0", "spines=0: must be >= 1"),
+        ("spines=-1", "spines=-1: must be >= 0"),
         ("rate_mbps=5000", "must be <= 1000"),
         ("link_down=maybe", "expected bool"),
         ("k", "expected KEY=VALUE"),
