@@ -101,19 +101,6 @@ def test_smoke_rail_optimized_2_nodes_2_gpus_2_spines(tmp_path, no_leaks):
     assert sorted(m["ecmp"]["bytes_per_top_switch"]) == ["spine1", "spine2"]
 
 
-def test_smoke_refuses_a_rail_only_fabric_in_one_line(tmp_path):
-    res = subprocess.run(
-        [sys.executable, "-m", "emu.cli", "run", "smoke", "--out", str(tmp_path)]
-        + ["--set", "topology=rail_optimized", "--set", "spines=0"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "rail-only" in res.stderr and "Traceback" not in res.stderr
-
-
 def test_bad_parameter_is_a_clear_error_without_root_work(tmp_path):
     res = subprocess.run(
         [
