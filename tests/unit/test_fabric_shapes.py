@@ -245,3 +245,11 @@ def test_bad_parameter_raises_naming_it(param, build):
     with pytest.raises(FabricSpecError) as info:
         build()
     assert param in str(info.value)
+
+
+@pytest.mark.parametrize("make", [torus, dragonfly, rail_optimized])
+def test_each_shape_draws(make, tmp_path):
+    from emu import telemetry
+
+    path = telemetry.draw_fabric(make(), tmp_path / "fabric.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
