@@ -79,8 +79,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_RATE_BPS",
     "FabricSpecError",
-    "expected_counts",
+    "NVLINK_RATIO",
     "dragonfly",
+    "expected_counts",
     "fat_tree",
     "hosts",
     "leaf_spine",
@@ -791,7 +792,7 @@ def torus(
 
     Names: switch ``t<x>_<y>[_<z>]`` by its coordinates, with ``coords`` (a
     list) and ``role="torus"``; its number s (1-based, row-major order, the
-    last coordinate fastest) gives its dpid ``0x1<s>`` and its hosts' IPs
+    last coordinate fastest) gives its dpid ``0x10000 | s`` and its hosts' IPs
     ``10.<s // 256>.<s % 256>.<n+1>``. Ports: hosts on 1..hosts_per_switch,
     then per dimension in order its +1 neighbour and (when the size is above 2)
     its -1 neighbour. Links between switches have tier "torus".
