@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -318,6 +319,9 @@ EXPORT_BUILDERS = {
     "leaf_spine": fabric.leaf_spine,
     "fat_tree": fabric.fat_tree,
     "single_switch": fabric.single_switch,
+    "dragonfly": fabric.dragonfly,
+    "torus": fabric.torus,
+    "rail_optimized": fabric.rail_optimized,
 }
 
 
@@ -420,6 +424,8 @@ def parse_builder_args(builder: str, items: list[str]) -> dict:
 
 
 def _builder_value(text: str):
+    if re.fullmatch(r"[0-9]+(x[0-9]+)+", text):  # a torus's dims: 3x3, 2x2x2
+        return tuple(int(d) for d in text.split("x"))
     for parse in (int, float, topofile.parse_rate):
         try:
             return parse(text)

@@ -151,6 +151,8 @@ _SMOKE = (
     Figure("TCP retransmits", ("tcp", "retransmits")),
     Figure("ECMP: largest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "max_share"),
     Figure("ECMP: smallest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "min_share"),
+    Figure("ECMP: largest first hop's share", ("ecmp", "bytes_per_first_hop"), "max_share"),
+    Figure("ECMP: smallest first hop's share", ("ecmp", "bytes_per_first_hop"), "min_share"),
     Figure(
         "link down: longest outage of any sender (ms)",
         ("link_failure", "outage_s"),

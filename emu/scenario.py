@@ -190,8 +190,23 @@ def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
     return params
 
 
+# The fabric shapes `topology=` builds (emu/fabric.py's builders).
+TOPOLOGIES = ("leaf_spine", "fat_tree", "dragonfly", "torus", "rail_optimized")
+
 # What a topology file decides instead of the parameters (rate_mbps is set from it).
-SHAPE_PARAMS = ("topology", "k", "leaves", "spines", "hosts_per_leaf")
+SHAPE_PARAMS = (
+    "topology",
+    "k",
+    "leaves",
+    "spines",
+    "hosts_per_leaf",
+    "groups",
+    "routers_per_group",
+    "global_links_per_router",
+    "dims",
+    "nodes",
+    "gpus_per_node",
+)
 
 
 def _apply_topology_file(module, params: dict[str, Any], given: set[str]) -> None:
@@ -404,11 +419,29 @@ def fabric_params(
     parameter's 0): whatever `rate_mbps` is set to, i.e. time scale 1.
     """
     return {
-        "topology": Param(topology, "fabric shape", choices=("leaf_spine", "fat_tree")),
+        "topology": Param(topology, "fabric shape", choices=TOPOLOGIES),
         "k": Param(4, "fat-tree arity (even)", min=2, max=8),
         "leaves": Param(4, "leaf switches (leaf_spine)", min=1, max=32),
-        "spines": Param(2, "spine switches (leaf_spine)", min=1, max=16),
-        "hosts_per_leaf": Param(2, "hosts per leaf (leaf_spine)", min=1, max=32),
+        "spines": Param(
+            2, "spine switches (leaf_spine; rail_optimized, where 0 is rail-only)", min=0, max=16
+        ),
+        "hosts_per_leaf": Param(
+            2,
+            "hosts per leaf (leaf_spine), per router (dragonfly), per switch (torus)",
+            min=1,
+            max=32,
+        ),
+        "groups": Param(3, "dragonfly groups", min=2, max=16),
+        "routers_per_group": Param(2, "dragonfly routers per group", min=1, max=16),
+        "global_links_per_router": Param(
+            1,
+            "dragonfly global links per router (routers_per_group times it: a multiple of groups-1)",
+            min=1,
+            max=15,
+        ),
+        "dims": Param("3x3", "torus size per dimension, 2 or 3 of them: 3x3, 2x2x2"),
+        "nodes": Param(2, "GPU servers (rail_optimized)", min=1, max=32),
+        "gpus_per_node": Param(2, "GPUs, NICs and rails per server (rail_optimized)", min=1, max=8),
         "rate_mbps": Param(
             rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
         ),
@@ -448,18 +481,55 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _torus_dims(text: str) -> tuple[int, ...]:
+    """`3x3` or `2x2x2` -> (3, 3) or (2, 2, 2); the torus builder checks the sizes."""
+    parts = text.lower().split("x")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise ScenarioError(f"parameter dims={text!r}: expected 2 or 3 sizes like 3x3 or 2x2x2")
+    return tuple(int(p) for p in parts)
+
+
 def build_fabric_graph(params: dict[str, Any]):
     """The networkx fabric that `fabric_params()` describe (or their `topo` file)."""
     rate_bps = int(params["rate_mbps"] * 1e6)
     modelled_rate_bps = params["modelled_gbps"] * 1e9 or None  # 0: time scale 1
     if params.get("topo"):
         return _graph_from_file(params["topo"], modelled_rate_bps)
-    if params["topology"] == "fat_tree":
+    shape = params["topology"]
+    if shape == "fat_tree":
         if params["k"] % 2:
             raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
         return fabric.fat_tree(
             k=params["k"], rate_bps=rate_bps, modelled_rate_bps=modelled_rate_bps
         )
+    try:
+        if shape == "dragonfly":
+            return fabric.dragonfly(
+                groups=params["groups"],
+                routers_per_group=params["routers_per_group"],
+                hosts_per_router=params["hosts_per_leaf"],
+                global_links_per_router=params["global_links_per_router"],
+                rate_bps=rate_bps,
+                modelled_rate_bps=modelled_rate_bps,
+            )
+        if shape == "torus":
+            return fabric.torus(
+                dims=_torus_dims(params["dims"]),
+                hosts_per_switch=params["hosts_per_leaf"],
+                rate_bps=rate_bps,
+                modelled_rate_bps=modelled_rate_bps,
+            )
+        if shape == "rail_optimized":
+            return fabric.rail_optimized(
+                nodes=params["nodes"],
+                gpus_per_node=params["gpus_per_node"],
+                spines=params["spines"],
+                host_rate_bps=rate_bps,
+                modelled_rate_bps=modelled_rate_bps,
+            )
+    except fabric.FabricSpecError as exc:
+        # The builder names its own argument; say which scenario parameter that is.
+        raise ScenarioError(f"topology={shape}: {exc}") from None
     return fabric.leaf_spine(
         leaves=params["leaves"],
         spines=params["spines"],

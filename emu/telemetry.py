@@ -105,7 +105,12 @@ _ROLE_COLOUR = {
     "spine": "tab:orange",
     "agg": "tab:orange",
     "core": "tab:red",
+    "router": "tab:blue",
+    "torus": "tab:blue",
 }
+
+
+_ARC = {"arrows": True, "arrowstyle": "-", "connectionstyle": "arc3,rad=0.35"}
 
 
 def draw_fabric(G, path: Path) -> Path:
@@ -132,9 +137,21 @@ def draw_fabric(G, path: Path) -> Path:
     )
     rates = {(u, v): d["rate_bps"] for u, v, d in G.edges(data=True)}
     fastest = max(rates.values())
-    nx.draw_networkx_edges(
-        H, pos, ax=ax, width=[0.6 + 2.4 * rates[e] / fastest for e in H.edges], edge_color="0.5"
-    )
+    # Links within a row (a dragonfly's, a torus's: every switch tier 0) are
+    # drawn as arcs, so that one does not run straight through the switches
+    # between its ends.
+    flat = [e for e in H.edges if layer[e[0]] == layer[e[1]]]
+    for edges, style in (([e for e in H.edges if e not in set(flat)], {}), (flat, _ARC)):
+        if edges:
+            nx.draw_networkx_edges(
+                H,
+                pos,
+                edgelist=edges,
+                ax=ax,
+                width=[0.6 + 2.4 * rates[e] / fastest for e in edges],
+                edge_color="0.5",
+                **style,
+            )
     if len(set(rates.values())) > 1:
         labels = {e: f"{r / 1e6:g}M" for e, r in rates.items()}
         nx.draw_networkx_edge_labels(H, pos, edge_labels=labels, ax=ax, font_size=6)

@@ -85,7 +85,12 @@ _LINK_TIER = {
     frozenset({"leaf", "spine"}): "leaf-spine",
     frozenset({"edge", "agg"}): "edge-agg",
     frozenset({"agg", "core"}): "agg-core",
+    frozenset({"torus"}): "torus",
 }
+# Node attributes a file keeps (the builders' own: emu.fabric's contract); the
+# first two a switch's generated hosts inherit.
+NODE_KEYS = ("pod", "rail", "node", "group", "coords")
+INHERITED_KEYS = ("pod", "rail")
 
 Path_ = Tuple[Union[str, int], ...]
 
@@ -401,7 +406,7 @@ class _Reader:
             kind = spec["kind"]
             role = spec.get("role", "host" if kind == "host" else "switch")
             if (role == "host") != (kind == "host"):
-                allowed = "host" if kind == "host" else "leaf, spine, edge, agg, core, switch"
+                allowed = "host" if kind == "host" else ", ".join(fabric.SWITCH_ROLES)
                 raise self.fail(
                     path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}"
                 )
@@ -425,7 +430,7 @@ class _Reader:
                         f"generated host {host!r} clashes with node {host!r} "
                         f"(line {self.marks.key_line(('nodes', host))})",
                     )
-                inherited = {k: spec[k] for k in ("pod", "rail") if k in spec}
+                inherited = {k: spec[k] for k in INHERITED_KEYS if k in spec}
                 nodes[host] = _Node(
                     host,
                     "host",
@@ -615,7 +620,7 @@ class _Reader:
                     mac=mac,
                     leaf=node.attached_to,
                 )
-            for key in ("pod", "rail"):
+            for key in NODE_KEYS:
                 if key in spec:
                     attrs[key] = spec[key]
             G.add_node(name, **attrs)
@@ -630,7 +635,9 @@ class _Reader:
                 ports={link.a: pa, link.b: pb},
                 intfs={link.a: f"{link.a}-eth{pa}", link.b: f"{link.b}-eth{pb}"},
             )
-        if not nx.is_connected(G):
+        # A rail-only fabric (rail_optimized with no spines) is islands by design.
+        rail_only = G.graph["kind"] == "rail_optimized" and G.graph["params"].get("spines") == 0
+        if not rail_only and not nx.is_connected(G):
             parts = sorted(nx.connected_components(G), key=lambda c: -len(c))
             stray = sorted(parts[1], key=list(G.nodes).index)
             raise self.fail(
@@ -702,6 +709,9 @@ def default_mac(index: int) -> str:
 def _link_tier(a: _Node, b: _Node) -> str:
     if "host" in (a.kind, b.kind):
         return "host"
+    if a.role == b.role == "router" and "group" in a.spec and "group" in b.spec:
+        # A dragonfly's links: local within a group, global between groups.
+        return "local" if a.spec["group"] == b.spec["group"] else "global"
     return _LINK_TIER.get(frozenset({a.role, b.role}), "fabric")
 
 

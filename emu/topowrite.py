@@ -19,6 +19,8 @@ import yaml
 from emu import fabric
 from emu.topofile import (
     FIRST_PORT,
+    INHERITED_KEYS,
+    NODE_KEYS,
     SCHEMA_REF,
     default_mac,
     default_port_order,
@@ -72,7 +74,7 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
             spec["ip"] = d["ip"]
             if d["mac"] != default_mac(host_index):
                 spec["mac"] = d["mac"]
-        for key in ("pod", "rail"):
+        for key in NODE_KEYS:
             if key in d:
                 spec[key] = d[key]
         out_nodes[name] = spec
@@ -153,9 +155,9 @@ def _compact_switches(G: nx.Graph, default_rate: int, default_delay: float) -> L
         ok = hosts == expected and order[position + 1 : position + 1 + len(hosts)] == hosts
         for n, host in enumerate(hosts, start=1):
             hd, e = G.nodes[host], G.edges[host, name]
-            inherited = {k: d[k] for k in ("pod", "rail") if k in d}
+            inherited = {k: d[k] for k in INHERITED_KEYS if k in d}
             ok = ok and hd["ip"] == f"10.0.{s_rank}.{n}" and hd["mac"] == default_mac(index + n)
-            ok = ok and {k: hd[k] for k in ("pod", "rail") if k in hd} == inherited
+            ok = ok and {k: hd[k] for k in NODE_KEYS if k in hd} == inherited
             ok = ok and e["ports"][name] == n and e["delay_s"] == default_delay
             ok = ok and e["rate_bps"] == G.edges[hosts[0], name]["rate_bps"]
         if ok and len(hosts) <= 254:

@@ -9,25 +9,46 @@
       |  |   |  |   |  |   |  |                   e1 e2 ... e8     edge
       h1 h2  h3 h4  h5 h6  h7 h8                  h1 ....... h16   k^3/4 hosts
 
+    rail_optimized (nodes=2,                 torus (dims=3x3,        dragonfly (groups=3,
+      gpus_per_node=2, spines=2)               hosts_per_leaf=1)       routers_per_group=2)
+
+      spine1    spine2                       t0_0-t0_1-t0_2-+         g1r1==g1r2   local links
+       |    \\  /    |                          |    |    |  (wrap)     \\     /    in a group,
+      rail1    rail2                         t1_0-t1_1-t1_2-+         g2r2  g3r1   one global
+      |   |    |   |                           ...  (wrap)            /  ||   || \\ link per pair
+      h1  h3   h2  h4  (h1,h2: node 1)       each with its host      g2r1 ... g3r2  of groups
+
 What it shows, step by step, on real packets through emu switches driven by
 the routing controller over OpenFlow 1.3:
 1. the fabric converges: LLDP finds every link, ARP finds every host;
 2. all-pairs ping has 0% loss;
-3. TCP (iperf3) between hosts on different leaves reaches >= 90% of the
+3. TCP (iperf3) between hosts on different switches reaches >= 90% of the
    link rate, and the switch never sends faster than the rate plus a burst
    (with host NIC pacing, the default, the sender's NIC paces too; `--set
    host_nic_pacing=false` leaves the pacing to the switches alone, as the
    scenario test does);
-4. many TCP flows between two leaves are spread over more than one spine
-   (ECMP with SELECT groups, visible in the spines' port counters);
-5. a leaf-spine link taken down under ping traffic: reachability comes back
-   without restarting anything; the report shows when.
+4. many TCP flows between two switches are spread over more than one first
+   hop (ECMP with SELECT groups, visible in the first switch's port counters)
+   and, in a fabric with tiers, over more than one top-tier switch;
+5. a link out of the first switch, on the path the traffic took, taken down
+   under ping traffic: reachability comes back over the other path without
+   restarting anything; the report shows when.
+
+The pair of hosts for steps 3-5 is read from the graph: the first host and a
+host on another switch (in another pod where there are pods) whose switches
+are joined by shortest paths that differ in their first hop, the ones the
+routing controller's ECMP spreads over (on a leaf/spine and a fat tree, the
+first host and the last host of another leaf or pod).
 
 Run:  emu run smoke                     (2 spines, 4 leaves, 8 hosts)
       emu run smoke --set topology=fat_tree --set k=4 --out results/smoke
+      emu run smoke --set topology=rail_optimized --set nodes=2 --set gpus_per_node=2
+      emu run smoke --set topology=torus --set dims=3x3 --set hosts_per_leaf=1
+      emu run smoke --set topology=dragonfly --set groups=3 --set routers_per_group=2 \\
+                    --set hosts_per_leaf=1
       emu run smoke --topo topologies/leaf-spine-2x2.yaml
-                                        (any topology file whose leaves have
-                                        two uplinks: the link-failure step cuts one)
+                                        (any topology file with two hosts whose
+                                        switches have two disjoint first hops)
 """
 
 from __future__ import annotations
@@ -35,9 +56,18 @@ from __future__ import annotations
 import threading
 import time
 
+import networkx as nx
+
 from emu import fabric as fabric_mod
 from emu.net import Fabric
-from emu.scenario import Context, Param, build_fabric_graph, fabric_options, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.switch.scheduler import MIN_BURST_S
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
@@ -48,7 +78,9 @@ PARAMS = {
     **fabric_params(),
     "iperf_s": Param(5.0, "duration of each iperf3 test in seconds", min=1.0, max=120.0),
     "ecmp_flows": Param(16, "parallel TCP flows for the ECMP spreading test", min=2, max=64),
-    "link_down": Param(True, "take a leaf-spine link down under traffic and measure recovery"),
+    "link_down": Param(
+        True, "take a link on the traffic's path down under traffic and measure recovery"
+    ),
     "ping_count": Param(3, "pings per host pair", min=1, max=20),
 }
 
@@ -60,10 +92,33 @@ TOPOLOGY_FILE = True
 # burst allowance (two full frames) plus one sampling period's jitter.
 PACING_TOLERANCE = 0.02
 
+# An ICMP echo request of ping's default 56-byte payload, as a frame on the wire.
+ECHO_FRAME_BYTES = 14 + 20 + 8 + 56
+
+
+def validate(params: dict) -> None:
+    """Build the graph now (no root needed), so that a bad shape is one line before any run."""
+    fabric_graph(params)
+
+
+def fabric_graph(params: dict):
+    """The fabric to smoke: any shape, as long as every host can reach every other."""
+    try:
+        graph = build_fabric_graph(params)
+    except fabric_mod.FabricSpecError as exc:
+        raise ScenarioError(str(exc)) from None
+    if not nx.is_connected(graph):
+        # rail_optimized with spines=0 (rail-only): the rails are islands by design.
+        raise ScenarioError(
+            f"smoke pings every pair of hosts, and {graph.graph['name']} is not connected "
+            "(rail-only: give spines >= 1)"
+        )
+    return graph
+
 
 def run(ctx: Context) -> None:
     p = ctx.params
-    graph = build_fabric_graph(p)
+    graph = fabric_graph(p)
     rate_bps = int(p["rate_mbps"] * 1e6)
     counts = fabric_mod.expected_counts(graph)
     ctx.metrics["fabric"] = {"name": graph.graph["name"], **counts, "rate_bps": rate_bps}
@@ -116,7 +171,17 @@ def plot(ctx: Context, rate_bps: int) -> None:
                 step=True,
             )
         )
-    if "ecmp" in m:
+    if "ecmp" in m and "bytes_per_top_switch" not in m["ecmp"]:
+        panels.append(
+            Panel(
+                f"ECMP: {m['ecmp']['flows']} flows, bytes {m['ecmp']['first_switch']} sent per "
+                "first hop",
+                "next hop",
+                "MB",
+                bars={k: v / 1e6 for k, v in m["ecmp"]["bytes_per_first_hop"].items()},
+            )
+        )
+    if "ecmp" in m and "bytes_per_top_switch" in m["ecmp"]:
         panels.append(
             Panel(
                 f"ECMP: {m['ecmp']['flows']} flows, bytes per top-tier switch",
@@ -149,12 +214,32 @@ def plot(ctx: Context, rate_bps: int) -> None:
 
 
 def cross_pair(graph) -> tuple[str, str]:
-    """The first host and the first host under another leaf (so traffic crosses the core)."""
+    """The first host and a far host whose switches ECMP can reach by two first hops.
+
+    Far: on another switch, in another pod where there are pods; among those,
+    the last one (on a leaf/spine, the last host of the last leaf) whose
+    switch the first host's switch reaches by shortest paths through more
+    than one neighbour. A fabric with no such pair gets the last far host,
+    and its ECMP and link-failure checks then fail with what they saw.
+    """
     hosts = fabric_mod.hosts(graph)
     src = hosts[0]
     far = [h for h in hosts if graph.nodes[h]["leaf"] != graph.nodes[src]["leaf"]]
     pods = [h for h in far if graph.nodes[h].get("pod", 0) != graph.nodes[src].get("pod", 0)]
+    candidates = pods[::-1] + [h for h in far[::-1] if h not in pods]
+    for dst in candidates:
+        if len(first_hops(graph, graph.nodes[src]["leaf"], graph.nodes[dst]["leaf"])) > 1:
+            return src, dst
     return src, (pods or far)[-1]
+
+
+def first_hops(graph, a: str, b: str) -> list[str]:
+    """The neighbours of switch `a` on a shortest path to switch `b` (hop count, as routing)."""
+    switch_graph = graph.subgraph(fabric_mod.switches(graph))
+    dist = nx.single_source_shortest_path_length(switch_graph, b)
+    if a not in dist:
+        return []
+    return [n for n in switch_graph.neighbors(a) if dist.get(n) == dist[a] - 1]
 
 
 def all_pairs_ping(ctx: Context, fab: Fabric, label: str) -> None:
@@ -268,17 +353,27 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
     )
 
 
-def _spine_tx(fab: Fabric, graph, spines: list[str]) -> dict[str, int]:
-    out = {}
-    for sw in spines:
-        out[sw] = sum(p["tx_bytes"] for p in fab.switch_call(sw, "ports"))
-    return out
+def _tx_bytes(fab: Fabric, switches: list[str]) -> dict[str, int]:
+    """Bytes each switch has sent, over all its ports."""
+    return {sw: sum(p["tx_bytes"] for p in fab.switch_call(sw, "ports")) for sw in switches}
+
+
+def _port_tx(fab: Fabric, graph, switch: str, peers: list[str]) -> dict[str, int]:
+    """Bytes `switch` has sent towards each of `peers`, from its port counters."""
+    by_port = {p["port_no"]: p["tx_bytes"] for p in fab.switch_call(switch, "ports")}
+    return {n: by_port[graph.edges[switch, n]["ports"][switch]] for n in peers}
 
 
 def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
+    """Many TCP flows src -> dst: more than one first hop (and top-tier switch) carries them."""
     tier = max(graph.nodes[n]["tier"] for n in fabric_mod.switches(graph))
-    top = [n for n in fabric_mod.switches(graph) if graph.nodes[n]["tier"] == tier]
-    before = _spine_tx(fab, graph, top)
+    # In a fabric with tiers the flows must also cross more than one top-tier
+    # switch; in a flat one (torus, dragonfly: every switch tier 0) every switch
+    # is "top", so only the first hop says anything.
+    top = [n for n in fabric_mod.switches(graph) if graph.nodes[n]["tier"] == tier] if tier else []
+    leaf = graph.nodes[src]["leaf"]
+    hops = first_hops(graph, leaf, graph.nodes[dst]["leaf"])
+    before, hops_before = _tx_bytes(fab, top), _port_tx(fab, graph, leaf, hops)
     doc = iperf.run(
         fab,
         src,
@@ -287,17 +382,36 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
         parallel=ctx.params["ecmp_flows"],
         port=5202,
     )
-    after = _spine_tx(fab, graph, top)
-    carried = {sw: after[sw] - before[sw] for sw in top}
-    total = sum(carried.values()) or 1
-    used = [sw for sw, b in carried.items() if b > 0.05 * total]
+    after, hops_after = _tx_bytes(fab, top), _port_tx(fab, graph, leaf, hops)
+    flows = ctx.params["ecmp_flows"]
+    per_hop = {n: hops_after[n] - hops_before[n] for n in hops}
+    hop_total = sum(per_hop.values()) or 1
+    hops_used = [n for n, b in per_hop.items() if b > 0.05 * hop_total]
     ctx.metrics["ecmp"] = {
-        "flows": ctx.params["ecmp_flows"],
-        "bytes_per_top_switch": carried,
+        "flows": flows,
+        "first_switch": leaf,
+        "bytes_per_first_hop": per_hop,
         "error": doc.get("error"),
     }
     ctx.table(
-        f"ECMP: {ctx.params['ecmp_flows']} TCP flows {src} -> {dst}, bytes per top-tier switch",
+        f"ECMP: {flows} TCP flows {src} -> {dst}, bytes {leaf} sent to each first hop",
+        ["next hop", "MB", "share"],
+        [[n, b / 1e6, b / hop_total] for n, b in per_hop.items()],
+    )
+    ctx.check(
+        "ECMP spreads flows over more than one first hop",
+        len(hops_used) > 1,
+        f"{len(hops_used)} of {len(hops)} carry > 5%",
+        "> 1",
+    )
+    if not top:
+        return
+    carried = {sw: after[sw] - before[sw] for sw in top}
+    total = sum(carried.values()) or 1
+    used = [sw for sw, b in carried.items() if b > 0.05 * total]
+    ctx.metrics["ecmp"]["bytes_per_top_switch"] = carried
+    ctx.table(
+        f"ECMP: {flows} TCP flows {src} -> {dst}, bytes per top-tier switch",
         ["switch", "MB", "share"],
         [[sw, b / 1e6, b / total] for sw, b in carried.items()],
     )
@@ -310,19 +424,16 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
 
 
 def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
-    """Pings every 20 ms from each host on src's leaf to dst; an uplink goes down at t=1 s."""
+    """Pings every 20 ms from each host on src's switch to dst; a first hop goes down at t=1 s.
+
+    The link cut is the one, among src's switch's links on a shortest path to
+    dst's (each with another beside it: `cross_pair` chose dst so), that
+    carried the most of the pings in the 0.7 s before the cut: the path the
+    pings took, so that the cut is on it.
+    """
     leaf = graph.nodes[src]["leaf"]
     senders = [h for h in fabric_mod.hosts(graph) if graph.nodes[h]["leaf"] == leaf]
-    uplinks = [n for n in graph.neighbors(leaf) if graph.nodes[n]["kind"] == "switch"]
-    # The uplink that carries the most of src's traffic is the one to cut.
-    victim = max(
-        uplinks,
-        key=lambda n: sum(
-            p["tx_bytes"]
-            for p in fab.switch_call(leaf, "ports")
-            if p["port_no"] == graph.edges[leaf, n]["ports"][leaf]
-        ),
-    )
+    hops = first_hops(graph, leaf, graph.nodes[dst]["leaf"])
     interval, duration = 0.02, 4.0
     jobs = {
         h: fab.start("ping", src=h, dst=dst, interval_s=interval, duration_s=duration)
@@ -330,7 +441,14 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
     }
     count = jobs[senders[0]].count
     t0 = time.monotonic()
-    time.sleep(1.0)  # let the pings establish before the cut (a schedule, not a wait)
+    # A schedule, not a wait: the pings run for 0.3 s, then their path is measured
+    # for 0.7 s, then the link goes down at t = 1 s.
+    time.sleep(0.3)
+    before, t_before = _port_tx(fab, graph, leaf, hops), time.monotonic()
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+    after, t_after = _port_tx(fab, graph, leaf, hops), time.monotonic()
+    pinged = {n: after[n] - before[n] for n in hops}
+    victim = max(hops, key=lambda n: pinged[n])
     wall_down = time.time()
     fab.set_link(leaf, victim, up=False)
     t_down = time.monotonic() - t0
@@ -352,6 +470,7 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
     worst = max(outages.values()) if outages else None
     ctx.metrics["link_failure"] = {
         "link": [leaf, victim],
+        "ping_bytes_per_first_hop": pinged,
         "t_down_s": t_down,
         "interval_s": interval,
         "count": count,
@@ -367,6 +486,16 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
         f"{interval * 1000:.0f} ms to {dst}",
         ["sender", "longest outage ms"],
         [[h, 1000 * o] for h, o in outages.items()],
+    )
+    # The model: one sender's echo requests, each a 98-byte frame (iputils'
+    # 56-byte payload + ICMP 8 + IPv4 20 + Ethernet 14), one per interval; half
+    # of them leaves room for the window's edges.
+    expected = 0.5 * (t_after - t_before) / interval * ECHO_FRAME_BYTES
+    ctx.check(
+        "the link cut carried the pings before the cut",
+        pinged[victim] >= expected,
+        f"{pinged[victim]} bytes in {t_after - t_before:.2f} s",
+        f">= {expected:.0f} bytes",
     )
     ctx.check(
         "reachability returns after link down (no restart)",

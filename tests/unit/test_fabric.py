@@ -14,15 +14,18 @@ import emu.fabric
 from emu.fabric import (
     MAX_INTF_NAME,
     FabricSpecError,
+    dragonfly,
     expected_counts,
     fat_tree,
     hosts,
     leaf_spine,
     port_map,
+    rail_optimized,
     single_switch,
     switch_links,
     switches,
     to_mininet,
+    torus,
     validate,
 )
 
@@ -33,6 +36,15 @@ ALL_GRAPHS = {
     "leaf_spine_default": lambda: leaf_spine(),
     "leaf_spine_3x5x4": lambda: leaf_spine(leaves=5, spines=3, hosts_per_leaf=4),
     "single_switch": lambda: single_switch(hosts=5),
+    "dragonfly_3g_2a": lambda: dragonfly(groups=3, routers_per_group=2, hosts_per_router=2),
+    "dragonfly_5g_4a_h2": lambda: dragonfly(
+        groups=5, routers_per_group=4, hosts_per_router=1, global_links_per_router=2
+    ),
+    "torus_3x3": lambda: torus(dims=(3, 3)),
+    "torus_2x2x2": lambda: torus(dims=(2, 2, 2), hosts_per_switch=2),
+    "torus_4x3x2": lambda: torus(dims=(4, 3, 2)),
+    "rail_optimized_4n_2g_2s": lambda: rail_optimized(nodes=4, gpus_per_node=2, spines=2),
+    "rail_only_2n_4g": lambda: rail_optimized(nodes=2, gpus_per_node=4, spines=0),
 }
 
 
@@ -51,7 +63,7 @@ def test_doctests_pass():
 
 
 def test_graph_attrs(graph):
-    assert graph.graph["kind"] in ("leaf_spine", "fat_tree", "single_switch")
+    assert graph.graph["kind"] in emu.fabric.KINDS and graph.graph["kind"] != "custom"
     assert graph.graph["subnet"] == "10.0.0.0/8"
     assert isinstance(graph.graph["name"], str) and graph.graph["name"]
     assert isinstance(graph.graph["params"], dict)
@@ -108,7 +120,8 @@ def test_hosts_attach_to_their_leaf(graph):
 
 
 def test_switch_tiers_match_roles(graph):
-    tier_of = {"leaf": 0, "edge": 0, "switch": 0, "spine": 1, "agg": 1, "core": 2}
+    tier_of = {"leaf": 0, "edge": 0, "switch": 0, "router": 0, "torus": 0}
+    tier_of.update(spine=1, agg=1, core=2)
     for s in switches(graph):
         assert graph.nodes[s]["tier"] == tier_of[graph.nodes[s]["role"]]
 

@@ -30,7 +30,7 @@ def test_override_is_parsed_to_the_default_type():
         ("nope=1", "unknown parameter 'nope'"),
         ("k=four", "k='four': expected int"),
         ("topology=ring", "allowed values are leaf_spine, fat_tree"),
-        ("spines=0", "spines=0: must be >= 1"),
+        ("spines=-1", "spines=-1: must be >= 0"),
         ("rate_mbps=5000", "must be <= 1000"),
         ("link_down=maybe", "expected bool"),
         ("k", "expected KEY=VALUE"),
@@ -47,9 +47,34 @@ def test_unknown_scenario_lists_the_known_ones():
 
 
 def test_odd_fat_tree_is_rejected():
-    params = scenario.resolve_params(scenario.load("smoke"), ["topology=fat_tree", "k=3"])
+    params = scenario.resolve_params(scenario.load("failover"), [])
+    params.update(topology="fat_tree", k=3)
     with pytest.raises(ScenarioError, match="even k"):
         scenario.build_fabric_graph(params)
+    # smoke builds its graph while resolving, so the error comes before any run.
+    with pytest.raises(ScenarioError, match="even k"):
+        scenario.resolve_params(scenario.load("smoke"), ["topology=fat_tree", "k=3"])
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["topology=rail_optimized", "spines=0"], "not connected .rail-only: give spines >= 1."),
+        (["topology=leaf_spine", "spines=0"], "spines=0: must be >= 1"),
+        (["topology=dragonfly", "groups=4"], "topology=dragonfly: global_links_per_router=1"),
+        (["topology=torus", "dims=3"], "dims='3': expected 2 or 3 sizes"),
+        (["topology=torus", "dims=3x1"], "topology=torus: dims=.3, 1.: must be 2 or 3 sizes"),
+    ],
+)
+def test_smoke_rejects_a_shape_it_cannot_run_in_one_line(sets, message):
+    with pytest.raises(ScenarioError, match=message):
+        scenario.resolve_params(scenario.load("smoke"), sets)
+
+
+@pytest.mark.parametrize("shape", scenario.TOPOLOGIES)
+def test_every_topology_builds_from_the_shared_parameters(shape):
+    params = scenario.resolve_params(scenario.load("smoke"), [f"topology={shape}"])
+    assert scenario.build_fabric_graph(params).graph["kind"] == shape
 
 
 def test_the_time_scale_follows_the_modelled_nic_at_any_rate():

@@ -97,13 +97,13 @@ ERRORS = [
         "a host role on a switch",
         BASE.replace("role: spine}", "role: host}"),
         "topo.yaml:4: nodes.spine1.role: 'host' is not a switch role; "
-        "allowed: leaf, spine, edge, agg, core, switch",
+        "allowed: leaf, spine, edge, agg, core, switch, router, torus",
     ),
     (
         "unknown field",
         BASE.replace("role: spine}", "role: spine, colour: red}"),
         "topo.yaml:4: nodes.spine1.colour: unknown field; "
-        "allowed: dpid, host_rate, hosts, ip, kind, mac, pod, rail, role",
+        "allowed: coords, dpid, group, host_rate, hosts, ip, kind, mac, node, pod, rail, role",
     ),
     (
         "a switch field on a host",
@@ -347,6 +347,54 @@ def test_export_then_load_gives_the_builders_graph(make):
     assert "ports:" not in text
 
 
+# The GPU-cluster shapes: a dragonfly's and a torus's ports have no up and down,
+# so their files name the ports the default numbering would not give.
+SHAPES = {
+    "dragonfly 3g 2a": lambda: fabric.dragonfly(),
+    "dragonfly 3g 2a 2p 2h, per-tier rates": lambda: fabric.dragonfly(
+        groups=3,
+        routers_per_group=2,
+        hosts_per_router=2,
+        global_links_per_router=2,
+        rates={"global": 10_000_000},
+    ),
+    "dragonfly 5g 4a 2h": lambda: fabric.dragonfly(
+        groups=5, routers_per_group=4, global_links_per_router=2
+    ),
+    "torus 3x3": lambda: fabric.torus(dims=(3, 3)),
+    "torus 2x2x2, 2 hosts, modelled": lambda: fabric.torus(
+        dims=(2, 2, 2), hosts_per_switch=2, modelled_rate_bps=400e9
+    ),
+    "torus 4x3x2": lambda: fabric.torus(dims=(4, 3, 2)),
+    "rail_optimized 2n 2g 2s": lambda: fabric.rail_optimized(),
+    "rail_optimized 4n 8g 4s, delayed": lambda: fabric.rail_optimized(
+        nodes=4, gpus_per_node=8, spines=4, delay_s=0.0005
+    ),
+    "rail-only 4n 2g": lambda: fabric.rail_optimized(nodes=4, gpus_per_node=2, spines=0),
+}
+
+
+@pytest.mark.parametrize("make", SHAPES.values(), ids=list(SHAPES))
+def test_export_then_load_gives_the_gpu_shapes_graph(make):
+    G = make()
+    H = topofile.loads(topowrite.dump(G), "exported.yaml")
+    assert topofile.graphs_equal(G, H)
+    assert list(H.nodes) == list(G.nodes)
+
+
+def test_a_dragonfly_files_router_links_are_local_or_global_by_group():
+    text = topowrite.dump(fabric.dragonfly())
+    G = topofile.loads(text.replace("kind: dragonfly", "kind: custom"))
+    assert G.edges["g1r1", "g1r2"]["tier"] == "local"
+    assert G.edges["g1r1", "g2r2"]["tier"] == "global"
+
+
+def test_only_a_rail_only_fabric_may_be_islands():
+    text = topowrite.dump(fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=0))
+    with pytest.raises(TopoFileError, match="the fabric is not connected"):
+        topofile.loads(text.replace("kind: rail_optimized", "kind: custom"), "topo.yaml")
+
+
 def test_graphs_equal_sees_one_changed_attribute():
     G, H = fabric.leaf_spine(), fabric.leaf_spine()
     H.edges["leaf1", "spine1"]["rate_bps"] += 1
@@ -496,8 +544,17 @@ def test_cli_show_refuses_other_picture_formats(tmp_path, capsys):
             ),
         ),
         (["single_switch", "hosts=3"], lambda: fabric.single_switch(hosts=3)),
+        (["torus", "dims=2x2x2"], lambda: fabric.torus(dims=(2, 2, 2))),
+        (
+            ["dragonfly", "groups=3", "global_links_per_router=2"],
+            lambda: fabric.dragonfly(groups=3, global_links_per_router=2),
+        ),
+        (
+            ["rail_optimized", "nodes=4", "spines=0"],
+            lambda: fabric.rail_optimized(nodes=4, spines=0),
+        ),
     ],
-    ids=["fat_tree", "leaf_spine", "single_switch"],
+    ids=["fat_tree", "leaf_spine", "single_switch", "torus", "dragonfly", "rail_optimized"],
 )
 def test_cli_export_writes_what_loads_back(argv, make, tmp_path, capsys):
     out = tmp_path / "sub" / "exported.yaml"
@@ -519,7 +576,7 @@ def test_cli_export_to_stdout(capsys):
     [
         (
             ["mesh", "k=4"],
-            "emu: unknown builder 'mesh'; available: leaf_spine, fat_tree, single_switch",
+            "emu: unknown builder 'mesh'; available: leaf_spine, fat_tree, single_switch, dragonfly, torus, rail_optimized",
         ),
         (
             ["fat_tree", "leaves=4"],
