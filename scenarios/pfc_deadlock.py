@@ -452,10 +452,10 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
             cycle = deadlock_cycle(graph, live_state(fab, graph))
             if cycle:
                 cycles_seen.append(" -> ".join(f"{sw}-eth{port}" for sw, port, _ in cycle))
-            got = {
-                f"{s}->{d}": nics.samples(d)[-1][2].get(str(q), 0) if nics.samples(d) else 0
-                for (s, d), q in qps.items()
-            }
+            got = {}
+            for (s, d), q in qps.items():
+                series = nics.samples(d, since=time.monotonic() - 1.0)
+                got[f"{s}->{d}"] = series[-1][2].get(str(q), 0) if series else 0
             return got if all(v >= posted for v in got.values()) else None
 
         # A deadlock-free ring delivers it in send_s at the fair share; four times
@@ -476,6 +476,7 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
         fab.stop_proc(bounce_cap)
         samples = {h: nics.samples(h) for h in fabric_mod.hosts(graph)}
         wd = {sw: fab.switch_call(sw, "watchdog") for sw in ring}
+        send_stats = {(s, d): nics.stats(s)["send"][str(q)] for (s, d), q in qps.items()}
         flows_tbl = {sw: fab.switch_call(sw, "flows") for sw in ring}
         status = fab.controller_status()
     done_at = {}
@@ -492,6 +493,9 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
         "done_at_s": done_at,
         "goodput_bps": {k: posted * 8 / v if v else 0.0 for k, v in done_at.items()},
         "cycles_seen": sorted(set(cycles_seen)),
+        # Go-back-N's own view: a timeout resends what may only have been queued.
+        "timeouts": {f"{s}->{d}": st["timeouts"] for (s, d), st in send_stats.items()},
+        "retransmitted": {f"{s}->{d}": st["retransmitted"] for (s, d), st in send_stats.items()},
         "storms": sum(w["detected"] for w in wd.values()),
         "tagger_status": status.get("tagger", {}),
         "tagged_packets": tag_packets,
@@ -617,13 +621,14 @@ def report(ctx: Context, graph, results: dict) -> None:
         r = results["tagger"]
         ctx.table(
             "Tagger: the same routes and traffic",
-            ["flow", "delivered bytes", "done after s", "goodput Mbit/s"],
+            ["flow", "delivered bytes", "done after s", "goodput Mbit/s", "RTO timeouts"],
             [
                 [
                     f,
                     r["bytes_total"][f],
                     "-" if r["done_at_s"][f] is None else f"{r['done_at_s'][f]:.2f}",
                     r["goodput_bps"][f] / 1e6,
+                    r["timeouts"][f],
                 ]
                 for f in r["done_at_s"]
             ],
