@@ -424,6 +424,14 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
         "cycle_after_watchdog": cycle_text(
             cycle_hops(graph, snap_end, deadlock_cycle(graph, snap_end["live"]))
         ),
+        # Each switch also pauses its own host (its host port's ingress is full
+        # of frames for the stuck clockwise port): PAUSE toward the NICs too.
+        "hosts_paused": sorted(
+            h
+            for h in fabric_mod.hosts(graph)
+            for sw in [graph.nodes[h]["leaf"]]
+            if LOSSLESS[0] in snap_b1["live"][sw][graph.edges[h, sw]["ports"][sw]]["pausing"]
+        ),
         "timelines": timelines(samples, qps, t0),
     }
 
@@ -514,7 +522,9 @@ def report(ctx: Context, graph, results: dict) -> None:
     if "deadlock" in results:
         r = results["deadlock"]
         ctx.text(
-            f"deadlock cycle (from the switches' paused ports and ingress queues): {r['cycle_text']}"
+            f"deadlock cycle (from the switches' paused ports and ingress queues): "
+            f"{r['cycle_text']}\nhosts their switch was pausing too, once the senders had "
+            f"stopped: {', '.join(r['hosts_paused']) or 'none'}"
         )
         ctx.table(
             "the cycle, hop by hop, once the senders had stopped",
