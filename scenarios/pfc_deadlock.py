@@ -363,8 +363,10 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
         # Remedy (a): the PFC watchdog, SONiC's defaults (detection 200 ms, drop).
         faults = Faults(fab, nics)
         t_wd = time.monotonic()
-        wall_wd = time.time()
-        faults.watchdog(enabled=True)
+        wall_wd = {}  # per switch: when its watchdog was turned on (switch events carry wall time)
+        for sw in ring:
+            wall_wd[sw] = time.time()
+            faults.watchdog(enabled=True, switch=sw)
         stop.wait(p["recover_s"])
         c_to = time.monotonic()
         fab.stop_proc(capture)
@@ -374,7 +376,7 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
     peers = _peer_ports(graph)
     ring_ports = [(sw, port) for (sw, port) in peers]
     storms = [
-        dict(e, switch=sw, after_s=round(e["wall"] - wall_wd, 3))
+        dict(e, switch=sw, after_s=round(e["wall"] - wall_wd[sw], 3))
         for sw, w in wd.items()
         for e in w["events"]
         if e["kind"] == "storm" and "wall" in e
