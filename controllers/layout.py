@@ -10,7 +10,8 @@ messages and the apps (``controllers/routing.py`` ...) decide what to install.
 
 Cookie layout (64 bit)::
 
-    bits 63..60  app band    (0x1 = routing, 0x2 = adaptive, 0x3 = aggregation)
+    bits 63..60  app band    (0x1 = routing, 0x2 = adaptive, 0x3 = aggregation,
+                              0x4 = tagger)
     bits 59..0   free for the app (routing keeps them 0)
 
 Routing (``controllers/routing.py``), table 0:
@@ -43,6 +44,15 @@ table 0, cookie ``AGGREGATION_COOKIE | job_id``, on every switch of a job's tree
     steer a job to the engine   0x9000    eth_type=0x0800, ip_proto=17,
                                           ipv4_dst=job address, udp_dst=4792
                                           -> output AGG_PORT (emu/proto/ofext.py)
+    ==========================  ========  ==========================================
+
+Tagger (``controllers/tagger.py``: attached to routing, adds these), table 0,
+cookie ``TAGGER_COOKIE``, on every switch a tagged packet crosses:
+
+    ==========================  ========  ==========================================
+    re-tag / queue a hop        0x8400    eth_type=0x0800, in_port=P, ip_dscp=tag's,
+                                          ipv4_dst=H -> set ip_dscp (new tag's),
+                                          set_queue (its priority), routing's actions
     ==========================  ========  ==========================================
 
 Group ids of routing are ``ROUTING_GROUP_BASE + n`` (one SELECT group per
@@ -79,6 +89,9 @@ ADAPTIVE_COOKIE = 0x2000_0000_0000_0000
 #: Reserved for the aggregation manager (``controllers/aggregation.py``).
 AGGREGATION_COOKIE = 0x3000_0000_0000_0000
 
+#: Tagger (``controllers/tagger.py``): every flow it installs.
+TAGGER_COOKIE = 0x4000_0000_0000_0000
+
 #: Routing writes table 0 only (the first table every OpenFlow switch has).
 ROUTING_TABLE = 0
 
@@ -90,6 +103,8 @@ PRIO_HOST_ROUTE = 0x8000
 PRIO_PAIR_MONITOR = 0x8100
 #: Adaptive routing: an elephant pinned to its placed path, above its pair monitor.
 PRIO_ELEPHANT = 0x8200
+#: Tagger: a hop of a tagged packet (match in_port and tag too): above every route.
+PRIO_TAGGER = 0x8400
 #: Aggregation frames of a job, steered to the switch's reduction engine: above every route.
 PRIO_AGGREGATION = 0x9000
 #: IPv4 that no host route matched: punted (first 128 bytes) so that the

@@ -55,6 +55,7 @@ LLDP_CHASSIS_PREFIX = b"dpid:"
 ACTION_OUTPUT = "output"  # ("output", port_no) or ("output", port_no, max_len)
 ACTION_GROUP = "group"  # ("group", group_id)
 ACTION_SET_FIELD = "set_field"  # ("set_field", field_name, value)
+ACTION_SET_QUEUE = "set_queue"  # ("set_queue", queue_id): the egress priority queue
 
 Action = Tuple[Any, ...]
 Datapath = Any  # os-ken Datapath or any object with ofproto/ofproto_parser
@@ -96,7 +97,7 @@ def actions(specs: Sequence[Action]) -> list:
 
     Args:
         specs: tuples ``("output", port)``, ``("group", gid)``,
-            ``("set_field", "eth_dst", "aa:bb:cc:dd:ee:ff")``.
+            ``("set_field", "eth_dst", "aa:bb:cc:dd:ee:ff")``, ``("set_queue", 4)``.
 
     Returns:
         A list of os-ken ``OFPAction*`` objects in the same order.
@@ -115,9 +116,12 @@ def actions(specs: Sequence[Action]) -> list:
             out.append(parser.OFPActionGroup(spec[1]))
         elif kind == ACTION_SET_FIELD:
             out.append(parser.OFPActionSetField(**{spec[1]: spec[2]}))
+        elif kind == ACTION_SET_QUEUE:
+            out.append(parser.OFPActionSetQueue(spec[1]))
         else:
             raise ValueError(
-                f"unknown action kind {kind!r} in {spec!r}; allowed: output, group, set_field"
+                f"unknown action kind {kind!r} in {spec!r}; "
+                "allowed: output, group, set_field, set_queue"
             )
     return out
 

@@ -232,6 +232,9 @@ class SharedBuffer:
             "xoff_sent": keyed(c.xoff_sent),
             "xon_sent": keyed(c.xon_sent),
             "paused_upstream": sorted(f"{p}:{q}" for p, q in self.paused_upstream),
+            # Per ingress (port, prio): what XOFF is decided on (a deadlock's full buffers).
+            "ingress_bytes": keyed(self.ingress),
+            "headroom_used_bytes": keyed(self.headroom_used),
             "egress_bytes": keyed(self.egress),
             "egress_watermark_bytes": keyed(c.egress_watermark_bytes),
         }
