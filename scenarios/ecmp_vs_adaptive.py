@@ -26,6 +26,10 @@ receiver fan-in. The report also prints the flow-level expectation for ECMP
 (random paths, max-min fair rates), which the measured ECMP should match.
 
 Run:  emu run ecmp-vs-adaptive [--set patterns=stride4,stride8 --set seeds=5]
+      emu run ecmp-vs-adaptive --topo topologies/fat-tree-k4.yaml
+                    (a topology file only if it is a k-ary fat tree at one
+                    link rate, as `emu topo export fat_tree k=K` writes one;
+                    any other file is refused, naming what it lacks)
 """
 
 from __future__ import annotations
@@ -41,9 +45,17 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from emu import fabric as fabric_mod  # noqa: E402
+from emu import topopick  # noqa: E402
 from emu.net import Fabric, wait_for  # noqa: E402
 from emu.proto import ofext  # noqa: E402
-from emu.scenario import Context, Param, ScenarioError, fabric_options, fabric_params  # noqa: E402
+from emu.scenario import (  # noqa: E402
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.traffic import iperf  # noqa: E402
 
 DESCRIPTION = "Hedera's stride/random/staggered patterns on a k=4 fat-tree: ECMP vs adaptive"
@@ -106,8 +118,18 @@ PARAMS = {
 }
 
 
+# A topology file is taken when it is a k-ary fat tree with one link rate
+# (`fat_tree_misfit`), as `emu topo export fat_tree k=K` writes; every other
+# file is refused in one line naming what it lacks.
+TOPOLOGY_FILE = True
+
+
 def validate(params: dict) -> None:
-    if params["topology"] != "fat_tree":
+    if params.get("topo"):
+        misfit = fat_tree_misfit(build_fabric_graph(params))
+        if misfit:
+            raise ScenarioError(f"ecmp-vs-adaptive: {params['topo']} {misfit}")
+    elif params["topology"] != "fat_tree":
         raise ScenarioError(
             "ecmp-vs-adaptive needs topology=fat_tree (Hedera's patterns are defined on a fat-tree)"
         )
@@ -117,12 +139,56 @@ def validate(params: dict) -> None:
             raise ScenarioError(
                 f"parameter {key}={params[key]!r}: a comma list of {', '.join(known)}"
             )
+    graph = build_fabric_graph(params)
+    hosts = len(fabric_mod.hosts(graph))
+    for pat in params["patterns"].split(","):
+        if pat.startswith("stride") and int(pat[len("stride") :]) % hosts == 0:
+            raise ScenarioError(
+                f"parameter patterns: {pat} on {hosts} hosts sends every host to itself"
+            )
     if params["omit_s"] + 1.0 > params["duration_s"]:
         raise ScenarioError(
             f"parameter duration_s={params['duration_s']}: must exceed omit_s + 1 s"
         )
     if params["p_edge"] + params["p_pod"] > 1.0:
         raise ScenarioError("parameters p_edge + p_pod must not exceed 1")
+
+
+def fat_tree_misfit(graph: nx.Graph) -> str | None:
+    """Why `graph` is not a fabric Hedera's patterns and the model are defined on, or None.
+
+    It must be a k-ary fat tree (graph kind fat_tree with an even params.k, which an
+    exported file keeps) with exactly the nodes, links, pods and edge switches of
+    emu.fabric.fat_tree(k): the patterns number hosts in its (pod, edge, host) order.
+    And every link must run at one rate: the flow-level model gives every link the
+    same capacity.
+    """
+    export = "(write one with `emu topo export fat_tree k=4`)"
+    kind = graph.graph.get("kind")
+    if kind != "fat_tree":
+        return f"is not a k-ary fat tree: its kind is {kind!r}, not fat_tree {export}"
+    k = graph.graph.get("params", {}).get("k")
+    if not isinstance(k, int) or k < 2 or k % 2:
+        return f"says kind: fat_tree but has no even params.k (it has k={k!r}) {export}"
+    built = fabric_mod.fat_tree(k=k)
+    if set(graph.nodes) != set(built.nodes):
+        odd = sorted(set(graph.nodes) ^ set(built.nodes))
+        return f"is not the k={k} fat tree its kind says: node {odd[0]} {export}"
+    theirs, ours = ({frozenset(e) for e in g.edges} for g in (graph, built))
+    if theirs != ours:
+        u, v = sorted(sorted(e) for e in theirs ^ ours)[0]
+        return f"is not the k={k} fat tree its kind says: link {u}-{v} {export}"
+    for h in fabric_mod.hosts(built):
+        for key in ("pod", "leaf"):
+            if graph.nodes[h].get(key) != built.nodes[h][key]:
+                return (
+                    f"is not the k={k} fat tree its kind says: {h} has {key} "
+                    f"{graph.nodes[h].get(key)!r}, not {built.nodes[h][key]!r}"
+                )
+    odd = topopick.mixed_rates(graph)
+    if odd:
+        return f"has links at different rates ({odd}); the flow-level model needs one rate"
+    return None
 
 
 # ----- traffic matrices ---------------------------------------------------------------
@@ -378,9 +444,13 @@ def run(ctx: Context) -> None:
     patterns = [x for x in p["patterns"].split(",") if x]
     modes = [x for x in p["modes"].split(",") if x]
     rate_bps = int(p["rate_mbps"] * 1e6)
-    graph = fabric_mod.fat_tree(
-        k=p["k"], rate_bps=rate_bps, modelled_rate_bps=p["modelled_gbps"] * 1e9
-    )
+    if p.get("topo"):
+        graph = build_fabric_graph(p)  # a k-ary fat tree at one rate (validate)
+    else:
+        graph = fabric_mod.fat_tree(
+            k=p["k"], rate_bps=rate_bps, modelled_rate_bps=p["modelled_gbps"] * 1e9
+        )
+    ctx.metrics["k"] = graph.graph["params"]["k"]
     rng = random.Random(p["seed"])
     matrices = {
         pat: [traffic(graph, pat, rng, p["p_edge"], p["p_pod"]) for _ in range(p["seeds"])]
@@ -392,7 +462,7 @@ def run(ctx: Context) -> None:
     paths: dict[str, list] = {}  # ECMP: the nodes each flow's data crossed, by run
     ack_paths: dict[str, list] = {}  # and its ACKs
     for mode in modes:
-        ctx.log(f"ecmp-vs-adaptive: {mode} on a k={p['k']} fat-tree")
+        ctx.log(f"ecmp-vs-adaptive: {mode} on a k={ctx.metrics['k']} fat-tree")
         with Fabric(
             graph,
             out_dir=str(ctx.out_dir / mode),
@@ -597,7 +667,7 @@ def report(
         cols.append("adaptive / ecmp")
     ctx.table(
         f"throughput normalised to a non-blocking switch, mean of {p['seeds']} seeds "
-        f"({len(fabric_mod.hosts(fabric_mod.fat_tree(k=p['k'])))} flows at "
+        f"({len(matrices[patterns[0]][0])} flows at "
         f"{p['rate_mbps']:g} Mbit/s)",
         cols,
         rows,
@@ -761,7 +831,7 @@ def plot(ctx: Context, patterns, modes, norm, expect) -> None:
     ax.set_xticks(range(len(patterns)), patterns)
     ax.set_ylabel("throughput / non-blocking")
     ax.set_ylim(0, 1.15)
-    ax.set_title("ecmp-vs-adaptive: k=4 fat-tree, one TCP flow per host")
+    ax.set_title(f"ecmp-vs-adaptive: k={ctx.metrics['k']} fat-tree, one TCP flow per host")
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
     path = ctx.out_dir / "ecmp-vs-adaptive.png"

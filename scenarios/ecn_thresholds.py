@@ -15,11 +15,13 @@ in full frames at the emulated rate (DESIGN.md: floors of a few packets).
 
 Run:  emu run ecn-thresholds
       emu run ecn-thresholds --set training_kmax_frames=8
+      emu run ecn-thresholds --topo FILE --set senders=5
+                    (any topology file that incast takes: the last host
+                    receives from the first `senders`)
 """
 
 from __future__ import annotations
 
-from emu import fabric as fabric_mod
 from emu.config import MTU_FRAME_BYTES
 from emu.scenario import Context, Param, ScenarioError, build_fabric_graph
 from emu.telemetry import Panel, save_panels
@@ -38,6 +40,9 @@ PARAMS = {
     "pmax": Param(0.2, "marking probability at Kmax (DCQCN paper)", min=0.0, max=1.0),
 }
 VARIANTS = ("training", "storage")
+# The incast's hosts and bottleneck come from the graph (incast.incast_hosts,
+# incast.model_misfit), so a topology file may replace the shape parameters.
+TOPOLOGY_FILE = True
 
 
 def validate(params: dict) -> None:
@@ -64,8 +69,7 @@ def qos_for(params: dict, variant: str) -> dict:
 def run(ctx: Context) -> None:
     p = ctx.params
     graph = build_fabric_graph(p)
-    hosts = fabric_mod.hosts(graph)
-    receiver, senders = hosts[-1], hosts[: p["senders"]]
+    receiver, senders = incast.incast_hosts(graph, p["senders"])
     ctx.metrics["receiver"], ctx.metrics["senders"] = receiver, senders
     results = {}
     for variant in VARIANTS:

@@ -19,6 +19,10 @@ The report prints, per failure, the longest outage any pair saw, the pings
 lost, and when the controller saw the failure.
 
 Run:  emu run failover
+      emu run failover --topo FILE
+                    (any topology file where a leaf's uplink and a top-tier
+                    switch can each fail without cutting a host off: the first
+                    such uplink is cut, the first such switch crashes)
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import time
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.net import Fabric
 from emu.scenario import (
     Context,
@@ -39,6 +44,10 @@ from emu.telemetry import Panel, save_panels
 
 DESCRIPTION = "link, switch and controller failures under ping traffic: recovery time and loss"
 FAILURES = ("link", "switch", "controller")
+# The pairs, the cable cut and the switch crashed come from the graph
+# (emu/topopick.py: leaf1-spine1 and spine1 on a leaf/spine), so a topology
+# file may replace the shape parameters (emu/scenario.py).
+TOPOLOGY_FILE = True
 
 PARAMS = {
     **fabric_params(),
@@ -59,10 +68,17 @@ def validate(params: dict) -> None:
         raise ScenarioError(
             f"parameter failures={params['failures']!r}: a comma list of {', '.join(FAILURES)}"
         )
-    if params["topology"] != "leaf_spine" or params["spines"] < 2:
+    graph = build_fabric_graph(params)
+    where = params.get("topo") or "the fabric"
+    if "link" in chosen and topopick.spare_uplink(graph) is None:
         raise ScenarioError(
-            "failover needs topology=leaf_spine with spines >= 2 (a spine "
-            "must be able to fail without cutting the fabric)"
+            f"failover: {where} has no switch-to-switch uplink whose loss leaves the fabric "
+            "connected (a leaf with hosts needs two uplinks, e.g. spines >= 2)"
+        )
+    if "switch" in chosen and topopick.spare_top_switch(graph) is None:
+        raise ScenarioError(
+            f"failover: {where} has no top-tier switch without hosts whose crash leaves every "
+            "host connected (a leaf/spine needs spines >= 2)"
         )
     if params["fail_at_s"] + params["restart_after_s"] + 1.0 > params["duration_s"]:
         raise ScenarioError(
@@ -159,10 +175,11 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
         faults = fab.faults
         t_fail = time.time() + p["fail_at_s"]
         if failure == "link":
-            faults.link_down("leaf1", "spine1", at=p["fail_at_s"])
+            faults.link_down(*topopick.spare_uplink(graph), at=p["fail_at_s"])
         elif failure == "switch":
-            faults.kill_switch("spine1", at=p["fail_at_s"])
-            faults.restart_switch("spine1", at=p["fail_at_s"] + p["restart_after_s"])
+            victim = topopick.spare_top_switch(graph)
+            faults.kill_switch(victim, at=p["fail_at_s"])
+            faults.restart_switch(victim, at=p["fail_at_s"] + p["restart_after_s"])
         else:
             faults.kill_controller(at=p["fail_at_s"])
             faults.restart_controller(at=p["fail_at_s"] + p["restart_after_s"])

@@ -26,6 +26,10 @@ The same fabric and workload run three times, each a fresh fabric:
 
 Run:  emu run incast
       emu run incast --set modes=pfc,dcqcn --set duration_s=10
+      emu run incast --topo FILE --set senders=5
+                    (any topology file: the last host receives from the first
+                    `senders`; every sender's link at the receiver's rate and no
+                    slower link on their paths, or it says which one is)
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import time
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.config import EcnSpec
 from emu.host.dcqcn import DcqcnEffective, DcqcnSpec
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
@@ -52,6 +57,10 @@ from emu.scenario import (
 )
 from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
+
+# Receiver, senders and the model's rates, hops and delays come from the
+# graph, so a topology file may replace the shape parameters (emu/scenario.py).
+TOPOLOGY_FILE = True
 
 DESCRIPTION = "N RDMA senders to one receiver: lossy vs PFC vs PFC+ECN/DCQCN"
 
@@ -100,16 +109,50 @@ def validate(params: dict) -> None:
             f"parameter warmup_s={params['warmup_s']}: must be below "
             f"duration_s={params['duration_s']}"
         )
-    hosts = (
-        params["leaves"] * params["hosts_per_leaf"]
-        if params["topology"] == "leaf_spine"
-        else params["k"] ** 3 // 4
-    )
+    graph = build_fabric_graph(params)
+    hosts = len(fabric_mod.hosts(graph))
     if params["senders"] >= hosts:
         raise ScenarioError(
             f"parameter senders={params['senders']}: the fabric has {hosts} "
             f"hosts, so at most {hosts - 1} can send to one"
         )
+    receiver, senders = incast_hosts(graph, params["senders"])
+    misfit = model_misfit(graph, senders, receiver)
+    if misfit:
+        raise ScenarioError(f"incast: {params.get('topo') or 'the fabric'}: {misfit}")
+
+
+def incast_hosts(graph, senders: int) -> tuple[str, list[str]]:
+    """The receiver (the fabric's last host) and the senders (its first `senders` hosts)."""
+    hosts = fabric_mod.hosts(graph)
+    return hosts[-1], hosts[:senders]
+
+
+def model_misfit(graph, senders: list[str], receiver: str) -> str | None:
+    """Why the checks' premises fail on `graph`, or None.
+
+    The receiver's link must be the incast's one bottleneck (every link on a
+    sender's shortest paths at least as fast: the utilisation checks), and
+    every sender's NIC must run at its rate (DCQCN's fluid model starts every
+    sender at the bottleneck's line rate C).
+    """
+    rate = topopick.host_rate_bps(graph, receiver)
+    for s in senders:
+        if topopick.host_rate_bps(graph, s) != rate:
+            return (
+                f"sender {s}'s link runs at {topopick.rate_text(topopick.host_rate_bps(graph, s))}"
+                f", receiver {receiver}'s at {topopick.rate_text(rate)}; DCQCN's fluid model "
+                "needs every sender at the receiver's rate"
+            )
+        for path in nx.all_shortest_paths(graph, s, receiver):
+            for u, v in zip(path, path[1:]):
+                if graph.edges[u, v]["rate_bps"] < rate:
+                    return (
+                        f"{u}-{v} runs at {topopick.rate_text(graph.edges[u, v]['rate_bps'])}, "
+                        f"below receiver {receiver}'s link ({topopick.rate_text(rate)}): the "
+                        "incast's bottleneck must be the receiver's link"
+                    )
+    return None
 
 
 def jain(xs: list[float]) -> float:
@@ -120,8 +163,7 @@ def jain(xs: list[float]) -> float:
 def run(ctx: Context) -> None:
     p = ctx.params
     graph = build_fabric_graph(p)
-    hosts = fabric_mod.hosts(graph)
-    receiver, senders = hosts[-1], hosts[: p["senders"]]
+    receiver, senders = incast_hosts(graph, p["senders"])
     ctx.metrics["receiver"], ctx.metrics["senders"] = receiver, senders
     results = {}
     for mode in p["modes"].split(","):
@@ -438,9 +480,16 @@ def dcqcn_fixed_point(
 
 def loop_base_delay_s(graph, senders: list[str], receiver: str, rate_bps: float) -> float:
     """The DCQCN loop's delay outside the bottleneck queue, averaged over the senders: a data
-    frame stored and forwarded on every hop to the receiver, and the CNP on every hop back."""
-    hops = [nx.shortest_path_length(graph, s, receiver) for s in senders]
-    return sum(hops) / len(hops) * (DATA_FRAME_BYTES + CNP_FRAME_BYTES) * 8 / rate_bps
+    frame stored and forwarded on every hop to the receiver, and the CNP on every hop back,
+    plus every link's propagation delay both ways (along a shortest path)."""
+    paths = [nx.shortest_path(graph, s, receiver) for s in senders]
+    hops = [len(path) - 1 for path in paths]
+    propagation = [
+        2 * sum(graph.edges[u, v]["delay_s"] for u, v in zip(path, path[1:])) for path in paths
+    ]
+    return sum(hops) / len(hops) * (DATA_FRAME_BYTES + CNP_FRAME_BYTES) * 8 / rate_bps + sum(
+        propagation
+    ) / len(propagation)
 
 
 def dcqcn_model(p: dict, graph, senders: list[str], receiver: str, qos: dict) -> dict:

@@ -24,6 +24,10 @@ every hash outcome (2/3 at the defaults), less the seconds a flow may still
 sit in TCP's retransmission backoff from the downs before damping.
 
 Run:  emu run link-flap [--set modes=static,adaptive --set flap_s=30]
+      emu run link-flap --topo FILE
+                    (any topology file with 3 or more switches with hosts,
+                    every link at one rate and an uplink that can fail without
+                    cutting the fabric: the first such uplink flaps)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import time
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.config import BufferSpec
 from emu.net import Fabric
 from emu.scenario import (
@@ -52,7 +57,10 @@ from scenarios.ecmp_vs_adaptive import max_min_rates
 
 DESCRIPTION = "a spine link flapping under TCP load: damping, stuck flows, survival"
 MODES = {"static": "controllers.routing", "adaptive": "controllers.adaptive"}
-FLAPPING_LINK = ("leaf1", "spine1")
+# The flapping link, the flows and the probes come from the graph (leaf1-spine1
+# on a leaf/spine: emu/topopick.py, spare_uplink), so a topology file may
+# replace the shape parameters (emu/scenario.py).
+TOPOLOGY_FILE = True
 FIRST_PORT = 5700
 # Linux's minimum retransmission timeout (TCP_RTO_MIN, include/net/tcp.h). Linux sets
 # RTO = srtt + max(4 rttvar, TCP_RTO_MIN) and doubles it on every timeout in a row.
@@ -87,28 +95,49 @@ def validate(params: dict) -> None:
         raise ScenarioError(
             f"parameter modes={params['modes']!r}: a comma list of {', '.join(MODES)}"
         )
-    if params["topology"] != "leaf_spine" or params["spines"] < 2 or params["leaves"] < 3:
-        raise ScenarioError(
-            "link-flap needs topology=leaf_spine with spines >= 2 and "
-            "leaves >= 3 (traffic must have a path around the flapping link)"
+    misfit = graph_misfit(build_fabric_graph(params))
+    if misfit:
+        raise ScenarioError(f"link-flap: {params.get('topo') or 'the fabric'} {misfit}")
+
+
+def graph_misfit(graph) -> str | None:
+    """Why the scenario's premises fail on `graph` (a phrase after its name), or None."""
+    if len(topopick.hosts_by_leaf(graph)) < 3:
+        return "has fewer than 3 switches with hosts (every host sends to one two leaves on)"
+    if topopick.spare_uplink(graph) is None:
+        return (
+            "has no uplink whose loss leaves the fabric connected (traffic must have a "
+            "path around the flapping link: a leaf with two uplinks, e.g. spines >= 2)"
         )
+    odd = topopick.mixed_rates(graph)
+    if odd:
+        return f"has links at different rates ({odd}); the flow-level model needs one rate"
+    return None
+
+
+def flapping_link(graph) -> tuple[str, str]:
+    """The first leaf's first uplink that can fail without cutting the fabric: leaf1-spine1."""
+    return topopick.spare_uplink(graph)
 
 
 def tcp_flows(graph) -> list[tuple[str, str]]:
-    """Every host to the host two leaves on (so half the flows cross leaf1's uplinks)."""
-    hosts = fabric_mod.hosts(graph)
-    per_leaf = len(hosts) // len({graph.nodes[h]["leaf"] for h in hosts})
-    return [(h, hosts[(i + 2 * per_leaf) % len(hosts)]) for i, h in enumerate(hosts)]
+    """Every host to the host of its rank on the switch two leaves on (switches with hosts,
+    in the order of their first host), so that half the flows cross leaf1's uplinks."""
+    leaves = list(topopick.hosts_by_leaf(graph).values())
+    return [
+        (h, leaves[(i + 2) % len(leaves)][j % len(leaves[(i + 2) % len(leaves)])])
+        for i, members in enumerate(leaves)
+        for j, h in enumerate(members)
+    ]
 
 
 def probes(graph) -> list[tuple[str, str]]:
-    """From the first host of leaf1 to the first host of every other leaf, and back."""
-    firsts: dict[str, str] = {}
-    for h in fabric_mod.hosts(graph):
-        firsts.setdefault(graph.nodes[h]["leaf"], h)
-    src = firsts["leaf1"]
-    return [(src, d) for leaf, d in firsts.items() if leaf != "leaf1"] + [
-        (d, src) for leaf, d in firsts.items() if leaf != "leaf1"
+    """From the first host of the flapping leaf to the first host of every other leaf, and back."""
+    firsts = {leaf: members[0] for leaf, members in topopick.hosts_by_leaf(graph).items()}
+    flapping = flapping_link(graph)[0]
+    src = firsts[flapping]
+    return [(src, d) for leaf, d in firsts.items() if leaf != flapping] + [
+        (d, src) for leaf, d in firsts.items() if leaf != flapping
     ]
 
 
@@ -119,7 +148,8 @@ def run(ctx: Context) -> None:
     for mode in [m for m in p["modes"].split(",") if m]:
         ctx.log(f"link-flap: {mode}")
         results[mode] = run_mode(ctx, graph, mode)
-    model = goodput_floor(graph, tcp_flows(graph), FLAPPING_LINK)
+    link = flapping_link(graph)
+    model = goodput_floor(graph, tcp_flows(graph), link)
     for r in results.values():
         r["during_floor"] = during_floor(p, model["worst_ratio"], r)
         r["during_floor_mbps"] = r["during_floor"]["ratio"] * r["before_mbps"]
@@ -145,7 +175,7 @@ def run(ctx: Context) -> None:
             ]
         )
     ctx.table(
-        f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} flapping every {p['period_s']:g} s for "
+        f"{link[0]}-{link[1]} flapping every {p['period_s']:g} s for "
         f"{p['flap_s']:g} s under {len(tcp_flows(graph))} TCP flows",
         [
             "mode",
@@ -165,7 +195,7 @@ def run(ctx: Context) -> None:
     ctx.text(
         f"flow-level model (max-min fair TCP over ECMP paths, {model['outcomes']} hash "
         f"outcomes{' sampled' if model['sampled'] else ''}): goodput with "
-        f"{FLAPPING_LINK[0]}-{FLAPPING_LINK[1]} damped / before = {model['mean_ratio']:.3f} "
+        f"{link[0]}-{link[1]} damped / before = {model['mean_ratio']:.3f} "
         f"on average, {model['worst_ratio']:.3f} at worst; floor = worst x (1 - RTO "
         f"backoff left in the window / window)"
     )
@@ -349,7 +379,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
         }
         count = max(1, int(round(p["flap_s"] / p["period_s"])))
         fab.faults.flap(
-            *FLAPPING_LINK,
+            *flapping_link(graph),
             period_s=p["period_s"],
             count=count,
             at=p["start_s"] - (time.time() - t0),

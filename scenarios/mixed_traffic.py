@@ -14,16 +14,28 @@ leaf1 also pauses h2 (a kernel host ignores PAUSE, so the lossless class drops
 at the headroom). The RDMA flow, which did nothing wrong, loses its bandwidth.
 
 Run:  emu run mixed-traffic
+      emu run mixed-traffic --topo FILE
+                    (any topology file with two switches of two hosts each
+                    whose paths all cross one link, e.g. a single spine)
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.config import MTU_FRAME_BYTES, PfcSpec
 from emu.net import Fabric
-from emu.scenario import Context, Param, build_fabric_graph, fabric_options, fabric_params
+from emu.scenario import (
+    Context,
+    Param,
+    ScenarioError,
+    build_fabric_graph,
+    fabric_options,
+    fabric_params,
+)
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
 from emu.traffic.rdma import RdmaHosts
@@ -39,26 +51,56 @@ PARAMS = {
     "duration_s": Param(8.0, "how long both flows run", min=3.0, max=600.0),
 }
 VARIANTS = {"correct": 0, "misconfigured": 26 << 2}  # TCP's TOS byte
+# The two flows and the rate they share come from the graph (`choose_flows`),
+# so a topology file may replace the shape parameters (emu/scenario.py).
+TOPOLOGY_FILE = True
+
+
+def validate(params: dict) -> None:
+    graph = build_fabric_graph(params)
+    if choose_flows(graph) is None:
+        raise ScenarioError(
+            f"mixed-traffic: {params.get('topo') or 'the fabric'} has no two switches with two "
+            "hosts each whose every path crosses one link no faster than those hosts' links "
+            "(both flows must share a bottleneck: e.g. one spine)"
+        )
+
+
+def choose_flows(graph) -> tuple[tuple[str, str], tuple[str, str], int] | None:
+    """(RDMA flow, TCP flow, the rate of the link they must share), or None.
+
+    The first two switches by name with two hosts each whose flows (first host
+    to first host, second to second) cross a common link on every path they
+    may take, and whose four host links are no slower than it: the scheduler
+    of that link is where TCP on the wrong class hurts RDMA. On the default
+    leaf/spine (2 leaves, 1 spine): h1 -> h3 and h2 -> h4 over leaf1 -> spine1.
+    """
+    groups = {leaf: hs for leaf, hs in topopick.hosts_by_leaf(graph).items() if len(hs) >= 2}
+    for first, second in itertools.combinations(sorted(groups), 2):
+        left, right = groups[first], groups[second]
+        rdma, tcp = (left[0], right[0]), (left[1], right[1])
+        shared = topopick.shared_links(graph, [rdma, tcp])
+        if not shared:
+            continue
+        rate = min(graph.edges[link]["rate_bps"] for link in shared)
+        if all(topopick.host_rate_bps(graph, h) >= rate for h in rdma + tcp):
+            return rdma, tcp, rate
+    return None
 
 
 def run(ctx: Context) -> None:
     p = ctx.params
     graph = build_fabric_graph(p)
-    hosts = fabric_mod.hosts(graph)
-    leaf_of = {h: graph.nodes[h]["leaf"] for h in hosts}
-    first, second = sorted(set(leaf_of.values()))[:2]
-    left = [h for h in hosts if leaf_of[h] == first]
-    right = [h for h in hosts if leaf_of[h] == second]
-    rdma, tcp = (left[0], right[0]), (left[1], right[1])
+    rdma, tcp, rate = choose_flows(graph)
     ctx.metrics["rdma_flow"], ctx.metrics["tcp_flow"] = rdma, tcp
-    results = {v: run_variant(ctx, graph, v, tos, rdma, tcp) for v, tos in VARIANTS.items()}
+    ctx.metrics["shared_rate_bps"] = rate
+    results = {v: run_variant(ctx, graph, v, tos, rdma, tcp, rate) for v, tos in VARIANTS.items()}
     ctx.metrics["variants"] = results
     report(ctx, results)
 
 
-def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp) -> dict:
+def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp, rate: int) -> dict:
     p = ctx.params
-    rate = int(p["rate_mbps"] * 1e6)
     target = p["rdma_share"] * rate
     qos = {"watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
     with Fabric(graph, out_dir=str(ctx.out_dir / variant), **fabric_options(p), qos=qos) as fab:
@@ -127,7 +169,8 @@ def report(ctx: Context, results: dict) -> None:
     ]
     ctx.table(
         f"RDMA {'->'.join(ctx.metrics['rdma_flow'])} beside TCP "
-        f"{'->'.join(ctx.metrics['tcp_flow'])} ({ctx.params['rate_mbps']:g} Mbit/s links)",
+        f"{'->'.join(ctx.metrics['tcp_flow'])} "
+        f"({ctx.metrics['shared_rate_bps'] / 1e6:g} Mbit/s links)",
         [
             "TCP class",
             "RDMA asks Mb/s",
@@ -150,7 +193,7 @@ def report(ctx: Context, results: dict) -> None:
     )
     ctx.check(
         "correct: TCP uses the rest (>= 30% of the link)",
-        ok["tcp_bps"] >= 0.3 * ctx.params["rate_mbps"] * 1e6,
+        ok["tcp_bps"] >= 0.3 * ctx.metrics["shared_rate_bps"],
         f"{ok['tcp_bps'] / 1e6:.2f} Mb/s",
         ">= 30% of the link",
     )

@@ -18,6 +18,9 @@ everything that arrives for it, and ignores h1's PAUSE: the storm is contained
 and the other flows recover.
 
 Run:  emu run pause-storm
+      emu run pause-storm --topo FILE [--set stuck_host=NAME]
+                    (any topology file of two switches or more; the stuck
+                    NIC is the file's first host unless named)
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import threading
 import time
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.config import WatchdogSpec
 from emu.faults import Faults
 from emu.net import Fabric
@@ -42,6 +46,9 @@ from emu.traffic.rdma import RdmaHosts
 
 DESCRIPTION = "a stuck NIC floods PAUSE: the storm spreads with the watchdog off, not on"
 SLACK_S = 0.15
+# The stuck host, the flows and their rates come from the graph, so a topology
+# file may replace the shape parameters (emu/scenario.py).
+TOPOLOGY_FILE = True
 
 PARAMS = {
     # Time scale 1 (modelled_gbps 0: the link rate itself): the storm and the
@@ -59,7 +66,7 @@ PARAMS = {
     ),
     "fault_at_s": Param(3.0, "when the NIC gets stuck", min=1.0, max=60.0),
     "duration_s": Param(9.0, "how long the flows run", min=4.0, max=600.0),
-    "stuck_host": Param("h1", "the host whose NIC gets stuck"),
+    "stuck_host": Param("", "the host whose NIC gets stuck (empty: the fabric's first host)"),
     "modes": Param("off,on", "watchdog modes to run: off, on"),
 }
 
@@ -74,10 +81,19 @@ def validate(params: dict) -> None:
             f"before duration_s={params['duration_s']}"
         )
     graph = build_fabric_graph(params)
+    # The victim comes from the graph (h1 on the builders' fabrics), so that a
+    # topology file with hosts of its own names needs no stuck_host.
+    params["stuck_host"] = params["stuck_host"] or fabric_mod.hosts(graph)[0]
     if params["stuck_host"] not in fabric_mod.hosts(graph):
         raise ScenarioError(
             f"parameter stuck_host={params['stuck_host']!r}: not a host of "
             f"this fabric ({', '.join(fabric_mod.hosts(graph))})"
+        )
+    leaf = graph.nodes[params["stuck_host"]]["leaf"]
+    if not any(graph.nodes[n]["kind"] == "switch" for n in graph.neighbors(leaf)):
+        raise ScenarioError(
+            f"{params.get('topo') or 'the fabric'}: {params['stuck_host']}'s switch {leaf} has "
+            "no other switch to pause: the storm needs a fabric of two switches or more"
         )
 
 
@@ -104,7 +120,6 @@ def run(ctx: Context) -> None:
 def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> dict:
     p = ctx.params
     stuck = p["stuck_host"]
-    rate = int(p["rate_mbps"] * 1e6)
     qos = {"watchdog": {"enabled": mode == "on"}, "ecn": {"enabled": False}}
     with Fabric(
         graph, out_dir=str(ctx.out_dir / f"watchdog-{mode}"), **fabric_options(p), qos=qos
@@ -116,10 +131,13 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
         stuck_leaf = graph.nodes[stuck]["leaf"]
         intf = graph.edges[stuck, stuck_leaf]["intfs"][stuck_leaf]
         capture = start_capture(fab, intf, ctx.out_dir / f"watchdog-{mode}" / f"{intf}.pcap")
-        per_flow = p["load"] * rate / (len(hosts) - 1)
-        qps = {(s, d): nics.connect(s, d, max_rate_bps=per_flow) for s, d in flows}
+        # Each host sends `load` of its own link's rate, spread over its flows.
+        per_flow = {
+            h: p["load"] * topopick.host_rate_bps(graph, h) / (len(hosts) - 1) for h in hosts
+        }
+        qps = {(s, d): nics.connect(s, d, max_rate_bps=per_flow[s]) for s, d in flows}
         for (s, _), q in qps.items():
-            nics.post(s, q, 16384, int(per_flow * p["duration_s"] / 8 / 16384) + 2)
+            nics.post(s, q, 16384, int(per_flow[s] * p["duration_s"] / 8 / 16384) + 2)
         t0 = time.time()
         stop = threading.Event()
         stop.wait(p["fault_at_s"])

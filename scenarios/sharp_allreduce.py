@@ -20,15 +20,21 @@ SHARP's algorithm bandwidth over the ring's is within 10 % of 2(n-1)/n, the
 most a switch reduction can gain. Plot: algbw against size for both.
 
 Run:  emu run sharp-allreduce [--set sizes=1K:16M --set factor=4]
+      emu run sharp-allreduce --topo FILE
+                    (any topology file whose switch links are no slower than
+                    its hosts' and whose ring neighbours cannot share a link;
+                    every host is a rank)
 """
 
 from __future__ import annotations
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
+    ScenarioError,
     build_fabric_graph,
     fabric_options,
     fabric_params,
@@ -39,6 +45,10 @@ from emu.traffic import collectives
 
 DESCRIPTION = "ring vs in-network (SHARP-like) all-reduce, nccl-tests tables, 1 KB to 16 MB"
 APPS = ("controllers.routing", "controllers.aggregation")
+# Ranks, rates and the byte model come from the graph, so a topology file may
+# replace the shape parameters (emu/scenario.py) if the checks' bounds hold on
+# it (emu/topopick.py, collective_misfit).
+TOPOLOGY_FILE = True
 
 # 5 Mbit/s: what the 2-core VM emulates faithfully with 8 NIC agents and 6
 # switches all busy. At 10 Mbit/s the switches waited for a CPU 45-48% of the
@@ -69,6 +79,11 @@ PARAMS = {
 def validate(params: dict) -> None:
     parse_param(params, "algos", collectives.parse_algos)
     parse_param(params, "sizes", collectives.parse_sizes, params["factor"], params["dtype"])
+    graph = build_fabric_graph(params)
+    ring = "ring" in collectives.parse_algos(params["algos"])
+    misfit = topopick.collective_misfit(graph, ring=ring)
+    if misfit:
+        raise ScenarioError(f"sharp-allreduce: {params.get('topo') or 'the fabric'}: {misfit}")
 
 
 def run(ctx: Context) -> None:

@@ -64,6 +64,10 @@ against its prediction, per iteration), the model's byte counts, and a plot
 of iteration minus compute against the predicted T_comm.
 
 Run:  emu run straggler [--set factors=1,2,4 --set nic_factors=1,1.25,1.5 --set compute_s=0.5]
+      emu run straggler --topo FILE
+                    (any topology file whose switch links are no slower than
+                    its hosts' and whose ring neighbours cannot share a link;
+                    the straggler is its first host)
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.net import Fabric
 from emu.scenario import (
     Context,
@@ -91,7 +96,11 @@ DESCRIPTION = (
     "SHARP, vs the time predicted from link rate and bytes"
 )
 APPS = ("controllers.routing", "controllers.aggregation")
-STRAGGLER = "h1"
+# The straggler (the fabric's first host: h1 on the builders' fabrics), the
+# ranks and the model's rate come from the graph, so a topology file may
+# replace the shape parameters (emu/scenario.py) if the model holds on it
+# (emu/topopick.py, collective_misfit).
+TOPOLOGY_FILE = True
 
 PARAMS = {
     # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:5000.
@@ -144,6 +153,16 @@ def validate(params: dict) -> None:
     _factors("nic_factors", params["nic_factors"], need_one=False)
     parse_param(params, "algos", collectives.parse_algos)
     parse_param(params, "size", collectives.parse_size, params["dtype"])
+    graph = build_fabric_graph(params)
+    ring = "ring" in collectives.parse_algos(params["algos"])
+    misfit = topopick.collective_misfit(graph, ring=ring)
+    if misfit:
+        raise ScenarioError(f"straggler: {params.get('topo') or 'the fabric'}: {misfit}")
+
+
+def straggler_of(graph) -> str:
+    """The rank made slow: the fabric's first host (h1 on the builders' fabrics)."""
+    return fabric_mod.hosts(graph)[0]
 
 
 @dataclass(frozen=True)
@@ -198,8 +217,7 @@ def run(ctx: Context) -> None:
     p = ctx.params
     graph = build_fabric_graph(p)
     hosts = fabric_mod.hosts(graph)
-    if STRAGGLER not in hosts:
-        raise ScenarioError(f"the fabric has no host {STRAGGLER}")
+    straggler = straggler_of(graph)
     factors = _factors("factors", p["factors"], need_one=True)
     nic_factors = _factors("nic_factors", p["nic_factors"], need_one=False)
     size = collectives.parse_size(p["size"], p["dtype"])
@@ -207,7 +225,7 @@ def run(ctx: Context) -> None:
     c = p["compute_s"]
     n = len(hosts)
     rate_bps = min(graph.edges[h, graph.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
-    slow_rank = hosts.index(STRAGGLER)
+    slow_rank = hosts.index(straggler)
 
     def predict(algo: str, nic_factor: float = 1.0) -> model.Prediction:
         return model.predict_allreduce(
@@ -228,9 +246,9 @@ def run(ctx: Context) -> None:
         for algo in collectives.parse_algos(p["algos"]):
             for kind, factor in _points(factors, nic_factors):
                 if kind == "compute":
-                    fab.faults.straggler(STRAGGLER, compute_factor=factor)
+                    fab.faults.straggler(straggler, compute_factor=factor)
                 else:
-                    fab.faults.straggler(STRAGGLER, nic_factor=factor)
+                    fab.faults.straggler(straggler, nic_factor=factor)
                 storms0 = _storms(fab)
                 (r,) = collectives.run_allreduce(
                     fab, hosts, [size], dtype=p["dtype"], algo=algo, iters=p["iters"], compute_s=c
@@ -262,13 +280,20 @@ def run(ctx: Context) -> None:
                     f"(model {pt.model_s * 1000:.0f} ms), all-reduce "
                     f"{pt.allreduce_s * 1000:.0f} ms"
                 )
-            fab.faults.straggler(STRAGGLER)  # healthy again for the next algorithm
+            fab.faults.straggler(straggler)  # healthy again for the next algorithm
         ctx.events.extend(fab.faults.events)
-    _report(ctx, points, predict, c, size, n, rate_bps)
+    _report(ctx, points, predict, c, size, n, rate_bps, straggler)
 
 
 def _report(
-    ctx: Context, points: list[Point], predict, c: float, size: int, n: int, rate_bps: float
+    ctx: Context,
+    points: list[Point],
+    predict,
+    c: float,
+    size: int,
+    n: int,
+    rate_bps: float,
+    straggler: str,
 ) -> None:
     tol = ctx.params["tolerance"]
     algos = list(dict.fromkeys(pt.algo for pt in points))
@@ -295,7 +320,7 @@ def _report(
         )
     baseline = {pt.algo: pt for pt in points if pt.kind == "compute" and pt.factor == 1.0}
     ctx.table(
-        f"iteration time with {STRAGGLER} a straggler, {n} ranks, {size} B all-reduce, "
+        f"iteration time with {straggler} a straggler, {n} ranks, {size} B all-reduce, "
         f"C = {c * ms:.0f} ms; comm = iteration - compute",
         [
             "algo",
@@ -348,6 +373,7 @@ def _report(
             "compute_s": c,
             "size_bytes": size,
             "ranks": n,
+            "straggler": straggler,
             "link_rate_bps": rate_bps,
             "points": [
                 dict(

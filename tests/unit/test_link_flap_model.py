@@ -12,7 +12,7 @@ from scenarios import link_flap
 
 def floor_of(spines: int) -> dict:
     g = fabric_mod.leaf_spine(leaves=4, spines=spines, hosts_per_leaf=2)
-    return link_flap.goodput_floor(g, link_flap.tcp_flows(g), link_flap.FLAPPING_LINK)
+    return link_flap.goodput_floor(g, link_flap.tcp_flows(g), link_flap.flapping_link(g))
 
 
 def test_the_default_fabric_keeps_two_thirds_at_worst():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import doctest
 import json
 import os
+import types
 from pathlib import Path
 
 import jsonschema
@@ -472,9 +473,16 @@ def test_topo_parameter_refuses_a_shape_parameter_too():
         scenario.resolve_params(module, ["topo=topologies/leaf-spine-2x2.yaml", "leaves=3"])
 
 
-def test_scenarios_that_assume_their_shape_refuse_a_file():
-    with pytest.raises(scenario.ScenarioError, match=r"a topology file runs with: emu cli, smoke"):
-        scenario.resolve_params(scenario.load("failover"), ["topo=topologies/leaf-spine-2x2.yaml"])
+def test_a_scenario_that_assumes_its_shape_refuses_a_file():
+    # Every scenario in scenarios/ takes a file now (tests/unit/test_topopick.py); one
+    # without TOPOLOGY_FILE is refused in one line that names those that do.
+    shaped = types.SimpleNamespace(PARAMS=scenario.load("smoke").PARAMS)
+    with pytest.raises(
+        scenario.ScenarioError,
+        match=r"assume the fabric its own parameters build; a topology file runs with: "
+        r"emu cli, ecmp-vs-adaptive, ecn-thresholds, failover, .*, smoke, straggler$",
+    ):
+        scenario.resolve_params(shaped, ["topo=topologies/leaf-spine-2x2.yaml"])
 
 
 # ---------------------------------------------------------------- the CLI
