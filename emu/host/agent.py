@@ -185,6 +185,10 @@ class Agent:
                 "msg_id": m.msg_id,
                 "size_bytes": m.size_bytes,
                 "latency_s": m.completed_at - m.posted_at,
+                # On the machine's monotonic clock, which every process shares:
+                # a driver can place many QPs' messages on one time line.
+                "posted_at": m.posted_at,
+                "completed_at": m.completed_at,
             }
             for m in done
         ]

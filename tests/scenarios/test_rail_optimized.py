@@ -1,0 +1,77 @@
+"""The rail-optimized scenario via `emu run`: spine bytes from the switches' counters match the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from scenarios import rail_optimized
+
+from . import assert_checks, emu_run
+
+SMALL = ("size=128K", "a2a_size=16K")
+ZERO = ("rail-aligned ring", "hierarchical", "all-to-all with PXN")
+CROSSING = ("crossing ring", "flat ring", "all-to-all without PXN")
+PXN_TIME = "all-to-all with PXN: wire time = its busiest NIC link's time"
+
+
+def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_path, no_leaks):
+    res, doc = emu_run(tmp_path / "r", "rail-optimized", *SMALL, timeout_s=300)
+    rings = ("rail-aligned ring", "crossing ring", "flat ring", "hierarchical")
+    names = (
+        [f"{c}: no bytes on the spines" for c in ZERO]
+        + [f"{c}: spine bytes = model" for c in CROSSING]
+        + [f"{c}: every rank's sum is correct" for c in rings]
+        + [PXN_TIME]
+    )
+    assert_checks(res, doc, names=names, count=len(names))
+    m = doc["metrics"]
+    spine, want = m["spine_bytes"], m["model_spine_bytes"]
+    # The spines carried every crossing byte the model puts there, within 10% ...
+    for case in CROSSING:
+        assert want[case] > 0
+        assert spine[case] == pytest.approx(want[case], rel=0.10), (case, spine, want)
+    # ... and, where the model says none, no more than LLDP (10% of the crossing twin's).
+    for case, twin in zip(ZERO, ("crossing ring", "flat ring", "all-to-all without PXN")):
+        assert want[case] == 0
+        assert spine[case] <= 0.10 * want[twin], (case, spine)
+    # The model itself, from the graph: 4 x 2 GPUs, node k on rail ((k-1) mod 2) + 1
+    # changes rail on all 4 hops; the node-major flat ring on all 8; without PXN,
+    # (G-1)/G = 1/2 of the 4 x 3 x 2 x 2 inter-node pairs cross.
+    parts = m["parts"]
+    assert parts["crossing ring"]["hops"] == 4 and parts["flat ring"]["hops"] == 8
+    assert parts["all-to-all without PXN"]["hops"] == 24
+    assert parts["crossing ring"]["model_payload_bytes"] == 4 * 2 * 3 / 4 * (128 << 10)
+    # Hierarchical beats the flat ring without NVLink; its NVLink phases are modelled.
+    assert m["time_s"]["hierarchical"] < m["time_s"]["flat ring"]
+    nv = rail_optimized.nvlink_phase_s(128 << 10, 2, m["nvlink_rate_bps"])
+    assert parts["hierarchical"]["nvlink_s"] == pytest.approx(2 * nv)
+    assert (
+        "flat ring without NVLink" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
+    )
+    assert (tmp_path / "r" / "rail_optimized.png").stat().st_size > 10_000
+    assert list((tmp_path / "r").glob("crossing ring-*.pcap"))
+
+
+def test_rail_only_runs_the_aligned_parts_and_refuses_crossing_ones(tmp_path, no_leaks):
+    res, doc = emu_run(tmp_path / "r0", "rail-optimized", *SMALL, "spines=0", timeout_s=300)
+    names = [
+        "rail-aligned ring: every rank's sum is correct",
+        "hierarchical: every rank's sum is correct",
+        PXN_TIME,
+    ]
+    assert_checks(res, doc, names=names, count=len(names))
+    m = doc["metrics"]
+    assert sorted(m["parts"]) == sorted(ZERO)
+    assert len(m["refused"]) == 3
+    for what in ("crossing placement", "flat ring", "all-to-all without PXN"):
+        line = next(ln for ln in m["refused"] if ln.startswith(what))
+        assert "islands" in line and "\n" not in line
+
+
+def test_the_byte_model_counts_frames_and_acks():
+    # One SEND of 4 KiB: 4 packets of 1024 + 58 bytes and one ACK of 62 bytes.
+    assert rail_optimized.message_frame_bytes(4096) == 4 * 1082 + 62
+    hops = rail_optimized.ring_hop_frame_bytes(256 << 10, 4)
+    # Each hop carries 2(n-1)/n x S of data and more in frames.
+    assert all(h > 1.5 * (256 << 10) for h in hops)
+    assert all(h < 1.5 * (256 << 10) * 1.1 for h in hops)
