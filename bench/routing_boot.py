@@ -326,6 +326,8 @@ class Boot:
                 self.inbox.append(("port_desc", (dpid, self.ports[dpid], self.now)))
             elif isinstance(msg, parser.OFPPacketOut):
                 for action in msg.actions:
+                    if not isinstance(action, parser.OFPActionOutput):
+                        continue  # set_queue (LLDP's control queue): not a port
                     peer = self.fab.peer.get((dpid, action.port))
                     if peer is not None:
                         self.inbox.append(("packet_in", (peer[0], peer[1], msg.data, self.now)))

@@ -169,3 +169,9 @@ AGGREGATION_BARRIER_XIDS = XidBand(0x5000_0000, 0x1000_0000)
 #: packet-ins whose sender is this MAC are our own frames leaking over a not yet
 #: discovered inter-switch port and teach nothing.
 CONTROLLER_MAC = "0e:00:00:00:00:01"
+
+#: Egress queue of the frames the controller sends for itself (LLDP): the
+#: highest of the switch's 8 strict priorities, where switches keep their own
+#: control protocols (IEEE 802.1Q Annex I: priority 7, network control), so
+#: that no data class can starve discovery.
+CONTROL_QUEUE = 7

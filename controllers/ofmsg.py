@@ -293,14 +293,22 @@ def group_delete(*, group_id: Optional[int] = None) -> Any:
 # --------------------------------------------------------------------------- misc messages
 
 
-def packet_out(*, data: bytes, ports: Sequence[int], in_port: Optional[int] = None) -> Any:
-    """Build a PacketOut sending ``data`` out of each of ``ports`` (in_port defaults to CONTROLLER)."""
+def packet_out(
+    *,
+    data: bytes,
+    ports: Sequence[int],
+    in_port: Optional[int] = None,
+    queue: Optional[int] = None,
+) -> Any:
+    """Build a PacketOut sending ``data`` out of each of ``ports`` (in_port defaults to
+    CONTROLLER), on egress priority queue ``queue`` when given (set_queue first)."""
     ofp, parser = OFP, PARSER
+    actions = [] if queue is None else [parser.OFPActionSetQueue(queue)]
     return parser.OFPPacketOut(
         UNBOUND,
         buffer_id=ofp.OFP_NO_BUFFER,
         in_port=ofp.OFPP_CONTROLLER if in_port is None else in_port,
-        actions=[parser.OFPActionOutput(port, 0) for port in ports],
+        actions=actions + [parser.OFPActionOutput(port, 0) for port in ports],
         data=bytes(data),
     )
 

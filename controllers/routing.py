@@ -779,7 +779,12 @@ class RoutingManager:
                 self._peer_packet_ins_at_lldp[(dpid, port)] = seen
             src_mac = sw.ports.get(port) or "02:00:00:00:00:00"
             frame = ofmsg.lldp_frame(dpid=dpid, port_no=port, src_mac=src_mac)
-            msgs.append((dpid, ofmsg.packet_out(data=frame, ports=[port])))
+            # On the highest queue, as switches send their own control protocols
+            # (IEEE 802.1Q Annex I: network control, priority 7): on queue 0 a
+            # lossless class at line rate starved LLDP and a busy link expired.
+            msgs.append(
+                (dpid, ofmsg.packet_out(data=frame, ports=[port], queue=layout.CONTROL_QUEUE))
+            )
         return msgs
 
     def _barrier(self, dpid: int, version: int) -> Any:

@@ -259,6 +259,8 @@ class SimFabric:
                     queue.extend(self.mgr.barrier_reply(dpid, msg.xid, self.now))
             elif isinstance(msg, p.OFPPacketOut):
                 for action in msg.actions:
+                    if not isinstance(action, p.OFPActionOutput):
+                        continue  # set_queue: which queue, not where
                     out = (dpid, action.port)
                     if out in self.peer:
                         pd, pp = self.peer[out]

@@ -651,3 +651,19 @@ def test_load_next_hops_names_what_is_wrong_with_the_file(tmp_path) -> None:
     empty.write_text("x = 1\n")
     with pytest.raises(ValueError, match="defines no function next_hops"):
         load_next_hops(str(empty))
+
+
+def test_lldp_leaves_on_the_control_queue_so_no_data_class_starves_it() -> None:
+    mgr = RoutingManager(RoutingConfig())
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    lldp = [
+        m
+        for _d, m in fab.sent
+        if isinstance(m, PARSER.OFPPacketOut) and m.data[12:14] == b"\x88\xcc"
+    ]
+    assert lldp
+    for m in lldp:
+        assert isinstance(m.actions[0], PARSER.OFPActionSetQueue)
+        assert m.actions[0].queue_id == layout.CONTROL_QUEUE == 7
+        assert [type(a) for a in m.actions[1:]] == [PARSER.OFPActionOutput]
