@@ -23,6 +23,7 @@ Run in a host: `python -m emu.host.agent --name h1 --intf h1-eth0 --mac ... --ip
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import selectors
 import socket
@@ -31,11 +32,12 @@ import sys
 import time
 
 from emu import profiling, realtime
+from emu.config import ConfigError, CreditSpec
 from emu.fidelity import GcMonitor, ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import NicConfig, Rnic
 from emu.mgmt import Deferred, MgmtServer
-from emu.proto import pfc, roce
+from emu.proto import credit, pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
 from emu.registry import die_with_parent, stop_on_signals
@@ -63,6 +65,7 @@ class Agent:
             rate_bps=args.rate_bps,
             dcqcn=not args.no_dcqcn,
             modelled_rate_bps=args.modelled_rate_bps,
+            credit=args.credit,
         )
         self.started = time.monotonic()
         self.rnic = Rnic(cfg, now=self.started)
@@ -523,8 +526,10 @@ class Agent:
                 self._frame_takers
                 and not roce.is_rocev2(frame)
                 and not pfc.is_mac_control(frame)
+                and not credit.is_flow_control(frame)
                 and self._offer_frame(frame, now)
             ):
+                self.rnic.credit_rx(frame)  # its blocks, on a credit link (receive counts the rest)
                 continue
             try:
                 replies = self.rnic.receive(frame, now)
@@ -536,6 +541,18 @@ class Agent:
         return read
 
 
+def _credit_spec(text: str) -> CreditSpec:
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ConfigError("expected a JSON object")
+        return CreditSpec.from_dict(
+            {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()}
+        )
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"--credit: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="emu-host-agent", description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -545,6 +562,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate-bps", type=int, required=True)
     p.add_argument("--modelled-rate-bps", type=float, default=25e9)
     p.add_argument("--no-dcqcn", action="store_true")
+    p.add_argument(
+        "--credit",
+        type=_credit_spec,
+        default=None,
+        help="credit-based link flow control instead of PFC: JSON of emu.config.CreditSpec, "
+        'e.g. {"enabled": true}',
+    )
     p.add_argument("--mgmt", required=True)
     p.add_argument(
         "--rt-priority",

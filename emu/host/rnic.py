@@ -6,7 +6,11 @@ DCQCN rate, and recovers losses with go-back-N on NAK or retransmit timeout;
 a receiver side that delivers in PSN order, acknowledges, NAKs the first gap
 and answers CE marks with CNPs), the host's PFC behaviour (honour a received
 PAUSE per priority; send PAUSE when the receive buffer fills because the host
-drains slowly, or continuously when the NIC is stuck), the counters, and
+drains slowly, or continuously when the NIC is stuck) or, on a credit link
+(`NicConfig.credit`), the host's end of the credit loop instead (emu/credit.py:
+its frames on a credit VL, data and ACKs alike, go only with credit from the
+switch, and it returns credit for its receive buffer as flow control
+frames; a stuck NIC returns none), the counters, and
 the next sequence number of each in-network aggregation job it sends for
 (`agg_next_seq`: emu/host/sharp.py's frames, which live as long as the NIC).
 
@@ -27,8 +31,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from emu.config import CreditSpec
+from emu.credit import CreditLink
 from emu.fidelity import PortClock, early_departure_s
 from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
+from emu.proto import credit as ibfc
 from emu.proto import pfc, roce
 
 DEFAULT_MTU_PAYLOAD = 1024  # RoCE path MTU (IB MTU 1024)
@@ -124,6 +131,9 @@ class NicConfig:
     # is a guard against a consumer that stopped, not a working limit; a
     # single message must fit in it.
     inbox_max_bytes: int = 64 << 20
+    # Credit-based link flow control instead of PFC (emu/credit.py); None: PFC.
+    # The NIC's receive buffer is what it advertises (up to 2048 blocks).
+    credit: CreditSpec | None = None
 
 
 @dataclass
@@ -218,6 +228,17 @@ class Rnic:
         self._msg_ids = 0
         self.rto_s = cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
         self._rr: deque[int] = deque()
+        self.credit: CreditLink | None = None
+        if cfg.credit is not None and cfg.credit.enabled:
+            self.credit = CreditLink(
+                cfg.credit, cfg.credit.priorities, cfg.rx_buffer_bytes, cfg.rate_bps, now
+            )
+            self.fc_tmpl = ibfc.template(cfg.mac)
+        # Control frames (ACK, NAK) on a credit VL that wait for credit, oldest first.
+        self.ctrl_q: deque[bytes] = deque()
+        self.fc_tx = 0
+        self.fc_rx = 0
+        self.credit_overruns = 0
         # In-network aggregation (emu/host/sharp.py): the next sequence number per
         # aggregation job; it keeps growing across the job's all-reduces, since a
         # switch starts a new round on a slot only for a higher seq.
@@ -386,6 +407,11 @@ class Rnic:
             frame = qp.tmpl.frame(
                 op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req, reth=reth, payload=data
             )
+            if self.credit is not None:
+                if not self.credit.may_send(DATA_PRIO, len(frame), now):
+                    return None  # the lane waits for credit; a flow control frame wakes it
+                self.credit.sent(DATA_PRIO, len(frame))
+                slot = max(slot, self.credit.unblocked_at(DATA_PRIO))
             self._on_clock(now, slot, len(frame), slot in (self.free_at, qp.next_tx_at))
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
@@ -403,7 +429,13 @@ class Rnic:
         return None
 
     def may_send(self, now: float) -> bool:
-        """The wire is free for a data frame at `now` (within a quarter frame) and not paused."""
+        """The wire is free for a data frame at `now` (within a quarter frame) and not paused.
+
+        On a credit link: also no control frame waits, and the data lane is
+        not blocked (the frame itself still needs `credit.may_send`).
+        """
+        if self.credit is not None and (self.ctrl_q or self.credit.blocked(DATA_PRIO)):
+            return False
         return (
             self.free_at <= now + early_departure_s(self.cfg.rate_bps)
             and self.paused_until[DATA_PRIO] <= now
@@ -447,6 +479,8 @@ class Rnic:
                 times.append(qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s)
         if not times:
             return None
+        if self.credit is not None and self.credit.blocked(DATA_PRIO):
+            return None  # waits for a flow control frame, which wakes the agent
         return max(min(times), self.free_at, self.paused_until[DATA_PRIO])
 
     def _check_timeout(self, qp: SendQP, now: float) -> None:
@@ -464,6 +498,14 @@ class Rnic:
         if pfc.is_mac_control(frame):
             self._on_pause(frame, now)
             return []
+        if self.credit is not None:
+            if ibfc.is_flow_control(frame):
+                fc = ibfc.parse(frame)
+                if fc is not None and self.credit.on_fc(fc, now):
+                    self.fc_rx += 1
+                return self._flush_ctrl(now)
+            if not self.credit_rx(frame):
+                return []
         info = roce.parse(frame)
         if info is None:
             return []
@@ -477,12 +519,55 @@ class Rnic:
                 qp.rp.on_cnp(now)
             return []
         out = self._on_data(info, frame, now)
+        if self.credit is not None and out:
+            # ACKs and NAKs ride the data lane: they too need credit, in order.
+            self.ctrl_q.extend(f for f in out if _prio_of(f) in self.credit.state)
+            out = [f for f in out if _prio_of(f) not in self.credit.state]
+            out += self._flush_ctrl(now, charge_wire=False)
         # ACKs, NAKs, CNPs and PAUSEs leave on the same wire as data: they take
         # its time, so that data plus control never exceed the link rate (else
         # the switch port towards the peer, which carries both, builds a
         # standing queue: 62-byte ACKs every 4 packets are 1.4% of the link).
         for f in out:
             self._wire(len(f), now)
+        return out
+
+    # ----- the credit link ---------------------------------------------------
+
+    def credit_rx(self, frame: bytes) -> bool:
+        """Count a received frame's blocks on its VL; False: beyond the credit given (dropped).
+
+        The agent calls this for frames it hands to collectives instead of `receive`.
+        """
+        if self.credit is None:
+            return True
+        vl = _prio_of(frame)
+        if vl not in self.credit.state or self.credit.received(vl, len(frame)):
+            return True
+        self.credit_overruns += 1
+        return False
+
+    def _flush_ctrl(self, now: float, charge_wire: bool = True) -> list[bytes]:
+        """The waiting control frames that credit now lets go, oldest first."""
+        out = []
+        while self.ctrl_q and self.credit.may_send(DATA_PRIO, len(self.ctrl_q[0]), now):
+            frame = self.ctrl_q.popleft()
+            self.credit.sent(DATA_PRIO, len(frame))
+            if charge_wire:
+                self._wire(len(frame), now)
+            out.append(frame)
+        return out
+
+    def _credit_due(self, now: float) -> list[bytes]:
+        """Credit updates and refreshes due: the receive buffer left free is the credit."""
+        self._drain(now)
+        # A stuck NIC consumes nothing: it returns no credit (the PFC world's PAUSE storm).
+        held = self.credit.capacity_bytes if self.stuck else self.rx_buffer
+        out = []
+        for fc in self.credit.due(now, {vl: held for vl in self.credit.vls}):
+            out.append(ibfc.build(self.fc_tmpl, fc))
+            self._wire(len(out[-1]), now)
+            self.fc_tx += 1
         return out
 
     def _on_pause(self, frame: bytes, now: float) -> None:
@@ -593,7 +678,8 @@ class Rnic:
                     qp.inbox_bytes += len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
             if info.ack_req:
                 out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF))
-            out += self._rx_pfc(now)
+            if self.credit is None:
+                out += self._rx_pfc(now)
         elif psn > qp.expected:
             qp.out_of_order += 1
             if not qp.nak_sent:
@@ -636,6 +722,8 @@ class Rnic:
         for qp in self.send_qps.values():
             if qp.rp is not None:
                 qp.rp.advance(now)
+        if self.credit is not None:
+            return self._flush_ctrl(now) + self._credit_due(now)
         if self.xoff or self.stuck:
             out = self._rx_pfc(now)
             for f in out:
@@ -646,6 +734,13 @@ class Rnic:
     def next_tick(self) -> float | None:
         times = [qp.rp.next_event_at() for qp in self.send_qps.values() if qp.rp is not None]
         times = [t for t in times if t is not None]
+        if self.credit is not None:
+            times.append(self.credit.next_due())
+            if self.cfg.drain_rate_bps and self.rx_buffer > 0 and not self.stuck:
+                # When the drain has freed one update's worth of buffer.
+                freed = min(self.rx_buffer, self.credit.update_blocks * ibfc.BLOCK_BYTES)
+                times.append(self.rx_drained_at + freed * 8 / self.cfg.drain_rate_bps)
+            return min(times)
         if self.xoff or self.stuck:
             times.append(self.next_pause_refresh)
             if self.cfg.drain_rate_bps and not self.stuck:
@@ -704,4 +799,20 @@ class Rnic:
             "rx_overflow": self.rx_overflow,
             "rx_buffer_bytes": self.rx_buffer,
             "stuck": self.stuck,
+            "credit": self.credit.stats(now) if self.credit is not None else None,
+            "fc_tx": self.fc_tx,
+            "fc_rx": self.fc_rx,
+            "credit_overruns": self.credit_overruns,
+            "ctrl_waiting": len(self.ctrl_q),
         }
+
+
+# DESIGN.md conventions, as the switch classifies (emu/switch/datapath.py).
+_DSCP_PRIO = {roce.DSCP_DATA: DATA_PRIO, roce.DSCP_CNP: CNP_PRIO}
+
+
+def _prio_of(frame: bytes) -> int:
+    """A frame's priority (its virtual lane on a credit link) by its IPv4 DSCP."""
+    if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+        return _DSCP_PRIO.get(frame[15] >> 2, 0)
+    return 0

@@ -12,6 +12,7 @@ checks.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,10 @@ class RdmaHosts:
             ]
             if not dcqcn:
                 argv.append("--no-dcqcn")
+            credit = fab.qos.get("credit", {})
+            if credit.get("enabled"):
+                # A credit fabric: the NIC is the host's end of its link's credit loop.
+                argv += ["--credit", json.dumps(credit)]
             proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             self.nics[h] = Nic(h, path, proc)
