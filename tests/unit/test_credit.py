@@ -272,3 +272,95 @@ def test_update_rate_stays_small():
     assert frames == 2000
     # 1024 blocks, an update every 128 freed: about one per 7 frames of 18 blocks.
     assert fc <= frames * 18 / 128 + 2
+
+
+# ----- the switch's side: scheduler and shared buffer in credit mode -------------------
+
+from emu.config import BufferSpec, EcnSpec, PfcSpec  # noqa: E402
+from emu.switch.buffer import DROP_CREDIT_OVERRUN, HEADROOM, SharedBuffer  # noqa: E402
+from emu.switch.scheduler import PortScheduler  # noqa: E402
+
+
+def credit_port(capacity=8 * 1024):
+    spec = CreditSpec(enabled=True, vl_buffer_bytes=capacity)
+    link = CreditLink(spec, (3,), capacity, RATE, now=0.0)
+    sched = PortScheduler(rate_bps=int(RATE))
+    sched.credit = link
+    return sched, link
+
+
+def test_scheduler_sends_a_lane_only_with_credit_and_other_lanes_meanwhile():
+    sched, link = credit_port()
+    sched.enqueue(bytes(FRAME), 3, now=0.0)
+    sched.enqueue(bytes(100), 0, now=0.0)  # priority 0 is not a credit lane
+    item = sched.dequeue(0.0)
+    assert item is not None and item[1] == 0  # lane 3 has no credit yet: 0 goes first
+    assert link.blocked(3)
+    assert sched.ready_at() is None  # only a blocked lane waits: no busy loop
+    link.on_fc(credit.FcPacket(3, 0, 18), 0.5)  # exactly one frame's credit
+    now = max(sched.ready_at(), 0.5)
+    frame, prio, _ = sched.dequeue(now)
+    assert prio == 3 and link.credit_blocks(3) == 0
+    assert link.blocked_so_far(1.0) == {3: 0.5}
+
+
+def test_scheduler_never_sends_beyond_credit():
+    sched, link = credit_port()
+    link.on_fc(credit.FcPacket(3, 0, 100), 0.0)  # 100 blocks: 5 frames of 18
+    for _ in range(20):
+        sched.enqueue(bytes(FRAME), 3, now=0.0)
+    sent, now = 0, 0.0
+    while True:
+        ready = sched.ready_at()
+        if ready is None:
+            break
+        now = max(now, ready)
+        if sched.dequeue(now) is not None:
+            sent += 1
+    assert sent == 100 // 18 and sched.pending == 20 - sent
+
+
+def test_a_frame_the_kernel_refused_gives_its_credit_back():
+    sched, link = credit_port()
+    link.on_fc(credit.FcPacket(3, 0, 18), 0.0)
+    sched.enqueue(bytes(FRAME), 3, now=0.0)
+    frame, prio, meta = sched.dequeue(0.0)
+    assert link.credit_blocks(3) == 0
+    sched.requeue_front(frame, prio, meta)
+    assert link.credit_blocks(3) == 18 and sched.pending == 1
+
+
+def make_buffer(capacity=8 * 1024, ports=(1, 2)):
+    return SharedBuffer(
+        BufferSpec(size_bytes=1 << 20),
+        PfcSpec(enabled=False),
+        EcnSpec(enabled=False),
+        {p: int(RATE) for p in ports},
+        credit=CreditSpec(enabled=True, vl_buffer_bytes=capacity),
+    )
+
+
+def test_buffer_reserves_each_ports_credit_pool():
+    buf = make_buffer()
+    assert buf.reserved == 2 * 8 * 1024 and buf.paused_upstream == {}
+    # A credit lane's frames fill their (port, VL) pool, never a PFC threshold.
+    for _ in range(7):
+        assert buf.admit(1, 3, 2, FRAME, False, 0.0) == (HEADROOM, False)
+    assert buf.credit_held(1, 3) == 7 * FRAME
+    assert buf.pfc_due(0.0) == []
+    # The eighth would exceed the 8 KiB the credits advertised: the sender's overrun.
+    assert buf.admit(1, 3, 2, FRAME, False, 0.0) is None
+    assert buf.counters.drops[DROP_CREDIT_OVERRUN] == 1
+    buf.release(1, 3, 2, FRAME, HEADROOM)
+    assert buf.credit_held(1, 3) == 6 * FRAME
+
+
+def test_buffer_too_small_for_the_credit_pools_is_named():
+    with pytest.raises(ValueError, match="vl_buffer_bytes"):
+        SharedBuffer(
+            BufferSpec(size_bytes=64 * 1024),
+            PfcSpec(enabled=False),
+            EcnSpec(enabled=False),
+            {p: int(RATE) for p in range(1, 5)},
+            credit=CreditSpec(enabled=True, vl_buffer_bytes=16 * 1024),
+        )
