@@ -364,3 +364,74 @@ def test_buffer_too_small_for_the_credit_pools_is_named():
             {p: int(RATE) for p in range(1, 5)},
             credit=CreditSpec(enabled=True, vl_buffer_bytes=16 * 1024),
         )
+
+
+# ----- the NIC's side (emu/host/rnic.py), two NICs back to back ------------------------
+
+from emu.host.rnic import NicConfig, Rnic  # noqa: E402
+
+NIC_A = dict(mac="02:00:00:00:00:01", ip="10.0.0.1")
+NIC_B = dict(mac="02:00:00:00:00:02", ip="10.0.0.2")
+
+
+def credit_nics(**kw):
+    spec = CreditSpec(enabled=True)
+    a = Rnic(NicConfig(rate_bps=int(RATE), dcqcn=False, credit=spec, **NIC_A, **kw))
+    b = Rnic(NicConfig(rate_bps=int(RATE), dcqcn=False, credit=spec, **NIC_B, **kw))
+    a.connect(1, 7, NIC_B["mac"], NIC_B["ip"], 49152, 0.0)
+    b.connect(7, 1, NIC_A["mac"], NIC_A["ip"], 49153, 0.0)
+    return a, b
+
+
+def wire(a, b, until, start=0.0, step=1e-4):
+    """Both directions of one link from `start`; returns the most bytes b's buffer ever held."""
+    now, peak = start, 0.0
+    while now < until:
+        for f in a.tick(now):
+            assert not b.receive(f, now)  # a flow control frame asks for no reply
+        for f in b.tick(now):
+            a.receive(f, now)
+        frame = a.next_frame(now)
+        while frame is not None:
+            for reply in b.receive(frame, now):
+                a.receive(reply, now)
+            peak = max(peak, b.rx_buffer)
+            frame = a.next_frame(now)
+        now += step
+    return peak
+
+
+def test_nic_sends_nothing_before_credit_and_completes_with_it():
+    a, b = credit_nics()
+    a.post_send(1, 100_000, 0.0)
+    assert a.next_frame(0.0) is None  # no credit from b yet
+    wire(a, b, 0.2)
+    assert len(a.send_qps[1].completed) == 1 and b.recv_qps[7].rx_bytes == 100_000
+    assert a.pause_tx == b.pause_tx == 0
+    assert a.fc_rx > 0 and b.fc_tx > 0
+
+
+def test_slow_receiver_is_never_overrun_and_the_sender_waits():
+    a, b = credit_nics(drain_rate_bps=RATE / 4)
+    a.post_send(1, 400_000, 0.0)
+    peak = wire(a, b, 0.6)
+    stats_b = b.stats(0.6)
+    assert stats_b["rx_overflow"] == 0 and stats_b["credit"]["3"]["overruns"] == 0
+    assert stats_b["pause_tx"] == 0  # credits, not PAUSE
+    assert peak <= b.credit.capacity_bytes
+    assert a.stats(0.6)["credit"]["3"]["blocked_s"] > 0.1
+    # Goodput follows the drain, not the link: 0.6 s at a quarter of the rate, plus the
+    # buffer the credits covered at the start.
+    assert b.recv_qps[7].rx_bytes <= 0.6 * RATE / 4 / 8 + b.credit.capacity_bytes + 2048
+
+
+def test_stuck_nic_returns_no_credit():
+    a, b = credit_nics()
+    a.post_send(1, 2_000_000, 0.0)
+    wire(a, b, 0.05)
+    b.stuck = True
+    before = b.recv_qps[7].rx_bytes
+    wire(a, b, 0.5, start=0.05)
+    # What was in flight and the credit already granted, then nothing: at most one buffer.
+    assert b.recv_qps[7].rx_bytes - before <= b.credit.capacity_bytes
+    assert b.pause_tx == 0
