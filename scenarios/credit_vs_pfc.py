@@ -1,39 +1,47 @@
 """credit-vs-pfc: an incast and a victim flow under PFC, PFC + DCQCN, and InfiniBand credits.
 
-               spine1                 leaf-spine links at 2x the host rate:
-              /      \\               the fabric itself is non-blocking
-         leaf1        leaf2
-        h1 h2 h3    h4 h5 h6
-        |  |  |      |  |  ^
-        +--+--|------+--+--+  incast: h1, h2, h4, h5 -> h6 (4:1 on leaf2 -> h6)
-              +-----> h4      victim: h3 -> h4 (its own path never congested)
+                 spine1                  leaf-spine links at 2x the host rate:
+               /        \\               the fabric itself is non-blocking
+         leaf1            leaf2
+      h1 h2 h3 h4      h5 h6 h7 h8
+      |  |  |          |  |     ^
+      +--+--|----------+--+-----+  incast: h1, h2, h5, h6 -> h8 (4:1 on leaf2 -> h8)
+            +-------------> h7     victim: h3 -> h7 (its own path never congested)
 
-The same fabric and workload run three times, each on a fresh fabric:
+The same fabric and workload run on a fresh fabric per mode:
 - pfc: PFC on the lossless class, no congestion control (ECN off).
 - dcqcn: PFC plus ECN marking and DCQCN at the NICs.
 - credit: InfiniBand-style credit-based link flow control on every link
   (`flow_control="credit"`, emu/credit.py), no PFC, no congestion control.
+- pfc-2class, credit-2vl: as pfc and credit, with the victim's QP on a class
+  of its own (DSCP 34 -> priority 4, lossless too: a second PFC priority, a
+  second virtual lane).
 
 The model (what to expect and why). The victim's path (h3 -> leaf1 -> spine1
--> leaf2 -> h4) shares no congested link with the incast: on its own it
+-> leaf2 -> h7) shares no congested link with the incast: on its own it
 would run at the line rate, its max-min share. It shares *queues* with it:
 the spine's egress towards leaf2 and leaf1's uplink carry the incast's h1
 and h2 frames in the same class. Without congestion control the bottleneck
-queue (leaf2 -> h6) fills, leaf2's ingress from the spine holds h6-bound
+queue (leaf2 -> h8) fills, leaf2's ingress from the spine holds h8-bound
 frames, and leaf2 stops the spine -> leaf2 link for the whole class: with
 PFC by PAUSE (XOFF on the per-(port, priority) threshold), with credits by
 not returning credit for that (port, VL)'s buffer. Either way the victim's
 frames wait behind the incast's: head-of-line blocking. With the ingress
-ports served fairly at leaf2's egress, the spine port gets 1/3 of the h6
-link (ports from the spine, h4, h5), and the spine -> leaf2 link carries
-h1, h2 and h3 frames in the proportion leaf1's three ingress ports sent
+ports served fairly at leaf2's egress, the spine port gets 1/3 of the h8
+link (ports from the spine, h5, h6), and the spine -> leaf2 link carries
+h1, h2 and h3 frames in the proportion leaf1's three busy ingress ports sent
 them (1/3 each), so the victim moves at about half of the spine port's
 share: 1/6 of the line rate. Per-VL credits isolate *classes*: within one
 VL they block exactly as PFC does, so the model predicts the same victim
 slowdown under credits as under PFC (the check allows half the line rate,
 three times the prediction). PFC + DCQCN keeps the bottleneck queue near
 Kmax, below XOFF, so in steady state nothing is paused and the victim gets
-its share back.
+its share back. On a class of its own the victim has its own buffer at every
+ingress (a PFC threshold, a credit pool) and strict priority over the
+incast's class at every egress: nothing of the incast's stands in front of
+it, under PFC or credits alike, and it runs at its max-min share. (Its
+receiver is no incast sender: a victim at the line rate on priority 4 would
+starve that host's incoming priority-3 ACKs by strict priority.)
 
 Run:  emu run credit-vs-pfc
       emu run credit-vs-pfc --set modes=pfc,credit --set duration_s=6
@@ -58,7 +66,10 @@ from emu.traffic.rdma import RdmaHosts
 
 DESCRIPTION = "incast + victim flow: PFC vs PFC+DCQCN vs InfiniBand-style credits"
 
-MODES = ("pfc", "dcqcn", "credit")
+MODES = ("pfc", "dcqcn", "credit", "pfc-2class", "credit-2vl")
+CREDIT_MODES = ("credit", "credit-2vl")
+# The victim's own class in the -2class/-2vl modes: DSCP 34 -> priority 4 (emu/host/rnic.py).
+VICTIM_DSCP = {"pfc-2class": 34, "credit-2vl": 34}
 SAMPLE_S = 0.05
 # The incast scenario's settings (scenarios/incast.py): the watchdog off, since
 # an incast legitimately keeps a queue paused for long; ECN only with DCQCN.
@@ -66,11 +77,21 @@ QOS = {
     "pfc": {"ecn": {"enabled": False}, "watchdog": {"enabled": False}},
     "dcqcn": {"watchdog": {"enabled": False}},
     "credit": {"ecn": {"enabled": False}, "watchdog": {"enabled": False}},
+    "pfc-2class": {
+        "pfc": {"lossless_priorities": [3, 4]},
+        "ecn": {"enabled": False},
+        "watchdog": {"enabled": False},
+    },
+    "credit-2vl": {
+        "credit": {"priorities": [3, 4]},
+        "ecn": {"enabled": False},
+        "watchdog": {"enabled": False},
+    },
 }
-INCAST_SENDERS = ("h1", "h2", "h4", "h5")
-RECEIVER = "h6"
-VICTIM = ("h3", "h4")
-DSCP_TO_VL = {roce.DSCP_DATA: 3, roce.DSCP_CNP: 6}
+INCAST_SENDERS = ("h1", "h2", "h5", "h6")
+RECEIVER = "h8"
+VICTIM = ("h3", "h7")
+DSCP_TO_VL = {roce.DSCP_DATA: 3, 34: 4, roce.DSCP_CNP: 6}
 # A RoCEv2 data frame: Ethernet, IPv4, UDP, BTH, payload, ICRC. Goodput counts
 # payload, so a link full of data frames carries payload at this share of its rate.
 DATA_FRAME_BYTES = 14 + 20 + 8 + roce.BTH_BYTES + DEFAULT_MTU_PAYLOAD + roce.ICRC_BYTES
@@ -110,7 +131,7 @@ def build_graph(p: dict):
     return fabric_mod.leaf_spine(
         leaves=2,
         spines=1,
-        hosts_per_leaf=3,
+        hosts_per_leaf=4,
         host_rate_bps=rate,
         fabric_rate_bps=2 * rate,
         modelled_rate_bps=p["modelled_gbps"] * 1e9 or None,
@@ -140,7 +161,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     """One fresh fabric in `mode`: the incast and the victim, measured."""
     p = ctx.params
     out = ctx.out_dir / mode
-    flow_control = "credit" if mode == "credit" else "pfc"
+    flow_control = "credit" if mode in CREDIT_MODES else "pfc"
     options = {
         "seed": p["seed"],
         "switch_processes": p["switch_processes"],
@@ -163,7 +184,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
         hosts = sorted({*INCAST_SENDERS, RECEIVER, *VICTIM})
         nics = RdmaHosts(fab, hosts, dcqcn=(mode == "dcqcn"))
         qps = {s: nics.connect(s, RECEIVER) for s in INCAST_SENDERS}
-        victim_qp = nics.connect(*VICTIM)
+        victim_qp = nics.connect(*VICTIM, dscp=VICTIM_DSCP.get(mode, roce.DSCP_DATA))
         backlog = int(2 * rate * p["duration_s"] / 8) + p["message_bytes"]
         count = backlog // p["message_bytes"] + 1
         samples: list = []
@@ -229,8 +250,8 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
             "incast": {s: _series(rx[RECEIVER], qps[s], t0) for s in INCAST_SENDERS},
         },
     }
-    if mode == "credit":
-        result["audit"] = _audits(graph, out, macs)
+    if mode in CREDIT_MODES:
+        result["audit"] = _audits(graph, out, macs, victim_vl=4 if mode == "credit-2vl" else 3)
         result["overruns"] = sum(
             vl["overruns"]
             for c in counters.values()
@@ -266,7 +287,7 @@ def _stalled(mode: str, counters: dict, nic_stats: dict) -> dict[str, float]:
     """Seconds each port (and NIC) spent unable to send on priority 3: paused or blocked."""
     out = {}
     for sw, c in counters.items():
-        if mode == "credit":
+        if mode in CREDIT_MODES:
             for port, link in c["credit"]["links"].items():
                 if link["3"]["blocked_s"] > 0:
                     out[f"{sw}:{port}"] = link["3"]["blocked_s"]
@@ -275,7 +296,7 @@ def _stalled(mode: str, counters: dict, nic_stats: dict) -> dict[str, float]:
                 if per_prio[3] > 0:
                     out[f"{sw}:{port}"] = per_prio[3]
     for h, st in nic_stats.items():
-        secs = st["credit"]["3"]["blocked_s"] if mode == "credit" else st["paused_s"][3]
+        secs = st["credit"]["3"]["blocked_s"] if mode in CREDIT_MODES else st["paused_s"][3]
         if secs > 0:
             out[h] = secs
     return out
@@ -296,8 +317,8 @@ def _wire_counts(path) -> dict[str, int]:
     return counts
 
 
-def _audits(graph, out, macs: dict) -> dict:
-    """Each captured credit link's two directions checked against the credit advertised."""
+def _audits(graph, out, macs: dict, victim_vl: int = 3) -> dict:
+    """Each captured credit link checked against the credit advertised on its data's VL."""
 
     def port_mac(sw, peer):
         return macs[_port_intf(graph, sw, peer)]
@@ -305,16 +326,24 @@ def _audits(graph, out, macs: dict) -> dict:
     def host_mac(h):
         return graph.nodes[h]["mac"]
 
-    leaf2_hosts = {host_mac(h) for h in ("h4", "h5", "h6")}
+    leaf2_hosts = {host_mac(h) for h in ("h5", "h6", "h7", "h8")}
     cases = {
         # (pcap, sender's FC source, receiver's FC source, data_from, data_to)
-        "h3 -> leaf1": ("victim-sender", host_mac("h3"), port_mac("leaf1", "h3"), None, None),
-        "leaf2 -> h6": (
-            "bottleneck",
-            port_mac("leaf2", "h6"),
-            host_mac("h6"),
+        "h3 -> leaf1": (
+            "victim-sender",
+            host_mac("h3"),
+            port_mac("leaf1", "h3"),
             None,
-            {host_mac("h6")},
+            None,
+            victim_vl,
+        ),
+        f"leaf2 -> {RECEIVER}": (
+            "bottleneck",
+            port_mac("leaf2", RECEIVER),
+            host_mac(RECEIVER),
+            None,
+            {host_mac(RECEIVER)},
+            3,
         ),
         "spine1 -> leaf2": (
             "spine-leaf2",
@@ -322,11 +351,12 @@ def _audits(graph, out, macs: dict) -> dict:
             port_mac("leaf2", "spine1"),
             None,
             leaf2_hosts,
+            3,
         ),
     }
     result = {}
-    for name, (pcap, sender, receiver, data_from, data_to) in cases.items():
-        a = audit(out / f"{pcap}.pcap", sender, receiver, 3, DSCP_TO_VL, data_from, data_to)
+    for name, (pcap, sender, receiver, data_from, data_to, vl) in cases.items():
+        a = audit(out / f"{pcap}.pcap", sender, receiver, vl, DSCP_TO_VL, data_from, data_to)
         result[name] = {
             "data_frames": a.data_frames,
             "checked": a.checked,
@@ -389,16 +419,30 @@ def report(ctx: Context, results: dict) -> None:
             round(r["incast_bps"] / 1e6, 2),
             f">= {0.9 * line_goodput / 1e6:.2f}",
         )
-    for mode in ("pfc", "credit"):
-        if mode in results:
-            r = results[mode]
-            drops = r["switch_drops"] + r["nic_drops"]
+    for mode in ("pfc", "credit", "pfc-2class", "credit-2vl"):
+        if mode not in results:
+            continue
+        r = results[mode]
+        drops = r["switch_drops"] + r["nic_drops"]
+        ctx.check(
+            f"{mode}: zero drops and zero retransmissions (lossless)",
+            drops == 0 and r["retransmitted"] == 0,
+            f"{drops} drops, {r['retransmitted']} retransmitted",
+            "0 and 0",
+        )
+        if mode.endswith(("-2class", "-2vl")):
+            # Its own class: its own per-(port, class) buffer (PFC threshold or credit
+            # pool) and strict priority over the incast's class at every egress, so
+            # nothing of the incast's stands in front of it: the model gives it its
+            # max-min share, the line rate; the check is the incast's 90% bar.
             ctx.check(
-                f"{mode}: zero drops and zero retransmissions (lossless)",
-                drops == 0 and r["retransmitted"] == 0,
-                f"{drops} drops, {r['retransmitted']} retransmitted",
-                "0 and 0",
+                f"{mode}: the victim on its own class is not blocked (model: its max-min "
+                f"share, {line_goodput / 1e6:.2f} Mbit/s)",
+                r["victim_bps"] >= 0.9 * line_goodput,
+                round(r["victim_bps"] / 1e6, 2),
+                f">= {0.9 * line_goodput / 1e6:.2f}",
             )
+        else:
             # Head-of-line blocking model: the victim moves at ~1/6 of the line rate;
             # the check allows three times that, half the line rate.
             ctx.check(
@@ -409,18 +453,18 @@ def report(ctx: Context, results: dict) -> None:
                 round(r["victim_bps"] / 1e6, 2),
                 f"<= {0.5 * line_goodput / 1e6:.2f}",
             )
-    if "credit" in results:
-        r = results["credit"]
+    for mode in (m for m in CREDIT_MODES if m in results):
+        r = results[mode]
         pauses = sum(w["pause"] for w in r["wire"].values())
         ctx.check(
-            "credit: no PAUSE frame on the captured links nor sent by any switch or NIC",
+            f"{mode}: no PAUSE frame on the captured links nor sent by any switch or NIC",
             pauses == 0 and r["pause_frames_sent"] == 0,
             f"{pauses} on the wire, {r['pause_frames_sent']} sent",
             "0 and 0",
         )
         fc = {name: w["flow_control"] for name, w in r["wire"].items()}
         ctx.check(
-            "credit: credit updates on every captured link",
+            f"{mode}: credit updates on every captured link",
             all(n > 0 for n in fc.values()),
             fc,
             "> 0 on each",
@@ -429,14 +473,14 @@ def report(ctx: Context, results: dict) -> None:
         violations = sum(a["violations"] for a in audits.values())
         checked = {name: a["checked"] for name, a in audits.items()}
         ctx.check(
-            "credit: no sender exceeded the credit advertised (pcaps replayed, both "
+            f"{mode}: no sender exceeded the credit advertised (pcaps replayed, both "
             "directions' FCTBS/FCCL) and no receiver counted an overrun",
             violations == 0 and r["overruns"] == 0 and all(n > 100 for n in checked.values()),
             f"{violations} violations in {checked} frames checked, {r['overruns']} overruns",
             "0 violations, > 100 frames checked per link, 0 overruns",
         )
         ctx.check(
-            "credit: senders waited for credit (the loop, not drops, held the incast back)",
+            f"{mode}: senders waited for credit (the loop, not drops, held the incast back)",
             sum(r["stalled_s"].values()) > 0,
             round(sum(r["stalled_s"].values()), 2),
             "> 0 s blocked",
@@ -461,7 +505,7 @@ def report(ctx: Context, results: dict) -> None:
 
 def plot(ctx: Context, results: dict) -> None:
     queue = Panel(
-        "bottleneck queue leaf2 -> h6 (priority 3)",
+        f"bottleneck queue leaf2 -> {RECEIVER} (priority 3)",
         "time (s)",
         "bytes",
         lines={
@@ -483,7 +527,7 @@ def plot(ctx: Context, results: dict) -> None:
             f"{m} {s}": series
             for m, r in results.items()
             for s, series in r["series"]["incast"].items()
-            if s in ("h1", "h4")
+            if s in ("h1", "h5")
         },
     )
     stalled = {

@@ -150,6 +150,7 @@ class Agent:
         peer_ip: str,
         udp_sport: int,
         max_rate_bps: float | None = None,
+        dscp: int = roce.DSCP_DATA,
     ) -> dict:
         self.rnic.connect(
             int(qpn),
@@ -159,6 +160,7 @@ class Agent:
             int(udp_sport),
             time.monotonic(),
             max_rate_bps=max_rate_bps,
+            dscp=int(dscp),
         )
         return {"qpn": qpn}
 

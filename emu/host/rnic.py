@@ -42,6 +42,10 @@ DEFAULT_MTU_PAYLOAD = 1024  # RoCE path MTU (IB MTU 1024)
 ACK_EVERY = 4  # request an ACK every N packets (and on a message's last)
 MAX_OUTSTANDING_PACKETS = 512  # go-back-N window
 DATA_PRIO = 3  # DESIGN.md: DSCP 26 -> priority 3
+# A second lossless class for QPs that ask for it (`connect(dscp=...)`): DSCP 34
+# (AF41) -> priority 4, as the switch classifies (emu/switch/datapath.py).
+DSCP_SECOND_CLASS = 34
+SECOND_CLASS_PRIO = 4
 # How far the wire's virtual clock may lag behind a late loop and still catch up.
 WIRE_CATCH_UP_S = 0.001
 _SEND_OPS = {
@@ -155,6 +159,7 @@ class SendQP:
     tmpl: roce.DataTemplate
     rp: ReactionPoint | None
     max_rate_bps: float | None = None  # a static cap (an application-paced flow)
+    prio: int = DATA_PRIO  # the priority (virtual lane) its frames travel on, by their DSCP
     next_psn: int = 0
     una: int = 0  # oldest unacknowledged PSN
     end_psn: int = 0  # one past the last PSN posted
@@ -260,14 +265,27 @@ class Rnic:
         udp_sport: int,
         now: float,
         max_rate_bps: float | None = None,
+        dscp: int = roce.DSCP_DATA,
     ) -> None:
-        """Create both sides of a reliable connection to (peer_ip, peer_qpn)."""
+        """Create both sides of a reliable connection to (peer_ip, peer_qpn).
+
+        `dscp` marks its data and ACKs, and so picks their priority (virtual
+        lane): 26 the RoCE class 3 (the default), 34 the second lossless class 4.
+        """
         if qpn in self.send_qps:
             raise ValueError(f"QP {qpn} exists")
-        tmpl = roce.DataTemplate(self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport, peer_qpn)
+        tmpl = roce.DataTemplate(
+            self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport, peer_qpn, dscp=dscp
+        )
         rp = ReactionPoint(self._dcqcn_spec(), now) if self.cfg.dcqcn else None
         self.send_qps[qpn] = SendQP(
-            qpn, peer_qpn, tmpl, rp, max_rate_bps=max_rate_bps, last_progress=now
+            qpn,
+            peer_qpn,
+            tmpl,
+            rp,
+            max_rate_bps=max_rate_bps,
+            prio=_DSCP_PRIO.get(dscp, 0),
+            last_progress=now,
         )
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
         self._rr.append(qpn)
@@ -388,13 +406,17 @@ class Rnic:
         A frame due within a quarter frame time goes now (emu.fidelity.EARLY_FRAMES): the
         wire's and the QP's clocks advance from their own times, not from `now`.
         """
-        if not self.may_send(now):
-            return None
         soon = now + early_departure_s(self.cfg.rate_bps)
+        if self.free_at > soon or self.ctrl_q:
+            return None  # the wire is busy, or ACKs wait for credit ahead of data
+        credit = self.credit
         for _ in range(len(self._rr)):
             qpn = self._rr[0]
             self._rr.rotate(-1)
             qp = self.send_qps[qpn]
+            prio = qp.prio
+            if self.paused_until[prio] > now or (credit is not None and credit.blocked(prio)):
+                continue  # its lane is paused, or waits for a flow control frame
             self._check_timeout(qp, now)
             if (
                 qp.next_psn >= qp.end_psn
@@ -402,16 +424,16 @@ class Rnic:
                 or qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS
             ):
                 continue
-            slot = max(self.free_at, qp.next_tx_at, qp.ready_since, self.paused_until[DATA_PRIO])
+            slot = max(self.free_at, qp.next_tx_at, qp.ready_since, self.paused_until[prio])
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(
                 op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req, reth=reth, payload=data
             )
-            if self.credit is not None:
-                if not self.credit.may_send(DATA_PRIO, len(frame), now):
-                    return None  # the lane waits for credit; a flow control frame wakes it
-                self.credit.sent(DATA_PRIO, len(frame))
-                slot = max(slot, self.credit.unblocked_at(DATA_PRIO))
+            if credit is not None and credit.by_prio[prio] is not None:
+                if not credit.may_send(prio, len(frame), now):
+                    continue  # the lane waits for credit; a flow control frame wakes it
+                credit.sent(prio, len(frame))
+                slot = max(slot, credit.unblocked_at(prio))
             self._on_clock(now, slot, len(frame), slot in (self.free_at, qp.next_tx_at))
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
@@ -472,16 +494,18 @@ class Rnic:
     def next_wakeup(self, now: float) -> float | None:
         """When `next_frame` may next have something (None: nothing to send)."""
         times = []
+        credit = self.credit
         for qp in self.send_qps.values():
+            if credit is not None and credit.blocked(qp.prio):
+                continue  # waits for a flow control frame, which wakes the agent
             if qp.next_psn < qp.end_psn and qp.next_psn - qp.una < MAX_OUTSTANDING_PACKETS:
-                times.append(qp.next_tx_at)
+                times.append(max(qp.next_tx_at, self.paused_until[qp.prio]))
             elif qp.una < qp.next_psn:
-                times.append(qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s)
+                rto_at = qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s
+                times.append(max(rto_at, self.paused_until[qp.prio]))
         if not times:
             return None
-        if self.credit is not None and self.credit.blocked(DATA_PRIO):
-            return None  # waits for a flow control frame, which wakes the agent
-        return max(min(times), self.free_at, self.paused_until[DATA_PRIO])
+        return max(min(times), self.free_at)
 
     def _check_timeout(self, qp: SendQP, now: float) -> None:
         if qp.una < qp.next_psn and now - qp.sent_at.get(qp.una, qp.last_progress) >= self.rto_s:
@@ -550,9 +574,11 @@ class Rnic:
     def _flush_ctrl(self, now: float, charge_wire: bool = True) -> list[bytes]:
         """The waiting control frames that credit now lets go, oldest first."""
         out = []
-        while self.ctrl_q and self.credit.may_send(DATA_PRIO, len(self.ctrl_q[0]), now):
+        while self.ctrl_q and self.credit.may_send(
+            _prio_of(self.ctrl_q[0]), len(self.ctrl_q[0]), now
+        ):
             frame = self.ctrl_q.popleft()
-            self.credit.sent(DATA_PRIO, len(frame))
+            self.credit.sent(_prio_of(frame), len(frame))
             if charge_wire:
                 self._wire(len(frame), now)
             out.append(frame)
@@ -808,7 +834,11 @@ class Rnic:
 
 
 # DESIGN.md conventions, as the switch classifies (emu/switch/datapath.py).
-_DSCP_PRIO = {roce.DSCP_DATA: DATA_PRIO, roce.DSCP_CNP: CNP_PRIO}
+_DSCP_PRIO = {
+    roce.DSCP_DATA: DATA_PRIO,
+    DSCP_SECOND_CLASS: SECOND_CLASS_PRIO,
+    roce.DSCP_CNP: CNP_PRIO,
+}
 
 
 def _prio_of(frame: bytes) -> int:

@@ -81,8 +81,11 @@ TELEMETRY_KEEP = 36000  # samples kept (an hour at 10 per second)
 EXPIRE_POLL_S = 0.5
 
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
-# priority 6 (CNP); everything else -> priority 0.
-DEFAULT_DSCP_TO_PRIO = {26: 3, 48: 6}
+# priority 6 (CNP); everything else -> priority 0. Besides: DSCP 34 (AF41) ->
+# priority 4, a second class that a fabric may make lossless (PFC's
+# lossless_priorities, or a second virtual lane on a credit link) for QPs
+# that ask for it (emu/host/rnic.py, connect(dscp=34)).
+DEFAULT_DSCP_TO_PRIO = {26: 3, 34: 4, 48: 6}
 
 
 @dataclass(frozen=True)

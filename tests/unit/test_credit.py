@@ -13,7 +13,7 @@ from scapy.layers.l2 import Ether
 
 from emu.config import ConfigError, CreditSpec, flow_control_qos, parse_qos
 from emu.credit import CreditLink
-from emu.proto import credit
+from emu.proto import credit, pfc
 from emu.proto.layers import IBFlowControl
 
 RATE = 10e6
@@ -435,3 +435,27 @@ def test_stuck_nic_returns_no_credit():
     # What was in flight and the credit already granted, then nothing: at most one buffer.
     assert b.recv_qps[7].rx_bytes - before <= b.credit.capacity_bytes
     assert b.pause_tx == 0
+
+
+def test_a_qp_on_its_own_class_goes_while_the_other_lane_waits():
+    """Per-VL isolation at the NIC: lane 3 paused (PFC) or without credit, lane 4 sends."""
+    for mode in ("pfc", "credit"):
+        spec = CreditSpec(enabled=True, priorities=(3, 4)) if mode == "credit" else None
+        a = Rnic(NicConfig(rate_bps=int(RATE), dcqcn=False, credit=spec, **NIC_A))
+        a.connect(1, 7, NIC_B["mac"], NIC_B["ip"], 49152, 0.0)
+        a.connect(2, 8, NIC_B["mac"], NIC_B["ip"], 49153, 0.0, dscp=34)
+        a.post_send(1, 10_000, 0.0)
+        a.post_send(2, 10_000, 0.0)
+        if mode == "pfc":
+            a.receive(pfc.build(pfc.template(NIC_B["mac"]), {3: 0xFFFF}), 0.0)
+        else:
+            a.credit.on_fc(credit.FcPacket(4, 0, 1024), 0.0)  # lane 4 only
+        frames, now = [], 0.0
+        while now < 0.05:
+            f = a.next_frame(now)
+            if f is None:
+                now += 1e-4
+            else:
+                frames.append(f)
+        assert len(frames) == 10, mode  # all of QP 2's message, nothing of QP 1's
+        assert {f[15] >> 2 for f in frames} == {34}, mode
