@@ -1,7 +1,7 @@
 """Validated, frozen specifications of the switch's lossless-Ethernet behaviour.
 
 Owns the parameters (and their defaults, each with its source) of the shared
-buffer, PFC and ECN marking. Every spec is a frozen dataclass validated on
+buffer, PFC, credit-based flow control and ECN marking. Every spec is a frozen dataclass validated on
 construction; `from_dict` rejects unknown keys. An error names the key, the
 value and what is allowed. Rates, sizes and ECN thresholds here are at the
 emulated link rate; the PFC watchdog's times are modelled times, which the
@@ -160,6 +160,79 @@ class BufferSpec(_Spec):
         return max(int(3 * rate_bps * delay_s / 8), self.headroom_floor_frames * MTU_FRAME_BYTES)
 
 
+IBA_BLOCK_BYTES = 64
+IBA_MAX_CREDIT_BLOCKS = 2048
+
+
+@dataclass(frozen=True)
+class CreditSpec(_Spec):
+    """InfiniBand-style credit-based link-level flow control (emu/credit.py), instead of PFC.
+
+    Each priority in `priorities` is a virtual lane (VL = priority) whose
+    receiver advertises credits in 64-byte blocks (IBA vol 1, 7.9.4) for a
+    buffer of `vl_buffer_bytes` per (port, VL); the other priorities are not
+    flow-controlled (as IBA's VL15) and tail-drop like a lossy class.
+
+    Defaults: RoCE's priority 3 (DESIGN.md conventions); 64 KiB per (port,
+    VL): 1/16 of the 1 MiB shared buffer, so that 16 ports' lanes fit in it,
+    and above the 2048-block ceiling's half that 12-bit counters allow
+    (IBA: FCCL - FCTBS <= 2048 blocks = 128 KiB); an update whenever 1/8 of
+    the lane's buffer has been freed since the last one (one update per ~7
+    full frames: under 1% of the link); and a refresh of every lane at least
+    every 65,536 symbol times (IBA vol 1, 7.9.4: the bound on the time between
+    flow control packets, which recovers a lost update), a symbol being one
+    byte time at the link rate.
+    """
+
+    enabled: bool = False
+    priorities: tuple[int, ...] = (3,)
+    vl_buffer_bytes: int = 64 * 1024
+    update_fraction: float = 1 / 8
+    refresh_symbols: int = 65536
+
+    def __post_init__(self) -> None:
+        _check_prios("priorities", self.priorities)
+        _check(
+            MTU_FRAME_BYTES <= self.vl_buffer_bytes <= IBA_MAX_CREDIT_BLOCKS * IBA_BLOCK_BYTES,
+            "vl_buffer_bytes",
+            self.vl_buffer_bytes,
+            f"{MTU_FRAME_BYTES}..{IBA_MAX_CREDIT_BLOCKS * IBA_BLOCK_BYTES} "
+            "(one full frame .. the 2048 blocks a 12-bit credit counter can grant)",
+        )
+        _check(0 < self.update_fraction <= 1, "update_fraction", self.update_fraction, "in (0, 1]")
+        _check(self.refresh_symbols >= 1, "refresh_symbols", self.refresh_symbols, ">= 1")
+
+    @property
+    def vl_buffer_blocks(self) -> int:
+        return self.vl_buffer_bytes // IBA_BLOCK_BYTES
+
+    def refresh_s(self, rate_bps: float) -> float:
+        """The longest time between two flow control packets of one VL at `rate_bps`."""
+        return self.refresh_symbols * 8 / rate_bps
+
+
+FLOW_CONTROL_MODES = ("pfc", "credit")
+
+
+def flow_control_qos(mode: str, qos: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`qos` (a fabric's QoS document) with link flow control `mode`: "pfc" or "credit".
+
+    "credit" turns PFC off and credits on (the two are exclusive on a link);
+    "pfc" leaves `qos` as it is.
+
+    Raises:
+        ConfigError: an unknown mode.
+    """
+    _check(
+        mode in FLOW_CONTROL_MODES, "flow_control", mode, f"one of {', '.join(FLOW_CONTROL_MODES)}"
+    )
+    qos = dict(qos or {})
+    if mode == "credit":
+        qos["pfc"] = {**qos.get("pfc", {}), "enabled": False}
+        qos["credit"] = {**qos.get("credit", {}), "enabled": True}
+    return qos
+
+
 WATCHDOG_ACTIONS = ("drop", "forward", "alert")
 
 
@@ -192,7 +265,7 @@ class WatchdogSpec(_Spec):
         )
 
 
-QOS_SECTIONS = ("buffer", "pfc", "ecn", "watchdog")
+QOS_SECTIONS = ("buffer", "pfc", "ecn", "watchdog", "credit")
 
 
 def parse_qos(doc: dict[str, Any]) -> dict[str, Any]:
@@ -212,9 +285,16 @@ def parse_qos(doc: dict[str, Any]) -> dict[str, Any]:
     def tuples(d: dict) -> dict:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
-    return {
+    out = {
         "buffer": BufferSpec.from_dict(doc.get("buffer", {})),
         "pfc": PfcSpec.from_dict(tuples(doc.get("pfc", {}))),
         "ecn": EcnSpec.from_dict(tuples(doc.get("ecn", {}))),
         "watchdog": WatchdogSpec.from_dict(doc.get("watchdog", {})),
+        "credit": CreditSpec.from_dict(tuples(doc.get("credit", {}))),
     }
+    if out["credit"].enabled and out["pfc"].enabled:
+        raise ConfigError(
+            "credit enabled=True with pfc enabled=True: a link runs one flow control, "
+            'set pfc {"enabled": false} (or use flow_control="credit")'
+        )
+    return out

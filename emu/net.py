@@ -29,7 +29,7 @@ import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu import mgmt, ofctl, telemetry, trace
-from emu.config import parse_qos
+from emu.config import flow_control_qos, parse_qos
 from emu.faults import Faults
 from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
     FabricError,
@@ -102,6 +102,10 @@ class Fabric:
             a real NIC. The RDMA NIC model (emu/host/agent.py) paces itself
             and skips this qdisc (PACKET_QDISC_BYPASS), so PAUSE stops it at
             once either way.
+        flow_control: the lossless class's link-level flow control on every
+            link: "pfc" (802.1Qbb, as `qos` says) or "credit" (InfiniBand-style
+            credits per virtual lane, emu/credit.py; PFC off): switches and the
+            NIC agents (emu/traffic/rdma.py) then run the credit loop.
         switch_processes: N > 0 runs the switches in N processes, one event
             loop each (emu/switch/loop.py): switches that share a loop share
             its wake-ups, which is most of what a switch at tens of Mbit/s
@@ -125,6 +129,7 @@ class Fabric:
         controller_args: tuple[str, ...] = (),
         host_nic_pacing: bool = True,
         switch_processes: int | None = None,
+        flow_control: str = "pfc",
     ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
@@ -133,7 +138,12 @@ class Fabric:
         self.seed = seed
         self.log_level = log_level
         self.time_scale = float(graph.graph["time_scale"])
-        self.qos = _with_time_scale(qos or {}, self.time_scale)
+        try:
+            qos = flow_control_qos(flow_control, qos)
+        except ValueError as exc:
+            raise FabricError(str(exc)) from None
+        self.flow_control = flow_control
+        self.qos = _with_time_scale(qos, self.time_scale)
         self.host_nic_pacing = host_nic_pacing
         if switch_processes is None:
             switch_processes = default_switch_processes()

@@ -458,6 +458,12 @@ def fabric_params(
             min=0.0,
             max=800.0,
         ),
+        "flow_control": Param(
+            "pfc",
+            "link-level flow control of the lossless class: pfc (802.1Qbb PAUSE) or credit "
+            "(InfiniBand-style credits per virtual lane, emu/credit.py)",
+            choices=("pfc", "credit"),
+        ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
         "host_nic_pacing": Param(
             True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
@@ -478,6 +484,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
         "seed": params["seed"],
         "switch_processes": params["switch_processes"],
         "host_nic_pacing": params["host_nic_pacing"],
+        "flow_control": params["flow_control"],
     }
 
 

@@ -23,6 +23,7 @@ Run in a host: `python -m emu.host.agent --name h1 --intf h1-eth0 --mac ... --ip
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import selectors
 import socket
@@ -31,11 +32,12 @@ import sys
 import time
 
 from emu import profiling, realtime
+from emu.config import ConfigError, CreditSpec
 from emu.fidelity import GcMonitor, ProcessFidelity
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, NicConfig, Rnic
 from emu.mgmt import Deferred, MgmtServer
-from emu.proto import pfc, roce
+from emu.proto import credit, pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
 from emu.registry import die_with_parent, stop_on_signals
@@ -64,6 +66,7 @@ class Agent:
             dcqcn=not args.no_dcqcn,
             modelled_rate_bps=args.modelled_rate_bps,
             loss_recovery=args.loss_recovery,
+            credit=args.credit,
         )
         self.started = time.monotonic()
         self.rnic = Rnic(cfg, now=self.started)
@@ -149,6 +152,7 @@ class Agent:
         peer_ip: str,
         udp_sport: int,
         max_rate_bps: float | None = None,
+        dscp: int = roce.DSCP_DATA,
     ) -> dict:
         self.rnic.connect(
             int(qpn),
@@ -158,6 +162,7 @@ class Agent:
             int(udp_sport),
             time.monotonic(),
             max_rate_bps=max_rate_bps,
+            dscp=int(dscp),
         )
         return {"qpn": qpn}
 
@@ -529,8 +534,10 @@ class Agent:
                 self._frame_takers
                 and not roce.is_rocev2(frame)
                 and not pfc.is_mac_control(frame)
+                and not credit.is_flow_control(frame)
                 and self._offer_frame(frame, now)
             ):
+                self.rnic.credit_rx(frame)  # its blocks, on a credit link (receive counts the rest)
                 continue
             try:
                 replies = self.rnic.receive(frame, now)
@@ -540,6 +547,18 @@ class Agent:
             for reply in replies:
                 self._send(reply)
         return read
+
+
+def _credit_spec(text: str) -> CreditSpec:
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ConfigError("expected a JSON object")
+        return CreditSpec.from_dict(
+            {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()}
+        )
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"--credit: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -556,6 +575,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=LOSS_RECOVERY,
         default=GO_BACK_N,
         help="go-back-n, or go-back-0: restart the whole message on a loss (emu/host/rnic.py)",
+    )
+    p.add_argument(
+        "--credit",
+        type=_credit_spec,
+        default=None,
+        help="credit-based link flow control instead of PFC: JSON of emu.config.CreditSpec, "
+        'e.g. {"enabled": true}',
     )
     p.add_argument("--mgmt", required=True)
     p.add_argument(

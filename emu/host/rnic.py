@@ -7,7 +7,11 @@ that delivers in PSN order, acknowledges, NAKs the first gap and answers CE
 marks with CNPs), the NIC's loss recovery (`NicConfig.loss_recovery`,
 below), the host's PFC behaviour (honour a received PAUSE per priority;
 send PAUSE when the receive buffer fills because the host drains slowly, or
-continuously when the NIC is stuck), the counters, and
+continuously when the NIC is stuck) or, on a credit link
+(`NicConfig.credit`), the host's end of the credit loop instead (emu/credit.py:
+its frames on a credit VL, data and ACKs alike, go only with credit from the
+switch, and it returns credit for its receive buffer as flow control
+frames; a stuck NIC returns none), the counters, and
 the next sequence number of each in-network aggregation job it sends for
 (`agg_next_seq`: emu/host/sharp.py's frames, which live as long as the NIC).
 
@@ -43,14 +47,21 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from emu.config import CreditSpec
+from emu.credit import CreditLink
 from emu.fidelity import PortClock, early_departure_s
 from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
+from emu.proto import credit as ibfc
 from emu.proto import pfc, roce
 
 DEFAULT_MTU_PAYLOAD = 1024  # RoCE path MTU (IB MTU 1024)
 ACK_EVERY = 4  # request an ACK every N packets (and on a message's last)
 MAX_OUTSTANDING_PACKETS = 512  # go-back-N window
 DATA_PRIO = 3  # DESIGN.md: DSCP 26 -> priority 3
+# A second lossless class for QPs that ask for it (`connect(dscp=...)`): DSCP 34
+# (AF41) -> priority 4, as the switch classifies (emu/switch/datapath.py).
+DSCP_SECOND_CLASS = 34
+SECOND_CLASS_PRIO = 4
 # How far the wire's virtual clock may lag behind a late loop and still catch up.
 WIRE_CATCH_UP_S = 0.001
 _SEND_OPS = {
@@ -145,6 +156,9 @@ class NicConfig:
     inbox_max_bytes: int = 64 << 20
     # How a loss is recovered (module docstring): "go-back-n" or "go-back-0".
     loss_recovery: str = GO_BACK_N
+    # Credit-based link flow control instead of PFC (emu/credit.py); None: PFC.
+    # The NIC's receive buffer is what it advertises (up to 2048 blocks).
+    credit: CreditSpec | None = None
 
 
 @dataclass
@@ -166,6 +180,7 @@ class SendQP:
     tmpl: roce.DataTemplate
     rp: ReactionPoint | None
     max_rate_bps: float | None = None  # a static cap (an application-paced flow)
+    prio: int = DATA_PRIO  # the priority (virtual lane) its frames travel on, by their DSCP
     next_psn: int = 0
     una: int = 0  # oldest unacknowledged PSN
     end_psn: int = 0  # one past the last PSN posted
@@ -250,6 +265,17 @@ class Rnic:
         self._msg_ids = 0
         self.rto_s = cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
         self._rr: deque[int] = deque()
+        self.credit: CreditLink | None = None
+        if cfg.credit is not None and cfg.credit.enabled:
+            self.credit = CreditLink(
+                cfg.credit, cfg.credit.priorities, cfg.rx_buffer_bytes, cfg.rate_bps, now
+            )
+            self.fc_tmpl = ibfc.template(cfg.mac)
+        # Control frames (ACK, NAK) on a credit VL that wait for credit, oldest first.
+        self.ctrl_q: deque[bytes] = deque()
+        self.fc_tx = 0
+        self.fc_rx = 0
+        self.credit_overruns = 0
         # In-network aggregation (emu/host/sharp.py): the next sequence number per
         # aggregation job; it keeps growing across the job's all-reduces, since a
         # switch starts a new round on a slot only for a higher seq.
@@ -271,14 +297,27 @@ class Rnic:
         udp_sport: int,
         now: float,
         max_rate_bps: float | None = None,
+        dscp: int = roce.DSCP_DATA,
     ) -> None:
-        """Create both sides of a reliable connection to (peer_ip, peer_qpn)."""
+        """Create both sides of a reliable connection to (peer_ip, peer_qpn).
+
+        `dscp` marks its data and ACKs, and so picks their priority (virtual
+        lane): 26 the RoCE class 3 (the default), 34 the second lossless class 4.
+        """
         if qpn in self.send_qps:
             raise ValueError(f"QP {qpn} exists")
-        tmpl = roce.DataTemplate(self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport, peer_qpn)
+        tmpl = roce.DataTemplate(
+            self.cfg.mac, peer_mac, self.cfg.ip, peer_ip, udp_sport, peer_qpn, dscp=dscp
+        )
         rp = ReactionPoint(self._dcqcn_spec(), now) if self.cfg.dcqcn else None
         self.send_qps[qpn] = SendQP(
-            qpn, peer_qpn, tmpl, rp, max_rate_bps=max_rate_bps, last_progress=now
+            qpn,
+            peer_qpn,
+            tmpl,
+            rp,
+            max_rate_bps=max_rate_bps,
+            prio=_DSCP_PRIO.get(dscp, 0),
+            last_progress=now,
         )
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
         self._rr.append(qpn)
@@ -399,13 +438,17 @@ class Rnic:
         A frame due within a quarter frame time goes now (emu.fidelity.EARLY_FRAMES): the
         wire's and the QP's clocks advance from their own times, not from `now`.
         """
-        if not self.may_send(now):
-            return None
         soon = now + early_departure_s(self.cfg.rate_bps)
+        if self.free_at > soon or self.ctrl_q:
+            return None  # the wire is busy, or ACKs wait for credit ahead of data
+        credit = self.credit
         for _ in range(len(self._rr)):
             qpn = self._rr[0]
             self._rr.rotate(-1)
             qp = self.send_qps[qpn]
+            prio = qp.prio
+            if self.paused_until[prio] > now or (credit is not None and credit.blocked(prio)):
+                continue  # its lane is paused, or waits for a flow control frame
             self._check_timeout(qp, now)
             if (
                 qp.next_psn >= qp.end_psn
@@ -413,11 +456,16 @@ class Rnic:
                 or qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS
             ):
                 continue
-            slot = max(self.free_at, qp.next_tx_at, qp.ready_since, self.paused_until[DATA_PRIO])
+            slot = max(self.free_at, qp.next_tx_at, qp.ready_since, self.paused_until[prio])
             payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
             frame = qp.tmpl.frame(
                 op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req, reth=reth, payload=data
             )
+            if credit is not None and credit.by_prio[prio] is not None:
+                if not credit.may_send(prio, len(frame), now):
+                    continue  # the lane waits for credit; a flow control frame wakes it
+                credit.sent(prio, len(frame))
+                slot = max(slot, credit.unblocked_at(prio))
             self._on_clock(now, slot, len(frame), slot in (self.free_at, qp.next_tx_at))
             qp.sent_at[qp.next_psn] = now
             qp.next_psn += 1
@@ -435,7 +483,13 @@ class Rnic:
         return None
 
     def may_send(self, now: float) -> bool:
-        """The wire is free for a data frame at `now` (within a quarter frame) and not paused."""
+        """The wire is free for a data frame at `now` (within a quarter frame) and not paused.
+
+        On a credit link: also no control frame waits, and the data lane is
+        not blocked (the frame itself still needs `credit.may_send`).
+        """
+        if self.credit is not None and (self.ctrl_q or self.credit.blocked(DATA_PRIO)):
+            return False
         return (
             self.free_at <= now + early_departure_s(self.cfg.rate_bps)
             and self.paused_until[DATA_PRIO] <= now
@@ -472,14 +526,18 @@ class Rnic:
     def next_wakeup(self, now: float) -> float | None:
         """When `next_frame` may next have something (None: nothing to send)."""
         times = []
+        credit = self.credit
         for qp in self.send_qps.values():
+            if credit is not None and credit.blocked(qp.prio):
+                continue  # waits for a flow control frame, which wakes the agent
             if qp.next_psn < qp.end_psn and qp.next_psn - qp.una < MAX_OUTSTANDING_PACKETS:
-                times.append(qp.next_tx_at)
+                times.append(max(qp.next_tx_at, self.paused_until[qp.prio]))
             elif qp.una < qp.next_psn:
-                times.append(qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s)
+                rto_at = qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s
+                times.append(max(rto_at, self.paused_until[qp.prio]))
         if not times:
             return None
-        return max(min(times), self.free_at, self.paused_until[DATA_PRIO])
+        return max(min(times), self.free_at)
 
     def _check_timeout(self, qp: SendQP, now: float) -> None:
         if qp.una < qp.next_psn and now - qp.sent_at.get(qp.una, qp.last_progress) >= self.rto_s:
@@ -509,6 +567,14 @@ class Rnic:
         if pfc.is_mac_control(frame):
             self._on_pause(frame, now)
             return []
+        if self.credit is not None:
+            if ibfc.is_flow_control(frame):
+                fc = ibfc.parse(frame)
+                if fc is not None and self.credit.on_fc(fc, now):
+                    self.fc_rx += 1
+                return self._flush_ctrl(now)
+            if not self.credit_rx(frame):
+                return []
         info = roce.parse(frame)
         if info is None:
             return []
@@ -522,12 +588,57 @@ class Rnic:
                 qp.rp.on_cnp(now)
             return []
         out = self._on_data(info, frame, now)
+        if self.credit is not None and out:
+            # ACKs and NAKs ride the data lane: they too need credit, in order.
+            self.ctrl_q.extend(f for f in out if _prio_of(f) in self.credit.state)
+            out = [f for f in out if _prio_of(f) not in self.credit.state]
+            out += self._flush_ctrl(now, charge_wire=False)
         # ACKs, NAKs, CNPs and PAUSEs leave on the same wire as data: they take
         # its time, so that data plus control never exceed the link rate (else
         # the switch port towards the peer, which carries both, builds a
         # standing queue: 62-byte ACKs every 4 packets are 1.4% of the link).
         for f in out:
             self._wire(len(f), now)
+        return out
+
+    # ----- the credit link ---------------------------------------------------
+
+    def credit_rx(self, frame: bytes) -> bool:
+        """Count a received frame's blocks on its VL; False: beyond the credit given (dropped).
+
+        The agent calls this for frames it hands to collectives instead of `receive`.
+        """
+        if self.credit is None:
+            return True
+        vl = _prio_of(frame)
+        if vl not in self.credit.state or self.credit.received(vl, len(frame)):
+            return True
+        self.credit_overruns += 1
+        return False
+
+    def _flush_ctrl(self, now: float, charge_wire: bool = True) -> list[bytes]:
+        """The waiting control frames that credit now lets go, oldest first."""
+        out = []
+        while self.ctrl_q and self.credit.may_send(
+            _prio_of(self.ctrl_q[0]), len(self.ctrl_q[0]), now
+        ):
+            frame = self.ctrl_q.popleft()
+            self.credit.sent(_prio_of(frame), len(frame))
+            if charge_wire:
+                self._wire(len(frame), now)
+            out.append(frame)
+        return out
+
+    def _credit_due(self, now: float) -> list[bytes]:
+        """Credit updates and refreshes due: the receive buffer left free is the credit."""
+        self._drain(now)
+        # A stuck NIC consumes nothing: it returns no credit (the PFC world's PAUSE storm).
+        held = self.credit.capacity_bytes if self.stuck else self.rx_buffer
+        out = []
+        for fc in self.credit.due(now, {vl: held for vl in self.credit.vls}):
+            out.append(ibfc.build(self.fc_tmpl, fc))
+            self._wire(len(out[-1]), now)
+            self.fc_tx += 1
         return out
 
     def _on_pause(self, frame: bytes, now: float) -> None:
@@ -655,7 +766,8 @@ class Rnic:
                     qp.inbox_bytes += len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
             if info.ack_req:
                 out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF))
-            out += self._rx_pfc(now)
+            if self.credit is None:
+                out += self._rx_pfc(now)
         elif psn > qp.expected:
             qp.out_of_order += 1
             if not qp.nak_sent:
@@ -705,6 +817,8 @@ class Rnic:
         for qp in self.send_qps.values():
             if qp.rp is not None:
                 qp.rp.advance(now)
+        if self.credit is not None:
+            return self._flush_ctrl(now) + self._credit_due(now)
         if self.xoff or self.stuck:
             out = self._rx_pfc(now)
             for f in out:
@@ -715,6 +829,13 @@ class Rnic:
     def next_tick(self) -> float | None:
         times = [qp.rp.next_event_at() for qp in self.send_qps.values() if qp.rp is not None]
         times = [t for t in times if t is not None]
+        if self.credit is not None:
+            times.append(self.credit.next_due())
+            if self.cfg.drain_rate_bps and self.rx_buffer > 0 and not self.stuck:
+                # When the drain has freed one update's worth of buffer.
+                freed = min(self.rx_buffer, self.credit.update_blocks * ibfc.BLOCK_BYTES)
+                times.append(self.rx_drained_at + freed * 8 / self.cfg.drain_rate_bps)
+            return min(times)
         if self.xoff or self.stuck:
             times.append(self.next_pause_refresh)
             if self.cfg.drain_rate_bps and not self.stuck:
@@ -776,4 +897,24 @@ class Rnic:
             "rx_buffer_bytes": self.rx_buffer,
             "stuck": self.stuck,
             "loss_recovery": self.cfg.loss_recovery,
+            "credit": self.credit.stats(now) if self.credit is not None else None,
+            "fc_tx": self.fc_tx,
+            "fc_rx": self.fc_rx,
+            "credit_overruns": self.credit_overruns,
+            "ctrl_waiting": len(self.ctrl_q),
         }
+
+
+# DESIGN.md conventions, as the switch classifies (emu/switch/datapath.py).
+_DSCP_PRIO = {
+    roce.DSCP_DATA: DATA_PRIO,
+    DSCP_SECOND_CLASS: SECOND_CLASS_PRIO,
+    roce.DSCP_CNP: CNP_PRIO,
+}
+
+
+def _prio_of(frame: bytes) -> int:
+    """A frame's priority (its virtual lane on a credit link) by its IPv4 DSCP."""
+    if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+        return _DSCP_PRIO.get(frame[15] >> 2, 0)
+    return 0

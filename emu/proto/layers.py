@@ -1,7 +1,8 @@
-"""Scapy layers for dissecting emu's frames: RoCEv2's RETH and the aggregation header.
+"""Scapy layers for dissecting emu's frames: RoCEv2's RETH, the aggregation header and
+the credit link's flow control packets.
 
 Owns the Scapy view of the wire formats that `emu.proto.roce` and
-`emu.proto.agg` build with `struct`: tests, `emu trace` and reports dissect
+`emu.proto.agg` and `emu.proto.credit` build with `struct`: tests, `emu trace` and reports dissect
 frames with these (and with `scapy.contrib.roce`'s BTH, AETH and CNP
 padding, re-exported here), as Wireshark would. The switch and the NIC model
 never import this module: Scapy costs each of them 48 MiB and a second of
@@ -13,11 +14,22 @@ from __future__ import annotations
 from scapy.contrib.roce import AETH as AETH
 from scapy.contrib.roce import BTH as BTH
 from scapy.contrib.roce import CNPPadding as CNPPadding
-from scapy.fields import ByteEnumField, ByteField, IntField, ShortField, XIntField, XLongField
+from scapy.fields import (
+    BitEnumField,
+    BitField,
+    ByteEnumField,
+    ByteField,
+    IntField,
+    ShortField,
+    XIntField,
+    XLongField,
+    XShortField,
+)
 from scapy.layers.inet import UDP
+from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from emu.proto import agg, roce
+from emu.proto import agg, credit, roce
 from emu.proto.ofext import AGG_UDP_PORT
 
 
@@ -65,3 +77,19 @@ class AggHeader(Packet):
 
 
 bind_layers(UDP, AggHeader, dport=AGG_UDP_PORT)
+
+
+class IBFlowControl(Packet):
+    """An IBA flow control packet (IBA vol 1, 7.9.4) in an Ethernet frame (`emu.proto.credit`)."""
+
+    name = "IBFlowControl"
+    fields_desc = [
+        BitEnumField("op", 0, 4, {credit.FC_OP_NORMAL: "normal", credit.FC_OP_INIT: "init"}),
+        BitField("fctbs", 0, 12),
+        BitField("vl", 0, 4),
+        BitField("fccl", 0, 12),
+        XShortField("lpcrc", 0),
+    ]
+
+
+bind_layers(Ether, IBFlowControl, type=credit.ETH_TYPE_IB_FC)

@@ -15,6 +15,13 @@ Model (HPCC ns-3 switch, DCQCN paper):
   they are dropped (a lossless drop: headroom too small for the loop's lag);
 - lossy egress (port, prio) tail-drops above alpha_lossy x free (and so does a
   lossless priority when PFC is off);
+- in credit mode (`CreditSpec`, emu/credit.py) a credit priority (virtual
+  lane) is admitted without a threshold into a pool reserved per ingress
+  (port, VL) of `vl_buffer_bytes` (as an IB switch carves its buffer per VL),
+  accounted like headroom: the credits the switch advertised for that pool
+  bound what the upstream sends into it; a frame beyond it is the sender's
+  overrun, dropped and counted (never, while the sender honours credit).
+  No PAUSE is ever due in credit mode;
 - ECN at enqueue on ECT frames: never below Kmin, always above Kmax, linear
   probability up to Pmax between them (RED).
 """
@@ -25,13 +32,15 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from emu.config import BufferSpec, EcnSpec, PfcSpec
+from emu.config import BufferSpec, CreditSpec, EcnSpec, PfcSpec
+from emu.proto.credit import BLOCK_BYTES, MAX_CREDIT_BLOCKS
 from emu.proto.pfc import quanta_to_s
 
 SHARED, HEADROOM = 0, 1
 DROP_LOSSY = "lossy_threshold"
 DROP_HEADROOM = "headroom_overflow"
 DROP_LOSSLESS_NO_PFC = "lossless_threshold_pfc_off"
+DROP_CREDIT_OVERRUN = "credit_overrun"
 
 
 @dataclass
@@ -55,6 +64,7 @@ class SharedBuffer:
         port_rates: link rate of every port (bps).
         port_delays: one-way link delay of every port (s), for headroom.
         rng: random source for ECN marking (injected so that tests can fix it).
+        credit: credit-based flow control (None or disabled: PFC's rules).
     """
 
     def __init__(
@@ -65,6 +75,7 @@ class SharedBuffer:
         port_rates: dict[int, int],
         port_delays: dict[int, float] | None = None,
         rng: random.Random | None = None,
+        credit: CreditSpec | None = None,
     ) -> None:
         self.spec, self.pfc, self.ecn = spec, pfc, ecn
         self.port_rates = dict(port_rates)
@@ -79,6 +90,21 @@ class SharedBuffer:
                 f"buffer size_bytes={spec.size_bytes} cannot hold the headroom "
                 f"of {len(port_rates)} ports ({self.reserved} bytes)"
             )
+        on = credit is not None and credit.enabled
+        self.credit_prios = frozenset(credit.priorities) if on else frozenset()
+        # What one (port, VL) may hold: the credit advertised covers whole blocks.
+        self.credit_capacity = (
+            min(credit.vl_buffer_bytes // BLOCK_BYTES, MAX_CREDIT_BLOCKS) * BLOCK_BYTES if on else 0
+        )
+        credit_total = self.credit_capacity * len(self.credit_prios) * len(port_rates)
+        if self.reserved + credit_total >= spec.size_bytes:
+            raise ValueError(
+                f"buffer size_bytes={spec.size_bytes} cannot hold the credit buffers of "
+                f"{len(port_rates)} ports x {len(self.credit_prios)} VLs x "
+                f"{self.credit_capacity} bytes ({credit_total} bytes): lower credit "
+                "vl_buffer_bytes or raise buffer size_bytes"
+            )
+        self.reserved += credit_total
         self.kmin_kmax = {p: ecn.thresholds(r) for p, r in port_rates.items()}
         self.rng = rng or random.Random(0)
         self.shared_used = 0
@@ -119,7 +145,15 @@ class SharedBuffer:
         ikey = (in_port, prio)
         egress = self.egress
         queued = egress[ekey]
-        if prio in self.lossless:
+        if prio in self.credit_prios and in_port:
+            # in_port 0 (a controller's PacketOut) holds no credit: the shared pool takes it.
+            if self.headroom_used[ikey] + size > self.credit_capacity:
+                self._drop(DROP_CREDIT_OVERRUN, ekey)
+                return None
+            charge = HEADROOM
+        elif prio in self.credit_prios:
+            charge = SHARED
+        elif prio in self.lossless:
             if (
                 self.ingress[ikey] + size <= self.xoff_threshold()
                 and self.shared_used + size <= self.spec.size_bytes - self.reserved
@@ -173,6 +207,10 @@ class SharedBuffer:
             self.shared_used -= size
         self.egress[(out_port, prio)] -= size
 
+    def credit_held(self, in_port: int, prio: int) -> int:
+        """Bytes a credit VL's ingress (port, prio) pool holds (what its credits must leave free)."""
+        return self.headroom_used[(in_port, prio)]
+
     def _drop(self, cause: str, ekey: tuple[int, int]) -> None:
         self.counters.drops[cause] += 1
         self.counters.drops_by_queue[ekey] += 1
@@ -222,6 +260,7 @@ class SharedBuffer:
 
         return {
             "size_bytes": self.spec.size_bytes,
+            "credit_vl_bytes": self.credit_capacity,
             "reserved_headroom_bytes": self.reserved,
             "shared_used_bytes": self.shared_used,
             "shared_watermark_bytes": c.shared_watermark_bytes,

@@ -9,7 +9,11 @@ by DSCP, queues them in the per-port schedulers (`scheduler.py`) and transmits
 them paced at each port's link rate. It carries out what the OpenFlow
 sessions return (`openflow.py`: replies, PacketOut frames, port changes,
 removed flows). It watches carrier on every port and reports changes as
-OpenFlow PORT_STATUS. Nothing else in emu holds sockets or reads the clock
+OpenFlow PORT_STATUS. On a credit link (the fabric's `flow_control="credit"`)
+every port runs InfiniBand-style credits instead of PFC (`emu/credit.py`):
+it counts the blocks each frame of a credit VL brings in, sends the credit
+limit its buffer leaves free as flow control frames (`emu/proto/credit.py`),
+and its scheduler sends a VL's frame only with credit for it. Nothing else in emu holds sockets or reads the clock
 for the switch (`channel.py` holds the OpenFlow sockets, on this loop's `now`).
 
 Run as `python -m emu.switch.datapath --name leaf1 --dpid 1 --port leaf1-eth1:1:20000000 ...`
@@ -32,15 +36,17 @@ import time
 from dataclasses import dataclass
 
 from emu import config, profiling, realtime
+from emu.credit import CreditLink
 from emu.fidelity import GcMonitor, ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
+from emu.proto import credit as ibfc
 from emu.proto import pfc
 from emu.proto.ofext import AGG_PORT
 from emu.proto.roce import is_rocev2
 from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import reports, rewrite
 from emu.switch.aggregation import AggEngine
-from emu.switch.buffer import SharedBuffer
+from emu.switch.buffer import DROP_CREDIT_OVERRUN, SharedBuffer
 from emu.switch.channel import Channels, OFChannel
 from emu.switch.loop import SwitchLoop
 from emu.switch.openflow import Effect, FlowsRemoved, PortChanged, Reply, SwitchModel, Transmit
@@ -76,8 +82,11 @@ TELEMETRY_KEEP = 36000  # samples kept (an hour at 10 per second)
 EXPIRE_POLL_S = 0.5
 
 # DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
-# priority 6 (CNP); everything else -> priority 0.
-DEFAULT_DSCP_TO_PRIO = {26: 3, 48: 6}
+# priority 6 (CNP); everything else -> priority 0. Besides: DSCP 34 (AF41) ->
+# priority 4, a second class that a fabric may make lossless (PFC's
+# lossless_priorities, or a second virtual lane on a credit link) for QPs
+# that ask for it (emu/host/rnic.py, connect(dscp=34)).
+DEFAULT_DSCP_TO_PRIO = {26: 3, 34: 4, 48: 6}
 
 
 @dataclass(frozen=True)
@@ -170,9 +179,27 @@ class Datapath:
         self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
         self.agg_errors = 0
         qos = args.qos
+        credit = qos["credit"]
         self.buffer = SharedBuffer(
-            qos["buffer"], qos["pfc"], qos["ecn"], {n: p.rate_bps for n, p in self.ports.items()}
+            qos["buffer"],
+            qos["pfc"],
+            qos["ecn"],
+            {n: p.rate_bps for n, p in self.ports.items()},
+            credit=credit,
         )
+        # Credit mode: every port's both directions of the credit loop (emu/credit.py).
+        self.credit_links: dict[int, CreditLink] = {}
+        if credit.enabled:
+            now = time.monotonic()
+            for n, p in self.ports.items():
+                link = CreditLink(
+                    credit, credit.priorities, self.buffer.credit_capacity, p.rate_bps, now
+                )
+                self.credit_links[n] = link
+                self.schedulers[n].credit = link
+        self.fc_templates = {n: ibfc.template(p.hw_addr.hex(":")) for n, p in self.ports.items()}
+        self.fc_tx_frames: dict[int, int] = {n: 0 for n in self.credit_links}
+        self.fc_rx_frames: dict[int, int] = {n: 0 for n in self.credit_links}
         self.pfc_templates = {n: pfc.template(p.hw_addr.hex(":")) for n, p in self.ports.items()}
         self.pause_rx: dict[tuple[int, int], int] = {}
         self.last_pause_rx: dict[tuple[int, int], float] = {}
@@ -319,6 +346,7 @@ class Datapath:
         counters = port.counters
         process = self.pipeline.process
         monotonic = time.monotonic
+        link = self.credit_links.get(port_no)
         read = 0
         for read in range(1, RX_BATCH + 1):
             if self.tx_due <= now:
@@ -342,6 +370,12 @@ class Datapath:
                 # 802.3 MAC control (PFC, PAUSE) belongs to the link: honoured here,
                 # never forwarded.
                 self._receive_pause(port_no, frame, now)
+                continue
+            if frame[12:14] == b"\x88\xb5":
+                # A credit update belongs to the link too (emu/proto/credit.py).
+                self._receive_credit(port_no, frame, now)
+                continue
+            if link is not None and not self._credit_in(link, port_no, frame):
                 continue
             if not port.live or port.config & 0x4:  # OFPPC_NO_RECV
                 counters.rx_dropped += 1
@@ -423,6 +457,48 @@ class Datapath:
             self._enqueue(outputs, in_port, now)
 
     # ----- PFC --------------------------------------------------------------
+
+    def _credit_in(self, link: CreditLink, port_no: int, frame: bytes) -> bool:
+        """Count a frame's blocks on its VL (its priority by DSCP); False: an overrun, dropped."""
+        if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+            vl = self.dscp_to_prio[frame[15] >> 2]
+        elif frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
+            vl = self.dscp_to_prio[frame[19] >> 2]
+        else:
+            vl = 0
+        if link.by_prio[vl] is None or link.received(vl, len(frame)):
+            return True
+        # The upstream sent beyond the credit it was given: dropped here, counted.
+        self.buffer._drop(DROP_CREDIT_OVERRUN, (port_no, vl))
+        self.ports[port_no].counters.rx_dropped += 1
+        return False
+
+    def _receive_credit(self, port_no: int, frame: bytes, now: float) -> None:
+        """A flow control frame: the peer's credit limit and FCTBS for one VL."""
+        link = self.credit_links.get(port_no)
+        fc = ibfc.parse(frame)
+        if fc is None:
+            self.ports[port_no].counters.rx_errors += 1
+            return
+        if link is None or not link.on_fc(fc, now):
+            return  # not a credit link, or a VL that is not ours
+        self.fc_rx_frames[port_no] += 1
+        if self.schedulers[port_no].pending:
+            self.busy.add(port_no)  # a lane that waited for credit may send now
+            self.tx_due = now
+
+    def _send_credit(self, now: float) -> None:
+        """Send the credit updates and refreshes that are due, ahead of any queued frame."""
+        held = self.buffer.credit_held
+        for port_no, link in self.credit_links.items():
+            for fc in link.due(now, {vl: held(port_no, vl) for vl in link.vls}):
+                try:
+                    self.port_socks[port_no].send(ibfc.build(self.fc_templates[port_no], fc))
+                except OSError:
+                    # Lost like a frame on the wire: the next refresh carries the same limit.
+                    self.ports[port_no].counters.tx_dropped += 1
+                    continue
+                self.fc_tx_frames[port_no] += 1
 
     def _receive_pause(self, port_no: int, frame: bytes, now: float) -> None:
         decoded = pfc.parse(frame)
@@ -777,6 +853,8 @@ class Datapath:
         if self.busy:
             self._transmit(time.monotonic())
         self._send_pfc(now)
+        if self.credit_links:
+            self._send_credit(now)
         self.refresh_due()
 
     def refresh_due(self) -> None:
@@ -787,6 +865,10 @@ class Datapath:
         next_pfc = self.buffer.next_pfc_at()
         if next_pfc is not None and next_pfc < due:
             due = next_pfc
+        for link in self.credit_links.values():
+            refresh = link.next_due()
+            if refresh < due:
+                due = refresh
         self.due = due
 
     def on_ready(self, kind: str, ref, events: int, now: float) -> int:
@@ -796,6 +878,8 @@ class Datapath:
             self._send_pfc(now)  # XOFF as soon as a threshold is crossed
             if self.busy:  # send between receive batches, not once per pass
                 self._transmit(time.monotonic())
+            if self.credit_links:  # credit freed by what was just sent goes back now
+                self._send_credit(time.monotonic())
             return read
         if kind == "of":
             self._on_channel(ref, events, now)

@@ -66,6 +66,10 @@ def queues(dp: Datapath) -> dict:
             n: [s.is_paused(p, now) for p in range(N_PRIORITIES)] for n, s in dp.schedulers.items()
         },
         "tx_bytes": {n: p.counters.tx_bytes for n, p in dp.ports.items()},
+        # Credit links: per port, whether each VL has a frame waiting for credit.
+        "blocked": {
+            n: [link.blocked(p) for p in range(N_PRIORITIES)] for n, link in dp.credit_links.items()
+        },
     }
 
 
@@ -201,6 +205,11 @@ def counters(dp: Datapath) -> dict:
             "pause_rx": {f"{p}:{q}": n for (p, q), n in dp.pause_rx.items()},
             "pfc_tx_frames": dp.pfc_tx_frames,
             "paused_s": {n: s.paused_so_far(time.monotonic()) for n, s in dp.schedulers.items()},
+        },
+        "credit": {
+            "links": {n: link.stats(time.monotonic()) for n, link in dp.credit_links.items()},
+            "fc_tx_frames": dp.fc_tx_frames,
+            "fc_rx_frames": dp.fc_rx_frames,
         },
         "malformed_frames": dp.malformed_frames,
         "lost_frames": dict(dp.lost_frames),  # by a lossy-link fault, per port

@@ -10,7 +10,11 @@ Admission (how many bytes may wait) is the shared buffer's decision
 (`emu/switch/buffer.py`); the per-queue byte limit here is only a backstop.
 Each queued frame carries an opaque `meta` (the buffer's accounting) that
 comes back out with it. A PFC PAUSE stops one priority until a given time;
-the scheduler skips it meanwhile and accounts the paused time.
+the scheduler skips it meanwhile and accounts the paused time. On a credit
+link (`credit`, an `emu.credit.CreditLink`) a priority that is a virtual
+lane sends its head frame only with credit for it; without, the scheduler
+skips it as if paused, the link counts the blocked time, and the port waits
+for a credit update (`ready_at` is None while every waiting lane is blocked).
 
 Fidelity (emu/fidelity.py): each dequeued frame's *slot* is when the wire was
 free for it and it was eligible (queued, not paused); how late it left against
@@ -67,6 +71,8 @@ class PortScheduler:
     # Until when each priority is stopped by a received PFC PAUSE (monotonic s).
     paused_until: list = field(default_factory=lambda: [0.0] * N_PRIORITIES)
     paused_s: list = field(default_factory=lambda: [0.0] * N_PRIORITIES)
+    # The port's credit state on a credit link (emu/credit.py); None: no credits.
+    credit: object = None
 
     def __post_init__(self) -> None:
         self._burst_floor_s = self.burst_s
@@ -136,6 +142,17 @@ class PortScheduler:
         """When the next frame may leave; None if nothing is queued."""
         if not self.pending:
             return None
+        credit = self.credit
+        if credit is not None:
+            left = self.nonempty
+            while left:
+                prio = left.bit_length() - 1
+                left ^= 1 << prio
+                st = credit.by_prio[prio]
+                if st is None or st.blocked_since is None:
+                    break
+            else:
+                return None  # every waiting lane waits for credit: a credit update wakes it
         if self.pauses_end <= self.free_at:
             return self.free_at
         return max(
@@ -153,6 +170,7 @@ class PortScheduler:
             return None
         queues = self.queues
         paused_until = self.paused_until
+        credit = self.credit
         left = self.nonempty
         while left:
             prio = left.bit_length() - 1
@@ -160,6 +178,11 @@ class PortScheduler:
             if paused_until[prio] > now:
                 continue
             q = queues[prio]
+            lane = credit.by_prio[prio] if credit is not None else None
+            if lane is not None:
+                if not credit.may_send(prio, len(q[0][0]), now):
+                    continue
+                credit.sent(prio, len(q[0][0]))
             frame, meta, queued_at = q.popleft()
             if not q:
                 self.nonempty ^= 1 << prio
@@ -175,6 +198,8 @@ class PortScheduler:
                 slot = queued_at
             if paused_until[prio] > slot:
                 slot = paused_until[prio]
+            if lane is not None and lane.unblocked_at > slot:
+                slot = lane.unblocked_at  # it waited for credit until then
             self.clock.departed(now, slot, size * self.s_per_byte)
             earliest = now - self.burst_s
             lost = 0.0
@@ -195,6 +220,8 @@ class PortScheduler:
     def requeue_front(self, frame: bytes, prio: int, meta=None) -> None:
         """Put back a frame the kernel refused (socket buffer full); undo its accounting."""
         size = len(frame)
+        if self.credit is not None and self.credit.by_prio[prio] is not None:
+            self.credit.unsend(prio, size)
         free_at, queued_at, lost = self._undo
         self.queues[prio].appendleft((frame, meta, queued_at))
         self.nonempty |= 1 << prio

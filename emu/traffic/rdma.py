@@ -12,6 +12,7 @@ checks.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -97,6 +98,10 @@ class RdmaHosts:
             ]
             if not dcqcn:
                 argv.append("--no-dcqcn")
+            credit = fab.qos.get("credit", {})
+            if credit.get("enabled"):
+                # A credit fabric: the NIC is the host's end of its link's credit loop.
+                argv += ["--credit", json.dumps(credit)]
             proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             self.nics[h] = Nic(h, path, proc)
@@ -114,10 +119,12 @@ class RdmaHosts:
 
             wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}", logs=fab.run.log_dir)
 
-    def connect(self, src: str, dst: str, max_rate_bps: float | None = None) -> int:
+    def connect(self, src: str, dst: str, max_rate_bps: float | None = None, dscp: int = 26) -> int:
         """A reliable connection src -> dst; returns the QP number (same on both ends).
 
         `max_rate_bps` caps the sender (an application that paces itself).
+        `dscp` marks its frames: 26 the RoCE class (priority 3), 34 the second
+        lossless class (priority 4, emu/host/rnic.py).
         """
         self._qpn += 1
         qpn = self._qpn
@@ -132,6 +139,7 @@ class RdmaHosts:
             peer_ip=g.nodes[dst]["ip"],
             udp_sport=sport,
             max_rate_bps=max_rate_bps,
+            dscp=dscp,
         )
         self.nics[dst].call(
             "connect",
@@ -140,6 +148,7 @@ class RdmaHosts:
             peer_mac=g.nodes[src]["mac"],
             peer_ip=g.nodes[src]["ip"],
             udp_sport=sport,
+            dscp=dscp,
         )
         return qpn
 
