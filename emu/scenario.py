@@ -409,6 +409,17 @@ def parse_param(params: dict[str, Any], key: str, parse, *args: Any) -> Any:
         raise ScenarioError(f"parameter {key}={params[key]!r}: {exc}") from None
 
 
+def choices(params: dict[str, Any], key: str, allowed) -> list[str]:
+    """The comma list `params[key]`, each item one of `allowed`; else a ScenarioError
+    naming the parameter and what it may hold (an empty list is refused too)."""
+    chosen = [x for x in str(params[key]).split(",") if x]
+    if not chosen or any(x not in allowed for x in chosen):
+        raise ScenarioError(
+            f"parameter {key}={params[key]!r}: a comma list of {', '.join(allowed)}"
+        )
+    return chosen
+
+
 def fabric_params(
     topology: str = "leaf_spine", rate_mbps: float = 20.0, modelled_gbps: float | None = None
 ) -> dict[str, Param]:

@@ -60,7 +60,7 @@ from emu.credit_audit import audit
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.net import Fabric
 from emu.proto import credit, pfc, roce
-from emu.scenario import Context, Param, ScenarioError, fabric_params
+from emu.scenario import Context, Param, ScenarioError, choices, fabric_params
 from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
 
@@ -113,12 +113,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    modes = [m for m in params["modes"].split(",") if m]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ScenarioError(
-            f"parameter modes={params['modes']!r}: a comma list of {', '.join(MODES)}"
-        )
+    choices(params, "modes", MODES)
     if params["warmup_s"] >= params["duration_s"]:
         raise ScenarioError(
             f"parameter warmup_s={params['warmup_s']}: must be below "

@@ -53,6 +53,7 @@ from emu.scenario import (  # noqa: E402
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
 )
@@ -133,12 +134,8 @@ def validate(params: dict) -> None:
         raise ScenarioError(
             "ecmp-vs-adaptive needs topology=fat_tree (Hedera's patterns are defined on a fat-tree)"
         )
-    for key, known in (("patterns", PATTERNS), ("modes", MODES)):
-        chosen = [x for x in params[key].split(",") if x]
-        if not chosen or any(x not in known for x in chosen):
-            raise ScenarioError(
-                f"parameter {key}={params[key]!r}: a comma list of {', '.join(known)}"
-            )
+    choices(params, "patterns", PATTERNS)
+    choices(params, "modes", MODES)
     graph = build_fabric_graph(params)
     hosts = len(fabric_mod.hosts(graph))
     for pat in params["patterns"].split(","):

@@ -37,6 +37,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
 )
@@ -63,11 +64,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    chosen = [f for f in params["failures"].split(",") if f]
-    if not chosen or any(f not in FAILURES for f in chosen):
-        raise ScenarioError(
-            f"parameter failures={params['failures']!r}: a comma list of {', '.join(FAILURES)}"
-        )
+    chosen = choices(params, "failures", FAILURES)
     graph = build_fabric_graph(params)
     where = params.get("topo") or "the fabric"
     if "link" in chosen and topopick.spare_uplink(graph) is None:

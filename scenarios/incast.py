@@ -52,6 +52,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
 )
@@ -98,12 +99,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    modes = [m for m in params["modes"].split(",") if m]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ScenarioError(
-            f"parameter modes={params['modes']!r}: a comma list of {', '.join(MODES)}"
-        )
+    choices(params, "modes", MODES)
     if params["warmup_s"] >= params["duration_s"]:
         raise ScenarioError(
             f"parameter warmup_s={params['warmup_s']}: must be below "

@@ -48,6 +48,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
 )
@@ -90,11 +91,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    modes = [m for m in params["modes"].split(",") if m]
-    if not modes or any(m not in MODES for m in modes):
-        raise ScenarioError(
-            f"parameter modes={params['modes']!r}: a comma list of {', '.join(MODES)}"
-        )
+    choices(params, "modes", MODES)
     misfit = graph_misfit(build_fabric_graph(params))
     if misfit:
         raise ScenarioError(f"link-flap: {params.get('topo') or 'the fabric'} {misfit}")

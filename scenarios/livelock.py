@@ -53,6 +53,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
 )
@@ -90,11 +91,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    modes = [m for m in params["modes"].split(",") if m]
-    if not modes or any(m not in LOSS_RECOVERY for m in modes):
-        raise ScenarioError(
-            f"parameter modes={params['modes']!r}: a comma list of {', '.join(LOSS_RECOVERY)}"
-        )
+    choices(params, "modes", LOSS_RECOVERY)
     packets = packets_per_message(params)
     if params["drop"] == "every" and packets < params["drop_every"]:
         raise ScenarioError(

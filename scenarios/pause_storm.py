@@ -38,6 +38,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
 )
@@ -72,9 +73,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    modes = [m for m in params["modes"].split(",") if m]
-    if not modes or any(m not in ("off", "on") for m in modes):
-        raise ScenarioError(f"parameter modes={params['modes']!r}: a comma list of off, on")
+    choices(params, "modes", ("off", "on"))
     if params["fault_at_s"] + 2.0 > params["duration_s"]:
         raise ScenarioError(
             f"parameter fault_at_s={params['fault_at_s']}: leave at least 2 s "

@@ -47,7 +47,7 @@ from emu.faults import Faults
 from emu.net import Fabric, default_switch_processes
 from emu.proto.pfc import quanta_to_s
 from emu.registry import FabricError, wait_for
-from emu.scenario import Context, Param, ScenarioError, fabric_options
+from emu.scenario import Context, Param, choices, fabric_options
 from emu.telemetry import Panel, save_panels, start_capture
 from emu.traffic.rdma import RdmaHosts
 
@@ -104,11 +104,7 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    modes = [m for m in params["modes"].split(",") if m]
-    if not modes or any(m not in MODES for m in modes):
-        raise ScenarioError(
-            f"parameter modes={params['modes']!r}: a comma list of deadlock, tagger"
-        )
+    choices(params, "modes", MODES)
 
 
 def ring_graph(rate_mbps: float, modelled_gbps: float) -> nx.Graph:

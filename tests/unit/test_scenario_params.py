@@ -111,3 +111,10 @@ def test_report_and_metrics_json(tmp_path):
     }
     report = (tmp_path / "report.txt").read_text()
     assert "[FAIL] bad" in report and "[PASS] good" in report and "1/2 checks passed" in report
+
+
+def test_a_comma_list_of_choices_names_the_parameter_and_what_it_may_hold():
+    assert scenario.choices({"modes": "pfc,dcqcn"}, "modes", ("pfc", "dcqcn")) == ["pfc", "dcqcn"]
+    for bad in ("pfc,nope", "", ","):
+        with pytest.raises(ScenarioError, match=r"parameter modes=.*: a comma list of pfc, dcqcn"):
+            scenario.choices({"modes": bad}, "modes", ("pfc", "dcqcn"))
