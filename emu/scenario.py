@@ -490,12 +490,16 @@ def fabric_params(
 
 
 def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
-    """The `emu.net.Fabric` arguments that `fabric_params()` set (besides the graph)."""
+    """The `emu.net.Fabric` arguments that `fabric_params()` set (besides the graph).
+
+    A scenario that declares its own fabric parameters without `flow_control`
+    (pfc-deadlock: its point is PFC) runs PFC, the Fabric's default.
+    """
     return {
         "seed": params["seed"],
         "switch_processes": params["switch_processes"],
         "host_nic_pacing": params["host_nic_pacing"],
-        "flow_control": params["flow_control"],
+        "flow_control": params.get("flow_control", "pfc"),
     }
 
 

@@ -118,3 +118,14 @@ def test_a_comma_list_of_choices_names_the_parameter_and_what_it_may_hold():
     for bad in ("pfc,nope", "", ","):
         with pytest.raises(ScenarioError, match=r"parameter modes=.*: a comma list of pfc, dcqcn"):
             scenario.choices({"modes": bad}, "modes", ("pfc", "dcqcn"))
+
+
+def test_every_scenario_with_fabric_parameters_gives_the_fabric_its_options():
+    # pfc-deadlock declares its own fabric parameters without flow_control; a
+    # KeyError there once stopped the scenario before its first fabric.
+    keys = {"seed", "switch_processes", "host_nic_pacing"}
+    for name, mod in scenario.available().items():
+        if keys <= set(mod.PARAMS):
+            params = {k: p.default for k, p in mod.PARAMS.items()}
+            opts = scenario.fabric_options(params)
+            assert opts["flow_control"] in ("pfc", "credit"), name
