@@ -51,23 +51,25 @@ def disable_offloads(ifname: str, run_in=None) -> None:
             run(["ethtool", "-K", ifname, feature, "off"])
 
 
-def disable_ipv6(ifname: str) -> None:
-    """No IPv6 on `ifname`: the kernel would send router solicitations and MLD
-    reports out of it, frames that no switch sent but its peer counts as
+def disable_ipv6(*ifnames: str) -> None:
+    """No IPv6 on `ifnames`: the kernel would send router solicitations and MLD
+    reports out of them, frames that no switch sent but its peer counts as
     received (a healthy link would read a few frames short in tx against rx).
 
-    Raises RuntimeError naming the interface if the sysctl is refused.
+    One sysctl for all of them (a fabric starts hundreds of ports). Raises
+    RuntimeError naming the interfaces if the sysctl is refused.
     """
-    if not os.path.exists(f"/proc/sys/net/ipv6/conf/{ifname}"):
-        return  # a kernel without IPv6 sends none
-    res = subprocess.run(
-        ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    # A kernel without IPv6 has no conf entry, and sends none.
+    keys = [
+        f"net.ipv6.conf.{name}.disable_ipv6=1"
+        for name in ifnames
+        if os.path.exists(f"/proc/sys/net/ipv6/conf/{name}")
+    ]
+    if not keys:
+        return
+    res = subprocess.run(["sysctl", "-qw", *keys], capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        raise RuntimeError(f"disabling IPv6 on {ifname}: {res.stderr.strip()}")
+        raise RuntimeError(f"disabling IPv6 on {', '.join(ifnames)}: {res.stderr.strip()}")
 
 
 class EmuSwitch(Switch):
@@ -152,10 +154,10 @@ class EmuSwitch(Switch):
         return argv + self.port_args()
 
     def start(self, controllers) -> None:  # noqa: N802 (Mininet's API)
-        for intf in self.intfList():
-            if intf.name != "lo":
-                disable_ipv6(intf.name)
-                disable_offloads(intf.name)
+        ports = [intf.name for intf in self.intfList() if intf.name != "lo"]
+        disable_ipv6(*ports)
+        for name in ports:
+            disable_offloads(name)
         self.crashed = False
         first = not self.started_once
         self.started_once = True
