@@ -424,6 +424,8 @@ def parse_builder_args(builder: str, items: list[str]) -> dict:
 
 
 def _builder_value(text: str):
+    if text.lower() in ("true", "false"):  # rail_optimized's nvlink_domain
+        return text.lower() == "true"
     if re.fullmatch(r"[0-9]+(x[0-9]+)+", text):  # a torus's dims: 3x3, 2x2x2
         return tuple(int(d) for d in text.split("x"))
     for parse in (int, float, topofile.parse_rate):

@@ -21,18 +21,22 @@ The attribute contract (checked by `validate`):
   ``params`` (the resolved builder arguments),
   ``subnet`` ("10.0.0.0/8"), ``time_scale`` (float).
 - switch nodes: ``kind="switch"``, ``role`` ("leaf", "spine", "edge", "agg",
-  "core", "switch", "router" (dragonfly), "torus"), ``dpid`` (unique nonzero
-  int), ``tier`` (0 leaf/edge/switch/router/torus, 1 spine/agg, 2 core);
+  "core", "switch", "router" (dragonfly), "torus", "nvswitch" (a GPU
+  server's NVLink domain)), ``dpid`` (unique nonzero int), ``tier`` (0
+  leaf/edge/switch/router/torus, 1 spine/agg, 2 core, -1 nvswitch);
   fat-tree edge and agg switches also carry ``pod``, rail leaves ``rail``,
   dragonfly routers ``group``, torus switches ``coords`` (a list).
 - host nodes: ``kind="host"``, ``role="host"``, ``ip`` (dotted str),
   ``prefixlen`` (8), ``mac`` ("02:00:00:xx:xx:xx"), ``leaf`` (the switch it
   attaches to, whatever its role); fat-tree hosts also carry ``pod``,
-  rail-optimized hosts ``node`` and ``rail``, dragonfly hosts ``group``.
+  rail-optimized hosts ``node`` and ``rail``, dragonfly hosts ``group``; a
+  GPU with an NVLink port also ``nvlink_ip`` (in 10.255.0.0/16, /24 per
+  node) and ``nvlink_mac`` ("02:00:01:xx:xx:xx"). `host_ports` lists a
+  host's interfaces with their addresses.
 - edges: ``rate_bps`` (int), ``delay_s`` (float), ``tier`` ("host" |
   "leaf-spine" | "edge-agg" | "agg-core" | "local" | "global" (dragonfly,
   within and between groups) | "torus" | "fabric", the last between switch
-  roles no builder joins), ``ports`` ({node: port_no}),
+  roles no builder joins | "nvlink", a GPU to its node's NVSwitch), ``ports`` ({node: port_no}),
   ``intfs`` ({node: interface name}).
 
 The time scale: a fabric's links run at emulated rates (tens of Mbit/s) and
@@ -47,7 +51,8 @@ gap from the same modelled rate. PFC quanta need no scaling: a quantum is
 by exactly the time scale.
 Default 1.0: emulated time is modelled time.
 
-Port numbering: a host has one interface, ``<host>-eth0``, port 0. A switch
+Port numbering: a host's NIC is ``<host>-eth0``, port 0; a GPU of a
+rail-optimized fabric also has its NVLink port ``<host>-eth1``, port 1. A switch
 numbers its ports from 1, downward-facing ports first, then upward-facing
 ones, each group in the order of the peers' numbers: a leaf (or fat-tree edge)
 has its hosts on 1..h and its spines (aggs) on h+1..; a spine has leaf n on
@@ -58,7 +63,7 @@ and a torus switch have no up or down: hosts first, then the order their
 builder's docstring gives. Interface names are ``<switch>-eth<port>``.
 
 dpids are ``(tier + 1) << 16 | n`` for the n-th switch of its role (leaf3 is
-0x10003, spine2 is 0x20002, core1 is 0x30001): unique, nonzero and readable
+0x10003, spine2 is 0x20002, core1 is 0x30001; an NVSwitch's is its node number): unique, nonzero and readable
 in ``ovs-ofctl`` output, and never derived from the name (Mininet would give
 leaf1 and spine1 the same dpid). A dragonfly router's n is its group and router
 (g3r2 is 0x10302), a torus switch's its row-major number.
@@ -69,6 +74,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import networkx as nx
@@ -79,12 +85,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_RATE_BPS",
     "FabricSpecError",
+    "HostPort",
     "NVLINK_RATIO",
     "dragonfly",
     "expected_counts",
     "fat_tree",
+    "host_port",
+    "host_ports",
     "hosts",
     "leaf_spine",
+    "network",
     "nvlink_domains",
     "port_map",
     "rail_optimized",
@@ -127,10 +137,29 @@ SWITCH_ROLES = {
     "switch": 0,
     "router": 0,
     "torus": 0,
+    # Inside a GPU server, below the network: the NVLink domain's switch
+    # (`rail_optimized`). Tier -1 makes its dpid its node number.
+    "nvswitch": -1,
 }
 # "fabric": a link between switch roles that no builder joins (a hand-made file's).
-LINK_TIERS = ("host", "leaf-spine", "edge-agg", "agg-core", "local", "global", "torus", "fabric")
+LINK_TIERS = (
+    "host",
+    "leaf-spine",
+    "edge-agg",
+    "agg-core",
+    "local",
+    "global",
+    "torus",
+    "fabric",
+    "nvlink",
+)
 _MAC_RE = re.compile(r"^02:00:00(:[0-9a-f]{2}){3}$")
+# A GPU's NVLink port: its own MAC (02:00:01 + the host index) and an address
+# in its node's /24 of 10.255.0.0/16, which the host's kernel routes out of
+# that port (a longer prefix than the fabric's /8).
+_NVLINK_MAC_RE = re.compile(r"^02:00:01(:[0-9a-f]{2}){3}$")
+NVLINK_NET = "10.255.0.0/16"
+NVLINK_PREFIXLEN = 24
 
 
 class FabricSpecError(ValueError):
@@ -558,7 +587,7 @@ def single_switch(
     Examples:
         >>> G = single_switch(hosts=3)
         >>> expected_counts(G)
-        {'switches': 1, 'hosts': 3, 'switch_links': 0}
+        {'switches': 1, 'hosts': 3, 'host_addresses': 3, 'switch_links': 0}
         >>> G.edges["h2", "s1"]["intfs"] == {"h2": "h2-eth0", "s1": "s1-eth2"}
         True
         >>> single_switch(hosts=0)
@@ -897,6 +926,7 @@ def rail_optimized(
     time_scale: Optional[float] = None,
     modelled_rate_bps: Optional[float] = None,
     name: Optional[str] = None,
+    nvlink_domain: bool = True,
 ) -> nx.Graph:
     """Return a rail-optimized fabric: NIC r of every node on rail leaf r.
 
@@ -912,20 +942,19 @@ def rail_optimized(
     (1-based) and ``rail`` (r, 1-based) attributes, on port ``node`` of
     ``rail<r>`` (the rail leaves carry ``rail`` too), IP ``10.0.<r>.<node>``.
 
-    The NVLink domain inside each node is described, not built: the graph
-    records ``nvlink_ratio`` and ``nvlink_rate_bps`` (the host link rate times
-    the ratio) in ``G.graph["params"]``, and `nvlink_domains` gives each node's
-    GPUs by rail, for the collective model to use. Why not an NVSwitch node
-    in the graph: an emu host has one interface (``<host>-eth0``, port 0), on
-    which its NIC model and agent run, so a GPU cannot also have an NVLink
-    port without a second interface through emu.net, the host agent and the
-    telemetry; and joining a node switch to that node's rail leaves instead
-    would make the NVLink domain a transit network: shortest-path routing
-    would then send other nodes' inter-rail traffic leaf -> node switch ->
-    leaf beside the spines, which no real fabric does (NVLink forwarding
-    across rails, PXN, is the collective library's choice at the source, not
-    a route). Until the collective model uses the NVLink domain, two GPUs of
-    one node talk through their NICs (through a spine when on different rails).
+    The NVLink domain inside each node is built (`nvlink_domain`, default on):
+    a switch ``nvsw<node>`` (role "nvswitch", dpid the node number) joins the
+    node's GPUs, each on its second interface ``<host>-eth1`` (port 1, the
+    GPU's NVLink port; GPU r on port r of the NVSwitch), at ``nvlink_rate_bps``
+    = the host link rate times `nvlink_ratio` (link tier "nvlink"). That port
+    has its own address, ``nvlink_ip`` 10.255.<node>.<r>/24, and MAC
+    ``nvlink_mac`` (02:00:01 + the host index), so the host's kernel routes
+    only the node's NVLink addresses out of it, and the collectives choose the
+    NVLink port by addressing a peer there (emu/traffic/rdma.py). The NVSwitch
+    touches nothing but its node's GPUs: a host is never a transit node, so
+    routing never carries other nodes' traffic leaf -> NVSwitch -> leaf (PXN,
+    NVLink forwarding across rails, is the collective library's choice at the
+    source, not a route). `nvlink_domains` gives each node's GPUs by rail.
 
     Args:
         nodes: GPU servers, 1..254.
@@ -935,6 +964,10 @@ def rail_optimized(
         fabric_rate_bps: rate of each leaf-spine link; default `host_rate_bps`.
         nvlink_ratio: a GPU's NVLink bandwidth over its NIC's, > 0; default 9
             (H100: 3.6 Tbit/s NVLink each way vs a 400 Gbit/s ConnectX-7).
+        nvlink_domain: build each node's NVSwitch and the GPUs' NVLink ports;
+            False leaves the NVLink domain described only (the rate in
+            ``params``), which a run that sends nothing over NVLink may prefer:
+            it saves a switch per node.
         delay_s: one-way propagation delay of every link, in seconds.
         time_scale: how many times faster the modelled hardware is (module
             docstring, "The time scale"); 1.0 when neither it nor
@@ -951,7 +984,9 @@ def rail_optimized(
     Examples:
         >>> G = rail_optimized(nodes=2, gpus_per_node=4, spines=2)
         >>> len(switches(G)), len(hosts(G)), len(switch_links(G))
-        (6, 8, 8)
+        (8, 8, 8)
+        >>> G.edges["h6", "nvsw2"]["intfs"], G.nodes["h6"]["nvlink_ip"]
+        ({'h6': 'h6-eth1', 'nvsw2': 'nvsw2-eth2'}, '10.255.2.2')
         >>> G.nodes["h6"]["node"], G.nodes["h6"]["rail"], G.nodes["h6"]["leaf"]
         (2, 2, 'rail2')
         >>> nvlink_domains(G)[2]
@@ -969,9 +1004,12 @@ def rail_optimized(
         else _check_rate("fabric_rate_bps", fabric_rate_bps)
     )
     nvlink_ratio = _check_positive("nvlink_ratio", nvlink_ratio)
+    if not isinstance(nvlink_domain, bool):
+        raise FabricSpecError(f"nvlink_domain={nvlink_domain!r}: must be True or False")
     delay_s = _check_nonneg("delay_s", delay_s)
     time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, host_rate_bps)
-    longest = [f"h{n_nodes * gpus}-eth0", f"rail{gpus}-eth{n_nodes + spines}"]
+    longest = [f"h{n_nodes * gpus}-eth1", f"rail{gpus}-eth{n_nodes + spines}"]
+    longest += [f"nvsw{n_nodes}-eth{gpus}"] if nvlink_domain else []
     _check_intf_names(
         longest + ([f"spine{spines}-eth{gpus}"] if spines else []),
         f"nodes={n_nodes!r}, gpus_per_node={gpus!r}, spines={spines!r}",
@@ -985,6 +1023,7 @@ def rail_optimized(
         oversubscription=(n_nodes * host_rate_bps / (spines * fabric_rate_bps)) if spines else None,
         nvlink_ratio=nvlink_ratio,
         nvlink_rate_bps=round(host_rate_bps * nvlink_ratio),
+        nvlink_domain=nvlink_domain,
         delay_s=delay_s,
     )
     G = _new_graph(
@@ -1006,6 +1045,18 @@ def rail_optimized(
     for r in range(1, gpus + 1):
         for s in range(1, spines + 1):
             links.append((f"rail{r}", f"spine{s}", fabric_rate_bps, "leaf-spine"))
+    if nvlink_domain:
+        # Listed after the NIC links: a GPU's NIC stays port 0, its NVLink port 1.
+        for node in range(1, n_nodes + 1):
+            _add_switch(G, f"nvsw{node}", "nvswitch", node, node=node)
+            for r in range(1, gpus + 1):
+                index = (node - 1) * gpus + r
+                G.nodes[f"h{index}"].update(
+                    nvlink_ip=f"10.255.{node}.{r}",
+                    nvlink_mac="02:00:01:%02x:%02x:%02x"
+                    % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF),
+                )
+                links.append((f"h{index}", f"nvsw{node}", params["nvlink_rate_bps"], "nvlink"))
     _number_ports(G, delay_s, links)
     validate(G)
     return G
@@ -1038,9 +1089,87 @@ def hosts(G: nx.Graph) -> List[str]:
     return [n for n, kind in G.nodes(data="kind") if kind == "host"]
 
 
+@dataclass(frozen=True)
+class HostPort:
+    """One interface of a host: its NIC (port 0, "nic") or a GPU's NVLink port (1, "nvlink")."""
+
+    host: str
+    kind: str  # "nic" | "nvlink"
+    port: int
+    intf: str
+    ip: str
+    prefixlen: int
+    mac: str
+    switch: str  # the switch at the other end
+    rate_bps: int
+
+
+def host_ports(G: nx.Graph, host: str) -> List[HostPort]:
+    """Return `host`'s interfaces, its NIC first, then its NVLink port if it has one.
+
+    Raises:
+        FabricSpecError: `host` is not a host of `G`.
+
+    Examples:
+        >>> G = rail_optimized(nodes=2, gpus_per_node=2)
+        >>> [(p.kind, p.intf, p.ip, p.switch) for p in host_ports(G, "h3")]
+        [('nic', 'h3-eth0', '10.0.1.2', 'rail1'), ('nvlink', 'h3-eth1', '10.255.2.1', 'nvsw2')]
+    """
+    if host not in G or G.nodes[host].get("kind") != "host":
+        raise FabricSpecError(f"host={host!r}: not a host of fabric {G.graph.get('name')!r}")
+    d = G.nodes[host]
+    out = []
+    for peer in G[host]:
+        e = G.edges[host, peer]
+        nvlink = e["tier"] == "nvlink"
+        out.append(
+            HostPort(
+                host=host,
+                kind="nvlink" if nvlink else "nic",
+                port=e["ports"][host],
+                intf=e["intfs"][host],
+                ip=d["nvlink_ip"] if nvlink else d["ip"],
+                prefixlen=NVLINK_PREFIXLEN if nvlink else d["prefixlen"],
+                mac=d["nvlink_mac"] if nvlink else d["mac"],
+                switch=peer,
+                rate_bps=e["rate_bps"],
+            )
+        )
+    return sorted(out, key=lambda p: p.port)
+
+
+def host_port(G: nx.Graph, host: str, kind: str = "nic") -> HostPort:
+    """Return `host`'s interface of `kind` ("nic" or "nvlink").
+
+    Raises:
+        FabricSpecError: `host` is not a host of `G`, or has no such port.
+    """
+    for p in host_ports(G, host):
+        if p.kind == kind:
+            return p
+    raise FabricSpecError(
+        f"host {host}: no {kind!r} port in fabric {G.graph.get('name')!r}"
+        + (" (only a rail_optimized fabric's GPUs have NVLink ports)" if kind == "nvlink" else "")
+    )
+
+
 def switches(G: nx.Graph) -> List[str]:
     """Return the switch names of `G`, in insertion order."""
     return [n for n, kind in G.nodes(data="kind") if kind == "switch"]
+
+
+def network(G: nx.Graph) -> nx.Graph:
+    """Return the network of `G`: a view without the NVLink domains (NVSwitches and their links).
+
+    What paths through the fabric are computed on: in `G` itself two GPUs of a
+    node are two hops apart through their NVSwitch, which routing never uses
+    for traffic between NICs (a host is no transit node). `G` itself when it
+    has no NVSwitch.
+    """
+    nvswitches = {n for n, role in G.nodes(data="role") if role == "nvswitch"}
+    if not nvswitches:
+        return G
+    return G.subgraph(n for n in G if n not in nvswitches)
 
 
 def switch_links(G: nx.Graph) -> List[Tuple[str, str]]:
@@ -1055,12 +1184,15 @@ def switch_links(G: nx.Graph) -> List[Tuple[str, str]]:
 def expected_counts(G: nx.Graph) -> Dict[str, int]:
     """Return what a converged controller must see: switches, hosts, switch links.
 
-    ``switch_links`` counts undirected links (an LLDP discovery that reports
-    each direction separately sees twice as many).
+    ``host_addresses`` counts the addresses the controller learns: a GPU with
+    an NVLink port is learned there too. ``switch_links`` counts undirected
+    links (an LLDP discovery that reports each direction separately sees
+    twice as many).
     """
     return {
         "switches": len(switches(G)),
         "hosts": len(hosts(G)),
+        "host_addresses": sum(G.degree(h) for h in hosts(G)),
         "switch_links": len(switch_links(G)),
     }
 
@@ -1174,10 +1306,16 @@ def validate(G: nx.Graph) -> None:
                 raise FabricSpecError(f"host {node}: mac={mac!r}, must be 02:00:00:xx:xx:xx")
             unique("mac", mac, f"host {node}")
             leaf = d.get("leaf")
-            if G.degree(node) != 1 or leaf not in G[node]:
-                raise FabricSpecError(f"host {node}: must have exactly one link, to leaf={leaf!r}")
-            if G.nodes[leaf].get("kind") != "switch":
-                raise FabricSpecError(f"host {node}: leaf={leaf!r} is not a switch")
+            nvlink = [p for p in G[node] if G.edges[node, p].get("tier") == "nvlink"]
+            if G.degree(node) != 1 + len(nvlink) or len(nvlink) > 1 or leaf not in G[node]:
+                raise FabricSpecError(
+                    f"host {node}: must have exactly one link to leaf={leaf!r}, "
+                    "and at most one NVLink link (tier 'nvlink') beside it"
+                )
+            if G.nodes[leaf].get("kind") != "switch" or leaf in nvlink:
+                raise FabricSpecError(f"host {node}: leaf={leaf!r} is not a network switch")
+            if nvlink:
+                _validate_nvlink_port(G, node, d, nvlink[0], unique)
         else:
             raise FabricSpecError(f"node {node}: kind={kind!r}, allowed 'host' or 'switch'")
 
@@ -1216,6 +1354,51 @@ def validate(G: nx.Graph) -> None:
             raise FabricSpecError(
                 f"{kind} {node}: ports {numbers} must be {first}..{first + len(numbers) - 1}"
             )
+    _validate_nvswitches(G)
+
+
+def _validate_nvlink_port(
+    G: nx.Graph, host: str, d: Mapping[str, Any], nvswitch: str, unique: Any
+) -> None:
+    """A GPU's NVLink port: to an NVSwitch, with its own address and MAC."""
+    if G.nodes[nvswitch].get("role") != "nvswitch":
+        raise FabricSpecError(
+            f"host {host}: its NVLink link goes to {nvswitch}, which is not an nvswitch"
+        )
+    try:
+        ip = ipaddress.ip_address(d.get("nvlink_ip"))
+    except ValueError as exc:
+        raise FabricSpecError(
+            f"host {host}: nvlink_ip={d.get('nvlink_ip')!r} is not an IPv4 address"
+        ) from exc
+    if ip not in ipaddress.ip_network(NVLINK_NET):
+        raise FabricSpecError(
+            f"host {host}: nvlink_ip={d.get('nvlink_ip')} must be in {NVLINK_NET}"
+        )
+    unique("ip", str(ip), f"host {host} (NVLink port)")
+    mac = d.get("nvlink_mac")
+    if not isinstance(mac, str) or not _NVLINK_MAC_RE.match(mac):
+        raise FabricSpecError(f"host {host}: nvlink_mac={mac!r}, must be 02:00:01:xx:xx:xx")
+    unique("mac", mac, f"host {host} (NVLink port)")
+
+
+def _validate_nvswitches(G: nx.Graph) -> None:
+    """An NVSwitch joins GPUs of one node and nothing else: never a transit switch."""
+    for sw in switches(G):
+        if G.nodes[sw]["role"] != "nvswitch":
+            continue
+        for peer in G[sw]:
+            if G.edges[sw, peer].get("tier") != "nvlink" or G.nodes[peer]["kind"] != "host":
+                raise FabricSpecError(
+                    f"nvswitch {sw}: linked to {peer}; an NVSwitch links only GPUs' "
+                    "NVLink ports (tier 'nvlink')"
+                )
+    for u, v, e in G.edges(data=True):
+        if e.get("tier") == "nvlink" and "nvswitch" not in (
+            G.nodes[u].get("role"),
+            G.nodes[v].get("role"),
+        ):
+            raise FabricSpecError(f"link {u}-{v}: tier 'nvlink' must join a GPU and an nvswitch")
 
 
 # ---------------------------------------------------------------- Mininet
@@ -1242,6 +1425,13 @@ def to_mininet(G: nx.Graph) -> "Topo":
         else:
             topo.addHost(node, ip=f"{d['ip']}/{d['prefixlen']}", mac=d["mac"])
     for u, v, e in G.edges(data=True):
+        opts: Dict[str, Any] = {}
+        if e["tier"] == "nvlink":  # Mininet addresses only a host's first port itself
+            for end, n in (("1", u), ("2", v)):
+                if G.nodes[n]["kind"] == "host":
+                    port = host_port(G, n, "nvlink")
+                    opts["addr" + end] = port.mac
+                    opts["params" + end] = {"ip": f"{port.ip}/{port.prefixlen}"}
         topo.addLink(
             u,
             v,
@@ -1249,5 +1439,6 @@ def to_mininet(G: nx.Graph) -> "Topo":
             port2=e["ports"][v],
             intfName1=e["intfs"][u],
             intfName2=e["intfs"][v],
+            **opts,
         )
     return topo

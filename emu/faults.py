@@ -248,7 +248,7 @@ class Faults:
             raise FaultError(f"unknown host {host!r}; hosts: {', '.join(fabric_mod.hosts(g))}")
         if not factor >= 1.0:
             raise FaultError(f"factor={factor}: must be >= 1 (1 = healthy, 4 = four times slower)")
-        [switch] = list(g.neighbors(host))
+        switch = g.nodes[host]["leaf"]  # the NIC's link (a GPU's NVLink port is another)
         link = g.edges[host, switch]
         rate_bps = link["rate_bps"] / factor
 
@@ -283,8 +283,7 @@ class Faults:
                 raise FaultError(f"{name}={value}: must be >= 1 (1 = healthy)")
         nic = self._nic(host)
         g = self.fab.graph
-        [switch] = list(g.neighbors(host))
-        rate_bps = g.edges[host, switch]["rate_bps"] / nic_factor
+        rate_bps = g.edges[host, g.nodes[host]["leaf"]]["rate_bps"] / nic_factor
 
         def apply() -> None:
             nic.call("set", compute_factor=compute_factor, rate_bps=rate_bps)

@@ -324,7 +324,7 @@ class Fabric:
             "--expect-links",
             str(counts["switch_links"]),
             "--expect-hosts",
-            str(counts["hosts"]),
+            str(counts["host_addresses"]),
             "--lldp-interval",  # before controller_args: an explicit one there wins
             f"{fabric_mod.lldp_interval_s(self.graph):g}",
             *self.controller_args,
@@ -444,10 +444,10 @@ class Fabric:
                 known = {h["ip"] for h in st.get("hosts", [])}
                 now = time.monotonic()
                 for h in fabric_mod.hosts(self.graph):
-                    ip = self.graph.nodes[h]["ip"]
-                    if ip not in known and now - announced_at.get(h, 0) > 2.0:
-                        announced_at[h] = now
-                        self.announce(h)
+                    for port in fabric_mod.host_ports(self.graph, h):
+                        if port.ip not in known and now - announced_at.get(port.intf, 0) > 2.0:
+                            announced_at[port.intf] = now
+                            self.announce(h, port.kind)
             return bool(st.get("converged"))
 
         def describe() -> str:
@@ -456,7 +456,7 @@ class Fabric:
                 f"routing to converge (controller sees {len(st.get('switches', []))}/"
                 f"{counts['switches']} switches, {len(st.get('links', []))}/"
                 f"{2 * counts['switch_links']} directed links, "
-                f"{len(st.get('hosts', []))}/{counts['hosts']} hosts)"
+                f"{len(st.get('hosts', []))}/{counts['host_addresses']} host addresses)"
             )
 
         try:
@@ -487,13 +487,15 @@ class Fabric:
             logs=self.run.log_dir,
         )
 
-    def announce(self, host: str) -> None:
-        """Make `host` send an unsolicited ARP so that the controller learns where it is."""
-        node = self.graph.nodes[host]
-        intf = f"{host}-eth0"
+    def announce(self, host: str, port: str = "nic") -> None:
+        """Make `host` send an unsolicited ARP so that the controller learns where it is.
+
+        `port` "nvlink": from a GPU's NVLink port, which its NVSwitch learns.
+        """
+        where = fabric_mod.host_port(self.graph, host, port)
         self.popen(
             host,
-            ["arping", "-q", "-U", "-c", "1", "-I", intf, node["ip"]],
+            ["arping", "-q", "-U", "-c", "1", "-I", where.intf, where.ip],
             register=False,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -564,8 +566,7 @@ class Fabric:
         queue: a NIC, not a deep buffer. None restores the fabric's own
         setting: the link rate with `host_nic_pacing`, no qdisc without.
         """
-        [switch] = list(self.graph.neighbors(host))
-        link = self.graph.edges[host, switch]
+        link = self.graph.edges[host, self.graph.nodes[host]["leaf"]]  # the NIC's
         intf = link["intfs"][host]
         if rate_bps is None and not self.host_nic_pacing:
             res = self.host_run(host, ["tc", "qdisc", "del", "dev", intf, "root"])
@@ -600,10 +601,17 @@ class Fabric:
         )
 
     def ping(
-        self, src: str, dst: str, count: int = 1, timeout_s: float = 1.0, interval_s: float = 0.2
+        self,
+        src: str,
+        dst: str,
+        count: int = 1,
+        timeout_s: float = 1.0,
+        interval_s: float = 0.2,
+        port: str = "nic",
     ) -> tuple[int, int]:
-        """Ping from `src` to `dst`; returns (sent, received)."""
-        ip = self.graph.nodes[dst]["ip"]
+        """Ping from `src` to `dst`'s `port` address ("nvlink": its NVLink port,
+        which `src`'s kernel reaches out of its own); returns (sent, received)."""
+        ip = fabric_mod.host_port(self.graph, dst, port).ip
         argv = [
             "ping",
             "-n",

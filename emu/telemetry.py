@@ -107,6 +107,7 @@ _ROLE_COLOUR = {
     "core": "tab:red",
     "router": "tab:blue",
     "torus": "tab:blue",
+    "nvswitch": "tab:green",
 }
 
 
@@ -126,7 +127,11 @@ def draw_fabric(G, path: Path) -> Path:
     if path.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"{path}: draw to a .png or an .svg file")
     plt = _pyplot()
-    layer = {n: (-1 if d["kind"] == "host" else d["tier"]) for n, d in G.nodes(data=True)}
+    # Hosts one layer below the lowest network switches; an NVSwitch (tier -1) below its GPUs.
+    layer = {
+        n: (-1 if d["kind"] == "host" else d["tier"] - 1 if d["tier"] < 0 else d["tier"])
+        for n, d in G.nodes(data=True)
+    }
     H = nx.Graph()
     H.add_nodes_from(G.nodes)
     H.add_edges_from(G.edges)

@@ -78,6 +78,9 @@ _DELAY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE]-?[0-9]+)?)(ns|us|ms|s)$")
 # The rules that fill in what a file leaves out (FIRST_PORT, node_rank,
 # default_port_order, default_mac) are public: emu/topowrite.py leaves out
 # exactly what they reproduce.
+# The switch roles a file may give. Not "nvswitch": the format has no GPU
+# NVLink ports yet (emu.topowrite.dump refuses a graph with NVSwitches).
+FILE_SWITCH_ROLES = tuple(r for r in fabric.SWITCH_ROLES if r != "nvswitch")
 # A host's port is 0; a switch numbers its ports from 1 (emu.fabric, "Port numbering").
 FIRST_PORT = {"host": 0, "switch": 1}
 # The link tier the builders give a link between two switch roles; others are "fabric".
@@ -406,7 +409,7 @@ class _Reader:
             kind = spec["kind"]
             role = spec.get("role", "host" if kind == "host" else "switch")
             if (role == "host") != (kind == "host"):
-                allowed = "host" if kind == "host" else ", ".join(fabric.SWITCH_ROLES)
+                allowed = "host" if kind == "host" else ", ".join(FILE_SWITCH_ROLES)
                 raise self.fail(
                     path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}"
                 )
@@ -749,7 +752,7 @@ def load(path: Union[str, Path]) -> nx.Graph:
     Examples:
         >>> G = load("topologies/leaf-spine-2x2.yaml")  # from the repository's top
         >>> fabric.expected_counts(G)
-        {'switches': 4, 'hosts': 4, 'switch_links': 4}
+        {'switches': 4, 'hosts': 4, 'host_addresses': 4, 'switch_links': 4}
     """
     try:
         text = Path(path).read_text()

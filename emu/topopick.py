@@ -80,7 +80,7 @@ def spare_top_switch(graph: nx.Graph) -> Optional[str]:
     for sw in (s for s in switches if graph.nodes[s]["tier"] == top):
         if any(n in hosts for n in graph.neighbors(sw)):
             continue
-        rest = graph.subgraph(n for n in graph.nodes if n != sw)
+        rest = fabric.network(graph).subgraph(n for n in graph.nodes if n != sw)
         if nx.is_connected(rest):
             return sw
     return None
@@ -113,7 +113,7 @@ def shared_links(graph: nx.Graph, flows: Iterable[Edge]) -> Set[Edge]:
     """The directed links that every shortest path of every flow crosses."""
     common: Optional[Set[Edge]] = None
     for s, d in flows:
-        for path in nx.all_shortest_paths(graph, s, d):
+        for path in nx.all_shortest_paths(fabric.network(graph), s, d):
             hops = set(zip(path, path[1:]))
             common = hops if common is None else common & hops
     return common or set()
@@ -128,7 +128,7 @@ def may_collide(graph: nx.Graph, flows: List[Edge]) -> Optional[Tuple[Edge, Edge
     users: Dict[Edge, Edge] = {}
     for flow in flows:
         mine: Set[Edge] = set()
-        for path in nx.all_shortest_paths(graph, *flow):
+        for path in nx.all_shortest_paths(fabric.network(graph), *flow):
             mine |= {
                 (u, v)
                 for u, v in zip(path, path[1:])

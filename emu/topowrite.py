@@ -40,9 +40,17 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     relative to where the file will live, or a URL.
 
     Raises:
-        FabricSpecError: `G` breaks the contract of emu.fabric.validate.
+        FabricSpecError: `G` breaks the contract of emu.fabric.validate, or
+            has an NVLink domain, which the file format does not describe yet.
     """
     fabric.validate(G)
+    nvswitches = [s for s in fabric.switches(G) if G.nodes[s]["role"] == "nvswitch"]
+    if nvswitches:
+        raise fabric.FabricSpecError(
+            f"{G.graph['name']}: the topology file format has no NVLink domains "
+            f"({', '.join(nvswitches[:3])}{', ...' if len(nvswitches) > 3 else ''}); "
+            "build it without them (rail_optimized nvlink_domain=false) to export the network"
+        )
     rates = [d["rate_bps"] for _, _, d in G.edges(data=True)]
     delays = [d["delay_s"] for _, _, d in G.edges(data=True)]
     # The most common rate and delay become the defaults (ties: the first link's).

@@ -408,7 +408,7 @@ def next_hop_choices(graph: nx.Graph, paths: list[list[str]]) -> dict[int, list[
     for nodes in paths:
         dst = nodes[-1]
         if dst not in dist:
-            dist[dst] = nx.single_source_shortest_path_length(graph, dst)
+            dist[dst] = nx.single_source_shortest_path_length(fabric_mod.network(graph), dst)
         for u, v in zip(nodes[1:-1], nodes[2:]):
             closer = sorted(n for n in graph[u] if dist[dst].get(n) == dist[dst][u] - 1)
             if len(closer) > 1 and v in closer:
@@ -419,7 +419,7 @@ def next_hop_choices(graph: nx.Graph, paths: list[list[str]]) -> dict[int, list[
 def ecmp_expectation(graph: nx.Graph, draw, samples: int, rng: random.Random) -> float:
     """Mean over `samples` of max-min throughput with uniformly random shortest paths,
     normalised to the non-blocking throughput of the same matrix."""
-    g = nx.Graph(graph)
+    g = nx.Graph(fabric_mod.network(graph))
     cache: dict[tuple, list] = {}
     total = 0.0
     for _ in range(samples):

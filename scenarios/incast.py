@@ -140,7 +140,7 @@ def model_misfit(graph, senders: list[str], receiver: str) -> str | None:
                 f", receiver {receiver}'s at {topopick.rate_text(rate)}; DCQCN's fluid model "
                 "needs every sender at the receiver's rate"
             )
-        for path in nx.all_shortest_paths(graph, s, receiver):
+        for path in nx.all_shortest_paths(fabric_mod.network(graph), s, receiver):
             for u, v in zip(path, path[1:]):
                 if graph.edges[u, v]["rate_bps"] < rate:
                     return (
@@ -478,7 +478,7 @@ def loop_base_delay_s(graph, senders: list[str], receiver: str, rate_bps: float)
     """The DCQCN loop's delay outside the bottleneck queue, averaged over the senders: a data
     frame stored and forwarded on every hop to the receiver, and the CNP on every hop back,
     plus every link's propagation delay both ways (along a shortest path)."""
-    paths = [nx.shortest_path(graph, s, receiver) for s in senders]
+    paths = [nx.shortest_path(fabric_mod.network(graph), s, receiver) for s in senders]
     hops = [len(path) - 1 for path in paths]
     propagation = [
         2 * sum(graph.edges[u, v]["delay_s"] for u, v in zip(path, path[1:])) for path in paths

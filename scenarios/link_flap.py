@@ -279,8 +279,8 @@ def goodput_floor(
         >>> round(goodput_floor(g, tcp_flows(g), ("leaf1", "spine1"))["worst_ratio"], 3)
         0.667
     """
-    full = nx.Graph(graph)
-    cut = nx.Graph(graph)
+    full = nx.Graph(fabric_mod.network(graph))
+    cut = nx.Graph(full)
     cut.remove_edge(*link)
     out = {link, link[::-1]}
 

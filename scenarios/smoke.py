@@ -107,7 +107,7 @@ def fabric_graph(params: dict):
         graph = build_fabric_graph(params)
     except fabric_mod.FabricSpecError as exc:
         raise ScenarioError(str(exc)) from None
-    if not nx.is_connected(graph):
+    if not nx.is_connected(fabric_mod.network(graph)):
         # rail_optimized with spines=0 (rail-only): the rails are islands by design.
         raise ScenarioError(
             f"smoke pings every pair of hosts, and {graph.graph['name']} is not connected "
@@ -138,11 +138,13 @@ def run(ctx: Context) -> None:
         )
         ctx.check(
             "ARP found every host",
-            len(status["hosts"]) == counts["hosts"],
+            len(status["hosts"]) == counts["host_addresses"],
             len(status["hosts"]),
-            f"{counts['hosts']} hosts",
+            f"{counts['host_addresses']} host addresses",
         )
         all_pairs_ping(ctx, fab, "all-pairs ping")
+        if any(graph.nodes[s]["role"] == "nvswitch" for s in fabric_mod.switches(graph)):
+            nvlink_ping(ctx, fab)
         src, dst = cross_pair(graph)
         tcp_line_rate(ctx, fab, src, dst, rate_bps)
         ecmp_spreading(ctx, fab, graph, src, dst)
@@ -240,6 +242,59 @@ def first_hops(graph, a: str, b: str) -> list[str]:
     if a not in dist:
         return []
     return [n for n in switch_graph.neighbors(a) if dist.get(n) == dist[a] - 1]
+
+
+def nvlink_ping(ctx: Context, fab: Fabric) -> None:
+    """Every GPU pings the other GPUs of its node at their NVLink addresses.
+
+    Judged by the NVSwitches' counters too: the replies come back, and the
+    echo frames crossed the node's NVSwitch, not the network (the rail
+    leaves see none of them).
+    """
+    graph = fab.graph
+    domains = fabric_mod.nvlink_domains(graph)
+    count = ctx.params["ping_count"]
+    nvswitches = [f"nvsw{node}" for node in domains]
+
+    def rx_frames(switches: list[str]) -> int:
+        return sum(
+            port["rx_packets"]
+            for sw in switches
+            for port in fab.switch_call(sw, "counters")["ports"]
+        )
+
+    before = rx_frames(nvswitches)
+    sent = recv = pairs = 0
+    for gpus in domains.values():
+        for src in gpus:
+            for dst in gpus:
+                if src != dst:
+                    a, b = fab.ping(
+                        src, dst, count=count, timeout_s=1.0, interval_s=0.05, port="nvlink"
+                    )
+                    sent, recv, pairs = sent + a, recv + b, pairs + 1
+    crossed = rx_frames(nvswitches) - before
+    ctx.table(
+        "NVLink ping",
+        ["pairs", "sent", "received", "NVSwitch rx frames"],
+        [[pairs, sent, recv, crossed]],
+    )
+    ctx.metrics.setdefault("ping", {})["NVLink ping"] = {
+        "pairs": pairs,
+        "sent": sent,
+        "received": recv,
+        "nvswitch_rx_frames": crossed,
+    }
+    ctx.check(
+        "NVLink ping: 0% loss inside every node", sent > 0 and recv == sent, f"{recv}/{sent}", "all"
+    )
+    # An echo request and its reply each cross the NVSwitch once (ARP adds a few).
+    ctx.check(
+        "NVLink ping: through the NVSwitches",
+        crossed >= 2 * recv,
+        crossed,
+        f">= {2 * recv} frames (request + reply per echo)",
+    )
 
 
 def all_pairs_ping(ctx: Context, fab: Fabric, label: str) -> None:

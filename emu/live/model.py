@@ -53,9 +53,11 @@ def layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
         >>> pos["spine1"][1] < pos["leaf1"][1] < pos["h1"][1]
         True
     """
-    switches = fabric_mod.switches(graph)
+    # A GPU server's NVSwitch (tier -1) gets the bottom row, under its GPUs.
+    nvswitches = [s for s in fabric_mod.switches(graph) if graph.nodes[s]["tier"] < 0]
+    switches = [s for s in fabric_mod.switches(graph) if graph.nodes[s]["tier"] >= 0]
     tiers = sorted({graph.nodes[s]["tier"] for s in switches})
-    rows: list[list[str]] = []
+    rows: list[list[str]] = [sorted(nvswitches, key=natural_key)]
     first_tier = sorted(
         (s for s in switches if graph.nodes[s]["tier"] == tiers[0]), key=natural_key
     )

@@ -94,9 +94,17 @@ def test_smoke_rail_optimized_2_nodes_2_gpus_2_spines(tmp_path, no_leaks):
         "iperf_s=3",
         "ping_count=1",
     )
-    assert_checks(res, metrics, LEAF_SPINE_CHECKS)
+    assert_checks(
+        res,
+        metrics,
+        LEAF_SPINE_CHECKS
+        + ["NVLink ping: 0% loss inside every node", "NVLink ping: through the NVSwitches"],
+    )
     m = metrics["metrics"]
-    assert m["fabric"]["switches"] == 4 and m["fabric"]["hosts"] == 4
+    # 2 rail leaves, 2 spines and an NVSwitch per node; each GPU learned at two addresses
+    assert m["fabric"]["switches"] == 6 and m["fabric"]["hosts"] == 4
+    assert m["fabric"]["host_addresses"] == 8
+    assert m["ping"]["NVLink ping"]["pairs"] == 2 * 2
     # h1 (node 1, rail 1) to h4 (node 2, rail 2): between rails, over the spines.
     assert sorted(m["ecmp"]["bytes_per_top_switch"]) == ["spine1", "spine2"]
 

@@ -175,6 +175,7 @@ class SimFabric:
         self.peer: Dict[Tuple[int, int], Tuple[int, int]] = {}
         self.host_at: Dict[Tuple[int, int], Tuple[str, str]] = {}  # (dpid, port) -> (ip, mac)
         self.host_loc: Dict[str, Tuple[int, int]] = {}
+        self.nvlink_loc: Dict[str, Tuple[int, int]] = {}  # GPU -> its NVSwitch port
         self.dpids: List[int] = []
         self.hold_barriers = False
         self.held: List[Tuple[int, int]] = []
@@ -195,10 +196,14 @@ class SimFabric:
                 if graph.nodes[x]["kind"] == "switch" and graph.nodes[y]["kind"] == "switch":
                     self.peer[(self.dpid[x], self.port[(x, y)])] = (self.dpid[y], self.port[(y, x)])
                 elif graph.nodes[x]["kind"] == "switch":
-                    ip, mac = graph.nodes[y]["ip"], graph.nodes[y]["mac"]
                     loc = (self.dpid[x], self.port[(x, y)])
+                    if graph.edges[x, y].get("tier") == "nvlink":  # a GPU's NVLink port
+                        ip, mac = graph.nodes[y]["nvlink_ip"], graph.nodes[y]["nvlink_mac"]
+                        self.nvlink_loc[y] = loc
+                    else:
+                        ip, mac = graph.nodes[y]["ip"], graph.nodes[y]["mac"]
+                        self.host_loc[y] = loc
                     self.host_at[loc] = (ip, mac)
-                    self.host_loc[y] = loc
         self.graph = graph
         self.switch_names = switches
 
@@ -230,9 +235,10 @@ class SimFabric:
         for dpid, xid in held:
             self.mgr.barrier_reply(dpid, xid, self.now)
 
-    def host_arp(self, host: str, target_ip: str) -> None:
-        """Host ``host`` sends an ARP request for ``target_ip``."""
-        ip, mac = self.graph.nodes[host]["ip"], self.graph.nodes[host]["mac"]
+    def host_arp(self, host: str, target_ip: str, nvlink: bool = False) -> None:
+        """Host ``host`` sends an ARP request for ``target_ip`` (from its NVLink port)."""
+        d = self.graph.nodes[host]
+        ip, mac = (d["nvlink_ip"], d["nvlink_mac"]) if nvlink else (d["ip"], d["mac"])
         frame = ofmsg.arp_frame(
             op=ofmsg.ARP_REQUEST,
             src_mac=mac,
@@ -240,7 +246,7 @@ class SimFabric:
             dst_mac="00:00:00:00:00:00",
             dst_ip=target_ip,
         )
-        dpid, port = self.host_loc[host]
+        dpid, port = (self.nvlink_loc if nvlink else self.host_loc)[host]
         self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
 
     def deliver(self, msgs: List[Tuple[int, Any]]) -> None:
@@ -340,6 +346,8 @@ def learn_all_hosts(fab: SimFabric) -> None:
     for h in hosts:  # every host ARPs for the next one: learns requester, and target via probe
         nxt = hosts[(hosts.index(h) + 1) % len(hosts)]
         fab.host_arp(h, fab.graph.nodes[nxt]["ip"])
+    for h in fab.nvlink_loc:  # a GPU's NVLink port announces itself (gratuitous ARP)
+        fab.host_arp(h, fab.graph.nodes[h]["nvlink_ip"], nvlink=True)
 
 
 OFPT_ERROR = 1
@@ -381,17 +389,20 @@ class PipelineFabric(SimFabric):
                 self.mgr.port_status(dpid, PortInfo(port, "02:00:00:00:00:00", up), self.now)
             )
 
-    def trace(self, src: str, dst: str, sport: int = 4791) -> list[str]:
-        """The switches a UDP frame src -> dst crosses; asserts it reaches dst's port."""
+    def trace(self, src: str, dst: str, sport: int = 4791, nvlink: bool = False) -> list[str]:
+        """The switches a UDP frame src -> dst crosses (NIC to NIC, or NVLink port to
+        NVLink port); asserts it reaches dst's port."""
         s, d = self.graph.nodes[src], self.graph.nodes[dst]
+        ip, mac = ("nvlink_ip", "nvlink_mac") if nvlink else ("ip", "mac")
         frame = bytes(
-            Ether(src=s["mac"], dst="02:00:00:00:00:ff")
-            / IP(src=s["ip"], dst=d["ip"])
+            Ether(src=s[mac], dst="02:00:00:00:00:ff")
+            / IP(src=s[ip], dst=d[ip])
             / UDP(sport=sport, dport=4791)
             / (b"x" * 32)
         )
         names = {v: k for k, v in self.dpid.items()}
-        dpid, port = self.host_loc[src]
+        locs = self.nvlink_loc if nvlink else self.host_loc
+        dpid, port = locs[src]
         path = []
         for _ in range(8):
             path.append(names[dpid])
@@ -401,8 +412,8 @@ class PipelineFabric(SimFabric):
             live = self.pipelines[dpid].ports[out_port].live
             assert live, f"{src}->{dst}: {names[dpid]} sent out of dead port {out_port}"
             if (dpid, out_port) in self.host_at:
-                assert (dpid, out_port) == self.host_loc[dst], f"{src}->{dst} misdelivered"
-                assert Ether(frame).dst == d["mac"]  # the last hop rewrote eth_dst
+                assert (dpid, out_port) == locs[dst], f"{src}->{dst} misdelivered"
+                assert Ether(frame).dst == d[mac]  # the last hop rewrote eth_dst
                 return path
             dpid, port = self.peer[(dpid, out_port)]
         raise AssertionError(f"{src}->{dst}: loop along {path}")

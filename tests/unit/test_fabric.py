@@ -17,6 +17,7 @@ from emu.fabric import (
     dragonfly,
     expected_counts,
     fat_tree,
+    host_ports,
     hosts,
     leaf_spine,
     port_map,
@@ -100,7 +101,8 @@ def test_ports_are_dense(graph):
     for node in graph:
         ports = sorted(port_map(graph, node))
         if graph.nodes[node]["kind"] == "host":
-            assert ports == [0]
+            # port 0 the NIC; a GPU's NVLink port, when it has one, is 1
+            assert ports == ([0, 1] if "nvlink_ip" in graph.nodes[node] else [0])
         else:
             assert ports == list(range(1, graph.degree(node) + 1))
 
@@ -115,13 +117,16 @@ def test_port_map_is_symmetric(graph):
 
 def test_hosts_attach_to_their_leaf(graph):
     for h in hosts(graph):
-        assert list(graph[h]) == [graph.nodes[h]["leaf"]]
-        assert graph.edges[h, graph.nodes[h]["leaf"]]["tier"] == "host"
+        leaf = graph.nodes[h]["leaf"]
+        nvlink = [p for p in graph[h] if graph.edges[h, p]["tier"] == "nvlink"]
+        assert sorted(graph[h]) == sorted([leaf] + nvlink) and len(nvlink) <= 1
+        assert graph.edges[h, leaf]["tier"] == "host"
+        assert graph.edges[h, leaf]["ports"][h] == 0
 
 
 def test_switch_tiers_match_roles(graph):
     tier_of = {"leaf": 0, "edge": 0, "switch": 0, "router": 0, "torus": 0}
-    tier_of.update(spine=1, agg=1, core=2)
+    tier_of.update(spine=1, agg=1, core=2, nvswitch=-1)
     for s in switches(graph):
         assert graph.nodes[s]["tier"] == tier_of[graph.nodes[s]["role"]]
 
@@ -135,10 +140,12 @@ def test_expected_counts(graph):
     assert counts == {
         "switches": len(switches(graph)),
         "hosts": len(hosts(graph)),
+        # an address per host port: a GPU's NVLink port is learned too
+        "host_addresses": sum(len(host_ports(graph, h)) for h in hosts(graph)),
         "switch_links": len(switch_links(graph)),
     }
     assert counts["switches"] + counts["hosts"] == graph.number_of_nodes()
-    assert counts["hosts"] + counts["switch_links"] == graph.number_of_edges()
+    assert counts["host_addresses"] + counts["switch_links"] == graph.number_of_edges()
 
 
 # ------------------------------------------------------------ fat tree

@@ -166,11 +166,13 @@ def test_torus_addresses_and_dpids():
 @pytest.mark.parametrize("n, g, s", [(2, 2, 2), (4, 2, 2), (2, 4, 1), (3, 8, 4), (4, 2, 0)])
 def test_rail_counts_degrees_and_nic_r_on_leaf_r(n, g, s):
     G = rail_optimized(nodes=n, gpus_per_node=g, spines=s)
-    assert len(hosts(G)) == n * g and len(switches(G)) == g + s
+    # g rail leaves, s spines and an NVSwitch per node
+    assert len(hosts(G)) == n * g and len(switches(G)) == g + s + n
     assert len(switch_links(G)) == g * s
     for h in hosts(G):
         r = G.nodes[h]["rail"]
-        assert G.nodes[h]["leaf"] == f"rail{r}" and list(G[h]) == [f"rail{r}"]
+        nvsw = f"nvsw{G.nodes[h]['node']}"
+        assert G.nodes[h]["leaf"] == f"rail{r}" and list(G[h]) == [f"rail{r}", nvsw]
         assert G.nodes[f"rail{r}"]["rail"] == r
         # On port `node` of its rail leaf.
         assert G.edges[h, f"rail{r}"]["ports"][f"rail{r}"] == G.nodes[h]["node"]
@@ -181,10 +183,15 @@ def test_rail_counts_degrees_and_nic_r_on_leaf_r(n, g, s):
         )
     for sp in range(1, s + 1):
         assert sorted(G[f"spine{sp}"]) == sorted(f"rail{r}" for r in range(1, g + 1))
+    for node in range(1, n + 1):  # the NVLink domain: GPU r on port r, nothing else
+        assert G.nodes[f"nvsw{node}"]["dpid"] == node
+        assert {G.edges[h, f"nvsw{node}"]["ports"][f"nvsw{node}"]: h for h in G[f"nvsw{node}"]} == {
+            r: f"h{(node - 1) * g + r}" for r in range(1, g + 1)
+        }
 
 
 def test_rail_traffic_between_rails_crosses_a_spine_and_within_a_rail_does_not():
-    G = rail_optimized(nodes=3, gpus_per_node=2, spines=2)
+    G = rail_optimized(nodes=3, gpus_per_node=2, spines=2, nvlink_domain=False)
     # NIC 1 of node 1 to NIC 1 of node 3: one leaf.
     assert nx.shortest_path(G, "h1", "h5") == ["h1", "rail1", "h5"]
     paths = list(nx.all_shortest_paths(G, "h1", "h6"))
@@ -193,7 +200,7 @@ def test_rail_traffic_between_rails_crosses_a_spine_and_within_a_rail_does_not()
 
 
 def test_rail_only_rails_are_islands():
-    G = rail_optimized(nodes=4, gpus_per_node=2, spines=0)
+    G = rail_optimized(nodes=4, gpus_per_node=2, spines=0, nvlink_domain=False)
     parts = sorted(sorted(c) for c in nx.connected_components(G))
     assert len(parts) == 2
     assert G.graph["params"]["oversubscription"] is None

@@ -85,7 +85,7 @@ SHAPES = {
 
 def build_shape(graph) -> PipelineFabric:
     counts = emu_fabric.expected_counts(graph)
-    return build(graph, counts["switches"], counts["switch_links"], counts["hosts"])
+    return build(graph, counts["switches"], counts["switch_links"], counts["host_addresses"])
 
 
 @pytest.mark.parametrize("make", SHAPES.values(), ids=list(SHAPES))
@@ -117,6 +117,26 @@ def test_cyclic_shapes_send_arp_probes_out_of_edge_ports_only(make):
         for action in msg.actions
     ]
     assert probes and all(out in host_ports for out in probes)
+
+
+def test_nvlink_ports_reach_their_node_through_its_nvswitch_and_nothing_else():
+    graph = emu_fabric.rail_optimized(nodes=3, gpus_per_node=2)
+    fab = build_shape(graph)
+    for node, gpus in emu_fabric.nvlink_domains(graph).items():
+        for src in gpus:
+            for dst in gpus:
+                if src != dst:
+                    assert fab.trace(src, dst, nvlink=True) == [f"nvsw{node}"]
+    # The NVLink addresses are no route of the network, nor the NICs' of an NVSwitch:
+    # a host is never a transit node.
+    nvlink_ips = {graph.nodes[h]["nvlink_ip"] for h in emu_fabric.hosts(graph)}
+    nic_ips = {graph.nodes[h]["ip"] for h in emu_fabric.hosts(graph)}
+    for name, dpid in fab.dpid.items():
+        routed = set(fab.mgr.routes()[dpid])
+        if graph.nodes[name]["role"] == "nvswitch":
+            assert routed == {graph.nodes[h]["nvlink_ip"] for h in graph[name]}
+        else:
+            assert routed == nic_ips and not routed & nvlink_ips
 
 
 def test_torus_ecmp_uses_both_first_hops_and_survives_a_cut():

@@ -236,7 +236,12 @@ def test_each_error_is_one_line_naming_file_line_and_field(text, expected):
 
 def test_the_base_file_of_the_error_cases_is_valid():
     G = topofile.loads(BASE, "topo.yaml")
-    assert fabric.expected_counts(G) == {"switches": 3, "hosts": 4, "switch_links": 2}
+    assert fabric.expected_counts(G) == {
+        "switches": 3,
+        "hosts": 4,
+        "host_addresses": 4,
+        "switch_links": 2,
+    }
 
 
 def test_error_carries_its_parts():
@@ -367,11 +372,13 @@ SHAPES = {
         dims=(2, 2, 2), hosts_per_switch=2, modelled_rate_bps=400e9
     ),
     "torus 4x3x2": lambda: fabric.torus(dims=(4, 3, 2)),
-    "rail_optimized 2n 2g 2s": lambda: fabric.rail_optimized(),
+    "rail_optimized 2n 2g 2s": lambda: fabric.rail_optimized(nvlink_domain=False),
     "rail_optimized 4n 8g 4s, delayed": lambda: fabric.rail_optimized(
-        nodes=4, gpus_per_node=8, spines=4, delay_s=0.0005
+        nodes=4, gpus_per_node=8, spines=4, delay_s=0.0005, nvlink_domain=False
     ),
-    "rail-only 4n 2g": lambda: fabric.rail_optimized(nodes=4, gpus_per_node=2, spines=0),
+    "rail-only 4n 2g": lambda: fabric.rail_optimized(
+        nodes=4, gpus_per_node=2, spines=0, nvlink_domain=False
+    ),
 }
 
 
@@ -391,7 +398,9 @@ def test_a_dragonfly_files_router_links_are_local_or_global_by_group():
 
 
 def test_only_a_rail_only_fabric_may_be_islands():
-    text = topowrite.dump(fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=0))
+    text = topowrite.dump(
+        fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=0, nvlink_domain=False)
+    )
     with pytest.raises(TopoFileError, match="the fabric is not connected"):
         topofile.loads(text.replace("kind: rail_optimized", "kind: custom"), "topo.yaml")
 
@@ -558,8 +567,8 @@ def test_cli_show_refuses_other_picture_formats(tmp_path, capsys):
             lambda: fabric.dragonfly(groups=3, global_links_per_router=2),
         ),
         (
-            ["rail_optimized", "nodes=4", "spines=0"],
-            lambda: fabric.rail_optimized(nodes=4, spines=0),
+            ["rail_optimized", "nodes=4", "spines=0", "nvlink_domain=false"],
+            lambda: fabric.rail_optimized(nodes=4, spines=0, nvlink_domain=False),
         ),
     ],
     ids=["fat_tree", "leaf_spine", "single_switch", "torus", "dragonfly", "rail_optimized"],
@@ -593,6 +602,12 @@ def test_cli_export_to_stdout(capsys):
         ),
         (["fat_tree", "k=3"], "emu: k=3: must be even (k pods of k/2 edge and k/2 agg switches)"),
         (["fat_tree", "k"], "emu: 'k': expected KEY=VALUE"),
+        (
+            ["rail_optimized", "nodes=5"],
+            "emu: rail_5n_2g_2s: the topology file format has no NVLink domains "
+            "(nvsw1, nvsw2, nvsw3, ...); build it without them (rail_optimized "
+            "nvlink_domain=false) to export the network",
+        ),
     ],
 )
 def test_cli_export_bad_input_is_one_line(argv, message, capsys):
