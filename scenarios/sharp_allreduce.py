@@ -77,10 +77,10 @@ PARAMS = {
 
 
 def validate(params: dict) -> None:
-    parse_param(params, "algos", collectives.parse_algos)
+    parse_param(params, "algos", collectives.parse_algos, collectives.ALLREDUCE_NAMES)
     parse_param(params, "sizes", collectives.parse_sizes, params["factor"], params["dtype"])
     graph = build_fabric_graph(params)
-    ring = "ring" in collectives.parse_algos(params["algos"])
+    ring = "ring" in collectives.parse_algos(params["algos"], collectives.ALLREDUCE_NAMES)
     misfit = topopick.collective_misfit(graph, ring=ring)
     if misfit:
         raise ScenarioError(f"sharp-allreduce: {params.get('topo') or 'the fabric'}: {misfit}")
@@ -92,7 +92,7 @@ def run(ctx: Context) -> None:
     hosts = fabric_mod.hosts(graph)
     n = len(hosts)
     sizes = collectives.parse_sizes(p["sizes"], p["factor"], p["dtype"])
-    algos = collectives.parse_algos(p["algos"])
+    algos = collectives.parse_algos(p["algos"], collectives.ALLREDUCE_NAMES)
     results: dict[str, list[collectives.AllReduceResult]] = {}
     with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
         for algo in algos:

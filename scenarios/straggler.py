@@ -151,10 +151,10 @@ def _factors(key: str, text: str, need_one: bool) -> list[float]:
 def validate(params: dict) -> None:
     _factors("factors", params["factors"], need_one=True)
     _factors("nic_factors", params["nic_factors"], need_one=False)
-    parse_param(params, "algos", collectives.parse_algos)
+    parse_param(params, "algos", collectives.parse_algos, collectives.ALLREDUCE_NAMES)
     parse_param(params, "size", collectives.parse_size, params["dtype"])
     graph = build_fabric_graph(params)
-    ring = "ring" in collectives.parse_algos(params["algos"])
+    ring = "ring" in collectives.parse_algos(params["algos"], collectives.ALLREDUCE_NAMES)
     misfit = topopick.collective_misfit(graph, ring=ring)
     if misfit:
         raise ScenarioError(f"straggler: {params.get('topo') or 'the fabric'}: {misfit}")
@@ -243,7 +243,7 @@ def run(ctx: Context) -> None:
     with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
         # The agents the straggler fault talks to, and that run_allreduce reuses.
         fab.faults.nics = RdmaHosts(fab, hosts, dcqcn=p["dcqcn"])
-        for algo in collectives.parse_algos(p["algos"]):
+        for algo in collectives.parse_algos(p["algos"], collectives.ALLREDUCE_NAMES):
             for kind, factor in _points(factors, nic_factors):
                 if kind == "compute":
                     fab.faults.straggler(straggler, compute_factor=factor)

@@ -3,8 +3,10 @@
 Owns what the host agent (emu/host/agent.py) runs for a collective:
 `CollectiveSpec` (what `coll_setup` receives, checked key by key), the
 `Algorithm` interface and its implementations by name in `ALGORITHMS` (the
-ring on the NIC's queue pairs, `emu.host.ring.RingOnNic`, and in-network
-aggregation, `emu.host.sharp.SharpOnNic`), and `CollectiveRank`, the agent's
+ring all-reduce on the NIC's queue pairs and its reduce-scatter and
+all-gather phases alone, `emu.host.ring.RingOnNic`, and in-network
+aggregation, `emu.host.sharp.SharpOnNic`), `RankData` (a rank's input and
+the result its algorithm must reach), and `CollectiveRank`, the agent's
 hook: input from (seed, rank), iterations with a compute step before each (a
 straggler's is longer), timing, the rank's own check of its result, byte
 counts.
@@ -27,7 +29,16 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from emu.host.data import DTYPES, ExpectedSum, dtype_name, expected_sum, is_int, rank_input
+from emu.host.data import (
+    DTYPES,
+    ExpectedSum,
+    dtype_name,
+    expected_all_gather,
+    expected_reduce_scatter,
+    expected_sum,
+    is_int,
+    rank_input,
+)
 from emu.host.ring import DEFAULT_SLICE_BYTES, MAX_SLICE_BYTES, RingOnNic
 from emu.host.sharp import SharpOnNic
 
@@ -50,7 +61,8 @@ class CollectiveSpec:
         compute_s: seconds the rank is busy before it communicates, every
             iteration (a straggler has a larger one).
         slice_bytes: the pipelined message size.
-        send_qpn, recv_qpn: the ring's QPs to rank+1 and from rank-1.
+        send_qpn, recv_qpn: the ring's QPs to rank+1 and from rank-1 (the
+            ring algorithms: "ring", "reduce_scatter", "all_gather").
         options: algorithm-specific settings (e.g. an aggregation switch).
 
     Raises:
@@ -155,14 +167,20 @@ class Algorithm(Protocol):
 
 # name -> factory(spec, rnic, input) of one iteration. SHARP-like aggregation plugs in here.
 ALGORITHMS: dict[str, Callable[[CollectiveSpec, Any, np.ndarray], Algorithm]] = {
-    "ring": RingOnNic,  # the ring on the NIC's queue pairs (emu/host/ring.py)
+    "ring": RingOnNic,  # the ring all-reduce on the NIC's queue pairs (emu/host/ring.py)
     "sharp": SharpOnNic,  # in-network aggregation (emu/host/sharp.py)
+    "reduce_scatter": RingOnNic,  # the ring's first phase alone: rank r ends with chunk r+1
+    "all_gather": RingOnNic,  # the ring's second phase alone, from each rank's input
 }  # the same names as collectives.ALGORITHM_NAMES, which run_allreduce checks
 
 
 @dataclass(frozen=True)
 class RankData:
-    """A rank's input and the job's exact sum: the heavy part of a setup.
+    """A rank's input and the result its algorithm must reach: the heavy part of a setup.
+
+    The all-reduces ("ring", "sharp") must reach the exact sum; a
+    reduce-scatter this rank's chunk of it (`expected_reduce_scatter`); an
+    all-gather every chunk copied from its owner's input (`expected_all_gather`).
 
     At 16 MB and 8 ranks, building it costs about half a second of CPU; the
     agent builds it on its management worker thread (emu/mgmt.py, `Deferred`)
@@ -174,10 +192,14 @@ class RankData:
 
     @classmethod
     def build(cls, spec: CollectiveSpec) -> RankData:
-        return cls(
-            rank_input(spec.seed, spec.rank, spec.count, spec.dtype),
-            expected_sum(spec.seed, spec.nranks, spec.count, spec.dtype),
-        )
+        args = (spec.seed, spec.nranks, spec.count, spec.dtype)
+        if spec.algo == "reduce_scatter":
+            expected = expected_reduce_scatter(*args, rank=spec.rank)
+        elif spec.algo == "all_gather":
+            expected = expected_all_gather(*args)
+        else:
+            expected = expected_sum(*args)
+        return cls(rank_input(spec.seed, spec.rank, spec.count, spec.dtype), expected)
 
 
 class CollectiveRank:
@@ -203,7 +225,7 @@ class CollectiveRank:
     Args:
         spec: the job as set up.
         rnic: the host's NIC model (pure; the agent owns its socket).
-        data: the rank's input and the exact sum, if built already (`RankData`).
+        data: the rank's input and expected result, if built already (`RankData`).
 
     Raises:
         ValueError: a bad spec for the algorithm (e.g. unknown QPs).
@@ -232,8 +254,10 @@ class CollectiveRank:
         self.elapsed_s: list[float] = []  # per iteration: first post -> last receive
         self.iter_s: list[float] = []  # per iteration: compute start -> last receive
         self.wrong: list[int] = []  # per iteration
-        self.digest: int | None = None  # crc32 of the last result: equal on every rank
-        self._unchecked: list[np.ndarray] = []  # results not yet compared with the sum
+        # crc32 of the last result: equal on every rank (in a reduce-scatter each
+        # rank holds its own chunk, so theirs differ).
+        self.digest: int | None = None
+        self._unchecked: list[np.ndarray] = []  # results not yet checked
         self.frames_sent = 0
         self.frame_bytes_sent = 0
         self.frame_payload_bytes = 0
@@ -327,7 +351,7 @@ class CollectiveRank:
         self.early.clear()
 
     def check_results(self) -> None:
-        """Compare the finished iterations' results with the exact sum (`wrong`, `digest`)."""
+        """Compare the finished iterations' results with the expected one (`wrong`, `digest`)."""
         self.record_checks(self.check_work()())
 
     def check_work(self) -> Callable[[], list[tuple[int, int]]]:

@@ -1,8 +1,12 @@
 """The data that collectives reduce, and its check: element types, each rank's input, the sum.
 
 Owns the element types a collective carries (`DTYPES`, `dtype_name`), rank
-r's input (`rank_input`) and the exact result with the bound a correct
-result keeps to (`expected_sum`, `ExpectedSum`). Pure: no sockets, no clock.
+r's input (`rank_input`), how an array is cut into one chunk per rank
+(`chunk_bounds`, the ring's chunks too), and the exact result with the
+bound a correct result keeps to (`ExpectedSum`): of an all-reduce
+(`expected_sum`), of the ring's reduce-scatter (`expected_reduce_scatter`:
+one rank's chunk of the sum) and of its all-gather (`expected_all_gather`:
+every chunk copied from its owner's input). Pure: no sockets, no clock.
 
 Who uses it: a rank inside a host agent builds its input and checks its own
 result (emu/host/collective.py, `RankData`); the ring (emu/host/ring.py)
@@ -20,7 +24,9 @@ bound gamma_{n-1} * sum_i |x_i| (Higham, Accuracy and Stability of Numerical
 Algorithms, 2nd ed., eq. 4.4; gamma_k = k u / (1 - k u), u = 2**-24): the ring
 adds each element's n terms in float32, in an order that depends on the
 element's chunk, so results differ from a numpy sum in the last bits but
-never by more than that bound.
+never by more than that bound. A reduce-scatter's chunk keeps to the same
+bound, element by element; an all-gather only copies, so it must match bit
+for bit in either type.
 """
 
 from __future__ import annotations
@@ -80,15 +86,36 @@ def rank_input(seed: int, rank: int, count: int, dtype: str) -> np.ndarray:
     return rng.random(count, dtype=np.float32) * np.float32(2) - np.float32(1)
 
 
+def chunk_bounds(count: int, nranks: int, chunk: int) -> tuple[int, int]:
+    """[lo, hi) element indices of chunk `chunk` when `count` elements are cut into `nranks`.
+
+    Chunk c holds elements [c*count//n, (c+1)*count//n): sizes differ by at
+    most one, and some are empty when count < n. The ring cuts its array so
+    (emu/host/ring.py) and the reduce-scatter's check takes its chunk so.
+
+    Raises:
+        ValueError: a chunk out of 0..nranks-1.
+
+    Examples:
+        >>> [chunk_bounds(10, 3, c) for c in range(3)]
+        [(0, 3), (3, 6), (6, 10)]
+        >>> chunk_bounds(1, 2, 0)
+        (0, 0)
+    """
+    if not 0 <= chunk < nranks:
+        raise ValueError(f"chunk={chunk!r}: allowed 0..{nranks - 1}")
+    return chunk * count // nranks, (chunk + 1) * count // nranks
+
+
 @dataclass
 class ExpectedSum:
-    """The exact all-reduce result of a job and how far a correct result may be from it."""
+    """The exact result of a job on one rank and how far a correct result may be from it."""
 
-    exact: np.ndarray  # int32 (wrapped) or float64 (exact: float32 terms on a 2**-23 grid)
-    tolerance: np.ndarray | None  # float32 only: per element bound on |result - exact|
+    exact: np.ndarray  # int32 (wrapped), float64 (exact: float32 terms on a 2**-23 grid), float32
+    tolerance: np.ndarray | None  # per element bound on |result - exact|; None: bit exact
 
     def wrong(self, result: np.ndarray) -> int:
-        """Elements of `result` that are not the sum (NaN counts as wrong)."""
+        """Elements of `result` that are not the expected ones (NaN counts as wrong)."""
         if result.shape != self.exact.shape:
             return int(self.exact.size)
         if self.tolerance is None:
@@ -125,3 +152,52 @@ def expected_sum(seed: int, nranks: int, count: int, dtype: str) -> ExpectedSum:
         mag += np.abs(x)
     k = max(nranks - 1, 0) * FLOAT32_UNIT_ROUNDOFF
     return ExpectedSum(acc, mag * (k / (1 - k)))
+
+
+def expected_reduce_scatter(
+    seed: int, nranks: int, count: int, dtype: str, rank: int
+) -> ExpectedSum:
+    """What rank `rank` holds after the ring's reduce-scatter: its chunk of the exact sum.
+
+    The ring leaves rank r with chunk (r+1) mod n fully reduced
+    (emu/host/ring.py); the sum and its float32 bound are `expected_sum`'s,
+    restricted to that chunk's elements (`chunk_bounds`).
+
+    Raises:
+        ValueError: a rank out of 0..nranks-1.
+
+    Examples:
+        >>> xs = [rank_input(1, r, 5, "int32") for r in range(3)]
+        >>> e = expected_reduce_scatter(1, 3, 5, "int32", rank=0)  # chunk 1: elements [1, 3)
+        >>> e.wrong((xs[0] + xs[1] + xs[2])[1:3]), e.wrong((xs[0] + xs[1] + xs[2])[0:2])
+        (0, 2)
+    """
+    if not 0 <= rank < nranks:
+        raise ValueError(f"rank={rank!r}: allowed 0..{nranks - 1}")
+    lo, hi = chunk_bounds(count, nranks, (rank + 1) % nranks)
+    full = expected_sum(seed, nranks, count, dtype)
+    tolerance = None if full.tolerance is None else full.tolerance[lo:hi].copy()
+    return ExpectedSum(full.exact[lo:hi].copy(), tolerance)
+
+
+def expected_all_gather(seed: int, nranks: int, count: int, dtype: str) -> ExpectedSum:
+    """What every rank holds after the ring's all-gather: chunk c from its owner's input.
+
+    The owner of chunk c is rank (c-1) mod n, the rank that holds it after
+    the ring's reduce-scatter (emu/host/ring.py), so that the two phases
+    compose into the all-reduce. Copies only: bit exact in either type.
+
+    Examples:
+        >>> xs = [rank_input(2, r, 5, "float32") for r in range(3)]
+        >>> gathered = np.concatenate([xs[2][0:1], xs[0][1:3], xs[1][3:5]])
+        >>> e = expected_all_gather(2, 3, 5, "float32")
+        >>> e.wrong(gathered), e.wrong(xs[0])
+        (0, 3)
+    """
+    name = dtype_name(dtype)
+    out = np.empty(count, dtype=DTYPES[name])
+    for chunk in range(nranks):
+        lo, hi = chunk_bounds(count, nranks, chunk)
+        if hi > lo:
+            out[lo:hi] = rank_input(seed, (chunk - 1) % nranks, count, name)[lo:hi]
+    return ExpectedSum(out, None)

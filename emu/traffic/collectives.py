@@ -7,11 +7,15 @@ Owns what runs in the test or scenario process:
    every rank, started at one instant, waited for, checked by the ranks
    themselves; for in-network aggregation it registers the job with the
    aggregation manager (controllers/aggregation.py) and falls back to the
-   ring when refused. `AllReduceResult` is one size's row.
+   ring when refused. The algorithms (`ALGORITHM_NAMES`) are the all-reduces
+   "ring" and "sharp" (`ALLREDUCE_NAMES`) and the ring's two phases as jobs
+   of their own, "reduce_scatter" and "all_gather" (the parts of a
+   hierarchical all-reduce). `AllReduceResult` is one size's row.
 2. The report: `nccl_table` (nccl-tests all_reduce_perf's header, rows and
    summary lines), `as_dict` for metrics.json.
 3. The arguments and models the scenarios check against: size and algorithm
-   parsing, the byte and bandwidth models.
+   parsing, the byte and bandwidth models (`busbw_factor`,
+   `model_bytes_per_host`).
 
 Not owned here: the algorithms and the data, which live with the NIC model
 and run inside the host agents: the pure ring (emu/host/ring.py), in-network
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from emu.host.data import DTYPES, dtype_name, is_int
-from emu.host.ring import DEFAULT_SLICE_BYTES
+from emu.host.ring import ALGO_PHASES, DEFAULT_SLICE_BYTES
 from emu.mgmt import MgmtError
 from emu.net import Fabric
 from emu.registry import wait_for
@@ -44,8 +48,13 @@ log = logging.getLogger(__name__)
 NCCL_TYPE_NAMES = {"int32": "int32", "float32": "float"}  # nccl-tests test_typenames
 
 
-#: The algorithms a host agent runs (emu/host/collective.py, ALGORITHMS).
-ALGORITHM_NAMES = ("ring", "sharp")
+#: The all-reduce algorithms: what the scenarios comparing the ring with aggregation offer.
+ALLREDUCE_NAMES = ("ring", "sharp")
+#: The algorithms a host agent runs (emu/host/collective.py, ALGORITHMS): the
+#: all-reduces and the ring's reduce-scatter and all-gather alone.
+ALGORITHM_NAMES = ALLREDUCE_NAMES + ("reduce_scatter", "all_gather")
+#: How the waits and errors name each algorithm's collective.
+_COLLECTIVE = {"reduce_scatter": "reduce-scatter", "all_gather": "all-gather"}
 
 
 class CollectiveError(RuntimeError):
@@ -57,15 +66,18 @@ class CollectiveError(RuntimeError):
 
 @dataclass(frozen=True)
 class AllReduceResult:
-    """One size of an all-reduce run, as nccl-tests reports it, plus the NIC's counts.
+    """One size of a collective run, as nccl-tests reports it, plus the NIC's counts.
 
     `time_s` is per iteration: the mean over iterations of the slowest rank's
     time from its first post to its last receive (the collective is over when
-    the last rank has its result). algbw = size / time, busbw = algbw *
-    2(n-1)/n (nccl-tests doc/PERFORMANCE.md). `wrong` is the number of wrong
-    elements summed over ranks (each rank's worst iteration). Byte counts are
-    per host and per iteration, as the host's NIC counted them on the ring's
-    send QP (retransmissions included).
+    the last rank has its result). algbw = size / time, busbw = algbw x
+    `busbw_factor` (nccl-tests doc/PERFORMANCE.md). `wrong` is the number of
+    wrong elements summed over ranks (each rank's worst iteration). Byte
+    counts are per host and per iteration, as the host's NIC counted them on
+    the ring's send QP (retransmissions included). `digests_agree`: every
+    rank ended with the same bytes; after a reduce-scatter each rank holds a
+    different chunk, nothing is compared and it is True (each rank's own
+    check, `wrong`, is the test).
     """
 
     size_bytes: int
@@ -82,7 +94,7 @@ class AllReduceResult:
     tx_frame_bytes: dict
     retransmitted: dict
     elapsed_s: dict  # host -> per-iteration times
-    digests_agree: bool  # every rank ended with the same bytes
+    digests_agree: bool  # every rank ended with the same bytes (reduce-scatter: True)
     iter_s: dict = field(default_factory=dict)  # host -> compute start -> result
     port_tx_bytes: dict = field(default_factory=dict)  # host -> bytes its leaf port took in
     agg_job: dict | None = None  # the aggregation manager's job (algo "sharp")
@@ -138,6 +150,10 @@ def run_allreduce(
 ) -> list[AllReduceResult]:
     """All-reduce (sum) across `hosts`' NIC agents, one job per size; returns one row per size.
 
+    Or the ring's reduce-scatter or all-gather alone (`algo`): each rank
+    checks what it must hold, its chunk of the sum or every chunk from its
+    owner's input (emu/host/data.py).
+
     Every rank generates its input, runs `iters` iterations (each after its
     compute step) and, once all are done, checks its results itself; only
     commands and counters cross the management sockets. Ranks are `hosts` in
@@ -148,9 +164,11 @@ def run_allreduce(
         target: the hosts' NICs (RdmaHosts), or a Fabric (its agents are then
             started on `hosts` once, kept as `fab.faults.nics`, and reused).
         hosts: the ranks, in ring order (>= 2).
-        size_bytes: bytes per rank (a multiple of the element size), or several.
+        size_bytes: bytes per rank (a multiple of the element size), or several:
+            the whole buffer, which a reduce-scatter leaves 1/n of on each rank
+            and an all-gather fills.
         dtype: "float32" or "int32".
-        algo: a key of ALGORITHMS.
+        algo: one of ALGORITHM_NAMES (emu/host/collective.py, ALGORITHMS).
         seed: the data seed.
         iters: timed iterations per size.
         slice_bytes: the pipelined message size.
@@ -280,16 +298,18 @@ def _run_sizes(
     agg_job: dict | None,
 ) -> list[AllReduceResult]:
     itemsize = DTYPES[name].itemsize
-    # The ring's QPs; other algorithms bring their own transport.
-    qps = nics.ring_qps(hosts) if algo == "ring" else [None] * len(hosts)
+    # The ring's QPs (the all-reduce and its phases); other algorithms bring their own transport.
+    qps = nics.ring_qps(hosts) if algo in ALGO_PHASES else [None] * len(hosts)
     n = len(hosts)
+    factor = busbw_factor(algo, n)
+    what = _COLLECTIVE.get(algo, "all-reduce")
     g = nics.fab.graph
     slowest_bps = min(g.edges[h, g.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
     agg_job_id = int(options["job_id"]) if algo == "sharp" and options else None
     results = []
     for size in sizes:
         count = size // itemsize
-        wire_s = 2 * (n - 1) / n * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
+        wire_s = factor * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
         limit = (
             timeout_s
             if timeout_s is not None
@@ -298,7 +318,7 @@ def _run_sizes(
         setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
         restarts = 0
         while True:
-            job = nics.new_job("allreduce")
+            job = nics.new_job("allreduce" if algo in ALLREDUCE_NAMES else algo)
             epoch = None if agg_job_id is None else _agg_epoch(nics.fab, agg_job_id)
             reset = (
                 None if epoch is None else (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)
@@ -332,7 +352,7 @@ def _run_sizes(
                         hosts,
                         job,
                         limit,
-                        f"all-reduce {job} of {size} B on {n} ranks",
+                        f"{what} {job} of {size} B on {n} ranks",
                         reset=reset,
                     )
                 except _TreeReset:
@@ -378,13 +398,14 @@ def _run_sizes(
                 iters=iters,
                 time_s=t,
                 algbw_bytes_per_s=algbw,
-                busbw_bytes_per_s=algbw * 2 * (n - 1) / n,
+                busbw_bytes_per_s=algbw * factor,
                 wrong=sum(status[h]["wrong"] for h in hosts),
                 tx_payload_bytes={h: status[h]["tx_payload_bytes"] / iters for h in hosts},
                 tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
                 retransmitted={h: status[h]["retransmitted"] for h in hosts},
                 elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
-                digests_agree=len({status[h]["digest"] for h in hosts}) == 1,
+                digests_agree=algo == "reduce_scatter"
+                or len({status[h]["digest"] for h in hosts}) == 1,
                 iter_s={h: status[h]["iter_s"] for h in hosts},
                 port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
                 agg_job=agg_job,
@@ -492,7 +513,8 @@ def nccl_row(result: AllReduceResult, bw_unit: str = DEFAULT_BW_UNIT) -> str:
 
     Formats as nccl-tests' src/common.cu: "%12li  %12li  %8s  %6s  %6s" then
     "  %7s  %6.2f  %6.2f  %5g", the time with 2, 1 or 0 decimals below 100 us,
-    below 10 ms, above.
+    below 10 ms, above. An all-gather reduces nothing: its redop is "none",
+    as all_gather_perf prints it.
 
     Examples:
         >>> r = AllReduceResult(1048576, 262144, "float32", 4, "ring", 1, 0.5, 2097152.0,
@@ -507,7 +529,7 @@ def nccl_row(result: AllReduceResult, bw_unit: str = DEFAULT_BW_UNIT) -> str:
         result.size_bytes,
         result.count,
         NCCL_TYPE_NAMES[result.dtype],
-        "sum",
+        "none" if result.algo == "all_gather" else "sum",
         "%6i" % -1,
     ) + "  %7s  %6.2f  %6.2f  %5g" % (
         time_str,
@@ -579,11 +601,23 @@ def parse_sizes(text: str, factor: int = 2, dtype: str = "float32") -> list[int]
     return out
 
 
-def parse_algos(text: str) -> list[str]:
-    """Split "ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names."""
+def parse_algos(text: str, allowed: Sequence[str] = ALGORITHM_NAMES) -> list[str]:
+    """Split "ring,sharp" -> ["ring", "sharp"]; ValueError naming the allowed names.
+
+    `allowed` narrows the names (a scenario that compares all-reduces passes
+    ALLREDUCE_NAMES).
+
+    Examples:
+        >>> parse_algos("ring,all_gather")
+        ['ring', 'all_gather']
+        >>> parse_algos("reduce_scatter", ALLREDUCE_NAMES)
+        Traceback (most recent call last):
+        ...
+        ValueError: a comma list of ring, sharp
+    """
     algos = [a for a in str(text).split(",") if a]
-    if not algos or any(a not in ALGORITHM_NAMES for a in algos):
-        raise ValueError(f"a comma list of {', '.join(ALGORITHM_NAMES)}")
+    if not algos or any(a not in allowed for a in algos):
+        raise ValueError(f"a comma list of {', '.join(allowed)}")
     return algos
 
 
@@ -592,13 +626,47 @@ def roce_goodput_bps(link_rate_bps: float) -> float:
     return link_rate_bps * 1024 / ROCE_FRAME_BYTES
 
 
+def busbw_factor(algo: str, nranks: int) -> float:
+    """busbw / algbw of a collective on `nranks` ranks (nccl-tests doc/PERFORMANCE.md).
+
+    All-reduce 2(n-1)/n; reduce-scatter and all-gather (n-1)/n, with the
+    size the whole buffer. The bytes a ring moves through each rank's link
+    per byte of size, so that busbw compares with the link's rate.
+
+    Raises:
+        ValueError: an unknown algorithm, or fewer than one rank.
+
+    Examples:
+        >>> busbw_factor("ring", 4), busbw_factor("sharp", 4), busbw_factor("all_gather", 4)
+        (1.5, 1.5, 0.75)
+    """
+    if algo not in ALGORITHM_NAMES:
+        raise ValueError(f"algo={algo!r}: one of {list(ALGORITHM_NAMES)}")
+    if not is_int(nranks) or nranks < 1:
+        raise ValueError(f"nranks={nranks!r}: an integer >= 1")
+    if algo in ("reduce_scatter", "all_gather"):
+        return (nranks - 1) / nranks
+    return 2 * (nranks - 1) / nranks
+
+
 def model_bytes_per_host(algo: str, size_bytes: int, nranks: int) -> float:
-    """Payload bytes each host sends for one all-reduce: ring 2(n-1)/n x S, in-network S."""
+    """Payload bytes each host sends for one collective of S = `size_bytes`.
+
+    Ring all-reduce 2(n-1)/n x S; its reduce-scatter or all-gather alone
+    (n-1)/n x S (Thakur, Rabenseifner, Gropp, IJHPCA 2005: the (p-1)/p n
+    beta term); in-network aggregation S.
+
+    Examples:
+        >>> model_bytes_per_host("ring", 1024, 4), model_bytes_per_host("reduce_scatter", 1024, 4)
+        (1536.0, 768.0)
+    """
     if algo == "ring":
         return 2 * (nranks - 1) / nranks * size_bytes
+    if algo in ("reduce_scatter", "all_gather"):
+        return (nranks - 1) / nranks * size_bytes
     if algo == "sharp":
         return float(size_bytes)
-    raise ValueError(f"algo={algo!r}: ring or sharp")
+    raise ValueError(f"algo={algo!r}: one of {list(ALGORITHM_NAMES)}")
 
 
 def as_dict(result: AllReduceResult) -> dict:

@@ -5,6 +5,7 @@ and the nccl-tests report. The pure ring is tested in test_ring.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import random
 import zlib
@@ -17,11 +18,19 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from emu import scenario
 from emu.host import collective as coll_host
-from emu.host.collective import CollectiveRank, CollectiveSpec
-from emu.host.data import rank_input
+from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
+from emu.host.data import (
+    chunk_bounds,
+    expected_all_gather,
+    expected_reduce_scatter,
+    expected_sum,
+    rank_input,
+)
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import roce
+from emu.scenario import ScenarioError
 from emu.traffic import collectives as coll
 from emu.traffic import rdma
 from emu.traffic.collectives import AllReduceResult, nccl_header, nccl_row, nccl_table
@@ -164,7 +173,17 @@ class RingOfNics:
     """n NICs in a ring of QPs (QP r: rank r -> r+1) and one CollectiveRank each,
     driven as the agent's loop drives them, frames delivered at once."""
 
-    def __init__(self, n, dtype, count, iters=1, compute_s=None, slice_bytes=4096, drop=None):
+    def __init__(
+        self,
+        n,
+        dtype,
+        count,
+        iters=1,
+        compute_s=None,
+        slice_bytes=4096,
+        drop=None,
+        algo="ring",
+    ):
         self.n = n
         macs = [f"02:00:00:00:01:{r:02x}" for r in range(n)]
         ips = [f"10.0.1.{r + 1}" for r in range(n)]
@@ -196,6 +215,7 @@ class RingOfNics:
                 dtype=dtype,
                 count=count,
                 seed=9,
+                algo=algo,
                 iters=iters,
                 compute_s=compute_s[r],
                 slice_bytes=slice_bytes,
@@ -258,6 +278,73 @@ def test_collective_rank_on_nics_checks_itself(n, dtype, count):
     assert st[0]["tx_payload_bytes"] == 2 * per_iter and st[0]["retransmitted"] == 0
     assert st[0]["tx_frame_bytes"] > st[0]["tx_payload_bytes"]
     assert all(0 < e < 5.0 for s in st for e in s["elapsed_s"])
+
+
+@pytest.mark.parametrize("algo", ["reduce_scatter", "all_gather"])
+@pytest.mark.parametrize(
+    "n,dtype,count",
+    [(2, "int32", 3001), (4, "float32", 4096), (3, "int32", 2), (3, "float32", 1000)],
+)
+def test_the_rings_phases_run_as_jobs_and_each_rank_checks_itself(algo, n, dtype, count):
+    ring = RingOfNics(n, dtype, count, iters=2, algo=algo)
+    ring.run(5.0)
+    st = [j.status(0.0, check=True) for j in ring.jobs]
+    assert all(s["done"] and s["algo"] == algo and s["wrong_per_iter"] == [0, 0] for s in st)
+    for r, job in enumerate(ring.jobs):
+        res = job.algo.result
+        if algo == "reduce_scatter":
+            lo, hi = chunk_bounds(count, n, (r + 1) % n)
+            want = expected_reduce_scatter(9, n, count, dtype, r).exact
+            assert res.shape == (hi - lo,)
+            sent = [(r - k) % n for k in range(n - 1)]
+        else:
+            want = expected_all_gather(9, n, count, dtype).exact
+            assert res.shape == (count,)
+            sent = [(r + 1 - k) % n for k in range(n - 1)]
+        if dtype == "int32" or algo == "all_gather":  # bit exact: the digest is the expected bytes
+            assert st[r]["digest"] == zlib.crc32(want.astype(res.dtype).tobytes())
+        # Payload bytes: n-1 chunk transfers per iteration (half the all-reduce's).
+        r_ring = job.algo.ring
+        per_iter = sum(r_ring.chunk_bounds(c)[1] - r_ring.chunk_bounds(c)[0] for c in sent) * 4
+        assert st[r]["tx_payload_bytes"] == 2 * per_iter and st[r]["retransmitted"] == 0
+    if algo == "all_gather":
+        assert len({s["digest"] for s in st}) == 1
+
+
+@pytest.mark.parametrize("algo", ["ring", "reduce_scatter", "all_gather"])
+def test_a_rank_counts_its_own_wrong_elements_in_every_ring_algorithm(algo):
+    ring = RingOfNics(3, "int32", 300, algo=algo)
+    ring.run(5.0)
+    ring.jobs[1].algo.result[7] ^= 1 << 20  # the result the rank will check, one bit off
+    st = [j.status(0.0, check=True) for j in ring.jobs]
+    assert [s["wrong"] for s in st] == [0, 1, 0]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_rank_data_is_the_result_each_algorithm_must_reach(dtype):
+    n, count, rank = 4, 10, 2
+
+    def build(algo):
+        spec = CollectiveSpec(
+            job="j", rank=rank, nranks=n, dtype=dtype, count=count, seed=4, algo=algo
+        )
+        return RankData.build(spec)
+
+    full = expected_sum(4, n, count, dtype)
+    for algo in ("ring", "sharp"):
+        data = build(algo)
+        assert np.array_equal(data.input, rank_input(4, rank, count, dtype))
+        assert np.array_equal(data.expected.exact, full.exact)
+    rs = build("reduce_scatter").expected
+    lo, hi = chunk_bounds(count, n, (rank + 1) % n)
+    assert (lo, hi) == (7, 10) and np.array_equal(rs.exact, full.exact[lo:hi])
+    if dtype == "float32":
+        assert np.array_equal(rs.tolerance, full.tolerance[lo:hi])
+    else:
+        assert rs.tolerance is None
+    ag = build("all_gather").expected
+    assert ag.tolerance is None
+    assert np.array_equal(ag.exact, expected_all_gather(4, n, count, dtype).exact)
 
 
 def test_collective_rank_survives_drops():
@@ -539,6 +626,46 @@ def test_busbw_is_algbw_times_2_n_minus_1_over_n():
     r = result(1 << 20, 0.5, n=4)
     assert r.busbw_bytes_per_s == pytest.approx(r.algbw_bytes_per_s * 1.5)
     assert coll.NCCL_TYPE_NAMES == {"int32": "int32", "float32": "float"}
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_busbw_factor_and_bytes_per_host_of_each_collective(n):
+    # nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n, ReduceScatter and AllGather (n-1)/n.
+    assert coll.busbw_factor("ring", n) == coll.busbw_factor("sharp", n) == 2 * (n - 1) / n
+    for algo in ("reduce_scatter", "all_gather"):
+        assert coll.busbw_factor(algo, n) == (n - 1) / n
+        # A ring phase sends n-1 of its n chunks: (n-1)/n x S, half the all-reduce's.
+        size = 3 << 20
+        assert coll.model_bytes_per_host(algo, size, n) == (n - 1) / n * size
+        assert 2 * coll.model_bytes_per_host(algo, size, n) == coll.model_bytes_per_host(
+            "ring", size, n
+        )
+    with pytest.raises(ValueError, match="algo='tree'"):
+        coll.busbw_factor("tree", n)
+    with pytest.raises(ValueError, match="algo='tree'"):
+        coll.model_bytes_per_host("tree", 1024, n)
+    with pytest.raises(ValueError, match="nranks=0"):
+        coll.busbw_factor("ring", 0)
+
+
+def test_an_all_gather_row_has_no_reduction():
+    r = dataclasses.replace(result(1 << 20, 0.5, n=4), algo="all_gather")
+    assert nccl_row(r).split()[3] == "none"
+    assert nccl_row(dataclasses.replace(r, algo="reduce_scatter")).split()[3] == "sum"
+
+
+def test_the_phases_parse_as_algorithms_but_not_where_all_reduces_are_compared():
+    assert coll.parse_algos("ring,reduce_scatter,all_gather") == [
+        "ring",
+        "reduce_scatter",
+        "all_gather",
+    ]
+    assert coll.parse_algos("ring,sharp", coll.ALLREDUCE_NAMES) == ["ring", "sharp"]
+    with pytest.raises(ValueError, match="a comma list of ring, sharp$"):
+        coll.parse_algos("ring,all_gather", coll.ALLREDUCE_NAMES)
+    for name in ("sharp-allreduce", "straggler"):
+        with pytest.raises(ScenarioError, match="parameter algos=.*: a comma list of ring, sharp"):
+            scenario.resolve_params(scenario.load(name), ["algos=ring,reduce_scatter"])
 
 
 def test_the_orchestrator_knows_every_algorithm_the_agents_run():

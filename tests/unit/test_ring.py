@@ -1,6 +1,7 @@
 """The ring all-reduce where it lives, with the NIC model (emu/host/ring.py), and the data
 it reduces (emu/host/data.py): the pure ring against numpy on every rank count and
-awkward size, its messages and errors, the inputs and the exact sum with its bound."""
+awkward size, its reduce-scatter and all-gather alone against their expected results,
+its messages and errors, the inputs and the exact sum with its bound."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ import pytest
 
 import emu.host.data
 import emu.host.ring
-from emu.host.data import expected_sum, rank_input
+from emu.host.data import (
+    chunk_bounds,
+    expected_all_gather,
+    expected_reduce_scatter,
+    expected_sum,
+    rank_input,
+)
 from emu.host.ring import RingAllReduce
 
 from .fakes import numpy_sum
@@ -31,10 +38,10 @@ def test_doctests_pass(module):
 # ----------------------------------------------------------------- the pure ring
 
 
-def run_ring(arrays, slice_bytes, seed=0):
+def run_ring(arrays, slice_bytes, seed=0, phase="all"):
     """Every rank's RingAllReduce; links are FIFO, the order across links is random."""
     n = len(arrays)
-    ring = [RingAllReduce(r, n, arrays[r], slice_bytes=slice_bytes) for r in range(n)]
+    ring = [RingAllReduce(r, n, arrays[r], slice_bytes=slice_bytes, phase=phase) for r in range(n)]
     wires = [deque(ring[r].start()) for r in range(n)]  # wires[r]: rank r -> rank r+1
     sent = [list(w) for w in wires]
     rng = random.Random(seed)
@@ -127,6 +134,7 @@ def test_first_step_sends_own_chunk_in_slices():
         (dict(rank=0, nranks=2, data=np.zeros(4, np.float64)), "dtype="),
         (dict(rank=0, nranks=2, data=np.zeros(4, np.int64)), "dtype="),
         (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), slice_bytes=2), "slice_bytes=2"),
+        (dict(rank=0, nranks=2, data=np.zeros(4, np.int32), phase="reduce"), "phase='reduce'"),
     ],
 )
 def test_ring_rejects_bad_arguments(args, match):
@@ -192,3 +200,150 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout) < 256, out.stdout
+
+
+# ----------------------------------------------------------------- the phases alone
+
+PHASE_CASES = [
+    (4096, 1024),  # divisible by every n, several slices per chunk
+    (10_007, 2048),  # a prime: uneven chunks, uneven slices
+    (5, 4),  # tiny: chunks and slices of 0 or 1 element
+    (7, 8),  # two slices per chunk of 1 or 2 elements: some slices empty
+    (1, 1024),  # a single element: every chunk but one is empty
+]
+
+
+def sent_chunk_bytes(ring, chunks):
+    return sum(ring.chunk_bounds(c)[1] - ring.chunk_bounds(c)[0] for c in chunks) * 4
+
+
+def corrupt(result, dtype):
+    """A copy of `result` with element 0 wrong (a flipped bit, or NaN for float32)."""
+    bad = result.copy()
+    if dtype == "int32":
+        bad[0] ^= 1
+    else:
+        bad[0] = np.nan
+    return bad
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("count,slice_bytes", PHASE_CASES)
+def test_reduce_scatter_leaves_rank_r_chunk_r_plus_1_of_the_sum(n, dtype, count, slice_bytes):
+    arrays = [rank_input(13, r, count, dtype) for r in range(n)]
+    before = [a.copy() for a in arrays]
+    ring, sent = run_ring(arrays, slice_bytes, seed=n + count, phase="reduce_scatter")
+    full, _ = run_ring(arrays, slice_bytes, seed=n + count)  # the whole all-reduce
+    for r in range(n):
+        lo, hi = chunk_bounds(count, n, (r + 1) % n)
+        res = ring[r].result
+        assert ring[r].done and res.dtype == np.dtype(dtype) and res.shape == (hi - lo,)
+        exp = expected_reduce_scatter(13, n, count, dtype, r)
+        assert exp.wrong(res) == 0
+        # The same additions in the same order as the all-reduce's first phase.
+        assert res.tobytes() == full[r].result[lo:hi].tobytes()
+        if hi > lo:
+            assert exp.wrong(corrupt(res, dtype)) == 1
+        assert exp.wrong(np.zeros(hi - lo + 1, dtype)) == hi - lo  # wrong length: all wrong
+        # Steps 0..n-2: chunk (r-k) mod n, each in nslices messages.
+        assert len(sent[r]) == (n - 1) * ring[r].nslices
+        assert max((len(m) for m in sent[r]), default=0) <= slice_bytes
+        want = sent_chunk_bytes(ring[r], [(r - k) % n for k in range(n - 1)])
+        assert sum(len(m) for m in sent[r]) == want
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("count,slice_bytes", PHASE_CASES)
+def test_all_gather_gives_every_rank_chunk_c_from_rank_c_minus_1(n, dtype, count, slice_bytes):
+    arrays = [rank_input(17, r, count, dtype) for r in range(n)]
+    before = [a.copy() for a in arrays]
+    ring, sent = run_ring(arrays, slice_bytes, seed=n * count, phase="all_gather")
+    exp = expected_all_gather(17, n, count, dtype)
+    assert exp.tolerance is None  # copies: bit exact, float32 too
+    for r in range(n):
+        res = ring[r].result
+        assert ring[r].done and res.dtype == np.dtype(dtype) and res.shape == (count,)
+        assert exp.wrong(res) == 0
+        for c in range(n):
+            lo, hi = chunk_bounds(count, n, c)
+            assert np.array_equal(res[lo:hi], arrays[(c - 1) % n][lo:hi])
+        assert exp.wrong(corrupt(res, dtype)) == 1
+        # Its own chunk r+1 first, then the chunks it received, (r-k) mod n.
+        assert len(sent[r]) == (n - 1) * ring[r].nslices
+        assert max((len(m) for m in sent[r]), default=0) <= slice_bytes
+        want = sent_chunk_bytes(ring[r], [(r + 1 - k) % n for k in range(n - 1)])
+        assert sum(len(m) for m in sent[r]) == want
+    assert len({rk.result.tobytes() for rk in ring}) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+
+
+def test_a_float32_all_gather_one_ulp_off_is_wrong():
+    exp = expected_all_gather(3, 3, 100, "float32")
+    near = exp.exact.copy()
+    near[42] = np.nextafter(near[42], np.float32(2))
+    assert exp.wrong(exp.exact.copy()) == 0 and exp.wrong(near) == 1
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_reduce_scatter_then_all_gather_is_the_all_reduce(n, dtype):
+    """The two phases as jobs of their own compose into the all-reduce, bit for bit:
+    rank r's reduce-scatter result is the chunk it owns in the all-gather."""
+    count, slice_bytes = 1001, 256
+    arrays = [rank_input(5, r, count, dtype) for r in range(n)]
+    rs, _ = run_ring(arrays, slice_bytes, phase="reduce_scatter")
+    handed = []
+    for r in range(n):
+        x = np.zeros(count, dtype)  # elements outside the owned chunk are never sent
+        lo, hi = chunk_bounds(count, n, (r + 1) % n)
+        x[lo:hi] = rs[r].result
+        handed.append(x)
+    ag, _ = run_ring(handed, slice_bytes, seed=1, phase="all_gather")
+    full, _ = run_ring(arrays, slice_bytes, seed=2)
+    assert all(ag[r].result.tobytes() == full[0].result.tobytes() for r in range(n))
+    assert expected_sum(5, n, count, dtype).wrong(ag[0].result) == 0
+
+
+@pytest.mark.parametrize("phase", ["reduce_scatter", "all_gather"])
+def test_a_single_rank_phase_is_its_input_at_start(phase):
+    x = rank_input(1, 0, 100, "float32")
+    ring = RingAllReduce(0, 1, x, phase=phase)
+    assert ring.start() == [] and ring.done and np.array_equal(ring.result, x)
+    assert ring.result is not x  # out of place
+    exp = (
+        expected_reduce_scatter(1, 1, 100, "float32", 0)
+        if phase == "reduce_scatter"
+        else expected_all_gather(1, 1, 100, "float32")
+    )
+    assert exp.wrong(ring.result) == 0
+
+
+@pytest.mark.parametrize("phase", ["reduce_scatter", "all_gather"])
+def test_a_phase_refuses_messages_beyond_its_steps(phase):
+    ring = RingAllReduce(0, 2, np.zeros(8, np.int32), slice_bytes=16, phase=phase)
+    ring.start()
+    ring.on_message(bytes(16))
+    assert ring.done
+    with pytest.raises(ValueError, match="message 2 but the ring has 1"):
+        ring.on_message(bytes(16))
+
+
+@pytest.mark.parametrize("count", [1, 5, 7, 40, 10_007])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_chunk_bounds_tile_the_array_as_the_ring_cuts_it(count, n):
+    bounds = [chunk_bounds(count, n, c) for c in range(n)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == count
+    assert all(bounds[c][1] == bounds[c + 1][0] for c in range(n - 1))
+    assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+    ring = RingAllReduce(0, n, np.zeros(count, np.int32), slice_bytes=8)
+    assert [ring.chunk_bounds(c) for c in range(n)] == bounds
+
+
+def test_phase_checks_name_a_bad_chunk_or_rank():
+    with pytest.raises(ValueError, match="chunk=3: allowed 0..2"):
+        chunk_bounds(10, 3, 3)
+    with pytest.raises(ValueError, match="rank=3: allowed 0..2"):
+        expected_reduce_scatter(0, 3, 10, "int32", 3)
