@@ -84,11 +84,12 @@ class Agent:
         self.sock.setblocking(False)
         # Our RoCEv2 frames (and in-network aggregation's) also reach the kernel's
         # UDP stack; a bound socket we never read keeps it from answering them
-        # with ICMP port-unreachable.
+        # with ICMP port-unreachable. Bound to this port's address: a GPU's NVLink
+        # agent runs beside its NIC's in the same namespace (emu/traffic/rdma.py).
         self.sinks = []
         for port in (ROCEV2_UDP_PORT, AGG_UDP_PORT):
             sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sink.bind(("0.0.0.0", port))
+            sink.bind((cfg.ip, port))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             self.sinks.append(sink)
         self.intf = args.intf

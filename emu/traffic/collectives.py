@@ -267,17 +267,17 @@ def _register_agg_job(fab: Fabric, hosts: list[str], nslots: int) -> dict | None
         raise
 
 
-def _port_bytes(fab: Fabric, hosts: list[str]) -> dict[str, int]:
-    """Bytes each host's leaf switch port has received so far."""
-    g = fab.graph
-    by_leaf: dict[str, list[str]] = {}
+def _port_bytes(nics: RdmaHosts, hosts: list[str]) -> dict[str, int]:
+    """Bytes the switch port at the other end of each host's NIC (`nics.port`) received so far."""
+    g = nics.fab.graph
+    by_switch: dict[str, list[str]] = {}
     for h in hosts:
-        by_leaf.setdefault(g.nodes[h]["leaf"], []).append(h)
+        by_switch.setdefault(nics.ports[h].switch, []).append(h)
     out = {}
-    for leaf, members in by_leaf.items():
-        counters = {p["port_no"]: p["rx_bytes"] for p in fab.switch_call(leaf, "ports")}
+    for sw, members in by_switch.items():
+        counters = {p["port_no"]: p["rx_bytes"] for p in nics.fab.switch_call(sw, "ports")}
         for h in members:
-            out[h] = counters[g.edges[h, leaf]["ports"][leaf]]
+            out[h] = counters[g.edges[h, sw]["ports"][sw]]
     return out
 
 
@@ -303,8 +303,7 @@ def _run_sizes(
     n = len(hosts)
     factor = busbw_factor(algo, n)
     what = _COLLECTIVE.get(algo, "all-reduce")
-    g = nics.fab.graph
-    slowest_bps = min(g.edges[h, g.nodes[h]["leaf"]]["rate_bps"] for h in hosts)
+    slowest_bps = min(nics.ports[h].rate_bps for h in hosts)
     agg_job_id = int(options["job_id"]) if algo == "sharp" and options else None
     results = []
     for size in sizes:
@@ -342,7 +341,7 @@ def _run_sizes(
                         recv_qpn=qps[rank - 1],
                         options=dict(options or {}),
                     )
-                ports0 = _port_bytes(nics.fab, hosts) if count_ports else {}
+                ports0 = _port_bytes(nics, hosts) if count_ports else {}
                 at = time.time() + start_delay_s
                 for h in hosts:
                     nics.nics[h].call("coll_start", job=job, at=at)
@@ -377,7 +376,7 @@ def _run_sizes(
                     )
                     for h in hosts
                 }
-                ports1 = _port_bytes(nics.fab, hosts) if count_ports else {}
+                ports1 = _port_bytes(nics, hosts) if count_ports else {}
             finally:
                 for h in hosts:
                     try:

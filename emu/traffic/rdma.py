@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from emu import fabric as fabric_mod
 from emu import mgmt, realtime
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY
 from emu.net import Fabric
@@ -50,41 +51,57 @@ class RdmaHosts:
     """
 
     def __init__(
-        self, fab: Fabric, hosts: list[str], dcqcn: bool = True, loss_recovery: str = GO_BACK_N
+        self,
+        fab: Fabric,
+        hosts: list[str],
+        dcqcn: bool = True,
+        loss_recovery: str = GO_BACK_N,
+        port: str = "nic",
     ) -> None:
         """Start the NICs of `hosts`; `loss_recovery` is the NICs' (emu/host/rnic.py).
 
+        `port` "nvlink" runs them on the GPUs' NVLink ports instead (a
+        rail_optimized fabric, emu/fabric.py `host_ports`): the same NIC
+        model, at the NVLink rate, whose queue pairs address the peers'
+        NVLink ports, so everything it sends crosses the node's NVSwitch. Its
+        agents are named ``<host>-nvlink`` (in fidelity records and `emu ctl`).
+
         Raises:
-            ValueError: an unknown `loss_recovery`.
+            ValueError: an unknown `loss_recovery`, or a host without such a port.
         """
         if loss_recovery not in LOSS_RECOVERY:
             raise ValueError(
                 f"loss_recovery={loss_recovery!r}: must be one of {', '.join(LOSS_RECOVERY)}"
             )
         self.fab = fab
+        self.port = port
+        try:
+            self.ports = {h: fabric_mod.host_port(fab.graph, h, port) for h in hosts}
+        except fabric_mod.FabricSpecError as exc:
+            raise ValueError(str(exc)) from None
         self.nics: dict[str, Nic] = {}
         self._qpn = 100
         self._ring_qps: dict[tuple[str, str], int] = {}  # (src, dst) -> the ring's QP
         self._jobs = 0  # collective jobs named so far
         for h in hosts:
-            node = fab.graph.nodes[h]
-            leaf = node["leaf"]
-            rate = fab.graph.edges[h, leaf]["rate_bps"]
+            where = self.ports[h]
+            rate = where.rate_bps
             modelled_rate_bps = rate * fab.time_scale
-            path = os.path.join(fab.run.sock_dir, f"{h}.nic.sock")
-            log = open(os.path.join(fab.run.log_dir, f"{h}.nic.log"), "ab")
+            name = h if port == "nic" else f"{h}-{port}"
+            path = os.path.join(fab.run.sock_dir, f"{name}.nic.sock")
+            log = open(os.path.join(fab.run.log_dir, f"{name}.nic.log"), "ab")
             argv = [
                 sys.executable,
                 "-m",
                 "emu.host.agent",
                 "--name",
-                h,
+                name,
                 "--intf",
-                f"{h}-eth0",
+                where.intf,
                 "--mac",
-                node["mac"],
+                where.mac,
                 "--ip",
-                node["ip"],
+                where.ip,
                 "--rate-bps",
                 str(rate),
                 "--modelled-rate-bps",
@@ -110,7 +127,8 @@ class RdmaHosts:
             def ready(nic=nic):
                 if nic.proc.poll() is not None:
                     raise RuntimeError(
-                        f"NIC agent of {nic.host} exited; see {fab.run.log_dir}/{nic.host}.nic.log"
+                        f"NIC agent {os.path.basename(nic.path)[: -len('.sock')]} exited; "
+                        f"see {fab.run.log_dir}/{os.path.basename(nic.path)[: -len('.sock')]}.log"
                     )
                 try:
                     return nic.call("info", timeout_s=1.0)
@@ -128,15 +146,15 @@ class RdmaHosts:
         """
         self._qpn += 1
         qpn = self._qpn
-        g = self.fab.graph
+        a, b = self.ports[src], self.ports[dst]
         # RoCEv2 varies the UDP source port per QP: ECMP spreads QPs (DESIGN.md).
         sport = 49152 + qpn % 16384
         self.nics[src].call(
             "connect",
             qpn=qpn,
             peer_qpn=qpn,
-            peer_mac=g.nodes[dst]["mac"],
-            peer_ip=g.nodes[dst]["ip"],
+            peer_mac=b.mac,
+            peer_ip=b.ip,
             udp_sport=sport,
             max_rate_bps=max_rate_bps,
             dscp=dscp,
@@ -145,8 +163,8 @@ class RdmaHosts:
             "connect",
             qpn=qpn,
             peer_qpn=qpn,
-            peer_mac=g.nodes[src]["mac"],
-            peer_ip=g.nodes[src]["ip"],
+            peer_mac=a.mac,
+            peer_ip=a.ip,
             udp_sport=sport,
             dscp=dscp,
         )

@@ -12,6 +12,10 @@ SMALL = ("size=128K", "a2a_size=16K")
 ZERO = ("rail-aligned ring", "hierarchical", "all-to-all with PXN")
 CROSSING = ("crossing ring", "flat ring", "all-to-all without PXN")
 PXN_TIME = "all-to-all with PXN: wire time = its busiest NIC link's time"
+NVLINK = ("hierarchical", "all-to-all with PXN")  # the parts with NVLink phases
+NVLINK_CHECKS = [f"{c}: NVSwitch bytes = model" for c in NVLINK] + [
+    f"{c}: NVLink time = its NVLink links' time" for c in NVLINK
+]
 
 
 def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_path, no_leaks):
@@ -22,6 +26,8 @@ def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_pa
         + [f"{c}: spine bytes = model" for c in CROSSING]
         + [f"{c}: every rank's sum is correct" for c in rings]
         + [PXN_TIME]
+        + NVLINK_CHECKS
+        + [f"{c}: nothing through the NVSwitches" for c in ("rail-aligned ring",) + CROSSING]
     )
     assert_checks(res, doc, names=names, count=len(names))
     m = doc["metrics"]
@@ -41,10 +47,17 @@ def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_pa
     assert parts["crossing ring"]["hops"] == 4 and parts["flat ring"]["hops"] == 8
     assert parts["all-to-all without PXN"]["hops"] == 24
     assert parts["crossing ring"]["model_payload_bytes"] == 4 * 2 * 3 / 4 * (128 << 10)
-    # Hierarchical beats the flat ring without NVLink; its NVLink phases are modelled.
+    # Hierarchical beats the flat ring without NVLink; its NVLink phases ran through the
+    # NVSwitches: every frame of the reduce-scatter and all-gather (and their ACKs), and
+    # nothing of the parts that stay on the network.
     assert m["time_s"]["hierarchical"] < m["time_s"]["flat ring"]
-    nv = rail_optimized.nvlink_phase_s(128 << 10, 2, m["nvlink_rate_bps"])
-    assert parts["hierarchical"]["nvlink_s"] == pytest.approx(2 * nv)
+    nv, nv_want = m["nvswitch_bytes"], m["model_nvswitch_bytes"]
+    assert nv_want["hierarchical"] == 4 * sum(rail_optimized.ring_hop_frame_bytes(128 << 10, 2))
+    for case in NVLINK:
+        assert nv[case] == pytest.approx(nv_want[case], rel=0.10), (case, nv, nv_want)
+    for case in ("rail-aligned ring",) + CROSSING:
+        assert nv_want[case] == 0 and nv[case] <= 0.10 * nv_want["hierarchical"], (case, nv)
+    assert parts["hierarchical"]["nvlink_s"] > 0 and parts["all-to-all with PXN"]["nvlink_s"] > 0
     assert (
         "flat ring without NVLink" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
     )
@@ -58,6 +71,8 @@ def test_rail_only_runs_the_aligned_parts_and_refuses_crossing_ones(tmp_path, no
         "rail-aligned ring: every rank's sum is correct",
         "hierarchical: every rank's sum is correct",
         PXN_TIME,
+        "rail-aligned ring: nothing through the NVSwitches",
+        *NVLINK_CHECKS,
     ]
     assert_checks(res, doc, names=names, count=len(names))
     m = doc["metrics"]

@@ -19,6 +19,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from emu import scenario
+from emu.fabric import HostPort
 from emu.host import collective as coll_host
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.data import (
@@ -493,6 +494,10 @@ def rdma_hosts(hosts):
     nics = RdmaHosts(SimpleNamespace(graph=graph), [])
     calls = []
     nics.nics = {h: FakeAgent(h, calls) for h in hosts}
+    nics.ports = {
+        h: HostPort(h, "nic", 0, f"{h}-eth0", d["ip"], 8, d["mac"], "s1", 10**7)
+        for h, d in graph.nodes(data=True)
+    }
     return nics, calls
 
 
@@ -671,3 +676,11 @@ def test_the_phases_parse_as_algorithms_but_not_where_all_reduces_are_compared()
 def test_the_orchestrator_knows_every_algorithm_the_agents_run():
     # run_allreduce checks names without importing the agent's registry of algorithms.
     assert tuple(coll_host.ALGORITHMS) == coll.ALGORITHM_NAMES
+
+
+def test_nvlink_agents_need_nvlink_ports_and_say_so_before_starting_anything():
+    from emu import fabric
+
+    fab = SimpleNamespace(graph=fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1))
+    with pytest.raises(ValueError, match=r"host h1: no 'nvlink' port .*rail_optimized"):
+        RdmaHosts(fab, ["h1"], port="nvlink")
