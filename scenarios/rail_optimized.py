@@ -119,7 +119,10 @@ PARAMS = {
         min=0.0,
         max=1.0,
     ),
-    "pcap": Param(True, "capture one leaf-spine link (spine side) into a pcap per part"),
+    "pcap": Param(
+        True,
+        "capture one leaf-spine link and one NVLink link (switch sides) into pcaps per part",
+    ),
 }
 
 
@@ -264,12 +267,15 @@ def spine_rx(fab: Fabric, spines: list[str]) -> int:
     return sum(p["rx_bytes"] for sw in spines for p in fab.switch_call(sw, "ports"))
 
 
-def _capture(ctx: Context, fab: Fabric, graph: nx.Graph, spines: list[str], name: str):
-    """tcpdump on the first spine's port to rail1 (spine side), or None."""
-    if not ctx.params["pcap"] or not spines:
-        return None
-    intf = graph.edges["rail1", spines[0]]["intfs"][spines[0]]
-    return start_capture(fab, intf, ctx.out_dir / f"{name}-{intf}.pcap")
+def _capture(ctx: Context, fab: Fabric, graph: nx.Graph, spines: list[str], name: str) -> list:
+    """tcpdump on the first spine's port to rail1 and node 1's NVSwitch port to its first
+    GPU (switch sides), where they exist: the captures started."""
+    if not ctx.params["pcap"]:
+        return []
+    intfs = [graph.edges["rail1", spines[0]]["intfs"][spines[0]]] if spines else []
+    first_gpu = fabric_mod.nvlink_domains(graph)[1][0]
+    intfs.append(graph.edges[first_gpu, "nvsw1"]["intfs"]["nvsw1"])
+    return [start_capture(fab, i, ctx.out_dir / f"{name}-{i}.pcap") for i in intfs]
 
 
 def run_rings(
@@ -438,8 +444,8 @@ def run(ctx: Context) -> None:
             try:
                 out = fn()
             finally:
-                if cap is not None:
-                    fab.stop_proc(cap)
+                for proc in cap:
+                    fab.stop_proc(proc)
             return out, spine_rx(fab, spines) - before, spine_rx(fab, nvswitches) - nv_before
 
         def ring_part(name: str, ring: list[str], rm: dict) -> None:

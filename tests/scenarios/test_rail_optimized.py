@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.utils import rdpcap
 
 from scenarios import rail_optimized
 
@@ -63,6 +65,15 @@ def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_pa
     )
     assert (tmp_path / "r" / "rail_optimized.png").stat().st_size > 10_000
     assert list((tmp_path / "r").glob("crossing ring-*.pcap"))
+    # The NVLink phases are on the wire: node 1's NVSwitch port to h1 saw RoCEv2
+    # between the node's NVLink addresses, and nothing from the network's.
+    frames = rdpcap(str(tmp_path / "r" / "hierarchical-nvsw1-eth1.pcap"))
+    roce = [f for f in frames if UDP in f and f[UDP].dport == 4791]
+    assert len(roce) > 100
+    assert {(f[IP].src, f[IP].dst) for f in roce} <= {
+        ("10.255.1.1", "10.255.1.2"),
+        ("10.255.1.2", "10.255.1.1"),
+    }
 
 
 def test_rail_only_runs_the_aligned_parts_and_refuses_crossing_ones(tmp_path, no_leaks):
