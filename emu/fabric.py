@@ -1290,21 +1290,11 @@ def validate(G: nx.Graph) -> None:
         elif kind == "host":
             if d.get("role") != "host":
                 raise FabricSpecError(f"host {node}: role={d.get('role')!r}, must be 'host'")
-            try:
-                ip = ipaddress.ip_address(d.get("ip"))
-            except ValueError as exc:
-                raise FabricSpecError(
-                    f"host {node}: ip={d.get('ip')!r} is not an IPv4 address"
-                ) from exc
-            if ip not in subnet or d.get("prefixlen") != PREFIXLEN:
+            if d.get("prefixlen") != PREFIXLEN:
                 raise FabricSpecError(
                     f"host {node}: {d.get('ip')}/{d.get('prefixlen')} must be in {SUBNET}"
                 )
-            unique("ip", str(ip), f"host {node}")
-            mac = d.get("mac")
-            if not isinstance(mac, str) or not _MAC_RE.match(mac):
-                raise FabricSpecError(f"host {node}: mac={mac!r}, must be 02:00:00:xx:xx:xx")
-            unique("mac", mac, f"host {node}")
+            _check_address(node, d, "", subnet, _MAC_RE, "02:00:00", unique)
             leaf = d.get("leaf")
             nvlink = [p for p in G[node] if G.edges[node, p].get("tier") == "nvlink"]
             if G.degree(node) != 1 + len(nvlink) or len(nvlink) > 1 or leaf not in G[node]:
@@ -1365,21 +1355,35 @@ def _validate_nvlink_port(
         raise FabricSpecError(
             f"host {host}: its NVLink link goes to {nvswitch}, which is not an nvswitch"
         )
+    _check_address(
+        host, d, "nvlink_", ipaddress.ip_network(NVLINK_NET), _NVLINK_MAC_RE, "02:00:01", unique
+    )
+
+
+def _check_address(
+    host: str,
+    d: Mapping[str, Any],
+    prefix: str,
+    net: Any,
+    mac_re: "re.Pattern[str]",
+    oui: str,
+    unique: Any,
+) -> None:
+    """A host port's ``<prefix>ip`` (IPv4, in `net`, unique) and ``<prefix>mac`` (`mac_re`, unique)."""
+    owner = f"host {host}" + (" (NVLink port)" if prefix else "")
     try:
-        ip = ipaddress.ip_address(d.get("nvlink_ip"))
+        ip = ipaddress.ip_address(d.get(prefix + "ip"))
     except ValueError as exc:
         raise FabricSpecError(
-            f"host {host}: nvlink_ip={d.get('nvlink_ip')!r} is not an IPv4 address"
+            f"host {host}: {prefix}ip={d.get(prefix + 'ip')!r} is not an IPv4 address"
         ) from exc
-    if ip not in ipaddress.ip_network(NVLINK_NET):
-        raise FabricSpecError(
-            f"host {host}: nvlink_ip={d.get('nvlink_ip')} must be in {NVLINK_NET}"
-        )
-    unique("ip", str(ip), f"host {host} (NVLink port)")
-    mac = d.get("nvlink_mac")
-    if not isinstance(mac, str) or not _NVLINK_MAC_RE.match(mac):
-        raise FabricSpecError(f"host {host}: nvlink_mac={mac!r}, must be 02:00:01:xx:xx:xx")
-    unique("mac", mac, f"host {host} (NVLink port)")
+    if ip not in net:
+        raise FabricSpecError(f"host {host}: {prefix}ip={ip} must be in {net}")
+    unique("ip", str(ip), owner)
+    mac = d.get(prefix + "mac")
+    if not isinstance(mac, str) or not mac_re.match(mac):
+        raise FabricSpecError(f"host {host}: {prefix}mac={mac!r}, must be {oui}:xx:xx:xx")
+    unique("mac", mac, owner)
 
 
 def _validate_nvswitches(G: nx.Graph) -> None:

@@ -579,6 +579,19 @@ def run(ctx: Context) -> None:
     _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, size, a2a, floors)
 
 
+def _check_bytes(
+    ctx: Context, name: str, measured: int, model_bytes: int, tol: float, why: str
+) -> None:
+    """Counted bytes within `tol` of a positive model."""
+    err = (measured - model_bytes) / model_bytes
+    ctx.check(
+        name,
+        abs(err) <= tol,
+        f"{measured} B ({err * 100:+.1f}%)",
+        f"{model_bytes} B +- {tol * 100:.0f}%{why}",
+    )
+
+
 def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, size, a2a, floors):
     p = ctx.params
     tol = p["tolerance"]
@@ -604,24 +617,26 @@ def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, s
                 f"(= {tol * ref:.0f} B: LLDP, not data)",
             )
         elif spines:
-            err = (pt.spine_rx_bytes - pt.model_frame_bytes) / pt.model_frame_bytes
-            ctx.check(
+            _check_bytes(
+                ctx,
                 f"{pt.name}: spine bytes = model",
-                abs(err) <= tol,
-                f"{pt.spine_rx_bytes} B ({err * 100:+.1f}%)",
-                f"{pt.model_frame_bytes} B +- {tol * 100:.0f}% (issue 14's acceptance): "
-                f"{pt.hops} crossing {'hops' if pt.kind == 'allreduce' else 'pairs'}, "
+                pt.spine_rx_bytes,
+                pt.model_frame_bytes,
+                tol,
+                f" (issue 14's acceptance): {pt.hops} crossing "
+                f"{'hops' if pt.kind == 'allreduce' else 'pairs'}, "
                 f"{pt.model_payload_bytes:.0f} B of data in frames with their ACKs",
             )
         nv_ref = by["hierarchical"].model_nvlink_frame_bytes
         if pt.model_nvlink_frame_bytes:
-            err = (pt.nvswitch_rx_bytes - pt.model_nvlink_frame_bytes) / pt.model_nvlink_frame_bytes
-            ctx.check(
+            _check_bytes(
+                ctx,
                 f"{pt.name}: NVSwitch bytes = model",
-                abs(err) <= tol,
-                f"{pt.nvswitch_rx_bytes} B ({err * 100:+.1f}%)",
-                f"{pt.model_nvlink_frame_bytes} B +- {tol * 100:.0f}%: its NVLink phases' "
-                "frames with their ACKs, every one through its node's NVSwitch",
+                pt.nvswitch_rx_bytes,
+                pt.model_nvlink_frame_bytes,
+                tol,
+                ": its NVLink phases' frames with their ACKs, every one through its "
+                "node's NVSwitch",
             )
             ctx.check(
                 f"{pt.name}: NVLink time = its NVLink links' time",

@@ -18,12 +18,15 @@ from emu.fabric import (
     FabricSpecError,
     dragonfly,
     hosts,
+    leaf_spine,
+    network,
     nvlink_domains,
     port_map,
     rail_optimized,
     switch_links,
     switches,
     torus,
+    validate,
 )
 
 
@@ -260,3 +263,62 @@ def test_each_shape_draws(make, tmp_path):
 
     path = telemetry.draw_fabric(make(), tmp_path / "fabric.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------ the NVLink domain's contract
+
+
+def _with_ring_link(G):
+    """An NVSwitch wired to a rail leaf: the NVLink domain as a transit network."""
+    G.add_edge(
+        "nvsw1",
+        "rail1",
+        tier="nvlink",
+        rate_bps=10**7,
+        delay_s=0.0,
+        ports={"nvsw1": 3, "rail1": 5},
+        intfs={"nvsw1": "nvsw1-eth3", "rail1": "rail1-eth5"},
+    )
+    return G
+
+
+def _set(host, **attrs):
+    def edit(G):
+        G.nodes[host].update(attrs)
+        return G
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_set("h1", nvlink_ip="10.0.0.9"), "host h1: nvlink_ip=10.0.0.9 must be in 10.255.0.0/16"),
+        (_set("h1", nvlink_ip="10.255.1.300"), "host h1: nvlink_ip='10.255.1.300' is not an IPv4"),
+        (
+            _set("h2", nvlink_mac="02:00:00:00:00:09"),
+            "nvlink_mac='02:00:00:00:00:09', must be 02:00:01",
+        ),
+        (
+            _set("h2", nvlink_ip="10.255.1.1"),
+            r"ip '10.255.1.1' already used by host h1 \(NVLink port\)",
+        ),
+        (
+            _with_ring_link,
+            "nvswitch nvsw1: linked to rail1; an NVSwitch links only GPUs' NVLink ports",
+        ),
+    ],
+)
+def test_validate_names_what_breaks_the_nvlink_domain(edit, message):
+    G = edit(rail_optimized())
+    with pytest.raises(FabricSpecError, match=message):
+        validate(G)
+
+
+def test_network_leaves_the_nvlink_domains_out():
+    G = rail_optimized(nodes=3, gpus_per_node=2, spines=0)
+    assert nx.is_connected(G)  # through the NVSwitches ...
+    assert nx.number_connected_components(network(G)) == 2  # ... but the rails are islands
+    assert network(rail_optimized(nvlink_domain=False)).number_of_nodes() == 8
+    ls = leaf_spine()
+    assert network(ls) is ls
