@@ -5,7 +5,7 @@ buffer, PFC, credit-based flow control and ECN marking. Every spec is a frozen d
 construction; `from_dict` rejects unknown keys. An error names the key, the
 value and what is allowed. Rates, sizes and ECN thresholds here are at the
 emulated link rate; the PFC watchdog's times are modelled times, which the
-fabric scales by its time scale (emu/fabric.py, "The time scale").
+fabric scales by its time scale (emu/fabric/, "The time scale").
 """
 
 from __future__ import annotations

@@ -330,7 +330,7 @@ class Faults:
         """Turn the PFC watchdog on or off (or change its action) on one or every switch.
 
         `detection_s` is modelled time: the switch multiplies it by the
-        fabric's time scale (emu/fabric.py, "The time scale").
+        fabric's time scale (emu/fabric/, "The time scale").
         """
         for sw in self._switches(switch):
             try:

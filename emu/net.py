@@ -2,7 +2,7 @@
 
 Owns one running fabric: `with Fabric(graph) as fab:` records the run in the
 registry (emu/registry.py) before creating anything, starts the controller on a
-free loopback port, builds Mininet from the graph (emu/fabric.py) with
+free loopback port, builds Mininet from the graph (emu/fabric/) with
 `EmuSwitch` nodes, starts the switches, waits until the controller reports
 that it discovered every switch, link and host and installed routes, and on
 exit (success, error, Ctrl-C, SIGTERM) stops exactly the processes and deletes
@@ -62,7 +62,7 @@ def default_switch_processes() -> int:
 
 
 def _with_time_scale(qos: dict, time_scale: float) -> dict:
-    """`qos` with the fabric's time scale in its watchdog section (emu/fabric.py, "The time scale").
+    """`qos` with the fabric's time scale in its watchdog section (emu/fabric/, "The time scale").
 
     The scale belongs to the fabric, not to one setting: a watchdog with a
     scale of its own would run on another clock than the NICs beside it.
@@ -92,7 +92,7 @@ class Fabric:
         qos: buffer/PFC/ECN/watchdog settings of every switch, e.g.
             {"pfc": {"enabled": False}} (see emu/config.py; validated by the switch).
             The watchdog's times are modelled times, scaled by the graph's
-            ``time_scale`` (emu/fabric.py, "The time scale").
+            ``time_scale`` (emu/fabric/, "The time scale").
         host_nic_pacing: give every host's kernel a NIC that sends at its link
             rate (a tc token bucket with a 16-frame ring; on by default). Off,
             a host's veth sends as fast as the CPU allows and its backlog

@@ -190,7 +190,7 @@ def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
     return params
 
 
-# The fabric shapes `topology=` builds (emu/fabric.py's builders).
+# The fabric shapes `topology=` builds (emu/fabric/'s builders).
 TOPOLOGIES = ("leaf_spine", "fat_tree", "dragonfly", "torus", "rail_optimized")
 
 # What a topology file decides instead of the parameters (rate_mbps is set from it).
@@ -426,7 +426,7 @@ def fabric_params(
     """The parameters every fabric-building scenario shares (and `emu cli` takes).
 
     `modelled_gbps` is the host NIC speed the emulated links stand for; it sets
-    the fabric's time scale (emu/fabric.py, "The time scale"). None (the
+    the fabric's time scale (emu/fabric/, "The time scale"). None (the
     parameter's 0): whatever `rate_mbps` is set to, i.e. time scale 1.
     """
     return {

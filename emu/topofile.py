@@ -677,7 +677,7 @@ def default_port_order(
 ) -> Dict[str, List[int]]:
     """Per node, its links (indexes into `pairs`) in port order: downward-facing first.
 
-    As `emu.fabric._number_ports`: a link faces down from its higher-ranked
+    As `emu.fabric._build._number_ports`: a link faces down from its higher-ranked
     end; between equal ranks, `a` counts as the lower end.
     """
     down: Dict[str, List[int]] = {}
@@ -705,7 +705,7 @@ def _default_ips(nodes: Sequence[Tuple[str, str, Optional[str]]]) -> Dict[str, s
 
 
 def default_mac(index: int) -> str:
-    """As emu.fabric._add_host: 02:00:00 and the host's 24-bit number."""
+    """As emu.fabric._build._add_host: 02:00:00 and the host's 24-bit number."""
     return "02:00:00:%02x:%02x:%02x" % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF)
 
 

@@ -9,7 +9,7 @@ must share, and the one-line reasons a graph does not fit a model (links
 slower than the hosts', links at different rates, flows that a hash may put
 on one link). Pure functions of a graph with emu.fabric's attribute
 contract: builds and runs nothing. Called by the modules in scenarios/; does
-not own the topology file (emu/topofile.py) nor the builders (emu/fabric.py).
+not own the topology file (emu/topofile.py) nor the builders (emu/fabric/).
 """
 
 from __future__ import annotations

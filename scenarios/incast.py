@@ -84,7 +84,7 @@ QOS = {
 
 PARAMS = {
     # DCQCN's timers scale with the fabric's time scale, modelled/emulated rate
-    # (emu/fabric.py). At 1 Gbit/s over 10 Mbit/s (x100) a 10-second run is
+    # (emu/fabric/). At 1 Gbit/s over 10 Mbit/s (x100) a 10-second run is
     # 100 ms of modelled time, enough for DCQCN to converge; 25 Gbit/s (x2500)
     # needs runs of minutes.
     **fabric_params(rate_mbps=10.0, modelled_gbps=1.0),

@@ -254,7 +254,7 @@ def report(ctx: Context, results: dict) -> None:
         rows,
     )
     # The watchdog's detection in emulated seconds: SONiC's modelled 200 ms on
-    # the fabric's clock (emu/fabric.py, "The time scale").
+    # the fabric's clock (emu/fabric/, "The time scale").
     spec = WatchdogSpec()
     detection = spec.detection_s * build_fabric_graph(wd).graph["time_scale"]
     poll = spec.poll_s

@@ -2,7 +2,7 @@
 
       spine1        spine2              N nodes x G GPUs: GPU r of node k is NIC h<(k-1)G+r>
      rail1  rail2 (leaves)              on leaf rail<r>, and NVLink port h<..>-eth1 on its
-   h1 h3 h5 h7   h2 h4 h6 h8            node's NVSwitch nvsw<k> (emu/fabric.py rail_optimized),
+   h1 h3 h5 h7   h2 h4 h6 h8            node's NVSwitch nvsw<k> (emu/fabric/ rail_optimized),
    nvsw1 .. nvsw4 (NVLink domains)      at nvlink_ratio (9) x the NIC rate
 
 Every part runs on real packets (RoCEv2 from the NIC agents; on NVLink, the

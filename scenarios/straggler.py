@@ -45,7 +45,7 @@ slowest-link model does not describe. Compute stragglers draw no CNPs.
 
 The backlog behind a slow NIC link keeps the spine's port towards h1's leaf
 paused while it drains at rate / f. The PFC watchdog runs on the fabric's
-clock (emu/fabric.py, "The time scale"): at 25 Gbit/s over 5 Mbit/s (x5000)
+clock (emu/fabric/, "The time scale"): at 25 Gbit/s over 5 Mbit/s (x5000)
 its 200 ms detection lasts 1000 s, so that pause is congestion, not a storm,
 as on the hardware modelled. While the watchdog ran on emulated time (200
 ms), f = 2 drew 2 storms, 214 retransmitted packets and +18%. Every point

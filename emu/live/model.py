@@ -43,7 +43,7 @@ def layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
     """Node -> (x, y) in the unit square, y = 0 at the top.
 
     Rows from the bottom: hosts, then switches by tier (leaf/edge 0, spine/agg
-    1, core 2; emu/fabric.py's contract). Within a row nodes are spread evenly
+    1, core 2; emu/fabric/'s contract). Within a row nodes are spread evenly
     in natural name order, and hosts follow their leaf's order so that a
     host sits under its leaf.
 
@@ -129,7 +129,7 @@ def port_states(
     """Every sampled switch port's state; rates and shares need `previous` (else 0).
 
     Args:
-        graph: the fabric (emu/fabric.py).
+        graph: the fabric (emu/fabric/).
         samples: switch -> its latest `live` answer (emu/switch/reports.py).
         previous: switch -> the answer before it, for bytes/s and paused share.
 

@@ -43,7 +43,7 @@ class RdmaHosts:
     """The NICs of a fabric's hosts, started on construction (one agent per host).
 
     Each NIC models hardware at its link rate times the fabric's time scale
-    (emu/fabric.py, "The time scale"): DCQCN's timers and rate steps, the RTO
+    (emu/fabric/, "The time scale"): DCQCN's timers and rate steps, the RTO
     and the RNR timer run on that clock. Build the fabric with
     ``modelled_rate_bps=25e9`` for the 25 Gbit/s NICs of the HPCC/DCQCN ns-3
     configurations; at time scale 1 the NIC is as slow as its emulated link,
@@ -61,7 +61,7 @@ class RdmaHosts:
         """Start the NICs of `hosts`; `loss_recovery` is the NICs' (emu/host/rnic.py).
 
         `port` "nvlink" runs them on the GPUs' NVLink ports instead (a
-        rail_optimized fabric, emu/fabric.py `host_ports`): the same NIC
+        rail_optimized fabric, emu/fabric/ `host_ports`): the same NIC
         model, at the NVLink rate, whose queue pairs address the peers'
         NVLink ports, so everything it sends crosses the node's NVSwitch. Its
         agents are named ``<host>-nvlink`` (in fidelity records and `emu ctl`).

@@ -1,4 +1,4 @@
-"""One fabric-wide time scale (emu/fabric.py, "The time scale"), on real frames.
+"""One fabric-wide time scale (emu/fabric/, "The time scale"), on real frames.
 
 The graph's `time_scale` reaches the switches' PFC watchdog and the NIC
 model: a storm is declared after the watchdog's 200 ms of modelled time, i.e.

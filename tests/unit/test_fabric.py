@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import importlib
 import importlib.util
 import ipaddress
 import itertools
@@ -57,8 +58,9 @@ def graph(request):
 # ------------------------------------------------------------ common contract
 
 
-def test_doctests_pass():
-    result = doctest.testmod(emu.fabric, verbose=False)
+@pytest.mark.parametrize("module", ["contract", "clos", "gpu"])
+def test_doctests_pass(module):
+    result = doctest.testmod(importlib.import_module(f"emu.fabric.{module}"), verbose=False)
     assert result.attempted > 0
     assert result.failed == 0
 
