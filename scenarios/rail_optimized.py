@@ -23,12 +23,16 @@ model:
    a job on real packets: a ring reduce-scatter of S inside each node over
    NVLink (the NVSwitch), one all-reduce of S/G per rail across the nodes (G
    rings at once, each on its own rail), a ring all-gather of S inside each
-   node over NVLink. Each phase's ranks check their own result (the
-   reduce-scatter's reduced chunk, the all-reduce's sum, the all-gather's
-   gathered array, emu/host/ring.py); each phase starts from the ranks'
-   generated inputs, not from the previous phase's output, because a GPU's
-   NVLink port and its NIC are two agent processes: the composition's data
-   is the model's, every phase's bytes and sums are the packets'. A ring
+   node over NVLink. Node k's GPUs hold the inputs of seed k, and each phase
+   starts from the previous phase's result: GPU r of a node ends the
+   reduce-scatter owning chunk r mod G of its node's sum, which rail r's
+   ring all-reduces across the nodes, and which the all-gather spreads. A
+   GPU's NVLink port and its NIC are two agent processes, so the result is
+   handed over through a file in the run's directory (a GPU's memory, which
+   both ports reach; emu/host/collective.py CHAIN_OPTIONS). Every rank
+   checks its own result against the whole collective's (the node sum's
+   chunk, the global sum's chunk, the global sum: `expected_hierarchical`),
+   and every GPU of every node must end with the same bytes. A ring
    phase over p ranks moves (p-1)/p x S bytes through each rank's link
    (Thakur, Rabenseifner, Gropp, "Optimization of collective communication
    operations in MPICH", IJHPCA 2005, the (p-1)/p n beta term; NCCL's ring
@@ -285,9 +289,12 @@ def run_rings(
     size: int,
     dtype: str,
     algo: str = "ring",
+    seeds: list[int] | None = None,
+    rank_options: dict | None = None,
 ) -> list[collectives.AllReduceResult]:
     """`algo` (the ring all-reduce or one of its phases) on every ring at once (disjoint
-    hosts), one thread each; results in order."""
+    hosts), one thread each, ring i with data seed `seeds[i]` (default 0) and each
+    host's `rank_options` (a phase's chain, emu/host/collective.py); results in order."""
     for ring in rings:
         nics.ring_qps(ring)  # connected here, one at a time: RdmaHosts hands out QP numbers
     results: list = [None] * len(rings)
@@ -296,7 +303,13 @@ def run_rings(
     def one(i: int) -> None:
         try:
             (results[i],) = collectives.run_allreduce(
-                nics, rings[i], [size], dtype=dtype, algo=algo
+                nics,
+                rings[i],
+                [size],
+                dtype=dtype,
+                algo=algo,
+                seed=seeds[i] if seeds else 0,
+                rank_options={h: rank_options[h] for h in rings[i]} if rank_options else None,
             )
         except Exception as exc:  # reported below, with the ring it came from
             errors.append(f"ring {rings[i]}: {exc}")
@@ -481,10 +494,68 @@ def run(ctx: Context) -> None:
         in_node = [domains[k] for k in nodes]
         phases: dict[str, list] = {}
 
+        # One all-reduce of S over all N x G GPUs: node k's GPUs hold the inputs of
+        # seed k; each phase's input is the previous phase's result, handed from a
+        # GPU's NVLink agent to its NIC agent and back through a file in the run's
+        # directory (a GPU's memory, which both of its ports reach), and every rank
+        # checks what it ends with against the whole all-reduce's sum.
+        seeds = [1000 + k for k in nodes]
+        count = size // itemsize
+        hand = {
+            (phase, h): str(Path(fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
+            for phase in ("rs", "ar")
+            for h in fabric_mod.hosts(graph)
+        }
+        owned = {h: graph.nodes[h]["rail"] % gpus for h in fabric_mod.hosts(graph)}
+        hand_hosts = fabric_mod.hosts(graph)
+
+        def expect(chunk: int | None) -> dict:
+            return {"seeds": seeds, "gpus": gpus, "count": count, "chunk": chunk}
+
         def hierarchical() -> list:
-            phases["rs"] = run_rings(fab, nv_nics, in_node, size, dtype, "reduce_scatter")
-            rails = run_rings(fab, nics, per_rail, size // gpus, dtype)
-            phases["ag"] = run_rings(fab, nv_nics, in_node, size, dtype, "all_gather")
+            # GPU rail r is rank r-1 of its node's ring: it ends the reduce-scatter
+            # owning chunk r mod G, which rail r's ring then all-reduces.
+            phases["rs"] = run_rings(
+                fab,
+                nv_nics,
+                in_node,
+                size,
+                dtype,
+                "reduce_scatter",
+                seeds=seeds,
+                rank_options={h: {"chain_output": hand["rs", h]} for h in hand_hosts},
+            )
+            rails = run_rings(
+                fab,
+                nics,
+                per_rail,
+                size // gpus,
+                dtype,
+                rank_options={
+                    h: {
+                        "chain_input": hand["rs", h],
+                        "chain_output": hand["ar", h],
+                        "chain_expect": expect(owned[h]),
+                    }
+                    for h in hand_hosts
+                },
+            )
+            phases["ag"] = run_rings(
+                fab,
+                nv_nics,
+                in_node,
+                size,
+                dtype,
+                "all_gather",
+                rank_options={
+                    h: {
+                        "chain_input": hand["ar", h],
+                        "chain_input_chunk": owned[h],
+                        "chain_expect": expect(None),
+                    }
+                    for h in hand_hosts
+                },
+            )
             return rails
 
         rails, b, nv_rx = measure("hierarchical", hierarchical)
@@ -503,8 +574,11 @@ def run(ctx: Context) -> None:
             algbw_bytes_per_s=size / t,
             busbw_bytes_per_s=size / t * 2 * (n_all - 1) / n_all,
             wrong=sum(r.wrong for r in rails + nv_results),
-            # A reduce-scatter's ranks end with different chunks: its digests say nothing.
-            digests_agree=all(r.digests_agree for r in rails + phases["ag"]),
+            # Every GPU of every node ends with the same bytes: the rails' sums, gathered.
+            # (A reduce-scatter's ranks end with different chunks: no digest to compare.)
+            digests_agree=all(r.digests_agree for r in rails)
+            and len({d for r in phases["ag"] for d in r.digests.values()}) == 1,
+            digests={h: d for r in phases["ag"] for h, d in r.digests.items()},
         )
         for r, ring in zip(rails, per_rail):
             results[f"inter-node ring, rail {graph.nodes[ring[0]]['rail']}"] = r
@@ -660,7 +734,13 @@ def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, s
                 f"{pt.name}: every rank's sum is correct",
                 pt.wrong == 0 and pt.digests_agree,
                 f"{pt.wrong} wrong elements, digests {'agree' if pt.digests_agree else 'differ'}",
-                "0 wrong, one digest (the ranks check themselves)",
+                "0 wrong, one digest (the ranks check themselves)"
+                + (
+                    "; every phase's input the previous one's output, and every GPU ends "
+                    "with the all-reduce of all the GPUs' inputs"
+                    if pt.name == "hierarchical"
+                    else ""
+                ),
             )
     pxn = by["all-to-all with PXN"]
     floor = floors[pxn.name]

@@ -32,8 +32,10 @@ import numpy as np
 from emu.host.data import (
     DTYPES,
     ExpectedSum,
+    chunk_bounds,
     dtype_name,
     expected_all_gather,
+    expected_hierarchical,
     expected_reduce_scatter,
     expected_sum,
     is_int,
@@ -182,6 +184,14 @@ class RankData:
     reduce-scatter this rank's chunk of it (`expected_reduce_scatter`); an
     all-gather every chunk copied from its owner's input (`expected_all_gather`).
 
+    A job that is one phase of a longer collective takes its input from the
+    previous phase and hands its result on (`CHAIN_OPTIONS`, in the spec's
+    options): a hierarchical all-reduce runs on a GPU's two ports, whose
+    agents are two processes of one host, so the hand-over is a file in the
+    run's directory, as a GPU's memory is shared by its NVLink and its NIC.
+    Its result is then checked against the whole collective's
+    (`expected_hierarchical`).
+
     At 16 MB and 8 ranks, building it costs about half a second of CPU; the
     agent builds it on its management worker thread (emu/mgmt.py, `Deferred`)
     so that its loop keeps sending frames meanwhile.
@@ -192,14 +202,72 @@ class RankData:
 
     @classmethod
     def build(cls, spec: CollectiveSpec) -> RankData:
+        """Raises ValueError naming a chain option that is malformed or a file that does not fit."""
         args = (spec.seed, spec.nranks, spec.count, spec.dtype)
-        if spec.algo == "reduce_scatter":
+        opts = spec.options
+        unknown = sorted(k for k in opts if k.startswith("chain_") and k not in CHAIN_OPTIONS)
+        if unknown:
+            raise ValueError(f"options {unknown}: unknown; chain options are {list(CHAIN_OPTIONS)}")
+        if "chain_expect" in opts:
+            want = opts["chain_expect"]
+            try:
+                expected = expected_hierarchical(
+                    [int(x) for x in want["seeds"]],
+                    int(want["gpus"]),
+                    int(want["count"]),
+                    spec.dtype,
+                    None if want.get("chunk") is None else int(want["chunk"]),
+                )
+            except (KeyError, TypeError) as exc:
+                raise ValueError(
+                    f"options chain_expect={want!r}: expected seeds, gpus, count and chunk ({exc})"
+                ) from None
+        elif spec.algo == "reduce_scatter":
             expected = expected_reduce_scatter(*args, rank=spec.rank)
         elif spec.algo == "all_gather":
             expected = expected_all_gather(*args)
         else:
             expected = expected_sum(*args)
-        return cls(rank_input(spec.seed, spec.rank, spec.count, spec.dtype), expected)
+        if "chain_input" in opts:
+            data = _chained_input(spec, str(opts["chain_input"]), opts.get("chain_input_chunk"))
+        else:
+            data = rank_input(spec.seed, spec.rank, spec.count, spec.dtype)
+        return cls(data, expected)
+
+
+#: A phase's options that chain it to the previous and the next: its input from a
+#: file (placed at chunk c of its array, or the whole array), its result to a file
+#: (.npy, written once checked), and the whole collective's result to check against
+#: ({"seeds": [per node], "gpus": G, "count": elements, "chunk": c or None}).
+CHAIN_OPTIONS = ("chain_input", "chain_input_chunk", "chain_output", "chain_expect")
+
+
+def _chained_input(spec: CollectiveSpec, path: str, chunk: Any) -> np.ndarray:
+    """The previous phase's result from `path`: the whole input, or chunk `chunk` of it."""
+    try:
+        got = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"options chain_input={path!r}: {exc}") from None
+    dtype = DTYPES[spec.dtype]
+    if got.dtype != dtype or got.ndim != 1:
+        raise ValueError(
+            f"options chain_input={path!r}: a 1-D {spec.dtype} array expected, "
+            f"got {got.dtype} of shape {got.shape}"
+        )
+    if chunk is None:
+        lo, hi = 0, spec.count
+        out = got
+    else:
+        lo, hi = chunk_bounds(spec.count, spec.nranks, int(chunk))
+        out = np.zeros(spec.count, dtype=dtype)  # the ring sends only this rank's chunk
+    if got.size != hi - lo:
+        raise ValueError(
+            f"options chain_input={path!r}: {got.size} elements, the "
+            f"{'chunk' if chunk is not None else 'input'} has {hi - lo}"
+        )
+    if chunk is not None:
+        out[lo:hi] = got
+    return out
 
 
 class CollectiveRank:
@@ -362,7 +430,14 @@ class CollectiveRank:
         """
         results, self._unchecked = self._unchecked, []
         expected = self.expected
-        return lambda: [(expected.wrong(r), zlib.crc32(r.tobytes())) for r in results]
+        output = self.spec.options.get("chain_output")
+
+        def work() -> list[tuple[int, int]]:
+            if output and results:
+                np.save(str(output), results[-1], allow_pickle=False)  # for the next phase
+            return [(expected.wrong(r), zlib.crc32(r.tobytes())) for r in results]
+
+        return work
 
     def record_checks(self, outcomes: list[tuple[int, int]]) -> None:
         """(wrong elements, crc32) per checked iteration, in order."""

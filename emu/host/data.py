@@ -6,7 +6,9 @@ r's input (`rank_input`), how an array is cut into one chunk per rank
 bound a correct result keeps to (`ExpectedSum`): of an all-reduce
 (`expected_sum`), of the ring's reduce-scatter (`expected_reduce_scatter`:
 one rank's chunk of the sum) and of its all-gather (`expected_all_gather`:
-every chunk copied from its owner's input). Pure: no sockets, no clock.
+every chunk copied from its owner's input), and of a hierarchical
+all-reduce over nodes of GPUs whose phases hand their results on
+(`expected_hierarchical`). Pure: no sockets, no clock.
 
 Who uses it: a rank inside a host agent builds its input and checks its own
 result (emu/host/collective.py, `RankData`); the ring (emu/host/ring.py)
@@ -32,7 +34,7 @@ for bit in either type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -138,20 +140,56 @@ def expected_sum(seed: int, nranks: int, count: int, dtype: str) -> ExpectedSum:
         >>> e.wrong(r)
         0
     """
+    return _exact_sum([(seed, r) for r in range(nranks)], count, dtype)
+
+
+def _exact_sum(inputs: list[tuple[int, int]], count: int, dtype: str) -> ExpectedSum:
+    """The exact sum of the inputs `rank_input(seed, rank)` for (seed, rank) in `inputs`."""
     name = dtype_name(dtype)
     if name == "int32":
         acc = np.zeros(count, dtype=np.int32)
-        for r in range(nranks):
+        for seed, r in inputs:
             acc += rank_input(seed, r, count, name)
         return ExpectedSum(acc, None)
     acc = np.zeros(count, dtype=np.float64)
     mag = np.zeros(count, dtype=np.float64)
-    for r in range(nranks):
+    for seed, r in inputs:
         x = rank_input(seed, r, count, name)
         acc += x
         mag += np.abs(x)
-    k = max(nranks - 1, 0) * FLOAT32_UNIT_ROUNDOFF
+    k = max(len(inputs) - 1, 0) * FLOAT32_UNIT_ROUNDOFF
     return ExpectedSum(acc, mag * (k / (1 - k)))
+
+
+def expected_hierarchical(
+    seeds: Sequence[int], gpus: int, count: int, dtype: str, chunk: int | None = None
+) -> ExpectedSum:
+    """The all-reduce of every GPU of every node: node k's GPU r holds rank_input(seeds[k], r).
+
+    What a hierarchical all-reduce (reduce-scatter in each node, all-reduce
+    of chunk c across the nodes on rail c, all-gather in each node) ends
+    with on every GPU; with `chunk`, only chunk c of G (`chunk_bounds(count,
+    gpus, c)`): what the all-reduce across the nodes leaves there. The
+    float32 bound is the recursive-summation one over all N x G terms, which
+    holds whatever the order the phases add them in.
+
+    Raises:
+        ValueError: no seed, or a chunk out of 0..gpus-1.
+
+    Examples:
+        >>> xs = [rank_input(s, r, 4, "int32") for s in (5, 6) for r in range(2)]
+        >>> e = expected_hierarchical([5, 6], 2, 4, "int32", chunk=1)  # elements [2, 4)
+        >>> e.wrong(sum(xs)[2:4]), e.wrong(sum(xs)[0:2])
+        (0, 2)
+    """
+    if not seeds:
+        raise ValueError("seeds=[]: one per node")
+    full = _exact_sum([(s, r) for s in seeds for r in range(gpus)], count, dtype)
+    if chunk is None:
+        return full
+    lo, hi = chunk_bounds(count, gpus, chunk)
+    tolerance = None if full.tolerance is None else full.tolerance[lo:hi].copy()
+    return ExpectedSum(full.exact[lo:hi].copy(), tolerance)
 
 
 def expected_reduce_scatter(

@@ -99,6 +99,7 @@ class AllReduceResult:
     port_tx_bytes: dict = field(default_factory=dict)  # host -> bytes its leaf port took in
     agg_job: dict | None = None  # the aggregation manager's job (algo "sharp")
     restarts: int = 0  # times the all-reduce started over after its tree was reset
+    digests: dict = field(default_factory=dict)  # host -> crc32 of its last result
 
     @property
     def iteration_s(self) -> float:
@@ -147,6 +148,7 @@ def run_allreduce(
     options: Mapping[str, Any] | None = None,
     nslots: int = 64,
     count_ports: bool = False,
+    rank_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[AllReduceResult]:
     """All-reduce (sum) across `hosts`' NIC agents, one job per size; returns one row per size.
 
@@ -177,6 +179,9 @@ def run_allreduce(
         start_delay_s: lead time so that every rank starts at the same instant.
         timeout_s: per size; default from the slowest host link and the size.
         options: algorithm-specific settings for every rank (CollectiveSpec.options).
+        rank_options: more options per host, over `options` (a phase of a
+            longer collective: where each rank's input comes from and its
+            result goes, emu/host/collective.py CHAIN_OPTIONS).
         nslots: algo "sharp": the slots the job asks every switch of its tree for.
             The job is registered with the aggregation manager
             (controllers.aggregation) for the call and unregistered after it; a
@@ -216,6 +221,9 @@ def run_allreduce(
         compute = {h: float(compute_s.get(h, 0.0)) for h in hosts}
     else:
         compute = dict.fromkeys(hosts, float(compute_s))
+    unknown = sorted(set(rank_options or {}) - set(hosts))
+    if unknown:
+        raise ValueError(f"rank_options names hosts {unknown} that are not ranks {hosts}")
     nics = host_nics(target, hosts)
     agg_job = None
     if algo == "sharp" and not (options and "job_id" in options):
@@ -243,7 +251,7 @@ def run_allreduce(
             compute,
             start_delay_s,
             timeout_s,
-            options,
+            {h: {**(options or {}), **(rank_options or {}).get(h, {})} for h in hosts},
             count_ports,
             agg_job,
         )
@@ -293,7 +301,7 @@ def _run_sizes(
     compute: dict[str, float],
     start_delay_s: float,
     timeout_s: float | None,
-    options: Mapping[str, Any] | None,
+    options: Mapping[str, Mapping[str, Any]],
     count_ports: bool,
     agg_job: dict | None,
 ) -> list[AllReduceResult]:
@@ -304,7 +312,8 @@ def _run_sizes(
     factor = busbw_factor(algo, n)
     what = _COLLECTIVE.get(algo, "all-reduce")
     slowest_bps = min(nics.ports[h].rate_bps for h in hosts)
-    agg_job_id = int(options["job_id"]) if algo == "sharp" and options else None
+    shared = options[hosts[0]]  # sharp's job is every rank's
+    agg_job_id = int(shared["job_id"]) if algo == "sharp" and "job_id" in shared else None
     results = []
     for size in sizes:
         count = size // itemsize
@@ -339,7 +348,7 @@ def _run_sizes(
                         slice_bytes=slice_bytes,
                         send_qpn=qps[rank],
                         recv_qpn=qps[rank - 1],
-                        options=dict(options or {}),
+                        options=dict(options[h]),
                     )
                 ports0 = _port_bytes(nics, hosts) if count_ports else {}
                 at = time.time() + start_delay_s
@@ -409,6 +418,7 @@ def _run_sizes(
                 port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
                 agg_job=agg_job,
                 restarts=restarts,
+                digests={h: status[h]["digest"] for h in hosts},
             )
         )
     return results

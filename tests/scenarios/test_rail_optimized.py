@@ -60,6 +60,11 @@ def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_pa
     for case in ("rail-aligned ring",) + CROSSING:
         assert nv_want[case] == 0 and nv[case] <= 0.10 * nv_want["hierarchical"], (case, nv)
     assert parts["hierarchical"]["nvlink_s"] > 0 and parts["all-to-all with PXN"]["nvlink_s"] > 0
+    # The phases are chained: all 8 GPUs end with one result, the all-reduce of every
+    # GPU's input (each rank checked it against that sum: 0 wrong).
+    hier = m["allreduce"]["hierarchical"]
+    assert len(hier["digests"]) == 8 and len(set(hier["digests"].values())) == 1
+    assert hier["wrong"] == 0
     assert (
         "flat ring without NVLink" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
     )

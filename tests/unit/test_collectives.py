@@ -25,6 +25,7 @@ from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.data import (
     chunk_bounds,
     expected_all_gather,
+    expected_hierarchical,
     expected_reduce_scatter,
     expected_sum,
     rank_input,
@@ -184,6 +185,8 @@ class RingOfNics:
         slice_bytes=4096,
         drop=None,
         algo="ring",
+        seed=9,
+        options=None,
     ):
         self.n = n
         macs = [f"02:00:00:00:01:{r:02x}" for r in range(n)]
@@ -215,13 +218,14 @@ class RingOfNics:
                 nranks=n,
                 dtype=dtype,
                 count=count,
-                seed=9,
+                seed=seed,
                 algo=algo,
                 iters=iters,
                 compute_s=compute_s[r],
                 slice_bytes=slice_bytes,
                 send_qpn=100 + r,
                 recv_qpn=100 + (r - 1) % n,
+                options=(options or [{}] * n)[r],
             )
             job = CollectiveRank(spec, self.nics[r])
             for q in job.recv_qpns:
@@ -310,6 +314,87 @@ def test_the_rings_phases_run_as_jobs_and_each_rank_checks_itself(algo, n, dtype
         assert st[r]["tx_payload_bytes"] == 2 * per_iter and st[r]["retransmitted"] == 0
     if algo == "all_gather":
         assert len({s["digest"] for s in st}) == 1
+
+
+def run_checked(ring):
+    ring.run(5.0)
+    return [j.status(0.0, check=True) for j in ring.jobs]
+
+
+def hierarchical(tmp_path, dtype, seeds, gpus, count, skip_rails=False):
+    """A hierarchical all-reduce as the rail scenario runs it, one phase after the other,
+    each rank's input the previous phase's file; returns the all-gathers' statuses."""
+
+    def f(phase, k, r):
+        return str(tmp_path / f"{phase}-{k}-{r}.npy")
+
+    nodes = len(seeds)
+    for k, seed in enumerate(seeds):  # 1. reduce-scatter inside each node
+        opts = [{"chain_output": f("rs", k, r)} for r in range(gpus)]
+        st = run_checked(
+            RingOfNics(gpus, dtype, count, algo="reduce_scatter", seed=seed, options=opts)
+        )
+        assert all(s["wrong"] == 0 for s in st)
+    for r in range(gpus):  # 2. chunk (r+1) mod G all-reduced across the nodes, on rail r
+        c = (r + 1) % gpus
+        lo, hi = chunk_bounds(count, gpus, c)
+        want = {"seeds": seeds, "gpus": gpus, "count": count, "chunk": c}
+        opts = [
+            {"chain_input": f("rs", k, r), "chain_output": f("ar", k, r), "chain_expect": want}
+            for k in range(nodes)
+        ]
+        if not skip_rails:
+            st = run_checked(RingOfNics(nodes, dtype, hi - lo, options=opts))
+            assert all(s["wrong"] == 0 for s in st)
+    out = []
+    for k in range(nodes):  # 3. all-gather inside each node: every GPU the global sum
+        want = {"seeds": seeds, "gpus": gpus, "count": count, "chunk": None}
+        phase = "rs" if skip_rails else "ar"
+        opts = [
+            {
+                "chain_input": f(phase, k, r),
+                "chain_input_chunk": (r + 1) % gpus,
+                "chain_expect": want,
+            }
+            for r in range(gpus)
+        ]
+        out += run_checked(RingOfNics(gpus, dtype, count, algo="all_gather", options=opts))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("nodes,gpus,count", [(3, 2, 1000), (2, 4, 4096)])
+def test_a_chained_hierarchical_all_reduce_leaves_every_gpu_the_global_sum(
+    tmp_path, dtype, nodes, gpus, count
+):
+    seeds = [11 + k for k in range(nodes)]
+    st = hierarchical(tmp_path, dtype, seeds, gpus, count)
+    assert len(st) == nodes * gpus and all(s["wrong"] == 0 for s in st)
+    # One result on every GPU of every node: the rails' sums, gathered.
+    assert len({s["digest"] for s in st}) == 1
+    if dtype == "int32":
+        exact = expected_hierarchical(seeds, gpus, count, dtype).exact
+        assert st[0]["digest"] == zlib.crc32(exact.tobytes())
+
+
+def test_a_hierarchy_without_its_rail_phase_is_caught_by_the_gpus_themselves(tmp_path):
+    # Each node's own sum gathered, the other nodes' data never added: every element wrong.
+    st = hierarchical(tmp_path, "int32", [11, 12], 2, 1000, skip_rails=True)
+    assert all(s["wrong"] == 1000 for s in st)
+
+
+def test_a_chained_input_that_does_not_fit_is_refused_by_name(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros(7, dtype="<i4"))
+    spec = dict(job="j", rank=0, nranks=2, dtype="int32", count=10, algo="all_gather")
+    with pytest.raises(ValueError, match=r"chain_input=.*x.npy.*7 elements, the chunk has 5"):
+        RankData.build(
+            CollectiveSpec(**spec, options={"chain_input": str(path), "chain_input_chunk": 1})
+        )
+    with pytest.raises(ValueError, match=r"options \['chain_inptu'\]: unknown"):
+        RankData.build(CollectiveSpec(**spec, options={"chain_inptu": str(path)}))
+    with pytest.raises(ValueError, match="chain_expect=.*expected seeds, gpus, count"):
+        RankData.build(CollectiveSpec(**spec, options={"chain_expect": {"gpus": 2}}))
 
 
 @pytest.mark.parametrize("algo", ["ring", "reduce_scatter", "all_gather"])
