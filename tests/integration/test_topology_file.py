@@ -38,6 +38,7 @@ def test_smoke_runs_on_a_topology_file(tmp_path):
         "name": "leaf-spine-2x2",
         "switches": 4,
         "hosts": 4,
+        "host_addresses": 4,
         "switch_links": 4,
         "rate_bps": 20_000_000,
     }
