@@ -245,6 +245,147 @@ _ALLREDUCE = (
     ("restarts (all sizes)", (WILDCARD, "restarts"), {"op": "sum"}),
 )
 
+_LIVELOCK = (
+    ("goodput (Mbit/s)", ("goodput_bps",), {"scale": 1e-6}),
+    ("goodput / payload line rate", ("line_share",)),
+    ("messages completed", ("messages_completed",)),
+    ("frames sent", ("tx_packets",)),
+    ("link busy", ("link_busy",)),
+    ("frames lost", ("lost_frames",)),
+    ("NAKs", ("naks",)),
+    ("timeouts", ("timeouts",)),
+    ("frames resent", ("retransmitted",)),
+    ("frames resent per loss", ("resent_per_loss",)),
+    ("discarded at the receiver", ("rx_discarded_packets",)),
+)
+
+_CREDIT_MODES = ("pfc", "dcqcn", "credit", "pfc-2class", "credit-2vl")
+_CREDIT = (
+    *(
+        (f"{h} goodput (Mbit/s)", ("goodput_bps", h), {"scale": 1e-6})
+        for h in ("h1", "h2", "h5", "h6")
+    ),
+    ("incast goodput (Mbit/s)", ("incast_bps",), {"scale": 1e-6}),
+    ("victim goodput (Mbit/s)", ("victim_bps",), {"scale": 1e-6}),
+    ("bottleneck queue p50 (B)", ("queue_p50_bytes",)),
+    ("bottleneck queue max (B)", ("queue_max_bytes",)),
+    ("paused / blocked port-seconds", ("stalled_s",), {"op": "sum"}),
+    ("drops (switch + NIC)", ("switch_drops",), {"op": "add", "other": ("nic_drops",)}),
+    ("PAUSE frames on the captured links", ("wire", WILDCARD, "pause"), {"op": "sum"}),
+    ("credit frames on the captured links", ("wire", WILDCARD, "flow_control"), {"op": "sum"}),
+    ("CNPs", ("cnps",)),
+)
+# Only the credit modes replay their pcaps against the credit advertised.
+_CREDIT_AUDIT = (
+    ("frames checked against the credit", ("audit", WILDCARD, "checked"), {"op": "sum"}),
+    ("credit violations", ("audit", WILDCARD, "violations"), {"op": "sum"}),
+)
+
+
+def _victim_slowdown(mode: str) -> Figure:
+    """The victim's max-min share (its line rate's payload) over what it got."""
+    return Figure(
+        f"{mode}: victim slowdown (x)",
+        ("line_goodput_bps",),
+        "ratio",
+        ("modes", mode, "victim_bps"),
+    )
+
+
+_DEADLOCK = (
+    ("formed after (s)", ("formed_after_s",)),
+    ("switches on the wait-for cycle", ("cycle_switches",), {"op": "len"}),
+    ("ring ingress queues full to XOFF", ("above_xoff",), {"op": "len"}),
+    ("bytes received after it formed (all flows)", ("bytes_formed",), {"op": "sum"}),
+    ("bytes received after the senders stopped (all flows)", ("bytes_stopped",), {"op": "sum"}),
+    ("ring frames sent after the senders stopped", ("ring_tx_stopped",)),
+    ("fewest PAUSE refreshes of a switch on the cycle", ("pause_refreshed",), {"op": "min"}),
+    ("hosts paused by their switch", ("hosts_paused",), {"op": "len"}),
+    (
+        "watchdog: storm declared after it was on (s)",
+        ("storms_on_cycle", WILDCARD, "after_s"),
+        {"op": "min"},
+    ),
+    ("watchdog: frames dropped", ("watchdog_drops",)),
+    ("watchdog on: fewest bytes a flow received (B)", ("bytes_recovered",), {"op": "min"}),
+    ("watchdog on: most bytes a flow received (B)", ("bytes_recovered",), {"op": "max"}),
+)
+
+_TAGGER = (
+    ("wait-for cycles seen", ("cycles_seen",), {"op": "len"}),
+    ("storms (watchdog alert only)", ("storms",)),
+    ("slowest flow (Mbit/s)", ("goodput_bps",), {"op": "min", "scale": 1e-6}),
+    ("fastest flow (Mbit/s)", ("goodput_bps",), {"op": "max", "scale": 1e-6}),
+    ("last flow done after (s)", ("done_at_s",), {"op": "max"}),
+    ("RTO timeouts (all flows)", ("timeouts",), {"op": "sum"}),
+    ("packets through Tagger's rules", ("tagged_packets",), {"op": "sum"}),
+)
+
+_RAIL_PARTS = (
+    "rail-aligned ring",
+    "crossing ring",
+    "flat ring",
+    "hierarchical",
+    "all-to-all without PXN",
+    "all-to-all with PXN",
+)
+_RAIL = (
+    ("crossing hops / pairs", ("hops",)),
+    ("spines: model (B)", ("model_frame_bytes",)),
+    ("spines received (B)", ("spine_rx_bytes",)),
+    ("NVSwitches: model (B)", ("model_nvlink_frame_bytes",)),
+    ("NVSwitches received (B)", ("nvswitch_rx_bytes",)),
+    ("time (ms)", ("time_s",), {"scale": 1e3}),
+)
+# Received over model where the model is not 0 (elsewhere the check compares
+# against the crossing counterpart, and the README quotes the bytes).
+_RAIL_ON_SPINES = ("crossing ring", "flat ring", "all-to-all without PXN")
+_RAIL_ON_NVSWITCHES = ("hierarchical", "all-to-all with PXN")
+_RAIL_NVLINK = (
+    ("network part (ms)", ("wire_s",), {"scale": 1e3}),
+    ("NVLink part (ms)", ("nvlink_s",), {"scale": 1e3}),
+    ("NVLink link time, model (ms)", ("nvlink_model_s",), {"scale": 1e3}),
+)
+
+
+def _rail_optimized() -> tuple:
+    parts = ("parts",)
+    figures = _per(_RAIL_PARTS, parts, _RAIL)
+    figures += tuple(
+        Figure(
+            f"{p}: spines received / model",
+            parts + (p, "spine_rx_bytes"),
+            "ratio",
+            parts + (p, "model_frame_bytes"),
+        )
+        for p in _RAIL_ON_SPINES
+    )
+    figures += tuple(
+        Figure(
+            f"{p}: NVSwitches received / model",
+            parts + (p, "nvswitch_rx_bytes"),
+            "ratio",
+            parts + (p, "model_nvlink_frame_bytes"),
+        )
+        for p in _RAIL_ON_NVSWITCHES
+    )
+    figures += _per(_RAIL_ON_NVSWITCHES, parts, _RAIL_NVLINK)
+    figures += _per(
+        ("all-to-all without PXN", "all-to-all with PXN"),
+        ("alltoall_floor_s",),
+        (("NIC-link floor (ms)", (), {"scale": 1e3}),),
+    )
+    figures += _per(
+        ("flat ring", "hierarchical"),
+        ("allreduce",),
+        (
+            ("algbw (MB/s)", ("algbw_bytes_per_s",), {"scale": 1e-6}),
+            ("busbw (MB/s)", ("busbw_bytes_per_s",), {"scale": 1e-6}),
+        ),
+    )
+    return figures + (Figure("wrong elements (all parts)", parts + (WILDCARD, "wrong"), "sum"),)
+
+
 _STRAGGLER_FACTORS = ("1.0", "1.5", "2.0", "3.0", "4.0")
 _EVA_PATTERNS = ("stride4", "stride8", "random")
 
@@ -302,10 +443,39 @@ ENTRIES: tuple[Entry, ...] = (
         timeout_s=600,
     ),
     Entry(
+        "credit-vs-pfc",
+        "credit-vs-pfc",
+        "credit-vs-pfc: an incast and a victim flow, PFC vs DCQCN vs credits",
+        quick=("duration_s=5", "warmup_s=1.5"),
+        figures=(Figure("victim's max-min share (Mbit/s)", ("line_goodput_bps",), scale=1e-6),)
+        + sum(
+            (_per((m,), ("modes",), _CREDIT) + (_victim_slowdown(m),) for m in _CREDIT_MODES),
+            (),
+        )
+        + _per(("credit", "credit-2vl"), ("modes",), _CREDIT_AUDIT),
+        timeout_s=900,
+    ),
+    Entry(
         "pause-storm",
         "pause-storm",
         "pause-storm: watchdog off vs on",
         figures=_per(("off", "on"), ("modes",), _PAUSE_STORM),
+        timeout_s=600,
+    ),
+    Entry(
+        "livelock",
+        "livelock",
+        "livelock: 1 RoCEv2 packet in 256 lost, go-back-N vs go-back-0",
+        quick=("duration_s=5",),
+        figures=_per(("go-back-n", "go-back-0"), ("modes",), _LIVELOCK),
+        timeout_s=600,
+    ),
+    Entry(
+        "pfc-deadlock",
+        "pfc-deadlock",
+        "pfc-deadlock: a ring of clockwise routes, the watchdog and Tagger",
+        quick=("recover_s=5",),
+        figures=_per(("deadlock",), ("modes",), _DEADLOCK) + _per(("tagger",), ("modes",), _TAGGER),
         timeout_s=600,
     ),
     Entry(
@@ -385,6 +555,14 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         figures=sum((_eva(p) for p in _EVA_PATTERNS), ()),
         timeout_s=3600,
+    ),
+    Entry(
+        "rail-optimized",
+        "rail-optimized",
+        "rail-optimized: where a collective's bytes go on a rail fabric",
+        quick=("size=128K", "a2a_size=16K"),
+        figures=_rail_optimized(),
+        timeout_s=600,
     ),
 )
 

@@ -144,6 +144,8 @@ def run(ctx: Context) -> None:
     ctx.metrics["modes"] = {
         m: {k: v for k, v in r.items() if k != "series"} for m, r in results.items()
     }
+    # The victim's max-min share: a host link full of data frames, in payload.
+    ctx.metrics["line_goodput_bps"] = p["rate_mbps"] * 1e6 * PAYLOAD_SHARE
     report(ctx, results)
     plot(ctx, results)
 
@@ -364,8 +366,7 @@ def _audits(graph, out, macs: dict, victim_vl: int = 3) -> dict:
 
 def report(ctx: Context, results: dict) -> None:
     p = ctx.params
-    rate = p["rate_mbps"] * 1e6
-    line_goodput = rate * PAYLOAD_SHARE
+    line_goodput = ctx.metrics["line_goodput_bps"]
     rows = []
     for mode, r in results.items():
         wire = r["wire"]

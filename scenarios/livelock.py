@@ -183,11 +183,16 @@ def run_mode(ctx: Context, graph, mode: str, sender: str, receiver: str) -> dict
         fab.stop_proc(capture)
     # Completions carry latency since the post, and every WRITE was posted at t0.
     completed = [c for c in done if c["latency_s"] <= elapsed]
+    goodput = len(completed) * p["message_bytes"] * 8 / elapsed
     return {
         "elapsed_s": elapsed,
         "rate_bps": rate,
         "messages_completed": len(completed),
-        "goodput_bps": len(completed) * p["message_bytes"] * 8 / elapsed,
+        "goodput_bps": goodput,
+        # Of the payload a link full of data frames carries, and of the link's time.
+        "line_share": goodput / (rate * DEFAULT_MTU_PAYLOAD / frame_bytes()),
+        "link_busy": send["tx_packets"] * frame_bytes() * 8 / elapsed / rate,
+        "resent_per_loss": loop_frames(send),
         "tx_packets": send["tx_packets"],
         "tx_payload_bytes": send["tx_payload_bytes"],
         "retransmitted": send["retransmitted"],
@@ -243,20 +248,19 @@ def report(ctx: Context, results: dict) -> None:
     q = message_through(p)
     rows = []
     for mode, r in results.items():
-        line = r["rate_bps"] * DEFAULT_MTU_PAYLOAD / frame_bytes()
         rows.append(
             [
                 mode,
                 round(r["goodput_bps"] / 1e6, 3),
-                round(r["goodput_bps"] / line, 3),
+                round(r["line_share"], 3),
                 r["messages_completed"],
                 r["tx_packets"],
-                round(r["tx_packets"] * frame_bytes() * 8 / r["elapsed_s"] / r["rate_bps"], 3),
+                round(r["link_busy"], 3),
                 r["lost_frames"],
                 r["naks"],
                 r["timeouts"],
                 r["retransmitted"],
-                round(loop_frames(r), 1),
+                round(r["resent_per_loss"], 1),
                 r["rx_discarded_packets"],
             ]
         )

@@ -181,6 +181,165 @@ def test_the_table_reads_a_real_smoke_metrics_shape():
     assert got["all-pairs ping after the link failure: loss %"] is None  # not in this run
 
 
+def _figures(entry_id: str, metrics: dict) -> dict:
+    """Every figure of an entry read from `metrics`; each must be a number."""
+    entry = next(e for e in reproduce.ENTRIES if e.id == entry_id)
+    got = {f.label: reproduce.extract(metrics, f) for f in entry.figures}
+    assert [label for label, v in got.items() if v is None] == []
+    return got
+
+
+def test_the_livelock_table_reads_its_metrics_shape():
+    # The README's run at dfd3fb2, as scenarios/livelock.py writes it.
+    def mode(goodput_bps, share, msgs, sent, lost, resent, per_loss, discarded):
+        return {
+            "goodput_bps": goodput_bps,
+            "line_share": share,
+            "messages_completed": msgs,
+            "tx_packets": sent,
+            "link_busy": 0.999,
+            "lost_frames": lost,
+            "naks": lost,
+            "timeouts": 0,
+            "retransmitted": resent,
+            "resent_per_loss": per_loss,
+            "rx_discarded_packets": discarded,
+        }
+
+    got = _figures(
+        "livelock",
+        {
+            "modes": {
+                "go-back-n": mode(17.8e6, 0.941, 17, 18491, 72, 217, 3.0, 0),
+                "go-back-0": mode(0.0, 0.0, 0, 18486, 72, 18434, 256.0, 18224),
+            }
+        },
+    )
+    assert got["go-back-n: goodput (Mbit/s)"] == pytest.approx(17.8)
+    assert got["go-back-0: messages completed"] == 0
+    assert got["go-back-0: frames resent per loss"] == 256
+
+
+def test_the_pfc_deadlock_table_reads_its_metrics_shape():
+    # The README's run, as scenarios/pfc_deadlock.py writes it.
+    flows = ("h1->h3", "h2->h4", "h3->h1", "h4->h2")
+    deadlock = {
+        "formed_after_s": 0.52,
+        "cycle_switches": ["s1", "s2", "s3", "s4"],
+        "above_xoff": [f"s{i}-eth2 prio 3" for i in (1, 2, 3, 4)],
+        "bytes_formed": dict.fromkeys(flows, 0),
+        "bytes_stopped": dict.fromkeys(flows, 0),
+        "ring_tx_stopped": 0,
+        "pause_refreshed": {f"s{i}-eth2 prio 3": 2 for i in (1, 2, 3, 4)},
+        "hosts_paused": ["h1", "h2", "h3", "h4"],
+        "storms_on_cycle": [
+            {"switch": "s2", "port": 3, "prio": 3, "after_s": 2.08},
+            {"switch": "s3", "port": 3, "prio": 3, "after_s": 2.06},
+        ],
+        "watchdog_drops": 9093,
+        "bytes_recovered": dict(zip(flows, (430080, 538624, 159744, 279552))),
+    }
+    tagger = {
+        "cycles_seen": [],
+        "storms": 0,
+        "goodput_bps": dict(zip(flows, (3.65e6, 4.64e6, 3.4e6, 3.64e6))),
+        "done_at_s": dict(zip(flows, (2.73, 2.15, 2.93, 2.74))),
+        "timeouts": dict(zip(flows, (1, 0, 1, 0))),
+        "tagged_packets": {"s1": 0, "s2": 0, "s3": 812, "s4": 0},
+    }
+    got = _figures("pfc-deadlock", {"modes": {"deadlock": deadlock, "tagger": tagger}})
+    assert got["deadlock: ring ingress queues full to XOFF"] == 4
+    assert got["deadlock: watchdog: storm declared after it was on (s)"] == 2.06
+    assert got["deadlock: watchdog on: fewest bytes a flow received (B)"] == 159744
+    assert got["tagger: slowest flow (Mbit/s)"] == pytest.approx(3.4)
+    assert got["tagger: last flow done after (s)"] == 2.93
+    assert got["tagger: RTO timeouts (all flows)"] == 2
+
+
+def test_the_credit_vs_pfc_table_reads_its_metrics_shape():
+    # The README's run at eb52db3, as scenarios/credit_vs_pfc.py writes it.
+    def mode(mbps, victim_mbps, stalled_s, pause, fc, cnps):
+        wire = {"bottleneck": 0, "spine-leaf2": 0, "victim-sender": 0}
+        return {
+            "goodput_bps": {h: m * 1e6 for h, m in zip(("h1", "h2", "h5", "h6"), mbps)},
+            "incast_bps": sum(mbps) * 1e6,
+            "victim_bps": victim_mbps * 1e6,
+            "queue_p50_bytes": 174202,
+            "queue_max_bytes": 209908,
+            "switch_drops": 0,
+            "nic_drops": 0,
+            "cnps": cnps,
+            "stalled_s": {"leaf2:5": stalled_s / 2, "h1": stalled_s / 2} if stalled_s else {},
+            "wire": {
+                name: {"pause": pause if name == "bottleneck" else 0, "flow_control": fc // 3}
+                for name in wire
+            },
+        }
+
+    audit = {
+        link: {"checked": n, "violations": 0}
+        for link, n in (("h3 -> leaf1", 1664), ("leaf2 -> h8", 9281), ("spine1 -> leaf2", 4748))
+    }
+    modes = {
+        "pfc": mode((1.59, 1.6, 3.17, 3.1), 1.54, 42.3, 136, 0, 0),
+        "dcqcn": mode((2.25, 2.41, 2.29, 2.22), 9.46, 0, 0, 0, 654),
+        "credit": dict(mode((1.58, 1.57, 3.16, 3.16), 1.58, 44.9, 0, 2097, 0), audit=audit),
+        "pfc-2class": mode((1.6, 1.6, 3.13, 3.13), 9.46, 34.7, 62, 0, 0),
+        "credit-2vl": dict(mode((1.58, 1.58, 3.15, 3.16), 9.44, 37.3, 0, 5004, 0), audit=audit),
+    }
+    got = _figures("credit-vs-pfc", {"modes": modes, "line_goodput_bps": 9.4639e6})
+    assert got["pfc: victim slowdown (x)"] == pytest.approx(6.1, abs=0.05)
+    assert got["dcqcn: victim slowdown (x)"] == pytest.approx(1.0, abs=0.01)
+    assert got["pfc: paused / blocked port-seconds"] == pytest.approx(42.3)
+    assert got["pfc: PAUSE frames on the captured links"] == 136
+    assert got["credit: credit frames on the captured links"] == 2097
+    assert got["credit: frames checked against the credit"] == 1664 + 9281 + 4748
+    assert "pfc: credit violations" not in got  # PFC's pcaps carry no credit to replay
+
+
+def test_the_rail_optimized_table_reads_its_metrics_shape():
+    # The README's run at 0065ae2, as scenarios/rail_optimized.py writes it: per part
+    # hops, spines model / received, NVSwitches model / received, time, network, NVLink.
+    rows = {
+        "rail-aligned ring": (0, 0, 960, 0, 0, 1.6806, 1.6806, 0.0),
+        "crossing ring": (4, 1685760, 1686240, 0, 0, 1.6934, 1.6934, 0.0),
+        "flat ring": (8, 3933440, 3934880, 0, 0, 5.9128, 5.9128, 0.0),
+        "hierarchical": (0, 0, 480, 2247680, 2247680, 0.9606, 0.8377, 0.1228),
+        "all-to-all without PXN": (24, 842880, 843120, 0, 0, 1.1122, 1.1122, 0.0),
+        "all-to-all with PXN": (0, 0, 480, 842880, 842880, 0.8834, 0.8378, 0.0456),
+    }
+    keys = (
+        "hops",
+        "model_frame_bytes",
+        "spine_rx_bytes",
+        "model_nvlink_frame_bytes",
+        "nvswitch_rx_bytes",
+        "time_s",
+        "wire_s",
+        "nvlink_s",
+    )
+    parts = {
+        name: dict(zip(keys, row), wrong=0, nvlink_model_s=0.1249 if row[7] else 0.0)
+        for name, row in rows.items()
+    }
+    metrics = {
+        "parts": parts,
+        "alltoall_floor_s": {"all-to-all without PXN": 0.84288, "all-to-all with PXN": 0.84288},
+        "allreduce": {
+            "flat ring": {"algbw_bytes_per_s": 44335.2, "busbw_bytes_per_s": 77586.5},
+            "hierarchical": {"algbw_bytes_per_s": 272905.4, "busbw_bytes_per_s": 477584.4},
+        },
+    }
+    got = _figures("rail-optimized", metrics)
+    assert got["crossing ring: spines received (B)"] == 1686240
+    assert got["flat ring: spines received / model"] == pytest.approx(1.0004, abs=1e-4)
+    assert got["hierarchical: NVSwitches received / model"] == 1.0
+    assert got["hierarchical: network part (ms)"] == pytest.approx(837.7)
+    assert got["all-to-all with PXN: NIC-link floor (ms)"] == pytest.approx(842.88)
+    assert got["hierarchical: busbw (MB/s)"] == pytest.approx(0.48, abs=0.005)
+    assert got["wrong elements (all parts)"] == 0
+
+
 # ----- the table of entries ------------------------------------------------------------------
 
 
@@ -198,6 +357,10 @@ def test_entries_are_unique_and_cover_every_scenario_the_readme_quotes():
         "sharp-allreduce",
         "straggler",
         "ecmp-vs-adaptive",
+        "credit-vs-pfc",
+        "livelock",
+        "pfc-deadlock",
+        "rail-optimized",
     }
     for e in reproduce.ENTRIES:
         labels = [f.label for f in e.figures]
@@ -601,6 +764,12 @@ def test_readme_block_without_a_faithful_run_quotes_nothing(monkeypatch):
     assert "No faithful run: no figure to quote." in fresh and "| value |" not in fresh
 
 
+# Registered after docs/results.md was written: their README tables are still
+# single runs. The reproduction that adds them to docs/results.md makes the test
+# below fail until their README blocks are added and this set emptied.
+NOT_YET_REPRODUCED = {"credit-vs-pfc", "livelock", "pfc-deadlock", "rail-optimized"}
+
+
 def test_the_readme_quotes_docs_results_md_for_every_configuration():
     """The README's figure tables are docs/results.md's, for every configuration it quotes."""
     from pathlib import Path
@@ -610,7 +779,9 @@ def test_the_readme_quotes_docs_results_md_for_every_configuration():
     results = (root / "docs" / "results.md").read_text()
     assert reproduce.readme_problems(readme, results) == []
     blocks = {m.group("id") for m in reproduce.README_BLOCK.finditer(readme)}
-    assert blocks == {e.id for e in reproduce.ENTRIES}
+    reproduced = set(reproduce.parse_results(results).runs)
+    assert blocks == reproduced
+    assert {e.id for e in reproduce.ENTRIES} - reproduced == NOT_YET_REPRODUCED
 
 
 def test_cli_update_readme_copies_the_figures_and_runs_nothing(tmp_path, monkeypatch, capsys):
