@@ -78,9 +78,6 @@ _DELAY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE]-?[0-9]+)?)(ns|us|ms|s)$")
 # The rules that fill in what a file leaves out (FIRST_PORT, node_rank,
 # default_port_order, default_mac) are public: emu/topowrite.py leaves out
 # exactly what they reproduce.
-# The switch roles a file may give. Not "nvswitch": the format has no GPU
-# NVLink ports yet (emu.topowrite.dump refuses a graph with NVSwitches).
-FILE_SWITCH_ROLES = tuple(r for r in fabric.SWITCH_ROLES if r != "nvswitch")
 # A host's port is 0; a switch numbers its ports from 1 (emu.fabric, "Port numbering").
 FIRST_PORT = {"host": 0, "switch": 1}
 # The link tier the builders give a link between two switch roles; others are "fabric".
@@ -360,6 +357,8 @@ class _Node:
     link_index: Optional[int] = None  # hosts: which link attaches it
     generated: bool = False  # made by a switch's `hosts:`
     attrs: Dict[str, Any] = field(default_factory=dict)
+    nvswitch: Optional[str] = None  # GPU hosts: the NVSwitch its second port is on
+    nvlink_path: Optional[Path_] = None  # ... and the link that says so
 
 
 @dataclass
@@ -409,11 +408,15 @@ class _Reader:
             kind = spec["kind"]
             role = spec.get("role", "host" if kind == "host" else "switch")
             if (role == "host") != (kind == "host"):
-                allowed = "host" if kind == "host" else ", ".join(FILE_SWITCH_ROLES)
+                allowed = "host" if kind == "host" else ", ".join(fabric.SWITCH_ROLES)
                 raise self.fail(
                     path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}"
                 )
-            only = ("hosts", "host_rate") if kind == "host" else ("ip", "mac")
+            only = (
+                ("hosts", "host_rate")
+                if kind == "host"
+                else ("ip", "mac", "nvlink_ip", "nvlink_mac")
+            )
             for key in only:
                 if key in spec:
                     raise self.fail(path + (key,), f"a {kind} has no {key}", on_key=True)
@@ -495,7 +498,20 @@ class _Reader:
                     f"links two hosts ({link.a}, {link.b}); a host attaches to a switch",
                 )
             for host, switch in ((a, b), (b, a)):
-                if host.kind != "host" or host.generated:
+                if host.kind != "host":
+                    continue
+                if switch.role == "nvswitch":
+                    # A GPU's NVLink port: a second port, beside its NIC's.
+                    if host.nvswitch is not None:
+                        raise self.fail(
+                            link.path,
+                            f"host {host.name!r} already has its NVLink link "
+                            f"({field_name(host.nvlink_path)}, line "
+                            f"{self.marks.value_line(host.nvlink_path)})",
+                        )
+                    host.nvswitch, host.nvlink_path = switch.name, link.path
+                    continue
+                if host.generated:
                     continue
                 if host.attached_to is not None:
                     first = ("links", host.link_index)
@@ -505,9 +521,33 @@ class _Reader:
                         f"({field_name(first)}, line {self.marks.value_line(first)})",
                     )
                 host.attached_to, host.link_index = switch.name, link.path[1]
+        for link in links:
+            a, b = nodes[link.a], nodes[link.b]
+            if "nvswitch" in (a.role, b.role) and "host" not in (a.kind, b.kind):
+                other = b if a.role == "nvswitch" else a
+                raise self.fail(
+                    link.path,
+                    f"links an nvswitch to {other.name!r}; an nvswitch links only GPUs "
+                    "(hosts), on their second port",
+                )
         for node in nodes.values():
             if node.kind == "host" and node.attached_to is None:
-                raise self.fail(node.path, "host is not attached: no link names it", on_key=True)
+                raise self.fail(
+                    node.path,
+                    "host is not attached: no link names it"
+                    + (
+                        " but its NVLink link (a host needs a network switch)"
+                        if node.nvswitch
+                        else ""
+                    ),
+                    on_key=True,
+                )
+            if node.kind == "host" and node.nvswitch is None:
+                for key in ("nvlink_ip", "nvlink_mac"):
+                    if key in node.spec:
+                        raise self.fail(
+                            node.path + (key,), "a host without an nvswitch link", on_key=True
+                        )
             if node.kind == "switch" and not any(node.name in (lk.a, lk.b) for lk in links):
                 raise self.fail(node.path, "switch has no links", on_key=True)
 
@@ -594,6 +634,9 @@ class _Reader:
         default_ips = _default_ips(
             [(n.name, n.kind, n.attached_to) for n in nodes.values()],
         )
+        default_nvlink_ips = default_nvlink_addresses(
+            [(n.name, n.nvswitch) for n in nodes.values() if n.kind == "host"]
+        )
         for name, node in nodes.items():
             spec = node.spec
             if node.kind == "switch":
@@ -623,6 +666,8 @@ class _Reader:
                     mac=mac,
                     leaf=node.attached_to,
                 )
+                if node.nvswitch is not None:
+                    attrs.update(self.nvlink_address(node, default_nvlink_ips, seen))
             for key in NODE_KEYS:
                 if key in spec:
                     attrs[key] = spec[key]
@@ -654,6 +699,23 @@ class _Reader:
             raise TopoFileError(self.filename, None, "fabric", str(exc)) from None
         return G
 
+    def nvlink_address(self, node: _Node, defaults: Dict[str, str], seen) -> Dict[str, str]:
+        """A GPU's NVLink port: nvlink_ip (given, or 10.255.<S>.<n>) and nvlink_mac."""
+        ip = node.spec.get("nvlink_ip") or defaults.get(node.name)
+        if ip is None:
+            raise self.fail(
+                node.path,
+                "no nvlink_ip, and its nvswitch is past the 255th or it past the 254th GPU "
+                "there for the default 10.255.<S>.<n>",
+                on_key=True,
+            )
+        if ipaddress.ip_address(ip) not in ipaddress.ip_network(fabric.NVLINK_NET):
+            raise self.fail(node.path + ("nvlink_ip",), f"{ip!r} is not in {fabric.NVLINK_NET}")
+        self.unique(seen, "ip", ip, node.path + ("nvlink_ip",), node)
+        mac = node.spec.get("nvlink_mac") or default_nvlink_mac(node.host_index)
+        self.unique(seen, "mac", mac, node.path + ("nvlink_mac",), node)
+        return {"nvlink_ip": ip, "nvlink_mac": mac}
+
     def unique(self, seen, what: str, value: Any, path: Path_, node: _Node) -> None:
         """Reject `value` if another node has it; blame the field if given, else the node."""
         given = not node.generated and path[-1] in node.spec
@@ -668,8 +730,10 @@ class _Reader:
 
 
 def node_rank(kind: str, role: str) -> int:
-    """Hosts below tier-0 switches below tier 1 below tier 2: which way a link faces."""
-    return -1 if kind == "host" else fabric.SWITCH_ROLES[role]
+    """Hosts below NVSwitches (-1) below tier-0 switches below tier 1 below tier 2: which
+    way a link faces. A GPU's links both face up from it: its NIC's (listed first) is
+    port 0, its NVLink's port 1, as emu.fabric builds them."""
+    return -2 if kind == "host" else fabric.SWITCH_ROLES[role]
 
 
 def default_port_order(
@@ -704,6 +768,28 @@ def _default_ips(nodes: Sequence[Tuple[str, str, Optional[str]]]) -> Dict[str, s
     return out
 
 
+def default_nvlink_addresses(hosts: Sequence[Tuple[str, Optional[str]]]) -> Dict[str, str]:
+    """GPU -> 10.255.<S>.<n>: its nvswitch the S-th (in host order) with GPUs, it the n-th there.
+
+    As `emu.fabric.rail_optimized` numbers them: node S's GPU n.
+    """
+    by_switch: Dict[str, List[str]] = {}
+    for name, nvswitch in hosts:
+        if nvswitch is not None:
+            by_switch.setdefault(nvswitch, []).append(name)
+    out = {}
+    for s, switch in enumerate(by_switch, start=1):
+        for n, host in enumerate(by_switch[switch], start=1):
+            if s <= 255 and n <= 254:
+                out[host] = f"10.255.{s}.{n}"
+    return out
+
+
+def default_nvlink_mac(index: int) -> str:
+    """As emu.fabric.rail_optimized: 02:00:01 and the host's 24-bit number."""
+    return "02:00:01:%02x:%02x:%02x" % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF)
+
+
 def default_mac(index: int) -> str:
     """As emu.fabric._build._add_host: 02:00:00 and the host's 24-bit number."""
     return "02:00:00:%02x:%02x:%02x" % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF)
@@ -711,7 +797,7 @@ def default_mac(index: int) -> str:
 
 def _link_tier(a: _Node, b: _Node) -> str:
     if "host" in (a.kind, b.kind):
-        return "host"
+        return "nvlink" if "nvswitch" in (a.role, b.role) else "host"
     if a.role == b.role == "router" and "group" in a.spec and "group" in b.spec:
         # A dragonfly's links: local within a group, global between groups.
         return "local" if a.spec["group"] == b.spec["group"] else "global"

@@ -23,6 +23,8 @@ from emu.topofile import (
     NODE_KEYS,
     SCHEMA_REF,
     default_mac,
+    default_nvlink_addresses,
+    default_nvlink_mac,
     default_port_order,
     format_rate,
     node_rank,
@@ -40,17 +42,9 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     relative to where the file will live, or a URL.
 
     Raises:
-        FabricSpecError: `G` breaks the contract of emu.fabric.validate, or
-            has an NVLink domain, which the file format does not describe yet.
+        FabricSpecError: `G` breaks the contract of emu.fabric.validate.
     """
     fabric.validate(G)
-    nvswitches = [s for s in fabric.switches(G) if G.nodes[s]["role"] == "nvswitch"]
-    if nvswitches:
-        raise fabric.FabricSpecError(
-            f"{G.graph['name']}: the topology file format has no NVLink domains "
-            f"({', '.join(nvswitches[:3])}{', ...' if len(nvswitches) > 3 else ''}); "
-            "build it without them (rail_optimized nvlink_domain=false) to export the network"
-        )
     rates = [d["rate_bps"] for _, _, d in G.edges(data=True)]
     delays = [d["delay_s"] for _, _, d in G.edges(data=True)]
     # The most common rate and delay become the defaults (ties: the first link's).
@@ -63,6 +57,9 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     order = [n for n in G.nodes if n not in generated]
     role_rank: Dict[str, int] = {}
     host_index = 0
+    nvlink_ips = default_nvlink_addresses(
+        [(h, nvlink_switch(G, h)) for h in G.nodes if G.nodes[h]["kind"] == "host"]
+    )
     for name in order:
         d = G.nodes[name]
         spec: Dict[str, Any] = {"kind": d["kind"]}
@@ -82,6 +79,10 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
             spec["ip"] = d["ip"]
             if d["mac"] != default_mac(host_index):
                 spec["mac"] = d["mac"]
+            if "nvlink_ip" in d and d["nvlink_ip"] != nvlink_ips.get(name):
+                spec["nvlink_ip"] = d["nvlink_ip"]
+            if "nvlink_mac" in d and d["nvlink_mac"] != default_nvlink_mac(host_index):
+                spec["nvlink_mac"] = d["nvlink_mac"]
         for key in NODE_KEYS:
             if key in d:
                 spec[key] = d[key]
@@ -96,9 +97,17 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     # Links in the order that lets the default numbering reproduce the ports
     # (a builder's graph then needs no `ports:`): by tier, then by the lower
     # end in node order, then by its port.
+    # NVLink links last: a GPU's NIC link is its port 0, as the default numbering
+    # gives the first of a host's links.
     edges = sorted(
         (oriented(u, v) for u, v in edges),
-        key=lambda e: (rank[e[0]], rank[e[1]], position[e[0]], G.edges[e]["ports"][e[0]]),
+        key=lambda e: (
+            G.edges[e]["tier"] == "nvlink",
+            rank[e[0]],
+            rank[e[1]],
+            position[e[0]],
+            G.edges[e]["ports"][e[0]],
+        ),
     )
     generated_links = [(h, s) for s in compact for h in _hosts_of(G, s)]
     pairs = generated_links + edges
@@ -131,6 +140,11 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     doc["nodes"] = out_nodes
     doc["links"] = out_links
     return _render(doc, schema_ref)
+
+
+def nvlink_switch(G: nx.Graph, host: str) -> str | None:
+    """The NVSwitch `host`'s NVLink port is on, or None."""
+    return next((p for p in G[host] if G.edges[host, p]["tier"] == "nvlink"), None)
 
 
 def _hosts_of(G: nx.Graph, switch: str) -> List[str]:
@@ -168,6 +182,7 @@ def _compact_switches(G: nx.Graph, default_rate: int, default_delay: float) -> L
             ok = ok and {k: hd[k] for k in NODE_KEYS if k in hd} == inherited
             ok = ok and e["ports"][name] == n and e["delay_s"] == default_delay
             ok = ok and e["rate_bps"] == G.edges[hosts[0], name]["rate_bps"]
+            ok = ok and "nvlink_ip" not in hd  # a GPU's NVLink address: declared with it
         if ok and len(hosts) <= 254:
             candidates.append(name)
     return candidates

@@ -308,6 +308,12 @@ def validate(G: nx.Graph) -> None:
                 )
             if G.nodes[leaf].get("kind") != "switch" or leaf in nvlink:
                 raise FabricSpecError(f"host {node}: leaf={leaf!r} is not a network switch")
+            if G.edges[node, leaf]["ports"][node] != 0:
+                # Mininet addresses a host's lowest port as the host itself.
+                raise FabricSpecError(
+                    f"host {node}: its link to leaf={leaf} must be its port 0 (its NIC; "
+                    "an NVLink port is port 1)"
+                )
             if nvlink:
                 _validate_nvlink_port(G, node, d, nvlink[0], unique)
         else:

@@ -98,13 +98,14 @@ ERRORS = [
         "a host role on a switch",
         BASE.replace("role: spine}", "role: host}"),
         "topo.yaml:4: nodes.spine1.role: 'host' is not a switch role; "
-        "allowed: leaf, spine, edge, agg, core, switch, router, torus",
+        "allowed: leaf, spine, edge, agg, core, switch, router, torus, nvswitch",
     ),
     (
         "unknown field",
         BASE.replace("role: spine}", "role: spine, colour: red}"),
         "topo.yaml:4: nodes.spine1.colour: unknown field; "
-        "allowed: coords, dpid, group, host_rate, hosts, ip, kind, mac, node, pod, rail, role",
+        "allowed: coords, dpid, group, host_rate, hosts, ip, kind, mac, node, nvlink_ip, nvlink_mac, "
+        "pod, rail, role",
     ),
     (
         "a switch field on a host",
@@ -372,13 +373,12 @@ SHAPES = {
         dims=(2, 2, 2), hosts_per_switch=2, modelled_rate_bps=400e9
     ),
     "torus 4x3x2": lambda: fabric.torus(dims=(4, 3, 2)),
-    "rail_optimized 2n 2g 2s": lambda: fabric.rail_optimized(nvlink_domain=False),
+    "rail_optimized 2n 2g 2s": lambda: fabric.rail_optimized(),
+    "rail_optimized 2n 2g 2s, no NVLink": lambda: fabric.rail_optimized(nvlink_domain=False),
     "rail_optimized 4n 8g 4s, delayed": lambda: fabric.rail_optimized(
-        nodes=4, gpus_per_node=8, spines=4, delay_s=0.0005, nvlink_domain=False
+        nodes=4, gpus_per_node=8, spines=4, delay_s=0.0005
     ),
-    "rail-only 4n 2g": lambda: fabric.rail_optimized(
-        nodes=4, gpus_per_node=2, spines=0, nvlink_domain=False
-    ),
+    "rail-only 4n 2g": lambda: fabric.rail_optimized(nodes=4, gpus_per_node=2, spines=0),
 }
 
 
@@ -567,8 +567,8 @@ def test_cli_show_refuses_other_picture_formats(tmp_path, capsys):
             lambda: fabric.dragonfly(groups=3, global_links_per_router=2),
         ),
         (
-            ["rail_optimized", "nodes=4", "spines=0", "nvlink_domain=false"],
-            lambda: fabric.rail_optimized(nodes=4, spines=0, nvlink_domain=False),
+            ["rail_optimized", "nodes=4", "spines=0"],
+            lambda: fabric.rail_optimized(nodes=4, spines=0),
         ),
     ],
     ids=["fat_tree", "leaf_spine", "single_switch", "torus", "dragonfly", "rail_optimized"],
@@ -602,12 +602,6 @@ def test_cli_export_to_stdout(capsys):
         ),
         (["fat_tree", "k=3"], "emu: k=3: must be even (k pods of k/2 edge and k/2 agg switches)"),
         (["fat_tree", "k"], "emu: 'k': expected KEY=VALUE"),
-        (
-            ["rail_optimized", "nodes=5"],
-            "emu: rail_5n_2g_2s: the topology file format has no NVLink domains "
-            "(nvsw1, nvsw2, nvsw3, ...); build it without them (rail_optimized "
-            "nvlink_domain=false) to export the network",
-        ),
     ],
 )
 def test_cli_export_bad_input_is_one_line(argv, message, capsys):
@@ -618,3 +612,80 @@ def test_cli_export_bad_input_is_one_line(argv, message, capsys):
 def test_cli_schema_prints_the_shipped_schema(capsys):
     assert cli.main(["topo", "schema"]) == 0
     assert json.loads(capsys.readouterr().out) == topofile.schema()
+
+
+# ------------------------------------------------------------ NVLink domains in a file
+
+GPUS = """\
+name: gpus
+defaults: {rate: 20M}
+nodes:
+  leaf1: {kind: switch, role: leaf, hosts: 2}
+  nv1:   {kind: switch, role: nvswitch}
+links:
+  - {a: h1, b: nv1, rate: 180M}
+  - {a: h2, b: nv1, rate: 180M}
+"""
+
+
+def test_a_hand_made_nvlink_domain_gets_the_builders_addresses_and_ports():
+    G = topofile.loads(GPUS, "gpus.yaml")
+    assert G.nodes["nv1"]["role"] == "nvswitch" and G.nodes["nv1"]["dpid"] == 1
+    assert [(p.kind, p.intf, p.ip, p.mac) for p in fabric.host_ports(G, "h2")] == [
+        ("nic", "h2-eth0", "10.0.1.2", "02:00:00:00:00:02"),
+        ("nvlink", "h2-eth1", "10.255.1.2", "02:00:01:00:00:02"),
+    ]
+    assert G.edges["h2", "nv1"]["tier"] == "nvlink" and G.edges["h2", "nv1"]["ports"]["nv1"] == 2
+    assert topofile.graphs_equal(topofile.loads(topowrite.dump(G), "again.yaml"), G)
+
+
+NVLINK_ERRORS = [
+    (
+        "an nvswitch on a leaf",
+        GPUS + "  - {a: leaf1, b: nv1}\n",
+        "gpus.yaml:9: links[2]: links an nvswitch to 'leaf1'; an nvswitch links only GPUs "
+        "(hosts), on their second port",
+    ),
+    (
+        "two NVLink links",
+        GPUS.replace("  nv1:", "  nv2:   {kind: switch, role: nvswitch}\n  nv1:")
+        + "  - {a: h1, b: nv2}\n",
+        "gpus.yaml:10: links[2]: host 'h1' already has its NVLink link (links[0], line 8)",
+    ),
+    (
+        "a GPU on an nvswitch only",
+        GPUS.replace("  nv1:", "  g1:    {kind: host}\n  nv1:") + "  - {a: g1, b: nv1}\n",
+        "gpus.yaml:5: nodes.g1: host is not attached: no link names it but its NVLink link "
+        "(a host needs a network switch)",
+    ),
+    (
+        "an NVLink address without an NVLink link",
+        BASE.replace("links:", "  s: {kind: host, nvlink_ip: 10.255.1.9}\nlinks:")
+        + "  - {a: s, b: leaf1}\n",
+        "topo.yaml:7: nodes.s.nvlink_ip: a host without an nvswitch link",
+    ),
+    (
+        "an NVLink address outside 10.255.0.0/16",
+        GPUS.replace("  nv1:", "  g1:    {kind: host, nvlink_ip: 10.0.9.9}\n  nv1:")
+        + "  - {a: g1, b: leaf1}\n  - {a: g1, b: nv1}\n",
+        "gpus.yaml:5: nodes.g1.nvlink_ip: '10.0.9.9' is not in 10.255.0.0/16",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "text, expected", [e[1:] for e in NVLINK_ERRORS], ids=[e[0] for e in NVLINK_ERRORS]
+)
+def test_each_nvlink_error_is_one_line(text, expected):
+    name = "topo.yaml" if text.startswith("name: t\n") else "gpus.yaml"
+    with pytest.raises(TopoFileError) as info:
+        topofile.loads(text, name)
+    assert str(info.value) == expected
+
+
+def test_a_gpu_whose_nvlink_link_comes_first_is_told_its_nic_must_be_port_0():
+    text = GPUS.replace("  nv1:", "  g1:    {kind: host}\n  nv1:") + (
+        "  - {a: g1, b: nv1}\n  - {a: g1, b: leaf1}\n"
+    )
+    with pytest.raises(TopoFileError, match="host g1: its link to leaf=leaf1 must be its port 0"):
+        topofile.loads(text, "gpus.yaml")
