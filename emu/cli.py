@@ -395,9 +395,17 @@ def topology_summary(graph) -> str:
         ]
         for u, v in ordered
     ]
+    # GPUs' NVLink ports, where the fabric has NVLink domains.
+    nvlink = [
+        [p.host, p.ip, p.mac, p.switch, f"{p.rate_bps / 1e6:g}"]
+        for h in fabric.hosts(graph)
+        for p in fabric.host_ports(graph, h)
+        if p.kind == "nvlink"
+    ]
     tables = [
         scenario.Table("switches", ["name", "role", "tier", "dpid", "ports", "hosts"], switches),
         scenario.Table("hosts", ["name", "ip", "mac", "switch", "Mbit/s"], hosts),
+        scenario.Table("NVLink ports", ["name", "ip", "mac", "nvswitch", "Mbit/s"], nvlink),
         scenario.Table(
             "switch links", ["a", "port", "b", "port", "Mbit/s", "delay us", "tier"], links
         ),

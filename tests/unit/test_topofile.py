@@ -9,6 +9,7 @@ from __future__ import annotations
 import doctest
 import json
 import os
+import re
 import types
 from pathlib import Path
 
@@ -689,3 +690,14 @@ def test_a_gpu_whose_nvlink_link_comes_first_is_told_its_nic_must_be_port_0():
     )
     with pytest.raises(TopoFileError, match="host g1: its link to leaf=leaf1 must be its port 0"):
         topofile.loads(text, "gpus.yaml")
+
+
+def test_topo_show_lists_the_gpus_nvlink_ports(tmp_path, capsys):
+    path = tmp_path / "rail.yaml"
+    path.write_text(topowrite.dump(fabric.rail_optimized()))
+    assert cli.main(["topo", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "NVLink ports" in out
+    assert re.search(r"h3\s+10\.255\.2\.1\s+02:00:01:00:00:03\s+nvsw2\s+180", out)
+    assert cli.main(["topo", "show", "topologies/leaf-spine-2x2.yaml"]) == 0
+    assert "NVLink ports" not in capsys.readouterr().out
