@@ -179,9 +179,10 @@ class CreditSpec(_Spec):
     (IBA: FCCL - FCTBS <= 2048 blocks = 128 KiB); an update whenever 1/8 of
     the lane's buffer has been freed since the last one (one update per ~7
     full frames: under 1% of the link); and a refresh of every lane at least
-    every 65,536 symbol times (IBA vol 1, 7.9.4: the bound on the time between
-    flow control packets, which recovers a lost update), a symbol being one
-    byte time at the link rate.
+    every 65,536 symbol times (our reading of IBA vol 1, 7.9.4, the bound on
+    the time between flow control packets, which recovers a lost update; not
+    checked against the specification's text, which is not public), a symbol
+    being one byte time at the link rate.
     """
 
     enabled: bool = False

@@ -21,7 +21,8 @@ LPCRC). On a raw IB link the LPCRC protects the six bytes; here the Ethernet
 FCS does, so emu sends 0 and ignores it on receipt.
 
 Ethertype 0x88B5 is IEEE 802's "Local Experimental Ethertype 1" (IEEE Std
-802, 9.2.4): a protocol that is not standardised on Ethernet uses it, and
+802a-2003, 3.2 "Local Experimental Ethertypes", since merged into IEEE Std
+802): a protocol that is not standardised on Ethernet uses it, and
 tshark shows it as such; `emu.proto.layers.IBFlowControl` is the Scapy layer
 that decodes it in captures. The destination is the IEEE 802.1 reserved
 group address that bridges never forward (the one PFC uses), since a flow
