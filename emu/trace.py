@@ -65,7 +65,8 @@ def trace_path(
             groups) instead of one port; or a loop.
     """
     frame = frame_for(graph, src, dst, proto, sport, dport)
-    [(_intf, node, in_port, _rate)] = fabric_mod.port_map(graph, src).values()
+    # From the host's NIC (port 0): a GPU's NVLink port (1) is no way into the network.
+    _intf, node, in_port, _rate = fabric_mod.port_map(graph, src)[0]
     path = [src]
     while graph.nodes[node].get("kind") == "switch":
         if node in path:

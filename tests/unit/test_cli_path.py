@@ -87,3 +87,17 @@ def test_emu_cli_path_command(capsys):
     assert capsys.readouterr().out.strip() == "path: 'h9': not a host of this fabric"
     cli.do_path("h1 h2 udp x 4791")
     assert capsys.readouterr().out.startswith("usage: path SRC DST")
+
+
+def test_a_gpu_is_walked_from_its_nic_not_its_nvlink_port():
+    g = fabric_mod.rail_optimized(nodes=2, gpus_per_node=2, spines=2)  # h1 on rail1, h4 on rail2
+    ask, asked = scripted(
+        g,
+        {
+            "rail1": g.edges["rail1", "spine2"]["ports"]["rail1"],
+            "spine2": g.edges["spine2", "rail2"]["ports"]["spine2"],
+            "rail2": g.edges["rail2", "h4"]["ports"]["rail2"],
+        },
+    )
+    assert trace.trace_path(g, ask, "h1", "h4") == ["h1", "rail1", "spine2", "rail2", "h4"]
+    assert asked[0] == ("rail1", g.edges["h1", "rail1"]["ports"]["rail1"])
