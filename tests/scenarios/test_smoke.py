@@ -30,6 +30,10 @@ def test_smoke_leaf_spine_2_spines_4_leaves(tmp_path, no_leaks):
         metrics["metrics"]["fabric"]["switches"] == 6
         and metrics["metrics"]["fabric"]["switch_links"] == 8
     )
+    # Every flow's first hop is the switches' traced answer, and together they hold all 16.
+    ecmp = metrics["metrics"]["ecmp"]
+    assert ecmp["traced_flows"] == 16 and sum(ecmp["flows_per_first_hop"].values()) == 16
+    assert sum(ecmp["flows_per_top_switch"].values()) == 16
     # The report is what the user reads: the tables and the when of the failure.
     assert "link leaf1-spine" in res.stdout and "longest outage ms" in res.stdout
 
