@@ -847,19 +847,30 @@ def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, s
 
 
 def plot(path: Path, parts: list[Part]) -> Path:
-    """Spine bytes measured against the model per case, and each case's time."""
+    """Spine and NVSwitch bytes measured against the model per case, and each case's time."""
     plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(18, 4.5))
     names = [pt.name for pt in parts]
     xs = range(len(parts))
     w = 0.4
-    ax1.bar([x - w / 2 for x in xs], [pt.model_frame_bytes / 1e3 for pt in parts], w, label="model")
-    ax1.bar([x + w / 2 for x in xs], [pt.spine_rx_bytes / 1e3 for pt in parts], w, label="measured")
-    ax1.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
-    ax1.set_ylabel("kB received by the spines")
-    ax1.set_title("spine bytes: port counters vs model")
-    ax1.legend()
-    ax2.bar(list(xs), [pt.wire_s * 1000 for pt in parts], label="on the wire (measured)")
+    for ax, model_of, measured_of, where in (
+        (ax1, lambda pt: pt.model_frame_bytes, lambda pt: pt.spine_rx_bytes, "spines"),
+        (
+            ax3,
+            lambda pt: pt.model_nvlink_frame_bytes,
+            lambda pt: pt.nvswitch_rx_bytes,
+            "NVSwitches",
+        ),
+    ):
+        ax.bar([x - w / 2 for x in xs], [model_of(pt) / 1e3 for pt in parts], w, label="model")
+        ax.bar(
+            [x + w / 2 for x in xs], [measured_of(pt) / 1e3 for pt in parts], w, label="measured"
+        )
+        ax.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(f"kB received by the {where}")
+        ax.set_title(f"received by the {where}: port counters vs model")
+        ax.legend()
+    ax2.bar(list(xs), [pt.wire_s * 1000 for pt in parts], label="on the network (measured)")
     ax2.bar(
         list(xs),
         [pt.nvlink_s * 1000 for pt in parts],
