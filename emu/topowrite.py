@@ -58,7 +58,10 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     role_rank: Dict[str, int] = {}
     host_index = 0
     nvlink_ips = default_nvlink_addresses(
-        [(h, nvlink_switch(G, h)) for h in G.nodes if G.nodes[h]["kind"] == "host"]
+        [
+            (h, next((p.switch for p in fabric.host_ports(G, h) if p.kind == "nvlink"), None))
+            for h in fabric.hosts(G)
+        ]
     )
     for name in order:
         d = G.nodes[name]
@@ -140,11 +143,6 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
     doc["nodes"] = out_nodes
     doc["links"] = out_links
     return _render(doc, schema_ref)
-
-
-def nvlink_switch(G: nx.Graph, host: str) -> str | None:
-    """The NVSwitch `host`'s NVLink port is on, or None."""
-    return next((p for p in G[host] if G.edges[host, p]["tier"] == "nvlink"), None)
 
 
 def _hosts_of(G: nx.Graph, switch: str) -> List[str]:

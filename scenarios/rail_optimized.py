@@ -266,9 +266,9 @@ class Part:
     nvlink_model_s: float = 0.0  # the NVLink phases at the NVLink rate (model)
 
 
-def spine_rx(fab: Fabric, spines: list[str]) -> int:
-    """Bytes received so far on every port of every spine (leaf -> spine); also NVSwitches'."""
-    return sum(p["rx_bytes"] for sw in spines for p in fab.switch_call(sw, "ports"))
+def rx_bytes(fab: Fabric, switches: list[str]) -> int:
+    """Bytes received so far on every port of `switches` (the spines, or the NVSwitches)."""
+    return sum(p["rx_bytes"] for sw in switches for p in fab.switch_call(sw, "ports"))
 
 
 def _capture(ctx: Context, fab: Fabric, graph: nx.Graph, spines: list[str], name: str) -> list:
@@ -452,14 +452,14 @@ def run(ctx: Context) -> None:
 
         def measure(name: str, fn):
             cap = _capture(ctx, fab, graph, spines, name)
-            before = spine_rx(fab, spines)
-            nv_before = spine_rx(fab, nvswitches)
+            before = rx_bytes(fab, spines)
+            nv_before = rx_bytes(fab, nvswitches)
             try:
                 out = fn()
             finally:
                 for proc in cap:
                     fab.stop_proc(proc)
-            return out, spine_rx(fab, spines) - before, spine_rx(fab, nvswitches) - nv_before
+            return out, rx_bytes(fab, spines) - before, rx_bytes(fab, nvswitches) - nv_before
 
         def ring_part(name: str, ring: list[str], rm: dict) -> None:
             ctx.log(f"rail-optimized: {name}: ring {' -> '.join(ring)}")
