@@ -2,7 +2,7 @@
 
 Owns the harness of tests that hold a single switch to account (the OpenFlow
 1.3 conformance suite, a user's own pytest): `SwitchTestbed` creates one veth
-pair per port in the root namespace, starts one `emu.switch.datapath` process
+pair per port in the root namespace, starts one `emu.switch.worker` process
 on the switch ends and keeps an AF_PACKET socket on each test end, so that a
 test programs the switch over OpenFlow 1.3 (`ofctl`, or `controller()`, an
 `OFClient` that sends os-ken message objects and returns decoded replies) and
@@ -445,7 +445,7 @@ class SwitchTestbed:
 
     def build_argv(self) -> list[str]:
         """The switch's command line (a subclass may add to it, as p4-utils' P4Switch allows)."""
-        argv = [sys.executable, "-m", "emu.switch.datapath", "--name", SWITCH_NAME]
+        argv = [sys.executable, "-m", "emu.switch.worker", "--name", SWITCH_NAME]
         argv += ["--dpid", f"{DPID:#x}"]
         for port_no, (sw_end, _) in self.pairs.items():
             argv += ["--port", f"{sw_end}:{port_no}:{self.rate_bps}"]

@@ -16,8 +16,9 @@ limit its buffer leaves free as flow control frames (`emu/proto/credit.py`),
 and its scheduler sends a VL's frame only with credit for it. Nothing else in emu holds sockets or reads the clock
 for the switch (`channel.py` holds the OpenFlow sockets, on this loop's `now`).
 
-Run as `python -m emu.switch.datapath --name leaf1 --dpid 1 --port leaf1-eth1:1:20000000 ...`
-(the Mininet node in `node.py` builds this argv).
+Its arguments (`build_parser`) are what `python -m emu.switch.worker` takes for one
+switch (the Mininet node in `node.py` builds this argv); `emu/switch/fastpath.py`
+subclasses it with the per-frame path in C.
 """
 
 from __future__ import annotations
@@ -31,19 +32,17 @@ import random
 import selectors
 import socket
 import struct
-import sys
 import time
 from dataclasses import dataclass
 
-from emu import config, profiling, realtime
+from emu import config
 from emu.credit import CreditLink
-from emu.fidelity import GcMonitor, ProcessFidelity, frame_time_s
+from emu.fidelity import ProcessFidelity, frame_time_s
 from emu.mgmt import MgmtServer
 from emu.proto import credit as ibfc
 from emu.proto import pfc
 from emu.proto.ofext import AGG_PORT
 from emu.proto.roce import is_rocev2
-from emu.registry import die_with_parent, stop_on_signals
 from emu.switch import reports, rewrite
 from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import DROP_CREDIT_OVERRUN, SharedBuffer
@@ -259,9 +258,6 @@ class Datapath:
         sock.setblocking(False)
         low, high = RING_FRAMES
         frames = min(high, max(low, int(spec.rate_bps * RING_S / (1500 * 8))))
-        self.port_rings[spec.port_no] = RxRing(
-            sock, self._mtu(spec.name) + 22, frames, skip_outgoing=self.filter_outgoing
-        )
         hw_addr = sock.getsockname()[4]
         port = PortState(
             port_no=spec.port_no,
@@ -275,7 +271,16 @@ class Datapath:
         self.schedulers[spec.port_no] = PortScheduler(rate_bps=spec.rate_bps)
         self.port_socks[spec.port_no] = sock
         self.kernel_drops[spec.port_no] = 0
-        self.sel.register(sock, selectors.EVENT_READ, ("port", spec.port_no))
+        self._attach_reader(spec.port_no, sock, self._mtu(spec.name) + 22, frames)
+
+    def _attach_reader(
+        self, port_no: int, sock: socket.socket, max_frame: int, frames: int
+    ) -> None:
+        """Read the port through a receive ring, served by this process's loop."""
+        self.port_rings[port_no] = RxRing(
+            sock, max_frame, frames, skip_outgoing=self.filter_outgoing
+        )
+        self.sel.register(sock, selectors.EVENT_READ, ("port", port_no))
 
     @staticmethod
     def _mtu(ifname: str) -> int:
@@ -343,10 +348,9 @@ class Datapath:
         """Read up to RX_BATCH frames from a port and forward them; how many it read."""
         read_frame = self.port_rings[port_no].read
         port = self.ports[port_no]
-        counters = port.counters
-        process = self.pipeline.process
         monotonic = time.monotonic
         link = self.credit_links.get(port_no)
+        receive = self._receive_frame
         read = 0
         for read in range(1, RX_BATCH + 1):
             if self.tx_due <= now:
@@ -360,38 +364,43 @@ class Datapath:
                     self.port_socks[port_no].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 return read - 1
             now = monotonic()
-            counters.rx_packets += 1
-            counters.rx_bytes += len(frame)
-            if len(frame) < 14:
-                counters.rx_errors += 1
-                self.malformed_frames += 1
-                continue
-            if frame[12:14] == b"\x88\x08":
-                # 802.3 MAC control (PFC, PAUSE) belongs to the link: honoured here,
-                # never forwarded.
-                self._receive_pause(port_no, frame, now)
-                continue
-            if frame[12:14] == b"\x88\xb5":
-                # A credit update belongs to the link too (emu/proto/credit.py).
-                self._receive_credit(port_no, frame, now)
-                continue
-            if link is not None and not self._credit_in(link, port_no, frame):
-                continue
-            if not port.live or port.config & 0x4:  # OFPPC_NO_RECV
-                counters.rx_dropped += 1
-                continue
-            try:
-                outputs, packet_ins = process(port_no, frame, now)
-            except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
-                counters.rx_errors += 1
-                self.malformed_frames += 1
-                log.debug("%s: frame on port %d not processed", self.name, port_no, exc_info=True)
-                continue
-            if outputs:
-                self._enqueue(outputs, port_no, now)
-            if packet_ins:
-                self.of.packet_ins(packet_ins)
+            receive(port_no, port, link, frame, now)
         return read
+
+    def _receive_frame(self, port_no: int, port: PortState, link, frame: bytes, now: float) -> None:
+        """One received frame: PAUSE and credit honoured, anything else forwarded."""
+        counters = port.counters
+        counters.rx_packets += 1
+        counters.rx_bytes += len(frame)
+        if len(frame) < 14:
+            counters.rx_errors += 1
+            self.malformed_frames += 1
+            return
+        if frame[12:14] == b"\x88\x08":
+            # 802.3 MAC control (PFC, PAUSE) belongs to the link: honoured here,
+            # never forwarded.
+            self._receive_pause(port_no, frame, now)
+            return
+        if frame[12:14] == b"\x88\xb5":
+            # A credit update belongs to the link too (emu/proto/credit.py).
+            self._receive_credit(port_no, frame, now)
+            return
+        if link is not None and not self._credit_in(link, port_no, frame):
+            return
+        if not port.live or port.config & 0x4:  # OFPPC_NO_RECV
+            counters.rx_dropped += 1
+            return
+        try:
+            outputs, packet_ins = self.pipeline.process(port_no, frame, now)
+        except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
+            counters.rx_errors += 1
+            self.malformed_frames += 1
+            log.debug("%s: frame on port %d not processed", self.name, port_no, exc_info=True)
+            return
+        if outputs:
+            self._enqueue(outputs, port_no, now)
+        if packet_ins:
+            self.of.packet_ins(packet_ins)
 
     def _enqueue(self, outputs, in_port: int, now: float) -> None:
         """Admit each output into the shared buffer (drop, CE-mark) and queue it."""
@@ -518,6 +527,12 @@ class Datapath:
         self.tx_due = now
 
     def _poll_watchdog(self, now: float) -> None:
+        self._watchdog_act(
+            self.watchdog.poll(now, self._watchdog_views(now), wall=time.time()), now
+        )
+
+    def _watchdog_views(self, now: float) -> list[QueueView]:
+        """What the watchdog looks at: every lossless queue of every port."""
         views = []
         for port_no, sched in self.schedulers.items():
             for prio in self.lossless_prios:
@@ -531,8 +546,11 @@ class Datapath:
                         self.last_pause_rx.get((port_no, prio), float("-inf")),
                     )
                 )
+        return views
+
+    def _watchdog_act(self, happened: list, now: float) -> None:
+        """Isolate the queues a storm was detected on; restore those whose storm ended."""
         action = self.watchdog.spec.action
-        happened = self.watchdog.poll(now, views, wall=time.time())
         for kind, port_no, prio in happened:
             key = (port_no, prio)
             if kind == "storm":
@@ -574,19 +592,26 @@ class Datapath:
     def _sample_telemetry(self, now: float) -> None:
         """One row per port: time, port, then per priority depth, paused, marks, tx bytes."""
         wall = time.time()
-        marks = self.buffer.counters.marks
-        for port_no, sched in self.schedulers.items():
-            row = [round(wall, 3), port_no, self.ports[port_no].counters.tx_bytes]
+        for port_no in self.schedulers:
+            tx_bytes, depth, paused, marks, queue_tx = self._port_view(port_no, now)
+            row = [round(wall, 3), port_no, tx_bytes]
             for prio in range(N_PRIORITIES):
-                row += [
-                    sched.depth_bytes[prio],
-                    int(sched.is_paused(prio, now)),
-                    marks.get((port_no, prio), 0),
-                    sched.counters[prio].tx_bytes,
-                ]
+                row += [depth[prio], int(paused[prio]), marks[prio], queue_tx[prio]]
             self.telemetry.append(row)
         if len(self.telemetry) > TELEMETRY_KEEP * max(1, len(self.schedulers)):
             del self.telemetry[: len(self.schedulers) * 100]
+
+    def _port_view(self, port_no: int, now: float) -> tuple:
+        """(tx bytes, and per priority: depth, paused, ECN marks, tx bytes) of one port."""
+        sched = self.schedulers[port_no]
+        marks = self.buffer.counters.marks
+        return (
+            self.ports[port_no].counters.tx_bytes,
+            list(sched.depth_bytes),
+            [sched.is_paused(prio, now) for prio in range(N_PRIORITIES)],
+            [marks.get((port_no, prio), 0) for prio in range(N_PRIORITIES)],
+            [c.tx_bytes for c in sched.counters],
+        )
 
     def _set_port_rate(self, port_no: int, rate_bps: float | None = None) -> dict:
         """Pace `port_no`'s egress at `rate_bps` (None: the port's own rate again)."""
@@ -983,40 +1008,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="INFO")
     return p
-
-
-def serve(
-    switch_args: list[argparse.Namespace], name: str, rt_priority: int, log_level: str
-) -> int:
-    """Run switches in this process, all in one loop, until a signal stops them."""
-    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    die_with_parent()
-    sched = realtime.apply(rt_priority)
-    loop = SwitchLoop(shared=len(switch_args) > 1)
-    names = [a.name for a in switch_args]
-    for args in switch_args:
-        dp = Datapath(args, loop)
-        dp.fidelity.sched = sched
-        if len(names) > 1:
-            dp.fidelity.process_switches = names
-        log.info(
-            "%s: dpid %016x, %d ports, OpenFlow listener %s",
-            dp.name,
-            dp.dpid,
-            len(dp.ports),
-            dp.of.listen_addr,
-        )
-    stop_on_signals(loop)
-    frozen = GcMonitor.freeze()  # set up: keep it out of every later collection (fidelity.py)
-    log.info("%s: %d switch(es) in one loop, %d objects frozen", name, len(names), frozen)
-    profiling.run(name, loop.run)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return serve([args], args.name, args.rt_priority, args.log_level)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 Owns the life of one switch process: `EmuSwitch` is a Mininet `Switch`
 subclass whose `start()` turns off the veth offloads that would hand us
 oversized or checksum-less frames, builds the datapath argv (in overridable
-methods, like p4-utils' P4Switch), spawns `python -m emu.switch.datapath`,
+methods, like p4-utils' P4Switch), spawns `python -m emu.switch.worker`,
 records its pid in the run registry and waits until its management socket
 answers; `stop()` ends exactly that pid. The only emu module that imports Mininet.
 """
@@ -116,7 +116,7 @@ class EmuSwitch(Switch):
 
     # argv, in pieces a subclass can override
     def datapath_command(self) -> list[str]:
-        return [sys.executable, "-m", "emu.switch.datapath"]
+        return [sys.executable, "-m", "emu.switch.worker"]
 
     def port_args(self) -> list[str]:
         args = []

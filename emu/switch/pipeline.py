@@ -355,6 +355,9 @@ class Pipeline:
         queue_bytes: Optional[Callable[[int], int]] = None,
     ) -> None:
         self.n_tables = n_tables
+        # Called whenever the microflow cache is dropped: the compiled data plane
+        # (emu/switch/fastpath.py) drops its copy of the cache then.
+        self.on_invalidate: Optional[Callable[[], None]] = None
         self.set_seed(seed)
         self.ports: dict[int, PortState] = ports if ports is not None else {}
         self.tables = [Table(i) for i in range(n_tables)]
@@ -374,6 +377,8 @@ class Pipeline:
         self.seed = seed
         self._seed_key = struct.pack("!Q", seed & 0xFFFFFFFFFFFFFFFF)
         self._cache = {}
+        if self.on_invalidate is not None:
+            self.on_invalidate()
 
     # ----- cache -------------------------------------------------------------
 
@@ -381,6 +386,13 @@ class Pipeline:
         """Drop the microflow cache (flows, groups or port liveness changed)."""
         self._cache.clear()
         self._nports = len(self.ports)
+        if self.on_invalidate is not None:
+            self.on_invalidate()
+
+    def compiled(self, in_port: int, frame: bytes) -> Optional[tuple]:
+        """(program, counters) the cache holds for `frame`'s key, or None (not cached)."""
+        hit = self._cache.get(cache_key(frame, in_port))
+        return None if hit is None else hit[:2]
 
     # ----- per packet --------------------------------------------------------
 

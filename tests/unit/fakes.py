@@ -24,6 +24,11 @@ opens a socket or reads the clock. It provides, by owner:
   test_aggregation_engine, test_sharp_host, test_channel and test_live_model.
 - A NIC pair back to back: `RATE`, `A`, `B`, `pair` and `run`. Used by
   test_rnic, test_collectives and test_sharp_host.
+- The two datapaths side by side: `PythonSwitch` and `CSwitch` (ports that
+  capture what they send, no AF_PACKET; `make_switch` builds one, with its
+  management and OpenFlow listeners), `DIFF_PORTS`, `DIFF_HOSTS`, `DIFF_MACS`, and flows of
+  frames (`random_flow`, `flow_frame`). Used by test_fastpath and
+  test_fastpath_differential.
 - `numpy_sum`, the reference sum of the ring all-reduce. Used by test_ring
   and test_collectives.
 """
@@ -47,10 +52,12 @@ from controllers import ofmsg
 from controllers.routing import PortInfo, RoutingManager
 from emu import config
 from emu.host.rnic import NicConfig, Rnic
-from emu.proto import agg, ofext, roce
+from emu.proto import agg, headers, ofext, roce
+from emu.switch import datapath, fastpath
 from emu.switch.aggregation import AggEngine
 from emu.switch.buffer import SharedBuffer
 from emu.switch.datapath import DEFAULT_DSCP_TO_PRIO, Datapath
+from emu.switch.loop import SwitchLoop
 from emu.switch.openflow import OpenFlowSession, Reply, SwitchModel, reply_bytes
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
@@ -593,3 +600,149 @@ def numpy_sum(arrays):
     if stack.dtype == np.int32:
         return stack.sum(axis=0, dtype=np.int32)  # wraps modulo 2**32, like the ring
     return stack.astype(np.float64).sum(axis=0)
+
+
+# ----- the two datapaths side by side, without sockets -----------------------------
+
+RATE_BPS = 10_000_000
+DIFF_PORTS = (1, 2, 3, 4, 5, 6)
+DIFF_HOSTS = [f"10.0.0.{i}" for i in range(1, 9)]
+DIFF_MACS = [f"02:00:00:00:00:{i:02x}" for i in range(1, 9)]
+
+
+class CaptureSocket:
+    """A port's socket that keeps what is sent (fileno -1: the C switch captures itself)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, frame: bytes) -> int:
+        self.sent.append(bytes(frame))
+        return len(frame)
+
+    def fileno(self) -> int:
+        return -1
+
+    def getsockopt(self, *args) -> bytes:
+        return bytes(8)
+
+    def close(self) -> None:
+        pass
+
+
+class CapturePorts:
+    """Ports without AF_PACKET: a capture socket each, carrier always up."""
+
+    def _open_port(self, spec: datapath.PortSpec) -> None:
+        sock = CaptureSocket()
+        self.filter_outgoing = False
+        self.ports[spec.port_no] = PortState(
+            spec.port_no, spec.name, bytes([2, 0, 0, 0, 0xAA, spec.port_no]), spec.rate_bps
+        )
+        self.schedulers[spec.port_no] = PortScheduler(rate_bps=spec.rate_bps)
+        self.port_socks[spec.port_no] = sock
+        self.kernel_drops[spec.port_no] = 0
+        self._attach_reader(spec.port_no, sock, 1522, 1024)
+
+    @staticmethod
+    def _carrier(ifname: str) -> bool:
+        return True
+
+
+class PythonSwitch(CapturePorts, Datapath):
+    def _attach_reader(self, port_no, sock, max_frame, frames) -> None:
+        pass  # the test feeds frames itself
+
+    def feed(self, in_port: int, frame: bytes, now: float) -> None:
+        if self.tx_due <= now:
+            self._transmit(now)
+        self._receive_frame(
+            in_port, self.ports[in_port], self.credit_links.get(in_port), frame, now
+        )
+
+    def step(self, now: float) -> None:
+        self._send_pfc(now)
+        if self.busy:
+            self._transmit(now)
+
+    def sent(self, port_no: int) -> list[bytes]:
+        return self.port_socks[port_no].sent
+
+
+class CSwitch(CapturePorts, fastpath.FastDatapath):
+    def feed(self, in_port: int, frame: bytes, now: float) -> None:
+        self.csw.feed(in_port, frame, now)
+
+    def step(self, now: float) -> None:
+        self.csw.send_pfc(now)
+        self.csw.transmit(now)
+
+    def sent(self, port_no: int) -> list[bytes]:
+        got = self.__dict__.setdefault("_sent", {}).setdefault(port_no, [])
+        got.extend(frame for _prio, frame in self.csw.captured(port_no))
+        return got
+
+
+def make_switch(cls, tmp_path, qos: str = "{}"):
+    """A switch of `cls` (PythonSwitch or CSwitch) with DIFF_PORTS at RATE_BPS, no sockets."""
+    argv = ["--name", "s1", "--dpid", "1", "--mgmt", str(tmp_path / f"{cls.__name__}.sock")]
+    for n in DIFF_PORTS:
+        argv += ["--port", f"s1-eth{n}:{n}:{RATE_BPS}"]
+    argv += ["--qos", qos]
+    return cls(datapath.build_parser().parse_args(argv), SwitchLoop())
+
+
+def _ipv4(rng: random.Random, proto: int, l4: bytes, flow: dict) -> bytes:
+    hdr = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        flow["tos"],
+        20 + len(l4),
+        rng.randrange(65536),
+        flow["frag"],
+        flow["ttl"],
+        proto,
+        0,
+        bytes(map(int, flow["src"].split("."))),
+        bytes(map(int, flow["dst"].split("."))),
+    )
+    hdr = hdr[:10] + struct.pack("!H", headers.ipv4_checksum(hdr)) + hdr[12:]
+    return hdr + l4
+
+
+def random_flow(rng: random.Random, incast: bool) -> dict:
+    """What stays the same for every frame of a flow (its key), drawn at random."""
+    tos = rng.choice([0, 26 << 2, 34 << 2, 48 << 2, rng.randrange(256)]) | rng.randrange(4)
+    if incast:  # mostly RoCE (DSCP 26, ECN-capable): the lossless class PAUSEs
+        tos = rng.choice([26 << 2 | 2, 26 << 2 | 2, 26 << 2 | 1, tos])
+    return {
+        "kind": rng.random(),
+        "macs": (rng.choice(DIFF_MACS), rng.choice(DIFF_MACS)),
+        "tos": tos,
+        "ttl": rng.choice([64, 64, 64, 2, 1, 0]),
+        "frag": rng.choice([0, 0, 0, 0x4000, 0x2000, 0x0001]),
+        "src": rng.choice(DIFF_HOSTS),
+        "dst": DIFF_HOSTS[7] if incast else rng.choice(DIFF_HOSTS),
+        "sport": rng.choice([1000, 2000, 49152 + rng.randrange(64), rng.randrange(1024, 65536)]),
+        "dport": rng.choice([4791, 4791, 53, 5201]),
+        "csum": rng.choice([0, 0x1234]),
+        "vid": rng.choice([1, 5]) | rng.randrange(8) << 13,
+    }
+
+
+def flow_frame(rng: random.Random, flow: dict) -> bytes:
+    """One frame of `flow`: its headers, a new IP id, payload and length."""
+    kind = flow["kind"]
+    size = rng.choice([0, 16, 64, 512, 1000, 1400, rng.randrange(1430)])
+    eth = headers.ethernet(*flow["macs"], 0x0800)
+    if kind < 0.5:
+        udp = struct.pack("!HHHH", flow["sport"], flow["dport"], 8 + size, flow["csum"])
+        return eth + _ipv4(rng, 17, udp + rng.randbytes(size), flow)
+    if kind < 0.85:
+        tcp = struct.pack("!HHIIBBHHH", flow["sport"], 5201, 1, 0, 0x50, 0x10, 8, 0x55AA, 0)
+        return eth + _ipv4(rng, 6, tcp + rng.randbytes(size), flow)
+    if kind < 0.9:
+        return eth + _ipv4(rng, 1, bytes([8, 0, 0, 0]) + rng.randbytes(size), flow)
+    inner = _ipv4(rng, 17, struct.pack("!HHHH", 1, 4791, 8, 0), flow)
+    tagged = headers.ethernet(*flow["macs"], 0x8100)
+    return tagged + struct.pack("!HH", flow["vid"], 0x0800) + inner

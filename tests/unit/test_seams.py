@@ -45,6 +45,7 @@ CLOCKS = {
 CLOCK_OWNERS = {
     "emu/switch/datapath.py",
     "emu/switch/loop.py",
+    "emu/switch/fastpath.py",  # the C loop's Python side
     "emu/switch/reports.py",
     "emu/host/agent.py",
 }

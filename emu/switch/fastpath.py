@@ -1,0 +1,777 @@
+"""The compiled data plane's Python side: which datapath runs, and the C switch's seams.
+
+Owns the choice between the two datapaths (`EMU_DATAPATH=c|python`, default
+`c` when the extension is built), and, for the C one (`emu.switch._fastpath`,
+sources in `emu/switch/csrc/`):
+
+- `FastDatapath`: a `Datapath` whose ports, queues, shared buffer, PFC and
+  fidelity clocks live in C. It configures the C switch from the same spec
+  objects the Python datapath builds (so both compute the same thresholds),
+  answers upcalls with the OpenFlow pipeline (OVS's slow path: the pipeline
+  decides, its compiled program is handed to C's exact-match cache), takes
+  the cache entries' counters back into the flow entries, and reads queues,
+  buffer and counters in bulk for reports, OpenFlow statistics, telemetry
+  and the PFC watchdog.
+- `FastLoop`: the process's loop. The C engine serves every switch's ports
+  without the GIL; Python runs for upcalls, OpenFlow and management sockets
+  and the switches' timers.
+- `program_ops`: the pipeline's compiled programs as C action lists.
+
+What stays Python per frame ("slow-path classes", counted as upcalls):
+frames other than untagged IPv4 TCP/UDP without options (ARP, LLDP, ICMP,
+IPv6, tagged frames, fragments), programs with a meter, a flowlet group,
+NORMAL, a packet-in or an output to the aggregation engine, and credit
+flow-control frames. A credit fabric (`flow_control="credit"`) runs the
+Python datapath: the credit loop is not in C.
+
+The Python modules stay the specification: tests/unit/test_fastpath_differential.py
+feeds both datapaths the same frames and requires the same outputs, counters
+and PAUSE/ECN decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import time
+from typing import Optional
+
+from emu.fidelity import frame_time_s
+from emu.proto.ofext import AGG_PORT
+from emu.switch import rewrite
+from emu.switch.buffer import (
+    DROP_HEADROOM,
+    DROP_LOSSLESS_NO_PFC,
+    DROP_LOSSY,
+    BufferCounters,
+    SharedBuffer,
+)
+from emu.switch.datapath import Datapath
+from emu.switch.loop import SwitchSelector
+from emu.switch.pipeline import P_DEAD, P_DECTTL, P_OUT, P_SUB, P_XF
+from emu.switch.scheduler import N_PRIORITIES, QueueCounters
+from emu.switch.watchdog import QueueView
+
+try:
+    from emu.switch import _fastpath
+except ImportError as exc:  # not built: `pip install -e .` builds it (scripts/bootstrap)
+    _fastpath = None
+    _IMPORT_ERROR = str(exc)
+else:
+    _IMPORT_ERROR = ""
+
+log = logging.getLogger(__name__)
+
+DATAPATH_ENV = "EMU_DATAPATH"
+DATAPATHS = ("c", "python")
+# A queued frame's slot: the longest frame a port receives (MTU 9000 + headers)
+# plus what a pushed tag adds; frames longer than that are dropped, counted.
+SLOT_BYTES = 9022 + 64
+# Slots a switch may hold at most: its buffer full of minimum 60-byte frames.
+MIN_FRAME = 60
+
+# rewrite's set-field functions C carries out (fp.h FP_F_*, in order).
+_C_FIELDS = {
+    rewrite.SET_FIELD[name][0]: code
+    for code, name in enumerate(
+        [
+            "eth_dst",
+            "eth_src",
+            "ipv4_src",
+            "ipv4_dst",
+            "ip_dscp",
+            "ip_ecn",
+            "tcp_src",
+            "tcp_dst",
+            "udp_src",
+            "udp_dst",
+        ]
+    )
+}
+_C_FIELDS[rewrite.set_nw_ttl] = 10
+
+
+class DatapathChoiceError(ValueError):
+    """EMU_DATAPATH names no datapath, or asks for C where it cannot run."""
+
+
+def choice(credit: bool = False) -> str:
+    """The datapath this process runs: EMU_DATAPATH, else C when built.
+
+    Raises:
+        DatapathChoiceError: EMU_DATAPATH is not one of DATAPATHS, or is "c"
+            and the extension is not built.
+    """
+    wanted = os.environ.get(DATAPATH_ENV, "").strip().lower()
+    if wanted and wanted not in DATAPATHS:
+        raise DatapathChoiceError(
+            f"{DATAPATH_ENV}={wanted!r}: expected one of {', '.join(DATAPATHS)}"
+        )
+    if wanted == "c" and _fastpath is None:
+        raise DatapathChoiceError(
+            f"{DATAPATH_ENV}=c but emu.switch._fastpath is not built ({_IMPORT_ERROR}); "
+            "run scripts/bootstrap (it builds it with the distribution's gcc)"
+        )
+    if wanted == "python" or _fastpath is None:
+        return "python"
+    if credit:
+        # The credit loop (emu/credit.py) is Python's; a credit fabric runs Python's datapath.
+        return "python"
+    return "c"
+
+
+def program_ops(prog: list, ports: dict) -> Optional[list]:
+    """A pipeline program as the C path's action list; None when C cannot run it.
+
+    Each op is (code, port, value, queue, field, sub_len) as fp_module.c reads it.
+    """
+    out: list = []
+    for op in prog:
+        code = op[0]
+        if code == P_OUT:
+            port, queue = op[1], op[2]
+            if port not in ports:
+                return None  # AGG_PORT, OFPP_TABLE: Python's
+            q = queue if queue is not None and 0 <= queue < N_PRIORITIES else -1
+            out.append((_fastpath.OP_OUT, port, 0, q, 0, 0))
+        elif code == P_XF:
+            field = _C_FIELDS.get(op[1])
+            if field is None:
+                return None
+            value = op[2]
+            if isinstance(value, (bytes, bytearray)):
+                value = int.from_bytes(value, "big")
+            out.append((_fastpath.OP_SET, 0, int(value), -1, field, 0))
+        elif code == P_DECTTL:
+            if op[1] is not rewrite.dec_nw_ttl:
+                return None
+            out.append((_fastpath.OP_DECTTL, 0, 0, -1, 0, 0))
+        elif code == P_SUB:
+            sub = program_ops(op[1], ports)
+            if sub is None:
+                return None
+            out.append((_fastpath.OP_SUB, 0, 0, -1, 0, len(sub)))
+            out.extend(sub)
+        elif code == P_DEAD:
+            out.append((_fastpath.OP_DEAD, op[1].port_no if op[1] is not None else 0, 0, -1, 0, 0))
+        else:
+            return None  # meters, flowlets, NORMAL, packet-ins: the slow path's
+    return out if len(out) <= 256 else None
+
+
+def _mask(prios) -> int:
+    m = 0
+    for p in prios:
+        m |= 1 << p
+    return m
+
+
+# ----- views of C state with the Python objects' shapes ----------------------------------
+
+_PORT_FIELDS = (
+    "rx_packets",
+    "tx_packets",
+    "rx_bytes",
+    "tx_bytes",
+    "rx_dropped",
+    "tx_dropped",
+    "rx_errors",
+    "tx_errors",
+)
+
+
+def _counter_property(idx: int, name: str) -> property:
+    def get(self) -> int:
+        return self._csw.port_counters(self._port)[idx]
+
+    def put(self, value: int) -> None:
+        self._csw.set_port_counter(self._port, idx, value)
+
+    return property(get, put, doc=f"ofp_port_stats {name}, kept in C")
+
+
+class CPortCounters:
+    """`ports.PortCounters` whose values live in the C switch (read and written there)."""
+
+    __slots__ = ("_csw", "_port")
+
+    def __init__(self, csw, port_no: int) -> None:
+        self._csw = csw
+        self._port = port_no
+
+
+for _i, _name in enumerate(_PORT_FIELDS):
+    setattr(CPortCounters, _name, _counter_property(_i, _name))
+
+
+class CPortClock:
+    """`fidelity.PortClock`'s snapshot and reset, of a C port's clock."""
+
+    def __init__(self, csw, port_no: int) -> None:
+        self._csw = csw
+        self._port = port_no
+
+    def reset(self) -> None:
+        self._csw.clock_reset(self._port)
+
+    def snapshot(self) -> dict:
+        c = self._csw.clock(self._port)
+        return {
+            "rate_bps": c["rate_bps"],
+            "frame_s": c["frame_s"],
+            "frames": c["frames"],
+            "hist": c["hist"],
+            "max_late_s": round(c["max_late_s"], 6),
+            "deficit_s": round(c["deficit_s"], 6),
+            "busy_s": round(c["busy_s"], 6),
+        }
+
+
+class CLoopMonitor:
+    """`fidelity.LoopMonitor`'s snapshot and reset, of the C loop's stall meter for one switch."""
+
+    def __init__(self, csw, frame_s: float) -> None:
+        self._csw = csw
+        self.frame_s = frame_s
+        csw.loop_reset(frame_s)
+
+    def reset(self) -> None:
+        self._csw.loop_reset(self.frame_s)
+
+    @property
+    def passes(self) -> int:
+        return self._csw.loop_stats()["passes"]
+
+    def snapshot(self) -> dict:
+        m = self._csw.loop_stats()
+        return {
+            "frame_s": m["frame_s"],
+            "passes": m["passes"],
+            "longest_stall_s": round(m["longest_s"], 6),
+            "stalls_over_1": m["over_1"],
+            "stalls_over_10": m["over_10"],
+            "stalled_s": round(m["stalled_s"], 6),
+            "idle_longest_stall_s": round(m["idle_longest_s"], 6),
+            "longest_stall_work": ",".join(sorted(set(m["longest_work"].split(",")) - {""})),
+            "longest_stall_cpu_s": round(m["longest_cpu_s"], 6),
+            "longest_stall_frames": m["longest_frames"],
+            "longest_stall_ended_at": round(m["longest_ended_at"], 6),
+        }
+
+
+class CScheduler:
+    """`scheduler.PortScheduler` as reports, the watchdog and faults see it, kept in C."""
+
+    credit = None
+
+    def __init__(self, csw, port_no: int) -> None:
+        self._csw = csw
+        self._port = port_no
+        self.clock = CPortClock(csw, port_no)
+
+    def state(self) -> dict:
+        return self._csw.port_state(self._port)
+
+    @property
+    def rate_bps(self) -> float:
+        return self.state()["rate_bps"]
+
+    @property
+    def early_s(self) -> float:
+        return self.state()["early_s"]
+
+    @property
+    def depth_bytes(self) -> list:
+        return self.state()["depth"]
+
+    @property
+    def pending(self) -> int:
+        return self.state()["pending"]
+
+    @property
+    def counters(self) -> list:
+        return [QueueCounters(*q) for q in self.state()["queues"]]
+
+    def is_paused(self, prio: int, now: float) -> bool:
+        return self.state()["paused_until"][prio] > now
+
+    def paused_so_far(self, now: float) -> list:
+        st = self.state()
+        return [
+            round(total - max(0.0, until - now), 6)
+            for total, until in zip(st["paused_s"], st["paused_until"])
+        ]
+
+    def pause(self, prio: int, until: float, now: float) -> None:
+        self._csw.pause(self._port, prio, until, now)
+
+    def set_rate(self, rate_bps: float) -> None:
+        if rate_bps <= 0:
+            raise ValueError(f"rate_bps must be positive, got {rate_bps}")
+        self._csw.set_rate(self._port, float(rate_bps))
+
+
+class CBuffer:
+    """`buffer.SharedBuffer` as reports and faults see it; the accounting lives in C.
+
+    The Python `model` keeps the configuration it computed (headroom,
+    reserved bytes, ECN thresholds) and is what C was configured from.
+    """
+
+    def __init__(self, csw, model: SharedBuffer, ports: dict) -> None:
+        self._csw = csw
+        self.model = model
+        self._ports = ports
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)  # spec, pfc, ecn, headroom, reserved, ...
+
+    def _states(self) -> dict:
+        return {n: self._csw.port_state(n) for n in sorted(self._ports)}
+
+    @property
+    def shared_used(self) -> int:
+        return self._csw.buffer_state()["shared_used"]
+
+    def free_bytes(self) -> int:
+        return self.model.spec.size_bytes - self.model.reserved - self.shared_used
+
+    def xoff_threshold(self) -> float:
+        return self.model.spec.alpha_lossless * self.free_bytes()
+
+    def lossy_threshold(self) -> float:
+        return self.model.spec.alpha_lossy * self.free_bytes()
+
+    @property
+    def paused_upstream(self) -> dict:
+        out = {}
+        for n, st in self._states().items():
+            for prio in range(N_PRIORITIES):
+                if st["paused_upstream"] >> prio & 1:
+                    out[(n, prio)] = st["refresh_at"][prio]
+        return out
+
+    @property
+    def counters(self) -> BufferCounters:
+        c = BufferCounters()
+        b = self._csw.buffer_state()
+        for cause in (DROP_LOSSY, DROP_HEADROOM, DROP_LOSSLESS_NO_PFC):
+            if b[cause]:
+                c.drops[cause] = b[cause]
+        c.shared_watermark_bytes = b["shared_watermark"]
+        for n, st in self._states().items():
+            for prio in range(N_PRIORITIES):
+                for name, d in (
+                    ("marks", c.marks),
+                    ("xoff_sent", c.xoff_sent),
+                    ("xon_sent", c.xon_sent),
+                    ("drops_by_queue", c.drops_by_queue),
+                    ("egress_watermark", c.egress_watermark_bytes),
+                ):
+                    if st[name][prio]:
+                        d[(n, prio)] = st[name][prio]
+        return c
+
+    def set_ecn(self, ecn) -> None:
+        self.model.set_ecn(ecn)
+        self._csw.set_ecn(
+            _mask(self.model.ecn_prios), ecn.pmax, {n: tuple(t) for n, t in self.kmin_kmax.items()}
+        )
+
+    def snapshot(self) -> dict:
+        """SharedBuffer.snapshot's answer, from C's accounting."""
+        c = self.counters
+        states = self._states()
+
+        def keyed(d):
+            return {f"{k[0]}:{k[1]}": v for k, v in d.items() if v}
+
+        def per_queue(field):
+            return {
+                f"{n}:{p}": st[field][p]
+                for n, st in states.items()
+                for p in range(N_PRIORITIES)
+                if st[field][p]
+            }
+
+        return {
+            "size_bytes": self.model.spec.size_bytes,
+            "credit_vl_bytes": self.model.credit_capacity,
+            "reserved_headroom_bytes": self.model.reserved,
+            "shared_used_bytes": self.shared_used,
+            "shared_watermark_bytes": c.shared_watermark_bytes,
+            "xoff_threshold_bytes": int(self.xoff_threshold()),
+            "drops": dict(c.drops),
+            "drops_by_queue": keyed(c.drops_by_queue),
+            "ecn_marks": keyed(c.marks),
+            "xoff_sent": keyed(c.xoff_sent),
+            "xon_sent": keyed(c.xon_sent),
+            "paused_upstream": sorted(f"{p}:{q}" for p, q in self.paused_upstream),
+            "ingress_bytes": per_queue("ingress"),
+            "headroom_used_bytes": per_queue("headroom_used"),
+            "egress_bytes": per_queue("egress"),
+            "egress_watermark_bytes": keyed(c.egress_watermark_bytes),
+        }
+
+
+def switch_config(dp: Datapath, model: SharedBuffer) -> dict:
+    """The C switch's configuration, from the specs the Python datapath built."""
+    return {
+        "dscp_to_prio": list(dp.dscp_to_prio),
+        "size_bytes": model.spec.size_bytes,
+        "reserved": model.reserved,
+        "resume_offset": model.spec.resume_offset_bytes,
+        "alpha_lossless": float(model.spec.alpha_lossless),
+        "alpha_lossy": float(model.spec.alpha_lossy),
+        "lossless": _mask(model.lossless),
+        "lossless_class": _mask(model.lossless_class),
+        "ecn_prios": _mask(model.ecn_prios),
+        "ecn_pmax": float(model.ecn.pmax),
+        "pause_quanta": model.pfc.pause_quanta,
+        "ecn_rng": model.rng.getstate()[1],
+        "loss_rng": dp.loss_rng.getstate()[1],
+        "slot_bytes": SLOT_BYTES,
+        "max_slots": model.spec.size_bytes // MIN_FRAME + 1024,
+    }
+
+
+class FastDatapath(Datapath):
+    """A switch whose per-frame path is C (`emu.switch._fastpath.Switch`)."""
+
+    def __init__(self, args, loop) -> None:
+        self._readers: dict = {}
+        self._entry_ctrs: dict[int, list] = {}
+        self._next_entry = 1
+        self._py_malformed = 0
+        self.csw = None
+        super().__init__(args, loop)
+        model = self.buffer
+        self.csw = _fastpath.Switch(self.name, self._upcall, switch_config(self, model))
+        for port_no, port in self.ports.items():
+            sock, max_frame, frames = self._readers[port_no]
+            kmin, kmax = model.kmin_kmax[port_no]
+            self.csw.add_port(
+                port_no,
+                sock.fileno(),
+                port.hw_addr,
+                float(port.rate_bps),
+                model.headroom.get(port_no, 0),
+                kmin,
+                kmax,
+                self.pfc_templates[port_no],
+                frames,
+                max_frame,
+                self.filter_outgoing,
+            )
+        self._adopt(model)
+
+    def _adopt(self, model: SharedBuffer) -> None:
+        """Point every reader of queues, buffer, counters and clocks at the C switch."""
+        csw = self.csw
+        self.buffer = CBuffer(csw, model, self.ports)
+        self.schedulers = {n: CScheduler(csw, n) for n in self.ports}
+        for n, port in self.ports.items():
+            port.counters = CPortCounters(csw, n)
+            csw.set_recv(n, port.live and not port.config & 0x4)
+        self.fidelity.clocks = {n: s.clock for n, s in self.schedulers.items()}
+        fastest = max((p.rate_bps for p in self.ports.values()), default=1e9)
+        self.fidelity.loop = CLoopMonitor(csw, frame_time_s(fastest))
+        self.pipeline.on_invalidate = self._invalidated
+
+    # ----- ports -----------------------------------------------------------------
+
+    def _attach_reader(self, port_no: int, sock, max_frame: int, frames: int) -> None:
+        # The C switch maps the ring and its loop polls the socket.
+        self._readers[port_no] = (sock, max_frame, frames)
+
+    def _sync_recv(self) -> None:
+        """Tell C which ports receive (live, not OFPPC_NO_RECV)."""
+        for n, port in self.ports.items():
+            self.csw.set_recv(n, port.live and not port.config & 0x4)
+
+    def _poll_carrier(self) -> None:
+        super()._poll_carrier()
+        self._sync_recv()
+
+    def _port_changed(self, port_no: int) -> None:
+        super()._port_changed(port_no)
+        self._sync_recv()
+
+    def _flush_port(self, port_no: int, prios=range(N_PRIORITIES)) -> None:
+        self.csw.flush(port_no, _mask(prios))
+
+    # ----- the slow path ----------------------------------------------------------
+
+    def _upcall(self, in_port: int, frame: bytes, now: float, cacheable: int):
+        """A frame C did not forward by itself; returns (entry id, ops) to cache, or None."""
+        if frame[12:14] == b"\x88\xb5":
+            self._receive_credit(in_port, frame, now)
+            return None
+        try:
+            outputs, packet_ins = self.pipeline.process(in_port, frame, now)
+        except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
+            self.ports[in_port].counters.rx_errors += 1
+            self._py_malformed += 1
+            log.debug("%s: frame on port %d not processed", self.name, in_port, exc_info=True)
+            return None
+        if outputs:
+            self._enqueue(outputs, in_port, now)
+        if packet_ins:
+            self.of.packet_ins(packet_ins)
+        if not cacheable:
+            return None
+        compiled = self.pipeline.compiled(in_port, frame)
+        if compiled is None:
+            return None
+        ops = program_ops(compiled[0], self.ports)
+        if ops is None:
+            return None
+        entry = self._next_entry
+        self._next_entry = entry + 1 if entry < 0xFFFFFFFF else 1
+        self._entry_ctrs[entry] = compiled[1]
+        return entry, ops
+
+    def _enqueue(self, outputs, in_port: int, now: float) -> None:
+        enqueue = self.csw.enqueue
+        for port_no, frame, queue_id in outputs:
+            if port_no not in self.ports:
+                if port_no == AGG_PORT:
+                    self._aggregate(in_port, frame, now)
+                continue
+            q = queue_id if queue_id is not None and 0 <= queue_id < N_PRIORITIES else -1
+            enqueue(in_port, port_no, frame, q, now)
+
+    def _invalidated(self) -> None:
+        if self.csw is None:
+            return
+        self.drain()
+        self.csw.clear_cache()
+        self._entry_ctrs.clear()
+
+    def drain(self) -> None:
+        """Take the C cache's per-entry counts into the flow entries' counters."""
+        entries, dead, ttl = self.csw.drain()
+        for entry, packets, nbytes, used in entries:
+            for c in self._entry_ctrs.get(entry, ()):
+                c.packets += packets
+                c.bytes += nbytes
+                if used > c.used:
+                    c.used = used
+        self.pipeline.dropped_port_down += dead
+        self.pipeline.dropped_ttl += ttl
+        if self.csw.stats()["cache_entries"] >= 65536:
+            self.pipeline.invalidate()  # full: start again, as the Python cache does
+
+    # ----- C's state where the Python datapath keeps dicts ---------------------------
+
+    def _per_queue(self, field: str) -> dict:
+        out = {}
+        for n in self.ports:
+            st = self.csw.port_state(n)
+            for prio, v in enumerate(st[field]):
+                if v:
+                    out[(n, prio)] = v
+        return out
+
+    @property
+    def pause_rx(self) -> dict:
+        return self._per_queue("pause_rx")
+
+    @pause_rx.setter
+    def pause_rx(self, _value) -> None:
+        pass  # Datapath.__init__'s empty dict: C counts
+
+    @property
+    def last_pause_rx(self) -> dict:
+        return self._per_queue("last_pause_rx")
+
+    @last_pause_rx.setter
+    def last_pause_rx(self, _value) -> None:
+        pass
+
+    @property
+    def pfc_tx_frames(self) -> dict:
+        return {
+            n: st["pfc_tx_frames"]
+            for n in self.ports
+            if (st := self.csw.port_state(n))["pfc_tx_frames"]
+        }
+
+    @pfc_tx_frames.setter
+    def pfc_tx_frames(self, _value) -> None:
+        pass
+
+    @property
+    def lost_frames(self) -> dict:
+        return {
+            n: st["lost_frames"]
+            for n in self.ports
+            if (st := self.csw.port_state(n))["lost_frames"]
+        }
+
+    @lost_frames.setter
+    def lost_frames(self, _value) -> None:
+        pass
+
+    @property
+    def malformed_frames(self) -> int:
+        c = self.csw.stats()["malformed_frames"] if self.csw is not None else 0
+        return self._py_malformed + c
+
+    @malformed_frames.setter
+    def malformed_frames(self, value: int) -> None:
+        self._py_malformed = value
+
+    @property
+    def watchdog_drops(self) -> int:
+        return self.csw.stats()["watchdog_drops"] if self.csw is not None else 0
+
+    @watchdog_drops.setter
+    def watchdog_drops(self, _value) -> None:
+        pass
+
+    # ----- what C does per frame, not Python ------------------------------------------
+
+    def _send_pfc(self, now: float) -> None:
+        pass  # the C loop sends PAUSE
+
+    def _transmit(self, now: float):
+        return None  # the C loop transmits
+
+    def _watchdog_views(self, now: float) -> list[QueueView]:
+        views = []
+        for port_no in self.schedulers:
+            st = self.csw.port_state(port_no)
+            for prio in self.lossless_prios:
+                views.append(
+                    QueueView(
+                        port_no,
+                        prio,
+                        st["depth"][prio],
+                        st["queues"][prio][2],
+                        st["paused_until"][prio] > now,
+                        st["last_pause_rx"][prio] if st["pause_rx"][prio] else float("-inf"),
+                    )
+                )
+        return views
+
+    def _watchdog_act(self, happened: list, now: float) -> None:
+        super()._watchdog_act(happened, now)
+        for _kind, port_no, _prio in happened:
+            drop = _mask(p for (n, p) in self.wd_drop if n == port_no)
+            ignore = _mask(p for (n, p) in self.wd_ignore_pause if n == port_no)
+            self.csw.set_watchdog(port_no, drop, ignore)
+            self.csw.kick(port_no, now)  # a restored queue may have frames to send
+
+    def _port_view(self, port_no: int, now: float) -> tuple:
+        st = self.csw.port_state(port_no)
+        return (
+            self.csw.port_counters(port_no)[3],
+            st["depth"],
+            [until > now for until in st["paused_until"]],
+            st["marks"],
+            [q[3] for q in st["queues"]],
+        )
+
+    def _set_port_loss(self, port_no: int, probability: float = 0.0, every=None) -> dict:
+        answer = super()._set_port_loss(port_no, probability, every)
+        every_n = self.port_loss_every.get(int(port_no))
+        self.csw.set_loss(
+            int(port_no), self.port_loss.get(int(port_no), 0.0), every_n[0] if every_n else 0
+        )
+        return answer
+
+    def _queue_counters(self) -> dict:
+        return {
+            n: [(q[3], q[2], q[4]) for q in self.csw.port_state(n)["queues"]] for n in self.ports
+        }
+
+    def _lossless_sent(self) -> int:
+        return sum(
+            self.csw.port_state(n)["queues"][prio][2]
+            for n in self.ports
+            for prio in self.lossless_prios
+        )
+
+    def fastpath_stats(self) -> dict:
+        return self.csw.stats()
+
+    # ----- the loop ------------------------------------------------------------------
+
+    def service(self, now: float, work: list) -> None:
+        self.drain()
+        super().service(now, work)
+
+    def refresh_due(self) -> None:
+        """Python's timers only: C keeps the frames' and PAUSE's deadlines."""
+        self.due = min(self.next_carrier, self.next_sample, self.next_watchdog, self.next_expire)
+
+    def on_ready(self, kind: str, ref, events: int, now: float) -> int:
+        if kind == "of":
+            self.drain()  # flow and port statistics answer with the C path's counts
+        return super().on_ready(kind, ref, events, now)
+
+    def close(self) -> None:
+        if self.csw is not None:
+            self.drain()
+            self.csw.close()  # unmaps the rings before the sockets close
+        super().close()
+
+
+class FastLoop:
+    """The process's loop when the C datapath runs: the C engine, with Python called back.
+
+    Offers what `loop.SwitchLoop` offers the datapaths (`view`, `add`,
+    `stopping`, `run`); the per-pass accounting is the engine's.
+    """
+
+    def __init__(self, shared: bool = False) -> None:
+        self.sel = selectors.EpollSelector()  # nested in the engine's epoll set
+        self.switches: list = []
+        self.stopping = False  # set by a signal (emu.registry.stop_on_signals)
+        self.engine = _fastpath.Engine()
+
+    def view(self, owner) -> SwitchSelector:
+        return SwitchSelector(self.sel, owner)
+
+    def add(self, switch) -> None:
+        self.switches.append(switch)
+
+    def run(self) -> None:
+        for sw in self.switches:
+            self.engine.add(sw.csw)
+        try:
+            self.engine.run(self.sel.fileno(), self._pass)
+        finally:
+            for sw in self.switches:
+                sw.close()
+            self.switches = []
+
+    def _pass(self, now: float, py_ready: int):
+        """One call from the engine: Python's sockets if ready, then the timers that are due."""
+        work: list = []
+        several = len(self.switches) > 1
+        if py_ready:
+            for key, events in self.sel.select(0):
+                kind, ref, sw = key.data
+                if sw.stopping:
+                    continue
+                sw.on_ready(kind, ref, events, time.monotonic())
+                if kind == "mgmt":
+                    served = sw.mgmt.take_served()
+                    kind = f"mgmt({served})" if served else kind
+                work.append(f"{sw.name}:{kind}" if several else kind)
+                sw.refresh_due()
+        now = time.monotonic()
+        for sw in self.switches:
+            if sw.due <= now and not sw.stopping:
+                sw.service(now, work)
+        for sw in [s for s in self.switches if s.stopping]:
+            log.warning("%s: stopped; %d switch(es) left", sw.name, len(self.switches) - 1)
+            self.engine.remove(sw.csw)
+            sw.close()
+            self.switches.remove(sw)
+        if self.stopping or not self.switches:
+            return None
+        return min(sw.due for sw in self.switches), ",".join(work)
