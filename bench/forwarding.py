@@ -1,11 +1,12 @@
 """Forwarding benchmark: frames/s and Mbit/s through chains of 1..N switches.
 
-Owns one measurement, run on one machine in one go, of four ways to forward
+Owns one measurement, run on one machine in one go, of five ways to forward
 between two network namespaces `h1` (10.0.0.1) and `h2` (10.0.0.2):
 
     veth        h1 ================================= h2      (0 hops, ceiling)
-    emu         h1 --- s1 --- s2 --- ... --- sN --- h2      (emu.switch.datapath, a process each)
+    emu         h1 --- s1 --- s2 --- ... --- sN --- h2      (emu.switch.worker, a process each)
     emu-shared  h1 --- s1 --- s2 --- ... --- sN --- h2      (emu.switch.worker: one process)
+    emu-python  h1 --- s1 --- s2 --- ... --- sN --- h2      (as emu, EMU_DATAPATH=python)
     ovs-user    h1 --- b1 --- b2 --- ... --- bN --- h2      (OVS, datapath_type=netdev)
 
 Every switch has port 1 towards h1 and port 2 towards h2 and the two flows
@@ -74,7 +75,7 @@ PING_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 3.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 OFFLOAD_FEATURES = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
-VARIANTS = ("veth", "emu", "emu-shared", "ovs-user")
+VARIANTS = ("veth", "emu", "emu-shared", "emu-python", "ovs-user")
 OVS_NETDEV_TAP = ovs.NETDEV_TAP
 
 
@@ -431,7 +432,7 @@ def emu_switch_args(
         rate_bps: every port's link rate (the default never limits forwarding).
 
     Returns:
-        The argument list, e.g. for `[sys.executable, "-m", "emu.switch.datapath", *args]`.
+        The argument list, e.g. for `[sys.executable, "-m", "emu.switch.worker", *args]`.
     """
     args = ["--name", name, "--dpid", hex(dpid), "--mgmt", mgmt_sock, "--of-listen", of_listen]
     for ifname, port_no in ports:
@@ -466,15 +467,21 @@ class EmuChain:
     """
 
     def __init__(
-        self, res: Resources, chain: Chain, profile: bool = False, shared: bool = False
+        self,
+        res: Resources,
+        chain: Chain,
+        profile: bool = False,
+        shared: bool = False,
+        datapath: str = "c",
     ) -> None:
         self.res, self.chain = res, chain
         self.profile = profile
         self.shared = shared
+        self.datapath = datapath  # EMU_DATAPATH: "c" (emu/switch/csrc) or "python"
         self.switches: list[tuple[Proc, str]] = []
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO), EMU_DATAPATH=self.datapath)
         if self.profile:  # emu/profiling.py: one .prof per process when it stops
             env["EMU_PROFILE_DIR"] = str(self.res.run_dir / "logs" / f"prof-{self.chain.hops}hop")
         specs = []
@@ -499,7 +506,7 @@ class EmuChain:
             procs = [
                 self.res.start(
                     f"emu-{self.chain.hops}hop-{name}",
-                    [sys.executable, "-m", "emu.switch.datapath", *args],
+                    [sys.executable, "-m", "emu.switch.worker", *args],
                     env=env,
                 )
                 for name, _, _, args in specs
@@ -700,8 +707,14 @@ def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool
     switches: Optional[EmuChain | OvsChain] = None
     try:
         chain.build(res)
-        if variant in ("emu", "emu-shared"):
-            switches = EmuChain(res, chain, profile, shared=variant == "emu-shared")
+        if variant in ("emu", "emu-shared", "emu-python"):
+            switches = EmuChain(
+                res,
+                chain,
+                profile,
+                shared=variant == "emu-shared",
+                datapath="python" if variant == "emu-python" else "c",
+            )
         elif variant == "ovs-user":
             switches = OvsChain(res, chain)
         if switches:

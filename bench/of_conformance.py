@@ -473,7 +473,7 @@ class Setup:
             args = fw.emu_switch_args(
                 "target", TARGET_DPID, self.emu_sock, target_ports, controller=ctl
             )
-            self.emu_argv = [sys.executable, "-m", "emu.switch.datapath", *args]
+            self.emu_argv = [sys.executable, "-m", "emu.switch.worker", *args]
             self.start_emu()
         files = {c.file_desc for c in load_cases(of13_dir() / self.category)}
         fw._wait(

@@ -27,7 +27,7 @@ IS_ROOT = os.geteuid() == 0
 # Fabric ports, and the test ends and switch ends of an emu.testbed.
 FABRIC_INTF = re.compile(r"^((h|leaf|spine|e|a|c|s)\d+-eth\d+|tb[0-9a-f]{6}[st]\d+)$")
 # What a fabric runs: switches, the controller, the hosts' NIC agents.
-EMU_PROCESSES = ("emu.switch.datapath", "controllers.launch", "emu.host.agent")
+EMU_PROCESSES = ("emu.switch.worker", "emu.switch.datapath", "controllers.launch", "emu.host.agent")
 # Leftovers already reported: each fails the one check that first saw it, not every later one.
 _REPORTED: set[tuple[str, str]] = set()
 

@@ -65,9 +65,10 @@ log = logging.getLogger(__name__)
 
 DATAPATH_ENV = "EMU_DATAPATH"
 DATAPATHS = ("c", "python")
-# A queued frame's slot: the longest frame a port receives (MTU 9000 + headers)
-# plus what a pushed tag adds; frames longer than that are dropped, counted.
-SLOT_BYTES = 9022 + 64
+# A queued frame's slot: the longest frame the switch's ports receive (MTU +
+# Ethernet header + a tag) plus room for what pushed tags add; a longer frame
+# is dropped and counted (`pool_drops`): the kernel would refuse it anyway.
+SLOT_SLACK_BYTES = 64
 # Slots a switch may hold at most: its buffer full of minimum 60-byte frames.
 MIN_FRAME = 60
 
@@ -415,8 +416,11 @@ class CBuffer:
         }
 
 
-def switch_config(dp: Datapath, model: SharedBuffer) -> dict:
-    """The C switch's configuration, from the specs the Python datapath built."""
+def switch_config(dp: Datapath, model: SharedBuffer, max_frame: int) -> dict:
+    """The C switch's configuration, from the specs the Python datapath built.
+
+    `max_frame`: the longest frame its ports receive (a queued frame's slot).
+    """
     return {
         "dscp_to_prio": list(dp.dscp_to_prio),
         "size_bytes": model.spec.size_bytes,
@@ -431,7 +435,7 @@ def switch_config(dp: Datapath, model: SharedBuffer) -> dict:
         "pause_quanta": model.pfc.pause_quanta,
         "ecn_rng": model.rng.getstate()[1],
         "loss_rng": dp.loss_rng.getstate()[1],
-        "slot_bytes": SLOT_BYTES,
+        "slot_bytes": max_frame + SLOT_SLACK_BYTES,
         "max_slots": model.spec.size_bytes // MIN_FRAME + 1024,
     }
 
@@ -447,7 +451,8 @@ class FastDatapath(Datapath):
         self.csw = None
         super().__init__(args, loop)
         model = self.buffer
-        self.csw = _fastpath.Switch(self.name, self._upcall, switch_config(self, model))
+        max_frame = max((r[1] for r in self._readers.values()), default=1522)
+        self.csw = _fastpath.Switch(self.name, self._upcall, switch_config(self, model, max_frame))
         for port_no, port in self.ports.items():
             sock, max_frame, frames = self._readers[port_no]
             kmin, kmax = model.kmin_kmax[port_no]
@@ -700,7 +705,8 @@ class FastDatapath(Datapath):
     # ----- the loop ------------------------------------------------------------------
 
     def service(self, now: float, work: list) -> None:
-        self.drain()
+        if now >= self.next_expire:
+            self.drain()  # idle timeouts read the entries' last use
         super().service(now, work)
 
     def refresh_due(self) -> None:
@@ -708,8 +714,8 @@ class FastDatapath(Datapath):
         self.due = min(self.next_carrier, self.next_sample, self.next_watchdog, self.next_expire)
 
     def on_ready(self, kind: str, ref, events: int, now: float) -> int:
-        if kind == "of":
-            self.drain()  # flow and port statistics answer with the C path's counts
+        if kind in ("of", "mgmt"):
+            self.drain()  # flow statistics answer with the C path's counts
         return super().on_ready(kind, ref, events, now)
 
     def close(self) -> None:

@@ -96,7 +96,7 @@ def test_the_cache_counts_go_to_the_flow_entry(switch):
 
 
 def test_a_frame_longer_than_a_slot_is_dropped_and_counted(switch):
-    long = one_frame(fastpath.SLOT_BYTES + 200)
+    long = one_frame(switch.fastpath_stats()["pool_slot_bytes"] + 200)
     switch.csw.feed(1, long, 1.0)
     assert switch.fastpath_stats()["pool_drops"] == 1
     assert switch.ports[2].counters.tx_dropped == 1
