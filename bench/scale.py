@@ -21,8 +21,8 @@ map them, so it is what the fabric really costs; RSS counts them in full in
 every process.
 
 Fabrics, by name: ls4 / ls8 / ls16 (leaf/spine with 4, 8, 16 leaves, 2, 4, 4
-spines, 2 hosts per leaf), ft4 / ft6 / ft8 (fat-trees k = 4, 6, 8: 20, 45, 80
-switches; 16, 54, 128 hosts). A fabric that fails to come up is reported
+spines, 2 hosts per leaf), ft4 / ft6 / ft8 / ft10 / ft12 (fat-trees k = 4, 6,
+8, 10, 12: 20, 45, 80, 125, 180 switches; 16, 54, 128, 250, 432 hosts). A fabric that fails to come up is reported
 and the next one is tried; `--stop-at-failure` stops the variant there.
 
 Hygiene: emu's fabric registers and removes its own processes, namespaces and
@@ -64,6 +64,8 @@ FABRICS = {
     "ft4": lambda: fabric_mod.fat_tree(k=4),
     "ft6": lambda: fabric_mod.fat_tree(k=6),
     "ft8": lambda: fabric_mod.fat_tree(k=8),
+    "ft10": lambda: fabric_mod.fat_tree(k=10),
+    "ft12": lambda: fabric_mod.fat_tree(k=12),
 }
 VARIANTS = ("emu", "mininet-ovs")
 MANIFEST = fw.BENCH_DIR / "scale-manifest.json"

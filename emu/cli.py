@@ -562,6 +562,7 @@ SWITCH_CTL = {
     "watchdog": ("watchdog", {}),
     "agg": ("agg", {}),
     "fidelity": ("fidelity", {}),
+    "fastpath": ("fastpath", {}),
     "watchdog-on": ("set_watchdog", {"enabled": True}),
     "watchdog-off": ("set_watchdog", {"enabled": False}),
 }

@@ -243,8 +243,11 @@ class Datapath:
     # ----- ports -------------------------------------------------------------
 
     def _open_port(self, spec: PortSpec) -> None:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        sock.bind((spec.name, ETH_P_ALL))
+        # Created without a protocol the socket receives nothing until it is bound,
+        # so setting up its ring and then binding it wait for no RCU grace period
+        # (the kernel's synchronize_net() when a receiving AF_PACKET socket is
+        # re-bound or given a ring: ~15 ms each, 0.25 s of an 8-port switch's start).
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             self.filter_outgoing = False
@@ -258,11 +261,10 @@ class Datapath:
         sock.setblocking(False)
         low, high = RING_FRAMES
         frames = min(high, max(low, int(spec.rate_bps * RING_S / (1500 * 8))))
-        hw_addr = sock.getsockname()[4]
         port = PortState(
             port_no=spec.port_no,
             name=spec.name,
-            hw_addr=bytes(hw_addr),
+            hw_addr=self._hw_addr(spec.name),
             rate_bps=spec.rate_bps,
             created_at=time.monotonic(),
             link_up=self._carrier(spec.name),
@@ -271,16 +273,25 @@ class Datapath:
         self.schedulers[spec.port_no] = PortScheduler(rate_bps=spec.rate_bps)
         self.port_socks[spec.port_no] = sock
         self.kernel_drops[spec.port_no] = 0
-        self._attach_reader(spec.port_no, sock, self._mtu(spec.name) + 22, frames)
+        self._attach_reader(spec.port_no, sock, spec.name, self._mtu(spec.name) + 22, frames)
 
     def _attach_reader(
-        self, port_no: int, sock: socket.socket, max_frame: int, frames: int
+        self, port_no: int, sock: socket.socket, ifname: str, max_frame: int, frames: int
     ) -> None:
-        """Read the port through a receive ring, served by this process's loop."""
+        """Read the port through a receive ring, served by this process's loop; bind it."""
         self.port_rings[port_no] = RxRing(
             sock, max_frame, frames, skip_outgoing=self.filter_outgoing
         )
+        sock.bind((ifname, ETH_P_ALL))
         self.sel.register(sock, selectors.EVENT_READ, ("port", port_no))
+
+    @staticmethod
+    def _hw_addr(ifname: str) -> bytes:
+        try:
+            with open(f"/sys/class/net/{ifname}/address") as f:
+                return bytes.fromhex(f.read().strip().replace(":", ""))
+        except (OSError, ValueError):
+            raise OSError(f"no such interface: {ifname}") from None
 
     @staticmethod
     def _mtu(ifname: str) -> int:
@@ -815,6 +826,7 @@ class Datapath:
             "set_port_rate": self._set_port_rate,
             "fidelity": self._fidelity,
             "fidelity_reset": self._fidelity_reset,
+            "fastpath": lambda: {"datapath": "python"},
             "crash": self._crash,
         }
 

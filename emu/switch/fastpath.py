@@ -35,6 +35,7 @@ import logging
 import os
 import selectors
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from emu.fidelity import frame_time_s
@@ -47,7 +48,7 @@ from emu.switch.buffer import (
     BufferCounters,
     SharedBuffer,
 )
-from emu.switch.datapath import Datapath
+from emu.switch.datapath import ETH_P_ALL, RING_FRAMES, RING_S, Datapath
 from emu.switch.loop import SwitchSelector
 from emu.switch.pipeline import P_DEAD, P_DECTTL, P_OUT, P_SUB, P_XF
 from emu.switch.scheduler import N_PRIORITIES, QueueCounters
@@ -69,8 +70,17 @@ DATAPATHS = ("c", "python")
 # Ethernet header + a tag) plus room for what pushed tags add; a longer frame
 # is dropped and counted (`pool_drops`): the kernel would refuse it anyway.
 SLOT_SLACK_BYTES = 64
-# Slots a switch may hold at most: its buffer full of minimum 60-byte frames.
-MIN_FRAME = 60
+# A port's receive ring on the C path: RING_S of frames at the port's rate
+# (datapath.py), floored at C_RING_FLOOR slots. The Python datapath floors it
+# at 1,024 (datapath.RING_FRAMES): its loop took ~10 us a frame, so a burst
+# from an unpaced sender waited in the ring. The C loop drains a cached frame
+# in well under a microsecond, but a frame on the slow path (a meter, a
+# packet-in, a malformed frame) still costs an upcall of tens of
+# microseconds: 256 slots lost frames of a 300-frame burst into a metered
+# flow (tests/integration/test_of13_switch.py), 512 did not. The ring is
+# mapped whole into the process (RSS): 512 slots of 1,600 bytes are 0.8 MiB a
+# port, against 2 MiB for the Python datapath's 1,024 slots of 2,048.
+C_RING_FLOOR = 512
 
 # rewrite's set-field functions C carries out (fp.h FP_F_*, in order).
 _C_FIELDS = {
@@ -436,7 +446,6 @@ def switch_config(dp: Datapath, model: SharedBuffer, max_frame: int) -> dict:
         "ecn_rng": model.rng.getstate()[1],
         "loss_rng": dp.loss_rng.getstate()[1],
         "slot_bytes": max_frame + SLOT_SLACK_BYTES,
-        "max_slots": model.spec.size_bytes // MIN_FRAME + 1024,
     }
 
 
@@ -453,14 +462,15 @@ class FastDatapath(Datapath):
         model = self.buffer
         max_frame = max((r[1] for r in self._readers.values()), default=1522)
         self.csw = _fastpath.Switch(self.name, self._upcall, switch_config(self, model, max_frame))
-        for port_no, port in self.ports.items():
-            sock, max_frame, frames = self._readers[port_no]
+
+        def add(port_no: int) -> None:
+            sock, max_frame, frames, _ifname = self._readers[port_no]
             kmin, kmax = model.kmin_kmax[port_no]
             self.csw.add_port(
                 port_no,
                 sock.fileno(),
-                port.hw_addr,
-                float(port.rate_bps),
+                self.ports[port_no].hw_addr,
+                float(self.ports[port_no].rate_bps),
                 model.headroom.get(port_no, 0),
                 kmin,
                 kmax,
@@ -469,7 +479,15 @@ class FastDatapath(Datapath):
                 max_frame,
                 self.filter_outgoing,
             )
+
+        # Each ring waits for an RCU grace period (fp_module.c, add_port); from
+        # a thread per port those waits overlap: a switch starts in one of them.
+        with ThreadPoolExecutor(max_workers=max(1, len(self.ports))) as pool:
+            list(pool.map(add, list(self.ports)))
         self._adopt(model)
+        for sock, _max_frame, _frames, ifname in self._readers.values():
+            if sock.fileno() >= 0:
+                sock.bind((ifname, ETH_P_ALL))
 
     def _adopt(self, model: SharedBuffer) -> None:
         """Point every reader of queues, buffer, counters and clocks at the C switch."""
@@ -486,9 +504,11 @@ class FastDatapath(Datapath):
 
     # ----- ports -----------------------------------------------------------------
 
-    def _attach_reader(self, port_no: int, sock, max_frame: int, frames: int) -> None:
-        # The C switch maps the ring and its loop polls the socket.
-        self._readers[port_no] = (sock, max_frame, frames)
+    def _attach_reader(self, port_no: int, sock, ifname: str, max_frame: int, frames: int) -> None:
+        # The C switch maps the ring and its loop polls the socket; bound after that.
+        rate = self.ports[port_no].rate_bps
+        frames = min(RING_FRAMES[1], max(C_RING_FLOOR, int(rate * RING_S / (1500 * 8))))
+        self._readers[port_no] = (sock, max_frame, frames, ifname)
 
     def _sync_recv(self) -> None:
         """Tell C which ports receive (live, not OFPPC_NO_RECV)."""
@@ -647,16 +667,18 @@ class FastDatapath(Datapath):
     def _watchdog_views(self, now: float) -> list[QueueView]:
         views = []
         for port_no in self.schedulers:
-            st = self.csw.port_state(port_no)
+            _tx, depth, paused_until, _m, _qb, sent, last_pause, pauses = self.csw.port_brief(
+                port_no
+            )
             for prio in self.lossless_prios:
                 views.append(
                     QueueView(
                         port_no,
                         prio,
-                        st["depth"][prio],
-                        st["queues"][prio][2],
-                        st["paused_until"][prio] > now,
-                        st["last_pause_rx"][prio] if st["pause_rx"][prio] else float("-inf"),
+                        depth[prio],
+                        sent[prio],
+                        paused_until[prio] > now,
+                        last_pause[prio] if pauses[prio] else float("-inf"),
                     )
                 )
         return views
@@ -670,14 +692,8 @@ class FastDatapath(Datapath):
             self.csw.kick(port_no, now)  # a restored queue may have frames to send
 
     def _port_view(self, port_no: int, now: float) -> tuple:
-        st = self.csw.port_state(port_no)
-        return (
-            self.csw.port_counters(port_no)[3],
-            st["depth"],
-            [until > now for until in st["paused_until"]],
-            st["marks"],
-            [q[3] for q in st["queues"]],
-        )
+        tx_bytes, depth, paused_until, marks, queue_tx, *_ = self.csw.port_brief(port_no)
+        return tx_bytes, depth, [until > now for until in paused_until], marks, queue_tx
 
     def _set_port_loss(self, port_no: int, probability: float = 0.0, every=None) -> dict:
         answer = super()._set_port_loss(port_no, probability, every)
@@ -700,7 +716,14 @@ class FastDatapath(Datapath):
         )
 
     def fastpath_stats(self) -> dict:
+        """The C path's own counters: cache hits and misses, upcalls, slots, drops."""
         return self.csw.stats()
+
+    def _mgmt_handlers(self) -> dict:
+        return {
+            **super()._mgmt_handlers(),
+            "fastpath": lambda: {"datapath": "c", **self.fastpath_stats()},
+        }
 
     # ----- the loop ------------------------------------------------------------------
 
@@ -723,6 +746,14 @@ class FastDatapath(Datapath):
             self.drain()
             self.csw.close()  # unmaps the rings before the sockets close
         super().close()
+
+
+# The switches' own timers (carrier 100 ms, telemetry 100 ms, watchdog poll
+# 100 ms, expiry 500 ms) may run this much early, so that one call into
+# Python serves every timer of every switch that falls due within it instead
+# of one call each: a k=8 fat-tree has 80 switches x 3 timers per 100 ms. The
+# watchdog's detection allows two polls of slack (scenarios/pfc_deadlock.py).
+TIMER_SLACK_S = 0.005
 
 
 class FastLoop:
@@ -771,8 +802,9 @@ class FastLoop:
                 sw.refresh_due()
         now = time.monotonic()
         for sw in self.switches:
-            if sw.due <= now and not sw.stopping:
-                sw.service(now, work)
+            if sw.due <= now + TIMER_SLACK_S and not sw.stopping:
+                # On its timers' clock: a timer served early runs as at its due time.
+                sw.service(max(now, sw.due), work)
         for sw in [s for s in self.switches if s.stopping]:
             log.warning("%s: stopped; %d switch(es) left", sw.name, len(self.switches) - 1)
             self.engine.remove(sw.csw)

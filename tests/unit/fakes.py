@@ -642,7 +642,7 @@ class CapturePorts:
         self.schedulers[spec.port_no] = PortScheduler(rate_bps=spec.rate_bps)
         self.port_socks[spec.port_no] = sock
         self.kernel_drops[spec.port_no] = 0
-        self._attach_reader(spec.port_no, sock, 1522, 1024)
+        self._attach_reader(spec.port_no, sock, spec.name, 1522, 1024)
 
     @staticmethod
     def _carrier(ifname: str) -> bool:
@@ -650,7 +650,7 @@ class CapturePorts:
 
 
 class PythonSwitch(CapturePorts, Datapath):
-    def _attach_reader(self, port_no, sock, max_frame, frames) -> None:
+    def _attach_reader(self, port_no, sock, ifname, max_frame, frames) -> None:
         pass  # the test feeds frames itself
 
     def feed(self, in_port: int, frame: bytes, now: float) -> None:

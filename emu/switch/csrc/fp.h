@@ -58,6 +58,7 @@ typedef struct fp_frame {
     uint32_t in_port;
     uint8_t prio;
     uint8_t charge;
+    uint8_t cls;        /* its slot size (fp_pool) */
     uint8_t data[];
 } fp_frame;
 
@@ -65,10 +66,21 @@ typedef struct {
     fp_frame *head, *tail;
 } fp_fifo;
 
+/* Queued frames live in slots of a few sizes (128, 256, 512, 1024 bytes and
+ * the longest frame), so that a buffer full of 64-byte frames does not hold
+ * a full-size slot each; each size's slots are bounded by what the shared
+ * buffer's bytes allow of frames that small. */
+#define FP_POOL_CLASSES 5
 typedef struct {
     fp_frame *free;
     size_t slot_bytes;  /* data bytes a slot holds */
     size_t slots, max_slots;
+} fp_pool_class;
+
+typedef struct {
+    fp_pool_class cls[FP_POOL_CLASSES];
+    size_t slot_bytes;  /* the largest */
+    size_t slots;
     void **chunks;
     size_t nchunks;
 } fp_pool;
@@ -139,7 +151,7 @@ typedef struct fp_port {
     /* receive ring (TPACKET_V2) */
     uint8_t *ring;
     size_t ring_bytes;
-    uint32_t slot_bytes, nslots, slot;
+    uint32_t slot_bytes, nslots, slot, per_block, block_bytes;
     int skip_outgoing;
     uint64_t truncated;
     /* counters */
@@ -290,7 +302,7 @@ int fp_admit(fp_switch *sw, uint32_t in_port, int prio, fp_port *out, int64_t si
 void fp_release(fp_switch *sw, uint32_t in_port, int prio, fp_port *out, int64_t size,
                 int charge);
 void fp_buffer_pfc_due(fp_switch *sw, double now);
-void fp_pool_init(fp_pool *pool, size_t slot_bytes, size_t max_slots);
+void fp_pool_init(fp_pool *pool, size_t slot_bytes, size_t budget_bytes);
 fp_frame *fp_pool_get(fp_pool *pool, size_t len);
 void fp_pool_put(fp_pool *pool, fp_frame *f);
 void fp_pool_free(fp_pool *pool);

@@ -58,22 +58,35 @@ fp_mt_random(fp_mt *r)
 
 /* ----- the frame pool: slots sized once, grown in chunks, never per frame ------ */
 
-#define POOL_CHUNK 256
+#define POOL_CHUNK 64
 
+/* Slot sizes up to `slot_bytes`; a size class may hold as many frames as
+ * `budget_bytes` (the shared buffer) holds of its shortest frames (at least
+ * 60 bytes: Ethernet's minimum), plus a chunk. */
 void
-fp_pool_init(fp_pool *pool, size_t slot_bytes, size_t max_slots)
+fp_pool_init(fp_pool *pool, size_t slot_bytes, size_t budget_bytes)
 {
+    static const size_t sizes[FP_POOL_CLASSES - 1] = {128, 256, 512, 1024};
     memset(pool, 0, sizeof *pool);
     pool->slot_bytes = (slot_bytes + 63) & ~(size_t)63;
-    pool->max_slots = max_slots;
+    size_t shortest = 60;
+    for (int c = 0; c < FP_POOL_CLASSES; c++) {
+        size_t size = c < FP_POOL_CLASSES - 1 ? sizes[c] : pool->slot_bytes;
+        if (size > pool->slot_bytes)
+            size = pool->slot_bytes;
+        pool->cls[c].slot_bytes = size;
+        pool->cls[c].max_slots = budget_bytes / shortest + POOL_CHUNK;
+        shortest = size + 1;
+    }
 }
 
 static int
-pool_grow(fp_pool *pool)
+pool_grow(fp_pool *pool, int c)
 {
-    if (pool->slots >= pool->max_slots)
+    fp_pool_class *k = &pool->cls[c];
+    if (k->slots >= k->max_slots)
         return -1;
-    size_t stride = sizeof(fp_frame) + pool->slot_bytes;
+    size_t stride = (sizeof(fp_frame) + k->slot_bytes + 15) & ~(size_t)15;
     uint8_t *chunk = malloc(stride * POOL_CHUNK);
     if (!chunk)
         return -1;
@@ -86,9 +99,11 @@ pool_grow(fp_pool *pool)
     pool->chunks[pool->nchunks++] = chunk;
     for (int i = POOL_CHUNK - 1; i >= 0; i--) {
         fp_frame *f = (fp_frame *)(chunk + (size_t)i * stride);
-        f->next = pool->free;
-        pool->free = f;
+        f->cls = (uint8_t)c;
+        f->next = k->free;
+        k->free = f;
     }
+    k->slots += POOL_CHUNK;
     pool->slots += POOL_CHUNK;
     return 0;
 }
@@ -96,12 +111,16 @@ pool_grow(fp_pool *pool)
 fp_frame *
 fp_pool_get(fp_pool *pool, size_t len)
 {
-    if (len > pool->slot_bytes)
+    int c = 0;
+    while (c < FP_POOL_CLASSES && pool->cls[c].slot_bytes < len)
+        c++;
+    if (c == FP_POOL_CLASSES)
         return NULL;
-    if (!pool->free && pool_grow(pool) < 0)
+    fp_pool_class *k = &pool->cls[c];
+    if (!k->free && pool_grow(pool, c) < 0)
         return NULL;
-    fp_frame *f = pool->free;
-    pool->free = f->next;
+    fp_frame *f = k->free;
+    k->free = f->next;
     f->next = NULL;
     f->len = (uint32_t)len;
     return f;
@@ -110,8 +129,9 @@ fp_pool_get(fp_pool *pool, size_t len)
 void
 fp_pool_put(fp_pool *pool, fp_frame *f)
 {
-    f->next = pool->free;
-    pool->free = f;
+    fp_pool_class *k = &pool->cls[f->cls];
+    f->next = k->free;
+    k->free = f;
 }
 
 void

@@ -167,7 +167,7 @@ Switch_init(fp_switch *sw, PyObject *args, PyObject *kw)
         }
         sw->dscp_to_prio[i] = (uint8_t)prio;
     }
-    int64_t lossless, lossless_class, ecn_prios, quanta, slot_bytes, max_slots;
+    int64_t lossless, lossless_class, ecn_prios, quanta, slot_bytes;
     if (get_i64(cfg, "size_bytes", &sw->size_bytes) || get_i64(cfg, "reserved", &sw->reserved) ||
         get_i64(cfg, "resume_offset", &sw->resume_offset) ||
         get_double(cfg, "alpha_lossless", &sw->alpha_lossless) ||
@@ -175,11 +175,11 @@ Switch_init(fp_switch *sw, PyObject *args, PyObject *kw)
         get_i64(cfg, "lossless", &lossless) || get_i64(cfg, "lossless_class", &lossless_class) ||
         get_i64(cfg, "ecn_prios", &ecn_prios) || get_double(cfg, "ecn_pmax", &sw->ecn_pmax) ||
         get_i64(cfg, "pause_quanta", &quanta) || get_i64(cfg, "slot_bytes", &slot_bytes) ||
-        get_i64(cfg, "max_slots", &max_slots) || load_mt(cfg, "ecn_rng", &sw->ecn_rng) ||
+        load_mt(cfg, "ecn_rng", &sw->ecn_rng) ||
         load_mt(cfg, "loss_rng", &sw->loss_rng))
         return -1;
-    if (slot_bytes <= 0 || slot_bytes > FP_MAX_FRAME || max_slots <= 0) {
-        PyErr_SetString(PyExc_ValueError, "config slot_bytes/max_slots out of range");
+    if (slot_bytes <= 0 || slot_bytes > FP_MAX_FRAME || sw->size_bytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "config slot_bytes/size_bytes out of range");
         return -1;
     }
     sw->lossless = (uint8_t)lossless;
@@ -188,7 +188,7 @@ Switch_init(fp_switch *sw, PyObject *args, PyObject *kw)
     sw->pause_quanta = (uint16_t)quanta;
     sw->tx_due = INFINITY;
     sw->cache_enabled = 1;
-    fp_pool_init(&sw->pool, (size_t)slot_bytes, (size_t)max_slots);
+    fp_pool_init(&sw->pool, (size_t)slot_bytes, (size_t)sw->size_bytes);
     if (fp_cache_init(&sw->cache) < 0) {
         PyErr_NoMemory();
         return -1;
@@ -236,18 +236,12 @@ Switch_add_port(fp_switch *sw, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "add ports before the engine runs");
         goto out;
     }
+    fp_port **ports;
     fp_port *p = PyMem_Calloc(1, sizeof *p);
     if (!p) {
         PyErr_NoMemory();
         goto out;
     }
-    fp_port **ports = PyMem_Realloc(sw->ports, (size_t)(sw->nports + 1) * sizeof *ports);
-    if (!ports) {
-        PyMem_Free(p);
-        PyErr_NoMemory();
-        goto out;
-    }
-    sw->ports = ports;
     p->sw = sw;
     p->port_no = port_no;
     p->fd = fd;
@@ -266,14 +260,45 @@ Switch_add_port(fp_switch *sw, PyObject *args)
             PyMem_Free(p);
             goto out;
         }
-    } else if (fp_port_open_ring(p, max_frame, ring_frames) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
+    } else {
+        /* Giving a socket a ring waits for an RCU grace period (synchronize_net
+         * in packet_set_ring, ~10 ms): without the GIL, so that the ports of a
+         * switch get their rings at once from several threads (fastpath.py). */
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = fp_port_open_ring(p, max_frame, ring_frames);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            PyMem_Free(p);
+            goto out;
+        }
+        if (sw->index[port_no] >= 0) { /* added twice meanwhile, by another thread */
+            fp_port_close(p);
+            PyMem_Free(p);
+            PyErr_Format(PyExc_ValueError, "port %u added twice", port_no);
+            goto out;
+        }
+    }
+    /* Kept in port-number order, whatever order the ports were added in. */
+    ports = PyMem_Realloc(sw->ports, (size_t)(sw->nports + 1) * sizeof *ports);
+    if (!ports) {
+        fp_port_close(p);
+        Py_CLEAR(p->captured);
         PyMem_Free(p);
+        PyErr_NoMemory();
         goto out;
     }
-    sw->ports[sw->nports] = p;
-    sw->index[port_no] = (int16_t)sw->nports;
+    sw->ports = ports;
+    int at = sw->nports;
+    while (at > 0 && sw->ports[at - 1]->port_no > port_no) {
+        sw->ports[at] = sw->ports[at - 1];
+        at--;
+    }
+    sw->ports[at] = p;
     sw->nports++;
+    for (int i = 0; i < sw->nports; i++)
+        sw->index[sw->ports[i]->port_no] = (int16_t)i;
     update_early(sw);
     ret = Py_None;
     Py_INCREF(ret);
@@ -442,6 +467,28 @@ Switch_port_state(fp_switch *sw, PyObject *args)
         "egress_watermark", list8_u64(p->egress_watermark), "kmin", (long long)p->kmin, "kmax",
         (long long)p->kmax, "wd_drop", (int)p->wd_drop, "wd_ignore_pause", (int)p->wd_ignore_pause,
         "truncated", p->truncated, "refresh_at", list8_f(p->refresh_at));
+}
+
+/* What telemetry and the watchdog read of a port every poll, as one tuple:
+ * (tx_bytes, depth, paused_until, marks, queue tx_bytes, queue tx_packets,
+ * last_pause_rx, pause_rx), each but the first a list per priority. */
+static PyObject *
+Switch_port_brief(fp_switch *sw, PyObject *args)
+{
+    unsigned int port_no;
+    if (!PyArg_ParseTuple(args, "I", &port_no))
+        return NULL;
+    fp_port *p = port_arg(sw, port_no);
+    if (!p)
+        return NULL;
+    uint64_t txb[FP_PRIOS], txp[FP_PRIOS];
+    for (int i = 0; i < FP_PRIOS; i++) {
+        txb[i] = p->sched.c[i].tx_bytes;
+        txp[i] = p->sched.c[i].tx_packets;
+    }
+    return Py_BuildValue("(KNNNNNNN)", p->c.tx_bytes, list8_i64(p->sched.depth),
+                         list8_f(p->sched.paused_until), list8_u64(p->marks), list8_u64(txb),
+                         list8_u64(txp), list8_f(p->last_pause_rx), list8_u64(p->pause_rx));
 }
 
 static PyObject *
@@ -709,6 +756,9 @@ static PyMethodDef Switch_methods[] = {
      "set_recv(port_no, ok): the port is live and not OFPPC_NO_RECV"},
     {"port_state", (PyCFunction)Switch_port_state, METH_VARARGS, NULL},
     {"buffer_state", (PyCFunction)Switch_buffer_state, METH_NOARGS, NULL},
+    {"port_brief", (PyCFunction)Switch_port_brief, METH_VARARGS,
+     "port_brief(port_no) -> (tx_bytes, depth, paused_until, marks, queue tx_bytes, "
+     "queue tx_packets, last_pause_rx, pause_rx)"},
     {"stats", (PyCFunction)Switch_stats, METH_NOARGS, NULL},
     {"pause", (PyCFunction)Switch_pause, METH_VARARGS, "pause(port_no, prio, until, now)"},
     {"set_rate", (PyCFunction)Switch_set_rate, METH_VARARGS, NULL},

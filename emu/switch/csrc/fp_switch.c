@@ -51,11 +51,15 @@ fp_port_get(fp_switch *sw, uint32_t port_no)
 int
 fp_port_open_ring(fp_port *p, uint32_t max_frame, uint32_t frames)
 {
-    uint32_t slot = 2048;
-    while (slot < max_frame + 64)
-        slot *= 2;
-    uint32_t per_block = 65536 / slot ? 65536 / slot : 1;
-    uint32_t block_bytes = per_block * slot;
+    /* A slot holds the kernel's header and a frame of max_frame bytes, which
+     * starts at TPACKET_ALIGN(TPACKET2_HDRLEN + 16) - 14 (packet_rcv's macoff
+     * for Ethernet): 66 bytes in. Slots need not be a power of two; a block
+     * (64 KiB) holds as many whole slots as fit. */
+    uint32_t slot = (max_frame + 66 + TPACKET_ALIGNMENT - 1) & ~(uint32_t)(TPACKET_ALIGNMENT - 1);
+    uint32_t block_bytes = 65536;
+    while (block_bytes < slot)
+        block_bytes *= 2;
+    uint32_t per_block = block_bytes / slot;
     uint32_t blocks = (frames + per_block - 1) / per_block;
     if (!blocks)
         blocks = 1;
@@ -74,6 +78,8 @@ fp_port_open_ring(fp_port *p, uint32_t max_frame, uint32_t frames)
     p->ring = map;
     p->ring_bytes = bytes;
     p->slot_bytes = slot;
+    p->per_block = per_block;
+    p->block_bytes = block_bytes;
     p->nslots = blocks * per_block;
     p->slot = 0;
     return 0;
@@ -281,7 +287,8 @@ fp_switch_poll_port(fp_switch *sw, fp_port *p, double *now)
     while (read < FP_RX_BATCH && p->ring) {
         if (sw->tx_due <= *now)
             fp_switch_transmit(sw, *now);
-        uint8_t *base = p->ring + (size_t)p->slot * p->slot_bytes;
+        uint8_t *base = p->ring + (size_t)(p->slot / p->per_block) * p->block_bytes +
+                        (size_t)(p->slot % p->per_block) * p->slot_bytes;
         struct tpacket2_hdr *h = (struct tpacket2_hdr *)base;
         uint32_t status = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
         if (!(status & TP_STATUS_USER)) {
