@@ -390,40 +390,29 @@ class CBuffer:
             _mask(self.model.ecn_prios), ecn.pmax, {n: tuple(t) for n, t in self.kmin_kmax.items()}
         )
 
-    def snapshot(self) -> dict:
-        """SharedBuffer.snapshot's answer, from C's accounting."""
-        c = self.counters
-        states = self._states()
-
-        def keyed(d):
-            return {f"{k[0]}:{k[1]}": v for k, v in d.items() if v}
-
-        def per_queue(field):
-            return {
-                f"{n}:{p}": st[field][p]
-                for n, st in states.items()
-                for p in range(N_PRIORITIES)
-                if st[field][p]
-            }
-
+    def _per_queue(self, field: str) -> dict:
         return {
-            "size_bytes": self.model.spec.size_bytes,
-            "credit_vl_bytes": self.model.credit_capacity,
-            "reserved_headroom_bytes": self.model.reserved,
-            "shared_used_bytes": self.shared_used,
-            "shared_watermark_bytes": c.shared_watermark_bytes,
-            "xoff_threshold_bytes": int(self.xoff_threshold()),
-            "drops": dict(c.drops),
-            "drops_by_queue": keyed(c.drops_by_queue),
-            "ecn_marks": keyed(c.marks),
-            "xoff_sent": keyed(c.xoff_sent),
-            "xon_sent": keyed(c.xon_sent),
-            "paused_upstream": sorted(f"{p}:{q}" for p, q in self.paused_upstream),
-            "ingress_bytes": per_queue("ingress"),
-            "headroom_used_bytes": per_queue("headroom_used"),
-            "egress_bytes": per_queue("egress"),
-            "egress_watermark_bytes": keyed(c.egress_watermark_bytes),
+            (n, prio): v
+            for n, st in self._states().items()
+            for prio, v in enumerate(st[field])
+            if v
         }
+
+    @property
+    def ingress(self) -> dict:
+        return self._per_queue("ingress")
+
+    @property
+    def headroom_used(self) -> dict:
+        return self._per_queue("headroom_used")
+
+    @property
+    def egress(self) -> dict:
+        return self._per_queue("egress")
+
+    def snapshot(self) -> dict:
+        """SharedBuffer.snapshot's answer, from C's accounting (the same code reads it)."""
+        return SharedBuffer.snapshot(self)
 
 
 def switch_config(dp: Datapath, model: SharedBuffer, max_frame: int) -> dict:
@@ -447,6 +436,12 @@ def switch_config(dp: Datapath, model: SharedBuffer, max_frame: int) -> dict:
         "loss_rng": dp.loss_rng.getstate()[1],
         "slot_bytes": max_frame + SLOT_SLACK_BYTES,
     }
+
+
+def _kept_in_c(read) -> property:
+    """A Datapath attribute whose values the C switch keeps: read from C, and the
+    initial empty value Datapath.__init__ assigns ignored."""
+    return property(read, lambda self, _value: None)
 
 
 class FastDatapath(Datapath):
@@ -496,7 +491,7 @@ class FastDatapath(Datapath):
         self.schedulers = {n: CScheduler(csw, n) for n in self.ports}
         for n, port in self.ports.items():
             port.counters = CPortCounters(csw, n)
-            csw.set_recv(n, port.live and not port.config & 0x4)
+        self._sync_recv()
         self.fidelity.clocks = {n: s.clock for n, s in self.schedulers.items()}
         fastest = max((p.rate_bps for p in self.ports.values()), default=1e9)
         self.fidelity.loop = CLoopMonitor(csw, frame_time_s(fastest))
@@ -599,68 +594,30 @@ class FastDatapath(Datapath):
     def _per_queue(self, field: str) -> dict:
         out = {}
         for n in self.ports:
-            st = self.csw.port_state(n)
-            for prio, v in enumerate(st[field]):
+            for prio, v in enumerate(self.csw.port_state(n)[field]):
                 if v:
                     out[(n, prio)] = v
         return out
 
-    @property
-    def pause_rx(self) -> dict:
-        return self._per_queue("pause_rx")
+    def _per_port(self, field: str) -> dict:
+        return {n: v for n in self.ports if (v := self.csw.port_state(n)[field])}
 
-    @pause_rx.setter
-    def pause_rx(self, _value) -> None:
-        pass  # Datapath.__init__'s empty dict: C counts
+    def _stat(self, field: str) -> int:
+        return self.csw.stats()[field] if self.csw is not None else 0
 
-    @property
-    def last_pause_rx(self) -> dict:
-        return self._per_queue("last_pause_rx")
-
-    @last_pause_rx.setter
-    def last_pause_rx(self, _value) -> None:
-        pass
-
-    @property
-    def pfc_tx_frames(self) -> dict:
-        return {
-            n: st["pfc_tx_frames"]
-            for n in self.ports
-            if (st := self.csw.port_state(n))["pfc_tx_frames"]
-        }
-
-    @pfc_tx_frames.setter
-    def pfc_tx_frames(self, _value) -> None:
-        pass
-
-    @property
-    def lost_frames(self) -> dict:
-        return {
-            n: st["lost_frames"]
-            for n in self.ports
-            if (st := self.csw.port_state(n))["lost_frames"]
-        }
-
-    @lost_frames.setter
-    def lost_frames(self, _value) -> None:
-        pass
+    pause_rx = _kept_in_c(lambda self: self._per_queue("pause_rx"))
+    last_pause_rx = _kept_in_c(lambda self: self._per_queue("last_pause_rx"))
+    pfc_tx_frames = _kept_in_c(lambda self: self._per_port("pfc_tx_frames"))
+    lost_frames = _kept_in_c(lambda self: self._per_port("lost_frames"))
+    watchdog_drops = _kept_in_c(lambda self: self._stat("watchdog_drops"))
 
     @property
     def malformed_frames(self) -> int:
-        c = self.csw.stats()["malformed_frames"] if self.csw is not None else 0
-        return self._py_malformed + c
+        return self._py_malformed + self._stat("malformed_frames")
 
     @malformed_frames.setter
     def malformed_frames(self, value: int) -> None:
-        self._py_malformed = value
-
-    @property
-    def watchdog_drops(self) -> int:
-        return self.csw.stats()["watchdog_drops"] if self.csw is not None else 0
-
-    @watchdog_drops.setter
-    def watchdog_drops(self, _value) -> None:
-        pass
+        self._py_malformed = value  # the slow path's own count (an exception in the pipeline)
 
     # ----- what C does per frame, not Python ------------------------------------------
 

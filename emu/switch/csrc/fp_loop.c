@@ -58,6 +58,19 @@ fp_loopmon_pass(fp_loopmon *m, double stall, int mattered, const char *work, dou
     }
 }
 
+/* Put a switch's port sockets into the running loop's epoll set. */
+static void
+watch_ports(fp_engine *e, fp_switch *sw)
+{
+    for (int i = 0; i < sw->nports; i++) {
+        fp_port *p = sw->ports[i];
+        if (p->fd < 0)
+            continue; /* capture mode: no socket */
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = p};
+        epoll_ctl(e->epfd, EPOLL_CTL_ADD, p->fd, &ev);
+    }
+}
+
 int
 fp_engine_add(fp_engine *e, fp_switch *sw)
 {
@@ -74,13 +87,7 @@ fp_engine_add(fp_engine *e, fp_switch *sw)
     sw->engine = e;
     sw->in_engine = 1;
     if (e->epfd >= 0)
-        for (int i = 0; i < sw->nports; i++) {
-            fp_port *p = sw->ports[i];
-            if (p->fd < 0)
-                continue;
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = p};
-            epoll_ctl(e->epfd, EPOLL_CTL_ADD, p->fd, &ev);
-        }
+        watch_ports(e, sw);
     return 0;
 }
 
@@ -163,16 +170,8 @@ fp_engine_run(fp_engine *e, PyObject *args)
         e->epfd = -1;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    for (int s = 0; s < e->nswitches; s++) {
-        fp_switch *sw = e->switches[s];
-        for (int i = 0; i < sw->nports; i++) {
-            fp_port *p = sw->ports[i];
-            if (p->fd < 0)
-                continue;
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = p};
-            epoll_ctl(e->epfd, EPOLL_CTL_ADD, p->fd, &ev);
-        }
-    }
+    for (int s = 0; s < e->nswitches; s++)
+        watch_ports(e, e->switches[s]);
     e->running = 1;
     char work[256] = "";
     double py_due = 0.0;

@@ -62,32 +62,19 @@ port_arg(fp_switch *sw, unsigned int port_no)
     return p;
 }
 
-static PyObject *
-list8_u64(const uint64_t *v)
-{
-    PyObject *l = PyList_New(FP_PRIOS);
-    for (int i = 0; l && i < FP_PRIOS; i++)
-        PyList_SET_ITEM(l, i, PyLong_FromUnsignedLongLong(v[i]));
-    return l;
-}
-
-static PyObject *
-list8_i64(const int64_t *v)
-{
-    PyObject *l = PyList_New(FP_PRIOS);
-    for (int i = 0; l && i < FP_PRIOS; i++)
-        PyList_SET_ITEM(l, i, PyLong_FromLongLong(v[i]));
-    return l;
-}
-
-static PyObject *
-list8_f(const double *v)
-{
-    PyObject *l = PyList_New(FP_PRIOS);
-    for (int i = 0; l && i < FP_PRIOS; i++)
-        PyList_SET_ITEM(l, i, PyFloat_FromDouble(v[i]));
-    return l;
-}
+/* A list of one value per priority, from an array of FP_PRIOS (one body for
+ * each element type: the converter is the only difference). */
+#define LIST8(name, type, convert)                                  \
+    static PyObject *name(const type *v)                            \
+    {                                                               \
+        PyObject *l = PyList_New(FP_PRIOS);                         \
+        for (int i = 0; l && i < FP_PRIOS; i++)                     \
+            PyList_SET_ITEM(l, i, convert(v[i]));                   \
+        return l;                                                   \
+    }
+LIST8(list8_u64, uint64_t, PyLong_FromUnsignedLongLong)
+LIST8(list8_i64, int64_t, PyLong_FromLongLong)
+LIST8(list8_f, double, PyFloat_FromDouble)
 
 static void
 update_early(fp_switch *sw)
