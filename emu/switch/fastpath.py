@@ -19,9 +19,11 @@ sources in `emu/switch/csrc/`):
 
 What stays Python per frame ("slow-path classes", counted as upcalls):
 frames other than untagged IPv4 TCP/UDP without options (ARP, LLDP, ICMP,
-IPv6, tagged frames, fragments), programs with a meter, a flowlet group,
-NORMAL, a packet-in or an output to the aggregation engine, and credit
-flow-control frames. A credit fabric (`flow_control="credit"`) runs the
+IPv6, tagged frames, fragments), programs with a flowlet group, NORMAL, a
+packet-in or an output to the aggregation engine, and credit flow-control
+frames. A meter a cached program names runs in C (fp_meter.c): its buckets
+and counters are pushed there after Python ran and pulled back before
+Python reads or applies meters again. A credit fabric (`flow_control="credit"`) runs the
 Python datapath: the credit loop is not in C.
 
 The Python modules stay the specification: tests/unit/test_fastpath_differential.py
@@ -50,7 +52,8 @@ from emu.switch.buffer import (
 )
 from emu.switch.datapath import ETH_P_ALL, RING_FRAMES, RING_S, Datapath
 from emu.switch.loop import SwitchSelector
-from emu.switch.pipeline import P_DEAD, P_DECTTL, P_OUT, P_SUB, P_XF
+from emu.switch.meter import Meter
+from emu.switch.pipeline import P_DEAD, P_DECTTL, P_METER, P_OUT, P_SUB, P_XF
 from emu.switch.scheduler import N_PRIORITIES, QueueCounters
 from emu.switch.watchdog import QueueView
 
@@ -74,7 +77,7 @@ SLOT_SLACK_BYTES = 64
 # (datapath.py), floored at C_RING_FLOOR slots. The Python datapath floors it
 # at 1,024 (datapath.RING_FRAMES): its loop took ~10 us a frame, so a burst
 # from an unpaced sender waited in the ring. The C loop drains a cached frame
-# in well under a microsecond, but a frame on the slow path (a meter, a
+# in well under a microsecond, but a frame on the slow path (a miss, a
 # packet-in, a malformed frame) still costs an upcall of tens of
 # microseconds: 256 slots lost frames of a 300-frame burst into a metered
 # flow (tests/integration/test_of13_switch.py), 512 did not. The ring is
@@ -132,15 +135,21 @@ def choice(credit: bool = False) -> str:
     return "c"
 
 
-def program_ops(prog: list, ports: dict) -> Optional[list]:
+def program_ops(prog: list, ports: dict, meter_slot=None) -> Optional[list]:
     """A pipeline program as the C path's action list; None when C cannot run it.
 
-    Each op is (code, port, value, queue, field, sub_len) as fp_module.c reads it.
+    Each op is (code, port, value, queue, field, sub_len) as fp_module.c reads
+    it. `meter_slot(meter)` gives the C slot of a meter the program applies
+    (None: a metered program stays on the slow path).
     """
     out: list = []
     for op in prog:
         code = op[0]
-        if code == P_OUT:
+        if code == P_METER:
+            if meter_slot is None:
+                return None
+            out.append((_fastpath.OP_METER, 0, meter_slot(op[1]), -1, 0, 0))
+        elif code == P_OUT:
             port, queue = op[1], op[2]
             if port not in ports:
                 return None  # AGG_PORT, OFPP_TABLE: Python's
@@ -159,7 +168,7 @@ def program_ops(prog: list, ports: dict) -> Optional[list]:
                 return None
             out.append((_fastpath.OP_DECTTL, 0, 0, -1, 0, 0))
         elif code == P_SUB:
-            sub = program_ops(op[1], ports)
+            sub = program_ops(op[1], ports, meter_slot)
             if sub is None:
                 return None
             out.append((_fastpath.OP_SUB, 0, 0, -1, 0, len(sub)))
@@ -167,7 +176,7 @@ def program_ops(prog: list, ports: dict) -> Optional[list]:
         elif code == P_DEAD:
             out.append((_fastpath.OP_DEAD, op[1].port_no if op[1] is not None else 0, 0, -1, 0, 0))
         else:
-            return None  # meters, flowlets, NORMAL, packet-ins: the slow path's
+            return None  # flowlets, NORMAL, packet-ins: the slow path's
     return out if len(out) <= 256 else None
 
 
@@ -450,6 +459,7 @@ class FastDatapath(Datapath):
     def __init__(self, args, loop) -> None:
         self._readers: dict = {}
         self._entry_ctrs: dict[int, list] = {}
+        self._meter_slots: dict[int, tuple[int, Meter]] = {}  # id(meter) -> (slot, meter)
         self._next_entry = 1
         self._py_malformed = 0
         self.csw = None
@@ -528,6 +538,13 @@ class FastDatapath(Datapath):
         if frame[12:14] == b"\x88\xb5":
             self._receive_credit(in_port, frame, now)
             return None
+        self._meters_from_c()
+        try:
+            return self._slow_path(in_port, frame, now, cacheable)
+        finally:
+            self._meters_to_c()  # also the slots this program was given
+
+    def _slow_path(self, in_port: int, frame: bytes, now: float, cacheable: int):
         try:
             outputs, packet_ins = self.pipeline.process(in_port, frame, now)
         except Exception:  # noqa: BLE001 - a bad frame must never stop the switch
@@ -544,7 +561,7 @@ class FastDatapath(Datapath):
         compiled = self.pipeline.compiled(in_port, frame)
         if compiled is None:
             return None
-        ops = program_ops(compiled[0], self.ports)
+        ops = program_ops(compiled[0], self.ports, self._meter_slot)
         if ops is None:
             return None
         entry = self._next_entry
@@ -574,10 +591,43 @@ class FastDatapath(Datapath):
         self.drain()
         self.csw.clear_cache()
         self._entry_ctrs.clear()
+        self.csw.meters_clear()
+        self._meter_slots.clear()
+
+    # ----- meters: C's copy counts while a cached program names the meter ----------
+
+    def _meter_slot(self, meter: Meter) -> int:
+        known = self._meter_slots.get(id(meter))
+        if known is None:  # the tuple holds the meter, so its id is not reused
+            known = self._meter_slots[id(meter)] = (len(self._meter_slots), meter)
+        return known[0]
+
+    def _meters_from_c(self) -> None:
+        """C's buckets and counters into the Meter objects (before Python reads or applies them)."""
+        for slot, meter in self._meter_slots.values():
+            got = self.csw.meter_get(slot)
+            if got is None:
+                continue  # given a slot by a program C did not install
+            meter.last, meter.packets_in, meter.bytes_in, bands = got
+            for band, (tokens, packets, nbytes) in zip(meter.by_rate, bands):
+                band.tokens, band.packets, band.bytes = tokens, packets, nbytes
+
+    def _meters_to_c(self) -> None:
+        """The Meter objects' state into C (after Python may have applied them)."""
+        for slot, meter in self._meter_slots.values():
+            bands = [
+                (b.type, float(b.rate), b.capacity, b.tokens, b.prec_level, b.packets, b.bytes)
+                for b in meter.by_rate
+            ]
+            self.csw.meter_set(
+                slot, meter.pktps, meter.last, meter.packets_in, meter.bytes_in, bands
+            )
 
     def drain(self) -> None:
-        """Take the C cache's per-entry counts into the flow entries' counters."""
-        entries, dead, ttl = self.csw.drain()
+        """Take the C cache's per-entry counts into the flow entries' counters, and
+        C's meter state into the meters."""
+        self._meters_from_c()
+        entries, dead, ttl, metered = self.csw.drain()
         for entry, packets, nbytes, used in entries:
             for c in self._entry_ctrs.get(entry, ()):
                 c.packets += packets
@@ -586,6 +636,7 @@ class FastDatapath(Datapath):
                     c.used = used
         self.pipeline.dropped_port_down += dead
         self.pipeline.dropped_ttl += ttl
+        self.pipeline.dropped_meter += metered
         if self.csw.stats()["cache_entries"] >= 65536:
             self.pipeline.invalidate()  # full: start again, as the Python cache does
 
@@ -700,9 +751,13 @@ class FastDatapath(Datapath):
         self.due = min(self.next_carrier, self.next_sample, self.next_watchdog, self.next_expire)
 
     def on_ready(self, kind: str, ref, events: int, now: float) -> int:
-        if kind in ("of", "mgmt"):
-            self.drain()  # flow statistics answer with the C path's counts
-        return super().on_ready(kind, ref, events, now)
+        if kind not in ("of", "mgmt"):
+            return super().on_ready(kind, ref, events, now)
+        self.drain()  # flow and meter statistics answer with the C path's counts
+        try:
+            return super().on_ready(kind, ref, events, now)
+        finally:
+            self._meters_to_c()  # a PacketOut through the tables may have applied one
 
     def close(self) -> None:
         if self.csw is not None:

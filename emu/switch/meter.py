@@ -66,11 +66,11 @@ class Meter:
     last: float
     packets_in: int = 0
     bytes_in: int = 0
-    _by_rate: list[Band] = field(default_factory=list, repr=False)
+    by_rate: list[Band] = field(default_factory=list, repr=False)  # the order apply() reads
 
     def __post_init__(self) -> None:
         # The band that applies is the highest-rate one the flow exceeds.
-        self._by_rate = sorted(self.bands, key=lambda b: b.rate, reverse=True)
+        self.by_rate = sorted(self.bands, key=lambda b: b.rate, reverse=True)
 
     @property
     def pktps(self) -> bool:
@@ -89,7 +89,7 @@ class Meter:
         cost = 1.0 if self.pktps else size * 8.0
         scale = 1.0 if self.pktps else 1000.0  # kbit/s -> bit/s
         exceeded = None
-        for band in self._by_rate:
+        for band in self.by_rate:
             band.tokens = min(band.capacity, band.tokens + elapsed * band.rate * scale)
             if band.tokens >= cost - 1e-9:  # sums of float refills fall short by ulps
                 band.tokens -= cost

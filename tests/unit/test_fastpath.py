@@ -14,7 +14,10 @@ import time
 import pytest
 
 from emu.switch import _fastpath, fastpath, rewrite
-from emu.switch.pipeline import P_CTRL, P_DECTTL, P_OUT, P_SUB, P_XF
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as ofpp
+
+from emu.switch.pipeline import P_CTRL, P_DECTTL, P_METER, P_OUT, P_SUB, P_XF
 
 from .fakes import CSwitch, flow, flow_frame, make_switch, out, random_flow
 
@@ -60,6 +63,12 @@ def test_programs_compile_to_c_ops_and_the_slow_classes_stay_python():
     ]
     for prog in slow:
         assert fastpath.program_ops(prog, ports) is None, prog
+    metered = [(P_METER, "a meter"), (P_OUT, 2, None)]
+    assert fastpath.program_ops(metered, ports) is None  # no slots given: the slow path's
+    assert fastpath.program_ops(metered, ports, {"a meter": 7}.get) == [
+        (_fastpath.OP_METER, 0, 7, -1, 0, 0),
+        (_fastpath.OP_OUT, 2, 0, -1, 0, 0),
+    ]
 
 
 @pytest.fixture
@@ -163,3 +172,30 @@ def test_bad_switch_configs_are_named():
         _fastpath.Switch("s1", print, {"dscp_to_prio": [0] * 3})
     with pytest.raises(ValueError, match="dscp_to_prio\\[0\\]=9"):
         _fastpath.Switch("s1", print, {"dscp_to_prio": [9] + [0] * 63})
+
+
+def test_a_metered_flow_runs_in_c_and_its_meter_counts_there(switch):
+    """Hits run the meter's buckets in C; a meter-mod takes C's counts back first."""
+    kbps = ofp.OFPMF_KBPS | ofp.OFPMF_BURST
+    switch.pipeline.meter_mod(ofp.OFPMC_ADD, kbps, 1, [(ofp.OFPMBT_DROP, 100, 2, 0)])
+    flow(
+        switch.pipeline,
+        {"eth_type": 0x0800},
+        prio=20,
+        instructions=[
+            ofpp.OFPInstructionMeter(1),
+            ofpp.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(2)]),
+        ],
+    )
+    for i in range(10):  # 10 x 512 bits at once into a 2 kbit bucket: 3 pass
+        switch.csw.feed(1, one_frame(), 1.0 + i * 1e-6)
+    stats = switch.fastpath_stats()
+    assert (stats["cache_misses"], stats["cache_hits"], stats["upcalls"]) == (1, 9, 1)
+    switch.drain()
+    meter = switch.pipeline.meters.meters[1]
+    assert (meter.packets_in, meter.bytes_in) == (10, 640)
+    assert (meter.bands[0].packets, switch.pipeline.dropped_meter) == (7, 7)
+    # OpenFlow messages run after a drain (FastDatapath.on_ready), as here.
+    switch.pipeline.meter_mod(ofp.OFPMC_MODIFY, kbps, 1, [(ofp.OFPMBT_DROP, 100, 2, 0)])
+    assert switch.fastpath_stats()["cache_entries"] == 0
+    assert switch.pipeline.meters.meters[1].packets_in == 10  # kept across the modify

@@ -84,6 +84,35 @@ def install(pl) -> None:
         [p.OFPActionSetField(tcp_dst=8080), p.OFPActionSetNwTtl(9), out(ofp.OFPP_IN_PORT)],
     )
     flow(pl, {"eth_type": 0x0800, "ipv4_dst": DIFF_HOSTS[6]}, [p.OFPActionGroup(3)])
+    # Meters (run in C for cached programs): UDP to 10.0.0.2 through a 2 Mbit/s
+    # DROP band with a 20 kbit burst; TCP to 10.0.0.4 through a packets/s meter
+    # whose lower band remarks AF DSCPs and whose upper band drops.
+    kbps_burst = ofp.OFPMF_KBPS | ofp.OFPMF_BURST
+    pl.meter_mod(ofp.OFPMC_ADD, kbps_burst, 1, [(ofp.OFPMBT_DROP, 2000, 20, 0)])
+    pl.meter_mod(
+        ofp.OFPMC_ADD,
+        ofp.OFPMF_PKTPS | ofp.OFPMF_BURST,
+        2,
+        [(ofp.OFPMBT_DSCP_REMARK, 100, 3, 1), (ofp.OFPMBT_DROP, 400, 6, 0)],
+    )
+    flow(
+        pl,
+        {"eth_type": 0x0800, "ip_proto": 17, "ipv4_dst": DIFF_HOSTS[1]},
+        prio=15,
+        instructions=[
+            p.OFPInstructionMeter(1),
+            p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(2)]),
+        ],
+    )
+    flow(
+        pl,
+        {"eth_type": 0x0800, "ip_proto": 6, "ipv4_dst": DIFF_HOSTS[3]},
+        prio=15,
+        instructions=[
+            p.OFPInstructionMeter(2),
+            p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(3)]),
+        ],
+    )
     # Incast: everything to 10.0.0.8 leaves through port 6 (queues fill, PFC, ECN).
     flow(pl, {"eth_type": 0x0800, "ipv4_dst": DIFF_HOSTS[7]}, [out(6)])
     flow(pl, {"eth_type": 0x0806}, [out(ofp.OFPP_FLOOD)])
@@ -174,6 +203,11 @@ def state(dp) -> dict:
             for gid, g in dp.pipeline.groups.items()
         },
         "dropped": (dp.pipeline.dropped_port_down, dp.pipeline.dropped_ttl),
+        "dropped_meter": dp.pipeline.dropped_meter,
+        "meters": {
+            mid: (m.packets_in, m.bytes_in, [(b.packets, b.bytes, b.tokens) for b in m.bands])
+            for mid, m in dp.pipeline.meters.meters.items()
+        },
     }
     del out["ports"]
     return out
@@ -250,6 +284,9 @@ def test_random_valid_truncated_and_malformed_frames_leave_both_alike(pair) -> N
     assert stats["cache_hits"] > FRAMES // 4, stats
     assert buffer["xoff_sent"] and buffer["xon_sent"] and buffer["ecn_marks"], buffer
     assert c.pause_rx and c.lost_frames and c.malformed_frames > 0
+    # Both meters dropped frames, the remarking band remarked some, in C.
+    bands = {mid: m.bands for mid, m in c.pipeline.meters.meters.items()}
+    assert c.pipeline.dropped_meter > 0 and all(b.packets for b in bands[2]), bands
 
 
 def test_the_comparison_fails_when_the_tables_differ(pair) -> None:

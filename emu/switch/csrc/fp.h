@@ -9,6 +9,8 @@
  *                honoured, the fidelity clock (scheduler.py, fidelity.py)
  *   fp_cache.c   the exact-match cache and its compiled action lists
  *                (pipeline.py's microflow cache, in C)
+ *   fp_meter.c   the token buckets of the meters cached programs name
+ *                (meter.py)
  *   fp_switch.c  one switch: its ports' receive rings, the per-frame receive
  *                path, enqueue, batched transmit (datapath.py)
  *   fp_loop.c    the loop that serves every switch of a process without the
@@ -187,6 +189,7 @@ enum {
     FP_OP_DECTTL,
     FP_OP_SET,     /* field, value */
     FP_OP_SUB,     /* sub_len ops follow: run on a copy of the frame */
+    FP_OP_METER,   /* value: the meter's slot (fp_meter.c) */
 };
 enum {
     FP_F_ETH_DST, FP_F_ETH_SRC, FP_F_IPV4_SRC, FP_F_IPV4_DST, FP_F_IP_DSCP,
@@ -223,6 +226,25 @@ void fp_cache_free(fp_cache *c);
 void fp_cache_clear(fp_cache *c);
 fp_entry *fp_cache_lookup(fp_cache *c, const uint8_t *key);
 fp_entry *fp_cache_insert(fp_cache *c, const uint8_t *key, const fp_op *ops, uint32_t n);
+
+/* ----- meters (fp_meter.c, meter.py) ---------------------------------------- */
+#define FP_MAX_BANDS 8        /* meter.MAX_BANDS */
+#define FP_MAX_METERS 65536   /* slots; MeterTable holds at most 1,024 meters */
+enum { FP_BAND_DROP = 1, FP_BAND_DSCP_REMARK = 2 };  /* OFPMBT_* */
+
+typedef struct {
+    uint8_t type, prec_level;
+    double rate;          /* kbit/s or packets/s, as configured */
+    double capacity, tokens;
+    uint64_t packets, bytes;
+} fp_band;
+
+typedef struct {
+    int used, pktps, nbands;
+    double last;
+    uint64_t packets_in, bytes_in;
+    fp_band bands[FP_MAX_BANDS];   /* highest rate first (Meter.by_rate) */
+} fp_meter;
 
 /* ----- frame bytes (fp_frame.c) --------------------------------------------- */
 int fp_fast_key(const uint8_t *f, size_t len, uint32_t in_port, uint8_t *key);
@@ -271,7 +293,9 @@ typedef struct fp_switch {
     fp_cache cache;
     int cache_enabled;
     uint64_t hits, misses, upcalls, malformed, watchdog_drops, pool_drops;
-    uint64_t dropped_port_down, dropped_ttl, upcall_errors;
+    uint64_t dropped_port_down, dropped_ttl, dropped_meter, upcall_errors;
+    fp_meter *meters;          /* by slot (fp_meter.c) */
+    uint32_t nmeters;
     fp_loopmon mon;
     int ready;                 /* a port of it was readable in this pass */
     int stopping;
@@ -310,6 +334,14 @@ void fp_pool_free(fp_pool *pool);
 /* fp_cache.c: run a compiled list on a received frame */
 void fp_exec(fp_switch *sw, uint32_t in_port, const fp_op *ops, uint32_t n, const uint8_t *f,
              size_t len, double now, int depth);
+
+/* fp_meter.c */
+const fp_band *fp_meter_apply(fp_meter *m, size_t size, double now);
+int fp_remark_dscp(int dscp, int prec);
+fp_meter *fp_meter_slot(fp_switch *sw, uint32_t slot);
+fp_meter *fp_meter_get(fp_switch *sw, uint64_t slot);
+void fp_meters_clear(fp_switch *sw);
+void fp_meters_free(fp_switch *sw);
 
 /* fp_loop.c */
 typedef struct fp_engine {

@@ -171,6 +171,29 @@ fp_exec(fp_switch *sw, uint32_t in_port, const fp_op *ops, uint32_t n, const uin
             }
             len = fp_apply_set(buf, len, op->field, op->value);
             break;
+        case FP_OP_METER: {
+            /* OF1.3 5.9: before the entry's actions; a drop ends the list */
+            fp_meter *m = fp_meter_get(sw, op->value);
+            if (!m)
+                break;
+            const fp_band *band = fp_meter_apply(m, len, now);
+            if (!band)
+                break;
+            if (band->type == FP_BAND_DROP) {
+                sw->dropped_meter++;
+                return;
+            }
+            int tos = fp_tos(cur, len);
+            if (tos < 0)
+                break;
+            if (cur != buf) {
+                memcpy(buf, cur, len);
+                cur = buf;
+            }
+            len = fp_apply_set(buf, len, FP_F_IP_DSCP,
+                               (uint64_t)fp_remark_dscp(tos >> 2, band->prec_level));
+            break;
+        }
         case FP_OP_SUB: {
             uint32_t sub = op->sub_len;
             if (sub > n - i - 1)

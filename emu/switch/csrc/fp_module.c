@@ -122,6 +122,7 @@ switch_close_all(fp_switch *sw)
     }
     fp_pool_free(&sw->pool);
     fp_cache_free(&sw->cache);
+    fp_meters_free(sw);
 }
 
 static int
@@ -697,9 +698,86 @@ Switch_drain(fp_switch *sw, PyObject *Py_UNUSED(ignored))
         Py_DECREF(t);
         e->packets = e->bytes = 0;
     }
-    PyObject *res = Py_BuildValue("(NKK)", out, sw->dropped_port_down, sw->dropped_ttl);
-    sw->dropped_port_down = sw->dropped_ttl = 0;
+    PyObject *res = Py_BuildValue("(NKKK)", out, sw->dropped_port_down, sw->dropped_ttl,
+                                  sw->dropped_meter);
+    sw->dropped_port_down = sw->dropped_ttl = sw->dropped_meter = 0;
     return res;
+}
+
+/* meter_set(slot, pktps, last, packets_in, bytes_in, bands): a meter's state
+ * into a slot; bands are (type, rate, capacity, tokens, prec_level, packets,
+ * bytes), highest rate first. */
+static PyObject *
+Switch_meter_set(fp_switch *sw, PyObject *args)
+{
+    unsigned int slot;
+    int pktps;
+    double last;
+    unsigned long long packets_in, bytes_in;
+    PyObject *bands;
+    if (!PyArg_ParseTuple(args, "IpdKKO!", &slot, &pktps, &last, &packets_in, &bytes_in,
+                          &PyList_Type, &bands))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(bands);
+    if (n < 1 || n > FP_MAX_BANDS) {
+        PyErr_Format(PyExc_ValueError, "a meter has 1 to %d bands, not %zd", FP_MAX_BANDS, n);
+        return NULL;
+    }
+    fp_meter m = {.used = 1, .pktps = pktps, .nbands = (int)n, .last = last,
+                  .packets_in = packets_in, .bytes_in = bytes_in};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned int type, prec;
+        double rate, capacity, tokens;
+        unsigned long long packets, bytes;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(bands, i), "IdddIKK", &type, &rate, &capacity,
+                              &tokens, &prec, &packets, &bytes))
+            return NULL;
+        if (type != FP_BAND_DROP && type != FP_BAND_DSCP_REMARK) {
+            PyErr_Format(PyExc_ValueError, "band type %u is not DROP or DSCP_REMARK", type);
+            return NULL;
+        }
+        m.bands[i] = (fp_band){(uint8_t)type, (uint8_t)(prec > 3 ? 3 : prec), rate, capacity,
+                               tokens, packets, bytes};
+    }
+    fp_meter *slotp = fp_meter_slot(sw, slot);
+    if (!slotp) {
+        PyErr_Format(PyExc_ValueError, "meter slot %u out of range", slot);
+        return NULL;
+    }
+    *slotp = m;
+    Py_RETURN_NONE;
+}
+
+/* meter_get(slot) -> (last, packets_in, bytes_in, [(tokens, packets, bytes)]) or None */
+static PyObject *
+Switch_meter_get(fp_switch *sw, PyObject *args)
+{
+    unsigned int slot;
+    if (!PyArg_ParseTuple(args, "I", &slot))
+        return NULL;
+    fp_meter *m = fp_meter_get(sw, slot);
+    if (!m)
+        Py_RETURN_NONE;
+    PyObject *bands = PyList_New(m->nbands);
+    if (!bands)
+        return NULL;
+    for (int i = 0; i < m->nbands; i++) {
+        PyObject *t = Py_BuildValue("(dKK)", m->bands[i].tokens, m->bands[i].packets,
+                                    m->bands[i].bytes);
+        if (!t) {
+            Py_DECREF(bands);
+            return NULL;
+        }
+        PyList_SET_ITEM(bands, i, t);
+    }
+    return Py_BuildValue("(dKKN)", m->last, m->packets_in, m->bytes_in, bands);
+}
+
+static PyObject *
+Switch_meters_clear(fp_switch *sw, PyObject *Py_UNUSED(ignored))
+{
+    fp_meters_clear(sw);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -763,6 +841,12 @@ static PyMethodDef Switch_methods[] = {
     {"loop_reset", (PyCFunction)Switch_loop_reset, METH_VARARGS, NULL},
     {"drain", (PyCFunction)Switch_drain, METH_NOARGS, NULL},
     {"clear_cache", (PyCFunction)Switch_clear_cache, METH_NOARGS, NULL},
+    {"meter_set", (PyCFunction)Switch_meter_set, METH_VARARGS,
+     "meter_set(slot, pktps, last, packets_in, bytes_in, [(type, rate, capacity, tokens, "
+     "prec_level, packets, bytes)]): a meter's buckets and counters into a slot"},
+    {"meter_get", (PyCFunction)Switch_meter_get, METH_VARARGS,
+     "meter_get(slot) -> (last, packets_in, bytes_in, [(tokens, packets, bytes)]) or None"},
+    {"meters_clear", (PyCFunction)Switch_meters_clear, METH_NOARGS, "free every meter slot"},
     {"set_cache", (PyCFunction)Switch_set_cache, METH_VARARGS, NULL},
     {"close", (PyCFunction)Switch_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -874,6 +958,7 @@ PyInit__fastpath(void)
         PyModule_AddIntConstant(m, "OP_DECTTL", FP_OP_DECTTL) < 0 ||
         PyModule_AddIntConstant(m, "OP_SET", FP_OP_SET) < 0 ||
         PyModule_AddIntConstant(m, "OP_SUB", FP_OP_SUB) < 0 ||
+        PyModule_AddIntConstant(m, "OP_METER", FP_OP_METER) < 0 ||
         PyModule_AddIntConstant(m, "MAX_FRAME", FP_MAX_FRAME) < 0) {
         Py_DECREF(m);
         return NULL;

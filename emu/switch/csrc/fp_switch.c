@@ -212,7 +212,7 @@ upcall(fp_switch *sw, fp_port *p, const uint8_t *f, size_t len, double now, cons
                 }
                 buf[i] = (fp_op){(uint8_t)code, (uint8_t)field, (uint16_t)sub, queue,
                                  (uint32_t)port, value};
-                if (code > FP_OP_SUB || (code == FP_OP_SET && !fp_set_supported((int)field)) ||
+                if (code > FP_OP_METER || (code == FP_OP_SET && !fp_set_supported((int)field)) ||
                     (code == FP_OP_SUB && i + 1 + (Py_ssize_t)sub > n))
                     ok = 0;
             }
