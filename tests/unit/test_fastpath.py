@@ -12,11 +12,10 @@ import random
 import time
 
 import pytest
-
-from emu.switch import _fastpath, fastpath, rewrite
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
+from emu.switch import _fastpath, fastpath, rewrite
 from emu.switch.pipeline import P_CTRL, P_DECTTL, P_METER, P_OUT, P_SUB, P_XF
 
 from .fakes import CSwitch, flow, flow_frame, make_switch, out, random_flow
