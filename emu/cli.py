@@ -903,7 +903,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--runs", type=int, help="runs per configuration (default 3; 1 with --quick)")
     s.add_argument("--quick", action="store_true", help="small parameters (the scenario tests')")
-    s.add_argument("--only", metavar="NAME[,NAME]", help="scenarios or configurations to run")
+    s.add_argument(
+        "--only",
+        metavar="NAME[,NAME]",
+        help="scenarios or configurations to run; an existing --doc keeps the others' "
+        "sections, each naming the commit it was measured at",
+    )
     s.add_argument("--out", default="results/reproduce", help="run directories")
     s.add_argument("--doc", default="docs/results.md", help="the markdown to write")
     s.add_argument(

@@ -870,13 +870,19 @@ def _plot_name(entry: Entry, name: str) -> str:
     return f"{entry.id}-{stem}"
 
 
-def render_entry(s: EntrySummary, plots_dir_name: str) -> list[str]:
+def _measured_line(commit: str, date: str, command: str) -> str:
+    """A section's own provenance: sections of a merged doc come from different runs."""
+    return f"Measured at {commit} on {date}: `{command}`."
+
+
+def render_entry(s: EntrySummary, plots_dir_name: str, measured: str = "") -> list[str]:
     e = s.entry
     sets = " ".join(f"--set {shlex.quote(o)}" for o in s.overrides)
     good = s.faithful_runs
     lines = [
         f"## {e.title}",
         "",
+        *([measured, ""] if measured else []),
         f"`emu run {e.scenario}{' ' + sets if sets else ''}`: {len(s.runs)} run(s), "
         f"{len(good)} faithful.",
         "",
@@ -986,9 +992,68 @@ def render_markdown(info: dict, summaries: list[EntrySummary], plots_dir_name: s
             f"{len(s.faithful_runs)} | {passed} |"
         )
     lines.append("")
+    measured = _measured_line(commit, info["date"], info["command"])
     for s in summaries:
-        lines += render_entry(s, plots_dir_name)
+        lines += render_entry(s, plots_dir_name, measured)
     return "\n".join(lines)
+
+
+_SUMMARY_ROW = re.compile(r"^\| \[([A-Za-z0-9_-]+)\]\(#[^)]*\) \| \d+ \| \d+ \| \d+ \|$", re.M)
+_MEASURED = re.compile(r"^Measured at (`[0-9a-f]+`(?: \(dirty[^)]*\))?) on ", re.M)
+MERGED_NOTE = (
+    "- merged: configurations this command did not run keep the figures of an earlier "
+    "reproduction; every section names the commit, date and command it was measured with"
+)
+
+
+def _split_doc(text: str) -> tuple[str, dict]:
+    """(header, {title: section}) of a doc render_markdown wrote."""
+    head, *sections = re.split(r"^## ", text, flags=re.M)
+    return head, {sec.partition("\n")[0].strip(): "## " + sec for sec in sections}
+
+
+def merge_results(old: str, new: str, entries: tuple | None = None) -> str:
+    """`new` (a run of some configurations) over `old` (docs/results.md as it was).
+
+    The sections and summary rows of what `new` ran replace `old`'s; the others
+    stay, each stamped with the commit, date and command of the reproduction
+    that measured it (from `old`'s header when its section does not say).
+
+    Raises:
+        ValueError: either text is not one render_markdown wrote.
+    """
+    entries = ENTRIES if entries is None else entries
+    for text in (old, new):
+        parse_results(text, entries)  # ValueError when not ours
+    old_head, old_secs = _split_doc(old)
+    new_head, new_secs = _split_doc(new)
+
+    def field(name: str) -> str:
+        m = re.search(rf"^- {name}: (.*)$", old_head, re.M)
+        return m.group(1) if m else "?"
+
+    old_measured = _measured_line(field("commit"), field("date"), field("command").strip("`"))
+    rows = {m.group(1): m.group(0) for m in _SUMMARY_ROW.finditer(old_head)}
+    rows.update({m.group(1): m.group(0) for m in _SUMMARY_ROW.finditer(new_head)})
+    sections = []
+    for e in entries:
+        if e.title in new_secs:
+            sections.append(new_secs[e.title])
+        elif e.title in old_secs:
+            sec = old_secs[e.title]
+            if not _MEASURED.search(sec):
+                title, _, rest = sec.partition("\n")
+                sec = f"{title}\n\n{old_measured}\n{rest}"
+            sections.append(sec)
+    table = "\n".join(rows[e.id] for e in entries if e.id in rows)
+    head = _SUMMARY_ROW.sub("", new_head)
+    head = re.sub(
+        r"(\| --- \| --- \| --- \| --- \|\n)\n*", lambda m: m.group(1) + table + "\n\n", head
+    )
+    head = re.sub(
+        r"^(- runs: .*)$", lambda m: m.group(1) + "\n" + MERGED_NOTE, head, count=1, flags=re.M
+    )
+    return head + "".join(sections)
 
 
 def _anchor(title: str) -> str:
@@ -1015,6 +1080,7 @@ class ResultsDoc:
 
     commit: str
     runs: dict = field(default_factory=dict)  # entry id -> (runs, faithful, all passed)
+    commits: dict = field(default_factory=dict)  # entry id -> its section's commit, if it names one
     figures: dict = field(default_factory=dict)  # entry id -> [[label, min, median, max, runs]]
 
 
@@ -1038,6 +1104,10 @@ def parse_results(text: str, entries: tuple | None = None) -> ResultsDoc:
         entry_id = by_title.get(title.strip())
         if entry_id is None:
             continue
+        measured = _MEASURED.search(body)
+        if measured:
+            c = re.match(r"`([0-9a-f]+)`(.*)", measured.group(1))
+            doc.commits[entry_id] = c.group(1) + (" (dirty)" if "dirty" in c.group(2) else "")
         rows, in_table = [], False
         for line in body.splitlines():
             if line.startswith(_FIGURE_HEADER):
@@ -1057,8 +1127,9 @@ def readme_block(doc: ResultsDoc, entry_id: str) -> str:
     """The body of the README's block for `entry_id`: where from, then median and range."""
     entry = next(e for e in ENTRIES if e.id == entry_id)
     runs, faithful, passed = doc.runs.get(entry_id, (0, 0, 0))
+    commit = doc.commits.get(entry_id, doc.commit)
     lines = [
-        f"Reproduced at `{doc.commit}` by `emu reproduce`: {runs} runs, {faithful} "
+        f"Reproduced at `{commit}` by `emu reproduce`: {runs} runs, {faithful} "
         f"faithful, every check passed in {passed}. Median and range over the faithful "
         f"runs; every run, check and plot in "
         f"[docs/results.md](docs/results.md#{_anchor(entry.title)}).",
@@ -1364,5 +1435,11 @@ def reproduce(
         "scheduling": scheduling,
     }
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(render_markdown(info, summaries, plots_dir.name))
+    text = render_markdown(info, summaries, plots_dir.name)
+    if len(plan.entries) < len(ENTRIES) and doc.exists():
+        try:
+            text = merge_results(doc.read_text(), text)
+        except ValueError as exc:
+            say(f"{doc}: not a reproduction's doc ({exc}); written anew with these runs only")
+    doc.write_text(text)
     return summaries

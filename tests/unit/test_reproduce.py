@@ -757,6 +757,50 @@ def test_readme_block_is_rewritten_from_results_and_a_stale_one_is_named(monkeyp
     ]
 
 
+TOY2 = Entry("toy2", "smoke", "second toy", figures=(Figure("value", ("m", "v")),))
+
+
+def two_toys(commit: str, date: str, values: dict, ids=("toy", "toy2")) -> str:
+    entries = {"toy": TOY, "toy2": TOY2}
+    summaries = [reproduce.summarise(entries[i], (), [record(1, doc(values[i]))]) for i in ids]
+    info = {
+        "commit": commit,
+        "dirty": False,
+        "machine": MACHINE,
+        "date": date,
+        "command": f"emu reproduce --only {','.join(ids)}",
+        "runs": 1,
+        "quick": False,
+    }
+    return reproduce.render_markdown(info, summaries, "results")
+
+
+def test_a_partial_reproduction_replaces_its_sections_and_keeps_the_others(monkeypatch):
+    """--only toy2 over a doc of both: toy keeps its figures and says where they came from."""
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY, TOY2))
+    old = two_toys("aaaaaaa", "day 1", {"toy": 1.0, "toy2": 2.0})
+    # A doc written before sections named their commit: only its header does.
+    old = old.replace("Measured at `aaaaaaa` on day 1: `emu reproduce --only toy,toy2`.\n\n", "")
+    new = two_toys("bbbbbbb", "day 2", {"toy2": 7.0}, ids=("toy2",))
+    merged = reproduce.merge_results(old, new)
+    parsed = reproduce.parse_results(merged)
+    assert parsed.commit == "bbbbbbb"
+    assert parsed.commits == {"toy": "aaaaaaa", "toy2": "bbbbbbb"}
+    assert parsed.runs == {"toy": (1, 1, 1), "toy2": (1, 1, 1)}
+    assert parsed.figures["toy"][0] == ["value", "1", "1", "1", "1/1"]
+    assert parsed.figures["toy2"][0] == ["value", "7", "7", "7", "1/1"]
+    assert reproduce.MERGED_NOTE in merged
+    assert merged.index("## toy scenario") < merged.index("## second toy")  # ENTRIES' order
+    fresh, _ = reproduce.update_readme(
+        "<!-- reproduced:toy -->\n<!-- /reproduced -->\n<!-- reproduced:toy2 -->\n"
+        "<!-- /reproduced -->",
+        merged,
+    )
+    assert "Reproduced at `aaaaaaa`" in fresh and "Reproduced at `bbbbbbb`" in fresh
+    with pytest.raises(ValueError, match="commit"):
+        reproduce.merge_results("# not ours\n", new)
+
+
 def test_readme_block_without_a_faithful_run_quotes_nothing(monkeypatch):
     monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
     text = toy_results([record(1, doc(2.0, False))])
