@@ -72,7 +72,7 @@ MAX_ENUMERATED = 20_000
 SAMPLED_OUTCOMES = 2_000
 
 PARAMS = {
-    **fabric_params(rate_mbps=10.0),
+    **fabric_params(rate_mbps=20.0),  # twice the rate before the C data plane (issue 27)
     "modes": Param("static,adaptive", "comma list of static, adaptive"),
     "period_s": Param(0.3, "flap period (down half, up half)", min=0.05, max=10.0),
     "flap_s": Param(30.0, "how long the link flaps", min=1.0, max=600.0),

@@ -43,7 +43,8 @@ from emu.traffic.rdma import RdmaHosts
 DESCRIPTION = "TCP storage traffic on the RDMA class by mistake: RDMA loses its bandwidth"
 
 PARAMS = {
-    **fabric_params(rate_mbps=10.0, modelled_gbps=1.0),
+    # Twice the rate before the C data plane (issue 27).
+    **fabric_params(rate_mbps=20.0, modelled_gbps=1.0),
     "leaves": Param(2, "leaf switches", min=2, max=32),
     "spines": Param(1, "spine switches", min=1, max=16),
     "hosts_per_leaf": Param(2, "hosts per leaf", min=2, max=32),

@@ -75,7 +75,9 @@ from emu.traffic import iperf
 DESCRIPTION = "fabric boots, all-pairs ping, TCP at line rate, ECMP spreading, link failure"
 
 PARAMS = {
-    **fabric_params(),
+    # 40 Mbit/s: twice the fabric default, kept on time by the C data plane
+    # (issue 27; docs/performance.md, "The hosts' own TCP/UDP scenarios").
+    **fabric_params(rate_mbps=40.0),
     "iperf_s": Param(5.0, "duration of each iperf3 test in seconds", min=1.0, max=120.0),
     "ecmp_flows": Param(16, "parallel TCP flows for the ECMP spreading test", min=2, max=64),
     "link_down": Param(
