@@ -693,11 +693,19 @@ def stalled_together(records: list[tuple[str, dict]], who: str) -> str:
             return None
         return end - loop["longest_stall_s"], end
 
-    spans = {
-        (f"{label}/{rec['name']}" if label else rec["name"]): interval(rec)
-        for label, rec in records
-    }
-    worst = spans.get(who)
+    # Only the fabric `who` ran in counts (a scenario's variants run one after
+    # another), and a process once: switches sharing a process share its stalls.
+    label = who.rsplit("/", 1)[0] if "/" in who else ""
+    spans: dict = {}
+    names: dict = {}
+    for rec_label, rec in records:
+        if rec_label != label:
+            continue
+        name = f"{rec_label}/{rec['name']}" if rec_label else rec["name"]
+        process = rec.get("pid", name)
+        names[name] = process
+        spans.setdefault(process, interval(rec))
+    worst = spans.get(names.get(who))
     if worst is None:
         return ""
     overlapping = sum(
@@ -705,10 +713,10 @@ def stalled_together(records: list[tuple[str, dict]], who: str) -> str:
         for span in spans.values()
         if span is not None and span[0] < worst[1] and span[1] > worst[0]
     )
-    if overlapping < 3 or 2 * overlapping < len(records):
+    if overlapping < 3 or 2 * overlapping < len(spans):
         return ""
     return (
-        f"; {overlapping} of {len(records)} processes had their longest stall at that "
+        f"; {overlapping} of {len(spans)} processes had their longest stall at that "
         "moment: the whole emulator was stopped (real-time throttling when it needs "
         "more CPU than the machine has, or the VM's host)"
     )

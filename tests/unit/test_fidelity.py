@@ -251,12 +251,33 @@ def test_a_stall_every_process_shared_is_called_the_whole_emulator_stopping():
     # Real-time throttling stops every switch and NIC for the rest of a second:
     # their longest stalls overlap. The line must not blame one loop alone.
     records = [
-        ("", stalled_at(n, 40.0 + i, 100.0 + i * FRAME_S))
+        ("", stalled_at(n, 40.0 + i, 100.0 + i * FRAME_S) | {"pid": 100 + i})
         for i, n in enumerate(("leaf1", "leaf2", "spine1", "h1"))
     ]
     stall = fidelity.judge(records).worst["stall"]
     assert not stall.passed and stall.where == "h1 (switch)"
     assert "4 of 4 processes had their longest stall at that moment" in stall.text
+
+
+def test_a_shared_stall_is_counted_within_its_fabric_and_once_per_process():
+    # mixed-traffic runs two fabrics one after the other ("correct", then
+    # "misconfigured"); two switches share a process. The NIC h1 and the
+    # process of spine1 and leaf1 stalled together: 2 processes, + h3 idle.
+    at = 11879.22
+    correct = [
+        stalled_at("spine1", 10.3, at) | {"pid": 1},
+        stalled_at("leaf1", 10.3, at) | {"pid": 1},
+        stalled_at("leaf2", 1.0, at - 3.0) | {"pid": 2},
+        stalled_at("h1", 10.6, at + 1e-5) | {"pid": 3},
+        stalled_at("h3", 10.4, at) | {"pid": 4},
+    ]
+    other = [stalled_at(n, 1.0, at - 20.0) | {"pid": 10 + i} for i, n in enumerate("abcdef")]
+    records = [("correct", r) for r in correct] + [("misconfigured", r) for r in other]
+    stall = fidelity.judge(records).worst["stall"]
+    assert stall.where.startswith("correct/h1")
+    assert "3 of 4 processes had their longest stall at that moment" in stall.text
+    correct[4]["loop"]["longest_stall_ended_at"] = at - 5.0  # h3 elsewhere: 2 of 4, not the machine
+    assert "whole emulator" not in fidelity.judge(records).worst["stall"].text
 
 
 def test_a_stall_of_one_process_alone_is_its_own():
