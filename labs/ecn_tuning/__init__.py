@@ -270,3 +270,23 @@ def check(lab: LabRun) -> None:
         f">= {UTILISATION_TARGET}",
         f"the link idles: {raise_pmax or lower_depth}",
     )
+
+
+def offline(lab: LabRun) -> None:
+    """`emu lab test ecn_tuning`: ecn.yaml as the switches read it, and where DCQCN's fixed
+    point would put the queue with it (the model of the handout's Background, no packets)."""
+    ecn = read_ecn(lab)  # a LabError names a bad key or value
+    lab.check("ecn.yaml is an ECN configuration emu accepts", bool(ecn), "valid", "valid", "")
+    p_star = marking_needed()
+    depth = settling_bytes(ecn, p_star)
+    target = queue_target_bytes(graph())
+    lab.check(
+        "the model's queue, where marking reaches what DCQCN needs, is under the target",
+        depth <= target,
+        f"{depth:.0f} B (marking {p_star:.1%} of packets there)",
+        f"<= {target} B",
+        "the queue settles where RED marks the share of packets that holds the senders "
+        "at the link's rate: lower kmin/kmax, or a pmax that reaches that share sooner. "
+        "Only a model: the graded queue and utilisation are measured on packets "
+        "(sudo emu lab check ecn_tuning)",
+    )

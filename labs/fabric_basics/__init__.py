@@ -2,10 +2,12 @@
 
 The student answers four questions in `answers.yaml` from what the running
 fabric shows them (the CLI's `path`, `ctl SWITCH flows|groups`, tcpdump on a
-spine port). The check builds the same fabric (same seed, so the same hash
-choices), sends the flows in question as real datagrams and reads the
-switches' port counters and group table, and compares each answer with what
-the packets did.
+spine port). The instance's seed (emu/labs.py) is the fabric's ECMP hash
+seed, so which spine each flow takes differs from student to student. The
+check builds the same fabric (same seed, so the same hash choices), sends the
+flows in question as real datagrams, reads the switches' port counters and
+group table (`measure`), and compares each answer with what the packets did
+(`grade`, pure: it never prints the right answer).
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ ORDER = 1
 GRADES = "which switches and which spine real datagrams crossed, the group's buckets"
 FILES = ("answers.yaml",)
 
-SEED = 0  # the ECMP hash seeds; the same in `start` and `check`, so answers carry over
+SEED = 0  # the reference instance's ECMP hash seed: solution/ answers it
+KEYS = (
+    "switches_h1_to_h3",
+    "buckets_leaf1_to_h3",
+    *(f"spine_for_udp_{sport}_to_h3_4000" for sport in (40000, 40001)),
+)
 DPORT = 4000
 SPORTS = (40000, 40001)
 DATAGRAMS = 200
@@ -54,7 +61,7 @@ def graph():
 def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
-    with Fabric(graph(), out_dir=str(lab.out_dir), seed=SEED) as fab:
+    with Fabric(graph(), out_dir=str(lab.out_dir), seed=lab.seed) as fab:
         interactive(fab)
 
 
@@ -102,37 +109,96 @@ def _same(answer, measured) -> bool:
     return str(answer).strip().lower() == str(measured).strip().lower()
 
 
-def check(lab: LabRun) -> None:
-    answers = lab.answers()
-    with Fabric(graph(), out_dir=str(lab.out_dir), seed=SEED) as fab:
+def _is_number(answer) -> bool:
+    return str(answer).strip().isdigit()
+
+
+def measure(lab: LabRun) -> dict:
+    """What the packets did: the switches each flow's datagrams crossed, leaf1's buckets."""
+    with Fabric(graph(), out_dir=str(lab.out_dir), seed=lab.seed) as fab:
         paths = {sport: crossed_by(fab, sport) for sport in SPORTS}
         buckets = buckets_towards(fab, "leaf1", "h3")
-    first = paths[SPORTS[0]]
-    lab.check(
+    return {"paths": paths, "buckets": buckets}
+
+
+def check(lab: LabRun) -> None:
+    answers = lab.answers(keys=KEYS)
+    grade(lab, answers, measure(lab))
+
+
+def grade(lab: LabRun, answers: dict, measured: dict) -> None:
+    """Each answer against what the packets did; a wrong one is told what is wrong with it."""
+    spines = [n for n in graph() if n.startswith("spine")]
+    first = measured["paths"][SPORTS[0]]
+    _count(
+        lab,
         "1. switches from h1 to h3",
-        _same(answers.get("switches_h1_to_h3"), len(first)),
         answers.get("switches_h1_to_h3"),
-        f"{len(first)} ({' -> '.join(first)} received the datagrams)",
+        len(first),
+        "not the number of switches whose counters the datagrams moved",
         "in the lab's CLI, `path h1 h3` lists every node a packet crosses; count the "
         "switches, not the hosts",
     )
-    lab.check(
+    _count(
+        lab,
         "2. buckets in leaf1's group towards h3",
-        _same(answers.get("buckets_leaf1_to_h3"), buckets),
         answers.get("buckets_leaf1_to_h3"),
-        f"{buckets} (leaf1's group table)",
+        measured["buckets"],
+        "not the number of buckets in that group of leaf1's group table",
         "`ctl leaf1 flows` shows the flow for h3's address and the group it sends to; "
         "`ctl leaf1 groups` shows that group's buckets, one per uplink",
     )
     for n, sport in enumerate(SPORTS, start=3):
-        spine = next((sw for sw in paths[sport] if sw.startswith("spine")), "none")
+        crossed = next((sw for sw in measured["paths"][sport] if sw in spines), None)
         key = f"spine_for_udp_{sport}_to_h3_{DPORT}"
-        lab.check(
+        answer = answers.get(key)
+        named = str(answer or "").strip().lower()
+        if crossed is None:
+            wrong = "no spine's counters moved: a lab defect, not your answer; please report it"
+        elif not named:
+            wrong = f"fill in `{key}:` in answers.yaml"
+        elif named not in spines:
+            wrong = "not a spine of this fabric (`net` in the lab's CLI lists the switches)"
+        else:
+            wrong = f"{named} received none of these datagrams"
+        lab.grade(
             f"{n}. the spine UDP {sport} -> h3:{DPORT} crosses",
-            _same(answers.get(key), spine),
-            answers.get(key),
-            f"{spine} (its counters moved by {DATAGRAMS} frames)",
+            crossed is not None and named == crossed,
+            answer,
+            wrong,
             f"`path h1 h3 udp {sport} {DPORT}` asks each switch where it would send the "
-            f"packet; check it with `{spine if spine != 'none' else 'spine1'} tcpdump -ni any "
-            f"udp port {DPORT}` while h1 sends. The source port is part of the ECMP hash",
+            f"packet; confirm it on the wire with `SPINE tcpdump -ni any udp port {DPORT}` "
+            "on each spine while h1 sends. The source port is part of the ECMP hash, and "
+            "the hash seed is your instance's own: a neighbour's answer need not be yours",
+        )
+
+
+def _count(lab: LabRun, name: str, answer, truth: int, wrong: str, hint: str) -> None:
+    if answer is None or str(answer).strip() == "":
+        wrong = "fill it in: a number"
+    elif not _is_number(answer):
+        wrong = "not a number"
+    lab.grade(name, _same(answer, truth), answer, wrong, hint)
+
+
+def offline(lab: LabRun) -> None:
+    """`emu lab test fabric_basics`: the answers file reads, each answer of the right kind."""
+    answers = lab.answers(keys=KEYS)
+    lab.check("answers.yaml reads", True, "valid YAML", "valid YAML", "")
+    spines = sorted(n for n in graph() if n.startswith("spine"))
+    for key in KEYS:
+        answer = answers.get(key)
+        if key.startswith("spine_"):
+            ok = str(answer or "").strip().lower() in spines
+            kind = "a spine's name"
+        else:
+            ok = answer is not None and _is_number(answer)
+            kind = "a number"
+        lab.check(
+            f"{key} is {kind}",
+            ok,
+            "(blank)" if answer is None else repr(answer),
+            kind,
+            "see the comment above it in answers.yaml; whether it is right is graded on "
+            "packets: sudo emu lab check fabric_basics",
         )

@@ -2,7 +2,8 @@
 retransmissions.
 
 Owns the lab's fabric (three leaves, two spines, two hosts per leaf), the choice
-of the faulty link (a fixed seed, so that the solution stays the solution), the
+of the faulty link (from the instance's seed, emu/labs.py: each student has
+their own; the reference seed is the one solution/ answers), the
 TCP workload that crosses every leaf-spine link in both directions, and the
 grading. The fault is emu's lossy link (`emu.faults.Faults.lossy_link`) in one
 direction only, as a failing transmitter or one bad fibre of a pair loses
@@ -13,11 +14,14 @@ every ping is answered (Huang et al., "Gray Failure: The Achilles' Heel of
 Cloud-Scale Systems", HotOS 2017).
 
 The student names the link and its direction in `answers.yaml`. The check
-runs the same fabric and fault again (same seed) and grades the answer
-against it, and it first finds the link itself from what a student can read:
-the port counters of both ends of every link, and the TCP retransmissions of
-flows whose paths the switches trace. If a change to emu hid the fault from
-either, that check fails here, instead of leaving a lab that cannot be solved.
+runs the same fabric and fault again (same seed, `measure`) and grades the
+answer against it (`grade`, pure), and it first finds the link itself from
+what a student can read: the port counters of both ends of every link, and
+the TCP retransmissions of flows whose paths the switches trace. If a change
+to emu hid the fault from either, that check fails here, instead of leaving a
+lab that cannot be solved. Until the student has named the link, the report
+never does: not in the answer's check (it says what is wrong with the link
+named), not in the evidence (it says that one link stands out, not which).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ GRADES = (
 )
 FILES = ("answers.yaml",)
 
-SEED = 2017  # picks the lossy link (the HotOS paper's year); fixed, so the solution holds
+SEED = 2017  # the reference instance (the HotOS paper's year): solution/ answers it
 LOSS = 0.01  # the issue's gray failure: one link loses 1% of its frames
 RATE_BPS = 10_000_000
 # Every host sends two bulk TCP flows and receives two, each with a 16 KB
@@ -98,9 +102,10 @@ def fabric_links(g) -> list[tuple[str, str]]:
     )
 
 
-def lossy_link(g) -> tuple[str, str]:
-    """The link that loses frames: (the switch whose port sends them, the one that misses them)."""
-    return random.Random(SEED).choice(fabric_links(g))
+def lossy_link(g, seed: int = SEED) -> tuple[str, str]:
+    """The link that loses frames in instance `seed`: (the switch whose port sends them,
+    the one that misses them)."""
+    return random.Random(seed).choice(fabric_links(g))
 
 
 def _num(name: str) -> int:
@@ -272,8 +277,8 @@ def missing_frames(fab: Fabric) -> dict[tuple[str, str], tuple[int, int, int]]:
     return out
 
 
-def inject(fab: Fabric) -> tuple[str, str]:
-    sender, receiver = lossy_link(fab.graph)
+def inject(fab: Fabric, seed: int) -> tuple[str, str]:
+    sender, receiver = lossy_link(fab.graph, seed)
     fab.faults.lossy_link(sender, receiver, LOSS, only_from=sender)
     return sender, receiver
 
@@ -282,7 +287,7 @@ def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
     with fabric(str(lab.out_dir)) as fab:
-        inject(fab)
+        inject(fab, lab.seed)
         flows = plan(fab.graph)
         pin(fab, flows)
         reports = lab.out_dir / "iperf3"
@@ -303,48 +308,31 @@ def answer(lab: LabRun) -> tuple[str, str] | None:
     return None if "" in ends else ends
 
 
+WHERE_TO_LOOK = (
+    "for each leaf-spine link, compare the frames one end sent (tx_pkts in `ctl SWITCH "
+    "ports`) with those the other end received (rx_pkts + rx_drop); on a healthy link "
+    "they agree to within a few frames (`net` shows which port faces which switch). Then "
+    "check it with TCP: `h1 ss -ti` shows each connection's retrans, `path SRC DST tcp "
+    "SPORT DPORT` its spine"
+)
+ANSWER = "the lossy link, in the direction that loses frames"
+
+
 def check(lab: LabRun) -> None:
     g = graph()
-    links = fabric_links(g)
     named = answer(lab)
-    where_to_look = (
-        "for each leaf-spine link, compare the frames one end sent (tx_pkts in `ctl SWITCH "
-        "ports`) with those the other end received (rx_pkts + rx_drop); on a healthy link "
-        "they agree to within a few frames (`net` shows which port faces which switch). Then "
-        "check it with TCP: `h1 ss -ti` shows each connection's retrans, `path SRC DST tcp "
-        "SPORT DPORT` its spine"
-    )
-    if named is None:
-        lab.check(
-            "the lossy link",
-            False,
-            "from/to left blank",
-            "the two switches at its ends",
-            f"fill in `from:` and `to:` in answers.yaml; {where_to_look}",
-        )
-        lab.check(
-            "its direction",
-            False,
-            "from/to left blank",
-            "from = the switch whose frames are lost",
-            "the switch whose port counts more frames sent than its peer counts received is `from`",
-        )
+    if named is None or named not in fabric_links(g):
+        grade(lab, named, lossy_link(g, lab.seed), None)  # nothing to measure for it
         return
-    if named not in links:
-        shown = ", ".join(f"{u} -> {v}" for u, v in links)
-        lab.check(
-            "the lossy link",
-            False,
-            f"{named[0]} -> {named[1]}",
-            "a leaf-spine link of the fabric",
-            f"{named[0]} and {named[1]} are not the two ends of one leaf-spine link; the "
-            f"links (sender -> receiver) are: {shown}",
-        )
-        return
-    faulty = lossy_link(g)
+    grade(lab, named, lossy_link(g, lab.seed), measure(lab))
+
+
+def measure(lab: LabRun) -> dict:
+    """The fault again on a fresh fabric: every link's missing frames, every flow's resends."""
+    g = graph()
     out = lab.out_dir / "check"  # apart from `emu lab start`'s run, so each has its own records
     with fabric(str(out)) as fab:
-        inject(fab)
+        inject(fab, lab.seed)
         flows = plan(g)
         pin(fab, flows)
         clients = start_flows(fab, flows, FLOW_SECONDS)
@@ -353,35 +341,66 @@ def check(lab: LabRun) -> None:
     # Evidence that is not there is a defect of the lab, unless the emulator fell
     # behind its links (a kernel drop shows as a missing frame): say which.
     verdict = fidelity.judge(fidelity.load_records(out))
-    if verdict.faithful:
-        defect = f"a lab defect, not your answer: please report it with {out}"
+    late = "; ".join(f.text for f in verdict.failures()) if not verdict.faithful else ""
+    return {"counts": counts, "flows": flows, "late": late, "out": out}
+
+
+def grade(lab: LabRun, named, faulty: tuple[str, str], m: dict | None) -> None:
+    """The answer `named` (None: blank) against the `faulty` link, with the evidence of
+    the measured run `m` (None: the answer was not a link, nothing was run)."""
+    links = fabric_links(graph())
+    if named is None:
+        lab.grade(
+            ANSWER,
+            False,
+            None,
+            "fill in `from:` and `to:` in answers.yaml",
+            f"{WHERE_TO_LOOK}; `from` is the end whose port counts more frames sent than "
+            "the other end counts received",
+        )
+        return
+    if named not in links:
+        lab.grade(
+            ANSWER,
+            False,
+            f"from {named[0]} to {named[1]}",
+            f"{named[0]} and {named[1]} are not the two ends of one leaf-spine link",
+            "`net` in the lab's CLI lists every link and the ports at its ends",
+        )
+        return
+    assert m is not None
+    if m["late"]:
+        defect = f"not your answer: the emulator fell behind ({m['late']}); check again"
     else:
-        late = "; ".join(f.text for f in verdict.failures())
-        defect = f"not your answer: the emulator fell behind ({late}); check again"
-    grade_counters(lab, faulty, counts, defect)
-    grade_retransmissions(lab, faulty, flows, defect)
-    lab.check(
-        "the lossy link",
-        set(named) == set(faulty),
-        f"{named[0]}-{named[1]}",
-        "the link the counters and retransmissions found (above)",
-        f"{named[0]}-{named[1]} carried every frame it was given; {where_to_look}",
-    )
-    lab.check(
-        "its direction",
-        named == faulty,
+        defect = f"a lab defect, not your answer: please report it with {m['out']}"
+    # Once the student named the link, the evidence may name it too.
+    revealed = named == faulty
+    grade_counters(lab, faulty, m["counts"], defect, revealed)
+    grade_retransmissions(lab, faulty, m["flows"], defect, revealed)
+    lab.grade(
+        ANSWER,
+        revealed,
         f"from {named[0]} to {named[1]}",
-        "from = the switch whose frames are lost",
-        "the right cable, the wrong way round: frames go missing after the port that counts "
-        "them sent and before the port that would count them received; `from` is the sender"
-        if set(named) == set(faulty)
-        else "find the link first (above); then `from` is the end whose port counts more "
-        "frames sent than the other end counts received",
+        f"frames from {named[0]} to {named[1]} arrive: that direction of that link loses "
+        "none (each direction of a link is its own fibre: the loss is one way only)",
+        f"{WHERE_TO_LOOK}; `from` is the end whose port counts more frames sent than the "
+        "other end counts received",
     )
 
 
-def grade_counters(lab: LabRun, faulty, counts, defect: str) -> None:
-    """The port counters show one link, the faulty one, short of frames; the others whole."""
+def _withheld(lab: LabRun, lines: list[str]) -> str:
+    """Evidence that names the lossy link, kept out of the report and written to a file."""
+    path = lab.out_dir / "evidence.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def grade_counters(lab: LabRun, faulty, counts, defect: str, revealed: bool = True) -> None:
+    """The port counters show one link, the faulty one, short of frames; the others whole.
+
+    Unless `revealed` (the student named the link), the report says that one link
+    stands out, and how far, but not which.
+    """
     found = max(counts, key=lambda link: counts[link][1])
     sent, fewest, _ = counts[faulty]
     # Binomial: the faulty link loses LOSS of what it sends; fewer than the mean
@@ -394,14 +413,28 @@ def grade_counters(lab: LabRun, faulty, counts, defect: str) -> None:
     # kernel's own IPv6 router solicitations and MLD reports (4 to 6 of them) did
     # that until the switches' ports had IPv6 turned off (emu/switch/node.py).
     others, lowest = max(most for _, _, most in rest), min(fewest for _, fewest, _ in rest)
-    lab.check(
-        "evidence: port counters show one link short of frames",
+    passed = (
         found == faulty
         and fewest >= floor
         and -IN_FLIGHT_SLACK <= lowest
-        and others <= IN_FLIGHT_SLACK,
+        and others <= IN_FLIGHT_SLACK
+    )
+    value = (
         f"{found[0]}->{found[1]}: {counts[found][1]} of {counts[found][0]} frames missing; "
-        f"every other link {lowest} to {others}",
+        f"every other link {lowest} to {others}"
+    )
+    if not revealed:
+        if passed:
+            value = (
+                f"one link: {counts[found][1]} of {counts[found][0]} frames missing; every "
+                f"other link {lowest} to {others} (which link: that is your question)"
+            )
+        else:
+            value = f"no single link stands out (the figures name the lossy link: {_withheld(lab, [value])})"
+    lab.check(
+        "evidence: port counters show one link short of frames",
+        passed,
+        value,
         f"the faulty link >= {floor:.0f} missing (1% of what it sent, binomial mean - 4 "
         f"sigma), every other within +-{IN_FLIGHT_SLACK} (frames in flight)",
         "the lossy link no longer shows in the port counters (tx of one end against rx of "
@@ -409,7 +442,9 @@ def grade_counters(lab: LabRun, faulty, counts, defect: str) -> None:
     )
 
 
-def grade_retransmissions(lab: LabRun, faulty, flows: list[Flow], defect: str) -> None:
+def grade_retransmissions(
+    lab: LabRun, faulty, flows: list[Flow], defect: str, revealed: bool = True
+) -> None:
     """TCP's retransmissions point at the same link: the only link that every flow which
     resent segments crosses and no flow that resent none does (tomography, as in 007:
     Arzani et al., NSDI 2018)."""
@@ -419,13 +454,50 @@ def grade_retransmissions(lab: LabRun, faulty, flows: list[Flow], defect: str) -
     for f in clean:
         suspects -= f.links
     shown = ", ".join(f"{f} ({f.retransmits})" for f in bad) or "none"
+    value = (
+        f"flows that resent >= {RETRANS_SHARE_FLOOR:.2%} of segments: {shown}; the only link "
+        f"all of them cross and no clean flow does: "
+        f"{', '.join(f'{u}->{v}' for u, v in sorted(suspects)) or 'none'}"
+    )
+    expected = f"{faulty[0]}->{faulty[1]}"
+    if not revealed:
+        # The flows and their spines would name the link as surely as the link itself.
+        if suspects == {faulty}:
+            value = (
+                f"{len(bad)} of {len(flows)} flows resent >= {RETRANS_SHARE_FLOOR:.2%} of their "
+                "segments, and exactly one link is crossed by all of them and by no clean flow"
+            )
+        else:
+            value = (
+                f"the flows do not single out one link (details name it: {_withheld(lab, [value])})"
+            )
+        expected = "one link, the lossy one (found by the check; yours to find)"
     lab.check(
         "evidence: TCP retransmissions point at the same link",
         suspects == {faulty},
-        f"flows that resent >= {RETRANS_SHARE_FLOOR:.2%} of segments: {shown}; the only link "
-        f"all of them cross and no clean flow does: "
-        f"{', '.join(f'{u}->{v}' for u, v in sorted(suspects)) or 'none'}",
-        f"{faulty[0]}->{faulty[1]}",
+        value,
+        expected,
         "the TCP flows do not single out the lossy link (those through it resend about "
         f"1% of their segments, the others none); {defect}",
     )
+
+
+def offline(lab: LabRun) -> None:
+    """`emu lab test gray_failure`: the answer reads and names a link of the fabric."""
+    named = answer(lab)
+    lab.check(
+        "answers.yaml names `from` and `to`",
+        named is not None,
+        "blank" if named is None else f"from {named[0]} to {named[1]}",
+        "two switches",
+        "fill in `from:` and `to:`; whether the link is the lossy one is graded on "
+        "packets: sudo emu lab check gray_failure",
+    )
+    if named is not None:
+        lab.check(
+            "they are the two ends of one leaf-spine link",
+            named in fabric_links(graph()),
+            f"from {named[0]} to {named[1]}",
+            "a leaf-spine link",
+            "`net` in the lab's CLI (sudo emu lab start gray_failure) lists every link",
+        )

@@ -284,25 +284,55 @@ def check(lab: LabRun) -> None:
         "every dropped frame costs a go-back-N resend of the window behind it, and a lost "
         "tail waits out the 6.7 s retransmit timeout: make the incast lossless first",
     )
-    actual = set(result["paused_ports"])
-    wrong = sorted(named - actual)
-    right = len(named & actual)
+    grade_paused_ports(lab, named, bad, set(result["paused_ports"]))
+
+
+def grade_paused_ports(lab: LabRun, named: set[str], bad: list[str], actual: set[str]) -> None:
+    """The ports named against those whose PFC transmit counters moved (`actual`).
+
+    A wrong answer is told which of its ports sent no PAUSE and that some are
+    missing, never which are missing nor how many there are.
+    """
+    wrong = []
     if not actual:
-        value = "no switch port sent PAUSE in this run"
+        wrong.append("no switch port sent PAUSE in this run: fix config.yaml first")
     else:
-        value = f"{right} of the {len(actual)} ports that sent PAUSE named"
-        if wrong:
-            value += f"; named but sent no PAUSE: {', '.join(wrong)}"
+        if named - actual:
+            wrong.append(f"named but sent no PAUSE: {', '.join(sorted(named - actual))}")
+        if actual - named:
+            wrong.append("some ports that sent PAUSE are not named")
     if bad:
-        value += f"; not a switch port of this fabric: {', '.join(bad)}"
-    lab.check(
+        wrong.append(f"not a switch port of this fabric: {', '.join(bad)}")
+    lab.grade(
         "the switch ports you named are the ones that sent PAUSE",
         bool(actual) and named == actual and not bad,
-        value,
-        "exactly the ports whose PFC transmit counters moved",
+        ", ".join(sorted(named) + bad),
+        "; ".join(wrong),
         "with no PAUSE at all, fix config.yaml first. Otherwise: PAUSE leaves a switch "
         "through the port where the traffic that fills its buffer comes IN, towards the "
         'upstream sender; follow the incast back from leaf2. `ctl SWITCH counters` "pfc": '
         '"pfc_tx_frames" counts per port number, `ctl SWITCH ports` names each port, and '
         "Mininet's `net` says who is at its far end",
+    )
+
+
+def offline(lab: LabRun) -> None:
+    """`emu lab test lossless`: config.yaml as the switches read it, the ports named exist."""
+    qos = student_qos(lab)  # a LabError names a bad key or value
+    lab.check("config.yaml is a configuration emu accepts", bool(qos), "valid", "valid", "")
+    named, bad = named_ports(lab, graph())
+    lab.check(
+        "paused_ports names at least one port",
+        bool(named or bad),
+        f"{len(named) + len(bad)} entries",
+        ">= 1",
+        "list every switch port that sent PAUSE, one `- SWITCH -> NEIGHBOUR` line each",
+    )
+    lab.check(
+        "every entry of paused_ports names a switch port",
+        not bad,
+        f"{len(named)} ports" + (f"; not a switch port: {', '.join(bad)}" if bad else ""),
+        "SWITCH -> NEIGHBOUR or an interface name",
+        "`net` in the lab's CLI lists every port and its far end; whether they sent PAUSE "
+        "is graded on packets: sudo emu lab check lossless",
     )

@@ -2,7 +2,8 @@
 
 The student owns two files: `answers.yaml` (which host's NIC got stuck) and
 `watchdog.yaml` (the switches' PFC watchdog: on/off, detection, restoration,
-action). The lab picks the culprit from a fixed seed and never names it; its
+action). The lab picks the culprit from the instance's seed (emu/labs.py: each
+student has their own) and never names it, not even in a failed check; its
 NIC stops draining and floods PAUSE (emu/faults.py `stuck_nic`), as in
 scenarios/pause_storm.py, on a smaller fabric:
 
@@ -53,7 +54,7 @@ RATE_BPS = 10_000_000
 # IB local ACK timeout of 67 ms (emu/host/rnic.py), so a victim whose frames
 # were held by the storm resends 67 ms after it was released at the latest.
 RTO_S = 4.096e-6 * 2**14
-SEED = 2016  # Guo et al., SIGCOMM 2016: the year pause storms were written up
+SEED = 2016  # the reference instance (Guo et al., SIGCOMM 2016): solution/ answers it
 LOAD = 0.4  # each host's rate as a share of its link, over its flows (scenarios/pause_storm.py)
 MESSAGE_BYTES = 16384
 FAULT_AT_S = 2.5  # the NIC gets stuck
@@ -93,9 +94,9 @@ def graph():
     )
 
 
-def culprit(g) -> str:
-    """The host whose NIC gets stuck: fixed by SEED, never printed by the lab."""
-    return random.Random(SEED).choice(fabric_mod.hosts(g))
+def culprit(g, seed: int = SEED) -> str:
+    """The host whose NIC gets stuck in instance `seed`; never printed by the lab."""
+    return random.Random(seed).choice(fabric_mod.hosts(g))
 
 
 def student_watchdog(lab: LabRun) -> dict:
@@ -150,7 +151,7 @@ def start(lab: LabRun) -> None:
             f"one NIC gets stuck {FAULT_AT_S:g} s from now and stays stuck"
         )
         wait_until(time.monotonic() + FAULT_AT_S)
-        fab.faults.stuck_nic(culprit(g))
+        fab.faults.stuck_nic(culprit(g, lab.seed))
         lab.log(
             "a NIC is stuck: find it from the switches' PAUSE counters "
             "(ctl SWITCH counters: pfc.pause_rx; ctl SWITCH ports; net)"
@@ -166,10 +167,10 @@ def _goodput(series: list, qpn: int, t_from: float, t_to: float) -> float:
     return (pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0])
 
 
-def run_storm(fab: Fabric) -> dict:
+def run_storm(fab: Fabric, seed: int = SEED) -> dict:
     """The graded timeline on a running fabric; returns what the checks measure."""
     g = fab.graph
-    stuck = culprit(g)
+    stuck = culprit(g, seed)
     hosts = fabric_mod.hosts(g)
     victims = [h for h in hosts if h != stuck]
     t0 = time.monotonic()
@@ -229,7 +230,7 @@ def check(lab: LabRun) -> None:
     if not lab.open_fabric(fab, "the fabric starts with your watchdog", hint):
         return
     try:
-        r = run_storm(fab)
+        r = run_storm(fab, lab.seed)
     finally:
         fab.close()
     report(lab, g, spec, named, r)
@@ -238,16 +239,25 @@ def check(lab: LabRun) -> None:
 def report(lab: LabRun, g, spec: WatchdogSpec, named: str, r: dict) -> None:
     """The checks of one graded run `r` with the student's watchdog `spec`."""
     truth = r["truth"][0] if r["truth"] else None
-    lab.check(
+    if truth is None:
+        wrong = "no NIC got stuck in this run: a lab defect, not your answer; please report it"
+    elif not named:
+        wrong = "fill in `culprit:` in answers.yaml"
+    elif named not in fabric_mod.hosts(g):
+        wrong = f"{named} is not a host of this fabric (`net` lists them)"
+    else:
+        wrong = f"{named}'s NIC drains its queue: it sends no PAUSE of its own"
+    lab.grade(
         "the host whose NIC is stuck",
         bool(named) and named == truth,
-        named or "(blank)",
-        "the host the fault was injected on",
+        named,
+        wrong,
         "run `sudo emu lab start pause_storm` and read `ctl SWITCH counters` on every switch: "
         '"pfc": "pause_rx" ("port:priority") says which ports PAUSE came IN on. Follow it: a '
         "switch that receives PAUSE from a switch was paused because that switch's buffer "
         "filled; the storm starts where a HOST sends PAUSE (`ctl SWITCH ports` and `net` "
-        "say who is behind a port)",
+        "say who is behind a port). The stuck NIC is your instance's own: a neighbour's "
+        "answer need not be yours",
     )
     leaf, port = r["stuck_port"]
     on_port = [e for e in r["storms"] if (e["switch"], e["port"]) == (leaf, port)]
@@ -322,4 +332,18 @@ def report(lab: LabRun, g, spec: WatchdogSpec, named: str, r: dict) -> None:
         f"quanta x 512 bit times at {RATE_BPS / 1e6:g} Mbit/s, halved): a shorter "
         "restoration gives the queue back between two refreshes. A much longer one keeps "
         "the healed host cut off past the target",
+    )
+
+
+def offline(lab: LabRun) -> None:
+    """`emu lab test pause_storm`: watchdog.yaml as the switches read it, a host named."""
+    wd = student_watchdog(lab)  # a LabError names a bad key or value
+    lab.check("watchdog.yaml is a watchdog emu accepts", isinstance(wd, dict), "valid", "valid", "")
+    named = str(lab.answers("answers.yaml", keys=("culprit",)).get("culprit") or "").strip()
+    lab.check(
+        "answers.yaml names a host",
+        named in fabric_mod.hosts(graph()),
+        named or "(blank)",
+        "a host of the fabric (`net` lists them)",
+        "whether it is the stuck one is graded on packets: sudo emu lab check pause_storm",
     )
