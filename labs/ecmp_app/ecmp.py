@@ -5,7 +5,8 @@ LLDP and calls next_hops() for every switch and every destination switch;
 it installs a SELECT group over the ports you return, and the switch hashes
 each flow's 5-tuple onto one of them.
 
-Grade your work with:   sudo emu lab check ecmp_app
+Test it offline with:   emu lab test ecmp_app        (no sudo, no fabric, a second)
+Grade your work with:   sudo emu lab check ecmp_app  (a leaf/spine and a fat-tree)
 Try it in a CLI with:   sudo emu lab start ecmp_app
 """
 
