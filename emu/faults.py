@@ -2,22 +2,31 @@
 
 Owns the vocabulary of faults and how each reaches the fabric: through a
 switch's or a NIC agent's management socket, or through the fabric's link
-control. Every injected fault is a timestamped event (`Faults.events`) that
-scenarios put in their report. Unknown nodes and bad values are errors that
-name them.
+control. Every injected fault is an event (`Faults.events`) that scenarios
+put in their report, stamped with the moment the fault was injected (its
+action began: the scheduled moment for a fault given `at=`), not the moment
+it was logged: ``wall`` is that moment's unix time and ``t`` its seconds since
+this `Faults` was made. Unknown nodes and bad values are errors that name
+them, raised by the call, before anything is scheduled.
 
 Faults here: link down/up/flap, lossy link, switch kill/restart, controller
 kill/restart, stuck NIC (stops draining, sends PAUSE continuously), slow
 receiver (drains at a given rate, so its NIC sends PAUSE), PFC watchdog on/off
 or its action, ECN thresholds changed. A flow put on the wrong class is a
 workload property (e.g. iperf3 with `tos=0x68`, see emu/traffic/iperf.py).
-Every fault takes `at=` (seconds from the call) to happen later, on a timer
-that the fabric cancels when it stops.
+Every fault takes `at=` (seconds from the call; None or 0: now) to happen
+later, on a timer that the fabric cancels when it stops.
+
+NIC faults (stuck NIC, slow receiver, straggler) act on a host's NIC agent
+(emu/host/agent.py): the fault starts the agents it needs, on the call, as
+`emu.traffic.rdma.fabric_nics` does for workloads, so that a later workload
+or fault finds the same agents.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from typing import Any, Callable
@@ -37,10 +46,10 @@ class Faults:
         fab: the running `emu.net.Fabric`.
         nics: the `emu.traffic.rdma.RdmaHosts` whose agents NIC faults go to.
             As `fab.faults.nics` it is the fabric's one set of NIC agents:
-            a scenario that starts its own sets it; otherwise
-            `emu.traffic.rdma.fabric_nics` starts them there on first use
-            (collectives run on the fabric as a whole), and later runs and NIC
-            faults find the same agents.
+            a scenario that starts its own sets it; otherwise a NIC fault, or
+            `emu.traffic.rdma.fabric_nics` (collectives run on the fabric as a
+            whole), starts them there on first use, and later runs and NIC
+            faults find the same agents (adding any host not yet among them).
     """
 
     def __init__(self, fab, nics=None) -> None:
@@ -56,21 +65,26 @@ class Faults:
         self._worker: threading.Thread | None = None
         self._stopping = False
 
-    def _later(self, at: float | None, action: Callable[[], None]) -> None:
+    def _later(
+        self, at: float | None, action: Callable[[], None], since: float | None = None
+    ) -> None:
         """Run `action` now, or `at` seconds from now (errors are kept in .errors).
+
+        `since`: the `time.monotonic()` that `at` counts from, when it is not now
+        (a NIC fault counts from its call, not from its agent's start).
 
         Scheduled faults run on one worker thread that lives until `cancel()`:
         processes it restarts (a switch, the controller) die with the thread that
         spawned them (PR_SET_PDEATHSIG), so that thread must outlive them.
         """
+        check_at(at)
         if not at:
             action()
             return
-        if at < 0:
-            raise FaultError(f"at={at}: must be >= 0 seconds from now")
         with self._cond:
             self._seq += 1
-            heapq.heappush(self._queue, (time.monotonic() + at, self._seq, action))
+            start = time.monotonic() if since is None else since
+            heapq.heappush(self._queue, (start + at, self._seq, action))
             if self._worker is None:
                 self._worker = threading.Thread(target=self._run, name="emu-faults", daemon=True)
                 self._worker.start()
@@ -101,11 +115,32 @@ class Faults:
         if self._worker is not None:
             self._worker.join(timeout=30)
 
-    def _event(self, kind: str, **info: Any) -> None:
-        # Every injected fault is a timestamped event, for reports and telemetry.
-        self.events.append(
-            {"t": round(time.time() - self.t0, 3), "wall": time.time(), "kind": kind, **info}
-        )
+    def _event(self, kind: str, wall: float | None = None, **info: Any) -> None:
+        """Record a fault that happened at `wall` (unix time; None: now)."""
+        wall = time.time() if wall is None else wall
+        self.events.append({"t": round(wall - self.t0, 3), "wall": wall, "kind": kind, **info})
+
+    def _inject(
+        self,
+        at: float | None,
+        kind: str,
+        do: Callable[[], Any],
+        /,
+        since: float | None = None,
+        **info: Any,
+    ) -> None:
+        """Run `do` now or `at` seconds from now, as the event `kind` stamped when it began.
+
+        `do` may return a dict of what it found out (added to the event); `info`
+        is the event's (positional-only before it, so that it may hold any key).
+        """
+
+        def fire() -> None:
+            began = time.time()
+            found = do()
+            self._event(kind, began, **info, **(found or {}))
+
+        self._later(at, fire, since)
 
     def _switches(self, switch: str | None) -> list[str]:
         all_switches = fabric_mod.switches(self.fab.graph)
@@ -115,30 +150,38 @@ class Faults:
             raise FaultError(f"unknown switch {switch!r}; switches: {', '.join(all_switches)}")
         return [switch]
 
+    def _host(self, host: str) -> None:
+        g = self.fab.graph
+        if host not in g or g.nodes[host]["kind"] != "host":
+            raise FaultError(f"unknown host {host!r}; hosts: {', '.join(fabric_mod.hosts(g))}")
+
     def _nic(self, host: str):
-        if self.nics is None:
-            raise FaultError("NIC faults need the RDMA host agents (emu.traffic.rdma)")
-        if host not in self.nics.nics:
-            raise FaultError(
-                f"unknown host {host!r} (or no NIC agent on it); hosts with "
-                f"agents: {', '.join(sorted(self.nics.nics))}"
-            )
+        """The NIC agent of `host`, started now if it is not running yet."""
+        self._host(host)
+        if self.nics is None or host not in self.nics.nics:
+            # Imported here: emu.traffic.rdma imports emu.net, which imports this module.
+            from emu.traffic import rdma
+
+            rdma.fabric_nics(self.fab, [host], faults=self)
         return self.nics.nics[host]
 
     # ----- links ------------------------------------------------------------
 
     def link_down(self, u: str, v: str, at: float | None = None) -> None:
+        """Take the link u-v down at both ends (a pulled cable)."""
         self._check_link(u, v)
         self._later(at, lambda: self._link(u, v, up=False))
 
     def link_up(self, u: str, v: str, at: float | None = None) -> None:
+        """Bring the link u-v back up."""
         self._check_link(u, v)
         self._later(at, lambda: self._link(u, v, up=True))
 
     def flap(self, u: str, v: str, period_s: float, count: int, at: float | None = None) -> None:
         """Take u-v down and up `count` times, half a period each, from `at` on."""
         self._check_link(u, v)
-        if period_s <= 0 or count < 1:
+        check_at(at)
+        if not period_s > 0 or not math.isfinite(period_s) or count < 1:
             raise FaultError(
                 f"flap period_s={period_s}, count={count}: need period > 0, count >= 1"
             )
@@ -179,7 +222,7 @@ class Faults:
         ):
             raise FaultError(f"only_from={only_from!r}: must be a switch end of the link {u}-{v}")
 
-        def apply() -> None:
+        def apply() -> dict:
             g = self.fab.graph
             for node in (u, v) if only_from is None else (only_from,):
                 if g.nodes[node]["kind"] == "switch":
@@ -193,9 +236,9 @@ class Faults:
             extra = {} if only_from is None else {"only_from": only_from}
             if every:
                 extra["every"] = every
-            self._event("lossy_link", link=f"{u}-{v}", probability=probability, **extra)
+            return extra
 
-        self._later(at, apply)
+        self._inject(at, "lossy_link", apply, link=f"{u}-{v}", probability=probability)
 
     def _check_link(self, u: str, v: str) -> None:
         for node in (u, v):
@@ -205,34 +248,29 @@ class Faults:
             raise FaultError(f"no link between {u!r} and {v!r}")
 
     def _link(self, u: str, v: str, up: bool) -> None:
+        began = time.time()
         self.fab.set_link(u, v, up=up)
-        self._event("link_up" if up else "link_down", link=f"{u}-{v}")
+        self._event("link_up" if up else "link_down", began, link=f"{u}-{v}")
 
     # ----- processes --------------------------------------------------------
 
     def kill_switch(self, switch: str, at: float | None = None) -> None:
+        """Kill a switch's process (a crash): its ports stop forwarding."""
         self._switches(switch)
-        self._later(
-            at, lambda: (self.fab.kill_switch(switch), self._event("switch_killed", switch=switch))
-        )
+        self._inject(at, "switch_killed", lambda: self.fab.kill_switch(switch), switch=switch)
 
     def restart_switch(self, switch: str, at: float | None = None) -> None:
+        """Start a killed switch again; it reconnects to the controller."""
         self._switches(switch)
-        self._later(
-            at,
-            lambda: (
-                self.fab.restart_switch(switch),
-                self._event("switch_restarted", switch=switch),
-            ),
-        )
+        self._inject(at, "switch_restarted", lambda: self.fab.restart_switch(switch), switch=switch)
 
     def kill_controller(self, at: float | None = None) -> None:
-        self._later(at, lambda: (self.fab.kill_controller(), self._event("controller_killed")))
+        """Kill the controller; switches keep forwarding with the flows they have."""
+        self._inject(at, "controller_killed", self.fab.kill_controller)
 
     def restart_controller(self, at: float | None = None) -> None:
-        self._later(
-            at, lambda: (self.fab.restart_controller(), self._event("controller_restarted"))
-        )
+        """Start a fresh controller on the same port (after `kill_controller`, or instead of it)."""
+        self._inject(at, "controller_restarted", self.fab.restart_controller)
 
     # ----- hosts ------------------------------------------------------------
 
@@ -243,10 +281,15 @@ class Faults:
         rate / factor, and a token bucket on its own interface paces what it
         sends (`Fabric.set_host_tx_rate`; factor 1 restores the fabric's own).
         """
+        self._slow_host(host, factor, at)
+
+    def _slow_host(
+        self, host: str, factor: float, at: float | None, since: float | None = None
+    ) -> None:
+        self._host(host)
         g = self.fab.graph
-        if host not in g or g.nodes[host]["kind"] != "host":
-            raise FaultError(f"unknown host {host!r}; hosts: {', '.join(fabric_mod.hosts(g))}")
-        if not factor >= 1.0:
+        check_at(at)
+        if not 1.0 <= factor < float("inf"):
             raise FaultError(f"factor={factor}: must be >= 1 (1 = healthy, 4 = four times slower)")
         switch = g.nodes[host]["leaf"]  # the NIC's link (a GPU's NVLink port is another)
         link = g.edges[host, switch]
@@ -260,9 +303,10 @@ class Faults:
                 rate_bps=None if factor == 1.0 else rate_bps,
             )
             self.fab.set_host_tx_rate(host, None if factor == 1.0 else rate_bps)
-            self._event("slow_host", host=host, factor=factor, rate_bps=rate_bps)
 
-        self._later(at, apply)
+        self._inject(
+            at, "slow_host", apply, since=since, host=host, factor=factor, rate_bps=rate_bps
+        )
 
     def straggler(
         self,
@@ -276,8 +320,12 @@ class Faults:
         `compute_factor`: the compute step of every collective it runs takes
         that many times longer (emu/host/collective.py). `nic_factor`: its
         NIC model paces at link rate / factor, and its link is slowed like
-        `slow_host` for everything else. Needs the host's NIC agent.
+        `slow_host` for everything else. Starts the host's NIC agent if it
+        is not running yet.
         """
+        called = time.monotonic()
+        self._host(host)
+        check_at(at)
         for name, value in (("compute_factor", compute_factor), ("nic_factor", nic_factor)):
             if not 1.0 <= value < float("inf"):
                 raise FaultError(f"{name}={value}: must be >= 1 (1 = healthy)")
@@ -285,38 +333,66 @@ class Faults:
         g = self.fab.graph
         rate_bps = g.edges[host, g.nodes[host]["leaf"]]["rate_bps"] / nic_factor
 
-        def apply() -> None:
-            nic.call("set", compute_factor=compute_factor, rate_bps=rate_bps)
-            self._event(
-                "straggler", host=host, compute_factor=compute_factor, nic_factor=nic_factor
-            )
-
-        self._later(at, apply)
+        self._inject(
+            at,
+            "straggler",
+            lambda: nic.call("set", compute_factor=compute_factor, rate_bps=rate_bps),
+            since=called,
+            host=host,
+            compute_factor=compute_factor,
+            nic_factor=nic_factor,
+        )
         # The link too (tc on the host, pacing at its switch port), and back when healed.
         if nic_factor != 1.0:
             self._nic_stragglers.add(host)
-            self.slow_host(host, nic_factor, at=at)
+            self._slow_host(host, nic_factor, at, since=called)
         elif host in self._nic_stragglers:
             self._nic_stragglers.discard(host)
-            self.slow_host(host, 1.0, at=at)
+            self._slow_host(host, 1.0, at, since=called)
 
     # ----- NICs -------------------------------------------------------------
 
-    def stuck_nic(self, host: str, stuck: bool = True) -> None:
-        """The NIC stops draining and sends PAUSE at the refresh rate (a pause storm)."""
-        self._nic(host).call("set", stuck=stuck)
-        self._event("stuck_nic" if stuck else "nic_recovered", host=host)
+    def stuck_nic(self, host: str, stuck: bool = True, at: float | None = None) -> None:
+        """The NIC stops draining and sends PAUSE at the refresh rate (a pause storm).
 
-    def slow_receiver(self, host: str, drain_rate_bps: float | None) -> None:
-        """The host consumes at `drain_rate_bps` (None: at once), so its NIC pauses senders."""
-        if drain_rate_bps is not None and drain_rate_bps < 0:
-            raise FaultError(f"drain_rate_bps={drain_rate_bps}: must be >= 0")
+        `stuck=False` heals it. Starts the host's NIC agent if it is not running yet.
+        """
+        called = time.monotonic()
+        check_at(at)
         nic = self._nic(host)
-        if drain_rate_bps is None:
-            nic.call("set", unlimited_drain=True)
-        else:
-            nic.call("set", drain_rate_bps=drain_rate_bps)
-        self._event("slow_receiver", host=host, drain_rate_bps=drain_rate_bps)
+        self._inject(
+            at,
+            "stuck_nic" if stuck else "nic_recovered",
+            lambda: nic.call("set", stuck=stuck),
+            since=called,
+            host=host,
+        )
+
+    def slow_receiver(
+        self, host: str, drain_rate_bps: float | None, at: float | None = None
+    ) -> None:
+        """The host consumes at `drain_rate_bps` (None: at once), so its NIC pauses senders.
+
+        Starts the host's NIC agent if it is not running yet.
+        """
+        called = time.monotonic()
+        if drain_rate_bps is not None and not 0 <= drain_rate_bps < float("inf"):
+            raise FaultError(f"drain_rate_bps={drain_rate_bps}: must be >= 0")
+        check_at(at)
+        nic = self._nic(host)
+        change = (
+            {"unlimited_drain": True}
+            if drain_rate_bps is None
+            else {"drain_rate_bps": drain_rate_bps}
+        )
+        self._inject(
+            at,
+            "slow_receiver",
+            lambda: nic.call("set", **change),
+            since=called,
+            host=host,
+            drain_rate_bps=drain_rate_bps,
+        )
 
     # ----- switches ---------------------------------------------------------
 
@@ -326,31 +402,58 @@ class Faults:
         switch: str | None = None,
         action: str | None = None,
         detection_s: float | None = None,
+        at: float | None = None,
     ) -> None:
         """Turn the PFC watchdog on or off (or change its action) on one or every switch.
 
         `detection_s` is modelled time: the switch multiplies it by the
         fabric's time scale (emu/fabric/, "The time scale").
         """
-        for sw in self._switches(switch):
-            try:
-                self.fab.switch_call(
-                    sw, "set_watchdog", enabled=enabled, action=action, detection_s=detection_s
-                )
-            except mgmt.MgmtError as exc:
-                raise FaultError(str(exc)) from None
-        self._event("watchdog", enabled=enabled, switch=switch or "all", action=action)
+        targets = self._switches(switch)
+        self._inject(
+            at,
+            "watchdog",
+            lambda: self._call_switches(
+                targets, "set_watchdog", enabled=enabled, action=action, detection_s=detection_s
+            ),
+            enabled=enabled,
+            switch=switch or "all",
+            action=action,
+        )
 
     def ecn_thresholds(
-        self, kmin_bytes: int, kmax_bytes: int, pmax: float | None = None, switch: str | None = None
+        self,
+        kmin_bytes: int,
+        kmax_bytes: int,
+        pmax: float | None = None,
+        switch: str | None = None,
+        at: float | None = None,
     ) -> None:
         """Change ECN marking thresholds on one or every switch."""
         changes: dict[str, Any] = {"kmin_bytes": kmin_bytes, "kmax_bytes": kmax_bytes}
         if pmax is not None:
             changes["pmax"] = pmax
-        for sw in self._switches(switch):
+        targets = self._switches(switch)
+        self._inject(
+            at,
+            "ecn_thresholds",
+            lambda: self._call_switches(targets, "set_ecn", **changes),
+            switch=switch or "all",
+            **changes,
+        )
+
+    def _call_switches(self, switches: list[str], cmd: str, **args: Any) -> None:
+        # The switch validates the values; its refusal is the fault's error.
+        for sw in switches:
             try:
-                self.fab.switch_call(sw, "set_ecn", **changes)
+                self.fab.switch_call(sw, cmd, **args)
             except mgmt.MgmtError as exc:
                 raise FaultError(str(exc)) from None
-        self._event("ecn_thresholds", switch=switch or "all", **changes)
+
+
+def check_at(at: Any) -> None:
+    """`at=` is None or a finite number of seconds >= 0; else a FaultError naming it."""
+    if at is None:
+        return
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at < 0:
+        raise FaultError(f"at={at!r}: must be a number of seconds >= 0 from now (None: now)")

@@ -384,9 +384,10 @@ class Fabric:
     def start(self, workload: str, **options: Any):
         """Start a workload in the background; returns a job with `wait()`.
 
-        Workloads: "ping" (src, dst, interval_s, duration_s) -> emu.traffic.ping.PingJob;
-        "iperf" (src, dst, seconds, port, udp, bitrate, tos, ...) -> a job whose `wait()`
-        returns iperf3's JSON.
+        Workloads: "ping" (src, dst, interval_s, duration_s) -> emu.traffic.ping.PingJob,
+        whose `wait()` gives a PingResult; "iperf" (src, dst, duration_s, port, udp,
+        bitrate, tos, ...) -> emu.traffic.iperf.Job, whose `wait()` gives an IperfResult
+        (iperf3's JSON in its `raw`).
         """
         if workload == "ping":
             return PingJob(self, **options)
@@ -396,7 +397,7 @@ class Fabric:
 
     @property
     def faults(self):
-        """The fault API on this fabric (emu.faults.Faults); NIC faults need `nics` set."""
+        """The fault API on this fabric (emu.faults.Faults); NIC faults start their agents."""
         if self._faults is None:
             self._faults = Faults(self)
         return self._faults

@@ -120,8 +120,9 @@ def host_nics(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
     """The NIC agents to run on: `target` itself, or the fabric's (`rdma.fabric_nics`).
 
     A fabric's agents are the ones its fault API drives (`fab.faults.nics`):
-    they are started there on first use, so that a later call, or a NIC
-    fault, finds the same agents instead of starting a second set.
+    they are started there on first use (and on a host not yet among them
+    when it is first used), so that a later call, or a NIC fault, finds the
+    same agents instead of starting a second set.
     """
     nics = target if isinstance(target, RdmaHosts) else fabric_nics(target, hosts)
     missing = [h for h in hosts if h not in nics.nics]

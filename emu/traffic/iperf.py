@@ -1,16 +1,26 @@
 """Kernel traffic with iperf3: TCP and UDP flows between fabric hosts.
 
 Owns starting an iperf3 server and client pair in two hosts' namespaces and
-returning iperf3's JSON result. Kernel traffic rides the lossy class unless a
-TOS puts it elsewhere (`tos=0x68` is DSCP 26, the lossless RoCE class: what a
+what comes back. Kernel traffic rides the lossy class unless a TOS puts it
+elsewhere (`tos=0x68` is DSCP 26, the lossless RoCE class: what a
 misconfigured storage flow looks like).
+
+Two layers: `Job` (what `Fabric.start("iperf", ...)` returns) and `measure`
+give an `IperfResult`, the iperf workload's one result type, with iperf3's
+JSON kept in `raw`; `run`, `start`, `start_many` and `finish` are the
+building blocks that scenarios use, and return iperf3's JSON as it is. Every
+workload's duration keyword is `duration_s` (`seconds=` is its old name, a
+DeprecationWarning).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
-from typing import TYPE_CHECKING
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from emu.registry import wait_for
 
@@ -18,28 +28,154 @@ if TYPE_CHECKING:
     from emu.net import Fabric
 
 SERVER_READY_TIMEOUT_S = 10.0
+DEFAULT_DURATION_S = 5.0
 
 
-def run(fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options) -> dict:
+def resolve_duration(
+    duration_s: float | None, seconds: float | None, workload: str, default: float | None = None
+) -> float:
+    """The workload's duration from `duration_s`, or its old name `seconds` (with a warning).
+
+    Raises:
+        ValueError: both given, or not a finite number of seconds > 0.
+    """
+    if seconds is not None:
+        if duration_s is not None:
+            raise ValueError(f"{workload}: give duration_s, not also its old name seconds")
+        warnings.warn(
+            f"{workload}: seconds= is deprecated; use duration_s=", DeprecationWarning, stacklevel=3
+        )
+        duration_s = seconds
+    if duration_s is None:
+        duration_s = DEFAULT_DURATION_S if default is None else default
+    if (
+        isinstance(duration_s, bool)
+        or not isinstance(duration_s, (int, float))
+        or not (0 < duration_s < math.inf)
+    ):
+        raise ValueError(f"{workload}: duration_s={duration_s!r}: must be a number of seconds > 0")
+    return float(duration_s)
+
+
+@dataclass(frozen=True)
+class IperfResult:
+    """One iperf3 test's figures, with iperf3's JSON in `raw`.
+
+    Attributes:
+        src, dst: the hosts.
+        duration_s: how long the test was asked to run.
+        protocol: "tcp" or "udp".
+        sent_bps, received_bps: the sender's and the receiver's mean rate (payload bits/s).
+        sent_bytes, received_bytes: payload bytes.
+        retransmits: TCP segments retransmitted (None for UDP).
+        lost_percent: UDP datagrams lost (None for TCP).
+        error: iperf3's error, or None when the test ran.
+        raw: iperf3's JSON document.
+    """
+
+    src: str
+    dst: str
+    duration_s: float
+    protocol: str
+    sent_bps: float
+    received_bps: float
+    sent_bytes: int
+    received_bytes: int
+    retransmits: int | None
+    lost_percent: float | None
+    error: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def received_mbps(self) -> float:
+        return self.received_bps / 1e6
+
+    def receiver_intervals_mbps(self) -> list[float]:
+        """The receiver's Mbit/s in each interval (needs `server_output=True`)."""
+        return received_mbps(self.raw)
+
+    @classmethod
+    def from_json(cls, doc: dict, src: str, dst: str, duration_s: float) -> IperfResult:
+        """The figures of iperf3's JSON `doc` (pure; a failed test gives zeros and its error)."""
+        end = doc.get("end", {}) or {}
+        udp = (doc.get("start", {}).get("test_start", {}) or {}).get("protocol") == "UDP"
+        # UDP puts its totals in "sum"; TCP in "sum_sent" and "sum_received".
+        sent = end.get("sum_sent") or end.get("sum") or {}
+        received = end.get("sum_received") or end.get("sum") or {}
+        error = doc.get("error")
+        return cls(
+            src=src,
+            dst=dst,
+            duration_s=duration_s,
+            protocol="udp" if udp else "tcp",
+            sent_bps=float(sent.get("bits_per_second", 0.0)),
+            received_bps=float(received.get("bits_per_second", 0.0)),
+            sent_bytes=int(sent.get("bytes", 0)),
+            received_bytes=int(received.get("bytes", 0)),
+            retransmits=None if udp else sent.get("retransmits"),
+            lost_percent=(end.get("sum") or {}).get("lost_percent") if udp else None,
+            error=None if error is None else str(error),
+            raw=doc,
+        )
+
+
+def measure(
+    fab: Fabric,
+    src: str,
+    dst: str,
+    duration_s: float | None = None,
+    port: int = 5201,
+    *,
+    seconds: float | None = None,
+    **options,
+) -> IperfResult:
+    """One iperf3 test src -> dst, waited for; its IperfResult (options as `start_many`)."""
+    return Job(fab, src, dst, duration_s, port, seconds=seconds, **options).wait()
+
+
+def run(
+    fab: Fabric,
+    src: str,
+    dst: str,
+    duration_s: float | None = None,
+    port: int = 5201,
+    *,
+    seconds: float | None = None,
+    **options,
+) -> dict:
     """One iperf3 test src -> dst; returns iperf3's JSON result (with "error" on failure).
 
     Options: parallel (streams), udp (bool), bitrate ("18M"), tos (int), length (bytes).
     """
-    return finish(fab, start(fab, src, dst, seconds, port, **options), timeout_s=seconds + 30)
+    duration_s = resolve_duration(duration_s, seconds, "iperf")
+    client = start(fab, src, dst, duration_s, port, **options)
+    return finish(fab, client, timeout_s=duration_s + 30)
 
 
 def start(
-    fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options
+    fab: Fabric,
+    src: str,
+    dst: str,
+    duration_s: float | None = None,
+    port: int = 5201,
+    *,
+    seconds: float | None = None,
+    **options,
 ) -> subprocess.Popen:
     """Start server and client; the client runs in the background until `finish`."""
-    [client] = start_many(fab, [(src, dst)], seconds, first_port=port, **options)
+    duration_s = resolve_duration(duration_s, seconds, "iperf")
+    [client] = start_many(fab, [(src, dst)], duration_s, first_port=port, **options)
     return client
 
 
 def start_many(
     fab: Fabric,
     flows: list[tuple[str, str]],
-    seconds: float,
+    duration_s: float | None = None,
     first_port: int = 5201,
     parallel: int = 1,
     udp: bool = False,
@@ -48,6 +184,8 @@ def start_many(
     length: int | None = None,
     omit_s: float | None = None,
     server_output: bool = False,
+    *,
+    seconds: float | None = None,
 ) -> list[subprocess.Popen]:
     """Start one iperf3 test per (src, dst), all servers first, then all clients together.
 
@@ -59,6 +197,7 @@ def start_many(
     socket, which can pause for seconds while the socket's buffer drains, so
     only the receiver says when a flow moved no bytes. Finish each with `finish`.
     """
+    duration_s = resolve_duration(duration_s, seconds, "iperf")
     servers = []
     clients: list[subprocess.Popen] = []
     try:
@@ -85,7 +224,7 @@ def start_many(
                 fab,
                 dst,
                 first_port + i,
-                seconds,
+                duration_s,
                 parallel,
                 udp,
                 bitrate,
@@ -110,7 +249,7 @@ def _client_argv(
     fab: Fabric,
     dst: str,
     port: int,
-    seconds: float,
+    duration_s: float,
     parallel: int,
     udp: bool,
     bitrate: str | None,
@@ -126,7 +265,7 @@ def _client_argv(
         "-p",
         str(port),
         "-t",
-        str(seconds),
+        str(duration_s),
         "-P",
         str(parallel),
         "-J",
@@ -174,17 +313,42 @@ def _listening(fab: Fabric, host: str, port: int) -> bool:
 
 
 class Job:
-    """An iperf3 test in the background (`Fabric.start("iperf", ...)`); `wait()` gives its JSON."""
+    """An iperf3 test in the background (`Fabric.start("iperf", ...)`); `wait()` gives its result.
+
+    Args:
+        fab: the running fabric (emu.net.Fabric).
+        src, dst: host names (client and server).
+        duration_s: how long the test runs (the workloads' one duration keyword).
+        port: the server's port.
+        seconds: the old name of `duration_s` (a DeprecationWarning).
+        **options: as `start_many`: parallel, udp, bitrate, tos, length, omit_s,
+            server_output.
+
+    Example:
+        >>> job = Job(fab, "h1", "h2", duration_s=3)   # doctest: +SKIP
+        >>> job.wait().received_bps > 0                # doctest: +SKIP
+    """
 
     def __init__(
-        self, fab: Fabric, src: str, dst: str, seconds: float, port: int = 5201, **options
+        self,
+        fab: Fabric,
+        src: str,
+        dst: str,
+        duration_s: float | None = None,
+        port: int = 5201,
+        *,
+        seconds: float | None = None,
+        **options,
     ) -> None:
         self.fab = fab
-        self.seconds = seconds
-        self.client = start(fab, src, dst, seconds, port, **options)
-        self._doc: dict | None = None
+        self.src, self.dst = src, dst
+        self.duration_s = resolve_duration(duration_s, seconds, "iperf")
+        self.client = start(fab, src, dst, self.duration_s, port, **options)
+        self._result: IperfResult | None = None
 
-    def wait(self, timeout_s: float | None = None) -> dict:
-        if self._doc is None:
-            self._doc = finish(self.fab, self.client, timeout_s or self.seconds + 30)
-        return self._doc
+    def wait(self, timeout_s: float | None = None) -> IperfResult:
+        """Wait for the test to finish; returns its IperfResult (iperf3's JSON in `.raw`)."""
+        if self._result is None:
+            doc = finish(self.fab, self.client, timeout_s or self.duration_s + 30)
+            self._result = IperfResult.from_json(doc, self.src, self.dst, self.duration_s)
+        return self._result

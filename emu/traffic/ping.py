@@ -1,25 +1,58 @@
 """Reachability probes: a ping stream between two hosts, and what it lost when.
 
 Owns running `ping` in a host's namespace as a background job and turning its
-replies into the figures failure tests assert on: packets sent and received
-and the longest run of lost replies (the outage a failure caused).
+output into the figures failure tests assert on: packets sent and received,
+when each was sent, and the longest run of lost replies (the outage a failure
+caused). Its result (`PingResult`) is the ping workload's one result type
+(`Fabric.start("ping", ...)`), with ping's own output kept in `raw`.
+
+When each ping was sent comes from ping's own clock, not from its sequence
+number times the interval asked for (ping's timer runs late: asked for 50 ms
+it sent every 56 ms on the 2-core VM): a reply's time (`-D`) less its round
+trip, and for a lost one the "no answer yet" line that `-O` prints as the
+next one leaves.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
 from dataclasses import dataclass
+
+from emu.traffic.iperf import resolve_duration
+
+# iputils ping with -D: "[1700000000.123456] 64 bytes from ...: icmp_seq=3 ttl=64 time=0.21 ms"
+_REPLY = re.compile(
+    r"^\[(\d+\.\d+)\] \d+ bytes from .*?icmp_seq=(\d+)(?:.*?time=([\d.]+) ms)?", re.M
+)
+# ...and with -O, as it sends the next request: "[1700000000.2] no answer yet for icmp_seq=3"
+_NO_ANSWER = re.compile(r"^\[(\d+\.\d+)\] no answer yet for icmp_seq=(\d+)", re.M)
 
 
 @dataclass(frozen=True)
 class PingResult:
+    """What one ping stream saw.
+
+    Attributes:
+        sent: requests sent.
+        received: requests that got a reply.
+        interval_s: the interval ping was asked for.
+        replied: the icmp_seq numbers that got a reply, ascending.
+        reply_wall: when each reply arrived (unix time, ping -D), in the order of `replied`.
+        sent_at: (seq, unix time) of the requests whose send time ping's output
+            gives: a reply's time less its round trip, and the request after
+            each "no answer yet" line.
+        raw: ping's output, for whoever wants more than the figures.
+    """
+
     sent: int
     received: int
-    interval_s: float  # what ping was asked for
-    replied: tuple[int, ...]  # icmp_seq numbers that got a reply
-    # When each reply arrived (wall clock, ping -D), in the order of `replied`.
+    interval_s: float
+    replied: tuple[int, ...]
     reply_wall: tuple[float, ...] = ()
+    sent_at: tuple[tuple[int, float], ...] = ()
+    raw: str = ""
 
     @property
     def lost(self) -> int:
@@ -27,15 +60,17 @@ class PingResult:
 
     @property
     def actual_interval_s(self) -> float:
-        """The interval ping really kept, from its replies' times.
+        """The interval ping really kept, from its own times.
 
         ping's timer runs late: asked for 50 ms it sent every 56 ms on the
         2-core VM, so seq n is not sent at n x interval_s.
         """
-        if len(self.reply_wall) < 2 or self.replied[-1] == self.replied[0]:
+        known = self._known_sends()
+        seqs = sorted(known)
+        if len(seqs) < 2 or seqs[-1] == seqs[0]:
             return self.interval_s
-        span = self.reply_wall[-1] - self.reply_wall[0]
-        return max(span / (self.replied[-1] - self.replied[0]), self.interval_s)
+        span = known[seqs[-1]] - known[seqs[0]]
+        return max(span / (seqs[-1] - seqs[0]), self.interval_s)
 
     @property
     def longest_outage_s(self) -> float:
@@ -47,31 +82,44 @@ class PingResult:
             longest = max(longest, run)
         return longest * self.actual_interval_s
 
-    def sent_wall(self, seq: int) -> float | None:
-        """When `seq` was sent (wall clock), from the replies around it; None without replies.
+    def _known_sends(self) -> dict[int, float]:
+        # Without send times (a result made from replies alone), a reply's time
+        # stands for its request's: a round trip here is under a millisecond.
+        return dict(self.sent_at) if self.sent_at else dict(zip(self.replied, self.reply_wall))
 
-        A reply comes a round trip (under a millisecond here) after its
-        request; a lost one is placed between the replies before and after it.
+    def sent_wall(self, seq: int) -> float | None:
+        """When `seq` was sent (unix time); None when ping's output placed nothing in time.
+
+        From ping's own times where it gave one (`sent_at`), else between the
+        nearest requests around it whose times are known, else one real
+        interval per seq beyond the last (or before the first) of them.
         """
-        if not self.reply_wall:
+        known = self._known_sends()
+        if not known:
             return None
-        times = dict(zip(self.replied, self.reply_wall))
-        if seq in times:
-            return times[seq]
+        if seq in known:
+            return known[seq]
         step = self.actual_interval_s
-        below = [s for s in self.replied if s < seq]
-        above = [s for s in self.replied if s > seq]
+        below = [s for s in known if s < seq]
+        above = [s for s in known if s > seq]
         if below and above:
-            lo, hi = below[-1], above[0]
-            return times[lo] + (times[hi] - times[lo]) * (seq - lo) / (hi - lo)
+            lo, hi = max(below), min(above)
+            return known[lo] + (known[hi] - known[lo]) * (seq - lo) / (hi - lo)
         if below:
-            return times[below[-1]] + step * (seq - below[-1])
-        return times[above[0]] - step * (above[0] - seq)
+            lo = max(below)
+            return known[lo] + step * (seq - lo)
+        hi = min(above)
+        return known[hi] - step * (hi - seq)
+
+    def timeline(self) -> list[tuple[float | None, bool]]:
+        """(when it was sent, whether it got a reply) for seq 1..sent, in order: what to plot."""
+        got = set(self.replied)
+        return [(self.sent_wall(seq), seq in got) for seq in range(1, self.sent + 1)]
 
     def lost_between(self, start_wall: float, end_wall: float) -> list[int]:
-        """The seqs sent within [start_wall, end_wall] (wall clock) that got no reply.
+        """The seqs sent within [start_wall, end_wall] (unix time) that got no reply.
 
-        With no reply at all nothing can be placed in time: every seq counts.
+        With no time at all nothing can be placed: every lost seq counts.
         """
         got = set(self.replied)
         lost = []
@@ -83,9 +131,55 @@ class PingResult:
                 lost.append(seq)
         return lost
 
+    def restored_wall(self, after_wall: float) -> float | None:
+        """When replies came back after the last loss of pings sent from `after_wall` on.
+
+        The reply time of the first answered seq after that loss; None if no
+        ping sent from `after_wall` on was lost, or none answered after it.
+        """
+        lost = self.lost_between(after_wall, float("inf"))
+        if not lost:
+            return None
+        after = [w for s, w in zip(self.replied, self.reply_wall) if s > lost[-1]]
+        return after[0] if after else None
+
+
+def parse(output: str, sent: int, interval_s: float) -> PingResult:
+    """A PingResult from the output of `ping -D -O -c sent -i interval_s` (pure)."""
+    replies: dict[int, float] = {}
+    sends: dict[int, float] = {}
+    for wall, seq, rtt_ms in _REPLY.findall(output or ""):
+        seq_no = int(seq)
+        if seq_no in replies:
+            continue  # a duplicate keeps the first
+        replies[seq_no] = float(wall)
+        if rtt_ms:
+            sends[seq_no] = float(wall) - float(rtt_ms) / 1000
+    for wall, seq in _NO_ANSWER.findall(output or ""):
+        # Printed as the request after `seq` leaves (iputils' pinger, just before it sends).
+        if int(seq) < sent:
+            sends.setdefault(int(seq) + 1, float(wall))
+    seqs = tuple(sorted(replies))
+    return PingResult(
+        sent,
+        len(seqs),
+        interval_s,
+        seqs,
+        tuple(replies[s] for s in seqs),
+        tuple(sorted(sends.items())),
+        output or "",
+    )
+
 
 class PingJob:
     """`ping` from `src` to `dst` every `interval_s` for `duration_s`, in the background.
+
+    Args:
+        fab: the running fabric (emu.net.Fabric).
+        src, dst: host names.
+        interval_s: between requests.
+        duration_s: how long the stream runs (the workloads' one duration keyword).
+        seconds: the old name of `duration_s` (a DeprecationWarning).
 
     Example:
         >>> job = PingJob(fab, "h1", "h4", interval_s=0.02, duration_s=4)  # doctest: +SKIP
@@ -93,16 +187,28 @@ class PingJob:
     """
 
     def __init__(
-        self, fab, src: str, dst: str, interval_s: float = 0.05, duration_s: float = 5.0
+        self,
+        fab,
+        src: str,
+        dst: str,
+        interval_s: float = 0.05,
+        duration_s: float | None = None,
+        *,
+        seconds: float | None = None,
     ) -> None:
+        duration_s = resolve_duration(duration_s, seconds, "ping")
+        if not interval_s > 0 or interval_s == float("inf"):
+            raise ValueError(f"interval_s={interval_s!r}: must be a number of seconds > 0")
         self.fab = fab
         self.interval_s = interval_s
+        self.duration_s = duration_s
         self.count = max(1, int(duration_s / interval_s))
         ip = fab.graph.nodes[dst]["ip"]
+        self.started_wall = time.time()
         self.proc = fab.popen(
             src,
-            # -D: each reply's time, since ping's interval drifts (actual_interval_s).
-            ["ping", "-D", "-n", "-i", str(interval_s), "-c", str(self.count), "-W", "1", ip],
+            # -D: each line's time; -O: a line as each request after a lost one leaves.
+            ["ping", "-D", "-O", "-n", "-i", str(interval_s), "-c", str(self.count), "-W", "1", ip],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -117,13 +223,7 @@ class PingJob:
                 out, _ = self.proc.communicate(timeout=limit)
             finally:
                 self.fab.stop_proc(self.proc)
-            replies = {}
-            for wall, seq in re.findall(r"^\[(\d+\.\d+)\].*icmp_seq=(\d+)", out or "", re.M):
-                replies.setdefault(int(seq), float(wall))  # a duplicate keeps the first
-            seqs = tuple(sorted(replies))
-            self._result = PingResult(
-                self.count, len(seqs), self.interval_s, seqs, tuple(replies[s] for s in seqs)
-            )
+            self._result = parse(out, self.count, self.interval_s)
         return self._result
 
     def stop(self) -> None:

@@ -18,13 +18,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from emu import fabric as fabric_mod
 from emu import mgmt, realtime
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY
-from emu.net import Fabric
 from emu.registry import wait_for
+
+if TYPE_CHECKING:
+    # Annotations only: emu.net imports emu.faults, whose NIC faults start agents here.
+    from emu.net import Fabric
 
 AGENT_READY_TIMEOUT_S = 20.0
 
@@ -75,67 +78,88 @@ class RdmaHosts:
             )
         self.fab = fab
         self.port = port
-        try:
-            self.ports = {h: fabric_mod.host_port(fab.graph, h, port) for h in hosts}
-        except fabric_mod.FabricSpecError as exc:
-            raise ValueError(str(exc)) from None
+        self.ports: dict[str, fabric_mod.HostPort] = {}
         self.nics: dict[str, Nic] = {}
+        self.dcqcn = dcqcn
+        self.loss_recovery = loss_recovery
         self._qpn = 100
         self._ring_qps: dict[tuple[str, str], int] = {}  # (src, dst) -> the ring's QP
         self._jobs = 0  # collective jobs named so far
-        for h in hosts:
-            where = self.ports[h]
-            rate = where.rate_bps
-            modelled_rate_bps = rate * fab.time_scale
-            name = h if port == "nic" else f"{h}-{port}"
-            path = os.path.join(fab.run.sock_dir, f"{name}.nic.sock")
-            log = open(os.path.join(fab.run.log_dir, f"{name}.nic.log"), "ab")
-            argv = [
-                sys.executable,
-                "-m",
-                "emu.host.agent",
-                "--name",
-                name,
-                "--intf",
-                where.intf,
-                "--mac",
-                where.mac,
-                "--ip",
-                where.ip,
-                "--rate-bps",
-                str(rate),
-                "--modelled-rate-bps",
-                str(modelled_rate_bps),
-                "--mgmt",
-                path,
-                "--rt-priority",
-                str(realtime.configured_priority()),
-                "--loss-recovery",
-                loss_recovery,
-            ]
-            if not dcqcn:
-                argv.append("--no-dcqcn")
-            credit = fab.qos.get("credit", {})
-            if credit.get("enabled"):
-                # A credit fabric: the NIC is the host's end of its link's credit loop.
-                argv += ["--credit", json.dumps(credit)]
-            proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
-            log.close()
-            self.nics[h] = Nic(h, path, proc)
-        for h, nic in self.nics.items():
+        self.add(hosts)
 
-            def ready(nic=nic):
-                if nic.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"NIC agent {os.path.basename(nic.path)[: -len('.sock')]} exited; "
-                        f"see {fab.run.log_dir}/{os.path.basename(nic.path)[: -len('.sock')]}.log"
-                    )
-                try:
-                    return nic.call("info", timeout_s=1.0)
-                except mgmt.MgmtError:
-                    return None
+    def add(self, hosts: Sequence[str]) -> list[str]:
+        """Start the NICs of those `hosts` that have none here yet, as the others were started.
 
-            wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}", logs=fab.run.log_dir)
+        Returns the hosts whose agents were started now (all ready on return).
+
+        Raises:
+            ValueError: a host without this set's port.
+        """
+        new = [h for h in dict.fromkeys(hosts) if h not in self.nics]
+        try:
+            self.ports.update({h: fabric_mod.host_port(self.fab.graph, h, self.port) for h in new})
+        except fabric_mod.FabricSpecError as exc:
+            raise ValueError(str(exc)) from None
+        for h in new:
+            self.nics[h] = self._start_agent(h)
+        for h in new:
+            self._wait_ready(h, self.nics[h])
+        return new
+
+    def _start_agent(self, h: str) -> Nic:
+        fab = self.fab
+        where = self.ports[h]
+        rate = where.rate_bps
+        modelled_rate_bps = rate * fab.time_scale
+        name = h if self.port == "nic" else f"{h}-{self.port}"
+        path = os.path.join(fab.run.sock_dir, f"{name}.nic.sock")
+        log = open(os.path.join(fab.run.log_dir, f"{name}.nic.log"), "ab")
+        argv = [
+            sys.executable,
+            "-m",
+            "emu.host.agent",
+            "--name",
+            name,
+            "--intf",
+            where.intf,
+            "--mac",
+            where.mac,
+            "--ip",
+            where.ip,
+            "--rate-bps",
+            str(rate),
+            "--modelled-rate-bps",
+            str(modelled_rate_bps),
+            "--mgmt",
+            path,
+            "--rt-priority",
+            str(realtime.configured_priority()),
+            "--loss-recovery",
+            self.loss_recovery,
+        ]
+        if not self.dcqcn:
+            argv.append("--no-dcqcn")
+        credit = fab.qos.get("credit", {})
+        if credit.get("enabled"):
+            # A credit fabric: the NIC is the host's end of its link's credit loop.
+            argv += ["--credit", json.dumps(credit)]
+        proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        return Nic(h, path, proc)
+
+    def _wait_ready(self, h: str, nic: Nic) -> None:
+        fab = self.fab
+        agent = os.path.basename(nic.path)[: -len(".sock")]
+
+        def ready():
+            if nic.proc.poll() is not None:
+                raise RuntimeError(f"NIC agent {agent} exited; see {fab.run.log_dir}/{agent}.log")
+            try:
+                return nic.call("info", timeout_s=1.0)
+            except mgmt.MgmtError:
+                return None
+
+        wait_for(ready, AGENT_READY_TIMEOUT_S, f"the NIC agent of {h}", logs=fab.run.log_dir)
 
     def connect(self, src: str, dst: str, max_rate_bps: float | None = None, dscp: int = 26) -> int:
         """A reliable connection src -> dst; returns the QP number (same on both ends).
@@ -220,15 +244,20 @@ class RdmaHosts:
         return self.nics[host].call("set", **faults)
 
 
-def fabric_nics(fab: Fabric, hosts: Sequence[str]) -> RdmaHosts:
+def fabric_nics(fab: Fabric, hosts: Sequence[str], faults=None) -> RdmaHosts:
     """The fabric's NIC agents: the ones its fault API drives, started on `hosts` on first use.
 
-    `fab.faults.nics` holds them (emu/faults.py): a scenario that starts its
-    own sets it, and otherwise the first workload run on the fabric as a
-    whole (`collectives.run_allreduce(fab, ...)`) starts them here, so that a
-    later run, or a NIC fault, finds the same agents instead of a second set.
+    `fab.faults.nics` holds them (emu/faults.py; `faults`, another
+    `emu.faults.Faults` on `fab`, instead): a scenario that starts its own
+    sets it, and otherwise the first workload run on the fabric as a whole
+    (`collectives.run_allreduce(fab, ...)`) or the first NIC fault starts them
+    here, so that a later run, or a NIC fault, finds the same agents instead
+    of a second set. A host not yet among them gets its agent now, started
+    as the others were (`RdmaHosts.add`).
     """
-    faults = fab.faults
+    faults = fab.faults if faults is None else faults
     if faults.nics is None:
         faults.nics = RdmaHosts(fab, list(hosts))
+    else:
+        faults.nics.add(hosts)
     return faults.nics

@@ -636,11 +636,22 @@ def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch
     fab = SimpleNamespace(faults=SimpleNamespace(nics=None))
     nics = coll.host_nics(fab, ["h1", "h2"])
     assert fab.faults.nics is nics and started == [["h1", "h2"]]
+    added = []
+
+    def add(hosts):
+        # RdmaHosts.add starts the agents of hosts it does not have yet, as it started its own.
+        added.append(list(hosts))
+        nics.nics.update({h: FakeAgent(h, []) for h in hosts if h not in nics.nics})
+
+    nics.add = add
     assert coll.host_nics(fab, ["h2", "h1"]) is nics and len(started) == 1
-    with pytest.raises(ValueError, match=r"hosts \['h3'\] have no NIC agent here"):
-        coll.host_nics(fab, ["h1", "h3"])
+    # A host without an agent yet gets one in the same set, not a second set.
+    assert coll.host_nics(fab, ["h1", "h3"]) is nics and len(started) == 1
+    assert added[-1] == ["h1", "h3"] and "h3" in nics.nics
     own, _ = rdma_hosts(["h1", "h3"])
     assert coll.host_nics(own, ["h1", "h3"]) is own  # an RdmaHosts is used as it is
+    with pytest.raises(ValueError, match=r"hosts \['h4'\] have no NIC agent here"):
+        coll.host_nics(own, ["h1", "h4"])  # ...and is not extended behind its owner's back
 
 
 # ----------------------------------------------------------------- nccl-tests format
