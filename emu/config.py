@@ -6,10 +6,18 @@ construction; `from_dict` rejects unknown keys. An error names the key, the
 value and what is allowed. Rates, sizes and ECN thresholds here are at the
 emulated link rate; the PFC watchdog's times are modelled times, which the
 fabric scales by its time scale (emu/fabric/, "The time scale").
+
+Also owns the fabric's bounds (`Bound`: link rate, modelled NIC rate, link
+delay, time scale, hosts per switch) and `ConfigError`, the one error type of
+every validator of user input: `--set` (emu/scenario.py's `ScenarioError`),
+topology files (emu/topofile.py's `TopoFileError`), the pytest marker and
+`emu.scenario.fabric_graph` all hold a value to the same `Bound` and say the
+same words when it is out of range (docs/parameters.md).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,7 +25,75 @@ MTU_FRAME_BYTES = 1514
 
 
 class ConfigError(ValueError):
-    """A spec value is out of range or unknown; the message says what is allowed."""
+    """A value emu refuses, out of range or unknown; the one line says what is allowed.
+
+    The one error type of input validation: `emu.scenario.ScenarioError` and
+    `emu.topofile.TopoFileError` are kinds of it, and the `emu` command turns
+    any of them into one line on stderr and exit status 2.
+    """
+
+    def __init__(self, message: str = "", *args: Any) -> None:
+        # A key or value from the user may hold a line break; the message stays one line.
+        text = str(message).replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(text, *args)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range one quantity is held to, wherever it is given.
+
+    `allowed` is how every message says the range, so that `--set rate_mbps=0`
+    and a topology file's `rate: 1` are refused in the same words.
+    """
+
+    lo: float
+    hi: float
+    allowed: str
+    integer: bool = False
+
+    def check(self, key: str, value: Any, shown: Any = None) -> Any:
+        """`value` if it is a finite number (an integer if `integer`) in lo..hi.
+
+        Raises:
+            ConfigError: ``KEY=VALUE: <allowed>`` (`shown` stands for the value
+                in the message, e.g. the file's own spelling ``1T``).
+        """
+        what = f"{key}={value!r}" if shown is None else f"{key}={shown}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{what}: expected {'an integer' if self.integer else 'a number'}")
+        if self.integer and not isinstance(value, int):
+            raise ConfigError(f"{what}: expected an integer; {self.allowed}")
+        if not self.contains(value):
+            raise ConfigError(f"{what}: {self.allowed}")
+        return value
+
+    def contains(self, value: float) -> bool:
+        """`value` is finite and in lo..hi (NaN is not: it compares false with everything)."""
+        try:
+            return math.isfinite(value) and self.lo <= value <= self.hi
+        except OverflowError:  # an int too large for a float
+            return False
+
+
+# The fabric's bounds. Up to 1 Gbit/s: emu's switches keep time to a few
+# hundred Mbit/s on 2 cores (docs/performance.md) and Linux's tc token bucket,
+# which paces the hosts, is exact to about 1 Gbit/s; down to 100 kbit/s, where
+# one full frame already takes 0.12 s.
+LINK_RATE_BPS = Bound(1e5, 1e9, "must be in 0.1..1000 Mbit/s (100K..1G bit/s)")
+# The modelled NICs: 100 kbit/s to 800 Gbit/s (ConnectX-8, the fastest NIC shipping).
+MODELLED_RATE_BPS = Bound(1e5, 800e9, "must be in 0.0001..800 Gbit/s (100K..800G bit/s)")
+# What a modelled rate over an emulated one can make of the time scale.
+TIME_SCALE = Bound(
+    MODELLED_RATE_BPS.lo / LINK_RATE_BPS.hi,
+    MODELLED_RATE_BPS.hi / LINK_RATE_BPS.lo,
+    "must be in 0.0001..8e6 (a modelled rate of 100K..800G over a link of 100K..1G)",
+)
+# One-way propagation delay: a cable is nanoseconds, a WAN link tens of
+# milliseconds; a second is already far beyond any fabric.
+LINK_DELAY_S = Bound(0.0, 1.0, "must be in 0..1 s (e.g. 0, 100us, 1ms)")
+# Hosts on one switch: each is a network namespace, a NIC agent and two
+# interfaces; the builders' hosts_per_leaf stops at the same 32.
+HOSTS_PER_SWITCH = Bound(1, 32, "must be in 1..32 hosts per switch", integer=True)
 
 
 def _check(cond: bool, key: str, value: Any, allowed: str) -> None:

@@ -14,6 +14,14 @@ topology file (`--set topo=FILE`, `emu run NAME --topo FILE`, emu/topofile.py):
 the file replaces the shape parameters (`SHAPE_PARAMS`, dropped from the
 parameters) and sets `rate_mbps` to its slowest host link.
 
+Parameters are validated in one place, whatever spells them (docs/parameters.md):
+`resolve_params` for `--set`, `fabric_graph` for the Python API and the pytest
+marker, and emu/topofile.py for files hold every value to the same bounds
+(`emu.config.Bound`) and raise one error type (`emu.config.ConfigError`, of which
+`ScenarioError` is a kind). A shape parameter that the chosen topology does not
+use is an error that names it, not a silent default; `describe_params` is what
+`emu run NAME --help` and `emu list -v` print.
+
 Every run is also judged on its fidelity (emu/fidelity.py): after the scenario,
 the records its fabrics left in `OUT/**/fidelity.json` become a fidelity table
 and four fidelity checks. A run whose own checks pass but whose fidelity fails
@@ -24,55 +32,129 @@ how much, and `emu run` exits with its own status (EXIT_UNFAITHFUL in cli.py).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+import math
 import pkgutil
+import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import scenarios
-from emu import fabric, fidelity, topofile
+from emu import config, fabric, fidelity, topofile
+from emu.config import ConfigError
 from emu.net import default_switch_processes
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ConfigError):
     """A scenario name or parameter is wrong; the message says what is allowed."""
+
+
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True}
+_BOOL_WORDS.update({"0": False, "false": False, "no": False, "off": False})
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 @dataclass(frozen=True)
 class Param:
-    """One scenario parameter: default, type, help, and optional allowed values/range."""
+    """One scenario parameter: default, type, help, and optional allowed values/range.
+
+    `bound` holds the value, times `scale`, to one of emu.config's fabric bounds
+    (rate_mbps: scale 1e6 against LINK_RATE_BPS), which then also accepts the
+    topology files' unit spelling (``--set rate_mbps=20M``); `off` is a value
+    outside the bound that means "not set" (modelled_gbps's 0).
+    """
 
     default: Any
     help: str
     choices: tuple = ()
     min: float | None = None
     max: float | None = None
+    bound: config.Bound | None = None
+    scale: float = 1.0
+    off: Any = None
 
     def parse(self, key: str, text: str) -> Any:
+        """The value of `--set key=text`, validated."""
         kind = type(self.default)
-        try:
-            if kind is bool:
-                if text.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                    raise ValueError
-                value = text.lower() in ("1", "true", "yes", "on")
-            else:
-                value = kind(text)
-        except ValueError:
-            raise ScenarioError(f"parameter {key}={text!r}: expected {kind.__name__}") from None
+        if kind is bool:
+            if text.lower() not in _BOOL_WORDS:
+                raise ScenarioError(f"parameter {key}={text!r}: expected true or false")
+            value = _BOOL_WORDS[text.lower()]
+        elif kind is str:
+            value = text
+        else:
+            value = self._number(key, text, kind)
         self.validate(key, value)
         return value
 
+    def _number(self, key: str, text: str, kind: type) -> Any:
+        if self.bound is not None and self.scale != 1 and text[-1:].upper() in "KMGT":
+            # A rate in the topology files' spelling: 20M is 20 Mbit/s whatever the key's unit.
+            try:
+                return kind(topofile.parse_rate(text.upper()) / self.scale)
+            except (ValueError, OverflowError):
+                raise ScenarioError(
+                    f"parameter {key}={text!r}: expected a number or a rate like 20M, 10G"
+                ) from None
+        try:
+            return kind(text)
+        except (ValueError, OverflowError):
+            raise ScenarioError(f"parameter {key}={text!r}: expected {_KIND_NAMES[kind]}") from None
+
     def validate(self, key: str, value: Any) -> None:
+        """Raise ScenarioError unless `value` is of the default's type and within range."""
+        kind = type(self.default)
+        shown = f"parameter {key}={_short(value)}"
+        numeric = kind in (int, float)
+        if isinstance(value, bool) != (kind is bool) or not isinstance(
+            value, (int, float) if kind is float else kind
+        ):
+            raise ScenarioError(f"{shown}: expected {_KIND_NAMES.get(kind, kind.__name__)}")
+        if numeric and not _finite_ok(value):
+            raise ScenarioError(f"{shown}: expected a finite number; allowed {self.range_text()}")
         if self.choices and value not in self.choices:
-            raise ScenarioError(
-                f"parameter {key}={value!r}: allowed values are {', '.join(map(str, self.choices))}"
-            )
+            raise ScenarioError(f"{shown}: allowed values are {', '.join(map(str, self.choices))}")
+        if self.off is not None and value == self.off:
+            return
+        if self.bound is not None and not self.bound.contains(_times(value, self.scale)):
+            raise ScenarioError(f"{shown}: {self.bound.allowed}")
         if self.min is not None and value < self.min:
-            raise ScenarioError(f"parameter {key}={value!r}: must be >= {self.min}")
+            raise ScenarioError(f"{shown}: must be >= {self.min}")
         if self.max is not None and value > self.max:
-            raise ScenarioError(f"parameter {key}={value!r}: must be <= {self.max}")
+            raise ScenarioError(f"{shown}: must be <= {self.max}")
+
+    def describe(self, key: str, used_by: tuple[str, ...] = ()) -> str:
+        """Two lines or more: `key=default  range`, then the help (and which topologies use it)."""
+        head = f"  {key}={_fmt_default(self.default)}"
+        allowed = self.range_text()
+        if used_by:
+            allowed = f"{allowed}; " if allowed else ""
+            allowed += f"with topology={' or '.join(used_by)}"
+        if allowed:
+            head = f"{head:30s} {allowed}" if len(head) < 30 else f"{head}  {allowed}"
+        wrapped = textwrap.wrap(self.help, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        return "\n".join([head, *wrapped])
+
+    def range_text(self) -> str:
+        """What the parameter allows, as `emu run NAME --help` lists it ("" if anything)."""
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        if isinstance(self.default, bool):
+            return "true or false"
+        parts = []
+        if self.bound is not None:
+            parts.append(self.bound.allowed.removeprefix("must be in "))
+        elif self.min is not None or self.max is not None:
+            lo = "" if self.min is None else f"{self.min:g}"
+            hi = "" if self.max is None else f"{self.max:g}"
+            parts.append(f"{lo}..{hi}" if lo and hi else (f">= {lo}" if lo else f"<= {hi}"))
+        if self.off is not None:
+            parts.append(f"or {self.off:g} (off)")
+        return " ".join(parts)
 
 
 @dataclass
@@ -111,6 +193,27 @@ class Text:
         return self.text
 
 
+def _short(value: Any, limit: int = 40) -> str:
+    """`repr(value)`, cut to `limit` characters: an error stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _times(value: float, scale: float) -> float:
+    try:
+        return value * scale
+    except OverflowError:  # an int beyond a float's range: out of any bound
+        return math.inf
+
+
+def _fmt_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return value if value else '""'
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
@@ -131,6 +234,8 @@ class Context:
     plots: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     log: Callable[[str], None] = print
+    # The run's start on the unix clock that events are stamped with.
+    started_wall: float = field(default_factory=time.time)
 
     def check(
         self, name: str, passed: bool, value: Any, expected: str, fidelity: bool = False
@@ -138,8 +243,29 @@ class Context:
         self.checks.append(Check(name, bool(passed), value, expected, fidelity))
         return bool(passed)
 
-    def event(self, kind: str, **info: Any) -> None:
-        self.events.append({"t": round(time.monotonic() - self.started, 3), "kind": kind, **info})
+    def event(self, kind: str, at: float | None = None, **info: Any) -> None:
+        """Record that `kind` happened `at` (unix time; None: now), not when this is called.
+
+        A scenario that learns of a moment later (a controller's reaction, the
+        end of an outage) passes the moment itself.
+        """
+        wall = time.time() if at is None else at
+        self.events.append(
+            {"t": round(wall - self.started_wall, 3), "wall": wall, "kind": kind, **info}
+        )
+
+    def timeline(self) -> list[dict]:
+        """The events in the order they happened, each `t` in seconds since the run began.
+
+        An event with a ``wall`` stamp (every `event`, and emu/faults.py's, which
+        scenarios add as they are) is placed by it: a fault's own ``t`` counts
+        from its fabric's start, not the run's.
+        """
+        placed = [
+            dict(e, t=round(e["wall"] - self.started_wall, 3)) if "wall" in e else dict(e)
+            for e in self.events
+        ]
+        return sorted(placed, key=lambda e: e.get("t", 0.0))
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
         self.tables.append(Table(title, columns, rows))
@@ -161,33 +287,145 @@ def available() -> dict[str, Any]:
     return found
 
 
+def deprecated(message: str) -> None:
+    """One line on stderr, once per process: an old spelling still works, and which is new."""
+    if message not in _DEPRECATED_SAID:
+        _DEPRECATED_SAID.add(message)
+        print(f"emu: deprecated: {message}", file=sys.stderr)
+
+
+_DEPRECATED_SAID: set[str] = set()
+
+
+def canonical_name(name: str, known, what: str) -> str:
+    """`name` as `known` spells it: scenarios and labs take dashes (`pause-storm`).
+
+    The underscore spelling of a dashed name still works, with a deprecation
+    line; a name spelled with dashes where `known` has underscores is taken as is.
+
+    Raises:
+        ScenarioError: neither spelling is known; names what is.
+    """
+    if name in known:
+        return name
+    for other in (name.replace("_", "-"), name.replace("-", "_")):
+        if other in known:
+            if "_" in name and "-" in other:
+                deprecated(f"{what} {name!r} is spelled {other!r} now")
+            return other
+    raise ScenarioError(f"unknown {what} {name!r}; available: {', '.join(sorted(known))}")
+
+
 def load(name: str):
     mods = available()
-    if name not in mods:
-        raise ScenarioError(f"unknown scenario {name!r}; available: {', '.join(sorted(mods))}")
-    return mods[name]
+    return mods[canonical_name(name, mods, "scenario")]
+
+
+# Other spellings `--set` takes for a parameter. The topology files' unit spellings
+# are rates in bit/s with a suffix (`rate=20M`), as in a file; the shape's
+# hosts per edge switch is `hosts_per_leaf` on every topology (the builders'
+# own names for it still work, with a deprecation line).
+RATE_ALIASES = {
+    "rate": ("rate_mbps", 1e6),
+    "rate_bps": ("rate_mbps", 1e6),
+    "modelled_rate": ("modelled_gbps", 1e9),
+    "modelled_rate_bps": ("modelled_gbps", 1e9),
+}
+DEPRECATED_KEYS = {"hosts_per_switch": "hosts_per_leaf", "hosts_per_router": "hosts_per_leaf"}
+
+
+def _parse_override(module, item: str) -> tuple[str, Any]:
+    """`KEY=VALUE` -> (parameter, value), through the aliases; errors name the key."""
+    key, sep, text = item.partition("=")
+    key, text = key.strip().replace("-", "_"), text.strip()
+    if not sep or not key:
+        raise ScenarioError(f"--set {item!r}: expected KEY=VALUE")
+    params = module.PARAMS
+    if key not in params and key in RATE_ALIASES and RATE_ALIASES[key][0] in params:
+        target, scale = RATE_ALIASES[key]
+        try:
+            rate_bps = topofile.parse_rate(text.upper() if text[-1:].isalpha() else float(text))
+        except (ValueError, OverflowError):
+            raise ScenarioError(
+                f"parameter {key}={text!r}: expected a rate in bit/s like 20M, 10G, 25e9"
+            ) from None
+        bound = params[target].bound
+        if bound is not None and not bound.contains(rate_bps):
+            raise ScenarioError(f"parameter {key}={text!r}: {bound.allowed}")
+        value = rate_bps / scale
+        params[target].validate(target, value)
+        return target, value
+    if key not in params and key in DEPRECATED_KEYS and DEPRECATED_KEYS[key] in params:
+        deprecated(f"--set {key}=... is --set {DEPRECATED_KEYS[key]}=... (on every topology)")
+        key = DEPRECATED_KEYS[key]
+    if key not in params:
+        raise ScenarioError(f"unknown parameter {key!r}; allowed: {', '.join(sorted(params))}")
+    return key, params[key].parse(key, text)
 
 
 def resolve_params(module, overrides: list[str]) -> dict[str, Any]:
-    """Defaults of `module.PARAMS` with `key=value` overrides applied and validated."""
+    """Defaults of `module.PARAMS` with `key=value` overrides applied and validated.
+
+    Raises:
+        ScenarioError: an unknown key, a bad value, or a shape parameter the
+            chosen topology does not use; one line naming it.
+    """
     params = {k: p.default for k, p in module.PARAMS.items()}
     given = set()
     for item in overrides:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep:
-            raise ScenarioError(f"--set {item!r}: expected KEY=VALUE")
-        if key not in module.PARAMS:
-            raise ScenarioError(
-                f"unknown parameter {key!r}; allowed: {', '.join(sorted(module.PARAMS))}"
-            )
-        params[key] = module.PARAMS[key].parse(key, text.strip())
+        key, value = _parse_override(module, item)
+        params[key] = value
         given.add(key)
     if params.get("topo"):
         _apply_topology_file(module, params, given)
+    else:
+        check_shape_keys(params, given)
     if hasattr(module, "validate"):
-        module.validate(params)
+        try:
+            module.validate(params)
+        except fabric.FabricSpecError as exc:  # a builder's refusal: still the one error type
+            raise ScenarioError(str(exc)) from None
     return params
+
+
+# Which shape parameters each topology reads (build_fabric_graph); a given one
+# that the chosen topology does not read would be silently ignored.
+SHAPE_KEYS = {
+    "leaf_spine": ("leaves", "spines", "hosts_per_leaf"),
+    "fat_tree": ("k",),
+    "dragonfly": ("groups", "routers_per_group", "global_links_per_router", "hosts_per_leaf"),
+    "torus": ("dims", "hosts_per_leaf"),
+    "rail_optimized": ("nodes", "gpus_per_node", "spines"),
+}
+
+
+def shape_users(key: str) -> tuple[str, ...]:
+    """The topologies that read shape parameter `key` (empty: not a shape parameter)."""
+    return tuple(t for t, keys in SHAPE_KEYS.items() if key in keys)
+
+
+def check_shape_keys(params: dict[str, Any], given) -> None:
+    """Refuse a given shape parameter that `params["topology"]` does not use."""
+    topology = params.get("topology")
+    if topology not in SHAPE_KEYS:
+        return  # a scenario with one fixed shape uses every shape parameter it declares
+    for key in sorted(given):
+        users = shape_users(key)
+        if users and topology not in users:
+            raise ScenarioError(
+                f"parameter {key}: topology={topology} does not use it (it shapes "
+                f"{', '.join(users)}); add --set topology={users[0]} or drop {key}"
+            )
+
+
+def describe_params(module) -> str:
+    """Every parameter of `module` with its default, range and help (`emu run NAME --help`)."""
+    shaped = "topology" in module.PARAMS
+    lines = []
+    for key, param in module.PARAMS.items():
+        users = shape_users(key) if shaped else ()
+        lines.append(param.describe(key, users))
+    return "\n".join(lines)
 
 
 # The fabric shapes `topology=` builds (emu/fabric/'s builders).
@@ -241,11 +479,11 @@ def render_report(ctx: Context) -> str:
     for table in ctx.tables:
         lines += [table.render(), ""]
     if ctx.events:
-        lines.append("events (s since start)")
+        lines.append("events (s since start, when each happened)")
         lines += [
             f"  {e['t']:8.3f}  {e['kind']}  "
-            + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t", "kind"))
-            for e in ctx.events
+            + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t", "wall", "kind"))
+            for e in ctx.timeline()
         ]
         lines.append("")
     lines.append("checks")
@@ -365,7 +603,7 @@ def write_results(ctx: Context) -> None:
         "params": ctx.params,
         "metrics": ctx.metrics,
         "checks": [asdict(c) for c in ctx.checks],
-        "events": ctx.events,
+        "events": ctx.timeline(),
         "plots": ctx.plots,
         "passed": bool(ctx.checks) and all(c.passed for c in ctx.checks),
         "faithful": faithful(ctx),
@@ -439,8 +677,7 @@ def fabric_params(
         "hosts_per_leaf": Param(
             2,
             "hosts per leaf (leaf_spine), per router (dragonfly), per switch (torus)",
-            min=1,
-            max=32,
+            bound=config.HOSTS_PER_SWITCH,
         ),
         "groups": Param(3, "dragonfly groups", min=2, max=16),
         "routers_per_group": Param(2, "dragonfly routers per group", min=1, max=16),
@@ -454,7 +691,11 @@ def fabric_params(
         "nodes": Param(2, "GPU servers (rail_optimized)", min=1, max=32),
         "gpus_per_node": Param(2, "GPUs, NICs and rails per server (rail_optimized)", min=1, max=8),
         "rate_mbps": Param(
-            rate_mbps, "emulated link rate in Mbit/s (see docs/performance.md)", min=0.1, max=1000.0
+            rate_mbps,
+            "emulated link rate in Mbit/s (see docs/performance.md); a unit spelling "
+            "(20M) or --set rate=20M says the same",
+            bound=config.LINK_RATE_BPS,
+            scale=1e6,
         ),
         "topo": Param(
             "",
@@ -465,9 +706,10 @@ def fabric_params(
             float(modelled_gbps or 0.0),
             "host NIC speed the emulated links stand for: the fabric's time scale is it over "
             "rate_mbps, and DCQCN, the RTO and the PFC watchdog run on that clock "
-            "(0: the emulated rate itself, time scale 1)",
-            min=0.0,
-            max=800.0,
+            "(0: the emulated rate itself, time scale 1); also --set modelled_rate=25G",
+            bound=config.MODELLED_RATE_BPS,
+            scale=1e9,
+            off=0.0,
         ),
         "flow_control": Param(
             "pfc",
@@ -487,6 +729,9 @@ def fabric_params(
             max=64,
         ),
     }
+
+
+_FABRIC_PARAMS = fabric_params()
 
 
 def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
@@ -518,47 +763,170 @@ def build_fabric_graph(params: dict[str, Any]):
     if params.get("topo"):
         return _graph_from_file(params["topo"], modelled_rate_bps)
     shape = params["topology"]
+    if shape == "fat_tree" and params["k"] % 2:
+        raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
     if shape == "fat_tree":
-        if params["k"] % 2:
-            raise ScenarioError(f"parameter k={params['k']}: a fat-tree needs an even k")
-        return fabric.fat_tree(
-            k=params["k"], rate_bps=rate_bps, modelled_rate_bps=modelled_rate_bps
-        )
+        kwargs = {"k": params["k"], "rate_bps": rate_bps}
+    elif shape == "dragonfly":
+        kwargs = {
+            "groups": params["groups"],
+            "routers_per_group": params["routers_per_group"],
+            "hosts_per_router": params["hosts_per_leaf"],
+            "global_links_per_router": params["global_links_per_router"],
+            "rate_bps": rate_bps,
+        }
+    elif shape == "torus":
+        kwargs = {
+            "dims": _torus_dims(params["dims"]),
+            "hosts_per_switch": params["hosts_per_leaf"],
+            "rate_bps": rate_bps,
+        }
+    elif shape == "rail_optimized":
+        kwargs = {
+            "nodes": params["nodes"],
+            "gpus_per_node": params["gpus_per_node"],
+            "spines": params["spines"],
+            "host_rate_bps": rate_bps,
+        }
+    else:
+        kwargs = {
+            "leaves": params["leaves"],
+            "spines": params["spines"],
+            "hosts_per_leaf": params["hosts_per_leaf"],
+            "host_rate_bps": rate_bps,
+        }
+    return fabric_graph(shape, modelled_rate_bps=modelled_rate_bps, **kwargs)
+
+
+# The builders `fabric_graph` takes by name (emu/fabric/), and how their
+# arguments are bounded: each as `--set` and topology files bound it.
+BUILDERS = (*TOPOLOGIES, "single_switch")
+_COUNT_PARAMS = ("k", "leaves", "spines", "groups", "routers_per_group")
+_COUNT_PARAMS += ("global_links_per_router", "nodes", "gpus_per_node")
+_HOST_COUNTS = ("hosts_per_leaf", "hosts_per_switch", "hosts_per_router", "hosts")
+
+
+def fabric_graph(topology: str = "leaf_spine", topo: str | None = None, **kwargs: Any):
+    """A fabric from a builder's keyword arguments or a topology file, through the one validator.
+
+    The Python API's (and the pytest marker's) way to a fabric: every argument is
+    held to the bound that `--set` and topology files hold it to, with the same
+    words, and anything wrong is one ScenarioError.
+
+    Args:
+        topology: the builder (`BUILDERS`: leaf_spine, fat_tree, dragonfly,
+            torus, rail_optimized, single_switch).
+        topo: a topology file (emu/topofile.py) instead of a builder; then
+            only `modelled_rate_bps` may be given beside it.
+        **kwargs: the builder's own keyword arguments, e.g. leaf_spine's
+            leaves, spines, hosts_per_leaf, host_rate_bps, delay_s,
+            modelled_rate_bps or time_scale.
+
+    Returns:
+        The builder's (or the file's) networkx graph.
+
+    Raises:
+        ScenarioError: an unknown topology or argument, or a value out of
+            range, in one line naming it.
+
+    Examples:
+        >>> fabric_graph("fat_tree", k=4).graph["kind"]
+        'fat_tree'
+        >>> fabric_graph("fat_tree", leaves=3)
+        Traceback (most recent call last):
+        ...
+        emu.scenario.ScenarioError: topology=fat_tree: unknown argument 'leaves'; allowed: k, rate_bps, rates, delay_s, time_scale, modelled_rate_bps, name
+    """
+    if topo is not None:
+        extra = sorted(set(kwargs) - {"modelled_rate_bps"})
+        if extra:
+            raise ScenarioError(
+                f"topo={topo}: the file decides the fabric's shape and rates; drop {', '.join(extra)}"
+            )
+        modelled = kwargs.get("modelled_rate_bps")
+        if modelled is not None:
+            config.MODELLED_RATE_BPS.check("modelled_rate_bps", modelled)
+        try:
+            return _graph_from_file(str(topo), modelled)
+        except TypeError:  # a path that is not a string or path: still one line
+            raise ScenarioError(f"topo={topo!r}: expected a file name") from None
+    if not isinstance(topology, str) or topology not in BUILDERS:
+        raise ScenarioError(f"topology={topology!r}: allowed {', '.join(BUILDERS)}")
+    builder = getattr(fabric, topology)
+    allowed = list(inspect.signature(builder).parameters)
+    for key, value in kwargs.items():
+        if key not in allowed:
+            raise ScenarioError(
+                f"topology={topology}: unknown argument {key!r}; allowed: {', '.join(allowed)}"
+            )
+        _check_builder_argument(builder, key, value)
     try:
-        if shape == "dragonfly":
-            return fabric.dragonfly(
-                groups=params["groups"],
-                routers_per_group=params["routers_per_group"],
-                hosts_per_router=params["hosts_per_leaf"],
-                global_links_per_router=params["global_links_per_router"],
-                rate_bps=rate_bps,
-                modelled_rate_bps=modelled_rate_bps,
-            )
-        if shape == "torus":
-            return fabric.torus(
-                dims=_torus_dims(params["dims"]),
-                hosts_per_switch=params["hosts_per_leaf"],
-                rate_bps=rate_bps,
-                modelled_rate_bps=modelled_rate_bps,
-            )
-        if shape == "rail_optimized":
-            return fabric.rail_optimized(
-                nodes=params["nodes"],
-                gpus_per_node=params["gpus_per_node"],
-                spines=params["spines"],
-                host_rate_bps=rate_bps,
-                modelled_rate_bps=modelled_rate_bps,
-            )
+        return builder(**kwargs)
     except fabric.FabricSpecError as exc:
-        # The builder names its own argument; say which scenario parameter that is.
-        raise ScenarioError(f"topology={shape}: {exc}") from None
-    return fabric.leaf_spine(
-        leaves=params["leaves"],
-        spines=params["spines"],
-        hosts_per_leaf=params["hosts_per_leaf"],
-        host_rate_bps=rate_bps,
-        modelled_rate_bps=modelled_rate_bps,
-    )
+        # The builder names its own argument; say which topology that is.
+        raise ScenarioError(f"topology={topology}: {exc}") from None
+
+
+def _check_builder_argument(builder, key: str, value: Any) -> None:
+    """Hold one builder argument to its bound (the same as `--set`'s and the files')."""
+    try:
+        if key == "modelled_rate_bps" or key == "time_scale":
+            if value is not None:
+                bound = (
+                    config.MODELLED_RATE_BPS if key == "modelled_rate_bps" else config.TIME_SCALE
+                )
+                bound.check(key, value)
+        elif key.endswith("rate_bps"):
+            if value is not None or key == "host_rate_bps":
+                config.LINK_RATE_BPS.check(key, value)
+        elif key == "rates":
+            if value is not None:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"rates={value!r}: expected a mapping of link tier to bit/s")
+                for tier, rate in value.items():
+                    config.LINK_RATE_BPS.check(f"rates[{tier!r}]", rate)
+        elif key == "delay_s":
+            config.LINK_DELAY_S.check(key, value)
+        elif key in _HOST_COUNTS:
+            config.HOSTS_PER_SWITCH.check(key, value)
+        elif key in _COUNT_PARAMS:
+            _FABRIC_PARAMS[key].validate(key, value)
+        elif key == "dims":
+            if not isinstance(value, (tuple, list)) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in value
+            ):
+                raise ConfigError(f"dims={value!r}: expected 2 or 3 sizes like (3, 3)")
+        elif key == "name":
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"name={value!r}: expected a string")
+        else:
+            default = inspect.signature(builder).parameters[key].default
+            _check_like(key, value, default)
+    except ScenarioError:
+        raise
+    except ConfigError as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def _check_like(key: str, value: Any, default: Any) -> None:
+    """An argument with no bound of its own: of its default's type, and finite."""
+    if value is None and default is None:
+        return
+    if isinstance(default, bool) or isinstance(value, bool):
+        if not (isinstance(value, bool) and isinstance(default, bool)):
+            raise ConfigError(f"{key}={value!r}: expected true or false")
+        return
+    if not _finite_ok(value):
+        raise ConfigError(f"{key}={value!r}: expected a finite number")
+    if isinstance(default, int) and not isinstance(value, int):
+        raise ConfigError(f"{key}={value!r}: expected an integer")
+
+
+def _finite_ok(value: Any) -> bool:
+    try:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _graph_from_file(path: str, modelled_rate_bps: float | None):

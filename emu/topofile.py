@@ -38,6 +38,15 @@ Checking goes in three steps, each stopping at the first error: YAML syntax
 schema cannot say (names in links, one link per host, duplicates, ports,
 connectivity). PyYAML keeps the last of two equal keys silently; this module
 reads the composed nodes and rejects the second.
+
+What a file may hold is bounded before anything walks it: MAX_FILE_BYTES of
+text, MAX_DEPTH levels of nesting and MAX_VALUES values with aliases expanded
+(so an alias that contains itself, `a: &a [*a]`, or a billion-laughs document is
+one error, not a RecursionError or a hang). Its values are held to the bounds
+that `--set` holds them to (emu.config: LINK_RATE_BPS, MODELLED_RATE_BPS,
+LINK_DELAY_S, TIME_SCALE, HOSTS_PER_SWITCH), in the same words. `TopoFileError`
+is a `ConfigError`, the one error type of emu's validators, and nothing else
+escapes `load` or `loads`.
 """
 
 from __future__ import annotations
@@ -53,7 +62,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import networkx as nx
 import yaml
 
-from emu import fabric
+from emu import config, fabric
+from emu.config import ConfigError
 from emu.fabric import FabricSpecError
 
 __all__ = [
@@ -94,8 +104,14 @@ INHERITED_KEYS = ("pod", "rail")
 
 Path_ = Tuple[Union[str, int], ...]
 
+# What a file may hold (module docstring): an exported k=8 fat-tree is 30 KB,
+# 5 levels deep and 3,000 values.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_VALUES = 100_000
 
-class TopoFileError(FabricSpecError):
+
+class TopoFileError(FabricSpecError, ConfigError):
     """A topology file that cannot be read into a fabric.
 
     Its text is one line, ``FILE:LINE: FIELD: what is wrong``, e.g.
@@ -166,10 +182,11 @@ def _first_duplicate_key(node: yaml.Node, path: Path_ = ()) -> Optional[Tuple[Pa
         seen: Dict[Any, int] = {}
         for key, value in node.value:
             line = key.start_mark.line + 1
-            if isinstance(key, yaml.ScalarNode) and key.value in seen:
-                return path + (key.value,), line, seen[key.value]
-            seen[key.value] = line
-            found = _first_duplicate_key(value, path + (key.value,))
+            if isinstance(key, yaml.ScalarNode):  # a list or mapping as a key: the schema's
+                if key.value in seen:
+                    return path + (key.value,), line, seen[key.value]
+                seen[key.value] = line
+            found = _first_duplicate_key(value, path + (str(key.value),))
             if found:
                 return found
     elif isinstance(node, yaml.SequenceNode):
@@ -180,7 +197,44 @@ def _first_duplicate_key(node: yaml.Node, path: Path_ = ()) -> Optional[Tuple[Pa
     return None
 
 
+def _check_size(root: yaml.Node, filename: str) -> None:
+    """Refuse a document nested deeper than MAX_DEPTH or of more than MAX_VALUES values.
+
+    Walks the composed nodes with aliases expanded, without recursion, and
+    stops at the first bound it passes: an alias that contains itself is too
+    deep, an alias bomb too many.
+    """
+    stack = [(root, 1)]
+    values = 0
+    while stack:
+        node, depth = stack.pop()
+        values += 1
+        if depth > MAX_DEPTH:
+            raise TopoFileError(
+                filename,
+                node.start_mark.line + 1,
+                "",
+                f"nested deeper than {MAX_DEPTH} levels (an alias that contains itself?)",
+            )
+        if values > MAX_VALUES:
+            raise TopoFileError(
+                filename, None, "", f"more than {MAX_VALUES} values (aliases expanded)"
+            )
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack += [(key, depth + 1), (value, depth + 1)]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(item, depth + 1) for item in node.value]
+
+
 def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
+    if len(text) > MAX_FILE_BYTES:
+        raise TopoFileError(
+            filename,
+            None,
+            "",
+            f"{len(text)} characters; a topology file has at most {MAX_FILE_BYTES}",
+        )
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -189,6 +243,7 @@ def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
                 raise TopoFileError(
                     filename, 1, "", "the file is empty; expected name, nodes and links"
                 )
+            _check_size(root, filename)
             duplicate = _first_duplicate_key(root)
             if duplicate:
                 path, line, first = duplicate
@@ -199,6 +254,8 @@ def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
             doc = loader.construct_document(root)
         finally:
             loader.dispose()
+    except TopoFileError:
+        raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -209,8 +266,19 @@ def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
             problem += f", {exc.context} that starts at line {exc.context_mark.line + 1}"
         raise TopoFileError(filename, line, "", problem) from None
     except yaml.YAMLError as exc:  # a reader error (bad bytes) carries no problem mark
-        raise TopoFileError(filename, None, "", f"YAML: {exc}") from None
+        raise TopoFileError(filename, None, "", f"YAML: {_one_line(exc)}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise TopoFileError(
+            filename, None, "", f"YAML: nested too deep (at most {MAX_DEPTH} levels)"
+        ) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # A tagged or implicit value PyYAML cannot build (`2001-13-01` as a date).
+        raise TopoFileError(filename, None, "", f"YAML: a value cannot be read: {exc}") from None
     return doc, _Marks(root)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 # ---------------------------------------------------------------- schema
@@ -251,7 +319,11 @@ def _describe(error, doc: Any, marks: _Marks, filename: str) -> TopoFileError:
             f"{value!r} {message}",
         )
     if message:
-        return TopoFileError(filename, marks.value_line(path), here, f"{_show(value)} {message}")
+        # A bound's words (emu.config.Bound.allowed) follow the value as `--set`'s do.
+        sep = ": " if message.startswith("must be") else " "
+        return TopoFileError(
+            filename, marks.value_line(path), here, f"{_show(value)}{sep}{message}"
+        )
     if error.validator == "required":
         missing = error.message.split("'")[1]
         return TopoFileError(
@@ -287,8 +359,13 @@ def _describe(error, doc: Any, marks: _Marks, filename: str) -> TopoFileError:
     return TopoFileError(filename, marks.value_line(path), here, error.message)
 
 
-def _show(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+def _show(value: Any, limit: int = 40) -> str:
+    """The value as the file spelled it, cut to `limit` characters (one readable line)."""
+    try:
+        text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    except (ValueError, TypeError, RecursionError):  # a key json cannot write, a loop
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _a(json_type: Any) -> str:
@@ -381,18 +458,32 @@ class _Reader:
         line = self.marks.key_line(path) if on_key else self.marks.value_line(path)
         return TopoFileError(self.filename, line, field_name(path), problem)
 
-    def rate(self, path: Path_, value: Any) -> int:
+    def rate(self, path: Path_, value: Any, bound: config.Bound = config.LINK_RATE_BPS) -> int:
+        """Bit/s from the file's spelling, within `bound` (the link rates': as `--set`'s)."""
         try:
-            return parse_rate(value)
+            rate = parse_rate(value)
         except (ValueError, OverflowError):
             raise self.fail(path, f"{_show(value)} is not a rate (e.g. 100M, 10G, 25e9)") from None
+        if not bound.contains(rate):
+            raise self.fail(path, f"{_show(value)}: {bound.allowed}")
+        return rate
+
+    def delay(self, path: Path_, value: Any) -> float:
+        """Seconds from the file's spelling, within emu.config.LINK_DELAY_S."""
+        try:
+            delay = parse_delay(value)
+        except (ValueError, OverflowError):
+            raise self.fail(path, f"{_show(value)} is not a delay (e.g. 0, 100us, 1ms)") from None
+        if not config.LINK_DELAY_S.contains(delay):
+            raise self.fail(path, f"{_show(value)}: {config.LINK_DELAY_S.allowed}")
+        return delay
 
     def read(self) -> nx.Graph:
         defaults = self.doc.get("defaults", {})
         self.default_rate = (
             self.rate(("defaults", "rate"), defaults["rate"]) if "rate" in defaults else None
         )
-        self.default_delay = parse_delay(defaults.get("delay", 0.0))
+        self.default_delay = self.delay(("defaults", "delay"), defaults.get("delay", 0.0))
         nodes, links = self.read_nodes()
         self.attach_hosts(nodes, links)
         self.number_ports(nodes, links)
@@ -427,6 +518,13 @@ class _Reader:
             if kind == "host":
                 host_count += 1
                 node.host_index = host_count
+            if "hosts" in spec and (
+                not isinstance(spec["hosts"], int)  # JSON Schema's integer takes 2.0 too
+                or not config.HOSTS_PER_SWITCH.contains(spec["hosts"])
+            ):
+                raise self.fail(
+                    path + ("hosts",), f"{_show(spec['hosts'])}: {config.HOSTS_PER_SWITCH.allowed}"
+                )
             for _ in range(spec.get("hosts", 0)):
                 host_count += 1
                 host = f"h{host_count}"
@@ -474,8 +572,14 @@ class _Reader:
                 rate = self.default_rate
             else:
                 raise self.fail(path, "missing rate (give one here or in defaults.rate)")
-            delay = parse_delay(spec["delay"]) if "delay" in spec else self.default_delay
+            delay = (
+                self.delay(path + ("delay",), spec["delay"])
+                if "delay" in spec
+                else self.default_delay
+            )
             ports = tuple(spec["ports"]) if "ports" in spec else None
+            if ports is not None and not all(isinstance(p, int) for p in ports):
+                raise self.fail(path + ("ports",), f"{_show(spec['ports'])}: ports are integers")
             links.append(_Link(spec["a"], spec["b"], rate, delay, ports, path))
         return nodes, links
 
@@ -529,6 +633,17 @@ class _Reader:
                     link.path,
                     f"links an nvswitch to {other.name!r}; an nvswitch links only GPUs "
                     "(hosts), on their second port",
+                )
+        per_switch: Dict[str, int] = {}
+        for node in nodes.values():
+            if node.kind == "host" and node.attached_to is not None:
+                per_switch[node.attached_to] = per_switch.get(node.attached_to, 0) + 1
+        for name, count in per_switch.items():
+            if count > config.HOSTS_PER_SWITCH.hi:
+                raise self.fail(
+                    nodes[name].path,
+                    f"{count} hosts on one switch: {config.HOSTS_PER_SWITCH.allowed}",
+                    on_key=True,
                 )
         for node in nodes.values():
             if node.kind == "host" and node.attached_to is None:
@@ -608,7 +723,10 @@ class _Reader:
         host_rates = [
             link.rate_bps for link in links if "host" in (nodes[link.a].kind, nodes[link.b].kind)
         ]
-        time_scale = float(doc.get("time_scale", 1.0))
+        given_scale = doc.get("time_scale", 1.0)
+        if not config.TIME_SCALE.contains(given_scale):
+            raise self.fail(("time_scale",), f"{_show(given_scale)}: {config.TIME_SCALE.allowed}")
+        time_scale = float(given_scale)
         if "modelled_rate" in doc:
             if "time_scale" in doc:
                 raise self.fail(
@@ -620,7 +738,7 @@ class _Reader:
                     f"host links run at {len(set(host_rates))} different rates; give time_scale instead",
                     on_key=True,
                 )
-            modelled = self.rate(("modelled_rate",), doc["modelled_rate"])
+            modelled = self.rate(("modelled_rate",), doc["modelled_rate"], config.MODELLED_RATE_BPS)
             time_scale = fabric.time_scale_for(host_rates[0], modelled)
         G = nx.Graph(
             name=doc["name"],
