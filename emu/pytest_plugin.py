@@ -1,15 +1,20 @@
-"""pytest plugin: a `fabric` fixture for failure-injection tests (entry point `pytest11`).
+"""pytest plugin: fabric fixtures for failure-injection tests (entry point `pytest11`).
 
-Owns the fixture that engineers use in their own test suites: a small running
-fabric (2 spines, 2 leaves, 2 hosts per leaf, the routing controller, emu
-switches), torn down after the test whatever happens, with the fault API at
-`fabric.faults` and workloads from `fabric.start(...)`. Mark a test with
-`@pytest.mark.emu_fabric(...)` to change the fabric (leaf_spine's arguments,
-or topology="fat_tree", k=4), its switches' QoS (qos={...}), its hosts' NICs
-(host_nic_pacing=False: kernel traffic leaves a host as fast as its CPU
-allows; by default at its link rate, as from a real NIC), how
-many processes run its switches (switch_processes=2; 0 is one per switch;
-by default one per CPU) or its controller (apps=("controllers.adaptive",), controller_args=("--poll-interval", "0.5")).
+Owns the fixtures that engineers use in their own test suites and the
+`emu_fabric` marker that shapes them:
+
+- `fabric`: a running fabric (emu.net.Fabric) for one test, torn down after
+  it whatever happens;
+- `module_fabric`: one running fabric shared by every test of a module that
+  asks for it (built once: a fabric takes seconds to boot), shaped by the
+  module's `pytestmark`; a test that breaks it heals it;
+- `testbed`: one live switch and no controller (emu/testbed.py).
+
+Each fabric has the fault API at `fab.faults` (emu/faults.py: every fault
+takes `at=`, NIC faults start the NIC agents they need) and workloads from
+`fab.start("ping" | "iperf", src=..., dst=..., duration_s=...)`, whose
+`wait()` gives a result object (emu/traffic/ping.py `PingResult`,
+emu/traffic/iperf.py `IperfResult`).
 
     def test_my_job_survives_a_spine_failure(fabric):
         job = fabric.start("ping", src="h1", dst="h4", interval_s=0.02, duration_s=4)
@@ -17,67 +22,209 @@ by default one per CPU) or its controller (apps=("controllers.adaptive",), contr
         result = job.wait()
         assert result.longest_outage_s < 1.0
 
-The fixture needs root (it builds network namespaces) and skips, saying so,
-without it.
+`@pytest.mark.emu_fabric(...)` shapes the fabric: `topology=` names any
+builder of emu/fabric/ (leaf_spine, the default: 2 leaves, 2 spines, 2 hosts
+per leaf; fat_tree, dragonfly, torus, rail_optimized, single_switch) with
+that builder's own keyword arguments, or `topo="file.yaml"` loads a topology
+file (emu/topofile.py; a relative path is looked up beside the test file,
+then in pytest's rootdir). The rest are the fabric's options (`FABRIC_OPTIONS`:
+qos, host_nic_pacing, switch_processes, apps, controller_args, flow_control,
+seed, converge_timeout_s, log_level). The shape goes through emu's one
+validator (emu/scenario.py `fabric_graph`): an unknown topology, keyword or
+value fails the test in one line naming it, before anything is built, with
+or without root. docs/pytest-plugin.md has the examples, run as tests.
 
-Also `testbed`: one live switch and no controller, for testing an OpenFlow
-app or the switch itself with real frames (emu/testbed.py).
+The fabric fixtures need root (they build network namespaces) and skip,
+saying so, without it.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
+MARKER = "emu_fabric"
+# The fixture's leaf_spine when the marker does not say otherwise: the smallest
+# fabric with two paths between every pair of leaves.
 DEFAULT_FABRIC = {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}
+# Marker keywords that are emu.net.Fabric's, not the builder's.
+FABRIC_OPTIONS = (
+    "qos",
+    "host_nic_pacing",
+    "switch_processes",
+    "apps",
+    "controller_args",
+    "flow_control",
+    "seed",
+    "converge_timeout_s",
+    "log_level",
+)
+
+
+class MarkerError(ValueError):
+    """An `emu_fabric` marker that emu cannot build; the message names what is wrong."""
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers",
-        "emu_fabric(**kw): the fabric the `fabric` fixture builds "
-        "(leaf_spine arguments, or topology='fat_tree', k=...; qos={...}; "
-        "host_nic_pacing=False; switch_processes=N; apps=(...); controller_args=(...); "
-        "modelled_rate_bps=... or time_scale=...)",
+        f"{MARKER}(topology='leaf_spine', **builder_args, topo=FILE, qos=..., "
+        "host_nic_pacing=..., switch_processes=..., apps=(...), controller_args=(...), "
+        "flow_control=..., seed=...): the fabric that the `fabric` fixture (and, "
+        "as a module's pytestmark, `module_fabric`) builds; topology is any builder "
+        "of emu.fabric, topo a topology file (docs/pytest-plugin.md)",
     )
+
+
+def fabric_spec(marker_kwargs: dict[str, Any], base_dirs=()) -> tuple[Any, dict[str, Any]]:
+    """The graph and the Fabric options that an `emu_fabric` marker's keywords ask for.
+
+    Pure: builds the networkx graph (no root, no processes) and checks the
+    Fabric options by constructing, not opening, an emu.net.Fabric.
+
+    Args:
+        marker_kwargs: the marker's keywords (none: the default leaf_spine).
+        base_dirs: where a relative `topo=` path is looked up, in order.
+
+    Returns:
+        (graph, options for emu.net.Fabric besides the graph and out_dir).
+
+    Raises:
+        MarkerError: an unknown topology, keyword or value; one line naming it.
+    """
+    from emu.net import Fabric
+    from emu.registry import FabricError
+    from emu.scenario import fabric_graph
+
+    kwargs = dict(marker_kwargs)
+    options: dict[str, Any] = {k: kwargs.pop(k) for k in FABRIC_OPTIONS if k in kwargs}
+    for key in ("apps", "controller_args"):
+        if key in options:
+            value = options[key]
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value or ()):
+                raise MarkerError(f"{MARKER}: {key}={value!r}: expected a tuple of strings")
+            options[key] = tuple(value)
+    topology = kwargs.pop("topology", "leaf_spine")
+    topo = kwargs.pop("topo", None)
+    if topo is not None:
+        topo = _find_topo(topo, base_dirs)
+    elif topology == "leaf_spine":
+        kwargs = {**DEFAULT_FABRIC, **kwargs}
+    try:
+        if topo is not None and "topology" in marker_kwargs:
+            raise MarkerError(f"topo={topo} and topology={topology!r}: give one of them")
+        graph = fabric_graph(topology, topo=topo, **kwargs)
+        # Constructing a Fabric validates its options (qos keys, switch_processes,
+        # flow_control) and starts nothing.
+        Fabric(graph, **options)
+    except MarkerError as exc:
+        raise MarkerError(f"{MARKER}: {exc}") from None
+    except (ValueError, TypeError, FabricError) as exc:
+        # ValueError: emu's one validation error (emu.config.ConfigError) and the
+        # builders' (FabricSpecError); TypeError: a Fabric option of the wrong kind.
+        raise MarkerError(f"{MARKER}: {exc}") from None
+    return graph, options
+
+
+def _find_topo(topo: Any, base_dirs) -> str:
+    if not isinstance(topo, (str, os.PathLike)):
+        raise MarkerError(f"{MARKER}: topo={topo!r}: expected a file name")
+    path = Path(topo)
+    if path.is_absolute():
+        return str(path)
+    tried = [Path(d) / path for d in base_dirs] or [path]
+    for candidate in tried:
+        if candidate.is_file():
+            return str(candidate)
+    raise MarkerError(
+        f"{MARKER}: topo={str(topo)!r}: no such file in {' or '.join(str(t.parent) for t in tried)}"
+    )
+
+
+def _spec_for(node, request) -> tuple[Any, dict[str, Any]]:
+    marker = node.get_closest_marker(MARKER)
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    if marker is not None and marker.args:
+        pytest.fail(
+            f"{MARKER}: takes keywords only, got {marker.args!r} (e.g. topology='fat_tree', k=4)",
+            pytrace=False,
+        )
+    base_dirs = [Path(str(node.path)).parent, Path(str(request.config.rootpath))]
+    try:
+        return fabric_spec(kwargs, base_dirs)
+    except MarkerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _running(graph, options: dict[str, Any], out_dir: Path) -> Iterator[Any]:
+    from emu.net import Fabric
+
+    with Fabric(graph, out_dir=str(out_dir), **options) as fab:
+        yield fab
+        errors = list(fab.faults.errors)
+    if errors:
+        pytest.fail(f"scheduled faults failed: {'; '.join(errors)}", pytrace=False)
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"emu's {what} fixture needs root: it builds network namespaces")
 
 
 @pytest.fixture
 def fabric(request, tmp_path):
-    """A running emu fabric (emu.net.Fabric) with `.faults` and `.start(...)`."""
-    if os.geteuid() != 0:
-        pytest.skip("emu's fabric fixture needs root: it builds network namespaces")
-    from emu import fabric as fabric_mod
-    from emu.net import Fabric
+    """A running emu fabric (emu.net.Fabric) for this test, shaped by its `emu_fabric` marker."""
+    graph, options = _spec_for(request.node, request)  # a bad marker fails here, root or not
+    _need_root("fabric")
+    yield from _running(graph, options, tmp_path / "emu")
 
-    marker = request.node.get_closest_marker("emu_fabric")
-    options = dict(DEFAULT_FABRIC)
-    if marker is not None:
-        options.update(marker.kwargs)
-    topology = options.pop("topology", "leaf_spine")
-    qos = options.pop("qos", None)
-    pacing = bool(options.pop("host_nic_pacing", True))
-    processes = options.pop("switch_processes", None)
-    controller = {
-        key: tuple(options.pop(key)) for key in ("apps", "controller_args") if key in options
-    }
-    if topology == "fat_tree":
-        graph = fabric_mod.fat_tree(**{k: v for k, v in options.items() if k not in DEFAULT_FABRIC})
-    else:
-        graph = fabric_mod.leaf_spine(**options)
-    with Fabric(
-        graph,
-        out_dir=str(tmp_path / "emu"),
-        qos=qos,
-        host_nic_pacing=pacing,
-        switch_processes=processes,
-        **controller,
-    ) as fab:
-        yield fab
-        errors = list(fab.faults.errors)
-    if errors:
-        pytest.fail(f"scheduled faults failed: {'; '.join(errors)}")
+
+@pytest.fixture(scope="module")
+def module_fabric(request, tmp_path_factory):
+    """One running emu fabric for every test of this module that asks for it.
+
+    Shaped by the module's `pytestmark = pytest.mark.emu_fabric(...)`; a test's
+    own marker cannot reshape a fabric already built, so a test that has one
+    fails, saying so. Tests share its state: one that injects a fault heals it
+    (or waits for its `at=` faults) before it ends. The leak check of
+    tests/conftest.py leaves it out of each test's check and checks its
+    teardown when the module ends.
+    """
+    graph, options = _spec_for(request.node, request)
+    _need_root("module_fabric")
+    out_dir = tmp_path_factory.mktemp(f"emu-{request.module.__name__.rsplit('.', 1)[-1]}")
+    yield from _running(graph, options, out_dir)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """A test's own `emu_fabric` marker does not shape `module_fabric`: say so, not ignore it.
+
+    Checked before any fixture is set up, so that nothing is built for a test
+    that cannot run.
+    """
+    names = getattr(item, "fixturenames", ())
+    if "module_fabric" not in names:
+        return
+    if "fabric" in names:
+        pytest.fail(
+            f"{item.name}: a test takes `fabric` or `module_fabric`, not both: two fabrics "
+            "would share interface names",
+            pytrace=False,
+        )
+    for node in item.listchain():
+        if isinstance(node, (pytest.Session, pytest.Package, pytest.Module)):
+            continue
+        if any(m.name == MARKER for m in node.own_markers):
+            pytest.fail(
+                f"{item.name}: module_fabric is built once per module from the module's "
+                f"pytestmark; this test's own {MARKER} marker would be ignored (use the "
+                "`fabric` fixture, or move the marker to pytestmark)",
+                pytrace=False,
+            )
 
 
 @pytest.fixture

@@ -198,12 +198,14 @@ def plot(ctx: Context, rate_bps: int) -> None:
         lf = m["link_failure"]
         lines = {}
         for h, seqs in lf["replies"].items():
+            # Each ping where it was sent (ping's own clock, emu/traffic/ping.py), on
+            # the link-down line's clock: its loss shows when the link went down.
             got = set(seqs)
-            xs = [i * lf["interval_s"] for i in range(1, lf["count"] + 1)]
-            lines[h] = (xs, [1 if i in got else 0 for i in range(1, lf["count"] + 1)])
+            xs = lf["sent_s"][h]
+            lines[h] = (xs, [1 if i in got else 0 for i in range(1, len(xs) + 1)])
         panels.append(
             Panel(
-                f"pings across link {'-'.join(lf['link'])} down",
+                f"pings across link {'-'.join(lf['link'])} down, by when each was sent",
                 "time (s)",
                 "reply (1) / lost (0)",
                 lines=lines,
@@ -551,6 +553,8 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
         for h in senders
     }
     count = jobs[senders[0]].count
+    # The plot's and the events' zero: the pings' start, on the clock ping stamps with.
+    wall0 = min(job.started_wall for job in jobs.values())
     t0 = time.monotonic()
     # A schedule, not a wait: the pings run for 0.3 s, then their path is measured
     # for 0.7 s, then the link goes down at t = 1 s.
@@ -562,11 +566,19 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
     victim = max(hops, key=lambda n: pinged[n])
     wall_down = time.time()
     fab.set_link(leaf, victim, up=False)
-    t_down = time.monotonic() - t0
-    ctx.event("link_down", link=f"{leaf}-{victim}")
+    t_down = wall_down - wall0
+    ctx.event("link_down", at=wall_down, link=f"{leaf}-{victim}")
     results = {h: job.wait() for h, job in jobs.items()}
     outages = {h: r.longest_outage_s for h, r in results.items()}
     replies = {h: list(r.replied) for h, r in results.items()}
+    sent_s = {
+        h: [
+            round((at if at is not None else wall0 + seq * interval) - wall0, 4)
+            for seq, (at, _) in enumerate(r.timeline(), start=1)
+        ]
+        for h, r in results.items()
+    }
+    restored = [w for w in (r.restored_wall(wall_down) for r in results.values()) if w]
     status = fab.controller_status()
     seen = [
         e
@@ -574,9 +586,12 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
         if e.get("kind") == "link_down" and e.get("t", 0) >= wall_down - 0.5
     ]
     if seen:
-        ctx.metrics["controller_reaction_s"] = min(e["t"] for e in seen) - wall_down
+        saw = min(e["t"] for e in seen)  # the controller's own unix time
+        ctx.metrics["controller_reaction_s"] = saw - wall_down
         ctx.event(
-            "controller saw link down", after_ms=round(1000 * ctx.metrics["controller_reaction_s"])
+            "controller saw link down",
+            at=saw,
+            after_ms=round(1000 * ctx.metrics["controller_reaction_s"]),
         )
     worst = max(outages.values()) if outages else None
     ctx.metrics["link_failure"] = {
@@ -587,13 +602,17 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
         "count": count,
         "outage_s": outages,
         "replies": replies,
+        "sent_s": sent_s,
         "controller_events": seen[-4:],
     }
+    # When the last sender's replies came back (none lost: when the link went down).
     ctx.event(
-        "reachability restored", worst_outage_ms=round(1000 * worst) if worst is not None else None
+        "reachability restored",
+        at=max(restored, default=wall_down),
+        worst_outage_ms=round(1000 * worst) if worst is not None else None,
     )
     ctx.table(
-        f"link {leaf}-{victim} down at t={t_down:.2f} s, pings every "
+        f"link {leaf}-{victim} down at t={t_down:.2f} s (from the pings' start), pings every "
         f"{interval * 1000:.0f} ms to {dst}",
         ["sender", "longest outage ms"],
         [[h, 1000 * o] for h, o in outages.items()],

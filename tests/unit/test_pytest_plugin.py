@@ -1,0 +1,156 @@
+"""The pytest plugin's marker: every builder, topology files, and one clear line for bad input.
+
+`fabric_spec` is pure (it builds the graph and constructs, without opening,
+the Fabric), so these run without root. The last tests run pytest on a test
+file with a bad marker, in a subprocess, and read what a user would see.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from emu import fabric
+from emu.pytest_plugin import DEFAULT_FABRIC, MarkerError, fabric_spec
+
+REPO = Path(__file__).parents[2]
+TOPOLOGIES = REPO / "topologies"
+
+
+def test_no_marker_is_the_small_leaf_spine():
+    graph, options = fabric_spec({})
+    assert graph.graph["kind"] == "leaf_spine"
+    assert graph.graph["params"]["leaves"] == DEFAULT_FABRIC["leaves"] == 2
+    assert len(fabric.switches(graph)) == 4 and len(fabric.hosts(graph)) == 4
+    assert options == {}
+
+
+@pytest.mark.parametrize(
+    "marker, kind, hosts",
+    [
+        ({"leaves": 3, "spines": 1, "hosts_per_leaf": 1}, "leaf_spine", 3),
+        ({"topology": "fat_tree", "k": 4}, "fat_tree", 16),
+        ({"topology": "dragonfly", "groups": 3, "routers_per_group": 2}, "dragonfly", 6),
+        ({"topology": "torus", "dims": (2, 3)}, "torus", 6),
+        ({"topology": "rail_optimized", "nodes": 2, "gpus_per_node": 2}, "rail_optimized", 4),
+        ({"topology": "single_switch", "hosts": 3}, "single_switch", 3),
+    ],
+)
+def test_every_builder_is_a_topology(marker, kind, hosts):
+    graph, _ = fabric_spec(marker)
+    assert graph.graph["kind"] == kind
+    assert len(fabric.hosts(graph)) == hosts
+
+
+def test_the_leaf_spine_defaults_fill_in_only_what_the_marker_leaves_out():
+    graph, _ = fabric_spec({"spines": 1})
+    assert graph.graph["params"]["spines"] == 1
+    assert graph.graph["params"]["leaves"] == 2 and graph.graph["params"]["hosts_per_leaf"] == 2
+
+
+def test_fabric_options_pass_through_to_the_fabric():
+    _, options = fabric_spec(
+        {"switch_processes": 0, "apps": ["controllers.adaptive"], "host_nic_pacing": False}
+    )
+    assert options == {
+        "switch_processes": 0,
+        "apps": ("controllers.adaptive",),
+        "host_nic_pacing": False,
+    }
+
+
+def test_a_topology_file_is_found_beside_the_test_then_in_the_rootdir(tmp_path):
+    beside = tmp_path / "tests"
+    beside.mkdir()
+    graph, _ = fabric_spec({"topo": "topologies/fat-tree-k4.yaml"}, [beside, REPO])
+    assert graph.graph["kind"] == "fat_tree"
+    (beside / "mine.yaml").write_text((TOPOLOGIES / "leaf-spine-2x2.yaml").read_text())
+    graph, _ = fabric_spec({"topo": "mine.yaml"}, [beside, REPO])
+    assert len(fabric.switches(graph)) == 4
+    graph, _ = fabric_spec({"topo": TOPOLOGIES / "ring4.yaml"})  # a Path, absolute
+    assert graph.graph["kind"] == "custom"
+
+
+@pytest.mark.parametrize(
+    "marker, named",
+    [
+        ({"topology": "fat-tree"}, "'fat-tree'"),  # the typo that used to build leaf_spine
+        ({"topology": "dragonfy"}, "'dragonfy'"),
+        ({"topology": "torus", "leaves": 2}, "'leaves'"),  # used to be a TypeError
+        ({"topology": "dragonfly", "k": 4}, "'k'"),
+        ({"leaves": 2, "k": 4}, "'k'"),
+        ({"topology": "fat_tree", "k": 3}, "k=3"),
+        ({"leaves": 0}, "leaves"),
+        ({"leaves": float("nan")}, "leaves"),
+        ({"topology": "torus", "dims": "3x3"}, "dims"),
+        ({"qos": {"nope": {}}}, "nope"),
+        ({"switch_processes": -1}, "switch_processes=-1"),
+        ({"apps": "controllers.adaptive"}, "apps="),
+        ({"flow_control": "xon"}, "xon"),
+        ({"topo": "no-such-file.yaml"}, "no-such-file.yaml"),
+        ({"topo": 42}, "topo=42"),
+        ({"topo": str(TOPOLOGIES / "ring4.yaml"), "leaves": 2}, "leaves"),
+        ({"topo": str(TOPOLOGIES / "ring4.yaml"), "topology": "torus"}, "give one of them"),
+    ],
+)
+def test_a_bad_marker_is_one_line_naming_what_is_wrong(marker, named):
+    with pytest.raises(MarkerError) as caught:
+        fabric_spec(marker, [REPO])
+    message = str(caught.value)
+    assert message.startswith("emu_fabric: ")
+    assert named in message
+    assert "\n" not in message
+
+
+def run_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_user_sees_the_bad_marker_in_one_line_before_anything_is_built(tmp_path):
+    res = run_pytest(
+        tmp_path,
+        """
+        import pytest
+
+        @pytest.mark.emu_fabric(topology="fat-tree", k=4)
+        def test_typo(fabric):
+            raise AssertionError("never reached: the fixture fails first")
+        """,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "emu_fabric: topology='fat-tree'" in res.stdout
+    assert "never reached" not in res.stdout
+    assert "Traceback" not in res.stdout and "fabric_spec" not in res.stdout
+    assert "1 error" in res.stdout
+
+
+def test_a_tests_own_marker_does_not_silently_miss_the_module_fabric(tmp_path):
+    res = run_pytest(
+        tmp_path,
+        """
+        import pytest
+
+        @pytest.mark.emu_fabric(topology="fat_tree", k=4)
+        def test_wants_its_own(module_fabric):
+            raise AssertionError("never reached")
+
+        def test_both(fabric, module_fabric):
+            raise AssertionError("never reached")
+        """,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "this test's own emu_fabric marker would be ignored" in res.stdout
+    assert "takes `fabric` or `module_fabric`, not both" in res.stdout
+    assert "never reached" not in res.stdout
+    assert "2 error" in res.stdout
