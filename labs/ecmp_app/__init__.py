@@ -184,6 +184,16 @@ def grade_fabric(lab: LabRun, fab: Fabric, label: str, src: str, dst: str, role:
         "pod): return only neighbours one hop closer. `emu lab test ecmp_app` finds it "
         "without a fabric",
     )
+    if any("loops at" in problem for problem in problems):
+        # Each datagram would circle until its TTL ran out: a flood, not a measurement.
+        lab.check(
+            f"[{label}] {FLOWS} UDP flows {src} -> {dst} spread over the {role}s",
+            False,
+            "not sent: the traced flows loop (above), and real ones would circle the fabric",
+            "no loop first",
+            "fix the loop (above), then the spread is measured",
+        )
+        return
     before = top_rx(fab, role)
     argv = [sys.executable, "-c", SEND, g.nodes[dst]["ip"], str(DPORT), str(FIRST_SPORT)]
     fab.host_run(src, argv + [str(FLOWS), str(DATAGRAMS_PER_FLOW)], timeout_s=60, check=True)
