@@ -1064,8 +1064,9 @@ def _anchor(title: str) -> str:
 
 # ----- the README's copies -----------------------------------------------------------------
 
-# A README table copied from docs/results.md sits between these markers;
-# `emu reproduce --update-readme` rewrites its body and a test checks it.
+# A table copied from docs/results.md sits between these markers, in README.md
+# or in a page of the docs site (docs/scenarios.md holds the scenarios'); `emu
+# reproduce --update-readme` rewrites every block's body and a test checks them.
 README_BLOCK = re.compile(
     r"<!-- reproduced:(?P<id>[A-Za-z0-9_-]+) -->\n(?P<body>.*?)"
     r"<!-- /reproduced -->",
@@ -1123,8 +1124,34 @@ def parse_results(text: str, entries: tuple | None = None) -> ResultsDoc:
     return doc
 
 
-def readme_block(doc: ResultsDoc, entry_id: str) -> str:
-    """The body of the README's block for `entry_id`: where from, then median and range."""
+def quoting_pages(readme: str | Path, results: str | Path) -> list[Path]:
+    """The pages whose blocks quote `results`: `readme`, then each docs/*.md beside it with one.
+
+    docs/ is the folder beside `readme`; `results` itself is not a page that
+    quotes, and docs/runs/ (evidence, not prose) is not searched.
+    """
+    readme = Path(readme)
+    pages = [readme]
+    docs = readme.parent / "docs"
+    skip = Path(results).resolve()
+    for page in sorted(docs.glob("*.md")) if docs.is_dir() else ():
+        if page.resolve() != skip and "<!-- reproduced:" in page.read_text():
+            pages.append(page)
+    return pages
+
+
+def results_link(page: str | Path, results: str | Path) -> str:
+    """How `page` links to `results`: a relative path, as GitHub and MkDocs both resolve it."""
+    rel = os.path.relpath(Path(results).resolve(), Path(page).resolve().parent)
+    return rel.replace(os.sep, "/")
+
+
+def readme_block(doc: ResultsDoc, entry_id: str, link: str = "docs/results.md") -> str:
+    """The body of a block for `entry_id`: where from, then median and range.
+
+    `link` is docs/results.md as the page holding the block reaches it
+    (`results_link`): docs/results.md from the README, results.md from docs/.
+    """
     entry = next(e for e in ENTRIES if e.id == entry_id)
     runs, faithful, passed = doc.runs.get(entry_id, (0, 0, 0))
     commit = doc.commits.get(entry_id, doc.commit)
@@ -1132,7 +1159,7 @@ def readme_block(doc: ResultsDoc, entry_id: str) -> str:
         f"Reproduced at `{commit}` by `emu reproduce`: {runs} runs, {faithful} "
         f"faithful, every check passed in {passed}. Median and range over the faithful "
         f"runs; every run, check and plot in "
-        f"[docs/results.md](docs/results.md#{_anchor(entry.title)}).",
+        f"[docs/results.md]({link}#{_anchor(entry.title)}).",
         "",
     ]
     rows = doc.figures.get(entry_id, [])
@@ -1144,8 +1171,14 @@ def readme_block(doc: ResultsDoc, entry_id: str) -> str:
     return "\n".join(lines + [""])
 
 
-def update_readme(readme: str, results: str) -> tuple[str, list[str]]:
-    """Rewrite every block from `results`; returns the new text and the unknown block ids."""
+def update_readme(
+    readme: str, results: str, link: str = "docs/results.md"
+) -> tuple[str, list[str]]:
+    """Rewrite every block of a page from `results`; returns the new text and the unknown ids.
+
+    `readme` is the text of README.md or of any page that quotes (`quoting_pages`);
+    `link` is how that page reaches docs/results.md (`results_link`).
+    """
     doc = parse_results(results)
     ids = {e.id for e in ENTRIES}
     unknown = []
@@ -1155,16 +1188,16 @@ def update_readme(readme: str, results: str) -> tuple[str, list[str]]:
             unknown.append(m.group("id"))
             return m.group(0)
         return (
-            f"<!-- reproduced:{m.group('id')} -->\n{readme_block(doc, m.group('id'))}"
+            f"<!-- reproduced:{m.group('id')} -->\n{readme_block(doc, m.group('id'), link)}"
             "<!-- /reproduced -->"
         )
 
     return README_BLOCK.sub(body, readme), unknown
 
 
-def readme_problems(readme: str, results: str) -> list[str]:
-    """Blocks that differ from what docs/results.md says (empty: the README matches it)."""
-    fresh, unknown = update_readme(readme, results)
+def readme_problems(readme: str, results: str, link: str = "docs/results.md") -> list[str]:
+    """Blocks of a page that differ from what docs/results.md says (empty: the page matches it)."""
+    fresh, unknown = update_readme(readme, results, link)
     problems = [f"block reproduced:{i}: no such configuration" for i in unknown]
     old = {m.group("id"): m.group("body") for m in README_BLOCK.finditer(readme)}
     new = {m.group("id"): m.group("body") for m in README_BLOCK.finditer(fresh)}

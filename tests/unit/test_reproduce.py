@@ -815,17 +815,53 @@ NOT_YET_REPRODUCED = {"credit-vs-pfc", "livelock", "pfc-deadlock", "rail-optimiz
 
 
 def test_the_readme_quotes_docs_results_md_for_every_configuration():
-    """The README's figure tables are docs/results.md's, for every configuration it quotes."""
+    """Every block, in README.md or a docs page, is docs/results.md's; every configuration has one."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    results = (root / "docs" / "results.md").read_text()
-    assert reproduce.readme_problems(readme, results) == []
-    blocks = {m.group("id") for m in reproduce.README_BLOCK.finditer(readme)}
+    results_path = root / "docs" / "results.md"
+    results = results_path.read_text()
+    pages = reproduce.quoting_pages(root / "README.md", results_path)
+    # Every page of the docs site that holds a block is searched, whatever its name.
+    holding = {p for p in (root / "docs").glob("*.md") if "<!-- reproduced:" in p.read_text()}
+    assert holding - {results_path} <= set(pages)
+    blocks = set()
+    for page in pages:
+        text = page.read_text()
+        link = reproduce.results_link(page, results_path)
+        assert reproduce.readme_problems(text, results, link) == [], page.name
+        blocks |= {m.group("id") for m in reproduce.README_BLOCK.finditer(text)}
     reproduced = set(reproduce.parse_results(results).runs)
     assert blocks == reproduced
     assert {e.id for e in reproduce.ENTRIES} - reproduced == NOT_YET_REPRODUCED
+
+
+def test_a_stale_block_in_a_docs_page_is_found_and_rewritten_with_its_own_link(
+    tmp_path, monkeypatch
+):
+    """Blocks that moved from the README into docs/ are checked and rewritten there too."""
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
+    (tmp_path / "docs" / "runs").mkdir(parents=True)
+    results = tmp_path / "docs" / "results.md"
+    results.write_text(toy_results([record(1, doc(2.0)), record(2, doc(4.0))]))
+    readme = tmp_path / "README.md"
+    readme.write_text("# emu\n\nNo figures here: see docs/scenarios.md.\n")
+    page = tmp_path / "docs" / "scenarios.md"
+    page.write_text("# Scenarios\n\n<!-- reproduced:toy -->\nold\n<!-- /reproduced -->\n")
+    quiet = tmp_path / "docs" / "other.md"
+    quiet.write_text("# Other\n")
+    evidence = tmp_path / "docs" / "runs" / "day.md"  # docs/runs/ is evidence: never rewritten
+    evidence.write_text("<!-- reproduced:toy -->\nold\n<!-- /reproduced -->\n")
+    assert reproduce.quoting_pages(readme, results) == [readme, page]
+    assert reproduce.results_link(page, results) == "results.md"
+    assert reproduce.results_link(readme, results) == "docs/results.md"
+    problems = reproduce.readme_problems(page.read_text(), results.read_text(), "results.md")
+    assert problems == [
+        "block reproduced:toy differs from docs/results.md (run emu reproduce --update-readme)"
+    ]
+    fresh, unknown = reproduce.update_readme(page.read_text(), results.read_text(), "results.md")
+    assert unknown == [] and "[docs/results.md](results.md#toy-scenario)" in fresh
+    assert reproduce.readme_problems(fresh, results.read_text(), "results.md") == []
 
 
 def test_cli_update_readme_copies_the_figures_and_runs_nothing(tmp_path, monkeypatch, capsys):
