@@ -297,3 +297,46 @@ def test_simple_switch_13_is_os_kens_file(sample_dir):
         record = wheel.read("os_ken-1.4.1.dist-info/RECORD").decode().splitlines()
     assert f"os_ken/app/simple_switch_13.py,sha256={digest},{len(data)}" in record
     assert b"class SimpleSwitch13(app_manager.OSKenApp):" in data
+
+
+def test_mn_killed_is_cleaned_by_its_manifest():
+    """mn killed with SIGKILL mid-run: its switch processes die with it, and the
+    veths between its switches, which outlive it, go with `emu clean` (its manifest)."""
+    argv = [MN, "--custom", str(CUSTOM), "--switch", "emu", "--controller", "none"]
+    # No controller: `--test pingall` waits for connections that never come, so mn stays up.
+    argv += ["--topo", "linear,2", "--test", "pingall"]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ, EMU_VENV=sys.prefix),
+        start_new_session=True,
+    )
+    try:
+
+        def switches_up() -> registry.Run | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"mn exited with {proc.returncode} before its switches ran")
+            runs = [r for r in registry.load_runs() if r.owner_pid == proc.pid]
+            return runs[0] if runs and len(runs[0].pids) == 2 else None
+
+        run = registry.wait_for(switches_up, 60.0, "mn's two switch processes")
+        switch_pids = [e["pid"] for e in run.pids]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # The link s2-s1 lies in the root namespace: nothing but the manifest removes it.
+        assert "s2-eth2" in run.interfaces and os.path.exists("/sys/class/net/s2-eth2")
+        removed = registry.clean_dead_runs()
+        assert run.run_id in [r["run"] for r in removed]
+        assert not os.path.exists("/sys/class/net/s2-eth2")
+        registry.wait_for(
+            lambda: not any(os.path.exists(f"/proc/{pid}") for pid in switch_pids),
+            10.0,
+            "the switch processes to die with mn",
+        )
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        registry.clean_dead_runs()
