@@ -39,6 +39,11 @@ class FaultError(ValueError):
     """A fault names something that is not in the fabric, or a bad value."""
 
 
+def _set_nic(nic, **change: Any) -> None:
+    """Change a NIC agent's settings; its answer (its whole state) is not the event's."""
+    nic.call("set", **change)
+
+
 class Faults:
     """Faults on one running fabric (and, for NIC faults, its RDMA hosts).
 
@@ -336,7 +341,7 @@ class Faults:
         self._inject(
             at,
             "straggler",
-            lambda: nic.call("set", compute_factor=compute_factor, rate_bps=rate_bps),
+            lambda: _set_nic(nic, compute_factor=compute_factor, rate_bps=rate_bps),
             since=called,
             host=host,
             compute_factor=compute_factor,
@@ -363,7 +368,7 @@ class Faults:
         self._inject(
             at,
             "stuck_nic" if stuck else "nic_recovered",
-            lambda: nic.call("set", stuck=stuck),
+            lambda: _set_nic(nic, stuck=stuck),
             since=called,
             host=host,
         )
@@ -388,7 +393,7 @@ class Faults:
         self._inject(
             at,
             "slow_receiver",
-            lambda: nic.call("set", **change),
+            lambda: _set_nic(nic, **change),
             since=called,
             host=host,
             drain_rate_bps=drain_rate_bps,

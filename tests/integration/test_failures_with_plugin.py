@@ -1,17 +1,17 @@
 """emu's own failure tests, written with its pytest plugin (the `fabric` fixture).
 
-The first test is the README's example, verbatim (a test below checks that
-the README still shows exactly this code).
+The first test is docs/pytest-plugin.md's first example (the page's examples
+run as they are written: test_pytest_plugin_docs.py).
 """
 
 from __future__ import annotations
 
-import inspect
-import pathlib
+import time
 
 import pytest
 
 from emu.faults import FaultError
+from emu.registry import wait_for
 
 
 def test_my_job_survives_a_spine_failure(fabric):
@@ -20,11 +20,6 @@ def test_my_job_survives_a_spine_failure(fabric):
     result = job.wait()
     assert result.received > 0.9 * result.sent
     assert result.longest_outage_s < 1.0
-
-
-def test_readme_shows_the_example_as_it_runs():
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    assert inspect.getsource(test_my_job_survives_a_spine_failure) in readme
 
 
 def test_flapping_link_never_stops_reachability_for_long(fabric):
@@ -131,11 +126,10 @@ def test_faults_name_what_is_wrong(fabric):
 
 @pytest.mark.emu_fabric(leaves=2, spines=1, hosts_per_leaf=1)
 def test_slow_host_sends_and_receives_at_a_fraction_of_its_link(fabric):
-    from emu.traffic import iperf
-
     def mbps(src, dst):
-        doc = iperf.run(fabric, src, dst, 3, omit_s=1)
-        return doc["end"]["sum_received"]["bits_per_second"] / 1e6
+        result = fabric.start("iperf", src=src, dst=dst, duration_s=3, omit_s=1).wait()
+        assert result.ok, result.error
+        return result.received_mbps
 
     healthy = mbps("h1", "h2")
     fabric.faults.slow_host("h2", factor=4)
@@ -152,3 +146,36 @@ def test_slow_host_sends_and_receives_at_a_fraction_of_its_link(fabric):
         fabric.faults.slow_host("h9", factor=2)
     with pytest.raises(FaultError, match="factor=0.5"):
         fabric.faults.slow_host("h1", factor=0.5)
+
+
+def test_nic_faults_start_the_agents_they_need_and_take_at(fabric):
+    assert fabric.faults.nics is None  # nothing started any NIC agent
+    called = time.time()
+    fabric.faults.slow_receiver("h3", drain_rate_bps=1e6, at=0.5)
+    returned = time.time()  # h3's agent is up: the call started it
+    nics = fabric.faults.nics
+    assert sorted(nics.nics) == ["h3"]  # only the agent the fault needs
+    wait_for(
+        lambda: nics.nics["h3"].call("set")["drain_rate_bps"] == 1e6,
+        5,
+        "h3's NIC to drain at 1 Mbit/s",
+    )
+    fabric.faults.stuck_nic("h4")  # another host: its agent joins the same set
+    assert fabric.faults.nics is nics and sorted(nics.nics) == ["h3", "h4"]
+    assert nics.nics["h4"].call("set")["stuck"] is True
+    fabric.faults.stuck_nic("h4", stuck=False)
+    slow, stuck, healed = fabric.faults.events
+    assert (slow["kind"], stuck["kind"], healed["kind"]) == (
+        "slow_receiver",
+        "stuck_nic",
+        "nic_recovered",
+    )
+    # Injected half a second after the call (or, had the agent taken longer to
+    # start, as soon as it answered), and stamped then.
+    due = max(called + 0.5, returned)
+    assert called + 0.5 <= slow["wall"] < due + 0.3, (slow["wall"] - called, returned - called)
+    with pytest.raises(FaultError, match="unknown host 'spine1'"):
+        fabric.faults.stuck_nic("spine1")
+    with pytest.raises(FaultError, match="at=-1"):
+        fabric.faults.stuck_nic("h1", at=-1)
+    assert sorted(nics.nics) == ["h3", "h4"]  # a refused fault started nothing
