@@ -56,7 +56,35 @@ def need_root(what: str) -> None:
 def cmd_list(args) -> int:
     for name, module in sorted(scenario.available().items()):
         print(f"{name:18s} {module.DESCRIPTION}")
+        if args.verbose_list:
+            print(scenario.describe_params(module), end="\n\n")
     return 0
+
+
+class _RunHelp(argparse.Action):
+    """`emu run NAME --help`: the usual help, then NAME's parameters with defaults and ranges."""
+
+    def __init__(
+        self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None
+    ):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = getattr(namespace, "name", None)
+        if not name:
+            parser.print_help()
+            print(
+                "\nemu run NAME --help lists NAME's parameters; emu list -v lists every scenario's."
+            )
+            parser.exit(0)
+        try:
+            module = scenario.load(name)
+        except ScenarioError as exc:
+            parser.exit(EXIT_USAGE, f"emu: {exc}\n")
+        parser.print_help()
+        print(f"\nparameters of {name} (--set KEY=VALUE; default, range, then what it does):")
+        print(scenario.describe_params(module))
+        parser.exit(0)
 
 
 def _with_topo(args) -> list[str]:
@@ -223,24 +251,28 @@ def _write_check_lines(reproduce, path: str, out_dir: str, doc_path: str) -> int
 
 
 def _update_readme(reproduce, readme_path: str, doc_path: str) -> int:
+    """Rewrite the blocks of README and of every docs page beside it that quotes --doc."""
     try:
-        with open(readme_path) as f:
-            readme = f.read()
         with open(doc_path) as f:
             results = f.read()
-        fresh, unknown = reproduce.update_readme(readme, results)
+        pages = reproduce.quoting_pages(readme_path, doc_path)
+        old = {page: page.read_text() for page in pages}
+        fresh, unknown = {}, []
+        for page, text in old.items():
+            link = reproduce.results_link(page, doc_path)
+            fresh[page], bad = reproduce.update_readme(text, results, link)
+            unknown += [f"{i} ({page})" for i in bad]
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"--update-readme: {exc}") from None
     if unknown:
         raise ScenarioError(
-            f"--update-readme: {readme_path} has blocks for unknown "
-            f"configurations: {', '.join(unknown)}"
+            f"--update-readme: blocks for unknown configurations: {', '.join(unknown)}"
         )
-    changed = fresh != readme
-    if changed:
-        with open(readme_path, "w") as f:
-            f.write(fresh)
-    print(f"{readme_path}: {'updated from' if changed else 'already matches'} {doc_path}")
+    for page in pages:  # nothing is written until every page has been read and parsed
+        changed = fresh[page] != old[page]
+        if changed:
+            page.write_text(fresh[page])
+        print(f"{page}: {'updated from' if changed else 'already matches'} {doc_path}")
     return 0
 
 
@@ -272,7 +304,7 @@ def interactive(fab) -> None:
         f"logs in {fab.log_dir()}"
     )
     print(
-        "emu commands: ctl SWITCH flows|ports|groups|counters, path SRC DST "
+        "emu commands: ctl SWITCH|HOST WHAT [ARG...] (as emu ctl), path SRC DST "
         "[tcp|udp SPORT DPORT], status"
     )
     from mininet.log import setLogLevel
@@ -283,7 +315,7 @@ def interactive(fab) -> None:
 
 
 def cmd_lab(args) -> int:
-    """emu lab list | start NAME | check NAME [--solution|--work DIR] [--out DIR]."""
+    """emu lab list | start NAME | check NAME | test NAME | reset NAME (see emu/labs.py)."""
     if args.lab_command == "list":
         rows = [
             (name, m.TITLE, f"{m.MINUTES} min", m.GRADES) for name, m in labs.available().items()
@@ -293,13 +325,33 @@ def cmd_lab(args) -> int:
             print(f"{name:{width}}  {title} ({minutes})\n{'':{width}}  graded on: {grades}")
         return 0
     module = labs.load(args.name)
+    if args.lab_command == "reset":
+        done = labs.reset(args.name, args.student, args.seed)
+        if done.backup is not None:
+            print(f"lab {args.name}: your copy is kept as {done.backup}/")
+        else:
+            print(f"lab {args.name}: there was no copy at {done.work}/; nothing to back up")
+        reference = labs.reference_seed(args.name)
+        print(
+            f"  {done.work}/ holds the starting point again: {', '.join(done.files)} "
+            f"({done.instance.describe(reference)})"
+        )
+        return 0
+    if args.lab_command == "test":
+        run = labs.offline(args.name, args.solution, args.work)
+        print(labs.render(run))
+        return 0 if run.passed else EXIT_CHECKS_FAILED
     if args.lab_command == "start":
+        labs.requested_instance(args.name, args.student, args.seed)  # a bad seed before root
         need_root(f"emu lab start {args.name}")
-        work = labs.copy_starting_point(args.name)
+        work = labs.copy_starting_point(args.name, args.student, args.seed)
+        instance = labs.read_instance(work)
+        reference = labs.reference_seed(args.name)
         print(f"lab {args.name}: {module.TITLE}. Your copy: {work}/ (edit it there);")
+        print(f"  your instance: {instance.describe(reference)} (recorded in {work}/)")
         print(f"  the handout: {labs.lab_dir(args.name) / 'README.md'}")
         print(f"  grade it with: emu lab check {args.name}")
-        run = labs.new_run(args.name, work, args.out, solution=False)
+        run = labs.new_run(args.name, work, args.out, solution=False, instance=instance)
         if not args.web:
             module.start(run)
             return 0
@@ -307,9 +359,13 @@ def cmd_lab(args) -> int:
         with _live_view(None, args):
             module.start(run)
         return 0
-    labs.work_dir(args.name, args.solution, args.work)  # a missing file is named before root
+    # A missing file or a seed that does not fit the copy is named before root.
+    chosen = labs.work_dir(args.name, args.solution, args.work)
+    labs.instance_for(args.name, chosen, args.solution, args.student, args.seed)
     need_root(f"emu lab check {args.name}")
-    run = labs.check(args.name, args.solution, args.work, args.out)
+    run = labs.check(
+        args.name, args.solution, args.work, args.out, student=args.student, seed=args.seed
+    )
     print(labs.render(run))
     return 0 if run.passed else EXIT_CHECKS_FAILED
 
@@ -326,13 +382,14 @@ EXPORT_BUILDERS = {
 
 
 def cmd_topo_validate(args) -> int:
-    """Check each file without starting anything; a linter's output and exit status."""
+    """Check each file without starting anything: ok lines on stdout, one line per bad
+    file on stderr, exit status 2 if any was bad (as `emu topo show` and `emu run --topo`)."""
     failed = 0
     for path in args.files:
         try:
             graph = topofile.load(path)
         except topofile.TopoFileError as exc:
-            print(exc)
+            print(f"emu: {exc}", file=sys.stderr)
             failed += 1
             continue
         counts = fabric.expected_counts(graph)
@@ -340,7 +397,7 @@ def cmd_topo_validate(args) -> int:
             f"{path}: ok ({counts['switches']} switches, {counts['hosts']} hosts, "
             f"{counts['switch_links']} switch links)"
         )
-    return EXIT_CHECKS_FAILED if failed else 0
+    return EXIT_USAGE if failed else 0
 
 
 def cmd_topo_show(args) -> int:
@@ -483,13 +540,24 @@ def _make_emu_cli():
             super().__init__(mininet, **kwargs)
 
         def do_ctl(self, line):
-            """ctl SWITCH flows|ports|groups|counters: ask a running emu switch."""
+            """ctl SWITCH|HOST WHAT [ARG...]: as `emu ctl` (e.g. ctl leaf1 ecn 3000 12000)."""
             parts = line.split()
-            if len(parts) != 2:
-                print("usage: ctl SWITCH flows|ports|groups|counters")
+            if len(parts) < 2:
+                print("usage: ctl SWITCH|HOST WHAT [ARG...] (as emu ctl; `help ctl`)")
                 return
+            target, what, extra = parts[0], parts[1], parts[2:]
             try:
-                print(format_ctl(parts[1], self.fab.switch_call(parts[0], parts[1])))
+                graph = self.fab.graph
+                if target not in graph:
+                    raise ScenarioError(f"unknown switch or host {target!r}")
+                kind = graph.nodes[target]["kind"]
+                cmd, req = ctl_request(kind, what, extra)
+                if kind == "switch":
+                    result = self.fab.switch_call(target, cmd, **req)
+                else:  # the host's NIC agent, where `emu ctl` finds it
+                    path = os.path.join(self.fab.run.sock_dir, f"{target}.nic.sock")
+                    result = mgmt.call(path, cmd, **req)
+                print(format_ctl(what, result))
             except Exception as exc:  # noqa: BLE001 - the CLI must survive a typo
                 print(f"ctl: {exc}")
 
@@ -682,6 +750,96 @@ def cmd_path(args) -> int:
     return 0
 
 
+def package_version() -> str:
+    """The installed package's version (setup.cfg), or "unknown" from a bare source tree."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("emu")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed; run scripts/bootstrap)"
+
+
+def running_fabrics(run_id: str | None = None) -> list[dict]:
+    """Every live run of the registry as `emu ps` shows it: id, owner, fabric, nodes.
+
+    A run's nodes come from the graph its fabric wrote (emu.net's GRAPH_FILE);
+    `up` says whether the node's management socket is there (a switch's
+    process, a host's NIC agent).
+    """
+    import time
+
+    import networkx as nx
+
+    from emu.net import GRAPH_FILE
+
+    out = []
+    for run in registry.live_runs():
+        if run_id and run.run_id != run_id:
+            continue
+        graph_path = Path(run.sock_dir, GRAPH_FILE)
+        nodes = []
+        name = run.info.get("graph")
+        try:
+            graph = nx.node_link_graph(json.loads(graph_path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            graph = None  # still booting, or a run without a fabric (a testbed)
+        if graph is not None:
+            name = graph.graph.get("name", name)
+            for node, d in graph.nodes(data=True):
+                sock = f"{node}.sock" if d.get("kind") == "switch" else f"{node}.nic.sock"
+                nodes.append(
+                    {
+                        "name": node,
+                        "kind": d.get("kind"),
+                        "role": d.get("role"),
+                        "address": d.get("ip") or f"dpid {d.get('dpid', 0):#x}",
+                        "up": os.path.exists(os.path.join(run.sock_dir, sock)),
+                    }
+                )
+        out.append(
+            {
+                "run": run.run_id,
+                "owner_pid": run.owner_pid,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created)),
+                "fabric": name,
+                "switches": sum(1 for n in nodes if n["kind"] == "switch"),
+                "hosts": sum(1 for n in nodes if n["kind"] == "host"),
+                "logs": run.log_dir,
+                "nodes": nodes,
+            }
+        )
+    return out
+
+
+def cmd_ps(args) -> int:
+    """`emu ps [--json] [--run ID]`: the running fabrics and their nodes."""
+    fabrics = running_fabrics(args.run)
+    if args.json:
+        print(json.dumps(fabrics, indent=2))
+        return 0
+    if not fabrics:
+        which = f" with run id {args.run!r}" if args.run else ""
+        print(f"no running fabric{which} (start one with `emu run` or `emu cli`)")
+        return 0
+    for f in fabrics:
+        print(
+            f"{f['run']}: fabric {f['fabric'] or '?'}, {f['switches']} switches, "
+            f"{f['hosts']} hosts; owner pid {f['owner_pid']}, started {f['started']}; "
+            f"logs in {f['logs']}"
+        )
+        rows = [["name", "kind", "role", "address", "mgmt"]]
+        rows += [
+            [n["name"], n["kind"], n["role"], n["address"], "up" if n["up"] else "-"]
+            for n in f["nodes"]
+        ]
+        widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+        for row in rows if f["nodes"] else []:
+            print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        print()
+    return 0
+
+
 def cmd_clean(args) -> int:
     need_root("emu clean")
     removed = registry.clean_dead_runs()
@@ -774,12 +932,32 @@ def build_parser() -> argparse.ArgumentParser:
         "fabrics: lossless Ethernet, ECMP and failures on real packets.",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    p.add_argument("--version", action="version", version=f"emu {package_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", help="scenarios with one-line descriptions")
+    s.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbose_list",
+        action="store_true",
+        help="also every parameter: default, range and what it does",
+    )
     s.set_defaults(func=cmd_list)
-    s = sub.add_parser("run", help="run a scenario and print its report")
+    s = sub.add_parser(
+        "run",
+        help="run a scenario and print its report",
+        add_help=False,
+        epilog="emu run NAME --help lists NAME's parameters (docs/parameters.md).",
+    )
+    s.add_argument("-h", "--help", action=_RunHelp, help="this help, and NAME's parameters")
     s.add_argument("name")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter (repeatable); rates also as rate=20M",
+    )
     s.add_argument("--out", help="results directory (default results/NAME)")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
     _add_web_options(s, linger=True)
@@ -805,7 +983,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     topo = s.add_subparsers(dest="topo_command", required=True)
     t = topo.add_parser(
-        "validate", help="check files without starting anything (exit 1 on the first error)"
+        "validate", help="check files without starting anything (exit 2 if one is bad)"
     )
     t.add_argument("files", nargs="+", metavar="FILE")
     t.set_defaults(func=cmd_topo_validate)
@@ -929,10 +1107,23 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("lab", help="teaching labs: list, start one, grade your work")
     lab = s.add_subparsers(dest="lab_command", required=True)
     lab.add_parser("list", help="the labs, their time and what each is graded on")
+
+    def instance_options(t) -> None:
+        who = t.add_mutually_exclusive_group()
+        who.add_argument(
+            "--student",
+            metavar="NAME",
+            help=f"your own instance of the lab, from your name (or ${labs.ENV_STUDENT})",
+        )
+        who.add_argument(
+            "--seed", metavar="N", help=f"the instance by number (or ${labs.ENV_SEED})"
+        )
+
     t = lab.add_parser(
         "start", help="copy the lab's starting point, build its fabric, open the CLI"
     )
     t.add_argument("name")
+    instance_options(t)
     t.add_argument("--out", help="results directory (default results/labs/NAME)")
     _add_web_options(t, linger=False)
     t = lab.add_parser("check", help="grade the lab on real packets; a hint per failed check")
@@ -942,8 +1133,31 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--work", help="grade this directory (default labs-work/NAME, else the start)"
     )
+    instance_options(t)
     t.add_argument("--out", help="results directory (default results/labs/NAME)")
+    t = lab.add_parser("test", help="the lab's offline tests of your work: no root, no fabric")
+    t.add_argument("name")
+    which = t.add_mutually_exclusive_group()
+    which.add_argument("--solution", action="store_true", help="test the lab's solution/")
+    which.add_argument(
+        "--work", help="test this directory (default labs-work/NAME, else the start)"
+    )
+    t = lab.add_parser(
+        "reset", help="put labs-work/NAME back to the starting point (the old copy kept)"
+    )
+    t.add_argument("name")
+    instance_options(t)
     s.set_defaults(func=cmd_lab)
+    s = sub.add_parser(
+        "ps",
+        help="the running fabrics: run ids, switches and hosts",
+        description="Lists every running fabric from the run registry (emu/registry.py): "
+        "its run id (what --run takes), owner process, switches and hosts "
+        "(as containerlab's inspect).",
+    )
+    s.add_argument("--json", action="store_true", help="as JSON, one object per fabric")
+    s.add_argument("--run", help="only this run id")
+    s.set_defaults(func=cmd_ps)
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)
     s = sub.add_parser("report", help="print the report of a results directory")

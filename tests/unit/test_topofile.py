@@ -509,17 +509,17 @@ def test_cli_validate_ok(capsys):
     assert len(out) == len(paths)
 
 
-def test_cli_validate_a_typo_is_one_line_and_exit_1(tmp_path, capsys):
+def test_cli_validate_a_typo_is_one_line_on_stderr_and_exit_2(tmp_path, capsys):
+    # As `emu topo show` and `emu run --topo` report the same file (issue 28).
     good = ROOT / "topologies" / "leaf-spine-2x2.yaml"
     bad = tmp_path / "typo.yaml"
     bad.write_text(good.read_text().replace("{a: leaf2, b: spine2}", "{a: leaf2, b: spine3}"))
-    assert cli.main(["topo", "validate", str(bad), str(good)]) == cli.EXIT_CHECKS_FAILED
+    assert cli.main(["topo", "validate", str(bad), str(good)]) == cli.EXIT_USAGE
     out, err = capsys.readouterr()
-    assert out.splitlines() == [
-        f"{bad}:23: links[3].b: unknown node 'spine3'",
-        f"{good}: ok (4 switches, 4 hosts, 4 switch links)",
-    ]
-    assert err == ""
+    assert out.splitlines() == [f"{good}: ok (4 switches, 4 hosts, 4 switch links)"]
+    assert err == f"emu: {bad}:23: links[3].b: unknown node 'spine3'\n"
+    assert cli.main(["topo", "show", str(bad)]) == cli.EXIT_USAGE
+    assert capsys.readouterr() == ("", err)
 
 
 def test_cli_run_with_a_bad_file_is_one_line_before_any_root_work(tmp_path, capsys):
