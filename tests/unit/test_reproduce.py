@@ -864,6 +864,38 @@ def test_a_stale_block_in_a_docs_page_is_found_and_rewritten_with_its_own_link(
     assert reproduce.readme_problems(fresh, results.read_text(), "results.md") == []
 
 
+def test_cli_update_readme_rewrites_the_docs_pages_too(tmp_path, monkeypatch, capsys):
+    """`emu reproduce --update-readme` reaches every page that quotes, each with its own link."""
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
+    (tmp_path / "docs" / "runs").mkdir(parents=True)
+    results = tmp_path / "docs" / "results.md"
+    results.write_text(toy_results([record(1, doc(2.0)), record(2, doc(4.0))]))
+    readme = tmp_path / "README.md"
+    readme.write_text("# emu\n\nNo figures here: see docs/scenarios.md.\n")
+    page = tmp_path / "docs" / "scenarios.md"
+    page.write_text("# Scenarios\n\n<!-- reproduced:toy -->\nold\n<!-- /reproduced -->\n")
+    quiet = tmp_path / "docs" / "other.md"
+    quiet.write_text("# Other\n")
+    evidence = tmp_path / "docs" / "runs" / "day.md"
+    evidence.write_text("<!-- reproduced:toy -->\nold\n<!-- /reproduced -->\n")
+
+    argv = ["reproduce", "--update-readme", str(readme), "--doc", str(results)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{page}: updated from" in out and f"{readme}: already matches" in out
+    text = page.read_text()
+    assert "| value | 3 | 2 .. 4 | 2/2 |" in text and "old" not in text
+    assert "[docs/results.md](results.md#toy-scenario)" in text
+    assert reproduce.readme_problems(text, results.read_text(), "results.md") == []
+    assert "old" in evidence.read_text() and quiet.read_text() == "# Other\n"
+
+    page.write_text("<!-- reproduced:nope -->\n<!-- /reproduced -->\n")
+    assert cli.main(argv) == 2
+    assert f"unknown configurations: nope ({page})" in capsys.readouterr().err
+    assert "old" not in page.read_text() and "nope" in page.read_text()
+
+
 def test_cli_update_readme_copies_the_figures_and_runs_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
     monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
