@@ -314,16 +314,25 @@ def interactive(fab) -> None:
     EmuCLI(fab.net, fab=fab)
 
 
+def _lab_package(name: str) -> str:
+    """The lab package (labs/pause_storm) a typed name means; the package's own
+    underscores still work, with a deprecation line (scenario.canonical_name)."""
+    by_spelling = {labs.spelled(n): n for n in labs.available()}
+    return by_spelling[scenario.canonical_name(name, by_spelling, "lab")]
+
+
 def cmd_lab(args) -> int:
     """emu lab list | start NAME | check NAME | test NAME | reset NAME (see emu/labs.py)."""
     if args.lab_command == "list":
         rows = [
-            (name, m.TITLE, f"{m.MINUTES} min", m.GRADES) for name, m in labs.available().items()
+            (labs.spelled(name), m.TITLE, f"{m.MINUTES} min", m.GRADES)
+            for name, m in labs.available().items()
         ]
         width = max(len(r[0]) for r in rows)
         for name, title, minutes, grades in rows:
             print(f"{name:{width}}  {title} ({minutes})\n{'':{width}}  graded on: {grades}")
         return 0
+    args.name = _lab_package(args.name)
     module = labs.load(args.name)
     if args.lab_command == "reset":
         done = labs.reset(args.name, args.student, args.seed)
@@ -350,7 +359,7 @@ def cmd_lab(args) -> int:
         print(f"lab {args.name}: {module.TITLE}. Your copy: {work}/ (edit it there);")
         print(f"  your instance: {instance.describe(reference)} (recorded in {work}/)")
         print(f"  the handout: {labs.lab_dir(args.name) / 'README.md'}")
-        print(f"  grade it with: emu lab check {args.name}")
+        print(f"  grade it with: emu lab check {labs.spelled(args.name)}")
         run = labs.new_run(args.name, work, args.out, solution=False, instance=instance)
         if not args.web:
             module.start(run)

@@ -187,6 +187,11 @@ class LabRun:
         return bool(self.checks) and all(c.passed for c in self.checks)
 
 
+def spelled(name: str) -> str:
+    """A lab's name as `emu lab` takes it: dashes, as scenarios are spelled (`pause-storm`)."""
+    return name.replace("_", "-")
+
+
 def available() -> dict[str, ModuleType]:
     """Every lab package under `labs/`, in the catalogue's order."""
     found = {}
@@ -293,7 +298,7 @@ def read_instance(work: Path) -> Instance | None:
 
 def write_instance(work: Path, name: str, instance: Instance) -> None:
     lines = [
-        f"# Which instance of lab {name} this copy is: `emu lab check {name}` grades",
+        f"# Which instance of lab {name} this copy is: `emu lab check {spelled(name)}` grades",
         "# this one. Do not edit: `emu lab reset NAME --student NAME` starts over as another.",
         f"lab: {name}",
         f"seed: {instance.seed}",
@@ -339,7 +344,7 @@ def instance_for(
         if asked is not None and asked.seed != recorded.seed:
             raise LabError(
                 f"{Path(work) / INSTANCE_FILE}: this copy is {recorded.describe(reference.seed)}, "
-                f"not {asked.describe(reference.seed)}; `emu lab reset {name}` starts over"
+                f"not {asked.describe(reference.seed)}; `emu lab reset {spelled(name)}` starts over"
             )
         return recorded
     if asked is not None:
@@ -363,7 +368,7 @@ def copy_starting_point(name: str, student: str | None = None, seed: Any = None)
     if existing is not None and asked is not None and asked.seed != existing.seed:
         raise LabError(
             f"{dest}/ is {existing.describe(reference)}, not {asked.describe(reference)}: "
-            f"`emu lab reset {name}{_flags(asked)}` starts over (your copy is kept as a backup)"
+            f"`emu lab reset {spelled(name)}{_flags(asked)}` starts over (your copy is kept as a backup)"
         )
     if existing is None and dest.is_dir():
         # A copy made before instances were recorded was graded on the reference one.
@@ -489,7 +494,7 @@ def offline(
     if not hasattr(module, "offline"):
         raise LabError(
             f"lab {name} has no offline tests: its work is graded on real packets "
-            f"(sudo emu lab check {name})"
+            f"(sudo emu lab check {spelled(name)})"
         )
     chosen = work_dir(name, solution, work)
     run = LabRun(name=name, work=chosen, out_dir=chosen, solution=solution, log=log)

@@ -15,7 +15,7 @@ hosts, asks the switches to trace many 5-tuples through their own tables
 (a loop or a longer-than-shortest path is named), and sends many UDP flows as
 real datagrams, then counts the frames each top switch (spine, core) received.
 
-`emu lab test ecmp_app` runs `offline`: the same policy as plain Python on
+`emu lab test ecmp-app` runs `offline`: the same policy as plain Python on
 both fabrics' graphs (and an uneven one), no root, no fabric: every port
 returned is a link, no destination's next hops form a loop, every next hop is
 on a shortest path, and every shortest path is used.
@@ -73,7 +73,7 @@ for sport in range(first, first + flows):
 
 
 def graph():
-    """The two-tier fabric (the one `emu lab start ecmp_app` builds)."""
+    """The two-tier fabric (the one `emu lab start ecmp-app` builds)."""
     return fabric_mod.leaf_spine(leaves=2, spines=SPINES, hosts_per_leaf=2, host_rate_bps=RATE_BPS)
 
 
@@ -134,7 +134,7 @@ def check(lab: LabRun) -> None:
             f"[{label}] the fabric converges with your policy",
             "your next_hops raised or returned a port with no link behind it; the controller's "
             f"log says which: {out}/controller.log (search for Traceback); "
-            "`emu lab test ecmp_app` tries it without a fabric",
+            "`emu lab test ecmp-app` tries it without a fabric",
         )
         if not started:
             continue
@@ -181,7 +181,7 @@ def grade_fabric(lab: LabRun, fab: Fabric, label: str, src: str, dst: str, role:
         "the switches traced each 5-tuple through their tables (the CLI's `path`). A "
         "loop means some switch sends a packet to a neighbour that is no closer to the "
         "destination (on a fat-tree, an aggregation switch sending back down into its own "
-        "pod): return only neighbours one hop closer. `emu lab test ecmp_app` finds it "
+        "pod): return only neighbours one hop closer. `emu lab test ecmp-app` finds it "
         "without a fabric",
     )
     if any("loops at" in problem for problem in problems):
@@ -329,7 +329,7 @@ OFFLINE_PROPERTIES = (
 
 
 def offline(lab: LabRun) -> None:
-    """`emu lab test ecmp_app`: the student's next_hops on three fabrics' graphs, no root."""
+    """`emu lab test ecmp-app`: the student's next_hops on three fabrics' graphs, no root."""
     policy = load_policy(lab.path("ecmp.py"))
     for label, build in (("leaf/spine", graph), ("fat-tree k=4", fat_tree), ("uneven", uneven)):
         faults = policy_faults(policy, build())

@@ -64,7 +64,7 @@ def test_the_report_puts_each_hint_under_its_failed_check(tmp_path):
 def test_emu_lab_list_and_bad_names(capsys):
     assert cli.main(["lab", "list"]) == 0
     out = capsys.readouterr().out
-    assert "ecmp_app" in out and "graded on:" in out
+    assert "ecmp-app" in out and "graded on:" in out
     assert cli.main(["lab", "check", "nosuch"]) == cli.EXIT_USAGE
     assert "emu: unknown lab 'nosuch'" in capsys.readouterr().err
 

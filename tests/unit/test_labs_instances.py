@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from emu import cli, labs
+from emu import cli, labs, scenario
+from emu.scenario import ScenarioError
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def test_start_records_the_instance_and_check_grades_that_one(in_tmp):
     assert labs.instance_for("gray_failure", work, False).seed == instance.seed
     # A second start keeps the copy's instance; asking for another says how to start over.
     assert labs.read_instance(labs.copy_starting_point("gray_failure")).seed == instance.seed
-    with pytest.raises(labs.LabError, match='emu lab reset gray_failure --student "bob"'):
+    with pytest.raises(labs.LabError, match='emu lab reset gray-failure --student "bob"'):
         labs.copy_starting_point("gray_failure", student="bob")
     with pytest.raises(labs.LabError, match="this copy is seed .*, student alice"):
         labs.instance_for("gray_failure", work, False, seed="3")
@@ -78,7 +79,7 @@ def test_without_a_name_a_new_copy_gets_its_own_random_instance(in_tmp):
 def test_reset_keeps_a_backup_and_says_what_it_did(in_tmp, capsys):
     work = labs.copy_starting_point("fabric_basics", seed="5")
     (work / "answers.yaml").write_text("switches_h1_to_h3: 9\n")
-    assert cli.main(["lab", "reset", "fabric_basics"]) == 0
+    assert cli.main(["lab", "reset", "fabric-basics"]) == 0
     out = capsys.readouterr().out
     backups = sorted(in_tmp.glob("labs-work/fabric_basics.backup-*"))
     assert len(backups) == 1 and (backups[0] / "answers.yaml").read_text() == (
@@ -89,21 +90,21 @@ def test_reset_keeps_a_backup_and_says_what_it_did(in_tmp, capsys):
     assert f"your copy is kept as labs-work/{backups[0].name}/" in out
     assert "answers.yaml" in out and "seed 5" in out
     # Another student: a fresh copy of theirs, the old one backed up again.
-    assert cli.main(["lab", "reset", "fabric_basics", "--student", "erin"]) == 0
+    assert cli.main(["lab", "reset", "fabric-basics", "--student", "erin"]) == 0
     assert labs.read_instance(work).student == "erin"
     assert len(list(in_tmp.glob("labs-work/fabric_basics.backup-*"))) == 2
     capsys.readouterr()
-    assert cli.main(["lab", "reset", "gray_failure"]) == 0
+    assert cli.main(["lab", "reset", "gray-failure"]) == 0
     assert "nothing to back up" in capsys.readouterr().out
 
 
 def test_bad_instances_are_one_line_and_exit_2(in_tmp, capsys):
     for argv in (
-        ["lab", "start", "gray_failure", "--seed", "-3"],
-        ["lab", "check", "gray_failure", "--seed", "nan"],
-        ["lab", "check", "gray_failure", "--solution", "--student", "alice"],
-        ["lab", "reset", "gray_failure", "--student", " "],
-        ["lab", "test", "fabric_basics", "--work", str(in_tmp / "nowhere")],
+        ["lab", "start", "gray-failure", "--seed", "-3"],
+        ["lab", "check", "gray-failure", "--seed", "nan"],
+        ["lab", "check", "gray-failure", "--solution", "--student", "alice"],
+        ["lab", "reset", "gray-failure", "--student", " "],
+        ["lab", "test", "fabric-basics", "--work", str(in_tmp / "nowhere")],
     ):
         assert cli.main(argv) == cli.EXIT_USAGE, argv
         err = capsys.readouterr().err
@@ -118,9 +119,9 @@ def test_emu_lab_test_needs_no_root_and_no_fabric(in_tmp, monkeypatch, capsys):
 
     monkeypatch.setattr(emu.net.Fabric, "__init__", no_fabric)
     monkeypatch.setattr(cli, "need_root", no_fabric)
-    assert cli.main(["lab", "test", "ecmp_app", "--solution"]) == 0
+    assert cli.main(["lab", "test", "ecmp-app", "--solution"]) == 0
     assert "PASSED: 15 of 15" in capsys.readouterr().out
-    assert cli.main(["lab", "test", "ecmp_app"]) == cli.EXIT_CHECKS_FAILED  # the start
+    assert cli.main(["lab", "test", "ecmp-app"]) == cli.EXIT_CHECKS_FAILED  # the start
     out = capsys.readouterr().out
     assert "[FAIL] [fat-tree k=4] every next hop on a shortest path is used (ECMP)" in out
     for name in labs.available():
@@ -181,9 +182,25 @@ def test_every_handout_has_its_picture_spoiler_troubleshooting_reset_and_next_la
         assert labs.picture(name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         for section in ("## Hints", "## Troubleshooting", "## Starting over", "## Next"):
             assert section in handout, (name, section)
-        assert f"emu lab reset {name}" in handout and f"emu lab test {name}" in handout, name
+        typed = labs.spelled(name)
+        assert f"emu lab reset {typed}" in handout and f"emu lab test {typed}" in handout, name
         hints, spoiler = handout.index("## Hints"), handout.index("**Spoiler")
         assert hints < spoiler < handout.index("\n1. ", hints), name  # the note, then hints
         assert "solution/" not in handout[:spoiler], name
         if i + 1 < len(catalogue):
             assert f"../{catalogue[i + 1]}/README.md" in handout[handout.index("## Next") :], name
+
+
+def test_labs_are_spelled_with_dashes_and_the_package_spelling_still_works(monkeypatch, capsys):
+    """`pause-storm`, as the scenario is spelled; `pause_storm` with a deprecation line."""
+    said: list[str] = []
+    monkeypatch.setattr(scenario, "deprecated", said.append)
+    assert cli._lab_package("pause-storm") == "pause_storm" and said == []
+    assert cli._lab_package("pause_storm") == "pause_storm"
+    assert said == ["lab 'pause_storm' is spelled 'pause-storm' now"]
+    assert cli._lab_package("lossless") == "lossless"
+    with pytest.raises(ScenarioError, match="unknown lab 'pause-strom'"):
+        cli._lab_package("pause-strom")
+    assert cli.main(["lab", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "pause-storm" in listed and "pause_storm" not in listed
