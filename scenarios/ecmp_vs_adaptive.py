@@ -70,8 +70,10 @@ PARAMS = {
     # saturation. At 4 Mbit/s the adaptive controller's statistics polls pushed it
     # over: LLDP was answered late, links expired and routes churned (CI, 230 expiries).
     # 1 Gbit/s modelled: the time scale (x1000) stretches the 100 us flowlet gap.
-    # Twice the rate before the C data plane (issue 27).
-    **fabric_params(topology="fat_tree", rate_mbps=2.0, modelled_gbps=1.0),
+    # 1 Mbit/s, not twice that: at 2 every run was faithful but ECMP measured
+    # above the flow-level model (by 0.003-0.03) and the model check failed in
+    # 2 of 5 reproductions and in the scenario test (docs/performance.md).
+    **fabric_params(topology="fat_tree", rate_mbps=1.0, modelled_gbps=1.0),
     # A process per switch here, not the fabric default (shared processes): the
     # ECMP model check was validated that way (55 of 55 runs), and with shared
     # processes ECMP landed further above the flow-level model in 2 of 2 CI-size
