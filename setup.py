@@ -1,4 +1,7 @@
-"""Builds emu's compiled data plane (emu.switch._fastpath); everything else is setup.cfg.
+"""Builds emu's compiled per-frame paths; everything else is setup.cfg.
+
+emu.switch._fastpath is the switch's data plane (emu/switch/csrc/),
+emu.host._nicpath the RDMA NIC's transport (emu/host/csrc/).
 
 `pip install -e .` (scripts/bootstrap) compiles it with the distribution's gcc
 and Python headers. EMU_SANITIZE=1 builds it with AddressSanitizer and
@@ -37,6 +40,13 @@ setup(
             depends=glob.glob("emu/switch/csrc/*.h"),
             extra_compile_args=CFLAGS,
             extra_link_args=LDFLAGS,
-        )
+        ),
+        Extension(
+            "emu.host._nicpath",
+            sources=sorted(glob.glob("emu/host/csrc/*.c")),
+            depends=glob.glob("emu/host/csrc/*.h"),
+            extra_compile_args=CFLAGS,
+            extra_link_args=LDFLAGS,
+        ),
     ]
 )

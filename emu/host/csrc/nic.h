@@ -1,0 +1,232 @@
+/* The compiled RoCE NIC engine: shared structures.
+ *
+ * One structure per owner, as for the switch's C path (emu/switch/csrc/fp.h):
+ *   nic_wire.c    bytes of a frame: CRC-32 (the ICRC), RoCEv2 data, ACK/NAK and
+ *                 CNP frames built from a queue pair's header, RoCEv2 and PFC
+ *                 parsing (emu/proto/roce.py, emu/proto/pfc.py are the reference)
+ *   nic_dcqcn.c   DCQCN's reaction point and notification point
+ *                 (emu/host/dcqcn.py)
+ *   nic_engine.c  the transport: queue pairs, segmentation, PSNs, ACK
+ *                 coalescing, NAK, go-back-N and go-back-0, the RTO and RNR
+ *                 timers, pacing at the link and DCQCN rates, PAUSE honoured and
+ *                 sent, the receive buffer, reassembly, the fidelity clock
+ *                 (emu/host/rnic.py, emu/fidelity.PortClock)
+ *   nic_module.c  the Python type (emu/host/nicpath.py drives it)
+ *
+ * The Python modules named above are the specification: a differential test
+ * (tests/unit/test_nic_differential.py) drives both on the same scripted
+ * losses, reorderings, PAUSEs and CNPs and requires the same frames and
+ * counters. Times are seconds (doubles), as in Python; PSNs are unbounded
+ * (int64) inside and 24-bit on the wire. Every length read from a frame is
+ * checked against what was received.
+ */
+#ifndef EMU_NIC_H
+#define EMU_NIC_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#define NIC_PRIOS 8
+#define NIC_ACK_EVERY 4              /* rnic.ACK_EVERY */
+#define NIC_MAX_OUTSTANDING 512      /* rnic.MAX_OUTSTANDING_PACKETS */
+#define NIC_DATA_PRIO 3              /* rnic.DATA_PRIO */
+#define NIC_WIRE_CATCH_UP_S 0.001    /* rnic.WIRE_CATCH_UP_S */
+#define NIC_INBOX_OVERHEAD 64        /* rnic.INBOX_MESSAGE_OVERHEAD_BYTES */
+#define NIC_MIN_RNR_TIMER 12         /* rnic.MIN_RNR_TIMER */
+#define NIC_MAX_PAYLOAD 9216         /* roce.MAX_PAYLOAD_BYTES */
+#define NIC_MAX_FRAME (NIC_MAX_PAYLOAD + 128)
+#define NIC_HDR_BYTES 42             /* Ethernet + IPv4 + UDP, up to the BTH */
+#define NIC_HIST 8                   /* fidelity.EDGES + 1 */
+#define NIC_FRAME_BYTES 1514         /* fidelity.FRAME_BYTES */
+#define NIC_EARLY_FRAMES 0.25        /* fidelity.EARLY_FRAMES */
+#define NIC_PFC_FRAME_BYTES 60
+
+/* BTH opcodes and AETH syndromes (roce.py) */
+enum {
+    OP_SEND_FIRST = 0x00, OP_SEND_MIDDLE = 0x01, OP_SEND_LAST = 0x02, OP_SEND_ONLY = 0x04,
+    OP_WRITE_FIRST = 0x06, OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_WRITE_ONLY = 0x0A,
+    OP_ACK = 0x11, OP_CNP = 0x81,
+};
+#define AETH_ACK 0x00
+#define AETH_RNR_NAK 0x20
+#define AETH_NAK 0x60
+#define AETH_NAK_PSN_SEQ_ERROR 0x60
+#define AETH_CREDIT_INVALID 0x1F
+#define AETH_KIND_MASK 0x60
+#define ECN_CE 3
+#define PSN_MASK 0xFFFFFFu
+#define PSN_HALF (1 << 23)
+
+/* ----- frames (nic_wire.c) ---------------------------------------------------- */
+
+/* The constant parts of one direction's Ether/IPv4/UDP header (roce._Header). */
+typedef struct {
+    uint8_t hdr[NIC_HDR_BYTES];   /* lengths and checksums zero */
+    uint8_t masked[28];           /* IPv4 + UDP as the ICRC sees them, lengths zero */
+    uint32_t ip_sum;              /* ones' sum of the IPv4 header, length and checksum 0 */
+    uint32_t becn;                /* 1 << 30 for CNPs */
+} nic_hdr;
+
+int nic_hdr_init(nic_hdr *h, const uint8_t *raw, size_t len, int becn);
+uint32_t nic_crc32(uint32_t crc, const uint8_t *p, size_t n);
+/* A frame into `out` (NIC_MAX_FRAME bytes); returns its length. `payload` NULL: pattern. */
+size_t nic_build(const nic_hdr *h, uint8_t *out, int opcode, uint32_t dqpn, uint32_t apsn,
+                 const uint8_t *ext, size_t ext_len, const uint8_t *payload, size_t payload_len);
+size_t nic_build_ack(const nic_hdr *h, uint8_t *out, uint32_t dqpn, uint32_t psn, uint32_t msn,
+                     int syndrome);
+size_t nic_build_cnp(const nic_hdr *h, uint8_t *out, uint32_t dqpn);
+
+typedef struct {
+    int opcode;
+    uint32_t dest_qp, psn;
+    int ack_req, ecn;
+    int syndrome;                 /* ACKNOWLEDGE only */
+    uint32_t msn;
+    size_t payload_offset, payload_len;
+} nic_roce;
+
+int nic_parse_roce(const uint8_t *f, size_t n, nic_roce *out);   /* 1: a RoCEv2 frame */
+int nic_is_mac_control(const uint8_t *f, size_t n);
+/* 1: PFC or PAUSE decoded into vector and quanta[8] (pfc.parse). */
+int nic_parse_pfc(const uint8_t *f, size_t n, int *vector, uint16_t quanta[8]);
+size_t nic_build_pfc(const uint8_t tmpl[NIC_PFC_FRAME_BYTES], uint8_t *out, int prio,
+                     uint16_t quanta);
+
+/* ----- DCQCN (nic_dcqcn.c) ----------------------------------------------------- */
+
+typedef struct {
+    double line_rate_bps, min_rate_bps, rate_ai_bps, rate_hai_bps;
+    double alpha_period_s, increase_period_s, cnp_interval_s;
+    int64_t byte_counter_bytes;
+    double g, alpha_init;
+    int64_t fast_recovery_steps;
+} nic_dcqcn;
+
+typedef struct {
+    const nic_dcqcn *p;
+    double rc, rt, alpha, now;
+    int64_t timer_stage, byte_stage, bytes_since_event;
+    double inc_anchor, alpha_anchor;
+    int64_t inc_n, alpha_n;
+    int64_t cnps_received, rate_decreases, alpha_decays, timer_events, byte_events;
+    int64_t inc_fast, inc_additive, inc_hyper;
+} nic_rp;
+
+void nic_rp_init(nic_rp *rp, const nic_dcqcn *p, double now);
+double nic_rp_next_event_at(const nic_rp *rp);   /* NAN: none */
+void nic_rp_advance(nic_rp *rp, double now);
+void nic_rp_on_bytes_sent(nic_rp *rp, int64_t size, double now);
+void nic_rp_on_cnp(nic_rp *rp, double now);
+
+/* ----- the transport (nic_engine.c) -------------------------------------------- */
+
+typedef struct {
+    uint64_t id;
+    int64_t size, first_psn, end_psn;
+    double posted_at, completed_at;
+    int write;
+    uint64_t va;
+    uint32_t rkey;
+    uint8_t *data;                /* a copy of the posted bytes; NULL: the pattern */
+} nic_msg;
+
+typedef struct {
+    int64_t msn;
+    size_t len;
+    uint8_t *data;
+} nic_inbox_msg;
+
+typedef struct {
+    uint32_t qpn, peer_qpn;
+    nic_hdr data_hdr, cnp_hdr;
+    int has_rp;
+    nic_rp rp;
+    double max_rate_bps;          /* 0: none */
+    int prio;
+    /* requester */
+    int64_t next_psn, una, end_psn, freed;
+    double next_tx_at, ready_since, last_progress;
+    nic_msg *msgs;                /* a ring of the unfinished messages, oldest first */
+    size_t msg_head, msg_count, msg_cap;
+    double *sent_at;              /* psn & (sa_cap - 1) -> when last sent; NAN: never */
+    size_t sa_cap;
+    int64_t sa_hi;                /* one past the highest PSN recorded */
+    double *completed;            /* 4 doubles a completion: id, size, posted, completed */
+    size_t completed_count, completed_cap;
+    int64_t tx_packets, tx_bytes, tx_payload_bytes, rnr_naks, retransmitted, naks, timeouts,
+        cnps;
+    /* responder */
+    int64_t expected, msg_first, msg_bytes, msn;
+    int nak_sent, deliver_data;
+    int64_t rx_packets, rx_bytes, out_of_order, duplicates, ce_marked, messages_received,
+        rnr_naks_sent, discarded_packets, discarded_bytes;
+    uint8_t *parts;               /* payload of the message being received */
+    size_t parts_len, parts_cap;
+    nic_inbox_msg *inbox;
+    size_t inbox_head, inbox_count, inbox_cap;
+    int64_t inbox_bytes;
+    double last_cnp_at;           /* NAN: none (the NP's per-QP state) */
+} nic_qp;
+
+/* Frames produced by one call, in order. */
+typedef struct {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t *ends;                 /* end offset of each frame */
+    size_t count, ends_cap;
+} nic_out;
+
+typedef struct nic_engine {
+    double rate_bps, rto_s;
+    double rnr_s[32];             /* the RNR timer codes in emulated seconds (rnic._rnr_s) */
+    int64_t mtu_payload;
+    int go_back_0;
+    int dcqcn;
+    nic_dcqcn dcqcn_p;
+    int64_t rx_buffer_bytes, rx_xoff_bytes, rx_xon_bytes, inbox_max_bytes;
+    double drain_rate_bps;        /* < 0: None (the host consumes at once) */
+    int pfc_quanta;
+    uint8_t pfc_tmpl[NIC_PFC_FRAME_BYTES];
+    nic_qp **qps;                 /* in connect order */
+    int nqps, qps_cap, rr;
+    double free_at;
+    double paused_until[NIC_PRIOS], paused_s[NIC_PRIOS];
+    int64_t pause_rx, pause_tx, cnps_sent, rx_overflow;
+    double rx_buffer, rx_drained_at, next_pause_refresh;
+    int xoff, stuck;
+    uint64_t msg_ids;
+    int64_t np_ce_received, np_cnps_sent, np_cnps_suppressed;
+    /* fidelity.PortClock */
+    double frame_s, edges_s[NIC_HIST - 1];
+    int64_t hist[NIC_HIST], frames;
+    double max_late_s, deficit_s, busy_s, last_wire_s;
+    int last_bucket;
+    uint8_t scratch[NIC_MAX_FRAME];
+} nic_engine;
+
+void nic_clock_init(nic_engine *e, double rate_bps);
+void nic_clock_reset(nic_engine *e);
+nic_qp *nic_qp_find(nic_engine *e, uint32_t qpn);
+nic_qp *nic_connect(nic_engine *e, uint32_t qpn, uint32_t peer_qpn, double now,
+                    double max_rate_bps, int prio);
+void nic_qp_free(nic_qp *qp);
+/* 0, or -1 out of memory. */
+int nic_post(nic_engine *e, nic_qp *qp, int64_t size, double now, int write, uint64_t va,
+             uint32_t rkey, const uint8_t *data, uint64_t *msg_id);
+/* The next data frame into out (1), or none (0); -1 out of memory. */
+int nic_next_frame(nic_engine *e, double now, nic_out *out);
+int nic_may_send(const nic_engine *e, double now);
+void nic_use_wire(nic_engine *e, size_t size, double now, double ready_at);
+double nic_next_wakeup(nic_engine *e, double now);   /* NAN: nothing to send */
+int nic_receive(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *out);
+int nic_tick(nic_engine *e, double now, nic_out *out);
+double nic_next_tick(nic_engine *e);                 /* NAN: none */
+void nic_drain(nic_engine *e, double now);
+
+int nic_out_add(nic_out *o, const uint8_t *f, size_t n);
+void nic_out_clear(nic_out *o);
+void nic_out_free(nic_out *o);
+
+#endif

@@ -1,0 +1,641 @@
+/* emu.host._nicpath: the compiled NIC engine's Python type.
+ *
+ * `Engine` holds one NIC (nic_engine.c). emu/host/nicpath.py wraps it with
+ * emu/host/rnic.py's interface and owns everything that is not per frame
+ * (argument checks, the DCQCN spec, headers built once per connection).
+ */
+#include "nic.h"
+
+#include <math.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    nic_engine e;
+    nic_out out;
+    int ready;
+} Engine;
+
+static PyObject *out_list(Engine *self)
+{
+    PyObject *list = PyList_New((Py_ssize_t)self->out.count);
+    if (!list)
+        return NULL;
+    size_t start = 0;
+    for (size_t k = 0; k < self->out.count; k++) {
+        size_t end = self->out.ends[k];
+        PyObject *b = PyBytes_FromStringAndSize((const char *)self->out.buf + start,
+                                                (Py_ssize_t)(end - start));
+        if (!b) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, b);
+        start = end;
+    }
+    nic_out_clear(&self->out);
+    return list;
+}
+
+static PyObject *time_or_none(double t)
+{
+    if (isnan(t))
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(t);
+}
+
+static void Engine_dealloc(Engine *self)
+{
+    for (int i = 0; i < self->e.nqps; i++)
+        nic_qp_free(self->e.qps[i]);
+    free(self->e.qps);
+    nic_out_free(&self->out);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Engine(rate_bps, mtu_payload, rto_s, rnr_s, go_back_0, dcqcn, rx_buffer_bytes,
+ *        rx_xoff_bytes, rx_xon_bytes, inbox_max_bytes, drain_rate_bps, pfc_quanta,
+ *        pfc_template, now)
+ * dcqcn: None, or (line, min, ai, hai, alpha_period, increase_period, cnp_interval,
+ *        byte_counter, g, alpha_init, fast_recovery_steps); drain_rate_bps: None or >= 0. */
+static int Engine_init(Engine *self, PyObject *args, PyObject *kw)
+{
+    double rate, rto, now;
+    long long mtu, rxb, xoff, xon, inbox_max;
+    int gb0, quanta;
+    PyObject *rnr, *dcqcn, *drain;
+    Py_buffer pfc;
+    if (!PyArg_ParseTuple(args, "dLdOpOLLLLOiy*d", &rate, &mtu, &rto, &rnr, &gb0, &dcqcn, &rxb,
+                          &xoff, &xon, &inbox_max, &drain, &quanta, &pfc, &now))
+        return -1;
+    nic_engine *e = &self->e;
+    if (self->ready) {
+        PyBuffer_Release(&pfc);
+        PyErr_SetString(PyExc_RuntimeError, "Engine is initialised once");
+        return -1;
+    }
+    if (!(rate > 0) || mtu <= 0 || mtu > NIC_MAX_PAYLOAD || pfc.len != NIC_PFC_FRAME_BYTES ||
+        quanta < 0 || quanta > 0xFFFF) {
+        PyBuffer_Release(&pfc);
+        PyErr_SetString(PyExc_ValueError, "Engine: a rate, MTU, PFC template or quanta out of range");
+        return -1;
+    }
+    memcpy(e->pfc_tmpl, pfc.buf, NIC_PFC_FRAME_BYTES);
+    PyBuffer_Release(&pfc);
+    PyObject *seq = PySequence_Fast(rnr, "rnr_s must be a sequence of 32 floats");
+    if (!seq)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(seq) != 32) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "rnr_s must have 32 entries");
+        return -1;
+    }
+    for (int i = 0; i < 32; i++) {
+        e->rnr_s[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    if (dcqcn != Py_None) {
+        nic_dcqcn *p = &e->dcqcn_p;
+        long long bc, frs;
+        if (!PyArg_ParseTuple(dcqcn, "dddddddLddL", &p->line_rate_bps, &p->min_rate_bps,
+                              &p->rate_ai_bps, &p->rate_hai_bps, &p->alpha_period_s,
+                              &p->increase_period_s, &p->cnp_interval_s, &bc, &p->g,
+                              &p->alpha_init, &frs))
+            return -1;
+        if (bc <= 0 || !(p->increase_period_s > 0) || !(p->alpha_period_s > 0)) {
+            PyErr_SetString(PyExc_ValueError, "dcqcn: byte counter and periods must be positive");
+            return -1;
+        }
+        p->byte_counter_bytes = bc;
+        p->fast_recovery_steps = frs;
+        e->dcqcn = 1;
+    }
+    if (drain == Py_None) {
+        e->drain_rate_bps = -1;
+    } else {
+        e->drain_rate_bps = PyFloat_AsDouble(drain);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    e->rate_bps = rate;
+    nic_clock_init(e, rate);
+    nic_clock_reset(e);
+    e->mtu_payload = mtu;
+    e->rto_s = rto;
+    e->go_back_0 = gb0;
+    e->rx_buffer_bytes = rxb;
+    e->rx_xoff_bytes = xoff;
+    e->rx_xon_bytes = xon;
+    e->inbox_max_bytes = inbox_max;
+    e->pfc_quanta = quanta;
+    e->free_at = now;
+    e->rx_drained_at = now;
+    nic_crc32(0, NULL, 0);  /* the CRC table, built while the GIL is held */
+    self->ready = 1;
+    return 0;
+}
+
+#define READY(self)                                                                 \
+    do {                                                                            \
+        if (!(self)->ready) {                                                       \
+            PyErr_SetString(PyExc_RuntimeError, "Engine not initialised");          \
+            return NULL;                                                            \
+        }                                                                           \
+    } while (0)
+
+static nic_qp *qp_arg(Engine *self, unsigned long qpn)
+{
+    nic_qp *qp = qpn <= PSN_MASK ? nic_qp_find(&self->e, (uint32_t)qpn) : NULL;
+    if (!qp)
+        PyErr_Format(PyExc_ValueError, "unknown QP %lu", qpn);
+    return qp;
+}
+
+/* connect(qpn, peer_qpn, data_header, cnp_header, now, max_rate_bps, prio) */
+static PyObject *Engine_connect(Engine *self, PyObject *args)
+{
+    unsigned long qpn, peer;
+    Py_buffer dh, ch;
+    double now, max_rate;
+    int prio;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "kky*y*ddi", &qpn, &peer, &dh, &ch, &now, &max_rate, &prio))
+        return NULL;
+    nic_hdr d, c;
+    int bad = qpn > PSN_MASK || peer > PSN_MASK || prio < 0 || prio >= NIC_PRIOS ||
+              nic_hdr_init(&d, dh.buf, (size_t)dh.len, 0) < 0 ||
+              nic_hdr_init(&c, ch.buf, (size_t)ch.len, 1) < 0;
+    PyBuffer_Release(&dh);
+    PyBuffer_Release(&ch);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "connect: a QP number, priority or header out of range");
+        return NULL;
+    }
+    if (nic_qp_find(&self->e, (uint32_t)qpn)) {
+        PyErr_Format(PyExc_ValueError, "QP %lu exists", qpn);
+        return NULL;
+    }
+    nic_qp *qp = nic_connect(&self->e, (uint32_t)qpn, (uint32_t)peer, now, max_rate, prio);
+    if (!qp)
+        return PyErr_NoMemory();
+    qp->data_hdr = d;
+    qp->cnp_hdr = c;
+    Py_RETURN_NONE;
+}
+
+/* post(qpn, size, now, write, va, rkey, data) -> msg_id; data: None or bytes-like */
+static PyObject *Engine_post(Engine *self, PyObject *args)
+{
+    unsigned long qpn;
+    long long size;
+    double now;
+    int write;
+    unsigned long long va;
+    unsigned long rkey;
+    PyObject *data;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "kLdpKkO", &qpn, &size, &now, &write, &va, &rkey, &data))
+        return NULL;
+    nic_qp *qp = qp_arg(self, qpn);
+    if (!qp)
+        return NULL;
+    if (size < 0 || size > 0xFFFFFFFFLL || rkey > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_ValueError, "post: size or rkey out of range");
+        return NULL;
+    }
+    uint64_t id;
+    int rc;
+    if (data == Py_None) {
+        if (size <= 0) {
+            PyErr_Format(PyExc_ValueError, "size_bytes=%lld: must be positive", size);
+            return NULL;
+        }
+        rc = nic_post(&self->e, qp, size, now, write, va, (uint32_t)rkey, NULL, &id);
+    } else {
+        Py_buffer b;
+        if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (b.len != size) {
+            PyBuffer_Release(&b);
+            PyErr_Format(PyExc_ValueError, "data has %zd bytes but size_bytes=%lld", b.len, size);
+            return NULL;
+        }
+        rc = nic_post(&self->e, qp, size, now, write, va, (uint32_t)rkey, b.buf, &id);
+        PyBuffer_Release(&b);
+    }
+    if (rc < 0)
+        return PyErr_NoMemory();
+    return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *Engine_next_frame(Engine *self, PyObject *arg)
+{
+    READY(self);
+    double now = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    int rc = nic_next_frame(&self->e, now, &self->out);
+    if (rc < 0)
+        return PyErr_NoMemory();
+    if (!rc)
+        Py_RETURN_NONE;
+    PyObject *f = PyBytes_FromStringAndSize((const char *)self->out.buf,
+                                            (Py_ssize_t)self->out.ends[0]);
+    nic_out_clear(&self->out);
+    return f;
+}
+
+static PyObject *Engine_receive(Engine *self, PyObject *args)
+{
+    Py_buffer f;
+    double now;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "y*d", &f, &now))
+        return NULL;
+    int rc = nic_receive(&self->e, f.buf, (size_t)f.len, now, &self->out);
+    PyBuffer_Release(&f);
+    if (rc < 0) {
+        nic_out_clear(&self->out);
+        return PyErr_NoMemory();
+    }
+    return out_list(self);
+}
+
+static PyObject *Engine_tick(Engine *self, PyObject *arg)
+{
+    READY(self);
+    double now = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    if (nic_tick(&self->e, now, &self->out) < 0) {
+        nic_out_clear(&self->out);
+        return PyErr_NoMemory();
+    }
+    return out_list(self);
+}
+
+static PyObject *Engine_next_wakeup(Engine *self, PyObject *arg)
+{
+    READY(self);
+    double now = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    return time_or_none(nic_next_wakeup(&self->e, now));
+}
+
+static PyObject *Engine_next_tick(Engine *self, PyObject *unused)
+{
+    READY(self);
+    return time_or_none(nic_next_tick(&self->e));
+}
+
+static PyObject *Engine_may_send(Engine *self, PyObject *arg)
+{
+    READY(self);
+    double now = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(nic_may_send(&self->e, now));
+}
+
+/* use_wire(size, now, ready_at) ; ready_at None: now */
+static PyObject *Engine_use_wire(Engine *self, PyObject *args)
+{
+    Py_ssize_t size;
+    double now;
+    PyObject *ready;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "ndO", &size, &now, &ready))
+        return NULL;
+    double r = NAN;
+    if (ready != Py_None) {
+        r = PyFloat_AsDouble(ready);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "use_wire: size must be >= 0");
+        return NULL;
+    }
+    nic_use_wire(&self->e, (size_t)size, now, r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_set_deliver_data(Engine *self, PyObject *args)
+{
+    unsigned long qpn;
+    int on;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "kp", &qpn, &on))
+        return NULL;
+    nic_qp *qp = qp_arg(self, qpn);
+    if (!qp)
+        return NULL;
+    qp->deliver_data = on;
+    if (!on) {
+        for (size_t i = 0; i < qp->inbox_count; i++)
+            free(qp->inbox[(qp->inbox_head + i) % qp->inbox_cap].data);
+        qp->inbox_count = qp->inbox_head = 0;
+        qp->parts_len = 0;
+        qp->inbox_bytes = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+/* take_messages(qpn, max or -1) -> [(msn, bytes)] */
+static PyObject *Engine_take_messages(Engine *self, PyObject *args)
+{
+    unsigned long qpn;
+    Py_ssize_t max;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "kn", &qpn, &max))
+        return NULL;
+    nic_qp *qp = qp_arg(self, qpn);
+    if (!qp)
+        return NULL;
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    while (qp->inbox_count && (max < 0 || PyList_GET_SIZE(list) < max)) {
+        nic_inbox_msg *m = &qp->inbox[qp->inbox_head];
+        PyObject *t = Py_BuildValue("(Ly#)", (long long)m->msn, (const char *)m->data,
+                                    (Py_ssize_t)m->len);
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(t);
+        qp->inbox_bytes -= (int64_t)m->len + NIC_INBOX_OVERHEAD;
+        free(m->data);
+        qp->inbox_head = (qp->inbox_head + 1) % qp->inbox_cap;
+        qp->inbox_count--;
+    }
+    return list;
+}
+
+static PyObject *Engine_inbox_count(Engine *self, PyObject *args)
+{
+    unsigned long qpn;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "k", &qpn))
+        return NULL;
+    nic_qp *qp = qp_arg(self, qpn);
+    return qp ? PyLong_FromSize_t(qp->inbox_count) : NULL;
+}
+
+/* take_completions(qpn, max or -1) -> [(msg_id, size, posted_at, completed_at)], removed */
+static PyObject *Engine_take_completions(Engine *self, PyObject *args)
+{
+    unsigned long qpn;
+    Py_ssize_t max;
+    int keep = 0;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "kn|p", &qpn, &max, &keep))
+        return NULL;
+    nic_qp *qp = qp_arg(self, qpn);
+    if (!qp)
+        return NULL;
+    size_t n = qp->completed_count;
+    if (max >= 0 && (size_t)max < n)
+        n = (size_t)max;
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        double *c = qp->completed + 4 * i;
+        PyObject *t = Py_BuildValue("(LLdd)", (long long)c[0], (long long)c[1], c[2], c[3]);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    if (!keep) {
+        memmove(qp->completed, qp->completed + 4 * n,
+                (qp->completed_count - n) * 4 * sizeof(double));
+        qp->completed_count -= n;
+    }
+    return list;
+}
+
+#define SET_INT(d, k, v)                                                           \
+    do {                                                                           \
+        PyObject *o_ = PyLong_FromLongLong((long long)(v));                        \
+        if (!o_ || PyDict_SetItemString(d, k, o_) < 0) {                           \
+            Py_XDECREF(o_);                                                        \
+            goto fail;                                                             \
+        }                                                                          \
+        Py_DECREF(o_);                                                             \
+    } while (0)
+#define SET_FLOAT(d, k, v)                                                         \
+    do {                                                                           \
+        PyObject *o_ = PyFloat_FromDouble(v);                                      \
+        if (!o_ || PyDict_SetItemString(d, k, o_) < 0) {                           \
+            Py_XDECREF(o_);                                                        \
+            goto fail;                                                             \
+        }                                                                          \
+        Py_DECREF(o_);                                                             \
+    } while (0)
+
+/* qp(qpn) -> dict of both sides' counters and state (rnic.stats' per-QP rows' fields). */
+static PyObject *Engine_qp(Engine *self, PyObject *args)
+{
+    unsigned long qpn;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "k", &qpn))
+        return NULL;
+    nic_qp *qp = qp_arg(self, qpn);
+    if (!qp)
+        return NULL;
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    SET_INT(d, "tx_packets", qp->tx_packets);
+    SET_INT(d, "tx_bytes", qp->tx_bytes);
+    SET_INT(d, "tx_payload_bytes", qp->tx_payload_bytes);
+    SET_INT(d, "rnr_naks", qp->rnr_naks);
+    SET_INT(d, "retransmitted", qp->retransmitted);
+    SET_INT(d, "naks", qp->naks);
+    SET_INT(d, "timeouts", qp->timeouts);
+    SET_INT(d, "cnps", qp->cnps);
+    SET_INT(d, "una", qp->una);
+    SET_INT(d, "next_psn", qp->next_psn);
+    SET_INT(d, "end_psn", qp->end_psn);
+    SET_FLOAT(d, "rate_bps", qp->has_rp ? qp->rp.rc : self->e.rate_bps);
+    SET_INT(d, "pending_messages", qp->msg_count);
+    SET_INT(d, "completed_waiting", qp->completed_count);
+    SET_INT(d, "rx_packets", qp->rx_packets);
+    SET_INT(d, "rx_bytes", qp->rx_bytes);
+    SET_INT(d, "out_of_order", qp->out_of_order);
+    SET_INT(d, "duplicates", qp->duplicates);
+    SET_INT(d, "ce_marked", qp->ce_marked);
+    SET_INT(d, "expected_psn", qp->expected);
+    SET_INT(d, "messages_received", qp->messages_received);
+    SET_INT(d, "inbox_messages", qp->inbox_count);
+    SET_INT(d, "inbox_bytes", qp->inbox_bytes);
+    SET_INT(d, "rnr_naks_sent", qp->rnr_naks_sent);
+    SET_INT(d, "discarded_packets", qp->discarded_packets);
+    SET_INT(d, "discarded_bytes", qp->discarded_bytes);
+    if (qp->has_rp) {
+        const nic_rp *rp = &qp->rp;
+        SET_FLOAT(d, "dcqcn_target_rate_bps", rp->rt);
+        SET_FLOAT(d, "dcqcn_alpha", rp->alpha);
+        SET_INT(d, "dcqcn_cnps_received", rp->cnps_received);
+        SET_INT(d, "dcqcn_rate_decreases", rp->rate_decreases);
+        SET_INT(d, "dcqcn_alpha_decays", rp->alpha_decays);
+        SET_INT(d, "dcqcn_timer_events", rp->timer_events);
+        SET_INT(d, "dcqcn_byte_events", rp->byte_events);
+        SET_INT(d, "dcqcn_increases_fast_recovery", rp->inc_fast);
+        SET_INT(d, "dcqcn_increases_additive", rp->inc_additive);
+        SET_INT(d, "dcqcn_increases_hyper", rp->inc_hyper);
+    }
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+/* nic() -> the NIC-wide state and counters */
+static PyObject *Engine_nic(Engine *self, PyObject *unused)
+{
+    READY(self);
+    nic_engine *e = &self->e;
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    SET_INT(d, "pause_rx", e->pause_rx);
+    SET_INT(d, "pause_tx", e->pause_tx);
+    SET_INT(d, "cnps_sent", e->cnps_sent);
+    SET_INT(d, "rx_overflow", e->rx_overflow);
+    SET_FLOAT(d, "rx_buffer_bytes", e->rx_buffer);
+    SET_FLOAT(d, "free_at", e->free_at);
+    SET_INT(d, "xoff", e->xoff);
+    SET_INT(d, "np_ce_received", e->np_ce_received);
+    SET_INT(d, "np_cnps_sent", e->np_cnps_sent);
+    SET_INT(d, "np_cnps_suppressed", e->np_cnps_suppressed);
+    PyObject *until = PyList_New(NIC_PRIOS), *paused = PyList_New(NIC_PRIOS);
+    if (!until || !paused) {
+        Py_XDECREF(until);
+        Py_XDECREF(paused);
+        goto fail;
+    }
+    for (int p = 0; p < NIC_PRIOS; p++) {
+        PyList_SET_ITEM(until, p, PyFloat_FromDouble(e->paused_until[p]));
+        PyList_SET_ITEM(paused, p, PyFloat_FromDouble(e->paused_s[p]));
+    }
+    int bad = PyDict_SetItemString(d, "paused_until", until) < 0 ||
+              PyDict_SetItemString(d, "paused_s_total", paused) < 0;
+    Py_DECREF(until);
+    Py_DECREF(paused);
+    if (bad)
+        goto fail;
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+/* clock() -> fidelity.PortClock's fields */
+static PyObject *Engine_clock(Engine *self, PyObject *unused)
+{
+    READY(self);
+    nic_engine *e = &self->e;
+    PyObject *hist = PyList_New(NIC_HIST);
+    if (!hist)
+        return NULL;
+    for (int i = 0; i < NIC_HIST; i++)
+        PyList_SET_ITEM(hist, i, PyLong_FromLongLong(e->hist[i]));
+    return Py_BuildValue("{s:d,s:L,s:N,s:d,s:d,s:d}", "frame_s", e->frame_s, "frames",
+                         (long long)e->frames, "hist", hist, "max_late_s", e->max_late_s,
+                         "deficit_s", e->deficit_s, "busy_s", e->busy_s);
+}
+
+static PyObject *Engine_clock_reset(Engine *self, PyObject *unused)
+{
+    READY(self);
+    nic_clock_reset(&self->e);
+    Py_RETURN_NONE;
+}
+
+/* set(rate_bps=None, drain_rate_bps=..., stuck=None): the agent's faults. drain: -1 None. */
+static PyObject *Engine_configure(Engine *self, PyObject *args)
+{
+    double rate, drain;
+    int stuck;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "ddi", &rate, &drain, &stuck))
+        return NULL;
+    if (rate > 0)
+        self->e.rate_bps = rate;
+    if (!isnan(drain))
+        self->e.drain_rate_bps = drain;
+    if (stuck >= 0)
+        self->e.stuck = stuck;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_rto_s(Engine *self, void *closure) { return PyFloat_FromDouble(self->e.rto_s); }
+
+static PyMethodDef Engine_methods[] = {
+    {"connect", (PyCFunction)Engine_connect, METH_VARARGS, NULL},
+    {"post", (PyCFunction)Engine_post, METH_VARARGS, NULL},
+    {"next_frame", (PyCFunction)Engine_next_frame, METH_O, NULL},
+    {"receive", (PyCFunction)Engine_receive, METH_VARARGS, NULL},
+    {"tick", (PyCFunction)Engine_tick, METH_O, NULL},
+    {"next_wakeup", (PyCFunction)Engine_next_wakeup, METH_O, NULL},
+    {"next_tick", (PyCFunction)Engine_next_tick, METH_NOARGS, NULL},
+    {"may_send", (PyCFunction)Engine_may_send, METH_O, NULL},
+    {"use_wire", (PyCFunction)Engine_use_wire, METH_VARARGS, NULL},
+    {"set_deliver_data", (PyCFunction)Engine_set_deliver_data, METH_VARARGS, NULL},
+    {"take_messages", (PyCFunction)Engine_take_messages, METH_VARARGS, NULL},
+    {"inbox_count", (PyCFunction)Engine_inbox_count, METH_VARARGS, NULL},
+    {"take_completions", (PyCFunction)Engine_take_completions, METH_VARARGS, NULL},
+    {"qp", (PyCFunction)Engine_qp, METH_VARARGS, NULL},
+    {"nic", (PyCFunction)Engine_nic, METH_NOARGS, NULL},
+    {"clock", (PyCFunction)Engine_clock, METH_NOARGS, NULL},
+    {"clock_reset", (PyCFunction)Engine_clock_reset, METH_NOARGS, NULL},
+    {"configure", (PyCFunction)Engine_configure, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Engine_getset[] = {
+    {"rto_s", (getter)Engine_rto_s, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "emu.host._nicpath.Engine",
+    .tp_basicsize = sizeof(Engine),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One RDMA NIC's transport in C (emu/host/nicpath.py wraps it).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Engine_init,
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_methods = Engine_methods,
+    .tp_getset = Engine_getset,
+};
+
+static struct PyModuleDef nicpath_module = {
+    PyModuleDef_HEAD_INIT, "emu.host._nicpath", "The compiled RoCE NIC engine.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__nicpath(void)
+{
+    if (PyType_Ready(&EngineType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&nicpath_module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
+        Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
