@@ -34,8 +34,9 @@ import time
 from emu import profiling, realtime
 from emu.config import ConfigError, CreditSpec
 from emu.fidelity import GcMonitor, ProcessFidelity
+from emu.host import nicpath
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
-from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, NicConfig, Rnic
+from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, NicConfig
 from emu.mgmt import Deferred, MgmtServer
 from emu.proto import credit, pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
@@ -69,7 +70,8 @@ class Agent:
             credit=args.credit,
         )
         self.started = time.monotonic()
-        self.rnic = Rnic(cfg, now=self.started)
+        # The C engine (emu/host/csrc/) unless EMU_NIC=python or a credit link.
+        self.rnic = nicpath.make_nic(cfg, now=self.started)
         self.link_rate_bps = cfg.rate_bps
         self.compute_factor = 1.0  # > 1: a straggler (faults.straggler)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
@@ -113,6 +115,7 @@ class Agent:
                     "rate_bps": cfg.rate_bps,
                     "modelled_rate_bps": cfg.modelled_rate_bps,
                     "rto_s": self.rnic.rto_s,
+                    "engine": "c" if isinstance(self.rnic, nicpath.CRnic) else "python",
                     "loss_recovery": cfg.loss_recovery,
                 },
                 "connect": self._connect,
@@ -182,21 +185,21 @@ class Agent:
 
     def _poll_completions(self, qpn: int, max_entries: int = 1024) -> list[dict]:
         """Completions not polled before, oldest first (like ibv_poll_cq)."""
-        qp = self.rnic.send_qps.get(int(qpn))
-        if qp is None:
+        if int(qpn) not in self.rnic.qpns:
             raise ValueError(f"unknown QP {qpn}")
-        done, qp.completed[:] = qp.completed[:max_entries], qp.completed[max_entries:]
         return [
             {
-                "msg_id": m.msg_id,
-                "size_bytes": m.size_bytes,
-                "latency_s": m.completed_at - m.posted_at,
+                "msg_id": msg_id,
+                "size_bytes": size_bytes,
+                "latency_s": completed_at - posted_at,
                 # On the machine's monotonic clock, which every process shares:
                 # a driver can place many QPs' messages on one time line.
-                "posted_at": m.posted_at,
-                "completed_at": m.completed_at,
+                "posted_at": posted_at,
+                "completed_at": completed_at,
             }
-            for m in done
+            for msg_id, size_bytes, posted_at, completed_at in self.rnic.take_completions(
+                int(qpn), int(max_entries)
+            )
         ]
 
     def _stats(self) -> dict:
@@ -204,6 +207,8 @@ class Agent:
         st = self.rnic.stats(now)
         st["time"] = now
         st["tx_errors"] = self.tx_errors
+        if isinstance(self.rnic, nicpath.CRnic):  # the C loop's own sends
+            st["tx_errors"] += self.rnic.engine.loop_stats()["tx_errors"]
         return st
 
     def _set(
@@ -223,16 +228,11 @@ class Agent:
             self.compute_factor = float(compute_factor)
             for job in self.jobs.values():
                 job.compute_factor = self.compute_factor
-        if rate_bps is not None:
-            if not 0 < float(rate_bps) <= self.link_rate_bps:
-                raise ValueError(f"rate_bps={rate_bps}: must be in (0, {self.link_rate_bps}]")
-            self.rnic.cfg.rate_bps = int(rate_bps)
-        if drain_rate_bps is not None:
-            if drain_rate_bps < 0:
-                raise ValueError(f"drain_rate_bps={drain_rate_bps}: must be >= 0")
-            self.rnic.cfg.drain_rate_bps = float(drain_rate_bps)
-        if unlimited_drain:
-            self.rnic.cfg.drain_rate_bps = None
+        if rate_bps is not None and not 0 < float(rate_bps) <= self.link_rate_bps:
+            raise ValueError(f"rate_bps={rate_bps}: must be in (0, {self.link_rate_bps}]")
+        if drain_rate_bps is not None and drain_rate_bps < 0:
+            raise ValueError(f"drain_rate_bps={drain_rate_bps}: must be >= 0")
+        self.rnic.configure(rate_bps, drain_rate_bps, unlimited_drain)
         if stuck is not None:
             self.rnic.stuck = bool(stuck)
         return {
@@ -396,7 +396,7 @@ class Agent:
     def _deliver_messages(self, now: float) -> None:
         """Hand whole received messages to the jobs that own their QPs, in order."""
         for qpn, name in list(self._qp_owner.items()):
-            if not self.rnic.recv_qps[qpn].inbox:
+            if not self.rnic.has_messages(qpn):
                 continue
             messages = self.rnic.take_messages(qpn)
             if name in self.job_errors:
@@ -427,17 +427,91 @@ class Agent:
             self.tx_errors += 1  # as if lost on the wire: go-back-N recovers
 
     def _sample(self, now: float) -> None:
+        counters = {q: self.rnic.qp_counters(q) for q in self.rnic.qpns}
+        dcqcn = self.rnic.cfg.dcqcn
         self.samples.append(
             (
                 now,
-                {q: qp.tx_bytes for q, qp in self.rnic.send_qps.items()},
-                {q: qp.rx_bytes for q, qp in self.rnic.recv_qps.items()},
-                {q: (qp.rp.rate_bps if qp.rp else None) for q, qp in self.rnic.send_qps.items()},
+                {q: c["tx_bytes"] for q, c in counters.items()},
+                {q: c["rx_bytes"] for q, c in counters.items()},
+                {q: (c["rate_bps"] if dcqcn else None) for q, c in counters.items()},
             )
         )
         del self.samples[:-6000]
 
     def run(self) -> None:
+        """Serve the NIC until `stopping`: the C loop with the C engine, else `_run_python`."""
+        try:
+            if isinstance(self.rnic, nicpath.CRnic):
+                self._run_compiled(self.rnic.engine)
+            else:
+                self._run_python()
+        finally:
+            self.mgmt.close()
+            self.sock.close()
+            for sink in self.sinks:
+                sink.close()
+
+    def _run_compiled(self, engine) -> None:
+        """The loop in C (emu/host/csrc/nic_loop.c): Python runs only for what is not per frame.
+
+        The C loop calls `serve` when a management socket is readable, when
+        whole messages wait for a collective or a collective takes non-RoCE
+        frames, and at the time `serve` last returned (samples, collectives'
+        wake-ups, at least every MAX_IDLE_S).
+        """
+        self.fidelity.loop = nicpath.EngineLoopMonitor(engine, self.fidelity.loop.frame_s)
+        conns: dict[int, object] = {}
+        listener, done = self.mgmt.listener.fileno(), self.mgmt.done_reader.fileno()
+        next_sample = time.monotonic()
+
+        def watch() -> None:
+            engine.watch(self.sock.fileno(), [listener, done, *conns])
+
+        def serve(now: float, ready: tuple, frames: tuple) -> float:
+            nonlocal next_sample
+            if self.stopping:
+                return -1.0
+            changed = False
+            for fd in ready:
+                if fd == listener:
+                    conn = self.mgmt.accept()
+                    if conn:
+                        conns[conn.sock.fileno()] = conn
+                        changed = True
+                elif fd == done:
+                    self.mgmt.on_done()
+                elif fd in conns and not self.mgmt.on_readable(conns[fd]):
+                    conns.pop(fd).sock.close()
+                    changed = True
+            self.mgmt.take_served()
+            for frame in frames:
+                if not self._offer_frame(frame, now):
+                    for reply in self.rnic.receive(frame, now):
+                        self._send(reply)
+            if self.jobs:
+                self._jobs_tick(now)
+                self._jobs_frames(now)
+            if self._qp_owner:
+                self._deliver_messages(now)
+            engine.set_takers(bool(self._frame_takers))
+            if now >= next_sample:
+                self._sample(now)
+                self._read_kernel_drops()
+                next_sample = now + SAMPLE_S
+            if changed:
+                watch()
+            due = min(next_sample, now + MAX_IDLE_S)
+            if self.jobs:
+                wake = self._jobs_wakeup(now)
+                if wake is not None and wake < due:
+                    due = wake
+            return due
+
+        watch()
+        engine.run(serve)
+
+    def _run_python(self) -> None:
         rnic = self.rnic
         next_sample = time.monotonic()
         conns = {}
@@ -516,10 +590,6 @@ class Agent:
             served = self.mgmt.take_served()
             if served:
                 work = [f"mgmt({served})" if w == "mgmt" else w for w in work]
-        self.mgmt.close()
-        self.sock.close()
-        for sink in self.sinks:
-            sink.close()
 
     def _receive(self, now: float) -> int:
         """Read up to RX_BATCH frames and hand them to the NIC model; how many it read."""

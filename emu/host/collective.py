@@ -489,9 +489,9 @@ class CollectiveRank:
     def _tx_counters(self) -> dict:
         out = dict.fromkeys(("tx_payload_bytes", "tx_bytes", "tx_packets", "retransmitted"), 0)
         for q in self.tx_qpns:
-            qp = self.rnic.send_qps[q]
+            counters = self.rnic.qp_counters(q)
             for k in out:
-                out[k] += getattr(qp, k)
+                out[k] += counters[k]
         return out
 
     def _begin_compute(self, now: float) -> None:

@@ -18,6 +18,7 @@ emu/credit.py) is rnic.py's too.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from emu.host import rnic
@@ -25,8 +26,11 @@ from emu.host.dcqcn import DcqcnSpec
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import headers, pfc, roce
 
+# The extension is optional at import time (a tree not built yet still runs
+# rnic.py); importlib keeps every import statement of emu/host/ at module level
+# (tests/unit/test_host_imports.py).
 try:
-    from emu.host import _nicpath
+    _nicpath = importlib.import_module("emu.host._nicpath")
 except ImportError as exc:  # not built: `pip install -e .` builds it (scripts/bootstrap)
     _nicpath = None
     IMPORT_ERROR = str(exc)
@@ -94,6 +98,38 @@ class EngineClock:
         }
 
 
+class EngineLoopMonitor:
+    """`fidelity.LoopMonitor`'s snapshot and reset, of the C loop's stall meter (nic_loop.c)."""
+
+    def __init__(self, engine, frame_s: float) -> None:
+        self._engine = engine
+        self.frame_s = frame_s
+        engine.loop_reset(frame_s)
+
+    def reset(self) -> None:
+        self._engine.loop_reset(self.frame_s)
+
+    @property
+    def passes(self) -> int:
+        return self._engine.loop_stats()["passes"]
+
+    def snapshot(self) -> dict:
+        m = self._engine.loop_stats()
+        return {
+            "frame_s": m["frame_s"],
+            "passes": m["passes"],
+            "longest_stall_s": round(m["longest_s"], 6),
+            "stalls_over_1": m["over_1"],
+            "stalls_over_10": m["over_10"],
+            "stalled_s": round(m["stalled_s"], 6),
+            "idle_longest_stall_s": round(m["idle_longest_s"], 6),
+            "longest_stall_work": ",".join(sorted(set(m["longest_work"].split(",")) - {""})),
+            "longest_stall_cpu_s": round(m["longest_cpu_s"], 6),
+            "longest_stall_frames": m["longest_frames"],
+            "longest_stall_ended_at": round(m["longest_ended_at"], 6),
+        }
+
+
 def _dcqcn_tuple(spec: DcqcnSpec) -> tuple:
     eff = spec.effective()
     return (
@@ -128,9 +164,9 @@ class CRnic:
         self.go_back_0 = cfg.loss_recovery == rnic.GO_BACK_0
         spec = cfg.dcqcn_spec or DcqcnSpec.from_hardware(cfg.rate_bps, cfg.modelled_rate_bps)
         # rnic.Rnic's timers, computed by the same expressions.
-        self.rto_s = cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
+        self.rto_s = rnic.retransmit_timeout_s(cfg)
         rnr = [t * cfg.modelled_rate_bps / cfg.rate_bps for t in rnic.RNR_TIMER_S]
-        self._engine = _nicpath.Engine(
+        self._engine = self.engine = _nicpath.Engine(
             float(cfg.rate_bps),
             int(cfg.mtu_payload),
             float(self.rto_s),

@@ -266,15 +266,15 @@ class RingOnNic:
             raise ValueError(
                 f"job {spec.job!r}: the ring needs send_qpn (to rank+1) and recv_qpn (from rank-1)"
             )
-        if spec.send_qpn not in rnic.send_qps:
+        if spec.send_qpn not in rnic.qpns:
             raise ValueError(
                 f"job {spec.job!r}: unknown QP send_qpn={spec.send_qpn}; "
-                f"connected: {sorted(rnic.send_qps)}"
+                f"connected: {sorted(rnic.qpns)}"
             )
-        if spec.recv_qpn not in rnic.recv_qps:
+        if spec.recv_qpn not in rnic.qpns:
             raise ValueError(
                 f"job {spec.job!r}: unknown QP recv_qpn={spec.recv_qpn}; "
-                f"connected: {sorted(rnic.recv_qps)}"
+                f"connected: {sorted(rnic.qpns)}"
             )
         self.rnic = rnic
         self.send_qpn, self.recv_qpn = spec.send_qpn, spec.recv_qpn

@@ -161,6 +161,12 @@ class NicConfig:
     credit: CreditSpec | None = None
 
 
+def retransmit_timeout_s(cfg: NicConfig) -> float:
+    """The NIC's retransmit timeout in emulated seconds: the IBA local ACK timeout
+    on the modelled clock (`rto_modelled_s` x modelled/emulated rate)."""
+    return cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
+
+
 @dataclass
 class Message:
     msg_id: int
@@ -263,7 +269,7 @@ class Rnic:
         self.pause_tx = 0
         self.cnps_sent = 0
         self._msg_ids = 0
-        self.rto_s = cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
+        self.rto_s = retransmit_timeout_s(cfg)
         self._rr: deque[int] = deque()
         self.credit: CreditLink | None = None
         if cfg.credit is not None and cfg.credit.enabled:
@@ -355,6 +361,63 @@ class Rnic:
             qp.inbox_bytes -= len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
             out.append((msn, data))
         return out
+
+    @property
+    def qpns(self) -> list[int]:
+        """The connected queue pairs, in the order they were connected."""
+        return list(self.send_qps)
+
+    def has_messages(self, qpn: int) -> bool:
+        """Whether QP `qpn` holds whole received messages not yet taken."""
+        qp = self.recv_qps.get(qpn)
+        return bool(qp is not None and qp.inbox)
+
+    def take_completions(self, qpn: int, max_entries: int | None = None) -> list[tuple]:
+        """(msg_id, size_bytes, posted_at, completed_at) of completed messages not taken before.
+
+        Raises:
+            ValueError: `qpn` is not connected.
+        """
+        qp = self.send_qps.get(qpn)
+        if qp is None:
+            raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.send_qps)}")
+        n = len(qp.completed) if max_entries is None else max_entries
+        done, qp.completed[:] = qp.completed[:n], qp.completed[n:]
+        return [(m.msg_id, m.size_bytes, m.posted_at, m.completed_at) for m in done]
+
+    def qp_counters(self, qpn: int) -> dict:
+        """Both sides' counters of QP `qpn` and its DCQCN rate (what collectives and samples read).
+
+        Raises:
+            ValueError: `qpn` is not connected.
+        """
+        send, recv = self.send_qps.get(qpn), self.recv_qps.get(qpn)
+        if send is None:
+            raise ValueError(f"unknown QP {qpn}; connected: {sorted(self.send_qps)}")
+        return {
+            "tx_packets": send.tx_packets,
+            "tx_bytes": send.tx_bytes,
+            "tx_payload_bytes": send.tx_payload_bytes,
+            "retransmitted": send.retransmitted,
+            "timeouts": send.timeouts,
+            "rate_bps": send.rp.rate_bps if send.rp else self.cfg.rate_bps,
+            "rx_bytes": recv.rx_bytes,
+            "rx_packets": recv.rx_packets,
+        }
+
+    def configure(
+        self,
+        rate_bps: float | None = None,
+        drain_rate_bps: float | None = None,
+        unlimited_drain: bool = False,
+    ) -> None:
+        """The agent's faults: a slower wire (`rate_bps`), a slow or an unlimited drain."""
+        if rate_bps is not None:
+            self.cfg.rate_bps = int(rate_bps)
+        if drain_rate_bps is not None:
+            self.cfg.drain_rate_bps = float(drain_rate_bps)
+        if unlimited_drain:
+            self.cfg.drain_rate_bps = None
 
     def post_write(
         self,

@@ -27,6 +27,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <poll.h>
 
 #define NIC_PRIOS 8
 #define NIC_ACK_EVERY 4              /* rnic.ACK_EVERY */
@@ -224,6 +225,29 @@ int nic_receive(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *
 int nic_tick(nic_engine *e, double now, nic_out *out);
 double nic_next_tick(nic_engine *e);                 /* NAN: none */
 void nic_drain(nic_engine *e, double now);
+
+/* ----- the agent's loop (nic_loop.c) ---------------------------------------------- */
+
+/* fidelity.LoopMonitor */
+typedef struct {
+    double frame_s;
+    int64_t passes, over_1, over_10, longest_frames;
+    double longest_s, stalled_s, idle_longest_s, longest_cpu_s, longest_ended_at;
+    char longest_work[64];
+} nic_loopmon;
+
+typedef struct {
+    int fd;                       /* the host port's AF_PACKET socket */
+    struct pollfd *fds;           /* [0] the port, then Python's sockets */
+    int nfds, fds_cap;
+    int takers;                   /* a collective takes non-RoCE frames */
+    int64_t tx_errors, tx_frames, wakeups;
+    nic_loopmon mon;
+} nic_loop_state;
+
+void nic_loopmon_reset(nic_loopmon *m, double frame_s);
+/* Run until the callback returns < 0 (None) or raises (NULL). */
+PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb);
 
 int nic_out_add(nic_out *o, const uint8_t *f, size_t n);
 void nic_out_clear(nic_out *o);

@@ -13,7 +13,8 @@ typedef struct {
     PyObject_HEAD
     nic_engine e;
     nic_out out;
-    int ready;
+    nic_loop_state loop;
+    int ready, running;
 } Engine;
 
 static PyObject *out_list(Engine *self)
@@ -49,6 +50,7 @@ static void Engine_dealloc(Engine *self)
     for (int i = 0; i < self->e.nqps; i++)
         nic_qp_free(self->e.qps[i]);
     free(self->e.qps);
+    free(self->loop.fds);
     nic_out_free(&self->out);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -579,6 +581,92 @@ static PyObject *Engine_configure(Engine *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* watch(port_fd, python_fds): the sockets the loop sleeps on. */
+static PyObject *Engine_watch(Engine *self, PyObject *args)
+{
+    int port;
+    PyObject *fds;
+    READY(self);
+    if (!PyArg_ParseTuple(args, "iO", &port, &fds))
+        return NULL;
+    PyObject *seq = PySequence_Fast(fds, "python_fds must be a sequence of ints");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    nic_loop_state *s = &self->loop;
+    if (n + 1 > s->fds_cap) {
+        struct pollfd *p = realloc(s->fds, (size_t)(n + 1) * sizeof *p);
+        if (!p) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        s->fds = p;
+        s->fds_cap = (int)n + 1;
+    }
+    s->fd = port;
+    s->fds[0] = (struct pollfd){.fd = port, .events = POLLIN};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        s->fds[i + 1] = (struct pollfd){.fd = (int)fd, .events = POLLIN};
+    }
+    s->nfds = (int)n + 1;
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_set_takers(Engine *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    self->loop.takers = on;
+    Py_RETURN_NONE;
+}
+
+/* run(callback): the loop (nic_loop.c); callback(now, ready_fds, frames) -> next due or < 0. */
+static PyObject *Engine_run(Engine *self, PyObject *cb)
+{
+    READY(self);
+    if (!PyCallable_Check(cb) || self->loop.nfds < 1) {
+        PyErr_SetString(PyExc_ValueError, "run: a callable, after watch()");
+        return NULL;
+    }
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "run: the loop is running");
+        return NULL;
+    }
+    self->running = 1;
+    PyObject *r = nic_run(&self->e, &self->loop, &self->out, cb);
+    self->running = 0;
+    return r;
+}
+
+static PyObject *Engine_loop_reset(Engine *self, PyObject *arg)
+{
+    double frame_s = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    nic_loopmon_reset(&self->loop.mon, frame_s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_loop_stats(Engine *self, PyObject *unused)
+{
+    const nic_loopmon *m = &self->loop.mon;
+    return Py_BuildValue(
+        "{s:d,s:L,s:d,s:L,s:L,s:d,s:d,s:s,s:d,s:L,s:d,s:L,s:L,s:L}", "frame_s", m->frame_s,
+        "passes", (long long)m->passes, "longest_s", m->longest_s, "over_1", (long long)m->over_1,
+        "over_10", (long long)m->over_10, "stalled_s", m->stalled_s, "idle_longest_s",
+        m->idle_longest_s, "longest_work", m->longest_work, "longest_cpu_s", m->longest_cpu_s,
+        "longest_frames", (long long)m->longest_frames, "longest_ended_at", m->longest_ended_at,
+        "tx_errors", (long long)self->loop.tx_errors, "tx_frames", (long long)self->loop.tx_frames,
+        "wakeups", (long long)self->loop.wakeups);
+}
+
 static PyObject *Engine_rto_s(Engine *self, void *closure) { return PyFloat_FromDouble(self->e.rto_s); }
 
 static PyMethodDef Engine_methods[] = {
@@ -600,6 +688,11 @@ static PyMethodDef Engine_methods[] = {
     {"clock", (PyCFunction)Engine_clock, METH_NOARGS, NULL},
     {"clock_reset", (PyCFunction)Engine_clock_reset, METH_NOARGS, NULL},
     {"configure", (PyCFunction)Engine_configure, METH_VARARGS, NULL},
+    {"watch", (PyCFunction)Engine_watch, METH_VARARGS, NULL},
+    {"set_takers", (PyCFunction)Engine_set_takers, METH_O, NULL},
+    {"run", (PyCFunction)Engine_run, METH_O, NULL},
+    {"loop_reset", (PyCFunction)Engine_loop_reset, METH_O, NULL},
+    {"loop_stats", (PyCFunction)Engine_loop_stats, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
