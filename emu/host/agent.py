@@ -66,6 +66,7 @@ class Agent:
             rate_bps=args.rate_bps,
             dcqcn=not args.no_dcqcn,
             modelled_rate_bps=args.modelled_rate_bps,
+            path_rtt_bound_s=args.path_rtt_bound_s,
             loss_recovery=args.loss_recovery,
             credit=args.credit,
         )
@@ -115,6 +116,7 @@ class Agent:
                     "rate_bps": cfg.rate_bps,
                     "modelled_rate_bps": cfg.modelled_rate_bps,
                     "rto_s": self.rnic.rto_s,
+                    "path_rtt_bound_s": cfg.path_rtt_bound_s,
                     "engine": "c" if isinstance(self.rnic, nicpath.CRnic) else "python",
                     "loss_recovery": cfg.loss_recovery,
                 },
@@ -632,6 +634,17 @@ def _credit_spec(text: str) -> CreditSpec:
         raise argparse.ArgumentTypeError(f"--credit: {exc}") from None
 
 
+def _seconds(text: str) -> float:
+    """A finite duration >= 0, for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, a finite number >= 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="emu-host-agent", description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -640,6 +653,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ip", required=True)
     p.add_argument("--rate-bps", type=int, required=True)
     p.add_argument("--modelled-rate-bps", type=float, default=25e9)
+    p.add_argument(
+        "--path-rtt-bound-s",
+        type=_seconds,
+        default=0.0,
+        help="the fabric's worst round trip for this NIC (emu/host/rto.py); the RTO is never "
+        "below it",
+    )
     p.add_argument("--no-dcqcn", action="store_true")
     p.add_argument(
         "--loss-recovery",

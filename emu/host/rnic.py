@@ -136,6 +136,11 @@ class NicConfig:
     # 4.096 us x 2^14 = 67 ms (NCCL_IB_TIMEOUT=14). Lossless queues at emulated
     # rates hold a packet for seconds, which a shorter timeout would take for a loss.
     rto_modelled_s: float = 4.096e-6 * 2**14
+    # The longest round trip a packet and its ACK can take through this NIC's
+    # fabric without being lost, in emulated seconds: the lossless buffer bound
+    # (emu/host/rto.py, from the path's switch buffers and link rates). The RTO
+    # is never below it, whatever the time scale (issue 29). 0: no fabric known.
+    path_rtt_bound_s: float = 0.0
     dcqcn: bool = True
     dcqcn_spec: DcqcnSpec | None = None
     # The hardware the emulated link stands for: DCQCN's timers and rate steps
@@ -162,9 +167,15 @@ class NicConfig:
 
 
 def retransmit_timeout_s(cfg: NicConfig) -> float:
-    """The NIC's retransmit timeout in emulated seconds: the IBA local ACK timeout
-    on the modelled clock (`rto_modelled_s` x modelled/emulated rate)."""
-    return cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps
+    """The NIC's retransmit timeout in emulated seconds (issue 29).
+
+    The IBA local ACK timeout on the modelled clock (`rto_modelled_s` x
+    modelled/emulated rate), but never below the fabric's worst round trip
+    (`path_rtt_bound_s`, emu/host/rto.py's lossless buffer bound): a timeout
+    that expires while the packet is only queued resends a window into the
+    queue that delayed it.
+    """
+    return max(cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps, cfg.path_rtt_bound_s)
 
 
 @dataclass

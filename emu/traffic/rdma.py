@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from emu import fabric as fabric_mod
 from emu import mgmt, realtime
+from emu.config import parse_qos
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY
+from emu.host.rto import path_rtt_bound_s
 from emu.registry import wait_for
 
 if TYPE_CHECKING:
@@ -50,7 +52,10 @@ class RdmaHosts:
     and the RNR timer run on that clock. Build the fabric with
     ``modelled_rate_bps=25e9`` for the 25 Gbit/s NICs of the HPCC/DCQCN ns-3
     configurations; at time scale 1 the NIC is as slow as its emulated link,
-    and DCQCN's 55 us timers and the 67 ms RTO run in real time.
+    and DCQCN's 55 us timers and the 67 ms RTO run in real time. The RTO is
+    never below the fabric's worst round trip from the NIC's port, which
+    each agent gets from the graph and the switches' QoS (emu/host/rto.py:
+    the lossless buffer bound), whatever the time scale.
     """
 
     def __init__(
@@ -130,6 +135,9 @@ class RdmaHosts:
             str(rate),
             "--modelled-rate-bps",
             str(modelled_rate_bps),
+            "--path-rtt-bound-s",
+            # What the switches can hold on the NIC's paths: the floor of its RTO.
+            repr(path_rtt_bound_s(fab.graph, h, parse_qos(fab.qos), self.port)),
             "--mgmt",
             path,
             "--rt-priority",
