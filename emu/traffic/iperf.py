@@ -184,6 +184,7 @@ def start_many(
     length: int | None = None,
     omit_s: float | None = None,
     server_output: bool = False,
+    congestion: str | None = None,
     *,
     seconds: float | None = None,
 ) -> list[subprocess.Popen]:
@@ -195,7 +196,10 @@ def start_many(
     `server_output` adds the receiver's own intervals to the result
     (`received_mbps`): the sender's intervals count bytes written into its
     socket, which can pause for seconds while the socket's buffer drains, so
-    only the receiver says when a flow moved no bytes. Finish each with `finish`.
+    only the receiver says when a flow moved no bytes. `congestion` names the
+    senders' TCP congestion control (iperf3 -C; root may pick any the kernel
+    has), else each host's default, which the machine decides. Finish each
+    with `finish`.
     """
     duration_s = resolve_duration(duration_s, seconds, "iperf")
     servers = []
@@ -232,6 +236,7 @@ def start_many(
                 length,
                 omit_s,
                 server_output,
+                congestion,
             )
             client = fab.popen(
                 src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -257,6 +262,7 @@ def _client_argv(
     length: int | None,
     omit_s: float | None,
     server_output: bool = False,
+    congestion: str | None = None,
 ) -> list[str]:
     argv = [
         "iperf3",
@@ -284,6 +290,8 @@ def _client_argv(
         argv += ["-l", str(length)]
     if server_output:
         argv.append("--get-server-output")
+    if congestion:
+        argv += ["-C", congestion]
     return argv
 
 
@@ -322,7 +330,7 @@ class Job:
         port: the server's port.
         seconds: the old name of `duration_s` (a DeprecationWarning).
         **options: as `start_many`: parallel, udp, bitrate, tos, length, omit_s,
-            server_output.
+            server_output, congestion.
 
     Example:
         >>> job = Job(fab, "h1", "h2", duration_s=3)   # doctest: +SKIP
