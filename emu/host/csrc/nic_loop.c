@@ -216,6 +216,12 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
         struct timespec tmo;
         tmo.tv_sec = (time_t)timeout;
         tmo.tv_nsec = (long)((timeout - (double)tmo.tv_sec) * 1e9);
+        /* A pass due within a frame time reads the port anyway: frames that
+         * arrive meanwhile wait for it (at most a frame time, the emulator's
+         * granularity, fidelity.FRAME_BYTES) instead of waking the loop once
+         * each. PAUSE and ACKs are read before that pass sends. */
+        int watch_port = timeout > s->mon.frame_s;
+        s->fds[0].events = watch_port ? POLLIN : 0;
         int nfds = s->nfds, n, err = 0;
         Py_BEGIN_ALLOW_THREADS
         n = ppoll(s->fds, (nfds_t)nfds, &tmo, NULL);
@@ -244,7 +250,7 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
             call = 1;
             continue;
         }
-        if (port_ready) {
+        if (port_ready || !watch_port) {
             double last = woke;
             int want = read_port(e, s, out, others, &frames_read, &last);
             if (want < 0)
