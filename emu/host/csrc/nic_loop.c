@@ -207,7 +207,9 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
         if (!isnan(tick) && tick < deadline)
             deadline = tick;
         double asleep_at = mono();
-        double cpu_s = thread_cpu() - awake_cpu;
+        /* CLOCK_THREAD_CPUTIME_ID is a system call, not the vDSO: read once a
+         * pass (asleep, the thread's CPU clock stands still). */
+        double cpu_now = thread_cpu(), cpu_s = cpu_now - awake_cpu;
         double timeout = deadline - asleep_at;
         if (timeout < 0)
             timeout = 0;
@@ -229,7 +231,7 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
             err = errno;
         Py_END_ALLOW_THREADS
         double woke = mono();
-        awake_cpu = thread_cpu();
+        awake_cpu = cpu_now;
         s->wakeups++;
         int port_ready = n > 0 && (s->fds[0].revents & POLLIN);
         double overslept = woke - asleep_at - timeout;
