@@ -37,9 +37,10 @@ def _tshark(pcap, display_filter: str, *fields: str) -> list[list[str]]:
 
 def test_pfc_deadlock_forms_the_watchdog_breaks_it_tagger_prevents_it(tmp_path, no_leaks):
     out = tmp_path / "dl"
-    # recover_s 5: the watchdog declares the storm 2 s after it is turned on and
-    # the NICs resend after their RTO (0.67 s at time scale 10).
-    res, doc = emu_run(out, "pfc-deadlock", "recover_s=5")
+    # recover_s 7: the watchdog declares the storm 2 s after it is turned on and
+    # drops for its 2 s restoration; the NICs' first resend falls in it, the next
+    # one an RTO later (1.5 s: the ring's buffer bound, emu/host/rto.py) gets through.
+    res, doc = emu_run(out, "pfc-deadlock", "recover_s=7")
     assert_checks(res, doc, CHECKS, count=len(CHECKS))
     dead = doc["metrics"]["modes"]["deadlock"]
     # The cycle is every switch's clockwise port, each paused by the next switch,
