@@ -23,8 +23,10 @@ Run in a host: `python -m emu.host.agent --name h1 --intf h1-eth0 --mac ... --ip
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
+import os
 import selectors
 import socket
 import struct
@@ -147,6 +149,8 @@ class Agent:
         self._qp_owner: dict[int, str] = {}  # receive QP -> the job that consumes it
         self._frame_takers: list[str] = []  # jobs with on_frame
         self._frame_makers: list[str] = []  # jobs with next_frame
+        self._conns: dict[int, object] = {}  # management connections (the C loop's)
+        self._next_sample = self.started
 
     # ----- management -------------------------------------------------------
 
@@ -445,73 +449,66 @@ class Agent:
         """Serve the NIC until `stopping`: the C loop with the C engine, else `_run_python`."""
         try:
             if isinstance(self.rnic, nicpath.CRnic):
-                self._run_compiled(self.rnic.engine)
+                run_agents([self])
             else:
                 self._run_python()
         finally:
-            self.mgmt.close()
-            self.sock.close()
-            for sink in self.sinks:
-                sink.close()
+            self.close()
 
-    def _run_compiled(self, engine) -> None:
-        """The loop in C (emu/host/csrc/nic_loop.c): Python runs only for what is not per frame.
+    def close(self) -> None:
+        self.mgmt.close()
+        self.sock.close()
+        for sink in self.sinks:
+            sink.close()
 
-        The C loop calls `serve` when a management socket is readable, when
-        whole messages wait for a collective or a collective takes non-RoCE
-        frames, and at the time `serve` last returned (samples, collectives'
-        wake-ups, at least every MAX_IDLE_S).
+    # ----- the C loop's callbacks (run_agents) --------------------------------
+
+    def python_fds(self) -> list[int]:
+        """The sockets of this agent's own that the C loop sleeps on."""
+        return [self.mgmt.listener.fileno(), self.mgmt.done_reader.fileno(), *self._conns]
+
+    def serve(self, now: float, ready: list[int], frames: list[bytes]) -> tuple[float, bool]:
+        """What is not per frame: management, collectives, samples.
+
+        Returns when it wants to be called next (<0: stop) and whether its
+        sockets changed (the loop must watch the new set).
         """
-        self.fidelity.loop = nicpath.EngineLoopMonitor(engine, self.fidelity.loop.frame_s)
-        conns: dict[int, object] = {}
+        if self.stopping:
+            return -1.0, False
+        changed = False
         listener, done = self.mgmt.listener.fileno(), self.mgmt.done_reader.fileno()
-        next_sample = time.monotonic()
-
-        def watch() -> None:
-            engine.watch(self.sock.fileno(), [listener, done, *conns])
-
-        def serve(now: float, ready: tuple, frames: tuple) -> float:
-            nonlocal next_sample
-            if self.stopping:
-                return -1.0
-            changed = False
-            for fd in ready:
-                if fd == listener:
-                    conn = self.mgmt.accept()
-                    if conn:
-                        conns[conn.sock.fileno()] = conn
-                        changed = True
-                elif fd == done:
-                    self.mgmt.on_done()
-                elif fd in conns and not self.mgmt.on_readable(conns[fd]):
-                    conns.pop(fd).sock.close()
+        for fd in ready:
+            if fd == listener:
+                conn = self.mgmt.accept()
+                if conn:
+                    self._conns[conn.sock.fileno()] = conn
                     changed = True
-            self.mgmt.take_served()
-            for frame in frames:
-                if not self._offer_frame(frame, now):
-                    for reply in self.rnic.receive(frame, now):
-                        self._send(reply)
-            if self.jobs:
-                self._jobs_tick(now)
-                self._jobs_frames(now)
-            if self._qp_owner:
-                self._deliver_messages(now)
-            engine.set_takers(bool(self._frame_takers))
-            if now >= next_sample:
-                self._sample(now)
-                self._read_kernel_drops()
-                next_sample = now + SAMPLE_S
-            if changed:
-                watch()
-            due = min(next_sample, now + MAX_IDLE_S)
-            if self.jobs:
-                wake = self._jobs_wakeup(now)
-                if wake is not None and wake < due:
-                    due = wake
-            return due
-
-        watch()
-        engine.run(serve)
+            elif fd == done:
+                self.mgmt.on_done()
+            elif fd in self._conns and not self.mgmt.on_readable(self._conns[fd]):
+                self._conns.pop(fd).sock.close()
+                changed = True
+        self.mgmt.take_served()
+        for frame in frames:
+            if not self._offer_frame(frame, now):
+                for reply in self.rnic.receive(frame, now):
+                    self._send(reply)
+        if self.jobs:
+            self._jobs_tick(now)
+            self._jobs_frames(now)
+        if self._qp_owner:
+            self._deliver_messages(now)
+        self.rnic.engine.set_takers(bool(self._frame_takers))
+        if now >= self._next_sample:
+            self._sample(now)
+            self._read_kernel_drops()
+            self._next_sample = now + SAMPLE_S
+        due = min(self._next_sample, now + MAX_IDLE_S)
+        if self.jobs:
+            wake = self._jobs_wakeup(now)
+            if wake is not None and wake < due:
+                due = wake
+        return due, changed
 
     def _run_python(self) -> None:
         rnic = self.rnic
@@ -622,6 +619,48 @@ class Agent:
         return read
 
 
+def run_agents(agents: list[Agent]) -> None:
+    """Serve the C engines of `agents` from one loop (emu/host/csrc/nic_loop.c) until one stops.
+
+    One wake-up serves every engine whose frame is due; Python runs only for
+    each agent's `serve` (its sockets, timers, collectives' messages and frames).
+    """
+    loop = nicpath.new_loop()
+    owner: dict[int, Agent] = {}
+    for agent in agents:
+        engine = agent.rnic.engine
+        agent.fidelity.loop = nicpath.EngineLoopMonitor(engine, agent.fidelity.loop.frame_s)
+        loop.add(engine, agent.sock.fileno())
+
+    def watch() -> None:
+        owner.clear()
+        for agent in agents:
+            owner.update(dict.fromkeys(agent.python_fds(), agent))
+        loop.watch(list(owner))
+
+    def serve(now: float, ready: tuple, frames: tuple) -> float:
+        readies: dict[int, list[int]] = {}
+        for fd in ready:
+            if fd in owner:
+                readies.setdefault(id(owner[fd]), []).append(fd)
+        taken: dict[int, list[bytes]] = {}
+        for index, frame in frames:
+            taken.setdefault(index, []).append(frame)
+        due, changed = float("inf"), False
+        for index, agent in enumerate(agents):
+            wants, moved = agent.serve(now, readies.get(id(agent), []), taken.get(index, []))
+            if wants < 0:
+                return -1.0
+            due = min(due, wants)
+            changed = changed or moved
+        if changed:
+            watch()
+        return due
+
+    watch()
+    loop.run(serve)
+
+
 def _credit_spec(text: str) -> CreditSpec:
     try:
         doc = json.loads(text)
@@ -645,7 +684,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="emu-host-agent", description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
     p.add_argument("--intf", required=True)
@@ -682,7 +721,102 @@ def main(argv: list[str] | None = None) -> int:
         help="SCHED_RR priority (emu/realtime.py); 0: normal scheduling",
     )
     p.add_argument("--log-level", default="INFO")
-    args = p.parse_args(argv)
+    return p
+
+
+CLONE_NEWNET = 0x40000000  # linux/sched.h
+
+
+def _setns(fd: int) -> None:
+    """Move this thread into the network namespace `fd` refers to (setns(2))."""
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _Group:
+    """The agents of one process: a signal stops them all (registry.stop_on_signals)."""
+
+    def __init__(self, agents: list[Agent]) -> None:
+        self.agents = agents
+
+    @property
+    def stopping(self) -> bool:
+        return any(a.stopping for a in self.agents)
+
+    @stopping.setter
+    def stopping(self, on: bool) -> None:
+        for a in self.agents:
+            a.stopping = on
+
+    def run(self) -> None:
+        try:
+            run_agents(self.agents)
+        finally:
+            for a in self.agents:
+                a.close()
+
+
+def group_main(path: str, rt_priority: int) -> int:
+    """Serve several hosts' NICs in this process: one C loop, one wake-up for all due frames.
+
+    `path` is a JSON list of {"argv": [this module's arguments for one NIC],
+    "netns": "/proc/PID/ns/net" of its host}. Each NIC's sockets are made in
+    its host's namespace (setns(2) for the moment it takes), its management
+    socket is its own, so that emu/traffic/rdma.py talks to it as to an agent
+    of its own process.
+    """
+    with open(path) as f:
+        specs = json.load(f)
+    parser = _parser()
+    die_with_parent()
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    agents = []
+    try:
+        for spec in specs:
+            args = parser.parse_args(spec["argv"])
+            if args.credit is not None and args.credit.enabled:
+                raise SystemExit(f"{args.name}: a credit NIC runs in a process of its own")
+            ns = os.open(spec["netns"], os.O_RDONLY)
+            try:
+                _setns(ns)
+                agents.append(Agent(args))
+            finally:
+                _setns(home)
+                os.close(ns)
+    finally:
+        os.close(home)
+    for a in agents:
+        if not isinstance(a.rnic, nicpath.CRnic):
+            raise SystemExit(f"{a.name}: a shared NIC process needs the C engine (EMU_NIC=c)")
+    sched = realtime.apply(rt_priority)
+    sys.setswitchinterval(0.0005)
+    for a in agents:
+        a.fidelity.sched = sched
+    group = _Group(agents)
+    stop_on_signals(group)
+    GcMonitor.freeze()
+    profiling.run("+".join(a.name for a in agents), group.run)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--group"]:
+        if len(argv) < 2:
+            raise SystemExit("--group FILE [--rt-priority N] [--log-level L]")
+        rest = argparse.ArgumentParser(prog="emu-host-agent --group")
+        rest.add_argument("--rt-priority", type=int, default=0)
+        rest.add_argument("--log-level", default="INFO")
+        opts = rest.parse_args(argv[2:])
+        logging.basicConfig(
+            level=opts.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
+        return group_main(argv[1], opts.rt_priority)
+    args = _parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )

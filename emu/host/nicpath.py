@@ -70,6 +70,13 @@ def make_nic(cfg: NicConfig, now: float) -> Rnic | CRnic:
     return CRnic(cfg, now)
 
 
+def new_loop():
+    """A loop that serves one or several engines from one thread (emu/host/csrc/nic_loop.c)."""
+    if _nicpath is None:
+        raise RuntimeError(f"emu.host._nicpath is not built: {IMPORT_ERROR}")
+    return _nicpath.Loop()
+
+
 class EngineClock:
     """`fidelity.PortClock`'s reading side over the C engine's clock (ProcessFidelity uses it)."""
 

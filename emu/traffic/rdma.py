@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 from emu import fabric as fabric_mod
 from emu import mgmt, realtime
 from emu.config import parse_qos
+from emu.host import nicpath
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY
 from emu.host.rto import path_rtt_bound_s
 from emu.registry import wait_for
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from emu.net import Fabric
 
 AGENT_READY_TIMEOUT_S = 20.0
+NIC_PROCESSES_ENV = "EMU_NIC_PROCESSES"
 
 
 @dataclass
@@ -65,6 +67,7 @@ class RdmaHosts:
         dcqcn: bool = True,
         loss_recovery: str = GO_BACK_N,
         port: str = "nic",
+        nic_processes: int | None = None,
     ) -> None:
         """Start the NICs of `hosts`; `loss_recovery` is the NICs' (emu/host/rnic.py).
 
@@ -74,9 +77,26 @@ class RdmaHosts:
         NVLink ports, so everything it sends crosses the node's NVSwitch. Its
         agents are named ``<host>-nvlink`` (in fidelity records and `emu ctl`).
 
+        `nic_processes` N > 0 serves the NICs from N processes, one C loop
+        each (emu/host/agent.py `group_main`: one wake-up serves every NIC
+        whose frame is due); 0 a process per NIC; None: `EMU_NIC_PROCESSES`,
+        else 0. A credit fabric, or `EMU_NIC=python`, runs a process per NIC.
+
         Raises:
-            ValueError: an unknown `loss_recovery`, or a host without such a port.
+            ValueError: an unknown `loss_recovery`, a host without such a port,
+                or a negative `nic_processes`.
         """
+        if nic_processes is None:
+            text = os.environ.get(NIC_PROCESSES_ENV, "0") or "0"
+            try:
+                nic_processes = int(text)
+            except ValueError:
+                raise ValueError(
+                    f"{NIC_PROCESSES_ENV}={text!r}: expected an integer >= 0"
+                ) from None
+        if not isinstance(nic_processes, int) or nic_processes < 0:
+            raise ValueError(f"nic_processes={nic_processes!r}: expected an integer >= 0")
+        self.nic_processes = nic_processes
         if loss_recovery not in LOSS_RECOVERY:
             raise ValueError(
                 f"loss_recovery={loss_recovery!r}: must be one of {', '.join(LOSS_RECOVERY)}"
@@ -105,24 +125,31 @@ class RdmaHosts:
             self.ports.update({h: fabric_mod.host_port(self.fab.graph, h, self.port) for h in new})
         except fabric_mod.FabricSpecError as exc:
             raise ValueError(str(exc)) from None
-        for h in new:
-            self.nics[h] = self._start_agent(h)
+        shared = (
+            self.nic_processes > 0
+            and not self.fab.qos.get("credit", {}).get("enabled")
+            and nicpath.engine_name() == "c"
+        )
+        if shared and new:
+            groups = [new[k :: self.nic_processes] for k in range(self.nic_processes)]
+            for group in (g for g in groups if g):
+                self.nics.update(self._start_group(group))
+        else:
+            for h in new:
+                self.nics[h] = self._start_agent(h)
         for h in new:
             self._wait_ready(h, self.nics[h])
         return new
 
-    def _start_agent(self, h: str) -> Nic:
+    def _agent_args(self, h: str) -> tuple[str, str, list[str]]:
+        """(agent name, management socket, emu.host.agent's arguments) of host `h`'s NIC."""
         fab = self.fab
         where = self.ports[h]
         rate = where.rate_bps
         modelled_rate_bps = rate * fab.time_scale
         name = h if self.port == "nic" else f"{h}-{self.port}"
         path = os.path.join(fab.run.sock_dir, f"{name}.nic.sock")
-        log = open(os.path.join(fab.run.log_dir, f"{name}.nic.log"), "ab")
         argv = [
-            sys.executable,
-            "-m",
-            "emu.host.agent",
             "--name",
             name,
             "--intf",
@@ -151,9 +178,34 @@ class RdmaHosts:
         if credit.get("enabled"):
             # A credit fabric: the NIC is the host's end of its link's credit loop.
             argv += ["--credit", json.dumps(credit)]
-        proc = fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
+        return name, path, argv
+
+    def _start_agent(self, h: str) -> Nic:
+        name, path, args = self._agent_args(h)
+        log = open(os.path.join(self.fab.run.log_dir, f"{name}.nic.log"), "ab")
+        argv = [sys.executable, "-m", "emu.host.agent", *args]
+        proc = self.fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return Nic(h, path, proc)
+
+    def _start_group(self, hosts: list[str]) -> dict[str, Nic]:
+        """One process for the NICs of `hosts` (emu/host/agent.py `group_main`)."""
+        fab = self.fab
+        specs, nics = [], {}
+        for h in hosts:
+            name, path, args = self._agent_args(h)
+            specs.append({"argv": args, "netns": f"/proc/{fab.host(h).pid}/ns/net"})
+            nics[h] = name, path
+        first = nics[hosts[0]][0]
+        spec_path = os.path.join(fab.run.log_dir, f"{first}.nics.json")
+        with open(spec_path, "w") as f:
+            json.dump(specs, f)
+        log = open(os.path.join(fab.run.log_dir, f"{first}.nics.log"), "ab")
+        argv = [sys.executable, "-m", "emu.host.agent", "--group", spec_path]
+        argv += ["--rt-priority", str(realtime.configured_priority())]
+        proc = fab.popen(hosts[0], argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        return {h: Nic(h, path, proc) for h, (_, path) in nics.items()}
 
     def _wait_ready(self, h: str, nic: Nic) -> None:
         fab = self.fab

@@ -236,18 +236,28 @@ typedef struct {
     char longest_work[64];
 } nic_loopmon;
 
+/* One engine's part of a loop: its port and what the loop counts for it. */
 typedef struct {
-    int fd;                       /* the host port's AF_PACKET socket */
-    struct pollfd *fds;           /* [0] the port, then Python's sockets */
-    int nfds, fds_cap;
+    int fd;                       /* the host port's AF_PACKET socket; -1: none yet */
     int takers;                   /* a collective takes non-RoCE frames */
-    int64_t tx_errors, tx_frames, wakeups;
+    int64_t tx_errors, tx_frames;
     nic_loopmon mon;
 } nic_loop_state;
 
+/* The engines one loop serves (nic_loop.c), and Python's sockets. */
+typedef struct {
+    int n;
+    nic_engine **e;
+    nic_loop_state **s;
+    nic_out **out;
+    struct pollfd *fds;           /* the n ports, then Python's sockets */
+    int npy, fds_cap;
+    int64_t wakeups;
+} nic_group;
+
 void nic_loopmon_reset(nic_loopmon *m, double frame_s);
 /* Run until the callback returns < 0 (None) or raises (NULL). */
-PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb);
+PyObject *nic_run(nic_group *g, PyObject *cb);
 
 int nic_out_add(nic_out *o, const uint8_t *f, size_t n);
 void nic_out_clear(nic_out *o);

@@ -1,18 +1,21 @@
-/* The NIC agent's event loop in C: frames never go up to Python.
+/* The NIC agents' event loop in C: frames never go up to Python.
  *
- * emu/host/agent.py's `run` is the specification. One pass: the engine's
- * timers (PAUSE refresh, DCQCN), Python when it asked to be called
- * (its timers: samples, collectives' wake-ups), or has something to do
- * (its management sockets are readable, whole messages wait for a collective,
- * a collective takes non-RoCE frames), the data frames the pacing allows, then
- * ppoll(2) until the earliest of the engine's and Python's deadlines (ppoll
- * takes nanoseconds; epoll_wait only whole milliseconds, the reason the
- * Python loop used select). Frames read from the port go through
- * nic_receive and its replies leave at once. The GIL is held except while
- * asleep, so that Python's management thread (a collective's set-up) and
- * this loop never touch the engine at the same time.
+ * emu/host/agent.py's `_run_python` is the specification. One loop serves one
+ * or several engines (the NICs of several hosts in one process, as one
+ * ovs-vswitchd thread serves every bridge): one wake-up serves every engine
+ * whose frame is due. One pass: each engine's timers (PAUSE refresh, DCQCN),
+ * Python when it asked to be called (its timers: samples, collectives'
+ * wake-ups) or has something to do (its management sockets are readable,
+ * whole messages wait for a collective, a collective takes non-RoCE frames),
+ * the data frames each engine's pacing allows, then ppoll(2) until the
+ * earliest deadline of all (ppoll takes nanoseconds; epoll_wait only whole
+ * milliseconds, the reason the Python loop used select). Frames read from a
+ * port go through its engine's nic_receive and the replies leave at once. The
+ * GIL is held except while asleep, so that Python's management threads (a
+ * collective's set-up) and this loop never touch an engine at the same time.
  *
- * The stall meter is fidelity.LoopMonitor's (`woke`), kept here per pass.
+ * The stall meter is fidelity.LoopMonitor's (`woke`), kept per engine: the
+ * stall is the loop's, shared by every engine in it (as fp_loop.c's).
  */
 #include "nic.h"
 
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define NIC_RX_BATCH 64      /* agent.RX_BATCH */
@@ -111,32 +115,35 @@ static int messages_waiting(nic_engine *e)
     return 0;
 }
 
-/* Read what the port holds (up to a batch); 1 if Python has frames or messages to take. */
-static int read_port(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *others,
-                     int64_t *frames_read, double *last_now)
+/* Read what engine i's port holds (up to a batch); 1 if Python has frames or
+ * messages to take, -1 on error (a Python exception is set). */
+static int read_port(nic_group *g, int i, PyObject *others, int64_t *frames_read)
 {
     static uint8_t buf[NIC_RX_BYTES];
+    nic_engine *e = g->e[i];
+    nic_loop_state *s = g->s[i];
     int for_python = 0;
-    for (int i = 0; i < NIC_RX_BATCH; i++) {
+    for (int k = 0; k < NIC_RX_BATCH; k++) {
         ssize_t n = recv(s->fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n < 0)
             break;
         (*frames_read)++;
         double now = mono();
-        *last_now = now;
         if (s->takers && !is_rocev2(buf, (size_t)n) && !nic_is_mac_control(buf, (size_t)n)) {
-            PyObject *b = PyBytes_FromStringAndSize((const char *)buf, n);
-            if (!b || PyList_Append(others, b) < 0) {
-                Py_XDECREF(b);
+            PyObject *t = Py_BuildValue("(iy#)", i, (const char *)buf, (Py_ssize_t)n);
+            if (!t || PyList_Append(others, t) < 0) {
+                Py_XDECREF(t);
                 return -1;
             }
-            Py_DECREF(b);
+            Py_DECREF(t);
             for_python = 1;
             continue;
         }
-        if (nic_receive(e, buf, (size_t)n, now, out) < 0)
+        if (nic_receive(e, buf, (size_t)n, now, g->out[i]) < 0) {
+            PyErr_NoMemory();
             return -1;
-        send_out(s, out);
+        }
+        send_out(s, g->out[i]);
     }
     return for_python || messages_waiting(e);
 }
@@ -155,32 +162,46 @@ static int call_python(PyObject *cb, double now, PyObject *ready, PyObject *fram
     return t < 0 ? 1 : 0;
 }
 
-PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
+static int take_list(PyObject *list, PyObject **tuple)
 {
-    PyObject *ready = NULL, *others = NULL;
+    *tuple = PyList_AsTuple(list);
+    if (!*tuple)
+        return -1;
+    return PyList_SetSlice(list, 0, PyList_GET_SIZE(list), NULL);
+}
+
+PyObject *nic_run(nic_group *g, PyObject *cb)
+{
+    PyObject *ready = PyList_New(0), *others = PyList_New(0);
     char work[64] = "";
     double awake_since = mono(), awake_cpu = thread_cpu(), py_due = -INFINITY;
+    double min_frame_s = INFINITY;
     int64_t frames_read = 0;
-    int call = 1, rc = 0;
-    ready = PyList_New(0);
-    others = PyList_New(0);
-    if (!ready || !others)
+    int call = 1;
+    double *wire_due = malloc((size_t)(g->n ? g->n : 1) * sizeof(double));
+    if (!ready || !others || !wire_due)
         goto fail;
+    for (int i = 0; i < g->n; i++)
+        if (g->s[i]->mon.frame_s > 0 && g->s[i]->mon.frame_s < min_frame_s)
+            min_frame_s = g->s[i]->mon.frame_s;
+    if (!isfinite(min_frame_s))
+        min_frame_s = 0;
     for (;;) {
         double now = mono();
-        if (nic_tick(e, now, out) < 0)
-            goto nomem;
-        send_out(s, out);
+        for (int i = 0; i < g->n; i++) {
+            if (nic_tick(g->e[i], now, g->out[i]) < 0)
+                goto nomem;
+            send_out(g->s[i], g->out[i]);
+        }
         if (call || now >= py_due) {
-            PyObject *r = PyList_AsTuple(ready), *f = PyList_AsTuple(others);
-            if (!r || !f) {
-                Py_XDECREF(r);
-                Py_XDECREF(f);
+            PyObject *r, *f;
+            if (take_list(ready, &r) < 0)
+                goto fail;
+            if (take_list(others, &f) < 0) {
+                Py_DECREF(r);
                 goto fail;
             }
-            PyList_SetSlice(ready, 0, PyList_GET_SIZE(ready), NULL);
-            PyList_SetSlice(others, 0, PyList_GET_SIZE(others), NULL);
-            rc = call_python(cb, now, r, f, &py_due);
+            int rc = call_python(cb, now, r, f, &py_due);
             Py_DECREF(r);
             Py_DECREF(f);
             if (rc < 0)
@@ -191,21 +212,24 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
             add_work(work, sizeof work, "python");
             now = mono();
         }
-        for (;;) {
-            int got = nic_next_frame(e, now, out);
-            if (got < 0)
-                goto nomem;
-            if (!got)
-                break;
-            send_out(s, out);
-            add_work(work, sizeof work, "tx");
-        }
-        double wire_due = nic_next_wakeup(e, now), tick = nic_next_tick(e);
         double deadline = py_due;
-        if (!isnan(wire_due) && wire_due < deadline)
-            deadline = wire_due;
-        if (!isnan(tick) && tick < deadline)
-            deadline = tick;
+        for (int i = 0; i < g->n; i++) {
+            for (;;) {
+                int got = nic_next_frame(g->e[i], now, g->out[i]);
+                if (got < 0)
+                    goto nomem;
+                if (!got)
+                    break;
+                send_out(g->s[i], g->out[i]);
+                add_work(work, sizeof work, "tx");
+            }
+            wire_due[i] = nic_next_wakeup(g->e[i], now);
+            double tick = nic_next_tick(g->e[i]);
+            if (!isnan(wire_due[i]) && wire_due[i] < deadline)
+                deadline = wire_due[i];
+            if (!isnan(tick) && tick < deadline)
+                deadline = tick;
+        }
         double asleep_at = mono();
         /* CLOCK_THREAD_CPUTIME_ID is a system call, not the vDSO: read once a
          * pass (asleep, the thread's CPU clock stands still). */
@@ -218,26 +242,38 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
         struct timespec tmo;
         tmo.tv_sec = (time_t)timeout;
         tmo.tv_nsec = (long)((timeout - (double)tmo.tv_sec) * 1e9);
-        /* A pass due within a frame time reads the port anyway: frames that
+        /* A pass due within a frame time reads the ports anyway: frames that
          * arrive meanwhile wait for it (at most a frame time, the emulator's
          * granularity, fidelity.FRAME_BYTES) instead of waking the loop once
          * each. PAUSE and ACKs are read before that pass sends. */
-        int watch_port = timeout > s->mon.frame_s;
-        s->fds[0].events = watch_port ? POLLIN : 0;
-        int nfds = s->nfds, n, err = 0;
+        int watch_ports = timeout > min_frame_s;
+        for (int i = 0; i < g->n; i++)
+            g->fds[i].events = watch_ports ? POLLIN : 0;
+        int nfds = g->n + g->npy, n, err = 0;
         Py_BEGIN_ALLOW_THREADS
-        n = ppoll(s->fds, (nfds_t)nfds, &tmo, NULL);
+        n = ppoll(g->fds, (nfds_t)nfds, &tmo, NULL);
         if (n < 0)
             err = errno;
+        if (n >= 0 && !watch_ports) {
+            /* which ports hold frames, in one call: read only those */
+            for (int i = 0; i < g->n; i++)
+                g->fds[i].events = POLLIN;
+            struct timespec zero = {0, 0};
+            if (ppoll(g->fds, (nfds_t)g->n, &zero, NULL) < 0)
+                for (int i = 0; i < g->n; i++)
+                    g->fds[i].revents = POLLIN;
+        }
         Py_END_ALLOW_THREADS
         double woke = mono();
         awake_cpu = cpu_now;
-        s->wakeups++;
-        int port_ready = n > 0 && (s->fds[0].revents & POLLIN);
+        g->wakeups++;
         double overslept = woke - asleep_at - timeout;
-        int mattered = (!isnan(wire_due) && wire_due <= woke) || port_ready;
-        loopmon_pass(&s->mon, asleep_at - awake_since + (overslept > 0 ? overslept : 0.0),
-                     mattered, work, cpu_s, woke, frames_read);
+        double stall = asleep_at - awake_since + (overslept > 0 ? overslept : 0.0);
+        for (int i = 0; i < g->n; i++) {
+            int port_ready = n >= 0 && (g->fds[i].revents & POLLIN);
+            int mattered = (!isnan(wire_due[i]) && wire_due[i] <= woke) || port_ready;
+            loopmon_pass(&g->s[i]->mon, stall, mattered, work, cpu_s, woke, frames_read);
+        }
         awake_since = woke;
         work[0] = 0;
         frames_read = 0;
@@ -252,19 +288,20 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
             call = 1;
             continue;
         }
-        if (port_ready || !watch_port) {
-            double last = woke;
-            int want = read_port(e, s, out, others, &frames_read, &last);
+        for (int i = 0; i < g->n; i++) {
+            if (!(g->fds[i].revents & POLLIN))
+                continue;
+            int want = read_port(g, i, others, &frames_read);
             if (want < 0)
-                goto nomem_or_fail;
+                goto fail;
             if (want)
                 call = 1;
             add_work(work, sizeof work, "port");
         }
-        for (int i = 1; i < nfds; i++) {
-            if (!s->fds[i].revents)
+        for (int i = g->n; i < nfds; i++) {
+            if (!g->fds[i].revents)
                 continue;
-            PyObject *fd = PyLong_FromLong(s->fds[i].fd);
+            PyObject *fd = PyLong_FromLong(g->fds[i].fd);
             if (!fd || PyList_Append(ready, fd) < 0) {
                 Py_XDECREF(fd);
                 goto fail;
@@ -274,16 +311,18 @@ PyObject *nic_run(nic_engine *e, nic_loop_state *s, nic_out *out, PyObject *cb)
             add_work(work, sizeof work, "mgmt");
         }
     }
+    free(wire_due);
     Py_DECREF(ready);
     Py_DECREF(others);
     Py_RETURN_NONE;
-nomem_or_fail:
-    if (PyErr_Occurred())
-        goto fail;
 nomem:
     PyErr_NoMemory();
 fail:
-    nic_out_clear(out);
+    for (int i = 0; i < g->n; i++)
+        nic_out_clear(g->out[i]);
+    free(wire_due);
+    if (!PyErr_Occurred())
+        PyErr_NoMemory();
     Py_XDECREF(ready);
     Py_XDECREF(others);
     return NULL;

@@ -14,7 +14,7 @@ typedef struct {
     nic_engine e;
     nic_out out;
     nic_loop_state loop;
-    int ready, running;
+    int ready, running;         /* running: a Loop serves it now */
 } Engine;
 
 static PyObject *out_list(Engine *self)
@@ -50,7 +50,6 @@ static void Engine_dealloc(Engine *self)
     for (int i = 0; i < self->e.nqps; i++)
         nic_qp_free(self->e.qps[i]);
     free(self->e.qps);
-    free(self->loop.fds);
     nic_out_free(&self->out);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -581,43 +580,6 @@ static PyObject *Engine_configure(Engine *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* watch(port_fd, python_fds): the sockets the loop sleeps on. */
-static PyObject *Engine_watch(Engine *self, PyObject *args)
-{
-    int port;
-    PyObject *fds;
-    READY(self);
-    if (!PyArg_ParseTuple(args, "iO", &port, &fds))
-        return NULL;
-    PyObject *seq = PySequence_Fast(fds, "python_fds must be a sequence of ints");
-    if (!seq)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    nic_loop_state *s = &self->loop;
-    if (n + 1 > s->fds_cap) {
-        struct pollfd *p = realloc(s->fds, (size_t)(n + 1) * sizeof *p);
-        if (!p) {
-            Py_DECREF(seq);
-            return PyErr_NoMemory();
-        }
-        s->fds = p;
-        s->fds_cap = (int)n + 1;
-    }
-    s->fd = port;
-    s->fds[0] = (struct pollfd){.fd = port, .events = POLLIN};
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (fd == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        s->fds[i + 1] = (struct pollfd){.fd = (int)fd, .events = POLLIN};
-    }
-    s->nfds = (int)n + 1;
-    Py_DECREF(seq);
-    Py_RETURN_NONE;
-}
-
 static PyObject *Engine_set_takers(Engine *self, PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
@@ -625,24 +587,6 @@ static PyObject *Engine_set_takers(Engine *self, PyObject *arg)
         return NULL;
     self->loop.takers = on;
     Py_RETURN_NONE;
-}
-
-/* run(callback): the loop (nic_loop.c); callback(now, ready_fds, frames) -> next due or < 0. */
-static PyObject *Engine_run(Engine *self, PyObject *cb)
-{
-    READY(self);
-    if (!PyCallable_Check(cb) || self->loop.nfds < 1) {
-        PyErr_SetString(PyExc_ValueError, "run: a callable, after watch()");
-        return NULL;
-    }
-    if (self->running) {
-        PyErr_SetString(PyExc_RuntimeError, "run: the loop is running");
-        return NULL;
-    }
-    self->running = 1;
-    PyObject *r = nic_run(&self->e, &self->loop, &self->out, cb);
-    self->running = 0;
-    return r;
 }
 
 static PyObject *Engine_loop_reset(Engine *self, PyObject *arg)
@@ -664,7 +608,7 @@ static PyObject *Engine_loop_stats(Engine *self, PyObject *unused)
         m->idle_longest_s, "longest_work", m->longest_work, "longest_cpu_s", m->longest_cpu_s,
         "longest_frames", (long long)m->longest_frames, "longest_ended_at", m->longest_ended_at,
         "tx_errors", (long long)self->loop.tx_errors, "tx_frames", (long long)self->loop.tx_frames,
-        "wakeups", (long long)self->loop.wakeups);
+        "in_loop", (long long)self->running);
 }
 
 static PyObject *Engine_rto_s(Engine *self, void *closure) { return PyFloat_FromDouble(self->e.rto_s); }
@@ -688,9 +632,7 @@ static PyMethodDef Engine_methods[] = {
     {"clock", (PyCFunction)Engine_clock, METH_NOARGS, NULL},
     {"clock_reset", (PyCFunction)Engine_clock_reset, METH_NOARGS, NULL},
     {"configure", (PyCFunction)Engine_configure, METH_VARARGS, NULL},
-    {"watch", (PyCFunction)Engine_watch, METH_VARARGS, NULL},
     {"set_takers", (PyCFunction)Engine_set_takers, METH_O, NULL},
-    {"run", (PyCFunction)Engine_run, METH_O, NULL},
     {"loop_reset", (PyCFunction)Engine_loop_reset, METH_O, NULL},
     {"loop_stats", (PyCFunction)Engine_loop_stats, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -713,13 +655,163 @@ static PyTypeObject EngineType = {
     .tp_getset = Engine_getset,
 };
 
+/* ----- Loop: the engines one process serves (nic_loop.c) ------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *engines;          /* list of Engine */
+    nic_group g;
+    int running;
+} Loop;
+
+static void Loop_dealloc(Loop *self)
+{
+    Py_XDECREF(self->engines);
+    free(self->g.e);
+    free(self->g.s);
+    free(self->g.out);
+    free(self->g.fds);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Loop_init(Loop *self, PyObject *args, PyObject *kw)
+{
+    if (!PyArg_ParseTuple(args, ""))
+        return -1;
+    Py_XSETREF(self->engines, PyList_New(0));
+    return self->engines ? 0 : -1;
+}
+
+static int group_fds(Loop *self, int npy)
+{
+    int need = self->g.n + npy;
+    if (need > self->g.fds_cap) {
+        struct pollfd *p = realloc(self->g.fds, (size_t)need * sizeof *p);
+        if (!p)
+            return -1;
+        self->g.fds = p;
+        self->g.fds_cap = need;
+    }
+    return 0;
+}
+
+/* add(engine, port_fd): one more engine, its port socket. */
+static PyObject *Loop_add(Loop *self, PyObject *args)
+{
+    PyObject *obj;
+    int fd;
+    if (!PyArg_ParseTuple(args, "O!i", &EngineType, &obj, &fd))
+        return NULL;
+    Engine *eng = (Engine *)obj;
+    READY(eng);
+    if (self->running || eng->running) {
+        PyErr_SetString(PyExc_RuntimeError, "add: the loop or the engine is running");
+        return NULL;
+    }
+    int n = self->g.n + 1;
+    nic_engine **e = realloc(self->g.e, (size_t)n * sizeof *e);
+    if (e)
+        self->g.e = e;
+    nic_loop_state **st = realloc(self->g.s, (size_t)n * sizeof *st);
+    if (st)
+        self->g.s = st;
+    nic_out **o = realloc(self->g.out, (size_t)n * sizeof *o);
+    if (o)
+        self->g.out = o;
+    if (!e || !st || !o)
+        return PyErr_NoMemory();
+    int npy = self->g.npy;
+    if (group_fds(self, npy + 1) < 0)  /* room for one more port */
+        return PyErr_NoMemory();
+    /* the ports come first: shift Python's sockets up by one */
+    memmove(self->g.fds + n, self->g.fds + n - 1, (size_t)npy * sizeof *self->g.fds);
+    self->g.fds[n - 1] = (struct pollfd){.fd = fd, .events = POLLIN};
+    eng->loop.fd = fd;
+    self->g.e[n - 1] = &eng->e;
+    self->g.s[n - 1] = &eng->loop;
+    self->g.out[n - 1] = &eng->out;
+    self->g.n = n;
+    if (PyList_Append(self->engines, obj) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* watch(python_fds): Python's sockets the loop also sleeps on (replaces the last set). */
+static PyObject *Loop_watch(Loop *self, PyObject *fds)
+{
+    PyObject *seq = PySequence_Fast(fds, "watch: a sequence of file descriptors");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (group_fds(self, (int)n) < 0) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        self->g.fds[self->g.n + i] = (struct pollfd){.fd = (int)fd, .events = POLLIN};
+    }
+    self->g.npy = (int)n;
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+/* run(callback): callback(now, ready_fds, frames: ((engine index, bytes), ...)) -> next due or < 0 */
+static PyObject *Loop_run(Loop *self, PyObject *cb)
+{
+    if (!PyCallable_Check(cb) || self->g.n < 1) {
+        PyErr_SetString(PyExc_ValueError, "run: a callable, after add()");
+        return NULL;
+    }
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "run: the loop is running");
+        return NULL;
+    }
+    self->running = 1;
+    for (int i = 0; i < self->g.n; i++)
+        ((Engine *)PyList_GET_ITEM(self->engines, i))->running = 1;
+    PyObject *r = nic_run(&self->g, cb);
+    for (int i = 0; i < self->g.n; i++)
+        ((Engine *)PyList_GET_ITEM(self->engines, i))->running = 0;
+    self->running = 0;
+    return r;
+}
+
+static PyObject *Loop_stats(Loop *self, PyObject *unused)
+{
+    return Py_BuildValue("{s:i,s:L}", "engines", self->g.n, "wakeups", (long long)self->g.wakeups);
+}
+
+static PyMethodDef Loop_methods[] = {
+    {"add", (PyCFunction)Loop_add, METH_VARARGS, NULL},
+    {"watch", (PyCFunction)Loop_watch, METH_O, NULL},
+    {"run", (PyCFunction)Loop_run, METH_O, NULL},
+    {"stats", (PyCFunction)Loop_stats, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "emu.host._nicpath.Loop",
+    .tp_basicsize = sizeof(Loop),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One process's loop over the engines it serves (nic_loop.c).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Loop_init,
+    .tp_dealloc = (destructor)Loop_dealloc,
+    .tp_methods = Loop_methods,
+};
+
 static struct PyModuleDef nicpath_module = {
     PyModuleDef_HEAD_INIT, "emu.host._nicpath", "The compiled RoCE NIC engine.", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__nicpath(void)
 {
-    if (PyType_Ready(&EngineType) < 0)
+    if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&LoopType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&nicpath_module);
     if (!m)
@@ -727,6 +819,12 @@ PyMODINIT_FUNC PyInit__nicpath(void)
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
         Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&LoopType);
+    if (PyModule_AddObject(m, "Loop", (PyObject *)&LoopType) < 0) {
+        Py_DECREF(&LoopType);
         Py_DECREF(m);
         return NULL;
     }
