@@ -54,10 +54,11 @@ TOPOLOGY_FILE = True
 PARAMS = {
     # Time scale 1 (modelled_gbps 0: the link rate itself): the storm and the
     # watchdog live on SONiC's 200 ms scale, which a faster modelled NIC would
-    # stretch past the run (x2500 at 25 Gbit/s: 500 s). The NICs then keep
-    # the IB local ACK timeout of 67 ms too (emu/host/rnic.py): queue pairs
-    # held by the storm for longer time out and send again once released,
-    # as a NIC stalled by a real storm does.
+    # stretch past the run (x2500 at 25 Gbit/s: 500 s). The NICs' retransmit
+    # timeout is then the IB local ACK timeout of 67 ms or, longer here, the
+    # fabric's lossless buffer bound (emu/host/rto.py, 2.2 s on this fabric):
+    # queue pairs held by the storm for longer time out and send again once
+    # released, as a NIC stalled by a real storm does.
     **fabric_params(rate_mbps=10.0),
     "load": Param(
         0.4,

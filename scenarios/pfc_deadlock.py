@@ -73,7 +73,9 @@ PARAMS = {
     # crawl: a path's data and ACKs wait in four ring egress queues, each fed by
     # two ingress queues of about 100 KB at XOFF (1 MiB buffer, alpha 1/8):
     # 4 x 2 x 100 KB at 10 Mbit/s is 640 ms, against 670 ms at time scale 10.
-    # The PFC watchdog runs on the same clock: SONiC's 200 ms are 2 s here.
+    # The RTO is also never below the fabric's lossless buffer bound
+    # (emu/host/rto.py: 1.5 s on this ring), which covers that queueing whatever
+    # the time scale. The PFC watchdog runs on the time scale: SONiC's 200 ms are 2 s here.
     "modelled_gbps": Param(
         0.1,
         "NIC speed the links stand for: the time scale is it over rate_mbps (RTO, watchdog)",

@@ -111,7 +111,8 @@ PARAMS = {
     # 40 frame times at 5 Mbit/s, less than the queueing delay when the flat
     # ring's hops collide on one spine uplink, and spurious go-back-N
     # retransmissions (5906 of h4's 5967 packets, measured) then keep the link
-    # saturated and the ring never ends.
+    # saturated and the ring never ends. (The RTO is now never below the
+    # fabric's lossless buffer bound, emu/host/rto.py, whatever the time scale.)
     **_fab,
     "size": Param("256K", "all-reduce size per rank (bytes; K/M suffixes)"),
     "a2a_size": Param("32K", "all-to-all bytes from each GPU to each GPU of another node"),
