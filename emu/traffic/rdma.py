@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 AGENT_READY_TIMEOUT_S = 20.0
 NIC_PROCESSES_ENV = "EMU_NIC_PROCESSES"
+# Every NIC of a set in one process: the ring at 10 Mbit/s spent 24 us and 0.13
+# wake-ups per frame so, against 41 us and 1.02 with a process per NIC
+# (docs/performance.md, "The NIC agent in C").
+DEFAULT_NIC_PROCESSES = 1
 
 
 @dataclass
@@ -80,14 +84,15 @@ class RdmaHosts:
         `nic_processes` N > 0 serves the NICs from N processes, one C loop
         each (emu/host/agent.py `group_main`: one wake-up serves every NIC
         whose frame is due); 0 a process per NIC; None: `EMU_NIC_PROCESSES`,
-        else 0. A credit fabric, or `EMU_NIC=python`, runs a process per NIC.
+        else 1 (DEFAULT_NIC_PROCESSES). A credit fabric, or `EMU_NIC=python`,
+        runs a process per NIC.
 
         Raises:
             ValueError: an unknown `loss_recovery`, a host without such a port,
                 or a negative `nic_processes`.
         """
         if nic_processes is None:
-            text = os.environ.get(NIC_PROCESSES_ENV, "0") or "0"
+            text = os.environ.get(NIC_PROCESSES_ENV, "") or str(DEFAULT_NIC_PROCESSES)
             try:
                 nic_processes = int(text)
             except ValueError:
