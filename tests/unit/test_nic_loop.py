@@ -18,6 +18,7 @@ import pytest
 
 from emu.host import nicpath
 from emu.host.rnic import NicConfig
+from emu.registry import wait_for
 
 pytestmark = pytest.mark.skipif(nicpath._nicpath is None, reason="emu.host._nicpath not built")
 
@@ -79,10 +80,15 @@ def test_the_c_loop_carries_a_message_both_ways_without_python_per_frame():
     lb = Loop([b], [sb], done=done.is_set)
     la.start()
     lb.start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (lb.messages and a.stats(0)["send"][7]["completed"]):
-        time.sleep(0.005)
-    done.set()
+    try:
+        wait_for(
+            lambda: lb.messages and a.stats(0)["send"][7]["completed"],
+            10,
+            "the message and its completion",
+            interval_s=0.005,
+        )
+    finally:
+        done.set()
     la.join(5)
     lb.join(5)
     assert la.error is None and lb.error is None
@@ -114,10 +120,10 @@ def test_one_loop_serves_several_engines():
     receivers = Loop([nics[0][1], nics[1][1]], [socks[0][1], socks[1][1]], done=done.is_set)
     senders.start()
     receivers.start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(receivers.messages) < 2:
-        time.sleep(0.005)
-    done.set()
+    try:
+        wait_for(lambda: len(receivers.messages) >= 2, 10, "both messages", interval_s=0.005)
+    finally:
+        done.set()
     senders.join(5)
     receivers.join(5)
     assert senders.error is None and receivers.error is None
@@ -143,12 +149,15 @@ def test_python_sockets_and_non_roce_frames_reach_the_callback():
     other = b"\xff" * 12 + b"\x88\xb5" + b"not roce" * 8  # a frame no NIC parses
     peer.send(other)
     mgmt_w.send(b"x")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if loop.frames and any(mgmt_r.fileno() in c[1] for c in loop.calls):
-            seen.set()
-            break
-        time.sleep(0.005)
+    try:
+        wait_for(
+            lambda: loop.frames and any(mgmt_r.fileno() in c[1] for c in loop.calls),
+            5,
+            "the frame and the readable socket to reach the callback",
+            interval_s=0.005,
+        )
+    finally:
+        seen.set()
     mgmt_w.send(b"y")  # wake it to see `done`
     loop.join(5)
     assert loop.error is None and not loop.is_alive()
