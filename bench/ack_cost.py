@@ -60,7 +60,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, flows in cases.items():
                 before = {q["port_no"]: q for q in fab.switch_call("s1", "ports")}
-                bps, _ports = eva.measure(fab, flows, p)
+                bps = eva.measure(fab, flows, p)[0]
                 after = {q["port_no"]: q for q in fab.switch_call("s1", "ports")}
                 receivers = len({d for _s, d in flows})
                 per_flow.setdefault(name, []).append(bps / receivers)
