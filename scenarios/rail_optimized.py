@@ -75,6 +75,7 @@ from pathlib import Path
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu.host.collective import GPU_MEMORY_PREFIX
 from emu.net import Fabric
 from emu.registry import wait_for
 from emu.scenario import (
@@ -88,7 +89,7 @@ from emu.scenario import (
 )
 from emu.telemetry import _pyplot, start_capture
 from emu.traffic import collectives, model
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, gpu_ports, shares_memory
 
 DESCRIPTION = (
     "rail fabric: ring placement (rail-aligned vs crossing), hierarchical vs flat "
@@ -445,11 +446,11 @@ def run(ctx: Context) -> None:
     parts: list[Part] = []
     results: dict[str, collectives.AllReduceResult] = {}
     with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
-        nics = RdmaHosts(fab, fabric_mod.hosts(graph), dcqcn=False)
+        # Each GPU's NIC and its NVLink port (the same NIC model at the NVLink rate,
+        # through the node's NVSwitch), one process per GPU. No DCQCN: NVLink has no
+        # end-to-end congestion control, and the rail NICs' runs need none.
+        nics, nv_nics = gpu_ports(fab, fabric_mod.hosts(graph), dcqcn=False)
         fab.faults.nics = nics
-        # The GPUs' NVLink ports: the same NIC model at the NVLink rate, through the
-        # node's NVSwitch. No DCQCN: NVLink has no end-to-end congestion control.
-        nv_nics = RdmaHosts(fab, fabric_mod.hosts(graph), dcqcn=False, port="nvlink")
 
         def measure(name: str, fn):
             cap = _capture(ctx, fab, graph, spines, name)
@@ -497,18 +498,25 @@ def run(ctx: Context) -> None:
 
         # One all-reduce of S over all N x G GPUs: node k's GPUs hold the inputs of
         # seed k; each phase's input is the previous phase's result, handed from a
-        # GPU's NVLink agent to its NIC agent and back through a file in the run's
-        # directory (a GPU's memory, which both of its ports reach), and every rank
-        # checks what it ends with against the whole all-reduce's sum.
+        # GPU's NVLink port to its NIC and back in the GPU's memory (the process that
+        # serves both, `gpu_ports`; a file in the run's directory where the ports are
+        # separate processes), and every rank checks what it ends with against the
+        # whole all-reduce's sum.
         seeds = [1000 + k for k in nodes]
         count = size // itemsize
         hand = {
-            (phase, h): str(Path(fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
+            (phase, h): (
+                f"{GPU_MEMORY_PREFIX}hierarchical-{phase}-{h}"
+                if shares_memory(nics, nv_nics, h)
+                else str(Path(fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
+            )
             for phase in ("rs", "ar")
             for h in fabric_mod.hosts(graph)
         }
         owned = {h: graph.nodes[h]["rail"] % gpus for h in fabric_mod.hosts(graph)}
         hand_hosts = fabric_mod.hosts(graph)
+        in_memory = all(shares_memory(nics, nv_nics, h) for h in hand_hosts)
+        ctx.metrics["hierarchical_handover"] = "gpu memory" if in_memory else "file"
 
         def expect(chunk: int | None) -> dict:
             return {"seeds": seeds, "gpus": gpus, "count": count, "chunk": chunk}

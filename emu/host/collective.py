@@ -187,8 +187,11 @@ class RankData:
     A job that is one phase of a longer collective takes its input from the
     previous phase and hands its result on (`CHAIN_OPTIONS`, in the spec's
     options): a hierarchical all-reduce runs on a GPU's two ports, whose
-    agents are two processes of one host, so the hand-over is a file in the
-    run's directory, as a GPU's memory is shared by its NVLink and its NIC.
+    agents share one process (emu/traffic/rdma.py `gpu_ports`), so the
+    hand-over is that process's memory (`GPU_MEMORY`, a chain name
+    ``gpu:KEY``), as a GPU's memory is reached by its NVLink and its NIC; a
+    path instead names a file (.npy), for ports in separate processes
+    (`EMU_NIC=python`).
     Its result is then checked against the whole collective's
     (`expected_hierarchical`).
 
@@ -235,19 +238,45 @@ class RankData:
         return cls(data, expected)
 
 
-#: A phase's options that chain it to the previous and the next: its input from a
-#: file (placed at chunk c of its array, or the whole array), its result to a file
-#: (.npy, written once checked), and the whole collective's result to check against
-#: ({"seeds": [per node], "gpus": G, "count": elements, "chunk": c or None}).
+#: A phase's options that chain it to the previous and the next: its input (placed
+#: at chunk c of its array, or the whole array), its result (kept once checked), and
+#: the whole collective's result to check against ({"seeds": [per node], "gpus": G,
+#: "count": elements, "chunk": c or None}). Input and result are named ``gpu:KEY``
+#: (`GPU_MEMORY`) or by a file's path (.npy).
 CHAIN_OPTIONS = ("chain_input", "chain_input_chunk", "chain_output", "chain_expect")
+
+#: A GPU's memory, shared by the agents of its ports when they are one process
+#: (emu/traffic/rdma.py `gpu_ports`): phase results by chain name, each replaced
+#: by the next result of the same name.
+GPU_MEMORY: dict[str, np.ndarray] = {}
+GPU_MEMORY_PREFIX = "gpu:"
+
+
+def _keep_output(name: str, result: np.ndarray) -> None:
+    if name.startswith(GPU_MEMORY_PREFIX):
+        GPU_MEMORY[name] = result
+    else:
+        np.save(name, result, allow_pickle=False)
+
+
+def _load_input(name: str) -> np.ndarray:
+    """Raises ValueError naming the input when it is not there or not an array file."""
+    if name.startswith(GPU_MEMORY_PREFIX):
+        if name not in GPU_MEMORY:
+            raise ValueError(
+                f"options chain_input={name!r}: no such result in this agent's GPU memory "
+                "(the phase that makes it must run first, on a port of the same GPU process)"
+            )
+        return GPU_MEMORY[name].copy()  # the phase reading it must not change the kept one
+    try:
+        return np.load(name, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"options chain_input={name!r}: {exc}") from None
 
 
 def _chained_input(spec: CollectiveSpec, path: str, chunk: Any) -> np.ndarray:
-    """The previous phase's result from `path`: the whole input, or chunk `chunk` of it."""
-    try:
-        got = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"options chain_input={path!r}: {exc}") from None
+    """The previous phase's result named `path`: the whole input, or chunk `chunk` of it."""
+    got = _load_input(path)
     dtype = DTYPES[spec.dtype]
     if got.dtype != dtype or got.ndim != 1:
         raise ValueError(
@@ -434,7 +463,7 @@ class CollectiveRank:
 
         def work() -> list[tuple[int, int]]:
             if output and results:
-                np.save(str(output), results[-1], allow_pickle=False)  # for the next phase
+                _keep_output(str(output), results[-1])  # for the next phase
             return [(expected.wrong(r), zlib.crc32(r.tobytes())) for r in results]
 
         return work

@@ -132,21 +132,20 @@ class RdmaHosts:
             self.ports.update({h: fabric_mod.host_port(self.fab.graph, h, self.port) for h in new})
         except fabric_mod.FabricSpecError as exc:
             raise ValueError(str(exc)) from None
-        shared = (
-            self.nic_processes > 0
-            and not self.fab.qos.get("credit", {}).get("enabled")
-            and nicpath.engine_name() == "c"
-        )
-        if shared and new:
+        if self.nic_processes > 0 and self.can_share() and new:
             groups = [new[k :: self.nic_processes] for k in range(self.nic_processes)]
             for group in (g for g in groups if g):
-                self.nics.update(self._start_group(group))
+                _start_shared(self.fab, [(self, h) for h in group])
         else:
             for h in new:
                 self.nics[h] = self._start_agent(h)
         for h in new:
             self._wait_ready(h, self.nics[h])
         return new
+
+    def can_share(self) -> bool:
+        """Whether several agents can share a process: C engines, no credit link."""
+        return not self.fab.qos.get("credit", {}).get("enabled") and nicpath.engine_name() == "c"
 
     def _agent_args(self, h: str) -> tuple[str, str, list[str]]:
         """(agent name, management socket, emu.host.agent's arguments) of host `h`'s NIC."""
@@ -194,25 +193,6 @@ class RdmaHosts:
         proc = self.fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return Nic(h, path, proc)
-
-    def _start_group(self, hosts: list[str]) -> dict[str, Nic]:
-        """One process for the NICs of `hosts` (emu/host/agent.py `group_main`)."""
-        fab = self.fab
-        specs, nics = [], {}
-        for h in hosts:
-            name, path, args = self._agent_args(h)
-            specs.append({"argv": args, "netns": f"/proc/{fab.host(h).pid}/ns/net"})
-            nics[h] = name, path
-        first = nics[hosts[0]][0]
-        spec_path = os.path.join(fab.run.log_dir, f"{first}.nics.json")
-        with open(spec_path, "w") as f:
-            json.dump(specs, f)
-        log = open(os.path.join(fab.run.log_dir, f"{first}.nics.log"), "ab")
-        argv = [sys.executable, "-m", "emu.host.agent", "--group", spec_path]
-        argv += ["--rt-priority", str(realtime.configured_priority())]
-        proc = fab.popen(hosts[0], argv, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        return {h: Nic(h, path, proc) for h, (_, path) in nics.items()}
 
     def _wait_ready(self, h: str, nic: Nic) -> None:
         fab = self.fab
@@ -309,6 +289,76 @@ class RdmaHosts:
 
     def set(self, host: str, **faults) -> dict:
         return self.nics[host].call("set", **faults)
+
+
+def _start_shared(fab: Fabric, members: list[tuple[RdmaHosts, str]]) -> None:
+    """One process for the agents of `members` (set, host) (emu/host/agent.py `group_main`);
+    each set files its `Nic` under the host."""
+    specs, nics = [], {}
+    for nic_set, h in members:
+        name, path, args = nic_set._agent_args(h)
+        specs.append({"argv": args, "netns": f"/proc/{fab.host(h).pid}/ns/net"})
+        nics[h, nic_set.port] = name, path
+    first_set, first = members[0]
+    first_name = nics[first, first_set.port][0]
+    spec_path = os.path.join(fab.run.log_dir, f"{first_name}.nics.json")
+    with open(spec_path, "w") as f:
+        json.dump(specs, f)
+    log = open(os.path.join(fab.run.log_dir, f"{first_name}.nics.log"), "ab")
+    argv = [sys.executable, "-m", "emu.host.agent", "--group", spec_path]
+    argv += ["--rt-priority", str(realtime.configured_priority())]
+    proc = fab.popen(first, argv, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    for nic_set, h in members:
+        nic_set.nics[h] = Nic(h, nics[h, nic_set.port][1], proc)
+
+
+def gpu_ports(
+    fab: Fabric,
+    hosts: Sequence[str],
+    dcqcn: bool = True,
+    loss_recovery: str = GO_BACK_N,
+    nic_processes: int | None = None,
+) -> tuple[RdmaHosts, RdmaHosts]:
+    """The NIC and the NVLink port of each GPU of `hosts` (a rail_optimized fabric), as two sets.
+
+    A GPU's two ports are served by one process (one C loop, emu/host/agent.py
+    `group_main`), as one GPU's memory is reached by both: a collective's
+    phases hand over through that process's memory (emu/host/collective.py,
+    `GPU_MEMORY`), not through a file. `nic_processes` N > 0 puts every GPU
+    into N processes instead; 0 (the default, whatever `EMU_NIC_PROCESSES`
+    says), a process per GPU. Where agents cannot share a process
+    (`RdmaHosts.can_share`: `EMU_NIC=python`, a credit fabric) each port gets
+    its own, and `shares_memory` says so.
+
+    Raises:
+        ValueError: as `RdmaHosts`: a host without an NVLink port, a bad argument.
+    """
+    nics = RdmaHosts(fab, [], dcqcn, loss_recovery, "nic", nic_processes or 0)
+    nvlink = RdmaHosts(fab, [], dcqcn, loss_recovery, "nvlink", nic_processes or 0)
+    new = list(dict.fromkeys(hosts))
+    if not nics.can_share():
+        nics.add(new)
+        nvlink.add(new)
+        return nics, nvlink
+    try:
+        for nic_set in (nics, nvlink):
+            nic_set.ports.update({h: fabric_mod.host_port(fab.graph, h, nic_set.port) for h in new})
+    except fabric_mod.FabricSpecError as exc:
+        raise ValueError(str(exc)) from None
+    count = nics.nic_processes or len(new)
+    for group in (new[k::count] for k in range(count)):
+        if group:
+            _start_shared(fab, [(nic_set, h) for h in group for nic_set in (nics, nvlink)])
+    for nic_set in (nics, nvlink):
+        for h in new:
+            nic_set._wait_ready(h, nic_set.nics[h])
+    return nics, nvlink
+
+
+def shares_memory(nics: RdmaHosts, other: RdmaHosts, host: str) -> bool:
+    """Whether `host`'s agents in the two sets are one process (`gpu_ports`)."""
+    return nics.nics[host].proc is other.nics[host].proc
 
 
 def fabric_nics(fab: Fabric, hosts: Sequence[str], faults=None) -> RdmaHosts:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
@@ -65,6 +67,17 @@ def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_pa
     hier = m["allreduce"]["hierarchical"]
     assert len(hier["digests"]) == 8 and len(set(hier["digests"].values())) == 1
     assert hier["wrong"] == 0
+    # Each GPU's NIC and NVLink port are one process (`gpu_ports`): 8 group specs of
+    # two agents, the NIC and the NVLink port of one host, and the phases handed over
+    # in that process's memory.
+    specs = [json.loads(p.read_text()) for p in (tmp_path / "r").rglob("*.nics.json")]
+    assert len(specs) == 8 and all(len(spec) == 2 for spec in specs)
+    for nic, nvlink in specs:
+        assert nic["netns"] == nvlink["netns"]
+        assert nvlink["argv"][nvlink["argv"].index("--name") + 1] == (
+            nic["argv"][nic["argv"].index("--name") + 1] + "-nvlink"
+        )
+    assert m["hierarchical_handover"] == "gpu memory"
     assert (
         "flat ring without NVLink" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
     )

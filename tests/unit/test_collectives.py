@@ -21,7 +21,7 @@ from scapy.packet import Raw
 from emu import scenario
 from emu.fabric import HostPort
 from emu.host import collective as coll_host
-from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
+from emu.host.collective import GPU_MEMORY_PREFIX, CollectiveRank, CollectiveSpec, RankData
 from emu.host.data import (
     chunk_bounds,
     expected_all_gather,
@@ -321,11 +321,14 @@ def run_checked(ring):
     return [j.status(0.0, check=True) for j in ring.jobs]
 
 
-def hierarchical(tmp_path, dtype, seeds, gpus, count, skip_rails=False):
+def hierarchical(tmp_path, dtype, seeds, gpus, count, skip_rails=False, memory=False):
     """A hierarchical all-reduce as the rail scenario runs it, one phase after the other,
-    each rank's input the previous phase's file; returns the all-gathers' statuses."""
+    each rank's input the previous phase's file, or with `memory` its result in the GPU
+    memory of the process (`GPU_MEMORY`); returns the all-gathers' statuses."""
 
     def f(phase, k, r):
+        if memory:
+            return f"{GPU_MEMORY_PREFIX}{tmp_path.name}-{phase}-{k}-{r}"
         return str(tmp_path / f"{phase}-{k}-{r}.npy")
 
     nodes = len(seeds)
@@ -362,14 +365,17 @@ def hierarchical(tmp_path, dtype, seeds, gpus, count, skip_rails=False):
     return out
 
 
+@pytest.mark.parametrize("memory", [False, True], ids=["file", "gpu-memory"])
 @pytest.mark.parametrize("dtype", ["int32", "float32"])
 @pytest.mark.parametrize("nodes,gpus,count", [(3, 2, 1000), (2, 4, 4096)])
 def test_a_chained_hierarchical_all_reduce_leaves_every_gpu_the_global_sum(
-    tmp_path, dtype, nodes, gpus, count
+    tmp_path, dtype, nodes, gpus, count, memory
 ):
     seeds = [11 + k for k in range(nodes)]
-    st = hierarchical(tmp_path, dtype, seeds, gpus, count)
+    st = hierarchical(tmp_path, dtype, seeds, gpus, count, memory=memory)
     assert len(st) == nodes * gpus and all(s["wrong"] == 0 for s in st)
+    if memory:  # nothing went through a file
+        assert not list(tmp_path.glob("*.npy"))
     # One result on every GPU of every node: the rails' sums, gathered.
     assert len({s["digest"] for s in st}) == 1
     if dtype == "int32":
@@ -391,6 +397,8 @@ def test_a_chained_input_that_does_not_fit_is_refused_by_name(tmp_path):
         RankData.build(
             CollectiveSpec(**spec, options={"chain_input": str(path), "chain_input_chunk": 1})
         )
+    with pytest.raises(ValueError, match=r"chain_input='gpu:nowhere': no such result in this"):
+        RankData.build(CollectiveSpec(**spec, options={"chain_input": "gpu:nowhere"}))
     with pytest.raises(ValueError, match=r"options \['chain_inptu'\]: unknown"):
         RankData.build(CollectiveSpec(**spec, options={"chain_inptu": str(path)}))
     with pytest.raises(ValueError, match="chain_expect=.*expected seeds, gpus, count"):
