@@ -26,6 +26,7 @@ import argparse
 import ctypes
 import json
 import logging
+import math
 import os
 import selectors
 import socket
@@ -55,6 +56,16 @@ PACKET_QDISC_BYPASS = 20  # linux/if_packet.h
 RX_BATCH = 64
 SAMPLE_S = 0.1
 MAX_IDLE_S = 0.05
+# The C loop's agents put their samples and idle calls on one grid of this
+# process, so that the NICs of one process (run_agents) come due together and
+# one wake-up serves them all; its origin is the process's own, so that
+# separate processes do not all wake at the same instants.
+_GRID_ORIGIN_S = time.monotonic()
+
+
+def _on_grid(now: float, period_s: float) -> float:
+    """The first instant after `now` on this process's grid of `period_s`."""
+    return _GRID_ORIGIN_S + (math.floor((now - _GRID_ORIGIN_S) / period_s) + 1) * period_s
 
 
 class Agent:
@@ -502,8 +513,8 @@ class Agent:
         if now >= self._next_sample:
             self._sample(now)
             self._read_kernel_drops()
-            self._next_sample = now + SAMPLE_S
-        due = min(self._next_sample, now + MAX_IDLE_S)
+            self._next_sample = _on_grid(now, SAMPLE_S)
+        due = min(self._next_sample, _on_grid(now, MAX_IDLE_S))
         if self.jobs:
             wake = self._jobs_wakeup(now)
             if wake is not None and wake < due:
@@ -623,10 +634,16 @@ def run_agents(agents: list[Agent]) -> None:
     """Serve the C engines of `agents` from one loop (emu/host/csrc/nic_loop.c) until one stops.
 
     One wake-up serves every engine whose frame is due; Python runs only for
-    each agent's `serve` (its sockets, timers, collectives' messages and frames).
+    the agents that have something to do (`Agent.serve`): a readable socket of
+    theirs, frames or whole messages from their engine for a collective (the
+    loop names those engines), or the time they asked to be called again
+    reached. Each agent is thus served when it would be in a process of its
+    own, and an idle one costs nothing (tests/unit/test_nic_loop.py).
     """
     loop = nicpath.new_loop()
-    owner: dict[int, Agent] = {}
+    owner: dict[int, int] = {}  # a Python socket -> the index of its agent
+    # When each agent asked to be called next; -inf: at the first pass.
+    due = [-math.inf] * len(agents)
     for agent in agents:
         engine = agent.rnic.engine
         agent.fidelity.loop = nicpath.EngineLoopMonitor(engine, agent.fidelity.loop.frame_s)
@@ -634,28 +651,36 @@ def run_agents(agents: list[Agent]) -> None:
 
     def watch() -> None:
         owner.clear()
-        for agent in agents:
-            owner.update(dict.fromkeys(agent.python_fds(), agent))
+        for index, agent in enumerate(agents):
+            owner.update(dict.fromkeys(agent.python_fds(), index))
         loop.watch(list(owner))
 
-    def serve(now: float, ready: tuple, frames: tuple) -> float:
+    def serve(now: float, ready: tuple, frames: tuple, wanting: tuple) -> float:
+        # A signal sets `stopping` (stop_on_signals) and wakes the loop with no
+        # work for anyone: ask every agent, served or not.
+        if any(agent.stopping for agent in agents):
+            return -1.0
         readies: dict[int, list[int]] = {}
         for fd in ready:
-            if fd in owner:
-                readies.setdefault(id(owner[fd]), []).append(fd)
+            index = owner.get(fd)
+            if index is not None:
+                readies.setdefault(index, []).append(fd)
         taken: dict[int, list[bytes]] = {}
         for index, frame in frames:
             taken.setdefault(index, []).append(frame)
-        due, changed = float("inf"), False
+        changed = False
         for index, agent in enumerate(agents):
-            wants, moved = agent.serve(now, readies.get(id(agent), []), taken.get(index, []))
+            idle = due[index] > now and index not in wanting
+            if idle and index not in readies and index not in taken:
+                continue
+            wants, moved = agent.serve(now, readies.get(index, []), taken.get(index, []))
             if wants < 0:
                 return -1.0
-            due = min(due, wants)
+            due[index] = wants
             changed = changed or moved
         if changed:
             watch()
-        return due
+        return min(due)
 
     watch()
     loop.run(serve)

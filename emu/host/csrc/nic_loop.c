@@ -6,8 +6,10 @@
  * whose frame is due. One pass: each engine's timers (PAUSE refresh, DCQCN),
  * Python when it asked to be called (its timers: samples, collectives'
  * wake-ups) or has something to do (its management sockets are readable,
- * whole messages wait for a collective, a collective takes non-RoCE frames),
- * the data frames each engine's pacing allows, then ppoll(2) until the
+ * whole messages wait for a collective, a collective takes non-RoCE frames;
+ * the callback is told which engines these are, so that a process of several
+ * NICs runs only those agents' Python: emu/host/agent.py run_agents), the
+ * data frames each engine's pacing allows, then ppoll(2) until the
  * earliest deadline of all (ppoll takes nanoseconds; epoll_wait only whole
  * milliseconds, the reason the Python loop used select). Frames read from a
  * port go through its engine's nic_receive and the replies leave at once. The
@@ -148,10 +150,12 @@ static int read_port(nic_group *g, int i, PyObject *others, int64_t *frames_read
     return for_python || messages_waiting(e);
 }
 
-/* callback(now, ready_fds, frames) -> the time Python wants to be called next, or < 0: stop. */
-static int call_python(PyObject *cb, double now, PyObject *ready, PyObject *frames, double *due)
+/* callback(now, ready_fds, frames, wanting) -> the time Python wants to be called next,
+ * or < 0: stop. */
+static int call_python(PyObject *cb, double now, PyObject *ready, PyObject *frames,
+                       PyObject *wanting, double *due)
 {
-    PyObject *r = PyObject_CallFunction(cb, "dOO", now, ready, frames);
+    PyObject *r = PyObject_CallFunction(cb, "dOOO", now, ready, frames, wanting);
     if (!r)
         return -1;
     double t = PyFloat_AsDouble(r);
@@ -170,6 +174,29 @@ static int take_list(PyObject *list, PyObject **tuple)
     return PyList_SetSlice(list, 0, PyList_GET_SIZE(list), NULL);
 }
 
+/* The indexes of the engines flagged in `want` (n of them), as a tuple; the flags cleared. */
+static PyObject *take_wanting(unsigned char *want, int n)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        count += want[i] != 0;
+    PyObject *t = PyTuple_New(count);
+    if (!t)
+        return NULL;
+    for (int i = 0, k = 0; i < n && k < count; i++) {
+        if (!want[i])
+            continue;
+        PyObject *index = PyLong_FromLong(i);
+        if (!index) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, k++, index);
+        want[i] = 0;
+    }
+    return t;
+}
+
 PyObject *nic_run(nic_group *g, PyObject *cb)
 {
     PyObject *ready = PyList_New(0), *others = PyList_New(0);
@@ -179,7 +206,9 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
     int64_t frames_read = 0;
     int call = 1;
     double *wire_due = malloc((size_t)(g->n ? g->n : 1) * sizeof(double));
-    if (!ready || !others || !wire_due)
+    /* engines with frames or whole messages for Python since the last call */
+    unsigned char *want = calloc((size_t)(g->n ? g->n : 1), 1);
+    if (!ready || !others || !wire_due || !want)
         goto fail;
     for (int i = 0; i < g->n; i++)
         if (g->s[i]->mon.frame_s > 0 && g->s[i]->mon.frame_s < min_frame_s)
@@ -194,16 +223,22 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
             send_out(g->s[i], g->out[i]);
         }
         if (call || now >= py_due) {
-            PyObject *r, *f;
+            PyObject *r, *f, *w;
             if (take_list(ready, &r) < 0)
                 goto fail;
             if (take_list(others, &f) < 0) {
                 Py_DECREF(r);
                 goto fail;
             }
-            int rc = call_python(cb, now, r, f, &py_due);
+            if (!(w = take_wanting(want, g->n))) {
+                Py_DECREF(r);
+                Py_DECREF(f);
+                goto fail;
+            }
+            int rc = call_python(cb, now, r, f, w, &py_due);
             Py_DECREF(r);
             Py_DECREF(f);
+            Py_DECREF(w);
             if (rc < 0)
                 goto fail;
             if (rc > 0)
@@ -291,11 +326,13 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
         for (int i = 0; i < g->n; i++) {
             if (!(g->fds[i].revents & POLLIN))
                 continue;
-            int want = read_port(g, i, others, &frames_read);
-            if (want < 0)
+            int wanted = read_port(g, i, others, &frames_read);
+            if (wanted < 0)
                 goto fail;
-            if (want)
+            if (wanted) {
                 call = 1;
+                want[i] = 1;
+            }
             add_work(work, sizeof work, "port");
         }
         for (int i = g->n; i < nfds; i++) {
@@ -312,6 +349,7 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
         }
     }
     free(wire_due);
+    free(want);
     Py_DECREF(ready);
     Py_DECREF(others);
     Py_RETURN_NONE;
@@ -321,6 +359,7 @@ fail:
     for (int i = 0; i < g->n; i++)
         nic_out_clear(g->out[i]);
     free(wire_due);
+    free(want);
     if (!PyErr_Occurred())
         PyErr_NoMemory();
     Py_XDECREF(ready);

@@ -760,7 +760,8 @@ static PyObject *Loop_watch(Loop *self, PyObject *fds)
     Py_RETURN_NONE;
 }
 
-/* run(callback): callback(now, ready_fds, frames: ((engine index, bytes), ...)) -> next due or < 0 */
+/* run(callback): callback(now, ready_fds, frames: ((engine index, bytes), ...),
+ * wanting: (engine index, ...) with frames or whole messages for Python) -> next due or < 0 */
 static PyObject *Loop_run(Loop *self, PyObject *cb)
 {
     if (!PyCallable_Check(cb) || self->g.n < 1) {
