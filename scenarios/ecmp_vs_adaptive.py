@@ -66,19 +66,16 @@ FIRST_PORT = 5600
 ACCEPT_STRIDES = ("stride4", "stride8")
 
 PARAMS = {
-    # 1 Mbit/s: 16 TCP flows over up to 5 switch hops keep the 2-core machine below
-    # saturation. At 4 Mbit/s the adaptive controller's statistics polls pushed it
-    # over: LLDP was answered late, links expired and routes churned (CI, 230 expiries).
-    # 1 Gbit/s modelled: the time scale (x1000) stretches the 100 us flowlet gap.
-    # 1 Mbit/s, not twice that: at 2 every run was faithful but ECMP measured
-    # above the flow-level model (by 0.003-0.03) and the model check failed in
-    # 2 of 5 reproductions and in the scenario test. Both causes are mended (the
-    # upper bound was max-min whenever the ACK load came out 0; on stride8 and
-    # random TCP took about 0.01 more than unweighted proportional fairness, its
-    # RTT bias, now in the model: `rtt_weights`), but 2 Mbit/s is not yet
-    # re-measured (docs/performance.md, "The hosts' own TCP/UDP scenarios at
-    # twice their rate").
-    **fabric_params(topology="fat_tree", rate_mbps=1.0, modelled_gbps=1.0),
+    # 2 Mbit/s (twice the Python datapath's 1): 16 TCP flows over up to 5 switch
+    # hops, faithful in 5 of 5 runs at 2 with the switches in C. At 4 Mbit/s, on the
+    # Python datapath, the adaptive controller's statistics polls pushed the machine
+    # over: LLDP was answered late, links expired and routes churned (CI, 230
+    # expiries). 1 Gbit/s modelled: the time scale (x500) stretches the 100 us
+    # flowlet gap. At 2 the ECMP model check once failed in 2 of 5 reproductions:
+    # its upper bound was max-min whenever the ACK load came out 0, and TCP's RTT
+    # bias was not in it (`rtt_weights`); both are mended (docs/scenarios.md,
+    # "TCP's RTT bias in the model").
+    **fabric_params(topology="fat_tree", rate_mbps=2.0, modelled_gbps=1.0),
     # A process per switch here, not the fabric default (shared processes): the
     # ECMP model check was validated that way (55 of 55 runs), and with shared
     # processes ECMP landed further above the flow-level model in 2 of 2 CI-size
