@@ -18,6 +18,7 @@ from scenarios.ecmp_vs_adaptive import (
     proportional_fair_rates,
     traffic,
 )
+from tests.unit.ecmp_recorded import CheckRecorder
 
 from . import assert_checks, emu_run
 
@@ -120,17 +121,6 @@ def test_the_model_on_traced_paths_and_the_spread_of_next_hops():
     assert next_hop_choices(g, apart) == {2: [2, 2]}
 
 
-class _Checks:
-    def __init__(self):
-        self.checks = {}
-
-    def check(self, name, passed, value, expected):
-        self.checks[name] = (passed, value, expected)
-
-    def log(self, _msg):
-        pass
-
-
 def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
     model = {
         "max-min": {"random": [0.50, 0.60, 0.55, 0.62]},
@@ -141,7 +131,7 @@ def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
         ([0.60, 0.70, 0.66, 0.72], False),  # well above fair sharing
         ([0.40, 0.52, 0.45, 0.50], False),
     ):  # the fabric lost throughput
-        c = _Checks()
+        c = CheckRecorder()
         keys = [(1,)] * len(measured)
         eva._check_ecmp_model(
             c, ["random"], {"random": measured}, model, keys, {(1,): [14.3e6, 14.4e6, 14.35e6]}
@@ -149,7 +139,7 @@ def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
         [(passed, _v, _e)] = c.checks.values()
         assert passed is ok, (measured, c.checks)
     for counts, ok in (([246, 210], True), ([300, 156], False), ([456, 0], False)):
-        c = _Checks()
+        c = CheckRecorder()
         eva._check_ecmp_spread(c, {2: counts})
         [(passed, _v, _e)] = c.checks.values()
         assert passed is ok, counts

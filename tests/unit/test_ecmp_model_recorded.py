@@ -11,43 +11,19 @@ half of its interval. Proportional fairness on the same paths is 0.624.
 
 from __future__ import annotations
 
-import ast
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 
 from scenarios import ecmp_vs_adaptive as eva
 
-RUN = json.loads((Path(__file__).parent / "data" / "ecmp_run_ack_load_0.json").read_text())
-NAME = "ECMP: throughput matches the flow-level model on the paths the hash chose"
+from .ecmp_recorded import check, load, model_inputs
 
-
-class _Checks:
-    def __init__(self):
-        self.checks = {}
-
-    def check(self, name, passed, value, expected):
-        self.checks[name] = (passed, value, expected)
-
-    def log(self, _msg):
-        pass
-
-
-def _recorded():
-    patterns = list(RUN["normalised_ecmp"])
-    matrices = {
-        p: [[tuple(f.split("->")) for f in flows] for flows in RUN["matrices"][p]] for p in patterns
-    }
-    paths = {p: [[x.split() for x in run] for run in RUN["ecmp_paths"][p]] for p in patterns}
-    acks = {p: [[x.split() for x in run] for run in RUN["ecmp_ack_paths"][p]] for p in patterns}
-    ideal = {ast.literal_eval(k): v for k, v in RUN["nonblocking_runs_bps"].items()}
-    return patterns, matrices, paths, acks, ideal
+RUN = load("ecmp_run_ack_load_0.json")
 
 
 def test_the_recorded_run_estimates_no_ack_load():
-    patterns, matrices, paths, acks, ideal = _recorded()
+    patterns, matrices, paths, acks, ideal = model_inputs(RUN)
     _on_paths, k = eva.ecmp_model_on_paths(
         patterns, matrices, paths, acks, ideal, RUN["ack_load"]["alone_bps"]
     )
@@ -55,7 +31,7 @@ def test_the_recorded_run_estimates_no_ack_load():
 
 
 def test_the_upper_bound_is_proportional_fairness_when_the_ack_load_is_0():
-    patterns, matrices, paths, acks, ideal = _recorded()
+    patterns, matrices, paths, acks, ideal = model_inputs(RUN)
     on_paths, k = eva.ecmp_model_on_paths(
         patterns, matrices, paths, acks, ideal, RUN["ack_load"]["alone_bps"]
     )
@@ -79,18 +55,13 @@ def test_the_upper_bound_is_proportional_fairness_when_the_ack_load_is_0():
 
 
 def test_the_recorded_run_passes_the_corrected_check():
-    patterns, matrices, paths, acks, ideal = _recorded()
+    patterns, matrices, paths, acks, ideal = model_inputs(RUN)
     on_paths, k = eva.ecmp_model_on_paths(
         patterns, matrices, paths, acks, ideal, RUN["ack_load"]["alone_bps"]
     )
-    keys = [eva.fan_in(f) for p in patterns for f in matrices[p]]
-    c = _Checks()
-    eva._check_ecmp_model(c, patterns, RUN["normalised_ecmp"], on_paths, keys, ideal, k)
-    passed, value, expected = c.checks[NAME]
+    passed, value, expected = check(RUN, on_paths, k)
     assert value == "0.639"
     assert passed, expected
     # With max-min as the upper figure (the old computation) the same run fails.
     collapsed = {"max-min": on_paths["max-min"], "proportional": on_paths["max-min"]}
-    c = _Checks()
-    eva._check_ecmp_model(c, patterns, RUN["normalised_ecmp"], collapsed, keys, ideal, k)
-    assert c.checks[NAME][0] is False
+    assert check(RUN, collapsed, k)[0] is False

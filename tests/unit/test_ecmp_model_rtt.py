@@ -12,51 +12,24 @@ run passes.
 
 from __future__ import annotations
 
-import ast
-import json
 import statistics
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from scenarios import ecmp_vs_adaptive as eva
 
-RUN = json.loads((Path(__file__).parent / "data" / "ecmp_run_rtt_bias.json").read_text())
-NAME = "ECMP: throughput matches the flow-level model on the paths the hash chose"
+from .ecmp_recorded import check, load, model_inputs
 
-
-class _Checks:
-    def __init__(self):
-        self.checks = {}
-
-    def check(self, name, passed, value, expected):
-        self.checks[name] = (passed, value, expected)
-
-    def log(self, _msg):
-        pass
-
-
-def _recorded():
-    patterns = list(RUN["normalised_ecmp"])
-    matrices = {
-        p: [[tuple(f.split("->")) for f in flows] for flows in RUN["matrices"][p]] for p in patterns
-    }
-    paths = {p: [[x.split() for x in run] for run in RUN["ecmp_paths"][p]] for p in patterns}
-    acks = {p: [[x.split() for x in run] for run in RUN["ecmp_ack_paths"][p]] for p in patterns}
-    ideal = {ast.literal_eval(k): v for k, v in RUN["nonblocking_runs_bps"].items()}
-    return patterns, matrices, paths, acks, ideal
+RUN = load("ecmp_run_rtt_bias.json")
 
 
 def _check(rtts):
-    patterns, matrices, paths, acks, ideal = _recorded()
+    patterns, matrices, paths, acks, ideal = model_inputs(RUN)
     on_paths, k = eva.ecmp_model_on_paths(
         patterns, matrices, paths, acks, ideal, RUN["ack_load"]["alone_bps"], rtts
     )
-    keys = [eva.fan_in(f) for p in patterns for f in matrices[p]]
-    c = _Checks()
-    eva._check_ecmp_model(c, patterns, RUN["normalised_ecmp"], on_paths, keys, ideal, k)
-    return c.checks[NAME]
+    return check(RUN, on_paths, k)
 
 
 def test_weighted_proportional_fairness_gives_each_flow_its_weight_on_a_shared_link():
@@ -96,7 +69,7 @@ def test_the_rtt_weights_predict_each_flows_share_better_than_equal_weights():
     # Not only the sum: flow by flow, the measured shares sit closer to the
     # RTT-weighted allocation than to the unweighted one (the mean absolute
     # error of the shares, over all 15 runs).
-    patterns, matrices, paths, _acks, _ideal = _recorded()
+    patterns, _matrices, paths, _acks, _ideal = model_inputs(RUN)
     errors = {"equal": [], "rtt": []}
     for p in patterns:
         for taken, rtt, got in zip(paths[p], RUN["ecmp_flow_rtt_s"][p], RUN["ecmp_flow_bps"][p]):
