@@ -99,6 +99,16 @@ DESCRIPTION = (
 APPS = ("controllers.routing",)
 
 _fab = fabric_params(topology="rail_optimized", rate_mbps=2.0, modelled_gbps=400.0)
+# The parts by parameter name, and the cases each reports: ring placements, the
+# hierarchical all-reduce, all-to-all without and with PXN.
+PARTS = {
+    "aligned": "rail-aligned ring",
+    "crossing": "crossing ring",
+    "flat": "flat ring",
+    "hierarchical": "hierarchical",
+    "a2a": "all-to-all without PXN",
+    "pxn": "all-to-all with PXN",
+}
 _fab["nodes"] = replace(_fab["nodes"], default=4)
 
 PARAMS = {
@@ -118,6 +128,10 @@ PARAMS = {
     "size": Param("256K", "all-reduce size per rank (bytes; K/M suffixes)"),
     "a2a_size": Param("32K", "all-to-all bytes from each GPU to each GPU of another node"),
     "dtype": Param("float32", "float32 or int32", choices=("float32", "int32")),
+    "parts": Param(
+        ",".join(PARTS),
+        f"comma list of the parts to run: {', '.join(PARTS)} (a 64-GPU pod: hierarchical)",
+    ),
     "tolerance": Param(
         0.10,
         "allowed error of the spine bytes against the model (issue 14's acceptance); "
@@ -144,6 +158,7 @@ def validate(params: dict) -> None:
         )
     parse_param(params, "size", collectives.parse_size, params["dtype"])
     parse_param(params, "a2a_size", collectives.parse_size, params["dtype"])
+    selected_parts(params)
     g = params["gpus_per_node"]
     size = collectives.parse_size(params["size"], params["dtype"])
     item = 4
@@ -152,6 +167,23 @@ def validate(params: dict) -> None:
             f"parameter size={params['size']!r}: a multiple of gpus_per_node x 4 bytes "
             "(each rail's ring reduces S / G)"
         )
+
+
+def selected_parts(params: dict) -> list[str]:
+    """The case names of the `parts` parameter, in run order.
+
+    Raises:
+        ScenarioError: an empty list, or a name not in PARTS.
+    """
+    names = [x.strip() for x in str(params["parts"]).split(",") if x.strip()]
+    unknown = [x for x in names if x not in PARTS]
+    if unknown or not names:
+        raise ScenarioError(
+            f"parameter parts={params['parts']!r}: "
+            + (f"unknown {', '.join(unknown)}; " if unknown else "empty; ")
+            + f"a comma list of {', '.join(PARTS)}"
+        )
+    return [case for key, case in PARTS.items() if key in names]
 
 
 # ----------------------------------------------------------------- the byte model
@@ -373,6 +405,7 @@ def run(ctx: Context) -> None:
     spines = [s for s in fabric_mod.switches(graph) if s.startswith("spine")]
     nvswitches = [s for s in fabric_mod.switches(graph) if graph.nodes[s]["role"] == "nvswitch"]
     nodes = sorted(domains)
+    chosen = selected_parts(p)
 
     def gpu(node: int, rail: int) -> str:
         return domains[node][rail - 1]
@@ -484,137 +517,142 @@ def run(ctx: Context) -> None:
                 )
             )
 
-        ring_part("rail-aligned ring", aligned, ring_spine_model(graph, aligned, size, itemsize))
-        if not islands:
+        if "rail-aligned ring" in chosen:
+            ring_part(
+                "rail-aligned ring", aligned, ring_spine_model(graph, aligned, size, itemsize)
+            )
+        if not islands and "crossing ring" in chosen:
             ring_part("crossing ring", crossing, rm_cross)
+        if not islands and "flat ring" in chosen:
             ring_part("flat ring", flat, rm_flat)
 
-        ctx.log(
-            f"rail-optimized: hierarchical: reduce-scatter in each node over NVLink, "
-            f"{gpus} rings of {size // gpus} B (one per rail), all-gather over NVLink"
-        )
-        in_node = [domains[k] for k in nodes]
-        phases: dict[str, list] = {}
+        if "hierarchical" in chosen:
+            ctx.log(
+                f"rail-optimized: hierarchical: reduce-scatter in each node over NVLink, "
+                f"{gpus} rings of {size // gpus} B (one per rail), all-gather over NVLink"
+            )
+            in_node = [domains[k] for k in nodes]
+            phases: dict[str, list] = {}
 
-        # One all-reduce of S over all N x G GPUs: node k's GPUs hold the inputs of
-        # seed k; each phase's input is the previous phase's result, handed from a
-        # GPU's NVLink port to its NIC and back in the GPU's memory (the process that
-        # serves both, `gpu_ports`; a file in the run's directory where the ports are
-        # separate processes), and every rank checks what it ends with against the
-        # whole all-reduce's sum.
-        seeds = [1000 + k for k in nodes]
-        count = size // itemsize
-        hand = {
-            (phase, h): (
-                f"{GPU_MEMORY_PREFIX}hierarchical-{phase}-{h}"
-                if shares_memory(nics, nv_nics, h)
-                else str(Path(fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
-            )
-            for phase in ("rs", "ar")
-            for h in fabric_mod.hosts(graph)
-        }
-        owned = {h: graph.nodes[h]["rail"] % gpus for h in fabric_mod.hosts(graph)}
-        hand_hosts = fabric_mod.hosts(graph)
-        in_memory = all(shares_memory(nics, nv_nics, h) for h in hand_hosts)
-        ctx.metrics["hierarchical_handover"] = "gpu memory" if in_memory else "file"
+            # One all-reduce of S over all N x G GPUs: node k's GPUs hold the inputs of
+            # seed k; each phase's input is the previous phase's result, handed from a
+            # GPU's NVLink port to its NIC and back in the GPU's memory (the process that
+            # serves both, `gpu_ports`; a file in the run's directory where the ports are
+            # separate processes), and every rank checks what it ends with against the
+            # whole all-reduce's sum.
+            seeds = [1000 + k for k in nodes]
+            count = size // itemsize
+            hand = {
+                (phase, h): (
+                    f"{GPU_MEMORY_PREFIX}hierarchical-{phase}-{h}"
+                    if shares_memory(nics, nv_nics, h)
+                    else str(Path(fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
+                )
+                for phase in ("rs", "ar")
+                for h in fabric_mod.hosts(graph)
+            }
+            owned = {h: graph.nodes[h]["rail"] % gpus for h in fabric_mod.hosts(graph)}
+            hand_hosts = fabric_mod.hosts(graph)
+            in_memory = all(shares_memory(nics, nv_nics, h) for h in hand_hosts)
+            ctx.metrics["hierarchical_handover"] = "gpu memory" if in_memory else "file"
 
-        def expect(chunk: int | None) -> dict:
-            return {"seeds": seeds, "gpus": gpus, "count": count, "chunk": chunk}
+            def expect(chunk: int | None) -> dict:
+                return {"seeds": seeds, "gpus": gpus, "count": count, "chunk": chunk}
 
-        def hierarchical() -> list:
-            # GPU rail r is rank r-1 of its node's ring: it ends the reduce-scatter
-            # owning chunk r mod G, which rail r's ring then all-reduces.
-            phases["rs"] = run_rings(
-                fab,
-                nv_nics,
-                in_node,
-                size,
-                dtype,
-                "reduce_scatter",
-                seeds=seeds,
-                rank_options={h: {"chain_output": hand["rs", h]} for h in hand_hosts},
-            )
-            rails = run_rings(
-                fab,
-                nics,
-                per_rail,
-                size // gpus,
-                dtype,
-                rank_options={
-                    h: {
-                        "chain_input": hand["rs", h],
-                        "chain_output": hand["ar", h],
-                        "chain_expect": expect(owned[h]),
-                    }
-                    for h in hand_hosts
-                },
-            )
-            phases["ag"] = run_rings(
-                fab,
-                nv_nics,
-                in_node,
-                size,
-                dtype,
-                "all_gather",
-                rank_options={
-                    h: {
-                        "chain_input": hand["ar", h],
-                        "chain_input_chunk": owned[h],
-                        "chain_expect": expect(None),
-                    }
-                    for h in hand_hosts
-                },
-            )
-            return rails
+            def hierarchical() -> list:
+                # GPU rail r is rank r-1 of its node's ring: it ends the reduce-scatter
+                # owning chunk r mod G, which rail r's ring then all-reduces.
+                phases["rs"] = run_rings(
+                    fab,
+                    nv_nics,
+                    in_node,
+                    size,
+                    dtype,
+                    "reduce_scatter",
+                    seeds=seeds,
+                    rank_options={h: {"chain_output": hand["rs", h]} for h in hand_hosts},
+                )
+                rails = run_rings(
+                    fab,
+                    nics,
+                    per_rail,
+                    size // gpus,
+                    dtype,
+                    rank_options={
+                        h: {
+                            "chain_input": hand["rs", h],
+                            "chain_output": hand["ar", h],
+                            "chain_expect": expect(owned[h]),
+                        }
+                        for h in hand_hosts
+                    },
+                )
+                phases["ag"] = run_rings(
+                    fab,
+                    nv_nics,
+                    in_node,
+                    size,
+                    dtype,
+                    "all_gather",
+                    rank_options={
+                        h: {
+                            "chain_input": hand["ar", h],
+                            "chain_input_chunk": owned[h],
+                            "chain_expect": expect(None),
+                        }
+                        for h in hand_hosts
+                    },
+                )
+                return rails
 
-        rails, b, nv_rx = measure("hierarchical", hierarchical)
-        wire = max(r.time_s for r in rails)
-        nv_s = {k: max(r.time_s for r in v) for k, v in phases.items()}
-        t = nv_s["rs"] + wire + nv_s["ag"]
-        n_all = n_nodes * gpus
-        nv_results = phases["rs"] + phases["ag"]
-        results["hierarchical"] = replace(
-            rails[0],
-            size_bytes=size,
-            count=size // itemsize,
-            nranks=n_all,
-            algo="hierarchical",
-            time_s=t,
-            algbw_bytes_per_s=size / t,
-            busbw_bytes_per_s=size / t * 2 * (n_all - 1) / n_all,
-            wrong=sum(r.wrong for r in rails + nv_results),
-            # Every GPU of every node ends with the same bytes: the rails' sums, gathered.
-            # (A reduce-scatter's ranks end with different chunks: no digest to compare.)
-            digests_agree=all(r.digests_agree for r in rails)
-            and len({d for r in phases["ag"] for d in r.digests.values()}) == 1,
-            digests={h: d for r in phases["ag"] for h, d in r.digests.items()},
-        )
-        for r, ring in zip(rails, per_rail):
-            results[f"inter-node ring, rail {graph.nodes[ring[0]]['rail']}"] = r
-        for phase, label in (("rs", "reduce-scatter"), ("ag", "all-gather")):
-            for r, ring in zip(phases[phase], in_node):
-                results[f"NVLink {label}, node {graph.nodes[ring[0]]['node']}"] = r
-        parts.append(
-            Part(
-                "hierarchical",
-                "allreduce",
-                b,
-                0.0,
-                0,
-                t,
-                wire,
-                nv_s["rs"] + nv_s["ag"],
-                0,
-                results["hierarchical"].wrong,
-                results["hierarchical"].digests_agree,
-                nv_rx,
-                nv_model["hierarchical"],
-                nv_model_s["hierarchical"],
+            rails, b, nv_rx = measure("hierarchical", hierarchical)
+            wire = max(r.time_s for r in rails)
+            nv_s = {k: max(r.time_s for r in v) for k, v in phases.items()}
+            t = nv_s["rs"] + wire + nv_s["ag"]
+            n_all = n_nodes * gpus
+            nv_results = phases["rs"] + phases["ag"]
+            results["hierarchical"] = replace(
+                rails[0],
+                size_bytes=size,
+                count=size // itemsize,
+                nranks=n_all,
+                algo="hierarchical",
+                time_s=t,
+                algbw_bytes_per_s=size / t,
+                busbw_bytes_per_s=size / t * 2 * (n_all - 1) / n_all,
+                wrong=sum(r.wrong for r in rails + nv_results),
+                # Every GPU of every node ends with the same bytes: the rails' sums, gathered.
+                # (A reduce-scatter's ranks end with different chunks: no digest to compare.)
+                digests_agree=all(r.digests_agree for r in rails)
+                and len({d for r in phases["ag"] for d in r.digests.values()}) == 1,
+                digests={h: d for r in phases["ag"] for h, d in r.digests.items()},
             )
-        )
+            for r, ring in zip(rails, per_rail):
+                results[f"inter-node ring, rail {graph.nodes[ring[0]]['rail']}"] = r
+            for phase, label in (("rs", "reduce-scatter"), ("ag", "all-gather")):
+                for r, ring in zip(phases[phase], in_node):
+                    results[f"NVLink {label}, node {graph.nodes[ring[0]]['node']}"] = r
+            parts.append(
+                Part(
+                    "hierarchical",
+                    "allreduce",
+                    b,
+                    0.0,
+                    0,
+                    t,
+                    wire,
+                    nv_s["rs"] + nv_s["ag"],
+                    0,
+                    results["hierarchical"].wrong,
+                    results["hierarchical"].digests_agree,
+                    nv_rx,
+                    nv_model["hierarchical"],
+                    nv_model_s["hierarchical"],
+                )
+            )
 
         limit = 30 + 20 * (n_nodes - 1) * gpus * a2a * 8 / rate_bps
-        if not islands:
+        if not islands and "all-to-all without PXN" in chosen:
             ctx.log(f"rail-optimized: all-to-all without PXN, {len(no_pxn)} messages of {a2a} B")
             t, b, nv_rx = measure("a2a-no-pxn", lambda: run_alltoall(nics, no_pxn, limit))
             parts.append(
@@ -631,35 +669,49 @@ def run(ctx: Context) -> None:
                     nvswitch_rx_bytes=nv_rx,
                 )
             )
-        ctx.log(
-            f"rail-optimized: all-to-all with PXN: hand-over of {len(handover)} messages of "
-            f"{(n_nodes - 1) * a2a} B over NVLink, then {len(pxn)} of {gpus * a2a} B on the rails"
-        )
-        pxn_times: dict[str, float] = {}
-
-        def with_pxn() -> None:
-            pxn_times["nvlink"] = run_alltoall(nv_nics, handover, limit)
-            pxn_times["wire"] = run_alltoall(nics, pxn, limit)
-
-        _, b, nv_rx = measure("a2a-pxn", with_pxn)
-        parts.append(
-            Part(
-                "all-to-all with PXN",
-                "alltoall",
-                b,
-                0.0,
-                0,
-                pxn_times["nvlink"] + pxn_times["wire"],
-                pxn_times["wire"],
-                pxn_times["nvlink"],
-                nvswitch_rx_bytes=nv_rx,
-                model_nvlink_frame_bytes=nv_model["all-to-all with PXN"],
-                nvlink_model_s=nv_model_s["all-to-all with PXN"],
+        if "all-to-all with PXN" in chosen:
+            ctx.log(
+                f"rail-optimized: all-to-all with PXN: hand-over of {len(handover)} messages of "
+                f"{(n_nodes - 1) * a2a} B over NVLink, then {len(pxn)} of {gpus * a2a} B on the rails"
             )
-        )
+            pxn_times: dict[str, float] = {}
+
+            def with_pxn() -> None:
+                pxn_times["nvlink"] = run_alltoall(nv_nics, handover, limit)
+                pxn_times["wire"] = run_alltoall(nics, pxn, limit)
+
+            _, b, nv_rx = measure("a2a-pxn", with_pxn)
+            parts.append(
+                Part(
+                    "all-to-all with PXN",
+                    "alltoall",
+                    b,
+                    0.0,
+                    0,
+                    pxn_times["nvlink"] + pxn_times["wire"],
+                    pxn_times["wire"],
+                    pxn_times["nvlink"],
+                    nvswitch_rx_bytes=nv_rx,
+                    model_nvlink_frame_bytes=nv_model["all-to-all with PXN"],
+                    nvlink_model_s=nv_model_s["all-to-all with PXN"],
+                )
+            )
         ctx.events.extend(fab.faults.events)
 
-    _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, size, a2a, floors)
+    _report(
+        ctx,
+        graph,
+        parts,
+        results,
+        refused,
+        rm_cross,
+        rm_flat,
+        a2a_model,
+        size,
+        a2a,
+        floors,
+        nv_model,
+    )
 
 
 def _check_bytes(
@@ -675,7 +727,9 @@ def _check_bytes(
     )
 
 
-def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, size, a2a, floors):
+def _report(
+    ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, size, a2a, floors, nv_model
+):
     p = ctx.params
     tol = p["tolerance"]
     ms = 1000.0
@@ -710,7 +764,7 @@ def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, s
                 f"{'hops' if pt.kind == 'allreduce' else 'pairs'}, "
                 f"{pt.model_payload_bytes:.0f} B of data in frames with their ACKs",
             )
-        nv_ref = by["hierarchical"].model_nvlink_frame_bytes
+        nv_ref = nv_model["hierarchical"]
         if pt.model_nvlink_frame_bytes:
             _check_bytes(
                 ctx,
@@ -751,16 +805,17 @@ def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, s
                     else ""
                 ),
             )
-    pxn = by["all-to-all with PXN"]
-    floor = floors[pxn.name]
-    ctx.check(
-        "all-to-all with PXN: wire time = its busiest NIC link's time",
-        abs(pxn.wire_s - floor) <= tol * floor,
-        f"{pxn.wire_s * ms:.0f} ms ({(pxn.wire_s - floor) / floor * 100:+.1f}%)",
-        f"{floor * ms:.0f} ms +- {tol * 100:.0f}%: every pair on its own rail, so only the "
-        "NIC links limit it (frames and ACKs at the link rate, emu/traffic/model.py); "
-        "the emulator's share as in straggler",
-    )
+    if "all-to-all with PXN" in by:
+        pxn = by["all-to-all with PXN"]
+        floor = floors[pxn.name]
+        ctx.check(
+            "all-to-all with PXN: wire time = its busiest NIC link's time",
+            abs(pxn.wire_s - floor) <= tol * floor,
+            f"{pxn.wire_s * ms:.0f} ms ({(pxn.wire_s - floor) / floor * 100:+.1f}%)",
+            f"{floor * ms:.0f} ms +- {tol * 100:.0f}%: every pair on its own rail, so only the "
+            "NIC links limit it (frames and ACKs at the link rate, emu/traffic/model.py); "
+            "the emulator's share as in straggler",
+        )
     for line in refused:
         ctx.text(line)
     ctx.table(
@@ -815,29 +870,30 @@ def _report(ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, s
         elif name == "flat ring":
             note = " (flat ring without NVLink: every hop on the network)"
         ctx.text(f"{name}, {r.nranks} ranks{note}\n" + collectives.nccl_table([r]))
-    lines = [
-        f"all-to-all: each NIC sends {(p['nodes'] - 1) * p['gpus_per_node'] * a2a} B of data; "
-        f"the busiest NIC link's time (frames + ACKs at {p['rate_mbps']:g} Mbit/s):"
-    ]
-    for name, floor in floors.items():
-        if name in by:
-            pt = by[name]
-            lines.append(
-                f"  {name}: completion {pt.time_s * ms:.0f} ms = wire {pt.wire_s * ms:.0f} ms "
-                f"(floor {floor * ms:.0f} ms, {(pt.wire_s - floor) / floor * 100:+.1f}%)"
-                + (
-                    f" + NVLink hand-over {pt.nvlink_s * ms:.1f} ms "
-                    f"({pt.nvlink_model_s * ms:.1f} ms at the NVLink rate)"
-                    if pt.nvlink_s
-                    else ""
+    if any(name in by for name in floors):
+        lines = [
+            f"all-to-all: each NIC sends {(p['nodes'] - 1) * p['gpus_per_node'] * a2a} B of data; "
+            f"the busiest NIC link's time (frames + ACKs at {p['rate_mbps']:g} Mbit/s):"
+        ]
+        for name, floor in floors.items():
+            if name in by:
+                pt = by[name]
+                lines.append(
+                    f"  {name}: completion {pt.time_s * ms:.0f} ms = wire {pt.wire_s * ms:.0f} ms "
+                    f"(floor {floor * ms:.0f} ms, {(pt.wire_s - floor) / floor * 100:+.1f}%)"
+                    + (
+                        f" + NVLink hand-over {pt.nvlink_s * ms:.1f} ms "
+                        f"({pt.nvlink_model_s * ms:.1f} ms at the NVLink rate)"
+                        if pt.nvlink_s
+                        else ""
+                    )
                 )
+        if "all-to-all without PXN" in by:
+            lines.append(
+                "  without PXN the cross-rail pairs share the leaves' spine uplinks as ECMP hashed "
+                "them: above the floor when two land on one uplink (not checked)"
             )
-    if "all-to-all without PXN" in by:
-        lines.append(
-            "  without PXN the cross-rail pairs share the leaves' spine uplinks as ECMP hashed "
-            "them: above the floor when two land on one uplink (not checked)"
-        )
-    ctx.text("\n".join(lines))
+        ctx.text("\n".join(lines))
     ctx.metrics.update(
         {
             "parts": {pt.name: asdict(pt) for pt in parts},

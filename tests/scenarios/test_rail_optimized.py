@@ -8,6 +8,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
 
+from emu.scenario import ScenarioError
 from scenarios import rail_optimized
 
 from . import assert_checks, emu_run
@@ -119,3 +120,31 @@ def test_the_byte_model_counts_frames_and_acks():
     # Each hop carries 2(n-1)/n x S of data and more in frames.
     assert all(h > 1.5 * (256 << 10) for h in hops)
     assert all(h < 1.5 * (256 << 10) * 1.1 for h in hops)
+
+
+def test_parts_runs_only_the_named_parts_with_their_checks(tmp_path, no_leaks):
+    # The hierarchical all-reduce alone (how a 64-GPU pod is run): its checks and no
+    # other part's, its metrics, and the NVLink checks judged against its own model.
+    res, doc = emu_run(tmp_path / "h", "rail-optimized", *SMALL, "parts=hierarchical")
+    names = [
+        "hierarchical: no bytes on the spines",
+        "hierarchical: every rank's sum is correct",
+        *[
+            f"hierarchical: {c}"
+            for c in ("NVSwitch bytes = model", "NVLink time = its NVLink links' time")
+        ],
+    ]
+    assert_checks(res, doc, names=names, count=len(names))
+    assert list(doc["metrics"]["parts"]) == ["hierarchical"]
+    assert doc["metrics"]["allreduce"]["hierarchical"]["wrong"] == 0
+
+
+def test_parts_names_an_unknown_part():
+    with pytest.raises(ScenarioError, match=r"parts='hierarchical,pnx': unknown pnx; a comma"):
+        rail_optimized.selected_parts({"parts": "hierarchical,pnx"})
+    with pytest.raises(ScenarioError, match=r"parts=' ,': empty"):
+        rail_optimized.selected_parts({"parts": " ,"})
+    assert rail_optimized.selected_parts({"parts": "pxn,aligned"}) == [
+        "rail-aligned ring",
+        "all-to-all with PXN",
+    ]
