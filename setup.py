@@ -37,14 +37,16 @@ setup(
         Extension(
             "emu.switch._fastpath",
             sources=sorted(glob.glob("emu/switch/csrc/*.c")),
-            depends=glob.glob("emu/switch/csrc/*.h"),
+            depends=glob.glob("emu/switch/csrc/*.h") + glob.glob("emu/csrc/*.h"),
+            include_dirs=["emu/csrc"],
             extra_compile_args=CFLAGS,
             extra_link_args=LDFLAGS,
         ),
         Extension(
             "emu.host._nicpath",
             sources=sorted(glob.glob("emu/host/csrc/*.c")),
-            depends=glob.glob("emu/host/csrc/*.h"),
+            depends=glob.glob("emu/host/csrc/*.h") + glob.glob("emu/csrc/*.h"),
+            include_dirs=["emu/csrc"],
             extra_compile_args=CFLAGS,
             extra_link_args=LDFLAGS,
         ),

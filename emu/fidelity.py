@@ -285,6 +285,59 @@ class LoopMonitor:
         }
 
 
+class CompiledLoopMonitor:
+    """`LoopMonitor`'s snapshot and reset, of a compiled loop's stall meter.
+
+    The C loops (the switch's, emu/switch/csrc/fp_loop.c; the NIC agent's,
+    emu/host/csrc/nic_loop.c) keep `LoopMonitor`'s counts themselves
+    (emu/csrc/loopmon.h); `owner` is what exposes them: `loop_reset(frame_s)`
+    and `loop_stats()` (a switch of the C datapath, a NIC engine).
+    """
+
+    def __init__(self, owner, frame_s: float) -> None:
+        self._owner = owner
+        self.frame_s = frame_s
+        owner.loop_reset(frame_s)
+
+    def reset(self) -> None:
+        self._owner.loop_reset(self.frame_s)
+
+    @property
+    def passes(self) -> int:
+        return self._owner.loop_stats()["passes"]
+
+    def snapshot(self) -> dict:
+        m = self._owner.loop_stats()
+        return {
+            "frame_s": m["frame_s"],
+            "passes": m["passes"],
+            "longest_stall_s": round(m["longest_s"], 6),
+            "stalls_over_1": m["over_1"],
+            "stalls_over_10": m["over_10"],
+            "stalled_s": round(m["stalled_s"], 6),
+            "idle_longest_stall_s": round(m["idle_longest_s"], 6),
+            # C appends each pass's work as it comes; LoopMonitor's is a sorted set.
+            "longest_stall_work": ",".join(sorted(set(m["longest_work"].split(",")) - {""})),
+            "longest_stall_cpu_s": round(m["longest_cpu_s"], 6),
+            "longest_stall_frames": m["longest_frames"],
+            "longest_stall_ended_at": round(m["longest_ended_at"], 6),
+        }
+
+
+def clock_snapshot(clock: dict, rate_bps: float) -> dict:
+    """`PortClock.snapshot` of a compiled port clock's reading (`clock()` of a C
+    switch's port or of a NIC engine)."""
+    return {
+        "rate_bps": rate_bps,
+        "frame_s": clock["frame_s"],
+        "frames": clock["frames"],
+        "hist": clock["hist"],
+        "max_late_s": round(clock["max_late_s"], 6),
+        "deficit_s": round(clock["deficit_s"], 6),
+        "busy_s": round(clock["busy_s"], 6),
+    }
+
+
 class GcMonitor:
     """The cyclic garbage collector's pauses in this process, and keeping them short.
 

@@ -36,7 +36,7 @@ import time
 
 from emu import profiling, realtime
 from emu.config import ConfigError, CreditSpec
-from emu.fidelity import GcMonitor, ProcessFidelity
+from emu.fidelity import CompiledLoopMonitor, GcMonitor, ProcessFidelity
 from emu.host import nicpath
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, NicConfig
@@ -646,7 +646,7 @@ def run_agents(agents: list[Agent]) -> None:
     due = [-math.inf] * len(agents)
     for agent in agents:
         engine = agent.rnic.engine
-        agent.fidelity.loop = nicpath.EngineLoopMonitor(engine, agent.fidelity.loop.frame_s)
+        agent.fidelity.loop = CompiledLoopMonitor(engine, agent.fidelity.loop.frame_s)
         loop.add(engine, agent.sock.fileno())
 
     def watch() -> None:

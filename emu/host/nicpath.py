@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from emu import fidelity
 from emu.host import rnic
 from emu.host.dcqcn import DcqcnSpec
 from emu.host.rnic import NicConfig, Rnic
@@ -93,48 +94,7 @@ class EngineClock:
         self._engine.clock_reset()
 
     def snapshot(self) -> dict:
-        snap = self._engine.clock()
-        return {
-            "rate_bps": self.rate_bps,
-            "frame_s": snap["frame_s"],
-            "frames": snap["frames"],
-            "hist": snap["hist"],
-            "max_late_s": round(snap["max_late_s"], 6),
-            "deficit_s": round(snap["deficit_s"], 6),
-            "busy_s": round(snap["busy_s"], 6),
-        }
-
-
-class EngineLoopMonitor:
-    """`fidelity.LoopMonitor`'s snapshot and reset, of the C loop's stall meter (nic_loop.c)."""
-
-    def __init__(self, engine, frame_s: float) -> None:
-        self._engine = engine
-        self.frame_s = frame_s
-        engine.loop_reset(frame_s)
-
-    def reset(self) -> None:
-        self._engine.loop_reset(self.frame_s)
-
-    @property
-    def passes(self) -> int:
-        return self._engine.loop_stats()["passes"]
-
-    def snapshot(self) -> dict:
-        m = self._engine.loop_stats()
-        return {
-            "frame_s": m["frame_s"],
-            "passes": m["passes"],
-            "longest_stall_s": round(m["longest_s"], 6),
-            "stalls_over_1": m["over_1"],
-            "stalls_over_10": m["over_10"],
-            "stalled_s": round(m["stalled_s"], 6),
-            "idle_longest_stall_s": round(m["idle_longest_s"], 6),
-            "longest_stall_work": ",".join(sorted(set(m["longest_work"].split(",")) - {""})),
-            "longest_stall_cpu_s": round(m["longest_cpu_s"], 6),
-            "longest_stall_frames": m["longest_frames"],
-            "longest_stall_ended_at": round(m["longest_ended_at"], 6),
-        }
+        return fidelity.clock_snapshot(self._engine.clock(), self.rate_bps)
 
 
 def _dcqcn_tuple(spec: DcqcnSpec) -> tuple:

@@ -40,6 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
+from emu import fidelity
 from emu.fidelity import frame_time_s
 from emu.proto.ofext import AGG_PORT
 from emu.switch import rewrite
@@ -237,47 +238,7 @@ class CPortClock:
 
     def snapshot(self) -> dict:
         c = self._csw.clock(self._port)
-        return {
-            "rate_bps": c["rate_bps"],
-            "frame_s": c["frame_s"],
-            "frames": c["frames"],
-            "hist": c["hist"],
-            "max_late_s": round(c["max_late_s"], 6),
-            "deficit_s": round(c["deficit_s"], 6),
-            "busy_s": round(c["busy_s"], 6),
-        }
-
-
-class CLoopMonitor:
-    """`fidelity.LoopMonitor`'s snapshot and reset, of the C loop's stall meter for one switch."""
-
-    def __init__(self, csw, frame_s: float) -> None:
-        self._csw = csw
-        self.frame_s = frame_s
-        csw.loop_reset(frame_s)
-
-    def reset(self) -> None:
-        self._csw.loop_reset(self.frame_s)
-
-    @property
-    def passes(self) -> int:
-        return self._csw.loop_stats()["passes"]
-
-    def snapshot(self) -> dict:
-        m = self._csw.loop_stats()
-        return {
-            "frame_s": m["frame_s"],
-            "passes": m["passes"],
-            "longest_stall_s": round(m["longest_s"], 6),
-            "stalls_over_1": m["over_1"],
-            "stalls_over_10": m["over_10"],
-            "stalled_s": round(m["stalled_s"], 6),
-            "idle_longest_stall_s": round(m["idle_longest_s"], 6),
-            "longest_stall_work": ",".join(sorted(set(m["longest_work"].split(",")) - {""})),
-            "longest_stall_cpu_s": round(m["longest_cpu_s"], 6),
-            "longest_stall_frames": m["longest_frames"],
-            "longest_stall_ended_at": round(m["longest_ended_at"], 6),
-        }
+        return fidelity.clock_snapshot(c, c["rate_bps"])
 
 
 class CScheduler:
@@ -504,7 +465,7 @@ class FastDatapath(Datapath):
         self._sync_recv()
         self.fidelity.clocks = {n: s.clock for n, s in self.schedulers.items()}
         fastest = max((p.rate_bps for p in self.ports.values()), default=1e9)
-        self.fidelity.loop = CLoopMonitor(csw, frame_time_s(fastest))
+        self.fidelity.loop = fidelity.CompiledLoopMonitor(csw, frame_time_s(fastest))
         self.pipeline.on_invalidate = self._invalidated
 
     # ----- ports -----------------------------------------------------------------

@@ -25,6 +25,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "loopmon.h"
 #include <stdint.h>
 #include <stddef.h>
 #include <poll.h>
@@ -228,20 +229,12 @@ void nic_drain(nic_engine *e, double now);
 
 /* ----- the agent's loop (nic_loop.c) ---------------------------------------------- */
 
-/* fidelity.LoopMonitor */
-typedef struct {
-    double frame_s;
-    int64_t passes, over_1, over_10, longest_frames;
-    double longest_s, stalled_s, idle_longest_s, longest_cpu_s, longest_ended_at;
-    char longest_work[64];
-} nic_loopmon;
-
 /* One engine's part of a loop: its port and what the loop counts for it. */
 typedef struct {
     int fd;                       /* the host port's AF_PACKET socket; -1: none yet */
     int takers;                   /* a collective takes non-RoCE frames */
     int64_t tx_errors, tx_frames;
-    nic_loopmon mon;
+    emu_loopmon mon;
 } nic_loop_state;
 
 /* The engines one loop serves (nic_loop.c), and Python's sockets. */
@@ -255,7 +248,6 @@ typedef struct {
     int64_t wakeups;
 } nic_group;
 
-void nic_loopmon_reset(nic_loopmon *m, double frame_s);
 /* Run until the callback returns < 0 (None) or raises (NULL). */
 PyObject *nic_run(nic_group *g, PyObject *cb);
 

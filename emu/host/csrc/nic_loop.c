@@ -47,37 +47,6 @@ static double thread_cpu(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void nic_loopmon_reset(nic_loopmon *m, double frame_s)
-{
-    memset(m, 0, sizeof *m);
-    m->frame_s = frame_s;
-}
-
-/* fidelity.LoopMonitor.pass_done */
-static void loopmon_pass(nic_loopmon *m, double stall, int mattered, const char *work,
-                         double cpu_s, double ended_at, int64_t frames)
-{
-    m->passes++;
-    if (stall <= m->frame_s)
-        return;
-    if (!mattered) {
-        if (stall > m->idle_longest_s)
-            m->idle_longest_s = stall;
-        return;
-    }
-    m->over_1++;
-    m->stalled_s += stall;
-    if (stall > 10 * m->frame_s)
-        m->over_10++;
-    if (stall > m->longest_s) {
-        m->longest_s = stall;
-        snprintf(m->longest_work, sizeof m->longest_work, "%s", work);
-        m->longest_cpu_s = cpu_s;
-        m->longest_frames = frames;
-        m->longest_ended_at = ended_at;
-    }
-}
-
 static void add_work(char *work, size_t cap, const char *what)
 {
     if (strstr(work, what))
@@ -307,7 +276,7 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
         for (int i = 0; i < g->n; i++) {
             int port_ready = n >= 0 && (g->fds[i].revents & POLLIN);
             int mattered = (!isnan(wire_due[i]) && wire_due[i] <= woke) || port_ready;
-            loopmon_pass(&g->s[i]->mon, stall, mattered, work, cpu_s, woke, frames_read);
+            emu_loopmon_pass(&g->s[i]->mon, stall, mattered, work, cpu_s, woke, frames_read);
         }
         awake_since = woke;
         work[0] = 0;

@@ -594,21 +594,35 @@ static PyObject *Engine_loop_reset(Engine *self, PyObject *arg)
     double frame_s = PyFloat_AsDouble(arg);
     if (PyErr_Occurred())
         return NULL;
-    nic_loopmon_reset(&self->loop.mon, frame_s);
+    emu_loopmon_reset(&self->loop.mon, frame_s);
     Py_RETURN_NONE;
+}
+
+static PyObject *Engine_loop_pass(Engine *self, PyObject *args)
+{
+    return emu_loopmon_pass_py(&self->loop.mon, args);
 }
 
 static PyObject *Engine_loop_stats(Engine *self, PyObject *unused)
 {
-    const nic_loopmon *m = &self->loop.mon;
-    return Py_BuildValue(
-        "{s:d,s:L,s:d,s:L,s:L,s:d,s:d,s:s,s:d,s:L,s:d,s:L,s:L,s:L}", "frame_s", m->frame_s,
-        "passes", (long long)m->passes, "longest_s", m->longest_s, "over_1", (long long)m->over_1,
-        "over_10", (long long)m->over_10, "stalled_s", m->stalled_s, "idle_longest_s",
-        m->idle_longest_s, "longest_work", m->longest_work, "longest_cpu_s", m->longest_cpu_s,
-        "longest_frames", (long long)m->longest_frames, "longest_ended_at", m->longest_ended_at,
-        "tx_errors", (long long)self->loop.tx_errors, "tx_frames", (long long)self->loop.tx_frames,
-        "in_loop", (long long)self->running);
+    PyObject *stats = emu_loopmon_stats(&self->loop.mon);
+    if (!stats)
+        return NULL;
+    PyObject *tx_errors = PyLong_FromLongLong(self->loop.tx_errors);
+    PyObject *tx_frames = PyLong_FromLongLong(self->loop.tx_frames);
+    PyObject *in_loop = PyLong_FromLong(self->running);
+    int failed = !tx_errors || !tx_frames || !in_loop ||
+                 PyDict_SetItemString(stats, "tx_errors", tx_errors) < 0 ||
+                 PyDict_SetItemString(stats, "tx_frames", tx_frames) < 0 ||
+                 PyDict_SetItemString(stats, "in_loop", in_loop) < 0;
+    Py_XDECREF(tx_errors);
+    Py_XDECREF(tx_frames);
+    Py_XDECREF(in_loop);
+    if (failed) {
+        Py_DECREF(stats);
+        return NULL;
+    }
+    return stats;
 }
 
 static PyObject *Engine_rto_s(Engine *self, void *closure) { return PyFloat_FromDouble(self->e.rto_s); }
@@ -635,6 +649,7 @@ static PyMethodDef Engine_methods[] = {
     {"set_takers", (PyCFunction)Engine_set_takers, METH_O, NULL},
     {"loop_reset", (PyCFunction)Engine_loop_reset, METH_O, NULL},
     {"loop_stats", (PyCFunction)Engine_loop_stats, METH_NOARGS, NULL},
+    {"loop_pass", (PyCFunction)Engine_loop_pass, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

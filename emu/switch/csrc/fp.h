@@ -26,6 +26,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "loopmon.h"
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/socket.h>
@@ -259,13 +260,6 @@ int fp_set_supported(int field);
 /* ----- one switch ----------------------------------------------------------- */
 struct fp_engine;
 
-typedef struct {
-    uint64_t passes, over_1, over_10;
-    double frame_s, longest_s, stalled_s, idle_longest_s;
-    double longest_cpu_s, longest_ended_at;
-    uint64_t longest_frames;
-    char longest_work[128];
-} fp_loopmon;
 
 typedef struct fp_switch {
     PyObject_HEAD
@@ -296,7 +290,7 @@ typedef struct fp_switch {
     uint64_t dropped_port_down, dropped_ttl, dropped_meter, upcall_errors;
     fp_meter *meters;          /* by slot (fp_meter.c) */
     uint32_t nmeters;
-    fp_loopmon mon;
+    emu_loopmon mon;
     int ready;                 /* a port of it was readable in this pass */
     int stopping;
     int in_engine;
@@ -356,8 +350,5 @@ typedef struct fp_engine {
 extern PyTypeObject fp_EngineType;
 int fp_engine_add(fp_engine *e, fp_switch *sw);
 void fp_engine_remove(fp_engine *e, fp_switch *sw);
-void fp_loopmon_reset(fp_loopmon *m);
-void fp_loopmon_pass(fp_loopmon *m, double stall, int mattered, const char *work, double cpu_s,
-                     double ended_at, uint64_t frames);
 
 #endif

@@ -24,40 +24,6 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-void
-fp_loopmon_reset(fp_loopmon *m)
-{
-    double frame_s = m->frame_s;
-    memset(m, 0, sizeof *m);
-    m->frame_s = frame_s;
-}
-
-/* LoopMonitor.pass_done */
-void
-fp_loopmon_pass(fp_loopmon *m, double stall, int mattered, const char *work, double cpu_s,
-                double ended_at, uint64_t frames)
-{
-    m->passes++;
-    if (stall <= m->frame_s)
-        return;
-    if (!mattered) {
-        if (stall > m->idle_longest_s)
-            m->idle_longest_s = stall;
-        return;
-    }
-    m->over_1++;
-    m->stalled_s += stall;
-    if (stall > 10 * m->frame_s)
-        m->over_10++;
-    if (stall > m->longest_s) {
-        m->longest_s = stall;
-        snprintf(m->longest_work, sizeof m->longest_work, "%s", work);
-        m->longest_cpu_s = cpu_s;
-        m->longest_frames = frames;
-        m->longest_ended_at = ended_at;
-    }
-}
-
 /* Put a switch's port sockets into the running loop's epoll set. */
 static void
 watch_ports(fp_engine *e, fp_switch *sw)
@@ -240,13 +206,13 @@ fp_engine_run(fp_engine *e, PyObject *args)
         }
         for (int s = 0; s < e->nswitches; s++) {
             fp_switch *sw = e->switches[s];
-            fp_loopmon *m = &sw->mon;
+            emu_loopmon *m = &sw->mon;
             if (stall <= m->frame_s) {
                 m->passes++;
                 continue;
             }
             int mattered = (isfinite(sw->tx_due) && sw->tx_due <= woke) || sw->ready;
-            fp_loopmon_pass(m, stall, mattered, work, cpu_s, woke, frames_read);
+            emu_loopmon_pass(m, stall, mattered, work, cpu_s, woke, frames_read);
         }
         awake_since = woke;
         work[0] = 0;

@@ -656,13 +656,13 @@ Switch_clock_reset(fp_switch *sw, PyObject *args)
 static PyObject *
 Switch_loop_stats(fp_switch *sw, PyObject *Py_UNUSED(ignored))
 {
-    const fp_loopmon *m = &sw->mon;
-    return Py_BuildValue("{s:d,s:K,s:d,s:K,s:K,s:d,s:d,s:s,s:d,s:K,s:d}", "frame_s", m->frame_s,
-                         "passes", m->passes, "longest_s", m->longest_s, "over_1", m->over_1,
-                         "over_10", m->over_10, "stalled_s", m->stalled_s, "idle_longest_s",
-                         m->idle_longest_s, "longest_work", m->longest_work, "longest_cpu_s",
-                         m->longest_cpu_s, "longest_frames", m->longest_frames,
-                         "longest_ended_at", m->longest_ended_at);
+    return emu_loopmon_stats(&sw->mon);
+}
+
+static PyObject *
+Switch_loop_pass(fp_switch *sw, PyObject *args)
+{
+    return emu_loopmon_pass_py(&sw->mon, args);
 }
 
 static PyObject *
@@ -671,8 +671,7 @@ Switch_loop_reset(fp_switch *sw, PyObject *args)
     double frame_s = sw->mon.frame_s;
     if (!PyArg_ParseTuple(args, "|d", &frame_s))
         return NULL;
-    sw->mon.frame_s = frame_s;
-    fp_loopmon_reset(&sw->mon);
+    emu_loopmon_reset(&sw->mon, frame_s);
     Py_RETURN_NONE;
 }
 
@@ -839,6 +838,7 @@ static PyMethodDef Switch_methods[] = {
     {"clock_reset", (PyCFunction)Switch_clock_reset, METH_VARARGS, NULL},
     {"loop_stats", (PyCFunction)Switch_loop_stats, METH_NOARGS, NULL},
     {"loop_reset", (PyCFunction)Switch_loop_reset, METH_VARARGS, NULL},
+    {"loop_pass", (PyCFunction)Switch_loop_pass, METH_VARARGS, NULL},
     {"drain", (PyCFunction)Switch_drain, METH_NOARGS, NULL},
     {"clear_cache", (PyCFunction)Switch_clear_cache, METH_NOARGS, NULL},
     {"meter_set", (PyCFunction)Switch_meter_set, METH_VARARGS,
