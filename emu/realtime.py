@@ -29,10 +29,18 @@ under either policy (the check now uses the paths the hash chose; README).
 Where the kernel refuses (no CAP_SYS_NICE, or a cgroup without a real-time
 budget) a process runs as before and says so in its fidelity record, so a
 report shows it.
+
+Under the normal policy (`EMU_RT_PRIORITY=0`, or refused) the kernel lets a
+sleep end up to the thread's timer slack late, 50 µs by default, so that it
+can batch wake-ups; a real-time thread has none. A 1500-byte frame at 90
+Mbit/s lasts 133 µs, so such a process asks for 1 µs of slack
+(PR_SET_TIMERSLACK). `bench/timer_slack.py` measures the difference
+(docs/fidelity.md, "Timer slack under the normal policy").
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 RECOMMENDED_PRIORITY = 10  # what EMU_RT_PRIORITY=10 asks for; measured below
@@ -67,12 +75,30 @@ def apply(priority: int) -> dict:
     "priority": 10}, or {"policy": "other", "asked": 10, "refused": "..."}.
     """
     if priority <= 0:
-        return {"policy": "other"}
+        return {"policy": "other", **_fine_timer_slack()}
     try:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(priority))
     except OSError as exc:
-        return {"policy": "other", "asked": priority, "refused": exc.strerror or str(exc)}
+        refused = {"policy": "other", "asked": priority, "refused": exc.strerror or str(exc)}
+        return {**refused, **_fine_timer_slack()}
     return {"policy": "rr", "priority": priority}
+
+
+PR_SET_TIMERSLACK = 29  # <linux/prctl.h>
+FINE_TIMER_SLACK_NS = 1000
+
+
+def _fine_timer_slack() -> dict:
+    """Ask that this thread's sleeps end within 1 µs of when they are due (normal policy
+    only: a real-time thread has no slack). Returns {"timer_slack_ns": N}, or {} where
+    the call is refused (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_TIMERSLACK, FINE_TIMER_SLACK_NS, 0, 0, 0) != 0:
+            return {}
+    except (OSError, AttributeError):
+        return {}
+    return {"timer_slack_ns": FINE_TIMER_SLACK_NS}
 
 
 def normal_for_this_thread() -> None:

@@ -267,6 +267,20 @@ def test_the_c_engine_emits_what_the_python_model_emits(name, seed):
         assert sum(q["rnr_naks_sent"] for s in stats for q in s["recv"].values()) > 0
 
 
+def test_the_comparison_fails_when_the_engines_transports_differ(monkeypatch):
+    # The Python model asks for an ACK every 3rd packet, the C engine every 4th
+    # (NIC_ACK_EVERY): one transport difference, and the comparison must see it and
+    # name the first frame sent where the two part.
+    scenario = SCENARIOS["loss-and-reorder-go-back-n"]
+    monkeypatch.setattr(rnic, "ACK_EVERY", 3)
+    py = run("python", scenario, 1)
+    c = run("c", scenario, 1)
+    assert py != c
+    first = next(i for i, (x, y) in enumerate(zip(py, c)) if x != y)
+    assert py[first][1] == c[first][1] == "tx", (py[first], c[first])
+    assert first_difference(py, c).startswith(f"event {first}: python ")
+
+
 def mutated_frames(seed: int, count: int):
     """Valid frames of every kind the NICs exchange, then truncated, bit-flipped and lied about."""
     rng = random.Random(seed)

@@ -26,8 +26,16 @@ def test_a_bad_priority_is_named(text):
         realtime.configured_priority({realtime.ENV: text})
 
 
-def test_priority_0_leaves_the_policy_alone():
-    assert realtime.apply(0) == {"policy": "other"}
+def test_priority_0_leaves_the_policy_alone_and_asks_for_fine_timer_slack():
+    # In a child: the slack is the thread's, and the test process keeps its own.
+    code = (
+        "import ctypes; from emu import realtime; print(realtime.apply(0)); "
+        "print(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))"  # PR_GET_TIMERSLACK
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.splitlines()
+    assert out == ["{'policy': 'other', 'timer_slack_ns': 1000}", "1000"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_RR needs CAP_SYS_NICE")
