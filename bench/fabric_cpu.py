@@ -8,7 +8,11 @@ lost) over the switches and over the NIC agents:
 
     CPU us per frame sent, loop passes per frame sent, CPU us per pass
 
-plus the ring's bus bandwidth as a fraction of the link's RoCE goodput and
+and, for the NIC agents, the CPU us per frame sent without the ranks' own
+data work: each rank makes its input, regenerates every rank's input to
+know the exact sum, and checks its result against it, in the agent's process
+(emu/host/collective.py `data_cpu_s`, the test's oracle; a NIC does none of
+it). Plus the ring's bus bandwidth as a fraction of the link's RoCE goodput and
 the link time the emulator lost. The records cover the whole fabric window
 (boot and setup included), so compare runs of the same size.
 
@@ -60,7 +64,9 @@ def one_run(size: int, rate_mbps: float, out_dir: str) -> tuple[float, dict]:
     with Fabric(graph, out_dir=out_dir, seed=0, apps=("controllers.routing",)) as fab:
         result = collectives.run_allreduce(fab, hosts, [size], algo="ring")[0]
     goodput = collectives.roce_goodput_bps(rate_mbps * 1e6)
-    return result.busbw_bytes_per_s * 8 / goodput, summarize(os.path.join(out_dir, "fidelity.json"))
+    summary = summarize(os.path.join(out_dir, "fidelity.json"))
+    summary["data_cpu_s"] = sum(result.data_cpu_s.values())
+    return result.busbw_bytes_per_s * 8 / goodput, summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,17 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--runs and --rate-mbps must be positive")
     print(
         f"{'run':>3} {'busbw/goodput':>13} {'kind':>6} {'CPU us/frame':>12} "
-        f"{'passes/frame':>12} {'CPU us/pass':>11} {'link time lost':>14}"
+        f"{'passes/frame':>12} {'CPU us/pass':>11} {'link time lost':>14} "
+        f"{'without data work':>17}"
     )
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory(prefix="emu-bench-cpu-") as out:
             frac, summary = one_run(size, args.rate_mbps, out)
         for kind, k in sorted(summary["kinds"].items()):
             frames = max(k["frames"], 1)
+            net = ""
+            if kind == "nic":
+                net = f"{(k['cpu_s'] - summary['data_cpu_s']) / frames * 1e6:>17.0f}"
             print(
                 f"{run:>3} {frac:>13.2f} {kind:>6} {k['cpu_s'] / frames * 1e6:>12.0f} "
                 f"{k['passes'] / frames:>12.2f} {k['cpu_s'] / max(k['passes'], 1) * 1e6:>11.0f} "
-                f"{summary['lost_share'] * 100:>13.2f}%"
+                f"{summary['lost_share'] * 100:>13.2f}% {net}"
             )
     return 0
 

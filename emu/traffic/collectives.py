@@ -100,6 +100,9 @@ class AllReduceResult:
     agg_job: dict | None = None  # the aggregation manager's job (algo "sharp")
     restarts: int = 0  # times the all-reduce started over after its tree was reset
     digests: dict = field(default_factory=dict)  # host -> crc32 of its last result
+    # host -> CPU its rank spent on its own data: input, exact result, checks (the test's
+    # oracle in the NIC agent's process, not the NIC's work; bench/fabric_cpu.py)
+    data_cpu_s: dict = field(default_factory=dict)
 
     @property
     def iteration_s(self) -> float:
@@ -420,6 +423,7 @@ def _run_sizes(
                 agg_job=agg_job,
                 restarts=restarts,
                 digests={h: status[h]["digest"] for h in hosts},
+                data_cpu_s={h: status[h]["data_cpu_s"] for h in hosts},
             )
         )
     return results

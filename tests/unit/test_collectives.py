@@ -285,6 +285,20 @@ def test_collective_rank_on_nics_checks_itself(n, dtype, count):
     assert all(0 < e < 5.0 for s in st for e in s["elapsed_s"])
 
 
+def test_a_rank_counts_the_cpu_of_its_own_data_work(monkeypatch):
+    # Its input, the exact sum and the check are the test's oracle, not the NIC's
+    # work (bench/fabric_cpu.py reports the NIC without them): each is timed on the
+    # thread that does it. A thread clock that advances 0.25 s per reading.
+    readings = iter(np.arange(1000) * 0.25)
+    monkeypatch.setattr(coll_host.time, "thread_time", lambda: float(next(readings)))
+    ring = RingOfNics(2, "int32", 3001, iters=1)
+    ring.run(5.0)
+    assert [j.status(0.0)["data_cpu_s"] for j in ring.jobs] == [0.25, 0.25]  # built
+    st = [j.status(0.0, check=True) for j in ring.jobs]
+    assert [s["data_cpu_s"] for s in st] == [0.5, 0.5]  # and checked
+    assert all(s["wrong"] == 0 for s in st)
+
+
 @pytest.mark.parametrize("algo", ["reduce_scatter", "all_gather"])
 @pytest.mark.parametrize(
     "n,dtype,count",

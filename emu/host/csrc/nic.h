@@ -243,8 +243,9 @@ typedef struct {
     nic_engine **e;
     nic_loop_state **s;
     nic_out **out;
-    struct pollfd *fds;           /* the n ports, then Python's sockets */
-    int npy, fds_cap;
+    int ep_ports;                 /* epoll set of the n ports' sockets (data: engine index) */
+    int ep_py;                    /* epoll set of Python's sockets (data: fd) */
+    int npy;                      /* how many sockets Python asked the loop to watch */
     int64_t wakeups;
 } nic_group;
 

@@ -10,8 +10,9 @@
  * the callback is told which engines these are, so that a process of several
  * NICs runs only those agents' Python: emu/host/agent.py run_agents), the
  * data frames each engine's pacing allows, then ppoll(2) until the
- * earliest deadline of all (ppoll takes nanoseconds; epoll_wait only whole
- * milliseconds, the reason the Python loop used select). Frames read from a
+ * earliest deadline of all, on two epoll sets, the ports' and Python's
+ * sockets' (ppoll takes nanoseconds; epoll_wait only whole milliseconds, the
+ * reason the Python loop used select). Frames read from a
  * port go through its engine's nic_receive and the replies leave at once. The
  * GIL is held except while asleep, so that Python's management threads (a
  * collective's set-up) and this loop never touch an engine at the same time.
@@ -26,6 +27,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <time.h>
@@ -166,6 +168,21 @@ static PyObject *take_wanting(unsigned char *want, int n)
     return t;
 }
 
+/* Room for `need` events (Python's socket set may grow between passes). */
+static int grow_events(struct epoll_event **evs, int *cap, int need)
+{
+    if (need < 1)
+        need = 1;
+    if (need <= *cap)
+        return 0;
+    struct epoll_event *p = realloc(*evs, (size_t)need * sizeof *p);
+    if (!p)
+        return -1;
+    *evs = p;
+    *cap = need;
+    return 0;
+}
+
 PyObject *nic_run(nic_group *g, PyObject *cb)
 {
     PyObject *ready = PyList_New(0), *others = PyList_New(0);
@@ -177,7 +194,11 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
     double *wire_due = malloc((size_t)(g->n ? g->n : 1) * sizeof(double));
     /* engines with frames or whole messages for Python since the last call */
     unsigned char *want = calloc((size_t)(g->n ? g->n : 1), 1);
-    if (!ready || !others || !wire_due || !want)
+    /* ports with frames to read after a wake-up */
+    unsigned char *port_ready = calloc((size_t)(g->n ? g->n : 1), 1);
+    struct epoll_event *evs = NULL;
+    int evs_cap = 0;
+    if (!ready || !others || !wire_due || !want || !port_ready)
         goto fail;
     for (int i = 0; i < g->n; i++)
         if (g->s[i]->mon.frame_s > 0 && g->s[i]->mon.frame_s < min_frame_s)
@@ -251,31 +272,41 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
          * granularity, fidelity.FRAME_BYTES) instead of waking the loop once
          * each. PAUSE and ACKs are read before that pass sends. */
         int watch_ports = timeout > min_frame_s;
-        for (int i = 0; i < g->n; i++)
-            g->fds[i].events = watch_ports ? POLLIN : 0;
-        int nfds = g->n + g->npy, n, err = 0;
+        /* Two descriptors to sleep on, whatever the number of sockets: the
+         * ports' epoll set and Python's (ppoll for its nanosecond timeout, as
+         * fp_loop.c); then one epoll_wait each, without sleeping, names the
+         * sockets that are ready. poll(2) over every socket cost 13% of a
+         * shared NIC process's CPU (perf, bench/fabric_cpu.py). */
+        struct pollfd sets[2] = {{.fd = g->ep_ports, .events = watch_ports ? POLLIN : 0},
+                                 {.fd = g->ep_py, .events = POLLIN}};
+        if (grow_events(&evs, &evs_cap, g->n > g->npy ? g->n : g->npy) < 0)
+            goto nomem;
+        int n, nports = 0, npy_ready = 0, err = 0;
         Py_BEGIN_ALLOW_THREADS
-        n = ppoll(g->fds, (nfds_t)nfds, &tmo, NULL);
+        n = ppoll(sets, 2, &tmo, NULL);
         if (n < 0)
             err = errno;
-        if (n >= 0 && !watch_ports) {
-            /* which ports hold frames, in one call: read only those */
-            for (int i = 0; i < g->n; i++)
-                g->fds[i].events = POLLIN;
-            struct timespec zero = {0, 0};
-            if (ppoll(g->fds, (nfds_t)g->n, &zero, NULL) < 0)
-                for (int i = 0; i < g->n; i++)
-                    g->fds[i].revents = POLLIN;
+        else {
+            /* which ports hold frames, in one call: read only those (also when
+             * the ports were not watched, as a pass due within a frame time) */
+            nports = epoll_wait(g->ep_ports, evs, evs_cap, 0);
+            if (nports < 0)
+                err = errno;
         }
         Py_END_ALLOW_THREADS
+        memset(port_ready, 0, (size_t)(g->n ? g->n : 1));
+        for (int k = 0; k < nports; k++)
+            if (evs[k].data.u32 < (uint32_t)g->n)
+                port_ready[evs[k].data.u32] = 1;
+        if (n >= 0 && nports < 0)
+            n = -1;
         double woke = mono();
         awake_cpu = cpu_now;
         g->wakeups++;
         double overslept = woke - asleep_at - timeout;
         double stall = asleep_at - awake_since + (overslept > 0 ? overslept : 0.0);
         for (int i = 0; i < g->n; i++) {
-            int port_ready = n >= 0 && (g->fds[i].revents & POLLIN);
-            int mattered = (!isnan(wire_due[i]) && wire_due[i] <= woke) || port_ready;
+            int mattered = (!isnan(wire_due[i]) && wire_due[i] <= woke) || port_ready[i];
             emu_loopmon_pass(&g->s[i]->mon, stall, mattered, work, cpu_s, woke, frames_read);
         }
         awake_since = woke;
@@ -293,7 +324,7 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
             continue;
         }
         for (int i = 0; i < g->n; i++) {
-            if (!(g->fds[i].revents & POLLIN))
+            if (!port_ready[i])
                 continue;
             int wanted = read_port(g, i, others, &frames_read);
             if (wanted < 0)
@@ -304,21 +335,25 @@ PyObject *nic_run(nic_group *g, PyObject *cb)
             }
             add_work(work, sizeof work, "port");
         }
-        for (int i = g->n; i < nfds; i++) {
-            if (!g->fds[i].revents)
-                continue;
-            PyObject *fd = PyLong_FromLong(g->fds[i].fd);
-            if (!fd || PyList_Append(ready, fd) < 0) {
-                Py_XDECREF(fd);
-                goto fail;
+        if (sets[1].revents) {
+            npy_ready = epoll_wait(g->ep_py, evs, evs_cap, 0);
+            for (int k = 0; k < npy_ready; k++) {
+                PyObject *fd = PyLong_FromLong(evs[k].data.fd);
+                if (!fd || PyList_Append(ready, fd) < 0) {
+                    Py_XDECREF(fd);
+                    goto fail;
+                }
+                Py_DECREF(fd);
             }
-            Py_DECREF(fd);
+            /* readable a moment ago, or a set Python replaced: call it either way */
             call = 1;
             add_work(work, sizeof work, "mgmt");
         }
     }
     free(wire_due);
     free(want);
+    free(port_ready);
+    free(evs);
     Py_DECREF(ready);
     Py_DECREF(others);
     Py_RETURN_NONE;
@@ -329,6 +364,8 @@ fail:
         nic_out_clear(g->out[i]);
     free(wire_due);
     free(want);
+    free(port_ready);
+    free(evs);
     if (!PyErr_Occurred())
         PyErr_NoMemory();
     Py_XDECREF(ready);

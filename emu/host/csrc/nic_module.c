@@ -6,7 +6,11 @@
  */
 #include "nic.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 #include <structmember.h>
 
 typedef struct {
@@ -677,6 +681,7 @@ typedef struct {
     PyObject *engines;          /* list of Engine */
     nic_group g;
     int running;
+    int eps_open;               /* g.ep_ports and g.ep_py are open (made by init) */
 } Loop;
 
 static void Loop_dealloc(Loop *self)
@@ -685,7 +690,10 @@ static void Loop_dealloc(Loop *self)
     free(self->g.e);
     free(self->g.s);
     free(self->g.out);
-    free(self->g.fds);
+    if (self->eps_open) {
+        close(self->g.ep_ports);
+        close(self->g.ep_py);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -693,21 +701,25 @@ static int Loop_init(Loop *self, PyObject *args, PyObject *kw)
 {
     if (!PyArg_ParseTuple(args, ""))
         return -1;
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "Loop: running");
+        return -1;
+    }
+    if (!self->eps_open) {
+        self->g.ep_ports = epoll_create1(EPOLL_CLOEXEC);
+        self->g.ep_py = epoll_create1(EPOLL_CLOEXEC);
+        if (self->g.ep_ports < 0 || self->g.ep_py < 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            if (self->g.ep_ports >= 0)
+                close(self->g.ep_ports);
+            if (self->g.ep_py >= 0)
+                close(self->g.ep_py);
+            return -1;
+        }
+        self->eps_open = 1;
+    }
     Py_XSETREF(self->engines, PyList_New(0));
     return self->engines ? 0 : -1;
-}
-
-static int group_fds(Loop *self, int npy)
-{
-    int need = self->g.n + npy;
-    if (need > self->g.fds_cap) {
-        struct pollfd *p = realloc(self->g.fds, (size_t)need * sizeof *p);
-        if (!p)
-            return -1;
-        self->g.fds = p;
-        self->g.fds_cap = need;
-    }
-    return 0;
 }
 
 /* add(engine, port_fd): one more engine, its port socket. */
@@ -735,12 +747,13 @@ static PyObject *Loop_add(Loop *self, PyObject *args)
         self->g.out = o;
     if (!e || !st || !o)
         return PyErr_NoMemory();
-    int npy = self->g.npy;
-    if (group_fds(self, npy + 1) < 0)  /* room for one more port */
-        return PyErr_NoMemory();
-    /* the ports come first: shift Python's sockets up by one */
-    memmove(self->g.fds + n, self->g.fds + n - 1, (size_t)npy * sizeof *self->g.fds);
-    self->g.fds[n - 1] = (struct pollfd){.fd = fd, .events = POLLIN};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)(n - 1)};
+    if (!self->eps_open) {
+        PyErr_SetString(PyExc_RuntimeError, "add: the loop was not initialised");
+        return NULL;
+    }
+    if (epoll_ctl(self->g.ep_ports, EPOLL_CTL_ADD, fd, &ev) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     eng->loop.fd = fd;
     self->g.e[n - 1] = &eng->e;
     self->g.s[n - 1] = &eng->loop;
@@ -751,28 +764,48 @@ static PyObject *Loop_add(Loop *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* watch(python_fds): Python's sockets the loop also sleeps on (replaces the last set). */
+/* watch(python_fds): Python's sockets the loop also sleeps on (replaces the last set;
+ * called when the set changes, not every pass, so the set is built anew). */
 static PyObject *Loop_watch(Loop *self, PyObject *fds)
 {
+    if (!self->eps_open) {
+        PyErr_SetString(PyExc_RuntimeError, "watch: the loop was not initialised");
+        return NULL;
+    }
     PyObject *seq = PySequence_Fast(fds, "watch: a sequence of file descriptors");
     if (!seq)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (group_fds(self, (int)n) < 0) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) {
         Py_DECREF(seq);
-        return PyErr_NoMemory();
+        return PyErr_SetFromErrno(PyExc_OSError);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (fd == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return NULL;
+        if (fd == -1 && PyErr_Occurred())
+            goto fail;
+        if (fd < 0 || fd > INT_MAX) {
+            PyErr_Format(PyExc_ValueError, "watch: %ld is not a file descriptor", fd);
+            goto fail;
         }
-        self->g.fds[self->g.n + i] = (struct pollfd){.fd = (int)fd, .events = POLLIN};
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = (int)fd};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, (int)fd, &ev) < 0 && errno != EEXIST) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto fail;
+        }
     }
+    /* Python calls this between passes (from the loop's callback), and the
+     * loop reads the set's descriptor every pass: the new set replaces the old. */
+    close(self->g.ep_py);
+    self->g.ep_py = ep;
     self->g.npy = (int)n;
     Py_DECREF(seq);
     Py_RETURN_NONE;
+fail:
+    close(ep);
+    Py_DECREF(seq);
+    return NULL;
 }
 
 /* run(callback): callback(now, ready_fds, frames: ((engine index, bytes), ...),
