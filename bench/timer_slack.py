@@ -19,13 +19,11 @@ Results: docs/fidelity.md ("Timer slack under the normal policy").
 from __future__ import annotations
 
 import argparse
-import ctypes
 import platform
 import select
 import time
 
-PR_SET_TIMERSLACK = 29
-PR_GET_TIMERSLACK = 30
+from emu import registry
 
 
 def lateness_us(timeout_s: float, rounds: int) -> list[float]:
@@ -47,11 +45,10 @@ def main() -> None:
     ap.add_argument("--timeouts-us", default="133,1000", help="comma-separated sleep lengths")
     args = ap.parse_args()
     timeouts = [float(t) / 1e6 for t in args.timeouts_us.split(",")]
-    libc = ctypes.CDLL(None, use_errno=True)
     print(f"machine: {platform.node()} {platform.machine()} kernel {platform.release()}")
     print("slack_ns  timeout_us  median_us  p90_us  p99_us")
-    for slack in (libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1000):
-        if libc.prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0) != 0:
+    for slack in (registry.timer_slack_ns(), 1000):
+        if not registry.set_timer_slack_ns(slack):
             raise SystemExit(f"prctl(PR_SET_TIMERSLACK, {slack}) refused")
         for timeout in timeouts:
             late = lateness_us(timeout, args.rounds)

@@ -40,8 +40,9 @@ Mbit/s lasts 133 µs, so such a process asks for 1 µs of slack
 
 from __future__ import annotations
 
-import ctypes
 import os
+
+from emu import registry
 
 RECOMMENDED_PRIORITY = 10  # what EMU_RT_PRIORITY=10 asks for; measured below
 DEFAULT_PRIORITY = RECOMMENDED_PRIORITY
@@ -84,19 +85,14 @@ def apply(priority: int) -> dict:
     return {"policy": "rr", "priority": priority}
 
 
-PR_SET_TIMERSLACK = 29  # <linux/prctl.h>
 FINE_TIMER_SLACK_NS = 1000
 
 
 def _fine_timer_slack() -> dict:
     """Ask that this thread's sleeps end within 1 µs of when they are due (normal policy
     only: a real-time thread has no slack). Returns {"timer_slack_ns": N}, or {} where
-    the call is refused (not Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_TIMERSLACK, FINE_TIMER_SLACK_NS, 0, 0, 0) != 0:
-            return {}
-    except (OSError, AttributeError):
+    the kernel refused."""
+    if not registry.set_timer_slack_ns(FINE_TIMER_SLACK_NS):
         return {}
     return {"timer_slack_ns": FINE_TIMER_SLACK_NS}
 

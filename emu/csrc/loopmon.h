@@ -48,7 +48,9 @@ emu_loopmon_pass(emu_loopmon *m, double stall, int mattered, const char *work, d
         m->over_10++;
     if (stall > m->longest_s) {
         m->longest_s = stall;
-        snprintf(m->longest_work, sizeof m->longest_work, "%s", work);
+        /* a pass names at most a few kinds of work: keep what fits */
+        snprintf(m->longest_work, sizeof m->longest_work, "%.*s", (int)sizeof m->longest_work - 1,
+                 work);
         m->longest_cpu_s = cpu_s;
         m->longest_frames = frames;
         m->longest_ended_at = ended_at;

@@ -68,6 +68,14 @@ def _on_grid(now: float, period_s: float) -> float:
     return _GRID_ORIGIN_S + (math.floor((now - _GRID_ORIGIN_S) / period_s) + 1) * period_s
 
 
+def thread_cpu_timed(fn, *args):
+    """(fn(*args), the CPU this thread spent in it): a rank's data work, timed where it runs
+    (the management worker), so that the NIC's own CPU can be told from it."""
+    started = time.thread_time()
+    result = fn(*args)
+    return result, time.thread_time() - started
+
+
 class Agent:
     """The event loop of one host's NIC."""
 
@@ -282,15 +290,19 @@ class Agent:
         """
         spec = CollectiveSpec.from_args(args)
         self._no_job_yet(spec.job)
-        return Deferred(lambda: RankData.build(spec), lambda data: self._coll_install(spec, data))
+        return Deferred(
+            lambda: thread_cpu_timed(RankData.build, spec),
+            lambda built: self._coll_install(spec, *built),
+        )
 
     def _no_job_yet(self, job: str) -> None:
         if job in self.jobs:
             raise ValueError(f"job {job!r} exists; coll_clear it first")
 
-    def _coll_install(self, spec: CollectiveSpec, data: RankData) -> dict:
+    def _coll_install(self, spec: CollectiveSpec, data: RankData, cpu_s: float = 0.0) -> dict:
         self._no_job_yet(spec.job)  # again: another setup of it may have finished first
         job = CollectiveRank(spec, self.rnic, data)
+        job.data_cpu_s += cpu_s
         busy = {q: self._qp_owner[q] for q in job.recv_qpns if q in self._qp_owner}
         if busy:
             raise ValueError(f"job {spec.job!r}: QPs {busy} are taken by other jobs")
@@ -327,11 +339,14 @@ class Agent:
         if not check:
             return self._status_of(job, j)
 
-        def recorded(outcomes):
+        def recorded(checked):
+            outcomes, cpu_s = checked
             j.record_checks(outcomes)
+            j.data_cpu_s += cpu_s
             return self._status_of(job, j)
 
-        return Deferred(j.check_work(), recorded)
+        work = j.check_work()  # takes the results now, on the loop's thread
+        return Deferred(lambda: thread_cpu_timed(work), recorded)
 
     def _status_of(self, job: str, j: CollectiveRank) -> dict:
         st = dict(j.status(time.monotonic()))

@@ -22,7 +22,6 @@ emu/host never imports emu/traffic).
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -203,14 +202,10 @@ class RankData:
 
     input: np.ndarray
     expected: ExpectedSum
-    #: CPU (this thread's) that building it took: the rank's own data work, the
-    #: test's oracle, not the NIC's (bench/fabric_cpu.py reports the NIC without it).
-    cpu_s: float = 0.0
 
     @classmethod
     def build(cls, spec: CollectiveSpec) -> RankData:
         """Raises ValueError naming a chain option that is malformed or a file that does not fit."""
-        started = time.thread_time()
         args = (spec.seed, spec.nranks, spec.count, spec.dtype)
         opts = spec.options
         unknown = sorted(k for k in opts if k.startswith("chain_") and k not in CHAIN_OPTIONS)
@@ -240,7 +235,7 @@ class RankData:
             data = _chained_input(spec, str(opts["chain_input"]), opts.get("chain_input_chunk"))
         else:
             data = rank_input(spec.seed, spec.rank, spec.count, spec.dtype)
-        return cls(data, expected, time.thread_time() - started)
+        return cls(data, expected)
 
 
 #: A phase's options that chain it to the previous and the next: its input (placed
@@ -304,15 +299,6 @@ def _chained_input(spec: CollectiveSpec, path: str, chunk: Any) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
-class Checked:
-    """What `CollectiveRank.check_work` found: (wrong elements, crc32) per iteration, and
-    the CPU the comparison took (the rank's data work, `CollectiveRank.data_cpu_s`)."""
-
-    outcomes: list[tuple[int, int]]
-    cpu_s: float
-
-
 class CollectiveRank:
     """One rank of a collective job inside a host agent: the agent's collective hook.
 
@@ -348,8 +334,10 @@ class CollectiveRank:
         data = data if data is not None else RankData.build(spec)
         self.input = data.input
         self.expected = data.expected
-        # CPU of the rank's own data work: its input, the exact result, the checks.
-        self.data_cpu_s = data.cpu_s
+        # CPU of the rank's own data work, its input, the exact result and the
+        # checks, as the agent timed it on the thread that did it: the test's oracle,
+        # not the NIC's work (bench/fabric_cpu.py reports the NIC without it).
+        self.data_cpu_s = 0.0
         self.algo = ALGORITHMS[spec.algo](spec, rnic, self.input)
         self.recv_qpns = tuple(self.algo.recv_qpns)
         self.tx_qpns = tuple(self.algo.tx_qpns)
@@ -467,7 +455,7 @@ class CollectiveRank:
         """Compare the finished iterations' results with the expected one (`wrong`, `digest`)."""
         self.record_checks(self.check_work()())
 
-    def check_work(self) -> Callable[[], Checked]:
+    def check_work(self) -> Callable[[], list[tuple[int, int]]]:
         """The comparison of the finished results, as work for another thread.
 
         Takes the results out of the rank (they are final), so the work touches
@@ -477,21 +465,18 @@ class CollectiveRank:
         expected = self.expected
         output = self.spec.options.get("chain_output")
 
-        def work() -> Checked:
-            started = time.thread_time()
+        def work() -> list[tuple[int, int]]:
             if output and results:
                 _keep_output(str(output), results[-1])  # for the next phase
-            outcomes = [(expected.wrong(r), zlib.crc32(r.tobytes())) for r in results]
-            return Checked(outcomes, time.thread_time() - started)
+            return [(expected.wrong(r), zlib.crc32(r.tobytes())) for r in results]
 
         return work
 
-    def record_checks(self, checked: Checked) -> None:
-        """The outcome of `check_work`: (wrong elements, crc32) per checked iteration, in order."""
-        for wrong, digest in checked.outcomes:
+    def record_checks(self, outcomes: list[tuple[int, int]]) -> None:
+        """(wrong elements, crc32) per checked iteration, in order."""
+        for wrong, digest in outcomes:
             self.wrong.append(wrong)
             self.digest = digest
-        self.data_cpu_s += checked.cpu_s
 
     def status(self, now: float, check: bool = False) -> dict:
         """The rank's state and counters; `check` first checks finished results (CPU)."""

@@ -20,6 +20,7 @@ from scapy.packet import Raw
 
 from emu import scenario
 from emu.fabric import HostPort
+from emu.host import agent as agent_mod
 from emu.host import collective as coll_host
 from emu.host.collective import GPU_MEMORY_PREFIX, CollectiveRank, CollectiveSpec, RankData
 from emu.host.data import (
@@ -285,18 +286,24 @@ def test_collective_rank_on_nics_checks_itself(n, dtype, count):
     assert all(0 < e < 5.0 for s in st for e in s["elapsed_s"])
 
 
-def test_a_rank_counts_the_cpu_of_its_own_data_work(monkeypatch):
-    # Its input, the exact sum and the check are the test's oracle, not the NIC's
-    # work (bench/fabric_cpu.py reports the NIC without them): each is timed on the
-    # thread that does it. A thread clock that advances 0.25 s per reading.
+def test_the_agent_counts_a_ranks_data_work_where_it_runs(monkeypatch):
+    # A rank's input, exact sum and checks are the test's oracle, not the NIC's
+    # work (bench/fabric_cpu.py reports the NIC without them). The agent times
+    # each on the thread that does it (the management worker), and the status
+    # carries the sum. A thread clock that advances 0.25 s per reading.
     readings = iter(np.arange(1000) * 0.25)
-    monkeypatch.setattr(coll_host.time, "thread_time", lambda: float(next(readings)))
+    monkeypatch.setattr(agent_mod.time, "thread_time", lambda: float(next(readings)))
+    spec = CollectiveSpec(job="j", rank=0, nranks=2, dtype="float32", count=1000)
+    data, cpu_s = agent_mod.thread_cpu_timed(RankData.build, spec)
+    assert cpu_s == 0.25 and data.input.shape == (1000,)
     ring = RingOfNics(2, "int32", 3001, iters=1)
     ring.run(5.0)
-    assert [j.status(0.0)["data_cpu_s"] for j in ring.jobs] == [0.25, 0.25]  # built
-    st = [j.status(0.0, check=True) for j in ring.jobs]
-    assert [s["data_cpu_s"] for s in st] == [0.5, 0.5]  # and checked
-    assert all(s["wrong"] == 0 for s in st)
+    agent = object.__new__(agent_mod.Agent)  # only its collective calls
+    agent.jobs, agent.job_errors = {"j": ring.jobs[0]}, {}
+    ring.jobs[0].data_cpu_s = cpu_s  # as _coll_install adds the set-up's
+    deferred = agent._coll_status("j", check=True)
+    status = deferred.then(deferred.work())
+    assert status["wrong"] == 0 and status["data_cpu_s"] == 0.5
 
 
 @pytest.mark.parametrize("algo", ["reduce_scatter", "all_gather"])
