@@ -98,17 +98,31 @@ def cmd_run(args) -> int:
     scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
     need_root(f"emu run {args.name}")
     if not args.web:
-        ctx = scenario.run(args.name, args.set, args.out)
+        ctx = _run_scenario(args)
         print(scenario.render_report(ctx))
         return run_status(ctx)
     # The view follows every fabric the scenario opens (this process's runs) and
     # stays up after the run to show its report and plots.
     with _live_view(None, args) as view:
-        ctx = scenario.run(args.name, args.set, args.out)
+        ctx = _run_scenario(args)
         print(scenario.render_report(ctx))
         view.finished(ctx.out_dir)
         _linger(view, args.web_linger)
     return run_status(ctx)
+
+
+def _run_scenario(args):
+    """`scenario.run`; when the fabric fails it mid-run (a condition that never came,
+    a process that died), the report written so far is printed before the error
+    propagates: what did happen, and whether the emulator kept up meanwhile (a
+    timeout in a run where it fell behind may be the machine's, not the network's)."""
+    try:
+        return scenario.run(args.name, args.set, args.out)
+    except FabricError:
+        report = scenario.results_dir(args.name, args.out) / "report.txt"
+        if report.is_file():
+            print(report.read_text(), end="", flush=True)
+        raise
 
 
 def _live_view(fab, args):

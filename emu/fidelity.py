@@ -812,10 +812,16 @@ def check_name(measure: str, limits: Limits = Limits()) -> str:
     )
 
 
-def _documents(out_dir: Path):
-    """(fabric label, document) of every readable `fidelity.json` under `out_dir`."""
+def _documents(out_dir: Path, since: float | None = None):
+    """(fabric label, document) of every readable `fidelity.json` under `out_dir`
+    (written at or after wall time `since`, when given)."""
     root = Path(out_dir)
     for path in sorted(root.rglob("fidelity.json")):
+        try:
+            if since is not None and path.stat().st_mtime < since:
+                continue
+        except OSError:
+            continue
         label = str(path.parent.relative_to(root))
         try:
             doc = json.loads(path.read_text())
@@ -825,9 +831,14 @@ def _documents(out_dir: Path):
             yield ("" if label == "." else label), doc
 
 
-def load_records(out_dir: Path) -> list[tuple[str, dict]]:
-    """Every `fidelity.json` under `out_dir`: [(fabric label, process record)]."""
-    return [(label, rec) for label, doc in _documents(out_dir) for rec in doc.get("processes", [])]
+def load_records(out_dir: Path, since: float | None = None) -> list[tuple[str, dict]]:
+    """Every `fidelity.json` under `out_dir` (written since wall time `since`, when given):
+    [(fabric label, process record)]."""
+    return [
+        (label, rec)
+        for label, doc in _documents(out_dir, since)
+        for rec in doc.get("processes", [])
+    ]
 
 
 def load_machine(out_dir: Path) -> dict:

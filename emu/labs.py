@@ -66,6 +66,7 @@ from typing import Any, Callable
 import yaml
 
 import labs as labs_package
+from emu import fidelity
 
 WORK_ROOT = "labs-work"
 SOLUTION_DIR = "solution"
@@ -111,6 +112,11 @@ class LabRun:
     checks: list[LabCheck] = field(default_factory=list)
     log: Callable[[str], None] = print
     started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    # Why the emulator fell behind its links while this check measured ("" when it
+    # kept up or nothing was judged): a failed check of such a run may be the
+    # emulator's, not the student's, and is not evidence either way (DESIGN.md).
+    unfaithful: str = ""
 
     def check(self, name: str, passed: bool, value: Any, expected: str, hint: str) -> bool:
         """Record a measured point against its target (a threshold the student is meant to
@@ -479,7 +485,19 @@ def check(
         run.check("the work can be read", False, str(exc), "valid files", str(exc))
     if not run.checks:
         run.check("the lab graded something", False, 0, ">= 1 check", "a lab defect: report it")
+    judge_fidelity(run)
     return run
+
+
+def judge_fidelity(run: LabRun) -> None:
+    """Whether the emulator kept up with every fabric this check ran (the records
+    its fabrics wrote under `out_dir` when they closed, emu/fidelity.py); the
+    reasons, when it did not, go to `run.unfaithful`. Records older than the
+    run (an earlier check into the same folder) are not this run's."""
+    records = fidelity.load_records(run.out_dir, since=run.started_wall - 1.0)
+    verdict = fidelity.judge(records)
+    if records and not verdict.faithful:
+        run.unfaithful = "; ".join(f.text for f in verdict.failures())
 
 
 def offline(
@@ -547,6 +565,12 @@ def render(run: LabRun) -> str:
             )
         if not c.passed and c.hint:
             lines.append(f"         hint: {c.hint}")
+    if run.unfaithful and not run.passed:
+        lines.append(
+            f"  the emulator fell behind its links during this check ({run.unfaithful}): "
+            "a failed check may be the machine's, not your work's; close other programs "
+            "and check again"
+        )
     passed = sum(c.passed for c in run.checks)
     verdict = "PASSED" if run.passed else "NOT YET"
     lines.append(

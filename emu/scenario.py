@@ -612,6 +612,11 @@ def write_results(ctx: Context) -> None:
     (ctx.out_dir / "report.txt").write_text(render_report(ctx) + "\n")
 
 
+def results_dir(name: str, out_dir: str | None = None) -> Path:
+    """Where `run` writes scenario `name`'s results: `out_dir`, else results/NAME."""
+    return Path(out_dir or f"results/{name}")
+
+
 def run(
     name: str, overrides: list[str], out_dir: str | None = None, log: Callable[[str], None] = print
 ) -> Context:
@@ -622,7 +627,7 @@ def run(
     """
     module = load(name)
     params = resolve_params(module, overrides)
-    out = Path(out_dir or f"results/{name}")
+    out = results_dir(name, out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ctx = Context(name=name, params=params, out_dir=out, log=log)
     try:

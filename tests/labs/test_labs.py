@@ -16,6 +16,10 @@ LABS = list(labs.available())
 @pytest.mark.parametrize("name", LABS)
 def test_the_solution_passes(name, tmp_path):
     run = labs.check(name, solution=True, out=str(tmp_path / "solution"), log=lambda _: None)
+    if not run.passed and run.unfaithful:
+        # As scenarios' tests (tests/scenarios/__init__.py): a run in which the emulator
+        # fell behind is no evidence either way (DESIGN.md); the reason shows as xfail.
+        pytest.xfail(f"lab {name} failed in an unfaithful run: {run.unfaithful}")
     assert run.passed, labs.render(run)
 
 

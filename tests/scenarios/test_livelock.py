@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 
-from . import assert_checks, emu_run
+from . import assert_checks, emu_run, require_faithful
 
 CHECKS = [
     "go-back-N: goodput at least its efficiency 1 - p*L of what it sent "
@@ -81,9 +81,10 @@ def test_go_back_0_livelocks_where_go_back_n_keeps_going(tmp_path, no_leaks):
     assert gb0["messages_completed"] == 0 and gb0["messages_received"] == 0
     assert gb0["tx_packets"] >= 0.9 * gbn["tx_packets"]
     assert gb0["rx_discarded_packets"] >= 200 * gb0["naks"] > 0
+    wires = {}
     for mode, r in (("go-back-n", gbn), ("go-back-0", gb0)):
         assert r["lost_frames"] >= 20, (mode, r)
-        data, naks = wire(out / r["pcap"])
+        data, naks = wires[mode] = wire(out / r["pcap"])
         # The NAKs counted on the wire are the sender's (the capture ends a moment later).
         assert r["naks"] <= len(naks) <= r["naks"] + 2, (mode, len(naks), r["naks"])
         # Every frame sent (the lost ones too) crossed this link.
@@ -93,8 +94,13 @@ def test_go_back_0_livelocks_where_go_back_n_keeps_going(tmp_path, no_leaks):
             assert all(psn % PACKETS == 0 for psn in naks), naks[:10]
             assert resent(data) >= 0.9 * len(data)
         else:
-            # Each NAK names the lost PSN, mostly inside a message; few frames are resent.
+            # Each NAK names the lost PSN, mostly inside a message.
             assert sum(1 for psn in naks if psn % PACKETS) >= 0.9 * len(naks), naks[:10]
-            assert resent(data) <= 0.05 * len(data)
             assert resent(data) >= r["retransmitted"] - r["naks"]
     assert (out / "livelock.png").stat().st_size > 10_000
+    # Few frames resent by go-back-N: a loss costs the frames in flight over one NAK
+    # loop, a few at these rates; a late emulator lengthens the loop (CI once saw
+    # 26% resent in a run whose host took seconds of CPU), so only a faithful run says.
+    require_faithful(res, doc, "go-back-N's resent share")
+    data, _ = wires["go-back-n"]
+    assert resent(data) <= 0.05 * len(data)

@@ -444,3 +444,37 @@ def test_switches_that_share_a_process_count_as_one_process_in_the_table():
     assert fidelity.sched_summary(records).startswith(
         "scheduling of the 2 switch and NIC processes"
     )
+
+
+def test_a_run_the_fabric_fails_midway_prints_its_report_and_fidelity_before_the_error(
+    tmp_path, monkeypatch, capsys
+):
+    """A condition that never came, in a run where the emulator fell behind: the user sees
+    what did happen and that the machine may be why (emu run, then the error, exit 1)."""
+    import types
+
+    from emu import cli
+    from emu.registry import FabricError
+
+    def stalls_then_times_out(ctx):
+        fabric_dir = tmp_path / "out" / "ring"
+        fabric_dir.mkdir(parents=True)
+        (fabric_dir / "fidelity.json").write_text(
+            json.dumps({"processes": [record("s2", stall_frames=33.0)], "missing": []})
+        )
+        ctx.check("traffic started", True, 4, "4 flows")
+        raise FabricError("timed out after 10 s waiting for a wait-for cycle")
+
+    fake = types.SimpleNamespace(PARAMS={}, run=stalls_then_times_out, __doc__="x")
+    monkeypatch.setattr(scenario, "load", lambda name: fake)
+    monkeypatch.setattr(cli, "need_root", lambda what: None)
+    status = cli.main(["run", "ring", "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == EXIT_CHECKS_FAILED
+    assert "[FAIL] scenario completed: FabricError: timed out after 10 s" in out
+    assert "[PASS] traffic started" in out
+    last = out.splitlines()[-1]
+    assert last.startswith("unfaithful run (its failed checks may be the emulator's): ring/s2")
+    assert err.strip() == "emu: timed out after 10 s waiting for a wait-for cycle"
+    doc = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert doc["faithful"] is False and not doc["passed"]

@@ -97,3 +97,35 @@ def test_a_fabric_the_work_keeps_from_starting_is_a_failed_check_and_is_closed(t
     )
     healthy = _FakeFabric(fails=False)
     assert run.open_fabric(healthy, "the fabric starts", "") and not healthy.closed
+
+
+def _write_records(folder, records, mtime=None):
+    import json
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "fidelity.json"
+    path.write_text(json.dumps({"processes": records, "missing": []}))
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def test_a_check_in_which_the_emulator_fell_behind_says_so_and_ignores_older_records(tmp_path):
+    from tests.unit.test_fidelity import record
+
+    out = tmp_path / "out"
+    run = labs.new_run("ecmp_app", tmp_path, str(out), solution=False)
+    # An earlier check into the same folder left a stalled fabric's record: not this run's.
+    _write_records(out / "old", [record("spine9", stall_frames=40.0)], mtime=run.started_wall - 60)
+    _write_records(out / "fabric", [record("leaf1")])
+    labs.judge_fidelity(run)
+    assert run.unfaithful == ""
+    _write_records(out / "fabric", [record("leaf1"), record("spine2", stall_frames=40.0)])
+    labs.judge_fidelity(run)
+    assert "fabric/spine2" in run.unfaithful and "spine9" not in run.unfaithful
+    run.check("queue p99", True, 1, "<= 2", "")
+    assert "fell behind" not in labs.render(run)  # nothing failed: nothing to excuse
+    run.check("utilisation", False, 0.9, ">= 0.97", "lower Kmin")
+    line = labs.render(run).splitlines()[-2]
+    assert line.startswith("  the emulator fell behind its links during this check (")
+    assert "fabric/spine2 stalled" in line and "check again" in line
