@@ -92,7 +92,7 @@ class Agent:
             credit=args.credit,
         )
         self.started = time.monotonic()
-        # The C engine (emu/host/csrc/) unless EMU_NIC=python or a credit link.
+        # The C engine (emu/host/csrc/) unless EMU_NIC=python.
         self.rnic = nicpath.make_nic(cfg, now=self.started)
         self.link_rate_bps = cfg.rate_bps
         self.compute_factor = 1.0  # > 1: a straggler (faults.straggler)
@@ -516,7 +516,9 @@ class Agent:
                 changed = True
         self.mgmt.take_served()
         for frame in frames:
-            if not self._offer_frame(frame, now):
+            if self._offer_frame(frame, now):
+                self.rnic.credit_rx(frame)  # its blocks, on a credit link (as `_receive`)
+            else:
                 for reply in self.rnic.receive(frame, now):
                     self._send(reply)
         if self.jobs:
@@ -818,8 +820,6 @@ def group_main(path: str, rt_priority: int) -> int:
     try:
         for spec in specs:
             args = parser.parse_args(spec["argv"])
-            if args.credit is not None and args.credit.enabled:
-                raise SystemExit(f"{args.name}: a credit NIC runs in a process of its own")
             ns = os.open(spec["netns"], os.O_RDONLY)
             try:
                 _setns(ns)

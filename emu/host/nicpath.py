@@ -12,8 +12,9 @@ built from, made once per connection with `emu.proto.headers`.
 rnic.py stays the specification: tests/unit/test_nic_differential.py drives
 both engines with the same scripted losses, reorderings, PAUSEs and CNPs and
 requires the same frames and counters. `EMU_NIC=python` selects rnic.py
-(`make_nic`); a NIC the C engine does not model yet (a credit link,
-emu/credit.py) is rnic.py's too.
+(`make_nic`). On a credit link the credit loop runs in C as well
+(emu/host/csrc/nic_credit.c); its sizes are emu/credit.py's `CreditLink`'s,
+built here once.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import importlib
 import os
 
 from emu import fidelity
+from emu.credit import CreditLink
 from emu.host import rnic
 from emu.host.dcqcn import DcqcnSpec
 from emu.host.rnic import NicConfig, Rnic
+from emu.proto import credit as ibfc
 from emu.proto import headers, pfc, roce
 
 # The extension is optional at import time (a tree not built yet still runs
@@ -55,14 +58,13 @@ def engine_name() -> str:
 
 
 def make_nic(cfg: NicConfig, now: float) -> Rnic | CRnic:
-    """The NIC model for `cfg`: the C engine unless `EMU_NIC=python` or it cannot model `cfg`.
+    """The NIC model for `cfg`: the C engine unless `EMU_NIC=python` (or it is not built).
 
     Raises:
         RuntimeError: `EMU_NIC=c` was asked for explicitly and the extension is not built.
     """
     name = engine_name()
-    credit = cfg.credit is not None and cfg.credit.enabled
-    if name == "python" or credit:
+    if name == "python":
         return Rnic(cfg, now)
     if _nicpath is None:
         if os.environ.get(ENV) == "c":
@@ -125,8 +127,6 @@ class CRnic:
                 f"loss_recovery={cfg.loss_recovery!r}: "
                 f"must be one of {', '.join(rnic.LOSS_RECOVERY)}"
             )
-        if cfg.credit is not None and cfg.credit.enabled:
-            raise ValueError("the C engine has no credit link yet: use rnic.Rnic (make_nic)")
         self.cfg = cfg
         self.go_back_0 = cfg.loss_recovery == rnic.GO_BACK_0
         spec = cfg.dcqcn_spec or DcqcnSpec.from_hardware(cfg.rate_bps, cfg.modelled_rate_bps)
@@ -148,13 +148,27 @@ class CRnic:
             int(cfg.pfc_quanta),
             pfc.template(cfg.mac),
             float(now),
+            self._credit_args(cfg, now),
         )
         self.clock = EngineClock(self._engine, cfg.rate_bps)
         self.qpns: list[int] = []
         self._stuck = False
-        self.credit = None
         # In-network aggregation's sequence numbers (emu/host/sharp.py), as Rnic's.
         self.agg_next_seq: dict[int, int] = {}
+
+    @staticmethod
+    def _credit_args(cfg: NicConfig, now: float) -> tuple | None:
+        """The C credit link's settings: those `rnic.Rnic` gives its `CreditLink`."""
+        if cfg.credit is None or not cfg.credit.enabled:
+            return None
+        link = CreditLink(cfg.credit, cfg.credit.priorities, cfg.rx_buffer_bytes, cfg.rate_bps, now)
+        return (
+            link.vls,
+            link.capacity_blocks,
+            link.update_blocks,
+            float(link.refresh_s),
+            ibfc.template(cfg.mac),
+        )
 
     # ----- connections and work -------------------------------------------
 
@@ -272,7 +286,8 @@ class CRnic:
         return self._engine.receive(frame, now)
 
     def credit_rx(self, frame: bytes) -> bool:
-        return True  # no credit link on this engine (make_nic)
+        """`Rnic.credit_rx`: count a frame a collective took; False beyond the credit given."""
+        return self._engine.credit_rx(frame)
 
     def tick(self, now: float) -> list[bytes]:
         return self._engine.tick(now)
@@ -378,9 +393,34 @@ class CRnic:
             "rx_buffer_bytes": nic["rx_buffer_bytes"],
             "stuck": self._stuck,
             "loss_recovery": self.cfg.loss_recovery,
-            "credit": None,
-            "fc_tx": 0,
-            "fc_rx": 0,
-            "credit_overruns": 0,
-            "ctrl_waiting": 0,
+            "credit": self._credit_stats(now),
+            "fc_tx": nic["fc_tx"],
+            "fc_rx": nic["fc_rx"],
+            "credit_overruns": nic["credit_overruns"],
+            "ctrl_waiting": nic["ctrl_waiting"],
         }
+
+    def _credit_stats(self, now: float) -> dict | None:
+        """`CreditLink.stats` from the C link's fields (None: PFC)."""
+        lanes = self._engine.credit()
+        if lanes is None:
+            return None
+        out = {}
+        for vl, st in lanes:
+            since = st["blocked_since"]
+            blocked_now = since == since  # NaN: no frame waits
+            out[str(vl)] = {
+                "credit_blocks": st["credit_blocks"],
+                "fctbs": st["fctbs"],
+                "fccl_rx": st.get("fccl_rx"),
+                "abr": st["abr"],
+                "fccl_tx": st.get("fccl_tx"),
+                "blocked_s": round(st["blocked_s"] + (now - since if blocked_now else 0.0), 6),
+                "blocked_count": st["blocked_count"],
+                "blocked_now": blocked_now,
+                **{
+                    k: st[k]
+                    for k in ("tx_frames", "rx_frames", "overruns", "abr_resyncs", "fc_tx", "fc_rx")
+                },
+            }
+        return out

@@ -86,8 +86,7 @@ class RdmaHosts:
         `nic_processes` N > 0 serves the NICs from N processes, one C loop
         each (emu/host/agent.py `group_main`: one wake-up serves every NIC
         whose frame is due); 0 a process per NIC; None: `EMU_NIC_PROCESSES`,
-        else DEFAULT_NIC_PROCESSES (0). A credit fabric, or `EMU_NIC=python`,
-        runs a process per NIC.
+        else DEFAULT_NIC_PROCESSES (0). `EMU_NIC=python` runs a process per NIC.
 
         Raises:
             ValueError: an unknown `loss_recovery`, a host without such a port,
@@ -144,8 +143,8 @@ class RdmaHosts:
         return new
 
     def can_share(self) -> bool:
-        """Whether several agents can share a process: C engines, no credit link."""
-        return not self.fab.qos.get("credit", {}).get("enabled") and nicpath.engine_name() == "c"
+        """Whether several agents can share a process: C engines (credit link or PFC)."""
+        return nicpath.engine_name() == "c"
 
     def _agent_args(self, h: str) -> tuple[str, str, list[str]]:
         """(agent name, management socket, emu.host.agent's arguments) of host `h`'s NIC."""
@@ -328,7 +327,7 @@ def gpu_ports(
     `GPU_MEMORY`), not through a file. `nic_processes` N > 0 puts every GPU
     into N processes instead; 0 (the default, whatever `EMU_NIC_PROCESSES`
     says), a process per GPU. Where agents cannot share a process
-    (`RdmaHosts.can_share`: `EMU_NIC=python`, a credit fabric) each port gets
+    (`RdmaHosts.can_share`: `EMU_NIC=python`) each port gets
     its own, and `shares_memory` says so.
 
     Raises:

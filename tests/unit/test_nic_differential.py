@@ -4,7 +4,8 @@ Two NICs joined by a scripted wire exchange traffic on a virtual clock: loss,
 reordering (random per-frame delay), CE marks, PAUSE frames injected, a receiver
 that drains slowly and one that gets stuck, RDMA WRITEs, real data reassembled,
 several QPs on two priorities with a static rate cap, DCQCN on and off,
-go-back-N and go-back-0. The same script runs once with two `rnic.Rnic` and
+go-back-N and go-back-0, and the credit link instead of PFC (credit running
+out, ACKs waiting for it, flow control frames lost). The same script runs once with two `rnic.Rnic` and
 once with two `nicpath.CRnic`; every frame each NIC emits (with its time),
 every wake-up time asked, the received messages, the completions and the
 final counters must be equal. The wire's random draws follow the frames, so
@@ -23,9 +24,10 @@ import random
 
 import pytest
 
+from emu.config import CreditSpec
 from emu.host import nicpath, rnic
 from emu.host.rnic import NicConfig
-from emu.proto import pfc, roce
+from emu.proto import credit, pfc, roce
 from emu.switch import rewrite
 
 pytestmark = pytest.mark.skipif(nicpath._nicpath is None, reason="emu.host._nicpath not built")
@@ -52,6 +54,8 @@ def make_pair(kind: str, scenario: dict) -> list:
             rx_buffer_bytes=scenario.get("rx_buffer", 256 * 1024),
             rx_xoff_bytes=scenario.get("rx_xoff", 128 * 1024),
             rx_xon_bytes=scenario.get("rx_xon", 64 * 1024),
+            credit=scenario.get("credit"),
+            drain_rate_bps=scenario.get("drain"),
         )
         nics.append(cls(cfg, now=0.0))
     for a in range(2):
@@ -240,6 +244,48 @@ SCENARIOS = {
         jitter_s=200e-6,
         seconds=0.5,
     ),
+    # The credit link instead of PFC (emu/credit.py): both priorities are credit VLs,
+    # a small receive buffer drained slowly so that credit runs out and ACKs wait
+    # for it, flow control frames lost with the rest (the refresh and the FCTBS
+    # resync recover), a receiver stuck for a while (it returns no credit).
+    "credit-link": dict(
+        dcqcn=False,
+        loss_recovery=rnic.GO_BACK_N,
+        qps=[(roce.DSCP_DATA, None), (rnic.DSCP_SECOND_CLASS, None)],
+        posts=[
+            (0.0, 0, 0, 150_000, "send"),
+            (0.0, 0, 1, 60_000, "write"),
+            (0.02, 1, 0, 80_000, "send"),
+            (0.2, 1, 1, 30_000, "send"),
+        ],
+        credit=CreditSpec(enabled=True, priorities=(3, 4), refresh_symbols=4096),
+        rx_buffer=12_000,
+        drain=6e6,
+        faults=[(0.3, 1, "stuck"), (0.4, 1, "unstuck")],
+        expect_credit_waits=True,
+        loss=0.01,
+        ce=0.0,
+        jitter_s=100e-6,
+        seconds=0.6,
+    ),
+    "credit-link-dcqcn-go-back-0": dict(
+        dcqcn=True,
+        loss_recovery=rnic.GO_BACK_0,
+        qps=[(roce.DSCP_DATA, None)],
+        posts=[
+            (0.0, 0, 0, 100_000, "send"),
+            (0.0, 0, 0, 100_000, "send"),
+            (0.0, 1, 0, 80_000, "send"),
+            (0.1, 1, 0, 60_000, "send"),
+        ],
+        credit=CreditSpec(enabled=True),
+        modelled=10e6 * 50,
+        expect_credit_waits=False,
+        loss=0.02,
+        ce=0.1,
+        jitter_s=50e-6,
+        seconds=0.5,
+    ),
 }
 
 
@@ -265,6 +311,13 @@ def test_the_c_engine_emits_what_the_python_model_emits(name, seed):
     if scenario.get("deliver"):
         assert [e for e in py if e[1] == "msg"]
         assert sum(q["rnr_naks_sent"] for s in stats for q in s["recv"].values()) > 0
+    if scenario.get("credit"):
+        lanes = [lane for s in stats for lane in s["credit"].values()]
+        assert sum(s["fc_rx"] for s in stats) > 0 and all(lane["fc_tx"] > 0 for lane in lanes)
+        if scenario["loss"]:
+            assert sum(lane["abr_resyncs"] for lane in lanes) > 0  # a lost frame's credit back
+        if scenario["expect_credit_waits"]:
+            assert sum(lane["blocked_count"] for lane in lanes) > 0
 
 
 def test_the_comparison_fails_when_the_engines_transports_differ(monkeypatch):
@@ -296,6 +349,8 @@ def mutated_frames(seed: int, count: int):
         tmpl.cnp_frame(),
         pfc.build(pfc.template(MAC[1]), {3: 100}),
         bytes.fromhex("0180c2000001020000000002880800010064") + bytes(42),  # 802.3x PAUSE
+        credit.build(credit.template(MAC[1]), credit.FcPacket(3, 40, 900)),
+        credit.build(credit.template(MAC[1]), credit.FcPacket(4, 4000, 100, op=1)),
     ]
     for _ in range(count):
         f = bytearray(rng.choice(valid))
@@ -306,15 +361,17 @@ def mutated_frames(seed: int, count: int):
             for _ in range(rng.randrange(1, 4)):
                 f[rng.randrange(min(len(f), 64))] = rng.randrange(256)
         elif how == 2 and len(f) > 40:
-            pos = rng.choice((16, 38, 43, 54, 56))  # IPv4/UDP lengths, BTH flags, AETH
+            # IPv4/UDP lengths, BTH flags, AETH; a flow control frame's Op, VL and FCCL
+            pos = rng.choice((14, 16, 17, 38, 43, 54, 56))
             f[pos] = rng.randrange(256)
         else:
             f = f + bytes(rng.randrange(64))
         yield bytes(f)
 
 
-def test_malformed_frames_change_both_engines_alike_and_never_crash():
-    scenario = SCENARIOS["loss-and-reorder-go-back-n"]
+@pytest.mark.parametrize("name", ["loss-and-reorder-go-back-n", "credit-link"])
+def test_malformed_frames_change_both_engines_alike_and_never_crash(name):
+    scenario = SCENARIOS[name]
     count = int(os.environ.get("EMU_DIFF_NIC_FRAMES", "20000"))
     py, c = make_pair("python", scenario)[0], make_pair("c", scenario)[0]
     py.post_send(100, 50_000, 0.0)
@@ -326,3 +383,18 @@ def test_malformed_frames_change_both_engines_alike_and_never_crash():
         if i % 50 == 0:
             assert py.next_frame(t) == c.next_frame(t), f"after frame {i}"
     assert py.stats(t) == c.stats(t)
+
+
+def test_a_credit_link_nic_runs_on_the_c_engine(monkeypatch):
+    """make_nic: the credit link is C's too (the differential runs above hold it to rnic.py)."""
+    monkeypatch.delenv(nicpath.ENV, raising=False)
+    cfg = NicConfig(mac=MAC[0], ip=IP[0], rate_bps=RATE, credit=CreditSpec(enabled=True))
+    nic = nicpath.make_nic(cfg, 0.0)
+    assert isinstance(nic, nicpath.CRnic)
+    # Its first pass advertises the receive buffer on lane 3 as credit, as rnic.py's does.
+    [fc] = nic.tick(0.0)
+    assert fc == rnic.Rnic(cfg, 0.0).tick(0.0)[0]
+    decoded = credit.parse(fc)
+    assert (decoded.vl, decoded.fctbs) == (3, 0) and decoded.fccl == min(256 * 1024 // 64, 2048)
+    monkeypatch.setenv(nicpath.ENV, "python")
+    assert isinstance(nicpath.make_nic(cfg, 0.0), rnic.Rnic)

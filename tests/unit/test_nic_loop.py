@@ -21,6 +21,7 @@ import pytest
 from emu.host import agent as agent_mod
 from emu.host import nicpath
 from emu.host.rnic import NicConfig
+from emu.proto import credit
 from emu.registry import wait_for
 
 pytestmark = pytest.mark.skipif(nicpath._nicpath is None, reason="emu.host._nicpath not built")
@@ -151,7 +152,11 @@ def test_python_sockets_and_non_roce_frames_reach_the_callback():
     seen = threading.Event()
     loop = Loop([a], [sa], extra_fds=[mgmt_r.fileno()], done=seen.is_set, takers=True)
     loop.start()
-    other = b"\xff" * 12 + b"\x88\xb5" + b"not roce" * 8  # a frame no NIC parses
+    # A frame no NIC parses (IEEE 802's Local Experimental Ethertype 2) goes up; a
+    # credit flow control frame (Ethertype 1, emu/proto/credit.py) is the NIC's own,
+    # never a collective's, as agent._receive has it.
+    other = b"\xff" * 12 + b"\x88\xb6" + b"not roce" * 8
+    peer.send(credit.build(credit.template("02:00:00:00:00:09"), credit.FcPacket(3, 0, 10)))
     peer.send(other)
     mgmt_w.send(b"x")
     try:
@@ -303,7 +308,7 @@ def test_an_agent_is_served_for_its_messages_and_frames_though_its_timer_is_far(
         assert [m[1] for m in takes_messages.messages] == [data]
         assert len(takes_frames.calls) == 1  # not served for the other's message
         served = len(takes_messages.calls)
-        other = b"\xff" * 12 + b"\x88\xb5" + b"not roce" * 8
+        other = b"\xff" * 12 + b"\x88\xb6" + b"not roce" * 8
         wires[1][0].send(other)
         wait_for(lambda: len(takes_frames.calls) == 2, 5, "the frame to reach its agent")
         assert takes_frames.calls[1][2] == [other]

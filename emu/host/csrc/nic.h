@@ -11,6 +11,10 @@
  *                 timers, pacing at the link and DCQCN rates, PAUSE honoured and
  *                 sent, the receive buffer, reassembly, the fidelity clock
  *                 (emu/host/rnic.py, emu/fidelity.PortClock)
+ *   nic_credit.c  the credit link instead of PFC: IBA's per-VL link flow control
+ *                 (emu/credit.py's CreditLink), its flow control frames
+ *                 (emu/proto/credit.py), and the control frames that wait for
+ *                 credit (rnic.py's ctrl_q)
  *   nic_module.c  the Python type (emu/host/nicpath.py drives it)
  *
  * The Python modules named above are the specification: a differential test
@@ -44,6 +48,11 @@
 #define NIC_FRAME_BYTES 1514         /* fidelity.FRAME_BYTES */
 #define NIC_EARLY_FRAMES 0.25        /* fidelity.EARLY_FRAMES */
 #define NIC_PFC_FRAME_BYTES 60
+#define NIC_FC_FRAME_BYTES 60        /* credit.FC_FRAME_BYTES */
+#define NIC_FC_ETHERTYPE 0x88B5      /* credit.ETH_TYPE_IB_FC */
+#define NIC_BLOCK_BYTES 64           /* credit.BLOCK_BYTES */
+#define NIC_COUNTER_MOD 4096         /* credit.COUNTER_MOD */
+#define NIC_MAX_CREDIT_BLOCKS 2048   /* credit.MAX_CREDIT_BLOCKS */
 
 /* BTH opcodes and AETH syndromes (roce.py) */
 enum {
@@ -122,6 +131,47 @@ void nic_rp_advance(nic_rp *rp, double now);
 void nic_rp_on_bytes_sent(nic_rp *rp, int64_t size, double now);
 void nic_rp_on_cnp(nic_rp *rp, double now);
 
+/* Frames produced by one call, in order. */
+typedef struct {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t *ends;                 /* end offset of each frame */
+    size_t count, ends_cap;
+} nic_out;
+
+/* ----- the credit link (nic_credit.c) ------------------------------------------ */
+
+/* Both directions of one virtual lane at this end (credit.VlCredit). */
+typedef struct {
+    int64_t fctbs;                /* blocks sent (unbounded) */
+    int has_limit;
+    int64_t limit;                /* the peer's FCCL (12-bit) */
+    int64_t waiting_blocks;
+    double blocked_since;         /* NAN: no frame waits */
+    double blocked_s, unblocked_at;
+    int64_t blocked_count, tx_frames;
+    int64_t abr;                  /* blocks received, resynced by the peer's FCTBS */
+    int has_advertised;
+    int64_t advertised;           /* FCCL last sent (unbounded) */
+    double next_refresh;
+    int64_t rx_frames, overruns, abr_resyncs, fc_tx, fc_rx;
+} nic_vl;
+
+typedef struct {
+    int enabled;
+    int nvls, vls[NIC_PRIOS];     /* the credit VLs, in the spec's order */
+    int is_vl[NIC_PRIOS];
+    nic_vl vl[NIC_PRIOS];         /* indexed by priority; used where is_vl */
+    int64_t capacity_blocks, capacity_bytes, update_blocks;
+    double refresh_s;
+    uint8_t fc_tmpl[NIC_FC_FRAME_BYTES];
+    /* ACKs and NAKs on a credit VL waiting for credit, oldest first: frames
+     * [ctrl_head, ctrl.count) of ctrl */
+    nic_out ctrl;
+    size_t ctrl_head;
+    int64_t fc_tx, fc_rx, overruns;
+} nic_credit;
+
 /* ----- the transport (nic_engine.c) -------------------------------------------- */
 
 typedef struct {
@@ -172,14 +222,6 @@ typedef struct {
     double last_cnp_at;           /* NAN: none (the NP's per-QP state) */
 } nic_qp;
 
-/* Frames produced by one call, in order. */
-typedef struct {
-    uint8_t *buf;
-    size_t len, cap;
-    size_t *ends;                 /* end offset of each frame */
-    size_t count, ends_cap;
-} nic_out;
-
 typedef struct nic_engine {
     double rate_bps, rto_s;
     double rnr_s[32];             /* the RNR timer codes in emulated seconds (rnic._rnr_s) */
@@ -205,6 +247,7 @@ typedef struct nic_engine {
     int64_t hist[NIC_HIST], frames;
     double max_late_s, deficit_s, busy_s, last_wire_s;
     int last_bucket;
+    nic_credit credit;            /* enabled: credit flow control instead of PFC */
     uint8_t scratch[NIC_MAX_FRAME];
 } nic_engine;
 
@@ -226,6 +269,33 @@ int nic_receive(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *
 int nic_tick(nic_engine *e, double now, nic_out *out);
 double nic_next_tick(nic_engine *e);                 /* NAN: none */
 void nic_drain(nic_engine *e, double now);
+/* the wire's virtual clock (nic_engine.c): a frame of `size` bytes leaves at `now` */
+void nic_wire(nic_engine *e, size_t size, double now);
+
+/* nic_credit.c: set up the credit link, and free it. */
+/* The sizes are credit.CreditLink's (nicpath.py builds one for them). */
+void nic_credit_init(nic_engine *e, const int *vls, int nvls, int64_t capacity_blocks,
+                     int64_t update_blocks, double refresh_s,
+                     const uint8_t tmpl[NIC_FC_FRAME_BYTES], double now);
+void nic_credit_free(nic_engine *e);
+int nic_is_flow_control(const uint8_t *f, size_t n);
+int nic_prio_of(const uint8_t *f, size_t n);           /* rnic._prio_of */
+int nic_credit_blocks(const nic_credit *c, int vl);
+int nic_credit_blocked(const nic_credit *c, int prio);
+/* credit.may_send / sent for a frame of `size` bytes on `prio` (a credit VL). */
+int nic_credit_may_send(nic_credit *c, int prio, size_t size, double now);
+void nic_credit_sent(nic_credit *c, int prio, size_t size);
+double nic_credit_unblocked_at(const nic_credit *c, int prio);
+/* rnic.credit_rx: 1 when the frame fits the credit given (or is on no credit VL). */
+int nic_credit_rx(nic_engine *e, const uint8_t *f, size_t n);
+/* A flow control frame received: its credit, then the control frames it lets go. */
+int nic_credit_on_frame(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *out);
+/* ACKs and NAKs produced by a receive: those on a credit VL queue behind the others. */
+int nic_credit_route(nic_engine *e, nic_out *out, size_t first, double now);
+int nic_credit_flush(nic_engine *e, double now, int charge_wire, nic_out *out);
+int nic_credit_due(nic_engine *e, double now, nic_out *out);
+double nic_credit_next_due(const nic_credit *c);
+size_t nic_credit_waiting(const nic_credit *c);
 
 /* ----- the agent's loop (nic_loop.c) ---------------------------------------------- */
 

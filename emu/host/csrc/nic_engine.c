@@ -8,7 +8,9 @@
  * NAK / RNR NAK / ACK handling and go-back-0 as rnic.py has them. Responder:
  * PSN order, ACK when asked, a NAK on the first gap, duplicates answered,
  * CE marks turned into CNPs (DCQCN's notification point), the host receive
- * buffer and its PAUSE, reassembly of whole messages into an inbox.
+ * buffer and its PAUSE, reassembly of whole messages into an inbox. On a
+ * credit link the lanes' credit (nic_credit.c) gates data and ACKs instead of
+ * PAUSE, and the NIC returns credit instead of sending PAUSE.
  *
  * Every branch follows rnic.py's in the same order with the same float
  * operations, so that the differential test can require equal frames and
@@ -89,7 +91,7 @@ static double early_s(const nic_engine *e)
     return NIC_EARLY_FRAMES * (NIC_FRAME_BYTES * 8 / e->rate_bps);
 }
 
-static void wire(nic_engine *e, size_t size, double now)
+void nic_wire(nic_engine *e, size_t size, double now)
 {
     e->free_at = dmax(e->free_at, now - NIC_WIRE_CATCH_UP_S) + (double)(size * 8) / e->rate_bps;
 }
@@ -113,6 +115,9 @@ static void on_clock(nic_engine *e, double now, double slot, size_t size, int cl
 
 int nic_may_send(const nic_engine *e, double now)
 {
+    if (e->credit.enabled &&
+        (nic_credit_waiting(&e->credit) || nic_credit_blocked(&e->credit, NIC_DATA_PRIO)))
+        return 0;
     return e->free_at <= now + early_s(e) && e->paused_until[NIC_DATA_PRIO] <= now;
 }
 
@@ -121,7 +126,7 @@ void nic_use_wire(nic_engine *e, size_t size, double now, double ready_at)
     double slot = dmax(dmax(e->free_at, isnan(ready_at) ? now : ready_at),
                        e->paused_until[NIC_DATA_PRIO]);
     on_clock(e, now, slot, size, slot == e->free_at);
-    wire(e, size, now);
+    nic_wire(e, size, now);
 }
 
 /* ----- queue pairs ---------------------------------------------------------------- */
@@ -344,14 +349,15 @@ static size_t data_frame(nic_engine *e, nic_qp *qp, int64_t psn, size_t *payload
 int nic_next_frame(nic_engine *e, double now, nic_out *out)
 {
     double soon = now + early_s(e);
-    if (e->free_at > soon)
-        return 0;
+    nic_credit *credit = e->credit.enabled ? &e->credit : NULL;
+    if (e->free_at > soon || (credit && nic_credit_waiting(credit)))
+        return 0;  /* the wire is busy, or ACKs wait for credit ahead of data */
     for (int k = 0; k < e->nqps; k++) {
         nic_qp *qp = e->qps[e->rr];
         e->rr = (e->rr + 1) % e->nqps;
         int prio = qp->prio;
-        if (e->paused_until[prio] > now)
-            continue;
+        if (e->paused_until[prio] > now || (credit && nic_credit_blocked(credit, prio)))
+            continue;  /* its lane is paused, or waits for a flow control frame */
         check_timeout(e, qp, now);
         if (qp->next_psn >= qp->end_psn || qp->next_tx_at > soon ||
             qp->next_psn - qp->una >= NIC_MAX_OUTSTANDING)
@@ -362,6 +368,12 @@ int nic_next_frame(nic_engine *e, double now, nic_out *out)
         size_t len = data_frame(e, qp, qp->next_psn, &payload);
         if (!len)
             continue;  /* cannot happen: every PSN below end_psn has its message */
+        if (credit && credit->is_vl[prio]) {
+            if (!nic_credit_may_send(credit, prio, len, now))
+                continue;  /* the lane waits for credit; a flow control frame wakes it */
+            nic_credit_sent(credit, prio, len);
+            slot = dmax(slot, nic_credit_unblocked_at(credit, prio));
+        }
         on_clock(e, now, slot, len, slot == e->free_at || slot == qp->next_tx_at);
         if (sent_at_set(qp, qp->next_psn, now) < 0)
             return -1;
@@ -369,7 +381,7 @@ int nic_next_frame(nic_engine *e, double now, nic_out *out)
         qp->tx_packets++;
         qp->tx_bytes += (int64_t)len;
         qp->tx_payload_bytes += (int64_t)payload;
-        wire(e, len, now);
+        nic_wire(e, len, now);
         double rate = qp->max_rate_bps > 0 ? qp->max_rate_bps : e->rate_bps;
         rate = dmin(e->rate_bps, rate);
         if (qp->has_rp) {
@@ -389,6 +401,8 @@ double nic_next_wakeup(nic_engine *e, double now)
     for (int k = 0; k < e->nqps; k++) {
         nic_qp *qp = e->qps[k];
         double t;
+        if (nic_credit_blocked(&e->credit, qp->prio))
+            continue;  /* waits for a flow control frame, which wakes the agent */
         if (qp->next_psn < qp->end_psn && qp->next_psn - qp->una < NIC_MAX_OUTSTANDING)
             t = dmax(qp->next_tx_at, e->paused_until[qp->prio]);
         else if (qp->una < qp->next_psn)
@@ -650,7 +664,7 @@ static int on_data(nic_engine *e, const nic_roce *r, const uint8_t *f, size_t si
             if (nic_out_add(out, b, n) < 0)
                 return -1;
         }
-        return rx_pfc(e, now, out);
+        return e->credit.enabled ? 0 : rx_pfc(e, now, out);
     }
     if (psn > qp->expected) {
         qp->out_of_order++;
@@ -686,6 +700,12 @@ int nic_receive(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *
         on_pause(e, f, n, now);
         return 0;
     }
+    if (e->credit.enabled) {
+        if (nic_is_flow_control(f, n))
+            return nic_credit_on_frame(e, f, n, now, out);
+        if (!nic_credit_rx(e, f, n))
+            return 0;  /* beyond the credit given: dropped */
+    }
     nic_roce r;
     if (!nic_parse_roce(f, n, &r))
         return 0;
@@ -702,9 +722,12 @@ int nic_receive(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *
     size_t first = out->count;
     if (on_data(e, &r, f, n, now, out) < 0)
         return -1;
+    /* ACKs and NAKs ride the data lane: on a credit link they too need credit, in order. */
+    if (e->credit.enabled && nic_credit_route(e, out, first, now) < 0)
+        return -1;
     /* ACKs, NAKs, CNPs and PAUSEs take the wire's time like data (rnic.receive). */
     for (size_t k = first; k < out->count; k++)
-        wire(e, out->ends[k] - (k ? out->ends[k - 1] : 0), now);
+        nic_wire(e, out->ends[k] - (k ? out->ends[k - 1] : 0), now);
     return 0;
 }
 
@@ -713,12 +736,17 @@ int nic_tick(nic_engine *e, double now, nic_out *out)
     for (int k = 0; k < e->nqps; k++)
         if (e->qps[k]->has_rp)
             nic_rp_advance(&e->qps[k]->rp, now);
+    if (e->credit.enabled) {
+        if (nic_credit_flush(e, now, 1, out) < 0)
+            return -1;
+        return nic_credit_due(e, now, out);
+    }
     if (e->xoff || e->stuck) {
         size_t first = out->count;
         if (rx_pfc(e, now, out) < 0)
             return -1;
         for (size_t k = first; k < out->count; k++)
-            wire(e, out->ends[k] - (k ? out->ends[k - 1] : 0), now);
+            nic_wire(e, out->ends[k] - (k ? out->ends[k - 1] : 0), now);
     }
     return 0;
 }
@@ -732,6 +760,19 @@ double nic_next_tick(nic_engine *e)
         double t = nic_rp_next_event_at(&e->qps[k]->rp);
         if (!isnan(t) && (isnan(best) || t < best))
             best = t;
+    }
+    if (e->credit.enabled) {
+        double t = nic_credit_next_due(&e->credit);
+        if (isnan(best) || t < best)
+            best = t;
+        if (e->drain_rate_bps > 0 && e->rx_buffer > 0 && !e->stuck) {
+            /* when the drain has freed one update's worth of buffer */
+            double freed = dmin(e->rx_buffer, (double)(e->credit.update_blocks * NIC_BLOCK_BYTES));
+            t = e->rx_drained_at + freed * 8 / e->drain_rate_bps;
+            if (t < best)
+                best = t;
+        }
+        return best;
     }
     if (e->xoff || e->stuck) {
         double t = e->next_pause_refresh;

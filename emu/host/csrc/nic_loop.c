@@ -102,7 +102,9 @@ static int read_port(nic_group *g, int i, PyObject *others, int64_t *frames_read
             break;
         (*frames_read)++;
         double now = mono();
-        if (s->takers && !is_rocev2(buf, (size_t)n) && !nic_is_mac_control(buf, (size_t)n)) {
+        /* agent._receive: what a collective may take is neither RoCE, PAUSE nor credit */
+        if (s->takers && !is_rocev2(buf, (size_t)n) && !nic_is_mac_control(buf, (size_t)n) &&
+            !nic_is_flow_control(buf, (size_t)n)) {
             PyObject *t = Py_BuildValue("(iy#)", i, (const char *)buf, (Py_ssize_t)n);
             if (!t || PyList_Append(others, t) < 0) {
                 Py_XDECREF(t);

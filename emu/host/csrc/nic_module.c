@@ -54,24 +54,61 @@ static void Engine_dealloc(Engine *self)
     for (int i = 0; i < self->e.nqps; i++)
         nic_qp_free(self->e.qps[i]);
     free(self->e.qps);
+    nic_credit_free(&self->e);
     nic_out_free(&self->out);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* credit: (vls, capacity_blocks, update_blocks, refresh_s, fc_template), credit.CreditLink's. */
+static int credit_arg(nic_engine *e, PyObject *credit, double now)
+{
+    PyObject *vls;
+    long long cap, upd;
+    double refresh;
+    Py_buffer tmpl;
+    if (!PyArg_ParseTuple(credit, "OLLdy*", &vls, &cap, &upd, &refresh, &tmpl))
+        return -1;
+    int ok = tmpl.len == NIC_FC_FRAME_BYTES && cap >= 0 && cap <= NIC_MAX_CREDIT_BLOCKS &&
+             upd >= 1 && refresh > 0;
+    int v[NIC_PRIOS], n = 0;
+    PyObject *seq = ok ? PySequence_Fast(vls, "credit VLs must be a sequence") : NULL;
+    if (seq) {
+        Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+        ok = len >= 1 && len <= NIC_PRIOS;
+        for (Py_ssize_t i = 0; ok && i < len; i++) {
+            long vl = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            ok = !PyErr_Occurred() && vl >= 0 && vl < NIC_PRIOS;
+            for (int j = 0; ok && j < n; j++)
+                ok = v[j] != vl;
+            if (ok)
+                v[n++] = (int)vl;
+        }
+        Py_DECREF(seq);
+    }
+    if (ok)
+        nic_credit_init(e, v, n, cap, upd, refresh, tmpl.buf, now);
+    PyBuffer_Release(&tmpl);
+    if (!ok && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError,
+                        "Engine: credit VLs, capacity, update, refresh or template out of range");
+    return ok ? 0 : -1;
+}
+
 /* Engine(rate_bps, mtu_payload, rto_s, rnr_s, go_back_0, dcqcn, rx_buffer_bytes,
  *        rx_xoff_bytes, rx_xon_bytes, inbox_max_bytes, drain_rate_bps, pfc_quanta,
- *        pfc_template, now)
+ *        pfc_template, now[, credit])
  * dcqcn: None, or (line, min, ai, hai, alpha_period, increase_period, cnp_interval,
- *        byte_counter, g, alpha_init, fast_recovery_steps); drain_rate_bps: None or >= 0. */
+ *        byte_counter, g, alpha_init, fast_recovery_steps); drain_rate_bps: None or >= 0;
+ * credit: None (PFC), or `credit_arg`'s tuple. */
 static int Engine_init(Engine *self, PyObject *args, PyObject *kw)
 {
     double rate, rto, now;
     long long mtu, rxb, xoff, xon, inbox_max;
     int gb0, quanta;
-    PyObject *rnr, *dcqcn, *drain;
+    PyObject *rnr, *dcqcn, *drain, *credit = Py_None;
     Py_buffer pfc;
-    if (!PyArg_ParseTuple(args, "dLdOpOLLLLOiy*d", &rate, &mtu, &rto, &rnr, &gb0, &dcqcn, &rxb,
-                          &xoff, &xon, &inbox_max, &drain, &quanta, &pfc, &now))
+    if (!PyArg_ParseTuple(args, "dLdOpOLLLLOiy*d|O", &rate, &mtu, &rto, &rnr, &gb0, &dcqcn, &rxb,
+                          &xoff, &xon, &inbox_max, &drain, &quanta, &pfc, &now, &credit))
         return -1;
     nic_engine *e = &self->e;
     if (self->ready) {
@@ -139,6 +176,8 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kw)
     e->pfc_quanta = quanta;
     e->free_at = now;
     e->rx_drained_at = now;
+    if (credit != Py_None && credit_arg(e, credit, now) < 0)
+        return -1;
     nic_crc32(0, NULL, 0);  /* the CRC table, built while the GIL is held */
     self->ready = 1;
     return 0;
@@ -268,6 +307,18 @@ static PyObject *Engine_receive(Engine *self, PyObject *args)
         return PyErr_NoMemory();
     }
     return out_list(self);
+}
+
+/* credit_rx(frame) -> whether it fits the credit given (rnic.credit_rx) */
+static PyObject *Engine_credit_rx(Engine *self, PyObject *arg)
+{
+    Py_buffer f;
+    READY(self);
+    if (PyObject_GetBuffer(arg, &f, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int fits = nic_credit_rx(&self->e, f.buf, (size_t)f.len);
+    PyBuffer_Release(&f);
+    return PyBool_FromLong(fits);
 }
 
 static PyObject *Engine_tick(Engine *self, PyObject *arg)
@@ -523,6 +574,10 @@ static PyObject *Engine_nic(Engine *self, PyObject *unused)
     SET_INT(d, "np_ce_received", e->np_ce_received);
     SET_INT(d, "np_cnps_sent", e->np_cnps_sent);
     SET_INT(d, "np_cnps_suppressed", e->np_cnps_suppressed);
+    SET_INT(d, "fc_tx", e->credit.fc_tx);
+    SET_INT(d, "fc_rx", e->credit.fc_rx);
+    SET_INT(d, "credit_overruns", e->credit.overruns);
+    SET_INT(d, "ctrl_waiting", nic_credit_waiting(&e->credit));
     PyObject *until = PyList_New(NIC_PRIOS), *paused = PyList_New(NIC_PRIOS);
     if (!until || !paused) {
         Py_XDECREF(until);
@@ -542,6 +597,50 @@ static PyObject *Engine_nic(Engine *self, PyObject *unused)
     return d;
 fail:
     Py_DECREF(d);
+    return NULL;
+}
+
+/* credit() -> None (PFC), or [(vl, {state}), ...] in the spec's order: CreditLink's raw
+ * fields (nicpath.py makes `stats` of them) */
+static PyObject *Engine_credit(Engine *self, PyObject *unused)
+{
+    READY(self);
+    nic_credit *c = &self->e.credit;
+    if (!c->enabled)
+        Py_RETURN_NONE;
+    PyObject *list = PyList_New(c->nvls);
+    if (!list)
+        return NULL;
+    for (int i = 0; i < c->nvls; i++) {
+        int vl = c->vls[i];
+        nic_vl *st = &c->vl[vl];
+        PyObject *d = PyDict_New();
+        if (!d)
+            goto fail_list;
+        PyList_SET_ITEM(list, i, Py_BuildValue("(iN)", vl, d));
+        if (!PyList_GET_ITEM(list, i))
+            goto fail_list;
+        SET_INT(d, "credit_blocks", nic_credit_blocks(c, vl));
+        SET_INT(d, "fctbs", st->fctbs);
+        SET_INT(d, "abr", st->abr);
+        SET_FLOAT(d, "blocked_s", st->blocked_s);
+        SET_FLOAT(d, "blocked_since", st->blocked_since);
+        SET_INT(d, "blocked_count", st->blocked_count);
+        SET_INT(d, "tx_frames", st->tx_frames);
+        SET_INT(d, "rx_frames", st->rx_frames);
+        SET_INT(d, "overruns", st->overruns);
+        SET_INT(d, "abr_resyncs", st->abr_resyncs);
+        SET_INT(d, "fc_tx", st->fc_tx);
+        SET_INT(d, "fc_rx", st->fc_rx);
+        if (st->has_limit)
+            SET_INT(d, "fccl_rx", st->limit);
+        if (st->has_advertised)
+            SET_INT(d, "fccl_tx", st->advertised);
+    }
+    return list;
+fail:
+fail_list:
+    Py_DECREF(list);
     return NULL;
 }
 
@@ -637,6 +736,8 @@ static PyMethodDef Engine_methods[] = {
     {"next_frame", (PyCFunction)Engine_next_frame, METH_O, NULL},
     {"receive", (PyCFunction)Engine_receive, METH_VARARGS, NULL},
     {"tick", (PyCFunction)Engine_tick, METH_O, NULL},
+    {"credit_rx", (PyCFunction)Engine_credit_rx, METH_O, NULL},
+    {"credit", (PyCFunction)Engine_credit, METH_NOARGS, NULL},
     {"next_wakeup", (PyCFunction)Engine_next_wakeup, METH_O, NULL},
     {"next_tick", (PyCFunction)Engine_next_tick, METH_NOARGS, NULL},
     {"may_send", (PyCFunction)Engine_may_send, METH_O, NULL},
