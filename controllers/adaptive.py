@@ -3,7 +3,8 @@
 ``controllers.adaptive`` runs *instead of* ``controllers.routing`` (it is
 routing plus the following), so that a scenario switches adaptive routing on
 or off by naming one app or the other, and static ECMP, adaptive routing and
-the non-blocking ideal run the same traffic.
+the non-blocking ideal run the same traffic; ``controllers.routing
+--extensions adaptive,tagger`` runs it beside Tagger.
 
 What it adds to routing, every ``poll_interval_s``:
 
@@ -37,8 +38,8 @@ and is attached to routing's manager as its ``RoutingExtension``
 bucket weights go out inside routing's per-switch updates, before routing's
 barrier, in the order they always did; it reads routing only through the
 ``RoutingView`` routing hands it and routing's public methods.
-``AdaptiveApp`` is the os-ken shim: the routing service with the adaptive
-manager attached.  Cookie band, priorities and group ids come from
+``routing_extension`` builds it for the routing app (``--extensions``);
+``AdaptiveApp`` is the routing service with it always on.  Cookie band, priorities and group ids come from
 ``controllers/layout.py``.
 """
 
@@ -46,16 +47,11 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
-
-import networkx as nx
-from os_ken.controller import ofp_event
-from os_ken.controller.handler import MAIN_DISPATCHER, set_ev_cls
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from controllers import layout, ofmsg
-from controllers.launch import app_options
 from controllers.routing import RoutingApp, RoutingManager
-from controllers.routing_api import Msgs, PortKey, Route, RoutingView
+from controllers.routing_api import Host, Msgs, PortKey, Route, RoutingView
 
 Pair = Tuple[str, str]  # (source host IP, destination host IP)
 Hop = Tuple[int, int]  # (dpid, output port)
@@ -359,21 +355,42 @@ class AdaptiveManager:
         speed = view.speed_bps(link[0], port) if port is not None else 0
         return speed / nic_bps if speed and nic_bps else 1.0
 
+    @staticmethod
+    def _allowed(routes: Mapping[int, Mapping[str, Any]], dpid: int, ip: str) -> FrozenSet[int]:
+        """The next-hop ports routing's route to ``ip`` allows at ``dpid`` (none: it is local)."""
+        route = routes.get(dpid, {}).get(ip)
+        return route[1] if route is not None and route[0] == "ecmp" else frozenset()
+
     def _paths(
-        self, view: RoutingView, src_dpid: int, dst_dpid: int
+        self, view: RoutingView, routes: Mapping[int, Mapping[str, Any]], src_dpid: int, dst: Host
     ) -> List[Tuple[Tuple[Hop, ...], Tuple]]:
-        g = nx.DiGraph()
-        for s, sp, d, _dp in view.links:
-            if s in view.switches and d in view.switches and (s, sp) not in view.damped:
-                g.add_edge(s, d, port=sp)
-        if src_dpid not in g or dst_dpid not in g or not nx.has_path(g, src_dpid, dst_dpid):
-            return []
-        out = []
-        for nodes in sorted(nx.all_shortest_paths(g, src_dpid, dst_dpid)):
-            links = tuple(zip(nodes, nodes[1:]))
-            hops = tuple((a, g.edges[a, b]["port"]) for a, b in links)
-            out.append((hops, links))
-        return out
+        """Every path to ``dst`` that routing's routes allow from ``src_dpid``, in node order.
+
+        Adaptive routing chooses among the next hops routing gives each switch (every
+        shortest one by default; a ``--next-hops`` policy's otherwise), as a GPU
+        fabric's adaptive routing picks within its ECMP set: so a policy, and what
+        another extension derived from the routes (Tagger's rules), hold for its paths.
+        """
+        peer = {
+            (s, sp): d
+            for s, sp, d, _dp in view.links
+            if s in view.switches and d in view.switches and (s, sp) not in view.damped
+        }
+        found: List[Tuple[Tuple[int, ...], Tuple[Hop, ...]]] = []
+
+        def walk(nodes: List[int], hops: List[Hop]) -> None:
+            here = nodes[-1]
+            if here == dst.dpid:
+                found.append((tuple(nodes), tuple(hops)))
+                return
+            for port in sorted(self._allowed(routes, here, dst.ip)):
+                nxt = peer.get((here, port))
+                if nxt is not None and nxt not in nodes:
+                    walk(nodes + [nxt], hops + [(here, port)])
+
+        walk([src_dpid], [])
+        found.sort(key=lambda p: p[0])
+        return [(hops, tuple(zip(nodes, nodes[1:]))) for nodes, hops in found]
 
     def _first_fit(
         self,
@@ -385,7 +402,7 @@ class AdaptiveManager:
         src, dst = view.hosts.get(pair[0]), view.hosts.get(pair[1])
         if src is None or dst is None or src.dpid == dst.dpid:
             return None
-        paths = self._paths(view, src.dpid, dst.dpid)
+        paths = self._paths(view, self.routing.routes(), src.dpid, dst)
         if not paths:
             return None
         nic = self._host_rate(view, pair[0])
@@ -410,15 +427,17 @@ class AdaptiveManager:
         return {dpid for dpid, _ in pl.hops}
 
     def pinned_paths(self, view: RoutingView) -> Dict[Pair, Tuple[Hop, ...]]:
-        """The hops of every pair on a chosen path: elephants, and their reverse pairs."""
+        """The hops of every pair on a chosen path: elephants, and their reverse pairs
+        where routing's routes allow the reverse path (a one-way policy does not)."""
         paths = {pair: pl.hops for pair, pl in self.placements.items()}
         if not self.adaptive.pin_reverse:
             return paths
+        routes = self.routing.routes() if self.placements else {}
         for (src, dst), pl in self.placements.items():
             if (dst, src) in self.placements:
                 continue
             hops = tuple((b, view.port_towards(b, a)) for a, b in reversed(pl.links))
-            if all(port is not None for _, port in hops):
+            if all(port is not None and port in self._allowed(routes, b, src) for b, port in hops):
                 paths[(dst, src)] = hops
         return paths
 
@@ -429,9 +448,12 @@ class AdaptiveManager:
 
         So the flows routing then asks for (``switch_flows``) are already right.
         """
+        routes = self.routing.routes() if self.placements else {}
         for pair, pl in list(self.placements.items()):
             if any(view.port_towards(a, b) != port for (a, port), (_, b) in zip(pl.hops, pl.links)):
                 self._unplace(pair, now, "path_lost")
+            elif any(port not in self._allowed(routes, a, pair[1]) for a, port in pl.hops):
+                self._unplace(pair, now, "route_changed")  # routing no longer allows a hop
         self._pinned = self.pinned_paths(view)  # links changed: reverse ports may have too
 
     def _update_hot(self, view: RoutingView, now: float) -> bool:
@@ -623,26 +645,19 @@ def _pair_match(pair: Pair) -> Dict[str, Any]:
 # ---------------------------------------------------------------------------- os-ken shim
 
 
+def routing_extension(routing: RoutingManager, options: Any) -> AdaptiveManager:
+    """The adaptive manager attached to ``routing``, with the launcher's options
+    (``controllers.launch.AppOptions``: poll interval, elephant fraction)."""
+    return AdaptiveManager(
+        routing,
+        AdaptiveConfig(
+            poll_interval_s=options.poll_interval_s, elephant_fraction=options.elephant_fraction
+        ),
+    )
+
+
 class AdaptiveApp(RoutingApp):
-    """os-ken shim: the routing service with ``AdaptiveManager`` attached, plus statistics replies."""
+    """os-ken shim: the routing service with ``AdaptiveManager`` always attached (the
+    routing app hands it the flow and port statistics replies)."""
 
-    def make_extension(self, routing: RoutingManager) -> None:
-        opts = app_options()
-        self.adaptive = AdaptiveManager(
-            routing,
-            AdaptiveConfig(
-                poll_interval_s=opts.poll_interval_s, elephant_fraction=opts.elephant_fraction
-            ),
-        )
-
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def flow_stats_handler(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in ev.msg.body]
-        self.handle(dp, lambda now: self.adaptive.flow_stats(dp.id, stats, now))
-
-    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
-    def port_stats_handler(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        stats = [(s.port_no, s.tx_bytes) for s in ev.msg.body]
-        self.handle(dp, lambda now: self.adaptive.port_stats(dp.id, stats, now))
+    EXTENSIONS = ("adaptive",)

@@ -6,7 +6,8 @@ Usage::
         --status-file FILE [--log-file FILE] [--expect-switches N --expect-links N --expect-hosts N] \\
         [--lldp-interval S] [--flowlet-gap-us US] [--poll-interval S] [--elephant-fraction F] \\
         [--agg-socket PATH] [--agg-slots-per-switch N] \\
-        [--verbose] controllers.routing|controllers.adaptive [controllers.aggregation]
+        [--extensions adaptive,tagger] [--verbose] \\
+        controllers.routing|controllers.adaptive|controllers.tagger [controllers.aggregation]
 
 It owns the process around the apps: argument checking (bad arguments give a
 one-line message and exit status 2, never a traceback), logging, dying with
@@ -49,7 +50,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 # Pin the hub before anything imports os_ken.lib.hub (it reads the variable at import).
 os.environ["OSKEN_HUB_TYPE"] = "native"
@@ -57,6 +58,8 @@ os.environ["OSKEN_HUB_TYPE"] = "native"
 import oslo_config.cfg as oslo_cfg  # noqa: E402
 from os_ken import cfg  # noqa: E402  (must follow the hub pin)
 
+from controllers.routing_api import ROUTING_EXTENSIONS  # noqa: E402
+from emu import config  # noqa: E402
 from emu.registry import die_with_parent  # noqa: E402
 
 LOG = logging.getLogger(__name__)
@@ -81,6 +84,7 @@ class AppOptions:
     agg_socket: Optional[str] = None
     agg_slots_per_switch: int = 1024
     next_hops: Optional[str] = None
+    extensions: Tuple[str, ...] = ()
 
 
 def _emu_opts() -> list:
@@ -106,6 +110,11 @@ def _emu_opts() -> list:
             "agg-slots-per-switch",
             default=1024,
             help="aggregation: slots of each switch's reduction engine",
+        ),
+        cfg.ListOpt(
+            "extensions",
+            default=[],
+            help="routing: extensions beside it (adaptive, tagger), attached in this order",
         ),
         cfg.StrOpt(
             "next-hops",
@@ -137,6 +146,7 @@ def app_options() -> AppOptions:
             agg_socket=conf.agg_socket,
             agg_slots_per_switch=conf.agg_slots_per_switch,
             next_hops=conf.next_hops,
+            extensions=tuple(conf.extensions or ()),
         )
     except (oslo_cfg.Error, AttributeError):
         return AppOptions()
@@ -238,6 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="controllers.routing: a Python file whose next_hops(topology, switch, "
         "destination) returns the output ports (a lab's ECMP policy)",
     )
+    p.add_argument(
+        "--extensions",
+        type=_extensions,
+        default=(),
+        metavar="NAME,...",
+        help="controllers.routing: managers beside routing, in this order "
+        f"({', '.join(ROUTING_EXTENSIONS)}; e.g. adaptive,tagger)",
+    )
     p.add_argument("--verbose", action="store_true")
     p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
     return p
@@ -268,11 +286,43 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             load_next_hops(args.next_hops)
         except ValueError as exc:
             parser.error(str(exc))
+    routing_apps = []
     for app in args.apps:
         try:
-            importlib.import_module(app)
+            module = importlib.import_module(app)
         except ImportError as e:
             parser.error(f"app {app!r} cannot be imported: {e}")
+        if _runs_routing(module):
+            routing_apps.append(app)
+    if len(routing_apps) > 1:
+        # Each is the routing service; two would both route. Extensions compose instead.
+        names = [a.rsplit(".", 1)[-1] for a in routing_apps if a != "controllers.routing"]
+        parser.error(
+            f"{' and '.join(routing_apps)} each run routing; run one: controllers.routing "
+            f"--extensions {','.join(names)}"
+        )
+
+
+def _extensions(text: str) -> Tuple[str, ...]:
+    try:
+        names = config.routing_extensions(text)
+    except config.ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name at least one of {', '.join(ROUTING_EXTENSIONS)}"
+        )
+    return names
+
+
+def _runs_routing(module: Any) -> bool:
+    """Whether ``module`` defines an app that is the routing service (a ``RoutingApp``)."""
+    from controllers.routing import RoutingApp
+
+    return any(
+        isinstance(v, type) and issubclass(v, RoutingApp) and v.__module__ == module.__name__
+        for v in vars(module).values()
+    )
 
 
 # ---------------------------------------------------------------------------- process plumbing
@@ -322,6 +372,8 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
         out += ["--flowlet-gap-us", str(args.flowlet_gap_us)]
     if args.next_hops is not None:
         out += ["--next-hops", os.path.abspath(args.next_hops)]
+    if args.extensions:
+        out += ["--extensions", ",".join(args.extensions)]
     agg_socket = args.agg_socket or os.path.join(
         os.path.dirname(os.path.abspath(args.status_file)), "aggregation.sock"
     )

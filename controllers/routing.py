@@ -1,4 +1,4 @@
-"""Routing app: LLDP topology discovery, host discovery and proxy ARP, shortest-path ECMP, failover.
+r"""Routing app: LLDP topology discovery, host discovery and proxy ARP, shortest-path ECMP, failover.
 
 Two layers, as in Faucet:
 
@@ -14,10 +14,14 @@ Two layers, as in Faucet:
   answers requests for the current view (``EventRoutingViewRequest``); both
   are defined in ``controllers/routing_api.py`` with the view they carry.
 
-A manager that adds flows and bucket weights to routing's per-switch updates
-(adaptive routing) is attached as a ``RoutingExtension``: routing calls it
-with a ``RoutingView`` and ``now`` at fixed points and sends what it returns in
-routing's make-before-break order; it never reads routing's fields.
+Managers that add flows and bucket weights to routing's per-switch updates
+(adaptive routing, Tagger) are attached as ``RoutingExtension``\ s, as many as
+make sense together (Faucet's valve dispatches each event to a list of
+managers the same way): routing calls each, in the order they were attached,
+with a ``RoutingView`` and ``now`` at fixed points and sends what they return
+in routing's make-before-break order; none reads routing's fields or another
+extension's. ``RoutingApp`` builds the ones named by ``--extensions`` (and the
+one an app like ``controllers.adaptive`` stands for).
 
 What goes into a switch (table, cookie and priorities from ``layout.py``): punt
 LLDP and ARP to the controller, a default drop, and per known host an IPv4 route
@@ -36,6 +40,7 @@ OpenFlow 1.3 switch.
 from __future__ import annotations
 
 import collections
+import importlib
 import importlib.util
 import json
 import logging
@@ -73,6 +78,7 @@ from os_ken.ofproto import ofproto_v1_3
 from controllers import layout, ofmsg
 from controllers.launch import app_options
 from controllers.routing_api import (
+    ROUTING_EXTENSIONS,
     ROUTING_SERVICE,
     EventRoutingChanged,
     EventRoutingViewReply,
@@ -262,7 +268,7 @@ class RoutingManager:
 
     def __init__(self, config: Optional[RoutingConfig] = None) -> None:
         self.config = config or RoutingConfig()
-        self._extension: Optional[RoutingExtension] = None
+        self._extensions: List[RoutingExtension] = []
         self._switches: Dict[int, _Switch] = {}
         # directed link: (src dpid, src port) -> (dst dpid, dst port); last refresh separately
         self._links: Dict[PortKey, PortKey] = {}
@@ -315,10 +321,23 @@ class RoutingManager:
         )
 
     def attach(self, extension: RoutingExtension) -> None:
-        """Call ``extension`` at routing's fixed points from now on (one extension at most)."""
-        if self._extension is not None and self._extension is not extension:
-            raise RoutingInvariantError("routing already has an extension attached")
-        self._extension = extension
+        """Call ``extension`` at routing's fixed points from now on, after those attached before.
+
+        Raises:
+            RoutingInvariantError: an extension of the same kind is attached already
+                (two would install the same flows twice).
+        """
+        if extension in self._extensions:
+            return
+        kind = type(extension).__name__
+        if any(type(e).__name__ == kind for e in self._extensions):
+            raise RoutingInvariantError(f"routing already has a {kind} attached")
+        self._extensions.append(extension)
+
+    @property
+    def extensions(self) -> Tuple[RoutingExtension, ...]:
+        """The attached extensions, in the order routing calls them."""
+        return tuple(self._extensions)
 
     def record_event(self, now: float, kind: str, **fields: Any) -> None:
         """Add an event to the status file's ``events`` (for an extension's decisions)."""
@@ -399,7 +418,7 @@ class RoutingManager:
                 "hosts": self.config.expect_hosts,
             },
             "events": list(self._events),
-            **(self._extension.status() if self._extension is not None else {}),
+            **{k: v for e in self._extensions for k, v in e.status().items()},
         }
 
     # ------------------------------------------------------------------ switch events
@@ -409,11 +428,11 @@ class RoutingManager:
 
         Resync deletes every flow of routing's cookie band and every group first,
         so the tables equal what a freshly started controller installs.  An
-        attached extension's messages for the switch go first.
+        attached extensions' messages for the switch go first.
         """
         msgs: Msgs = []
-        if self._extension is not None:
-            msgs += self._extension.switch_enter(dpid, now)
+        for extension in self._extensions:
+            msgs += extension.switch_enter(dpid, now)
         if dpid in self._switches:
             # A reconnect overtook the old connection's teardown.
             msgs += self.switch_leave(dpid, now)
@@ -736,8 +755,8 @@ class RoutingManager:
             else:
                 del self._pending[ip]
                 self._flooded_s.pop(ip, None)
-        if self._extension is not None:
-            msgs += self._extension.tick(now)
+        for extension in self._extensions:
+            msgs += extension.tick(now)
         return msgs
 
     def next_wakeup_s(self) -> Optional[float]:
@@ -887,9 +906,10 @@ class RoutingManager:
         """
         self.topology_version += 1
         view = None
-        if self._extension is not None:
+        if self._extensions:
             view = self.view(now)
-            self._extension.before_resync(view, now)
+            for extension in self._extensions:
+                extension.before_resync(view, now)
         routes = self.routes()
         msgs: Msgs = []
         for dpid in sorted(self._switches):
@@ -961,20 +981,47 @@ class RoutingManager:
         # Make before break: new groups, then flows (routing's, then another app's that
         # use routing's groups), then the groups nothing points to any more.
         app_flows: Msgs = []
-        if self._extension is not None and view is not None:
-            app_flows = self._extension.switch_flows(view, dpid, routes, dict(sw.flows), now)
+        if view is not None:
+            for extension in self._extensions:
+                app_flows += extension.switch_flows(view, dpid, routes, dict(sw.flows), now)
         return group_adds + flow_msgs + app_flows + group_dels
 
     def _bucket_weights(
         self, view: Optional[RoutingView], dpid: int, ports: Sequence[int], now: float
     ) -> Tuple[int, ...]:
-        """Weights of a SELECT group's buckets (one per port, ascending): equal unless extended."""
-        if self._extension is None or view is None:
-            return (1,) * len(ports)
-        return self._extension.bucket_weights(view, dpid, ports, now)
+        """Weights of a SELECT group's buckets (one per port, ascending): equal unless extended.
+
+        With several extensions a bucket's weight is the product of theirs (each
+        scales the share it would give that port); with one, its own weights.
+        """
+        weights = [1] * len(ports)
+        if view is None:
+            return tuple(weights)
+        for extension in self._extensions:
+            theirs = extension.bucket_weights(view, dpid, ports, now)
+            if len(theirs) != len(ports) or any(w < 0 for w in theirs):
+                raise RoutingInvariantError(
+                    f"{type(extension).__name__} gave weights {theirs} for ports {tuple(ports)}"
+                )
+            weights = [w * t for w, t in zip(weights, theirs)]
+        return tuple(weights)
 
 
 # ---------------------------------------------------------------------------- os-ken shim
+
+
+def build_extension(name: str, routing: RoutingManager, options: Any) -> RoutingExtension:
+    """The extension ``name`` (``routing_api.ROUTING_EXTENSIONS``), attached to ``routing``.
+
+    Raises:
+        ValueError: ``name`` is not one of them.
+    """
+    if name not in ROUTING_EXTENSIONS:
+        raise ValueError(
+            f"unknown routing extension {name!r}; extensions: {', '.join(ROUTING_EXTENSIONS)}"
+        )
+    module = importlib.import_module(f"controllers.{name}")
+    return module.routing_extension(routing, options)
 
 
 def write_status(path: str, status: Mapping[str, Any]) -> None:
@@ -998,14 +1045,18 @@ class RoutingApp(app_manager.OSKenApp):
     It is the ``routing`` service (``routing_api.ROUTING_SERVICE``): after
     every batch of messages whose handling moved the topology version it
     sends ``EventRoutingChanged`` with the new view to its observers, and it
-    answers ``EventRoutingViewRequest``.  An app that extends routing (adaptive
-    routing) subclasses it only to attach its manager (``make_extension``) and
-    to add handlers that go through ``handle``.
+    answers ``EventRoutingViewRequest``.  It builds and attaches the
+    extensions ``--extensions`` names (and those of ``EXTENSIONS``: an app
+    such as ``controllers.adaptive`` is this one with its extension always on)
+    and hands them the statistics replies they asked for; a handler an
+    extension needs beyond these goes through ``handle``.
     """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _EVENTS = [EventRoutingChanged]
     TICK_S = 0.05
+    #: Extensions (``routing_api.ROUTING_EXTENSIONS``) this app always runs.
+    EXTENSIONS: Tuple[str, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -1021,7 +1072,8 @@ class RoutingApp(app_manager.OSKenApp):
                 next_hops=load_next_hops(opts.next_hops) if opts.next_hops else None,
             )
         )
-        self.make_extension(self.manager)
+        names = list(self.EXTENSIONS) + [n for n in opts.extensions if n not in self.EXTENSIONS]
+        self.extensions = [build_extension(name, self.manager, opts) for name in names]
         self._status_file = opts.status_file
         self._lock = threading.Lock()
         self._dps: Dict[int, Any] = {}
@@ -1029,9 +1081,6 @@ class RoutingApp(app_manager.OSKenApp):
         self._published_version: Optional[int] = None
         self._running = True
         self._write_status()
-
-    def make_extension(self, routing: RoutingManager) -> None:
-        """Attach a ``RoutingExtension`` to ``routing`` (an app that extends routing does)."""
 
     def handle(self, dp: Any, call: Callable[[float], Msgs]) -> None:
         """Run ``call(now)`` under the lock if ``dp`` is the switch's current connection; send.
@@ -1133,6 +1182,26 @@ class RoutingApp(app_manager.OSKenApp):
             return
         data = bytes(msg.data)
         self.handle(dp, lambda now: self.manager.packet_in(dp.id, in_port, data, now))
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def flow_stats_handler(self, ev: Any) -> None:
+        takers = [e for e in self.extensions if hasattr(e, "flow_stats")]
+        if takers:
+            dp = ev.msg.datapath
+            stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in ev.msg.body]
+            self.handle(
+                dp, lambda now: [m for e in takers for m in e.flow_stats(dp.id, stats, now)]
+            )
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def port_stats_handler(self, ev: Any) -> None:
+        takers = [e for e in self.extensions if hasattr(e, "port_stats")]
+        if takers:
+            dp = ev.msg.datapath
+            stats = [(s.port_no, s.tx_bytes) for s in ev.msg.body]
+            self.handle(
+                dp, lambda now: [m for e in takers for m in e.port_stats(dp.id, stats, now)]
+            )
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply_handler(self, ev: Any) -> None:

@@ -14,9 +14,12 @@ table.  Other apps and managers never read its fields; they get:
   the current view on demand, as ``os_ken.topology.api`` serves its lists.
 * ``RoutingExtension``: the contract of a manager that adds flows and bucket
   weights to routing's own per-switch updates in the same make-before-break
-  order (adaptive routing).  Routing calls it with a view and ``now``; the
-  extension keeps its own state and reaches routing only through public
-  methods (``RoutingManager.view``, ``resync``, ``routes``, ``record_event``).
+  order (adaptive routing, Tagger).  Routing calls each attached one with a
+  view and ``now``; an extension keeps its own state and reaches routing only
+  through public methods (``RoutingManager.view``, ``resync``, ``routes``,
+  ``record_event``). ``ROUTING_EXTENSIONS`` names the ones the routing app can
+  build (``--extensions``): each is a module of ``controllers/`` with a
+  ``routing_extension(routing, options)`` factory.
 
 os-ken apps find routing under the service name ``ROUTING_SERVICE``.  Nothing
 here imports emu's switch or net, nor holds a socket or a clock.
@@ -30,6 +33,8 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequ
 from os_ken.base import app_manager
 from os_ken.controller import event
 
+from emu import config
+
 Msgs = List[Tuple[int, Any]]
 PortKey = Tuple[int, int]  # (dpid, port_no)
 Link = Tuple[int, int, int, int]  # directed: (src dpid, src port, dst dpid, dst port)
@@ -38,6 +43,11 @@ Route = Tuple[Any, ...]
 
 #: The name the routing app registers under (``OSKenApp.name``), for requests.
 ROUTING_SERVICE = "routing"
+
+#: Extensions the routing app builds by name (``controllers.launch --extensions``), in
+#: the order it attaches them when several are named: ``controllers/<name>.py``. The
+#: names are emu.config's, which validates them wherever a user gives them.
+ROUTING_EXTENSIONS = config.ROUTING_EXTENSIONS
 
 
 class RoutingUnavailable(RuntimeError):
@@ -128,6 +138,11 @@ class RoutingExtension(Protocol):
 
     def status(self) -> Dict[str, Any]:
         """Keys merged into routing's status file."""
+
+    # An extension that asks switches for statistics also has
+    # ``flow_stats(dpid, [(priority, match fields, byte_count)], now) -> Msgs`` and/or
+    # ``port_stats(dpid, [(port_no, tx_bytes)], now) -> Msgs``: the routing app hands
+    # every reply to each extension that has the method.
 
 
 class EventRoutingChanged(event.EventBase):

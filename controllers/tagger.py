@@ -12,9 +12,13 @@ IEEE JSAC 1991); a packet only ever moves to a higher tag, so the tags
 cannot close a cycle between them either.
 
 The up-down order: Tagger's paper takes the tiers of a Clos; a fabric
-without tiers (a ring) gets Autonet's: breadth-first levels from the switch
-with the smallest dpid, ties broken by dpid; a hop is *up* when it goes to
-a smaller (level, dpid). A host is below every switch.
+without tiers (a ring, where every switch has hosts) gets Autonet's:
+breadth-first levels from the switch with the smallest dpid, ties broken by
+dpid; a hop is *up* when it goes to a smaller (level, dpid). A switch's tier
+is its distance from the nearest switch with hosts (a fat-tree's edge 0,
+aggregation 1, core 2), and its level the tier's negative, so that up is
+towards the core and a Clos's shortest paths never bounce. A host is below
+every switch.
 
 Two layers, as routing:
 
@@ -28,7 +32,16 @@ Two layers, as routing:
   ``layout.TAGGER_COOKIE``) that match in_port, DSCP and destination, set
   the new tag's DSCP and queue, and then do routing's own actions for that
   destination; only the difference is sent. ``TaggerApp`` is routing with
-  it attached (run ``controllers.tagger`` instead of ``controllers.routing``).
+  it attached (run ``controllers.tagger`` instead of ``controllers.routing``,
+  or ``controllers.routing --extensions tagger`` beside other extensions).
+
+Beside adaptive routing (``--extensions adaptive,tagger``): the rules are
+computed over every next hop routing's routes allow, and adaptive pins an
+elephant only onto those, so every path a packet can take is covered. Where a
+packet carries a tag above the first or is re-tagged, Tagger's flow (a higher
+priority than an elephant's) forwards it by routing's next hops: the
+lossless queues stay free of cycles, and the elephant leaves its pinned path
+for the rest of that hop only.
 
 Tags: tag 1 is RoCE's DSCP 26 on priority 3 (DESIGN.md conventions), tag
 ``n`` is DSCP ``25 + n`` on the n-th of ``TaggerConfig.lossless_queues``;
@@ -104,11 +117,17 @@ class TagRule:
     new_tag: int
 
 
-def updown_rank(switches: Iterable[int], links: Iterable[Link]) -> Dict[int, Tuple[int, int]]:
-    """Autonet's up-down order: (breadth-first level from the smallest dpid, dpid) per switch.
+def updown_rank(
+    switches: Iterable[int], links: Iterable[Link], edge: Iterable[int] = ()
+) -> Dict[int, Tuple[int, int]]:
+    """The up-down order: (level, dpid) per switch; a hop to a smaller one goes up.
 
-    A switch unreachable from that root is ranked after every reachable one
-    (its own component's levels, from its smallest dpid).
+    With `edge` (the switches that have hosts) a proper subset of a component's
+    switches, the fabric has tiers: a switch's level is minus its distance from
+    the nearest edge switch (Tagger's Clos order). Otherwise Autonet's:
+    breadth-first level from the smallest dpid. A switch unreachable from that
+    root is ranked after every reachable one (its own component's levels, from
+    its smallest dpid).
 
     Examples:
         >>> ring = [(1, 1, 2, 1), (2, 2, 3, 1), (3, 2, 4, 1), (4, 2, 1, 2)]
@@ -118,10 +137,17 @@ def updown_rank(switches: Iterable[int], links: Iterable[Link]) -> Dict[int, Tup
     g = nx.Graph()
     g.add_nodes_from(switches)
     g.add_edges_from((s, d) for s, _sp, d, _dp in links)
+    edge = set(edge)
     rank: Dict[int, Tuple[int, int]] = {}
     base = 0
     for comp in sorted(nx.connected_components(g), key=min):
-        levels = nx.single_source_shortest_path_length(g, min(comp))
+        sources = edge & comp
+        if sources and sources != comp:
+            tiers = nx.multi_source_dijkstra_path_length(g.subgraph(comp), sources)
+            top = max(tiers.values())
+            levels = {node: top - tier for node, tier in tiers.items()}
+        else:
+            levels = nx.single_source_shortest_path_length(g, min(comp))
         for node, level in sorted(levels.items(), key=lambda kv: (kv[1], kv[0])):
             rank[node] = (base + level, node)
         base += max(levels.values()) + 1
@@ -155,7 +181,7 @@ def tag_rules(
     """
     peer = {(s, sp): (d, dp) for s, sp, d, dp in links}
     switches = set(routes) | {s for s, *_ in links} | {d for _s, _sp, d, _dp in links}
-    rank = updown_rank(switches, links)
+    rank = updown_rank(switches, links, {h.dpid for h in hosts.values()})
     rules: Dict[Tuple[int, int, int, str], int] = {}
     for dst in sorted(hosts):
         for src in sorted(hosts):
@@ -310,11 +336,15 @@ class TaggerManager:
         }
 
 
-class TaggerApp(RoutingApp):
-    """os-ken shim: the routing service with ``TaggerManager`` attached."""
+def routing_extension(routing: RoutingManager, options: Any = None) -> TaggerManager:
+    """Tagger attached to ``routing`` (its lossless queues: ``TaggerConfig``'s defaults)."""
+    return TaggerManager(routing)
 
-    def make_extension(self, routing: RoutingManager) -> None:
-        self.tagger = TaggerManager(routing)
+
+class TaggerApp(RoutingApp):
+    """os-ken shim: the routing service with ``TaggerManager`` always attached."""
+
+    EXTENSIONS = ("tagger",)
 
 
 def rules_table(rules: Sequence[TagRule], names: Optional[Mapping[int, str]] = None) -> List[List]:

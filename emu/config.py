@@ -290,6 +290,28 @@ class CreditSpec(_Spec):
 
 FLOW_CONTROL_MODES = ("pfc", "credit")
 
+# The controller's managers that run beside routing (controllers/routing_api.py,
+# `--extensions`), in the order they are attached when several are named: adaptive
+# routing (controllers/adaptive.py) and Tagger (controllers/tagger.py).
+ROUTING_EXTENSIONS = ("adaptive", "tagger")
+
+
+def routing_extensions(names: Any) -> tuple[str, ...]:
+    """`names` (a comma list or a sequence) as distinct ROUTING_EXTENSIONS names, in order.
+
+    Raises:
+        ConfigError: an unknown or repeated name, named with what is allowed.
+    """
+    items = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    items = [n for n in items if n]
+    bad = [n for n in items if n not in ROUTING_EXTENSIONS]
+    if bad or len(set(items)) != len(items):
+        raise ConfigError(
+            f"extensions {','.join(map(str, items))!r}: a comma list of "
+            f"{', '.join(ROUTING_EXTENSIONS)}, each at most once"
+        )
+    return tuple(items)
+
 
 def flow_control_qos(mode: str, qos: dict[str, Any] | None = None) -> dict[str, Any]:
     """`qos` (a fabric's QoS document) with link flow control `mode`: "pfc" or "credit".

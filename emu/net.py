@@ -29,7 +29,7 @@ import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu import mgmt, ofctl, telemetry, trace
-from emu.config import flow_control_qos, parse_qos
+from emu.config import flow_control_qos, parse_qos, routing_extensions
 from emu.faults import Faults
 from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
     FabricError,
@@ -106,6 +106,10 @@ class Fabric:
             link: "pfc" (802.1Qbb, as `qos` says) or "credit" (InfiniBand-style
             credits per virtual lane, emu/credit.py; PFC off): switches and the
             NIC agents (emu/traffic/rdma.py) then run the credit loop.
+        extensions: managers to run beside routing in the controller, in this
+            order (emu.config.ROUTING_EXTENSIONS: "adaptive", "tagger";
+            controllers/routing_api.py), added to whichever routing app `apps`
+            names (``controllers.launch --extensions``).
         switch_processes: N > 0 runs the switches in N processes, one event
             loop each (emu/switch/loop.py): switches that share a loop share
             its wake-ups, which is most of what a switch at tens of Mbit/s
@@ -130,11 +134,15 @@ class Fabric:
         host_nic_pacing: bool = True,
         switch_processes: int | None = None,
         flow_control: str = "pfc",
+        extensions: tuple[str, ...] | str = (),
     ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
         self.apps = tuple(apps)
+        self.extensions = routing_extensions(extensions)
         self.controller_args = tuple(controller_args)
+        if self.extensions:
+            self.controller_args += ("--extensions", ",".join(self.extensions))
         self.seed = seed
         self.log_level = log_level
         self.time_scale = float(graph.graph["time_scale"])

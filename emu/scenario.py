@@ -76,6 +76,8 @@ class Param:
     bound: config.Bound | None = None
     scale: float = 1.0
     off: Any = None
+    # A comma list (a str default): each item one of these, at most once; "" is none.
+    each: tuple = ()
 
     def parse(self, key: str, text: str) -> Any:
         """The value of `--set key=text`, validated."""
@@ -118,6 +120,11 @@ class Param:
             raise ScenarioError(f"{shown}: expected a finite number; allowed {self.range_text()}")
         if self.choices and value not in self.choices:
             raise ScenarioError(f"{shown}: allowed values are {', '.join(map(str, self.choices))}")
+        items = [x for x in str(value).split(",") if x] if self.each else []
+        if any(x not in self.each for x in items) or len(set(items)) != len(items):
+            raise ScenarioError(
+                f"{shown}: a comma list of {', '.join(map(str, self.each))}, each at most once"
+            )
         if self.off is not None and value == self.off:
             return
         if self.bound is not None and not self.bound.contains(_times(value, self.scale)):
@@ -143,6 +150,8 @@ class Param:
         """What the parameter allows, as `emu run NAME --help` lists it ("" if anything)."""
         if self.choices:
             return "one of " + ", ".join(map(str, self.choices))
+        if self.each:
+            return "any of " + ",".join(map(str, self.each))
         if isinstance(self.default, bool):
             return "true or false"
         parts = []
@@ -722,6 +731,13 @@ def fabric_params(
             "(InfiniBand-style credits per virtual lane, emu/credit.py)",
             choices=("pfc", "credit"),
         ),
+        "extensions": Param(
+            "",
+            "controller managers beside routing, attached in this order (controllers/"
+            "routing_api.py): adaptive (Hedera elephants, re-weighting), tagger (PFC deadlock "
+            "prevention); a scenario that picks its own controller per mode adds these to it",
+            each=config.ROUTING_EXTENSIONS,
+        ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
         "host_nic_pacing": Param(
             True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
@@ -750,6 +766,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
         "switch_processes": params["switch_processes"],
         "host_nic_pacing": params["host_nic_pacing"],
         "flow_control": params.get("flow_control", "pfc"),
+        "extensions": config.routing_extensions(params.get("extensions", "")),
     }
 
 

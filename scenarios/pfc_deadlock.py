@@ -40,8 +40,8 @@ from pathlib import Path
 
 import networkx as nx
 
+from emu import config, topofile
 from emu import fabric as fabric_mod
-from emu import topofile
 from emu.config import BufferSpec, WatchdogSpec
 from emu.faults import Faults
 from emu.net import Fabric, default_switch_processes
@@ -98,6 +98,12 @@ PARAMS = {
     "recover_s": Param(8.0, "how long the watchdog gets to clear the ring", min=1.0, max=60.0),
     "modes": Param("deadlock,tagger", "runs: deadlock (then the watchdog), tagger"),
     "seed": Param(0, "base of the per-switch hash seeds"),
+    "extensions": Param(
+        "",
+        "controller managers beside routing in every run (the tagger run has Tagger "
+        "anyway): adaptive, tagger (controllers/routing_api.py)",
+        each=config.ROUTING_EXTENSIONS,
+    ),
     "host_nic_pacing": Param(True, "hosts' kernels send at their link rate"),
     "switch_processes": Param(
         default_switch_processes(), "processes that run the switches (0: one each)", min=0, max=64
@@ -506,6 +512,8 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
         "retransmitted": {f"{s}->{d}": st["retransmitted"] for (s, d), st in send_stats.items()},
         "storms": sum(w["detected"] for w in wd.values()),
         "tagger_status": status.get("tagger", {}),
+        # Adaptive routing beside Tagger (extensions=adaptive): what it measured and placed.
+        "adaptive_status": status.get("adaptive"),
         "tagged_packets": tag_packets,
         "bytes_total": window_bytes(samples, qps, t0 - 1.0, t_end),
         "timelines": timelines(samples, qps, t0),
@@ -647,6 +655,14 @@ def report(ctx: Context, graph, results: dict) -> None:
             f"Tagger rules: {r['tagger_status']}; packets re-tagged or queued by them per switch: "
             f"{r['tagged_packets']}"
         )
+        if r.get("adaptive_status") is not None:
+            a = r["adaptive_status"]
+            ctx.text(
+                "Adaptive routing beside Tagger (extensions=adaptive): "
+                f"{a['placed_total']} elephants placed, {len(a['placements'])} placed now, "
+                f"{len(a['hot_ports'])} hot ports; it places only on the paths routing's "
+                "one-way policy allows, and Tagger's flows decide a re-tagged packet's hop"
+            )
         ctx.check(
             "tagger: rules installed and used by real packets",
             r["tagger_status"].get("bounces", 0) > 0 and sum(r["tagged_packets"].values()) > 0,

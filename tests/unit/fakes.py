@@ -31,6 +31,13 @@ opens a socket or reads the clock. It provides, by owner:
   test_fastpath_differential.
 - `numpy_sum`, the reference sum of the ring all-reduce. Used by test_ring
   and test_collectives.
+- Adaptive routing's fabric: `StatsFabric` (a `PipelineFabric` whose ports
+  have a speed and whose statistics replies reach the adaptive manager),
+  `NIC_BPS`, `POLL_S`, `stride`, `send`, `run_polls`, `links_used`; and
+  Tagger's four-switch ring with a host each, `ring_graph`. Used by
+  test_adaptive, test_tagger and test_routing_extensions.
+- `fidelity_record`, one process's fidelity record as a fabric writes it.
+  Used by test_fidelity and test_labs.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from scapy.layers.l2 import Ether
 
 from controllers import ofmsg
 from controllers.routing import PortInfo, RoutingManager
-from emu import config
+from emu import config, fidelity
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import agg, headers, ofext, roce
 from emu.switch import datapath, fastpath
@@ -746,3 +753,111 @@ def flow_frame(rng: random.Random, flow: dict) -> bytes:
     inner = _ipv4(rng, 17, struct.pack("!HHHH", 1, 4791, 8, 0), flow)
     tagged = headers.ethernet(*flow["macs"], 0x8100)
     return tagged + struct.pack("!HH", flow["vid"], 0x0800) + inner
+
+
+# ----- adaptive routing's fabric, Tagger's ring ------------------------------------
+
+NIC_BPS = 16_000  # small, so that a few traced frames make an elephant
+POLL_S = 1.0
+
+
+class StatsFabric(PipelineFabric):
+    """PipelineFabric whose ports report a speed and whose stats replies reach adaptive."""
+
+    adaptive = None  # the AdaptiveManager attached to self.mgr, if any
+
+    def ports_of(self, dpid):
+        return [PortInfo(p.port_no, p.hw_addr, p.live, NIC_BPS) for p in super().ports_of(dpid)]
+
+    def deliver(self, msgs):
+        sent_before = len(self.sent)
+        super().deliver(msgs)
+        for dpid, msg in self.sent[sent_before:]:
+            if isinstance(msg, (p.OFPFlowStatsRequest, p.OFPPortStatsRequest)):
+                self._answer(dpid, msg)
+
+    def _answer(self, dpid, msg):
+        for raw in reply_bytes(self.sessions[dpid].feed(bytes(msg.buf), self.now)):
+            reply = decode(raw)
+            if isinstance(reply, p.OFPFlowStatsReply):
+                stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in reply.body]
+                super().deliver(self.adaptive.flow_stats(dpid, stats, self.now))
+            elif isinstance(reply, p.OFPPortStatsReply):
+                stats = [(s.port_no, s.tx_bytes) for s in reply.body]
+                super().deliver(self.adaptive.port_stats(dpid, stats, self.now))
+
+
+def stride(fab, n: int) -> list[tuple[str, str]]:
+    hosts = hosts_of(fab)
+    return [(h, hosts[(i + n) % len(hosts)]) for i, h in enumerate(hosts)]
+
+
+def send(fab, pairs, frames: int = 10) -> None:
+    for src, dst in pairs:
+        for _ in range(frames):
+            fab.trace(src, dst, sport=40000)
+
+
+def run_polls(fab, pairs, polls: int) -> None:
+    """Traffic for `polls` poll intervals, routing (and adaptive with it) ticking through them."""
+    for _ in range(polls):
+        send(fab, pairs)
+        fab.now += POLL_S
+        fab.deliver(fab.mgr.tick(fab.now))
+
+
+def links_used(fab, pairs) -> collections.Counter:
+    used: collections.Counter = collections.Counter()
+    for src, dst in pairs:
+        path = fab.trace(src, dst, sport=40000)
+        used.update(zip(path, path[1:]))
+    return used
+
+
+def ring_graph() -> nx.Graph:
+    g = nx.Graph()
+    for i in range(1, 5):
+        g.add_node(f"r{i}", kind="switch")
+    for i in range(1, 5):
+        g.add_edge(f"r{i}", f"r{i % 4 + 1}")
+        add_host(g, f"h{i}", f"r{i}", i)
+    return g
+
+
+# ----- fidelity records ----------------------------------------------------------
+
+FIDELITY_RATE = 20_000_000  # test_fidelity's RATE
+FIDELITY_FRAME_S = fidelity.frame_time_s(FIDELITY_RATE)
+
+
+def fidelity_record(
+    name="leaf1", hist=None, stall_frames=2.0, drops=0, deficit_s=0.0, kind="switch"
+):
+    hist = hist or [1000, 0, 0, 0, 0, 0, 0, 0]
+    return {
+        "name": name,
+        "kind": kind,
+        "pid": 1,
+        "window_s": 10.0,
+        "cpu": {"cpu_s": 1.0, "cpu_share": 0.1, "wait_s": 0.1, "wait_share": 0.01},
+        "loop": {
+            "frame_s": FIDELITY_FRAME_S,
+            "passes": 100,
+            "longest_stall_s": stall_frames * FIDELITY_FRAME_S,
+            "stalls_over_1": 1,
+            "stalls_over_10": 0,
+            "stalled_s": 0.0,
+        },
+        "ports": {
+            "3": {
+                "name": f"{name}-eth3",
+                "rate_bps": FIDELITY_RATE,
+                "frame_s": FIDELITY_FRAME_S,
+                "frames": sum(hist),
+                "hist": hist,
+                "max_late_s": 0.001,
+                "deficit_s": deficit_s,
+                "kernel_drops": drops,
+            }
+        },
+    }

@@ -9,7 +9,6 @@ counters the manager reads are the ones the frames bumped.
 
 from __future__ import annotations
 
-import collections
 import itertools
 
 import pytest
@@ -26,38 +25,18 @@ from controllers.adaptive import (
     estimate_demands,
 )
 from controllers.routing import PortInfo, RoutingConfig, RoutingManager
-from emu.switch.openflow import reply_bytes
 
-from .fakes import PipelineFabric, decode, fat_tree, hosts_of, learn_all_hosts
-
-NIC_BPS = 16_000  # small, so that a few traced frames make an elephant
-POLL_S = 1.0
-
-
-class StatsFabric(PipelineFabric):
-    """PipelineFabric whose ports report a speed and whose stats replies reach adaptive."""
-
-    adaptive = None  # the AdaptiveManager attached to self.mgr, if any
-
-    def ports_of(self, dpid):
-        return [PortInfo(p.port_no, p.hw_addr, p.live, NIC_BPS) for p in super().ports_of(dpid)]
-
-    def deliver(self, msgs):
-        sent_before = len(self.sent)
-        super().deliver(msgs)
-        for dpid, msg in self.sent[sent_before:]:
-            if isinstance(msg, (parser.OFPFlowStatsRequest, parser.OFPPortStatsRequest)):
-                self._answer(dpid, msg)
-
-    def _answer(self, dpid, msg):
-        for raw in reply_bytes(self.sessions[dpid].feed(bytes(msg.buf), self.now)):
-            reply = decode(raw)
-            if isinstance(reply, parser.OFPFlowStatsReply):
-                stats = [(s.priority, dict(s.match.items()), s.byte_count) for s in reply.body]
-                super().deliver(self.adaptive.flow_stats(dpid, stats, self.now))
-            elif isinstance(reply, parser.OFPPortStatsReply):
-                stats = [(s.port_no, s.tx_bytes) for s in reply.body]
-                super().deliver(self.adaptive.port_stats(dpid, stats, self.now))
+from .fakes import (
+    NIC_BPS,
+    POLL_S,
+    StatsFabric,
+    fat_tree,
+    hosts_of,
+    learn_all_hosts,
+    links_used,
+    run_polls,
+    stride,
+)
 
 
 def build(adaptive: bool = True, expect_hosts: int = 16, **config) -> StatsFabric:
@@ -73,33 +52,6 @@ def build(adaptive: bool = True, expect_hosts: int = 16, **config) -> StatsFabri
     learn_all_hosts(fab)
     assert fab.mgr.converged() == (expect_hosts <= 16)
     return fab
-
-
-def stride(fab, n: int) -> list[tuple[str, str]]:
-    hosts = hosts_of(fab)
-    return [(h, hosts[(i + n) % len(hosts)]) for i, h in enumerate(hosts)]
-
-
-def send(fab, pairs, frames: int = 10) -> None:
-    for src, dst in pairs:
-        for _ in range(frames):
-            fab.trace(src, dst, sport=40000)
-
-
-def run_polls(fab, pairs, polls: int) -> None:
-    """Traffic for `polls` poll intervals, routing (and adaptive with it) ticking through them."""
-    for _ in range(polls):
-        send(fab, pairs)
-        fab.now += POLL_S
-        fab.deliver(fab.mgr.tick(fab.now))
-
-
-def links_used(fab, pairs) -> collections.Counter:
-    used: collections.Counter = collections.Counter()
-    for src, dst in pairs:
-        path = fab.trace(src, dst, sport=40000)
-        used.update(zip(path, path[1:]))
-    return used
 
 
 def test_pair_monitors_count_every_pair_at_its_source_switch() -> None:

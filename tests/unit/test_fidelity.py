@@ -11,6 +11,8 @@ from emu.cli import EXIT_CHECKS_FAILED, EXIT_UNFAITHFUL, run_status
 from emu.host.rnic import NicConfig, Rnic
 from emu.switch.scheduler import PortScheduler
 
+from .fakes import fidelity_record as record
+
 RATE = 20_000_000
 FRAME_S = fidelity.frame_time_s(RATE)  # 605.6 us at 20 Mbit/s
 FRAME = bytes(1514)
@@ -88,37 +90,6 @@ def test_the_nic_model_times_its_frames_against_its_wire():
     assert snap["frames"] == late
     assert snap["hist"][0] == late - 1
     assert snap["hist"][fidelity.BUCKET_NAMES.index("<5")] == 1
-
-
-def record(name="leaf1", hist=None, stall_frames=2.0, drops=0, deficit_s=0.0, kind="switch"):
-    hist = hist or [1000, 0, 0, 0, 0, 0, 0, 0]
-    return {
-        "name": name,
-        "kind": kind,
-        "pid": 1,
-        "window_s": 10.0,
-        "cpu": {"cpu_s": 1.0, "cpu_share": 0.1, "wait_s": 0.1, "wait_share": 0.01},
-        "loop": {
-            "frame_s": FRAME_S,
-            "passes": 100,
-            "longest_stall_s": stall_frames * FRAME_S,
-            "stalls_over_1": 1,
-            "stalls_over_10": 0,
-            "stalled_s": 0.0,
-        },
-        "ports": {
-            "3": {
-                "name": f"{name}-eth3",
-                "rate_bps": RATE,
-                "frame_s": FRAME_S,
-                "frames": sum(hist),
-                "hist": hist,
-                "max_late_s": 0.001,
-                "deficit_s": deficit_s,
-                "kernel_drops": drops,
-            }
-        },
-    }
 
 
 def test_a_faithful_run_passes_every_measure():

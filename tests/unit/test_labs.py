@@ -6,6 +6,8 @@ import pytest
 
 from emu import cli, labs
 
+from .fakes import fidelity_record as record
+
 HANDOUT_SECTIONS = ("**Time:**", "## Goal", "## Background", "## Steps", "## Questions")
 
 
@@ -111,8 +113,6 @@ def _write_records(folder, records, mtime=None):
 
 
 def test_a_check_in_which_the_emulator_fell_behind_says_so_and_ignores_older_records(tmp_path):
-    from tests.unit.test_fidelity import record
-
     out = tmp_path / "out"
     run = labs.new_run("ecmp_app", tmp_path, str(out), solution=False)
     # An earlier check into the same folder left a stalled fabric's record: not this run's.

@@ -17,7 +17,7 @@ from controllers.routing import RoutingConfig, RoutingManager
 from controllers.routing_api import Host
 from controllers.tagger import TaggerConfig, TaggerManager, tag_rules, updown_rank
 
-from .fakes import PipelineFabric, add_host, learn_all_hosts
+from .fakes import PipelineFabric, learn_all_hosts, ring_graph
 
 
 def ring_links(n: int) -> list[tuple[int, int, int, int]]:
@@ -72,6 +72,26 @@ def test_updown_rank_is_breadth_first_from_the_smallest_dpid() -> None:
     # Two components: the second is ranked after all of the first.
     rank = updown_rank([1, 2, 7, 8], [(1, 1, 2, 1), (7, 1, 8, 1)])
     assert max(rank[1], rank[2]) < min(rank[7], rank[8])
+
+
+def test_a_clos_is_ranked_by_tiers_so_its_shortest_paths_never_bounce() -> None:
+    # Leaves 1, 2 (with hosts) under spines 10, 11: up is towards the spines.
+    links = [
+        (leaf, sp, spine, lp)
+        for leaf in (1, 2)
+        for sp, (spine, lp) in enumerate(((10, leaf), (11, leaf)), 2)
+    ]
+    links += [(d, dp, s, sp) for s, sp, d, dp in links]
+    rank = updown_rank([1, 2, 10, 11], links, edge=[1, 2])
+    assert rank == {10: (0, 10), 11: (0, 11), 1: (1, 1), 2: (1, 2)}
+    hosts = {f"10.0.{i}.1": Host(f"10.0.{i}.1", "02:00:00:00:00:01", i, 1) for i in (1, 2)}
+    routes = {
+        1: {"10.0.1.1": ("local", 1, "m"), "10.0.2.1": ("ecmp", frozenset({2, 3}))},
+        2: {"10.0.2.1": ("local", 1, "m"), "10.0.1.1": ("ecmp", frozenset({2, 3}))},
+        10: {"10.0.1.1": ("ecmp", frozenset({1})), "10.0.2.1": ("ecmp", frozenset({2}))},
+        11: {"10.0.1.1": ("ecmp", frozenset({1})), "10.0.2.1": ("ecmp", frozenset({2}))},
+    }
+    assert tag_rules(links, hosts, routes) == []
 
 
 def test_clockwise_ring_rules_bump_the_tag_where_the_path_goes_down_then_up() -> None:
@@ -142,16 +162,6 @@ def test_ring_policy_turns_one_way_and_refuses_a_switch_off_a_ring() -> None:
     topo.add_edge(1, 3, port=4)
     with pytest.raises(ValueError, match="not on a ring"):
         clockwise(topo, 1)
-
-
-def ring_graph() -> nx.Graph:
-    g = nx.Graph()
-    for i in range(1, 5):
-        g.add_node(f"r{i}", kind="switch")
-    for i in range(1, 5):
-        g.add_edge(f"r{i}", f"r{i % 4 + 1}")
-        add_host(g, f"h{i}", f"r{i}", i)
-    return g
 
 
 def test_the_emu_pipeline_retags_and_requeues_a_bounced_packet() -> None:
