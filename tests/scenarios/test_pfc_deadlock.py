@@ -60,3 +60,19 @@ def test_pfc_deadlock_forms_the_watchdog_breaks_it_tagger_prevents_it(tmp_path, 
     assert tagged and {d for (d,) in tagged} <= {"10.0.4.1", "10.0.1.1"}
     tagger = doc["metrics"]["modes"]["tagger"]
     assert tagger["finished"] and tagger["storms"] == 0 and not tagger["cycles_seen"]
+
+
+TAGGER_CHECKS = [c for c in CHECKS if c.startswith("tagger:")]
+
+
+def test_tagger_prevents_the_deadlock_with_adaptive_routing_beside_it(tmp_path, no_leaks):
+    """issue 30: extensions compose; adaptive pins the ring's elephants only the way the
+    one-way policy routes (port 3, clockwise), and Tagger's checks all hold."""
+    out = tmp_path / "both"
+    res, doc = emu_run(out, "pfc-deadlock", "modes=tagger", "extensions=adaptive")
+    assert_checks(res, doc, TAGGER_CHECKS, count=len(TAGGER_CHECKS))
+    adaptive = doc["metrics"]["modes"]["tagger"]["adaptive_status"]
+    assert adaptive["placed_total"] >= 1, adaptive
+    hops = [hop for pl in adaptive["placements"].values() for hop in pl["path"]]
+    assert hops and all(hop.endswith(":3") for hop in hops), adaptive["placements"]
+    assert "Adaptive routing beside Tagger" in res.stdout
