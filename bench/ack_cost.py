@@ -27,6 +27,7 @@ import argparse
 import statistics
 
 from emu import fabric as fabric_mod
+from emu.models.flow import ack_load_from
 from emu.net import Fabric
 from scenarios import ecmp_vs_adaptive as eva
 
@@ -80,9 +81,7 @@ def main() -> None:
     frames = statistics.mean(a for a, _b in acks)
     share = statistics.mean(b for _a, b in acks)
     print(f"\nlone flow: {frames:.2f} ACK frames and {share:.4f} ACK bytes per data frame/byte")
-    k = eva.ack_load_from(
-        cases["permutation"], alone, 16 * statistics.mean(per_flow["permutation"])
-    )
+    k = ack_load_from(cases["permutation"], alone, 16 * statistics.mean(per_flow["permutation"]))
     print(f"ACK load the scenario would derive from these (ack_load_from): {k:.4f}")
 
 

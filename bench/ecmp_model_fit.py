@@ -32,8 +32,8 @@ import sys
 
 import numpy as np
 
-from scenarios.ecmp_vs_adaptive import (
-    _links,
+from emu.models.flow import (
+    links_of,
     max_min_rates,
     normalised_throughput,
     proportional_fair_rates,
@@ -99,7 +99,7 @@ def main() -> None:
                 flow_bps = m.get("flow_bps", {}).get("ecmp", {}).get(pat)
                 if flow_bps:
                     measured = np.array(flow_bps[i]) / sum(flow_bps[i])
-                    links = [_links(n) for n in nodes]
+                    links = [links_of(n) for n in nodes]
                     for name, rates in (
                         ("max-min", max_min_rates(links)),
                         ("proportional", proportional_fair_rates(links)),

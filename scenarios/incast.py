@@ -34,7 +34,6 @@ Run:  emu run incast
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 
@@ -43,10 +42,14 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import EcnSpec
-from emu.host.dcqcn import DcqcnEffective, DcqcnSpec
-from emu.host.rnic import DEFAULT_MTU_PAYLOAD
+from emu.host.dcqcn import DcqcnSpec
+from emu.models.dcqcn import (
+    DATA_FRAME_BYTES,
+    dcqcn_fixed_point,
+    dcqcn_fluid,
+    loop_base_delay_s,
+)
 from emu.net import Fabric
-from emu.proto import roce
 from emu.scenario import (
     Context,
     Param,
@@ -67,10 +70,6 @@ DESCRIPTION = "N RDMA senders to one receiver: lossy vs PFC vs PFC+ECN/DCQCN"
 
 MODES = ("lossy", "pfc", "dcqcn")
 SAMPLE_S = 0.05  # bottleneck queue sampling period
-# RoCEv2 frames on the wire: Ethernet, IPv4, UDP, BTH, payload, ICRC; a CNP carries 16 pad bytes.
-_L2_L4_BYTES = 14 + 20 + 8
-DATA_FRAME_BYTES = _L2_L4_BYTES + roce.BTH_BYTES + DEFAULT_MTU_PAYLOAD + roce.ICRC_BYTES
-CNP_FRAME_BYTES = _L2_L4_BYTES + roce.BTH_BYTES + roce.CNP_PAD_BYTES + roce.ICRC_BYTES
 # The PFC watchdog is off here: an incast legitimately keeps a queue paused
 # for long (a PAUSE of 0xFFFF quanta lasts 3.4 s at 10 Mbit/s), and a
 # watchdog on a shorter clock would take the congestion for a storm. (At the
@@ -337,157 +336,6 @@ def transient(depth: list[tuple[float, float]], kmax: float) -> tuple[float, flo
     return depth[i][0], depth[i][1], settled
 
 
-# ----- DCQCN's fluid model ------------------------------------------------------------
-
-
-def _marking(q_bytes: float, kmin: float, kmax: float, pmax: float) -> float:
-    """RED marking probability at enqueue, as emu/switch/buffer.py marks (DCQCN's CP)."""
-    if q_bytes <= kmin:
-        return 0.0
-    return 1.0 if q_bytes >= kmax else pmax * (q_bytes - kmin) / (kmax - kmin)
-
-
-class _Events:
-    """The fluid model's event rates for one flow at marking probability `p` and rate `rate`
-    (frames/s): the chance of at least one mark in x frames is 1 - (1-p)^x."""
-
-    def __init__(
-        self, p: float, rate: float, eff: DcqcnEffective, fast_recovery_steps: int, frame_bytes: int
-    ) -> None:
-        self.log1mp = math.log1p(-p) if p < 1 else -745.0
-        self.p = p
-        b = eff.byte_counter_bytes / frame_bytes  # B in frames
-        t = eff.increase_period_s * rate  # frames per T
-        self.cnp = 1 - self.pow(eff.cnp_interval_s * rate)  # a CNP per CNP interval
-        self.alpha_target = 1 - self.pow(eff.alpha_period_s * rate)
-        # Rate-increase events per second, by the byte counter and by the timer; the share of
-        # them past F fast-recovery steps (no CNP in F periods) adds R_AI to the target.
-        self.byte_events = rate * self.per_frame(b)
-        self.timer_events = rate * self.per_frame(t)
-        f = fast_recovery_steps
-        self.ai_events = self.byte_events * self.pow(f * b) + self.timer_events * self.pow(f * t)
-
-    def pow(self, x: float) -> float:
-        """(1 - p)^x."""
-        return math.exp(max(-745.0, x * self.log1mp))
-
-    def per_frame(self, x: float) -> float:
-        """p / ((1-p)^-x - 1): events per frame when one comes every x unmarked frames."""
-        if self.p <= 0:
-            return 1 / x
-        e = -x * self.log1mp
-        return 0.0 if e > 700 else self.p / math.expm1(e)
-
-
-def dcqcn_fluid(
-    senders: int,
-    rate_bps: float,
-    kmin: float,
-    kmax: float,
-    pmax: float,
-    spec: DcqcnSpec,
-    base_delay_s: float,
-    duration_s: float,
-    frame_bytes: int = DATA_FRAME_BYTES,
-    sample_s: float = SAMPLE_S,
-) -> list[tuple[float, float]]:
-    """The bottleneck queue of DCQCN's fluid model, sampled: [(s, bytes)].
-
-    The fluid model of DCQCN in Zhu et al., "ECN or Delay: Lessons Learnt
-    from Analysis of DCQCN and TIMELY" (CoNEXT 2016): `senders` identical
-    flows start at line rate (Rc = Rt = C, alpha = 1) into one link of
-    `rate_bps`; alpha, Rt and Rc follow its equations with `spec`'s timers, byte counter, R_AI, F and g (in
-    emulated units, as the NICs run them), and dq/dt = N Rc - C. The senders
-    see the marking probability and rate of the time their marks left: the
-    switch marks at enqueue, so the loop delay is the marked frame's own
-    queueing delay q/C plus `base_delay_s` (the rest of the path and the CNP's
-    way back). Hyper increase is left out: it needs F byte-counter events
-    (5 x 10 MB) without a CNP, which no flow of an incast gets.
-    """
-    eff = spec.effective()
-    g, f = spec.g, spec.fast_recovery_steps
-    c = rate_bps / 8 / frame_bytes  # frames/s
-    floor, top = eff.min_rate_bps / 8 / frame_bytes, c
-    rai = eff.rate_ai_bps / 8 / frame_bytes
-    # A step well below the shortest time in the loop (CNP interval, base delay).
-    dt = min(eff.cnp_interval_s, eff.alpha_period_s, base_delay_s) / 20
-    rc = rt = c
-    alpha, q = spec.alpha_init, 0.0
-    sent: list[tuple[float, float, float]] = []  # (feedback arrives, p, Rc)
-    seen, k = (0.0, c), 0
-    out, every = [], max(1, round(sample_s / dt))
-    for i in range(int(duration_s / dt)):
-        now = i * dt
-        if i % every == 0:
-            out.append((now, q * frame_bytes))
-        # FIFO: the feedback of later frames arrives later, so one cursor walks the list.
-        sent.append((now + q / c + base_delay_s, _marking(q * frame_bytes, kmin, kmax, pmax), rc))
-        while k < len(sent) and sent[k][0] <= now:
-            seen, k = sent[k][1:], k + 1
-        p, rate = seen
-        ev = _Events(p, rate, eff, f, frame_bytes)
-        d_alpha = g / eff.alpha_period_s * (ev.alpha_target - alpha)
-        d_rt = -(rt - rc) / eff.cnp_interval_s * ev.cnp + rai * ev.ai_events
-        d_rc = -rc * alpha / (2 * eff.cnp_interval_s) * ev.cnp + (rt - rc) / 2 * (
-            ev.byte_events + ev.timer_events
-        )
-        alpha = min(1.0, max(0.0, alpha + d_alpha * dt))
-        rt = min(top, max(floor, rt + d_rt * dt))
-        rc = min(top, max(floor, rc + d_rc * dt))
-        q = max(0.0, q + (senders * rc - c) * dt)
-    return out
-
-
-def dcqcn_fixed_point(
-    senders: int,
-    rate_bps: float,
-    kmin: float,
-    kmax: float,
-    pmax: float,
-    spec: DcqcnSpec,
-    frame_bytes: int = DATA_FRAME_BYTES,
-) -> dict:
-    """The fluid model's fixed point: Rc = C/N, and the marking probability p* at which
-    decreases (alpha/2 per CNP) balance increases; q* is where RED marks with p*.
-
-    Returns:
-        {"p", "alpha", "queue_bytes"}; queue_bytes is Kmax when p* > pmax.
-    """
-    eff = spec.effective()
-    rate = rate_bps / 8 / frame_bytes / senders
-    rai = eff.rate_ai_bps / 8 / frame_bytes
-
-    def excess(p: float) -> float:  # decrease minus increase of Rc at the fixed point
-        ev = _Events(p, rate, eff, spec.fast_recovery_steps, frame_bytes)
-        gap = eff.cnp_interval_s / ev.cnp * rai * ev.ai_events  # Rt - Rc, from dRt/dt = 0
-        return rate * ev.alpha_target * ev.cnp / eff.cnp_interval_s - gap * (
-            ev.byte_events + ev.timer_events
-        )
-
-    lo, hi = 1e-9, 1 - 1e-9
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if excess(mid) > 0 else (mid, hi)
-    p = (lo + hi) / 2
-    alpha = _Events(p, rate, eff, spec.fast_recovery_steps, frame_bytes).alpha_target
-    q = kmax if p >= pmax else kmin + p / pmax * (kmax - kmin)
-    return {"p": p, "alpha": alpha, "queue_bytes": q}
-
-
-def loop_base_delay_s(graph, senders: list[str], receiver: str, rate_bps: float) -> float:
-    """The DCQCN loop's delay outside the bottleneck queue, averaged over the senders: a data
-    frame stored and forwarded on every hop to the receiver, and the CNP on every hop back,
-    plus every link's propagation delay both ways (along a shortest path)."""
-    paths = [nx.shortest_path(fabric_mod.network(graph), s, receiver) for s in senders]
-    hops = [len(path) - 1 for path in paths]
-    propagation = [
-        2 * sum(graph.edges[u, v]["delay_s"] for u, v in zip(path, path[1:])) for path in paths
-    ]
-    return sum(hops) / len(hops) * (DATA_FRAME_BYTES + CNP_FRAME_BYTES) * 8 / rate_bps + sum(
-        propagation
-    ) / len(propagation)
-
-
 def dcqcn_model(p: dict, graph, senders: list[str], receiver: str, qos: dict) -> dict:
     """The fluid model of this incast: fixed point, loop delay, queue series and statistics."""
     leaf = graph.nodes[receiver]["leaf"]
@@ -497,7 +345,9 @@ def dcqcn_model(p: dict, graph, senders: list[str], receiver: str, qos: dict) ->
     spec = DcqcnSpec.from_hardware(rate, p["modelled_gbps"] * 1e9)
     base = loop_base_delay_s(graph, senders, receiver, rate)
     fixed = dcqcn_fixed_point(len(senders), rate, kmin, kmax, ecn.pmax, spec)
-    depth = dcqcn_fluid(len(senders), rate, kmin, kmax, ecn.pmax, spec, base, p["duration_s"])
+    depth = dcqcn_fluid(
+        len(senders), rate, kmin, kmax, ecn.pmax, spec, base, p["duration_s"], sample_s=SAMPLE_S
+    )
     steady = [d for t, d in depth if t >= p["warmup_s"]]
     peak_s, peak, settled_s = transient(depth, kmax)
     return {

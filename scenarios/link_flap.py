@@ -42,6 +42,7 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import BufferSpec
+from emu.models.flow import max_min_rates
 from emu.net import Fabric
 from emu.scenario import (
     Context,
@@ -54,7 +55,6 @@ from emu.scenario import (
 )
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
-from scenarios.ecmp_vs_adaptive import max_min_rates
 
 DESCRIPTION = "a spine link flapping under TCP load: damping, stuck flows, survival"
 MODES = {"static": "controllers.routing", "adaptive": "controllers.adaptive"}

@@ -24,7 +24,7 @@ The targets, and where they come from:
 What decides both (Zhu et al., "ECN or Delay", CoNEXT 2016): at DCQCN's
 fixed point a share p* of the packets must be marked for the senders' cuts
 to balance their increases (about 0.17 for these 8 senders;
-`scenarios.incast.dcqcn_fixed_point`), and RED marks that share at the
+`emu.models.dcqcn.dcqcn_fixed_point`), and RED marks that share at the
 depth Kmin + p*/Pmax x (Kmax - Kmin), or only past Kmax when Pmax is below
 p*. The switch marks at enqueue, so that depth's own delay is part of the
 loop: the deeper the queue settles, the later the senders hear of it, and
@@ -49,9 +49,9 @@ from emu import fidelity
 from emu.config import ConfigError, EcnSpec
 from emu.host.dcqcn import DcqcnSpec
 from emu.labs import LabError, LabRun
+from emu.models.dcqcn import dcqcn_fixed_point, loop_base_delay_s
 from emu.net import Fabric, FabricError, wait_for
 from emu.traffic.rdma import RdmaHosts
-from scenarios.incast import dcqcn_fixed_point, loop_base_delay_s
 
 TITLE = "ECN tuning: pick Kmin/Kmax/Pmax for a short queue and a full link under DCQCN"
 MINUTES = 45

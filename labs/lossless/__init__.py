@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from emu import fabric as fabric_mod
 from emu.config import ConfigError, parse_qos
+from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.labs import LabError, LabRun
+from emu.models.dcqcn import DATA_FRAME_BYTES
 from emu.net import Fabric, FabricError, wait_for
 from emu.traffic.rdma import RdmaHosts
-from scenarios.incast import DATA_FRAME_BYTES, DEFAULT_MTU_PAYLOAD
 
 TITLE = "Lossless Ethernet: incast without and with PFC; find the paused ports"
 MINUTES = 45

@@ -205,3 +205,41 @@ def test_the_subclass_checker_sees_a_manager_extending_routing(tmp_path: Path) -
         "class AdaptiveApp(RoutingApp):\n    pass\n"
     )
     assert foreign_bases(src) == ["2: AdaptiveManager(RoutingManager)"]
+
+
+def scenario_imports(path: Path) -> list[str]:
+    """`scenarios.X` modules that the file at `path` imports (X another scenario)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "scenarios":
+                found += [f"scenarios.{a.name}" for a in node.names]
+            elif node.module.startswith("scenarios."):
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("scenarios.")]
+    return sorted(set(found) - {f"scenarios.{path.stem}"})
+
+
+# Scenario -> scenario imports still to undo (issue 30), each with its reason: any other
+# one fails. ecn-thresholds runs incast's workload itself (two ECN settings of the
+# same incast), which is to move to emu/traffic/ with the run layer.
+KNOWN_SCENARIO_IMPORTS = {"ecn_thresholds.py": ["scenarios.incast"]}
+
+
+@pytest.mark.parametrize(
+    "path",
+    _sources("scenarios", *(f"labs/{d.name}" for d in (REPO / "labs").iterdir() if d.is_dir())),
+    ids=str,
+)
+def test_scenarios_and_labs_share_models_through_emu_models_not_each_other(path: Path) -> None:
+    """issue 30: a model two places use lives in emu/models/; no scenario or lab
+    imports a scenario for it (labs/ is checked too: they quoted incast's model)."""
+    assert scenario_imports(path) == KNOWN_SCENARIO_IMPORTS.get(path.name, []), path
+
+
+def test_the_scenario_import_checker_sees_both_spellings(tmp_path: Path) -> None:
+    src = tmp_path / "mine.py"
+    src.write_text("from scenarios import incast\nfrom scenarios.ecmp_vs_adaptive import x\n")
+    assert scenario_imports(src) == ["scenarios.ecmp_vs_adaptive", "scenarios.incast"]
