@@ -15,6 +15,7 @@ import statistics
 
 import pytest
 
+from emu.models import flow
 from scenarios import ecmp_vs_adaptive as eva
 
 from .ecmp_recorded import check, load, model_inputs
@@ -38,7 +39,7 @@ def test_the_upper_bound_is_proportional_fairness_when_the_ack_load_is_0():
     low = [x for p in patterns for x in on_paths["max-min"][p]]
     high = [x for p in patterns for x in on_paths["proportional"][p]]
     plain_pf = [
-        eva.normalised_throughput(flows, taken, eva.proportional_fair_rates)
+        flow.normalised_throughput(flows, taken, flow.proportional_fair_rates)
         for p in patterns
         for flows, taken in zip(matrices[p], paths[p])
     ]
@@ -49,8 +50,8 @@ def test_the_upper_bound_is_proportional_fairness_when_the_ack_load_is_0():
     assert all(h >= m - 1e-6 for h, m in zip(high, low))
     # No ACK load with ACK paths given is proportional fairness all the same.
     flows, taken, back = matrices[patterns[0]][0], paths[patterns[0]][0], acks[patterns[0]][0]
-    assert eva.normalised_throughput(flows, taken, ack_paths=back, ack_load=0.0) == pytest.approx(
-        eva.normalised_throughput(flows, taken, eva.proportional_fair_rates), abs=1e-6
+    assert flow.normalised_throughput(flows, taken, ack_paths=back, ack_load=0.0) == pytest.approx(
+        flow.normalised_throughput(flows, taken, flow.proportional_fair_rates), abs=1e-6
     )
 
 

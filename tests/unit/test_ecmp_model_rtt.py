@@ -17,6 +17,7 @@ import statistics
 import numpy as np
 import pytest
 
+from emu.models import flow
 from scenarios import ecmp_vs_adaptive as eva
 
 from .ecmp_recorded import check, load, model_inputs
@@ -33,23 +34,23 @@ def _check(rtts):
 
 
 def test_weighted_proportional_fairness_gives_each_flow_its_weight_on_a_shared_link():
-    assert eva.proportional_fair_rates(
+    assert flow.proportional_fair_rates(
         [[("a", "b")], [("a", "b")]], weights=[2.0, 1.0]
     ) == pytest.approx([2 / 3, 1 / 3], abs=1e-5)
     # A two-link flow against two one-link flows (Kelly's example): unweighted it
     # gets 1/3 of each link; weight 2 buys it the price of both links, half of each.
-    rates = eva.proportional_fair_rates([[1, 2], [1], [2]], weights=[2.0, 1.0, 1.0])
+    rates = flow.proportional_fair_rates([[1, 2], [1], [2]], weights=[2.0, 1.0, 1.0])
     assert rates == pytest.approx([0.5, 0.5, 0.5], abs=1e-5)
-    assert eva.proportional_fair_rates([[1, 2], [1], [2]]) == pytest.approx(
+    assert flow.proportional_fair_rates([[1, 2], [1], [2]]) == pytest.approx(
         [1 / 3, 2 / 3, 2 / 3], abs=1e-5
     )
 
 
 def test_rtt_weights_are_inverse_square_with_mean_one_and_none_when_an_rtt_is_missing():
-    weights = eva.rtt_weights([0.01, 0.02])
+    weights = flow.rtt_weights([0.01, 0.02])
     assert weights == pytest.approx([1.6, 0.4])
-    assert eva.rtt_weights([0.01, 0.0]) is None
-    assert eva.rtt_weights([]) is None
+    assert flow.rtt_weights([0.01, 0.0]) is None
+    assert flow.rtt_weights([]) is None
 
 
 def test_unweighted_proportional_fairness_fails_the_recorded_run():
@@ -73,9 +74,9 @@ def test_the_rtt_weights_predict_each_flows_share_better_than_equal_weights():
     errors = {"equal": [], "rtt": []}
     for p in patterns:
         for taken, rtt, got in zip(paths[p], RUN["ecmp_flow_rtt_s"][p], RUN["ecmp_flow_bps"][p]):
-            links = [eva._links(n) for n in taken]
+            links = [flow.links_of(n) for n in taken]
             share = np.array(got) / sum(got)
-            for name, weights in (("equal", None), ("rtt", eva.rtt_weights(rtt))):
-                rates = np.array(eva.proportional_fair_rates(links, weights=weights))
+            for name, weights in (("equal", None), ("rtt", flow.rtt_weights(rtt))):
+                rates = np.array(flow.proportional_fair_rates(links, weights=weights))
                 errors[name].append(float(np.abs(rates / rates.sum() - share).sum()))
     assert statistics.mean(errors["rtt"]) < 0.85 * statistics.mean(errors["equal"]), errors
