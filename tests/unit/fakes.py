@@ -34,7 +34,8 @@ opens a socket or reads the clock. It provides, by owner:
 - Adaptive routing's fabric: `StatsFabric` (a `PipelineFabric` whose ports
   have a speed and whose statistics replies reach the adaptive manager),
   `NIC_BPS`, `POLL_S`, `stride`, `send`, `run_polls`, `links_used`; and
-  Tagger's four-switch ring with a host each, `ring_graph`. Used by
+  Tagger's four-switch ring with a host each, `ring_graph`, and `roce_walk` (a RoCE
+  frame's DSCP and queue at every hop). Used by
   test_adaptive, test_tagger and test_routing_extensions.
 - `fidelity_record`, one process's fidelity record as a fabric writes it.
   Used by test_fidelity and test_labs.
@@ -822,6 +823,26 @@ def ring_graph() -> nx.Graph:
         g.add_edge(f"r{i}", f"r{i % 4 + 1}")
         add_host(g, f"h{i}", f"r{i}", i)
     return g
+
+
+def roce_walk(fab, src: str, dst: str) -> list[tuple[str, int, int | None]]:
+    """(switch, DSCP out, queue) at every hop of a RoCE frame src -> dst through the pipelines."""
+    s, d = fab.graph.nodes[src], fab.graph.nodes[dst]
+    frame = bytes(
+        Ether(src=s["mac"], dst="02:00:00:00:00:ff")
+        / IP(src=s["ip"], dst=d["ip"], tos=26 << 2)
+        / UDP(sport=49153, dport=4791)
+        / (b"x" * 32)
+    )
+    names = {v: k for k, v in fab.dpid.items()}
+    dpid, port = fab.host_loc[src]
+    hops = []
+    while True:
+        (out_port, frame, queue), *_ = fab.pipelines[dpid].process(port, frame, fab.now)[0]
+        hops.append((names[dpid], IP(bytes(frame)[14:]).tos >> 2, queue))
+        if (dpid, out_port) in fab.host_at:
+            return hops
+        dpid, port = fab.peer[(dpid, out_port)]
 
 
 # ----- fidelity records ----------------------------------------------------------

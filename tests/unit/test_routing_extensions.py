@@ -12,8 +12,6 @@ policy allows. The launcher's `--extensions` and its refusal of two routing apps
 from __future__ import annotations
 
 import pytest
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
 from controllers import launch
 from controllers.adaptive import AdaptiveConfig, AdaptiveManager
@@ -30,6 +28,7 @@ from .fakes import (
     learn_all_hosts,
     links_used,
     ring_graph,
+    roce_walk,
     run_polls,
     stride,
 )
@@ -59,26 +58,6 @@ def test_on_a_fat_tree_adaptive_places_elephants_beside_tagger_which_finds_no_bo
     assert status["tagger"] == {"lossless_queues": [3, 4], "rules": 0, "installed": 0, "bounces": 0}
 
 
-def walk(fab, src: str, dst: str) -> list[tuple[str, int]]:
-    """(switch, DSCP out) at every hop of a RoCE frame src -> dst through the pipelines."""
-    s, d = fab.graph.nodes[src], fab.graph.nodes[dst]
-    frame = bytes(
-        Ether(src=s["mac"], dst="02:00:00:00:00:ff")
-        / IP(src=s["ip"], dst=d["ip"], tos=26 << 2)
-        / UDP(sport=49153, dport=4791)
-        / (b"x" * 32)
-    )
-    names = {v: k for k, v in fab.dpid.items()}
-    dpid, port = fab.host_loc[src]
-    hops = []
-    while True:
-        (out_port, frame, _queue), *_ = fab.pipelines[dpid].process(port, frame, fab.now)[0]
-        hops.append((names[dpid], IP(bytes(frame)[14:]).tos >> 2))
-        if (dpid, out_port) in fab.host_at:
-            return hops
-        dpid, port = fab.peer[(dpid, out_port)]
-
-
 def test_on_a_one_way_ring_tagger_retags_and_adaptive_keeps_to_the_policy():
     config = RoutingConfig(expect_switches=4, expect_links=4, expect_hosts=4, next_hops=next_hops)
     fab = compose(ring_graph(), config)
@@ -98,8 +77,8 @@ def test_on_a_one_way_ring_tagger_retags_and_adaptive_keeps_to_the_policy():
     # at r3 Tagger's flow (above the elephant's) moves it to tag 2, DSCP 27 on queue 4,
     # and forwards it by routing's next hop, the pinned one on this ring.
     assert fab.mgr.status()["tagger"]["bounces"] == 2
-    assert walk(fab, "h2", "h4") == [("r2", 26), ("r3", 27), ("r4", 27)]
-    assert walk(fab, "h4", "h2") == [("r4", 26), ("r1", 26), ("r2", 26)]
+    assert roce_walk(fab, "h2", "h4") == [("r2", 26, None), ("r3", 27, 4), ("r4", 27, 4)]
+    assert [h[:2] for h in roce_walk(fab, "h4", "h2")] == [("r4", 26), ("r1", 26), ("r2", 26)]
 
 
 class _Weights:

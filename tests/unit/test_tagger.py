@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
 from controllers.ring_next_hops import clockwise, next_hops
 from controllers.routing import RoutingConfig, RoutingManager
 from controllers.routing_api import Host
 from controllers.tagger import TaggerConfig, TaggerManager, tag_rules, updown_rank
 
-from .fakes import PipelineFabric, learn_all_hosts, ring_graph
+from .fakes import PipelineFabric, learn_all_hosts, ring_graph, roce_walk
 
 
 def ring_links(n: int) -> list[tuple[int, int, int, int]]:
@@ -174,26 +172,7 @@ def test_the_emu_pipeline_retags_and_requeues_a_bounced_packet() -> None:
     learn_all_hosts(fab)
     assert tagger.status()["tagger"]["bounces"] == 2
 
-    def walk(src: str, dst: str) -> list[tuple[str, int, int | None]]:
-        """(switch, DSCP out, queue) at every hop of a RoCE frame src -> dst."""
-        s, d = fab.graph.nodes[src], fab.graph.nodes[dst]
-        frame = bytes(
-            Ether(src=s["mac"], dst="02:00:00:00:00:ff")
-            / IP(src=s["ip"], dst=d["ip"], tos=26 << 2)
-            / UDP(sport=49153, dport=4791)
-            / (b"x" * 32)
-        )
-        names = {v: k for k, v in fab.dpid.items()}
-        dpid, port = fab.host_loc[src]
-        hops = []
-        while True:
-            (out_port, frame, queue), *_ = fab.pipelines[dpid].process(port, frame, fab.now)[0]
-            hops.append((names[dpid], IP(bytes(frame)[14:]).tos >> 2, queue))
-            if (dpid, out_port) in fab.host_at:
-                return hops
-            dpid, port = fab.peer[(dpid, out_port)]
-
     # r1 -> r2 -> r3: down, down: routing's flows alone, DSCP 26, queue by DSCP.
-    assert walk("h1", "h3") == [("r1", 26, None), ("r2", 26, None), ("r3", 26, None)]
+    assert roce_walk(fab, "h1", "h3") == [("r1", 26, None), ("r2", 26, None), ("r3", 26, None)]
     # r2 -> r3 -> r4: down then up at r3: tag 2 (DSCP 27) on queue 4 from there on.
-    assert walk("h2", "h4") == [("r2", 26, None), ("r3", 27, 4), ("r4", 27, 4)]
+    assert roce_walk(fab, "h2", "h4") == [("r2", 26, None), ("r3", 27, 4), ("r4", 27, 4)]
