@@ -306,8 +306,10 @@ class AdaptiveManager:
         new = sorted(
             (p for p in elephants if p not in self.placements), key=lambda p: (-demands[p], p)
         )
+        # Routing's routes, computed once for the round: the paths adaptive may take.
+        routes = self.routing.routes() if new or self.placements else {}
         for pair in new:
-            path = self._first_fit(view, pair, demands[pair], reserved)
+            path = self._first_fit(view, routes, pair, demands[pair], reserved)
             if path is None:
                 continue
             hops, links = path
@@ -325,7 +327,7 @@ class AdaptiveManager:
                 path=[f"{d:x}:{p}" for d, p in hops],
             )
         # Reverse pairs pinned, moved or released: their hops' switches too.
-        pinned = self._pinned = self.pinned_paths(view)
+        pinned = self._pinned = self.pinned_paths(view, routes)
         for pair in set(pinned) | set(pinned_before):
             if pinned.get(pair) != pinned_before.get(pair):
                 changed |= {dpid for dpid, _ in pinned.get(pair, ())}
@@ -334,7 +336,8 @@ class AdaptiveManager:
         if self.adaptive.reweight and self._update_hot(view, now):
             msgs += self.routing.resync(now)
         else:
-            routes = self.routing.routes() if changed else {}
+            if changed and not routes:
+                routes = self.routing.routes()
             for dpid in sorted(changed & set(view.switches)):
                 msgs += self.switch_flows(
                     view, dpid, routes.get(dpid, {}), self.routing.installed_flows(dpid), now
@@ -395,6 +398,7 @@ class AdaptiveManager:
     def _first_fit(
         self,
         view: RoutingView,
+        routes: Mapping[int, Mapping[str, Any]],
         pair: Pair,
         demand: float,
         reserved: Mapping[Tuple[int, int], float],
@@ -402,7 +406,7 @@ class AdaptiveManager:
         src, dst = view.hosts.get(pair[0]), view.hosts.get(pair[1])
         if src is None or dst is None or src.dpid == dst.dpid:
             return None
-        paths = self._paths(view, self.routing.routes(), src.dpid, dst)
+        paths = self._paths(view, routes, src.dpid, dst)
         if not paths:
             return None
         nic = self._host_rate(view, pair[0])
@@ -426,13 +430,14 @@ class AdaptiveManager:
         self.routing.record_event(now, "elephant_unplaced", src=pair[0], dst=pair[1], why=why)
         return {dpid for dpid, _ in pl.hops}
 
-    def pinned_paths(self, view: RoutingView) -> Dict[Pair, Tuple[Hop, ...]]:
+    def pinned_paths(
+        self, view: RoutingView, routes: Mapping[int, Mapping[str, Any]]
+    ) -> Dict[Pair, Tuple[Hop, ...]]:
         """The hops of every pair on a chosen path: elephants, and their reverse pairs
-        where routing's routes allow the reverse path (a one-way policy does not)."""
+        where `routes` (routing's) allow the reverse path (a one-way policy does not)."""
         paths = {pair: pl.hops for pair, pl in self.placements.items()}
         if not self.adaptive.pin_reverse:
             return paths
-        routes = self.routing.routes() if self.placements else {}
         for (src, dst), pl in self.placements.items():
             if (dst, src) in self.placements:
                 continue
@@ -454,7 +459,7 @@ class AdaptiveManager:
                 self._unplace(pair, now, "path_lost")
             elif any(port not in self._allowed(routes, a, pair[1]) for a, port in pl.hops):
                 self._unplace(pair, now, "route_changed")  # routing no longer allows a hop
-        self._pinned = self.pinned_paths(view)  # links changed: reverse ports may have too
+        self._pinned = self.pinned_paths(view, routes)  # links changed: reverse ports too
 
     def _update_hot(self, view: RoutingView, now: float) -> bool:
         """Update hot and flapping ports; True when either set changed (weights change)."""

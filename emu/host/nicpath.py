@@ -20,6 +20,7 @@ built here once.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 
 from emu import fidelity
@@ -408,7 +409,7 @@ class CRnic:
         out = {}
         for vl, st in lanes:
             since = st["blocked_since"]
-            blocked_now = since == since  # NaN: no frame waits
+            blocked_now = not math.isnan(since)  # NaN: no frame waits
             out[str(vl)] = {
                 "credit_blocks": st["credit_blocks"],
                 "fctbs": st["fctbs"],

@@ -169,6 +169,7 @@ typedef struct {
      * [ctrl_head, ctrl.count) of ctrl */
     nic_out ctrl;
     size_t ctrl_head;
+    nic_out routed;               /* nic_credit_route's copy of a receive's replies, reused */
     int64_t fc_tx, fc_rx, overruns;
 } nic_credit;
 

@@ -43,7 +43,11 @@ void nic_credit_init(nic_engine *e, const int *vls, int nvls, int64_t capacity_b
     memcpy(c->fc_tmpl, tmpl, NIC_FC_FRAME_BYTES);
 }
 
-void nic_credit_free(nic_engine *e) { nic_out_free(&e->credit.ctrl); }
+void nic_credit_free(nic_engine *e)
+{
+    nic_out_free(&e->credit.ctrl);
+    nic_out_free(&e->credit.routed);
+}
 
 int nic_is_flow_control(const uint8_t *f, size_t n)
 {
@@ -204,31 +208,28 @@ int nic_credit_route(nic_engine *e, nic_out *out, size_t first, double now)
     if (first == out->count)
         return 0;
     size_t base = first ? out->ends[first - 1] : 0;
-    /* The produced frames are copied aside: `out` is rebuilt from `first`. */
-    nic_out mine = {0};
+    /* The produced frames are copied aside (into a buffer kept for the next
+     * receive: no allocation per frame), then `out` is rebuilt from `first`. */
+    nic_out *mine = &c->routed;
+    nic_out_clear(mine);
     size_t start = base;
     for (size_t k = first; k < out->count; k++) {
         size_t end = out->ends[k];
-        if (nic_out_add(&mine, out->buf + start, end - start) < 0) {
-            nic_out_free(&mine);
+        if (nic_out_add(mine, out->buf + start, end - start) < 0)
             return -1;
-        }
         start = end;
     }
     out->count = first;
     out->len = base;
-    int rc = 0;
     start = 0;
-    for (size_t k = 0; k < mine.count && rc == 0; k++) {
-        size_t end = mine.ends[k];
-        const uint8_t *f = mine.buf + start;
-        rc = nic_out_add(c->is_vl[nic_prio_of(f, end - start)] ? &c->ctrl : out, f, end - start);
+    for (size_t k = 0; k < mine->count; k++) {
+        size_t end = mine->ends[k];
+        const uint8_t *f = mine->buf + start;
+        if (nic_out_add(c->is_vl[nic_prio_of(f, end - start)] ? &c->ctrl : out, f, end - start) < 0)
+            return -1;
         start = end;
     }
-    if (rc == 0)
-        rc = nic_credit_flush(e, now, 0, out);
-    nic_out_free(&mine);
-    return rc;
+    return nic_credit_flush(e, now, 0, out);
 }
 
 /* ----- updates ------------------------------------------------------------------------- */
