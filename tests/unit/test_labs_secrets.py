@@ -142,6 +142,43 @@ def test_gray_failure_keeps_failed_evidence_out_of_the_report(tmp_path):
     assert "a lab defect" in text and (run.out_dir / "evidence.txt").is_file()
 
 
+def test_gray_failure_judges_each_healthy_link_by_whether_its_bounds_hold_zero(tmp_path):
+    """Frames cross between the two reads of the switches, widening every link's
+    bounds (the CI run of aae2d2c read a healthy link at up to 5 missing): a healthy
+    link passes however wide its bounds, as long as they hold zero; one missing
+    frame for sure on a second link, or one received that was never sent, fails."""
+    from labs import gray_failure as lab
+
+    g = lab.graph()
+    faulty = lab.lossy_link(g, 7)
+    healthy = next(link for link in lab.fabric_links(g) if link != faulty)
+
+    def grade(bounds):
+        counts = {link: (2000, 0, 0) for link in lab.fabric_links(g)}
+        counts[faulty] = (11377, 131, 133)
+        counts[healthy] = (2000, *bounds)
+        run = run_of("gray_failure", tmp_path, 7)
+        lab.grade_counters(run, faulty, counts, "defect", revealed=True)
+        return run.checks[0].passed
+
+    assert grade((-5, 5)) and grade((0, 0)) and grade((-3, 0))
+    assert not grade((1, 5)), "a second link lost a frame for sure"
+    assert not grade((-6, -1)), "a receiver counted a frame its peer never sent"
+
+
+def test_gray_failure_counts_only_the_frames_of_its_measurement():
+    """A switch's first frames, sent before its peer bound its port, are dropped by
+    the peer's kernel (seen on this VM: 1 on 3 of 12 links at boot); counted from
+    the read before the flows, that healthy link shows none missing."""
+    from labs import gray_failure as lab
+
+    before = {("leaf1", "spine1"): (7, 1, 1), ("leaf2", "spine2"): (7, 0, 2)}
+    after = {("leaf1", "spine1"): (8461, 1, 1), ("leaf2", "spine2"): (11327, 130, 132)}
+    window = lab.missing_frames(before, after)
+    assert window[("leaf1", "spine1")] == (8454, 0, 0)
+    assert window[("leaf2", "spine2")] == (11320, 128, 132)
+
+
 # ----------------------------------------------------------------- pause_storm
 
 
