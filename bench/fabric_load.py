@@ -121,7 +121,7 @@ def one_run(rate_mbps: float, processes: int, seconds: float, out: Path) -> Load
     good = [d["end"]["sum_received"]["bits_per_second"] for d in docs if "error" not in d]
     run.failed_flows = len(docs) - len(good)
     run.goodput_of_links = sum(good) / (len(flows) * rate_mbps * 1e6)
-    records = fidelity.load_records(out)
+    records = fidelity.records_of([("", fab.fidelity_document or {})])
     verdict = fidelity.judge(records)
     run.faithful = verdict.faithful
     failures = verdict.failures()

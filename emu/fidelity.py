@@ -29,7 +29,8 @@ Measures (pure, fed by the event loops in `emu/switch/datapath.py` and
   and reported here: they are the emulator's loss, never the network's.
 
 Judgement (`judge`, `Verdict`): the limits below, each derived in its comment,
-applied to the records that the fabric collects (`Fabric.close` writes them to
+applied to the records that the fabric collects as it closes (`Fabric.close`
+keeps them for the run that opened it, emu/runs.py, and writes them to
 `fidelity.json`); `emu.scenario` turns the verdict into checks, a table and
 the "unfaithful run" line.
 """
@@ -812,39 +813,16 @@ def check_name(measure: str, limits: Limits = Limits()) -> str:
     )
 
 
-def _documents(out_dir: Path, since: float | None = None):
-    """(fabric label, document) of every readable `fidelity.json` under `out_dir`
-    (written at or after wall time `since`, when given)."""
-    root = Path(out_dir)
-    for path in sorted(root.rglob("fidelity.json")):
-        try:
-            if since is not None and path.stat().st_mtime < since:
-                continue
-        except OSError:
-            continue
-        label = str(path.parent.relative_to(root))
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict):
-            yield ("" if label == "." else label), doc
+def records_of(documents) -> list[tuple[str, dict]]:
+    """[(fabric label, process record)] of `documents` ([(fabric label, the
+    document a fabric collected as it closed)], emu/runs.py)."""
+    return [(label, rec) for label, doc in documents for rec in doc.get("processes", [])]
 
 
-def load_records(out_dir: Path, since: float | None = None) -> list[tuple[str, dict]]:
-    """Every `fidelity.json` under `out_dir` (written since wall time `since`, when given):
-    [(fabric label, process record)]."""
-    return [
-        (label, rec)
-        for label, doc in _documents(out_dir, since)
-        for rec in doc.get("processes", [])
-    ]
-
-
-def load_machine(out_dir: Path) -> dict:
-    """The machine over every fabric's window under `out_dir` (`machine_window`'s shares,
-    weighted by window length; a share no window measured is None)."""
-    docs = [doc.get("machine", {}) for _, doc in _documents(out_dir)]
+def machine_of(documents) -> dict:
+    """The machine over every fabric's window of `documents` (`machine_window`'s
+    shares, weighted by window length; a share no window measured is None)."""
+    docs = [doc.get("machine", {}) for _, doc in documents]
     out: dict = {"steal_s": round(sum(m.get("steal_s", 0.0) for m in docs), 3)}
     for key in ("idle_share", "cpu_pressure_share"):
         measured = [m for m in docs if m.get(key) is not None and m.get("window_s")]
@@ -853,9 +831,15 @@ def load_machine(out_dir: Path) -> dict:
     return out
 
 
-def load_missing(out_dir: Path) -> list[str]:
-    """Processes that did not answer when a fabric under `out_dir` collected fidelity."""
-    return [name for _, doc in _documents(out_dir) for name in doc.get("missing", [])]
+def missing_of(documents) -> list[str]:
+    """Processes that did not answer when a fabric of `documents` collected fidelity."""
+    return [name for _, doc in documents for name in doc.get("missing", [])]
+
+
+def read_document(path: Path) -> dict:
+    """One fabric's fidelity.json, as `collect_fidelity` wrote it (to look at a
+    finished run's folder; a run judges the documents it holds, emu/runs.py)."""
+    return json.loads(Path(path).read_text())
 
 
 def table_rows(records: list[tuple[str, dict]], limits: Limits = Limits()) -> list[list]:

@@ -67,6 +67,7 @@ import yaml
 
 import labs as labs_package
 from emu import fidelity
+from emu.runs import RunFabrics
 
 WORK_ROOT = "labs-work"
 SOLUTION_DIR = "solution"
@@ -117,6 +118,16 @@ class LabRun:
     # kept up or nothing was judged): a failed check of such a run may be the
     # emulator's, not the student's, and is not evidence either way (DESIGN.md).
     unfaithful: str = ""
+    # The fabrics this check opened and their fidelity (emu/runs.py), judged at its end.
+    fabrics: RunFabrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fabrics = RunFabrics(self.out_dir)
+
+    def fabric(self, graph, label: str = "", **options):
+        """`with lab.fabric(graph(), qos=...) as fab:` a fabric (emu.net.Fabric's options)
+        with its results in out_dir/label, its fidelity judged with the check's."""
+        return self.fabrics.open(graph, label, **options)
 
     def check(self, name: str, passed: bool, value: Any, expected: str, hint: str) -> bool:
         """Record a measured point against its target (a threshold the student is meant to
@@ -170,23 +181,26 @@ class LabRun:
             raise LabError(f"{path}: {', '.join(unknown)}: this lab reads {', '.join(keys)} only")
         return data
 
-    def open_fabric(self, fab: Any, name: str, hint: str) -> bool:
-        """Open `fab` (an unopened emu.net.Fabric built around the student's work).
+    def open_fabric(self, name: str, hint: str, graph, label: str = "", **options):
+        """A fabric built around the student's work (`fabric`'s arguments), up; or None.
 
         A fabric that the student's files keep from starting (a config a switch
         refuses, a policy that raises in the controller) is a failed check named
         `name`, with `hint` and the first line of the error, and is closed again;
-        anything else propagates. The caller closes a fabric that started.
+        anything else propagates. The caller ends a fabric that started with
+        `close_fabric`.
         """
         from emu.registry import FabricError
 
         try:
-            fab.open()
+            return self.fabrics.start(graph, label, **options)
         except FabricError as exc:
-            fab.close()  # what open() built before it failed
             self.check(name, False, str(exc).splitlines()[0][:200], "the fabric up", hint)
-            return False
-        return True
+            return None
+
+    def close_fabric(self, fab) -> None:
+        """End a fabric `open_fabric` gave, keeping what it measured of itself."""
+        self.fabrics.stop(fab)
 
     @property
     def passed(self) -> bool:
@@ -491,10 +505,9 @@ def check(
 
 def judge_fidelity(run: LabRun) -> None:
     """Whether the emulator kept up with every fabric this check ran (the records
-    its fabrics wrote under `out_dir` when they closed, emu/fidelity.py); the
-    reasons, when it did not, go to `run.unfaithful`. Records older than the
-    run (an earlier check into the same folder) are not this run's."""
-    records = fidelity.load_records(run.out_dir, since=run.started_wall - 1.0)
+    each kept as it closed, emu/runs.py); the reasons, when it did not, go to
+    `run.unfaithful`."""
+    records = run.fabrics.records()
     verdict = fidelity.judge(records)
     if records and not verdict.faithful:
         run.unfaithful = "; ".join(f.text for f in verdict.failures())

@@ -176,6 +176,9 @@ class Fabric:
         self.boot_phases: dict[str, float] = {}
         # The machine's CPU counters when the fidelity window began (emu/telemetry.py).
         self.fidelity_machine_start = None
+        # What `close` collected: every process's fidelity record (emu/telemetry.py
+        # collect_fidelity), for the run that opened this fabric (emu/runs.py).
+        self.fidelity_document: dict | None = None
         self._faults = None
 
     # ----- lifecycle --------------------------------------------------------
@@ -274,7 +277,7 @@ class Fabric:
         # thread restarted dies with it (PR_SET_PDEATHSIG follows the parent thread).
         if self.out_dir and self.net is not None:
             try:
-                telemetry.collect_fidelity(self, self.out_dir)
+                self.fidelity_document = telemetry.collect_fidelity(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("fidelity not collected: %s", exc)
             try:

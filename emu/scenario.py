@@ -22,8 +22,11 @@ marker, and emu/topofile.py for files hold every value to the same bounds
 use is an error that names it, not a silent default; `describe_params` is what
 `emu run NAME --help` and `emu list -v` print.
 
-Every run is also judged on its fidelity (emu/fidelity.py): after the scenario,
-the records its fabrics left in `OUT/**/fidelity.json` become a fidelity table
+A scenario opens its fabrics with `ctx.fabric(graph, label, **options)` (the run
+layer, emu/runs.py), which puts each fabric's results in OUT/label and keeps
+what it measured of itself. Every run is also judged on its fidelity
+(emu/fidelity.py): after the scenario, the records of the fabrics it opened
+(held in memory, never found again on disk) become a fidelity table
 and four fidelity checks. A run whose own checks pass but whose fidelity fails
 is an *unfaithful run*: the report says so in one line naming where and by
 how much, and `emu run` exits with its own status (EXIT_UNFAITHFUL in cli.py).
@@ -47,6 +50,7 @@ import scenarios
 from emu import config, fabric, fidelity, topofile
 from emu.config import ConfigError
 from emu.net import default_switch_processes
+from emu.runs import RunFabrics
 
 
 class ScenarioError(ConfigError):
@@ -245,6 +249,16 @@ class Context:
     log: Callable[[str], None] = print
     # The run's start on the unix clock that events are stamped with.
     started_wall: float = field(default_factory=time.time)
+    # The fabrics this run opened and their fidelity (emu/runs.py), judged at its end.
+    fabrics: RunFabrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fabrics = RunFabrics(self.out_dir)
+
+    def fabric(self, graph, label: str = "", **options):
+        """`with ctx.fabric(graph, "mode", qos=...) as fab:` a fabric (emu.net.Fabric's
+        options) with its results in OUT/label, its fidelity judged with the run's."""
+        return self.fabrics.open(graph, label, **options)
 
     def check(
         self, name: str, passed: bool, value: Any, expected: str, fidelity: bool = False
@@ -546,14 +560,15 @@ def machine_text(machine: dict) -> str:
 
 def add_fidelity(ctx: Context) -> None:
     """Judge the run's fidelity records: a table, four checks and `metrics["fidelity"]`."""
-    records = fidelity.load_records(ctx.out_dir)
-    missing = fidelity.load_missing(ctx.out_dir)
+    documents = ctx.fabrics.documents
+    records = fidelity.records_of(documents)
+    missing = fidelity.missing_of(documents)
     if not records:
         ctx.check(
             "fidelity: measured",
             False,
-            f"no fidelity records under {ctx.out_dir}",
-            "every fabric writes fidelity.json",
+            "no fidelity records: the run closed no fabric it opened with ctx.fabric",
+            "a record from every switch and NIC of every fabric the run opened",
             fidelity=True,
         )
         return
@@ -564,7 +579,7 @@ def add_fidelity(ctx: Context) -> None:
         fidelity.TABLE_COLUMNS,
         fidelity.table_rows(records, limits),
     )
-    machine = fidelity.load_machine(ctx.out_dir)
+    machine = fidelity.machine_of(documents)
     steal_s = machine["steal_s"]
     scheduling = fidelity.sched_summary(records)
     ctx.text(f"{scheduling}; CPU time the VM's host took meanwhile (steal): {steal_s * 1e3:.0f} ms")

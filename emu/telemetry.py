@@ -315,9 +315,10 @@ def reset_fidelity(fab) -> None:
             pass  # a switch that does not answer shows up when fidelity is collected
 
 
-def collect_fidelity(fab, out_dir: Path) -> Path:
-    """Every switch's and NIC agent's fidelity record into out_dir/fidelity.json and
-    out_dir/telemetry/fidelity.csv (one row per process and port).
+def collect_fidelity(fab, out_dir: Path) -> dict:
+    """Every switch's and NIC agent's fidelity record: the document
+    ({"processes", "missing", "machine"}), also written to out_dir/fidelity.json
+    and out_dir/telemetry/fidelity.csv (one row per process and port).
 
     Called by the fabric before teardown, before the bulky telemetry (serving
     that would be a stall of its own). A process that does not answer is recorded
@@ -340,9 +341,8 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
         if start is not None
         else {"steal_s": 0.0, "idle_share": None, "cpu_pressure_share": None}
     )
-    path.write_text(
-        json.dumps({"processes": records, "missing": missing, "machine": machine}, indent=1)
-    )
+    document = {"processes": records, "missing": missing, "machine": machine}
+    path.write_text(json.dumps(document, indent=1))
     folder = out / "telemetry"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "fidelity.csv", "w", newline="") as f:
@@ -371,4 +371,4 @@ def collect_fidelity(fab, out_dir: Path) -> Path:
                         cpu["wait_share"],
                     ]
                 )
-    return path
+    return document

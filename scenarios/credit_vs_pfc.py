@@ -58,7 +58,6 @@ from scapy.utils import PcapReader
 from emu import fabric as fabric_mod
 from emu.credit_audit import audit
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
-from emu.net import Fabric
 from emu.proto import credit, pfc, roce
 from emu.scenario import Context, Param, ScenarioError, choices, fabric_params
 from emu.telemetry import Panel, save_panels, start_capture
@@ -171,9 +170,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
         "spine-leaf2": ("leaf2", "spine1"),
         "victim-sender": ("leaf1", VICTIM[0]),
     }
-    with Fabric(
-        graph, out_dir=str(out), qos=QOS[mode], flow_control=flow_control, **options
-    ) as fab:
+    with ctx.fabric(graph, mode, qos=QOS[mode], flow_control=flow_control, **options) as fab:
         caps = {
             name: start_capture(fab, _port_intf(graph, sw, peer), out / f"{name}.pcap")
             for name, (sw, peer) in links.items()

@@ -361,9 +361,9 @@ def run(ctx: Context) -> None:
     rtts: dict[str, list] = {}  # and each flow's mean RTT (s)
     for mode in modes:
         ctx.log(f"ecmp-vs-adaptive: {mode} on a k={ctx.metrics['k']} fat-tree")
-        with Fabric(
+        with ctx.fabric(
             graph,
-            out_dir=str(ctx.out_dir / mode),
+            mode,
             **fabric_options(p),
             **_fabric_options(p),
             **_mode_options(mode, p, rate_bps),
@@ -401,9 +401,9 @@ def run(ctx: Context) -> None:
     ideal: dict[tuple, list[float]] = {}
     alone: list[float] = []
     ctx.log("ecmp-vs-adaptive: the non-blocking switch")
-    with Fabric(
+    with ctx.fabric(
         ideal_graph,
-        out_dir=str(ctx.out_dir / "nonblocking"),
+        "nonblocking",
         switch_processes=p["switch_processes"],
         host_nic_pacing=p["host_nic_pacing"],
         **_fabric_options(p),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from emu import fabric, fidelity
-from emu.net import Fabric, wait_for
+from emu.net import wait_for
 from emu.proto import roce
 from emu.scenario import Context, Param
 from emu.switch.scheduler import PortScheduler
@@ -54,7 +54,7 @@ def run(ctx: Context) -> None:
     hosts = fabric.hosts(g)
     senders, receiver = hosts[: p["senders"]], hosts[-1]
     qos = {"ecn": {"enabled": False}}  # PFC alone: the lossless class, no DCQCN
-    with Fabric(g, out_dir=str(ctx.out_dir), qos=qos) as fab:
+    with ctx.fabric(g, qos=qos) as fab:
         nics = RdmaHosts(fab, senders + [receiver], dcqcn=False)
         qps = {s: nics.connect(s, receiver) for s in senders}
         posted, t0 = {}, time.monotonic()

@@ -31,7 +31,6 @@ import time
 
 from emu import fabric as fabric_mod
 from emu import topopick
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -163,7 +162,7 @@ def run(ctx: Context) -> None:
 def run_failure(ctx: Context, graph, failure: str) -> dict:
     p = ctx.params
     flows = pairs(graph)
-    with Fabric(graph, out_dir=str(ctx.out_dir / failure), **fabric_options(p)) as fab:
+    with ctx.fabric(graph, failure, **fabric_options(p)) as fab:
         jobs = {
             (s, d): fab.start(
                 "ping", src=s, dst=d, interval_s=p["interval_s"], duration_s=p["duration_s"]

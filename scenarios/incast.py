@@ -49,7 +49,6 @@ from emu.models.dcqcn import (
     dcqcn_fluid,
     loop_base_delay_s,
 )
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -184,7 +183,7 @@ def run_mode(
     leaf = graph.nodes[receiver]["leaf"]
     port = graph.edges[receiver, leaf]["ports"][leaf]
     rate = graph.edges[receiver, leaf]["rate_bps"]
-    with Fabric(graph, out_dir=str(ctx.out_dir / mode), **fabric_options(p), qos=qos) as fab:
+    with ctx.fabric(graph, mode, **fabric_options(p), qos=qos) as fab:
         # pcaps of the bottleneck link and of the first sender's link, for Wireshark.
         caps = []
         for h in (receiver, senders[0]):

@@ -43,7 +43,6 @@ from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import BufferSpec
 from emu.models.flow import max_min_rates
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -359,9 +358,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     # a second of traffic; ACKs queued behind it can silence a TCP flow for seconds
     # whatever the routing does, which would read as a flow stuck by the flapping.
     qos = {"buffer": {"alpha_lossy": p["alpha_lossy"]}}
-    with Fabric(
-        graph, out_dir=str(ctx.out_dir / mode), **fabric_options(p), apps=(MODES[mode],), qos=qos
-    ) as fab:
+    with ctx.fabric(graph, mode, **fabric_options(p), apps=(MODES[mode],), qos=qos) as fab:
         clients = iperf.start_many(fab, flows, duration, first_port=FIRST_PORT, server_output=True)
         t0 = time.time()
         pings = {

@@ -47,7 +47,6 @@ import time
 
 from emu import fabric as fabric_mod
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD, GO_BACK_0, GO_BACK_N, LOSS_RECOVERY
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -139,7 +138,7 @@ def run_mode(ctx: Context, graph, mode: str, sender: str, receiver: str) -> dict
     rleaf = graph.nodes[receiver]["leaf"]
     sleaf = graph.nodes[sender]["leaf"]
     rate = graph.edges[sender, sleaf]["rate_bps"]
-    with Fabric(graph, out_dir=str(out), **fabric_options(p)) as fab:
+    with ctx.fabric(graph, mode, **fabric_options(p)) as fab:
         # The sender's link, for Wireshark: all it sent (the lost frames too) and the NAKs.
         intf = graph.edges[sender, sleaf]["intfs"][sleaf]
         capture = start_capture(fab, intf, out / f"{intf}.pcap")

@@ -27,7 +27,6 @@ import threading
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import MTU_FRAME_BYTES, PfcSpec
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -106,7 +105,7 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp, rate: in
     p = ctx.params
     target = p["rdma_share"] * rate
     qos = {"watchdog": {"enabled": False}}  # see incast.py: congestion is not a storm
-    with Fabric(graph, out_dir=str(ctx.out_dir / variant), **fabric_options(p), qos=qos) as fab:
+    with ctx.fabric(graph, variant, **fabric_options(p), qos=qos) as fab:
         nics = RdmaHosts(fab, list(rdma), dcqcn=True)
         qp = nics.connect(rdma[0], rdma[1], max_rate_bps=target)
         nics.post(rdma[0], qp, 65536, int(target * p["duration_s"] / 8 / 65536) + 4)

@@ -32,7 +32,6 @@ from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import WatchdogSpec
 from emu.faults import Faults
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -121,9 +120,7 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
     p = ctx.params
     stuck = p["stuck_host"]
     qos = {"watchdog": {"enabled": mode == "on"}, "ecn": {"enabled": False}}
-    with Fabric(
-        graph, out_dir=str(ctx.out_dir / f"watchdog-{mode}"), **fabric_options(p), qos=qos
-    ) as fab:
+    with ctx.fabric(graph, f"watchdog-{mode}", **fabric_options(p), qos=qos) as fab:
         hosts = fabric_mod.hosts(graph)
         nics = RdmaHosts(fab, hosts, dcqcn=False)
         faults = Faults(fab, nics)

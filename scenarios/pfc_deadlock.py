@@ -322,9 +322,9 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
     rate = p["rate_mbps"] * 1e6
     ring = fabric_mod.switches(graph)
     stop = threading.Event()
-    with Fabric(
+    with ctx.fabric(
         graph,
-        out_dir=str(ctx.out_dir / "deadlock"),
+        "deadlock",
         controller_args=("--next-hops", str(NEXT_HOPS_FILE)),
         qos=_qos({"enabled": False}),
         **fabric_options(p),
@@ -448,9 +448,9 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
     ring = fabric_mod.switches(graph)
     # The watchdog only watches (action alert): a queue paused with frames and no
     # progress for its detection time counts as a storm, and nothing is dropped.
-    with Fabric(
+    with ctx.fabric(
         graph,
-        out_dir=str(ctx.out_dir / "tagger"),
+        "tagger",
         apps=("controllers.tagger",),
         controller_args=("--next-hops", str(NEXT_HOPS_FILE)),
         qos=_qos({"enabled": True, "action": "alert"}),

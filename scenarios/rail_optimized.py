@@ -478,7 +478,7 @@ def run(ctx: Context) -> None:
 
     parts: list[Part] = []
     results: dict[str, collectives.AllReduceResult] = {}
-    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
+    with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
         # Each GPU's NIC and its NVLink port (the same NIC model at the NVLink rate,
         # through the node's NVSwitch), one process per GPU. No DCQCN: NVLink has no
         # end-to-end congestion control, and the rail NICs' runs need none.

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from emu import fabric as fabric_mod
 from emu import topopick
-from emu.net import Fabric
 from emu.scenario import (
     Context,
     Param,
@@ -94,7 +93,7 @@ def run(ctx: Context) -> None:
     sizes = collectives.parse_sizes(p["sizes"], p["factor"], p["dtype"])
     algos = collectives.parse_algos(p["algos"], collectives.ALLREDUCE_NAMES)
     results: dict[str, list[collectives.AllReduceResult]] = {}
-    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
+    with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
         for algo in algos:
             ctx.log(f"sharp-allreduce: {algo} on {n} ranks, {len(sizes)} sizes")
             results[algo] = collectives.run_allreduce(

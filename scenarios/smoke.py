@@ -128,7 +128,7 @@ def run(ctx: Context) -> None:
         f"smoke: building {graph.graph['name']} ({counts['switches']} switches, "
         f"{counts['hosts']} hosts, {counts['switch_links']} fabric links)"
     )
-    with Fabric(graph, out_dir=str(ctx.out_dir), **fabric_options(p)) as fab:
+    with ctx.fabric(graph, **fabric_options(p)) as fab:
         ctx.event("converged", after_s=round(fab.converged_after_s, 2))
         status = fab.controller_status()
         ctx.metrics["converge_s"] = fab.converged_after_s

@@ -240,7 +240,7 @@ def run(ctx: Context) -> None:
         )
 
     points: list[Point] = []
-    with Fabric(graph, out_dir=str(ctx.out_dir / "fabric"), **fabric_options(p), apps=APPS) as fab:
+    with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
         # The agents the straggler fault talks to, and that run_allreduce reuses.
         fab.faults.nics = RdmaHosts(fab, hosts, dcqcn=p["dcqcn"])
         for algo in collectives.parse_algos(p["algos"], collectives.ALLREDUCE_NAMES):

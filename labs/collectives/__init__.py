@@ -102,8 +102,8 @@ def graph():
     )
 
 
-def fabric(lab: LabRun) -> Fabric:
-    return Fabric(graph(), out_dir=str(lab.out_dir), apps=APPS)
+def fabric(lab: LabRun):
+    return lab.fabric(graph(), apps=APPS)
 
 
 # ----------------------------------------------------------------- the three tasks
@@ -355,7 +355,7 @@ def start(lab: LabRun) -> None:
 
 def fidelity_note(lab: LabRun) -> str:
     """One line on whether the emulator kept up during the measurements (emu/fidelity.py)."""
-    records = fidelity.load_records(lab.out_dir)
+    records = lab.fabrics.records()
     if not records:
         return "no fidelity record was written"
     verdict = fidelity.judge(records, LIMITS)

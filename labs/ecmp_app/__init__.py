@@ -109,19 +109,15 @@ FABRICS = (
 )
 
 
-def fabric(lab: LabRun, g=None, out: str | None = None) -> Fabric:
-    policy = str(lab.path("ecmp.py").resolve())
-    return Fabric(
-        g if g is not None else graph(),
-        out_dir=out or str(lab.out_dir),
-        controller_args=("--next-hops", policy),
-    )
+def policy_args(lab: LabRun) -> dict:
+    """The Fabric options that run the student's policy in the controller."""
+    return {"controller_args": ("--next-hops", str(lab.path("ecmp.py").resolve()))}
 
 
 def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
-    with fabric(lab) as fab:
+    with lab.fabric(graph(), **policy_args(lab)) as fab:
         interactive(fab)
 
 
@@ -137,21 +133,22 @@ def top_rx(fab: Fabric, role: str) -> dict[str, int]:
 def check(lab: LabRun) -> None:
     for label, build, src, dst, role in FABRICS:
         g = build()
-        out = str(lab.out_dir / label.split()[0].replace("/", "-"))
-        fab = fabric(lab, g, out)
-        started = lab.open_fabric(
-            fab,
+        folder = label.split()[0].replace("/", "-")
+        fab = lab.open_fabric(
             f"[{label}] the fabric converges with your policy",
             "your next_hops raised or returned a port with no link behind it; the controller's "
-            f"log says which: {out}/controller.log (search for Traceback); "
+            f"log says which: {lab.out_dir / folder}/controller.log (search for Traceback); "
             "`emu lab test ecmp-app` tries it without a fabric",
+            g,
+            folder,
+            **policy_args(lab),
         )
-        if not started:
+        if fab is None:
             continue
         try:
             grade_fabric(lab, fab, label, src, dst, role)
         finally:
-            fab.close()
+            lab.close_fabric(fab)
 
 
 def grade_fabric(lab: LabRun, fab: Fabric, label: str, src: str, dst: str, role: str) -> None:

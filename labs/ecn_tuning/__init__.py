@@ -141,10 +141,10 @@ def read_ecn(lab: LabRun) -> dict:
     return {**doc, "pmax": spec.pmax}
 
 
-def fabric(lab: LabRun, ecn: dict, out: str) -> Fabric:
+def fabric(lab: LabRun, ecn: dict, label: str = ""):
     # The PFC watchdog stays off, as in the incast scenario: a congested queue that
     # stays paused is congestion, not a storm.
-    return Fabric(graph(), out_dir=out, qos={"ecn": ecn, "watchdog": {"enabled": False}})
+    return lab.fabric(graph(), label, qos={"ecn": ecn, "watchdog": {"enabled": False}})
 
 
 def start_incast(fab: Fabric, seconds: float) -> tuple[RdmaHosts, float]:
@@ -164,7 +164,7 @@ def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
     ecn = read_ecn(lab)
-    with fabric(lab, ecn, str(lab.out_dir)) as fab:
+    with fabric(lab, ecn) as fab:
         _, _, leaf, port = roles(fab.graph)
         start_incast(fab, LIVE_S)
         print(
@@ -184,8 +184,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 def measure(lab: LabRun, ecn: dict) -> dict:
     """Run the incast once with `ecn` on every switch; the bottleneck's figures."""
-    out = lab.out_dir / "incast"
-    with fabric(lab, ecn, str(out)) as fab:
+    with fabric(lab, ecn, "incast") as fab:
         _, _, leaf, port = roles(fab.graph)
         _, t0 = start_incast(fab, DURATION_S)
         end = t0 + DURATION_S
@@ -207,7 +206,7 @@ def measure(lab: LabRun, ecn: dict) -> dict:
     depth_col = 3 + TELEMETRY_COLUMNS_PER_PRIO * LOSSLESS_PRIO
     depths = [r[depth_col] for r in window]
     sent = window[-1][2] - window[0][2]
-    verdict = fidelity.judge(fidelity.load_records(out))
+    verdict = fidelity.judge(lab.fabrics.latest_records())
     return {
         "queue_p99_bytes": percentile(depths, 99),
         "queue_p50_bytes": percentile(depths, 50),
@@ -217,7 +216,7 @@ def measure(lab: LabRun, ecn: dict) -> dict:
         "pfc_frames": sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values()),
         "faithful": verdict.faithful,
         "unfaithful": "; ".join(f.text for f in verdict.failures()),
-        "telemetry": str(out / "telemetry" / f"{leaf}.csv"),
+        "telemetry": str(lab.out_dir / "incast" / "telemetry" / f"{leaf}.csv"),
     }
 
 

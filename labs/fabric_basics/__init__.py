@@ -61,7 +61,7 @@ def graph():
 def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
-    with Fabric(graph(), out_dir=str(lab.out_dir), seed=lab.seed) as fab:
+    with lab.fabric(graph(), seed=lab.seed) as fab:
         interactive(fab)
 
 
@@ -115,7 +115,7 @@ def _is_number(answer) -> bool:
 
 def measure(lab: LabRun) -> dict:
     """What the packets did: the switches each flow's datagrams crossed, leaf1's buckets."""
-    with Fabric(graph(), out_dir=str(lab.out_dir), seed=lab.seed) as fab:
+    with lab.fabric(graph(), seed=lab.seed) as fab:
         paths = {sport: crossed_by(fab, sport) for sport in SPORTS}
         buckets = buckets_towards(fab, "leaf1", "h3")
     return {"paths": paths, "buckets": buckets}

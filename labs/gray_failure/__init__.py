@@ -91,8 +91,8 @@ def graph():
     return fabric_mod.leaf_spine(leaves=3, spines=2, hosts_per_leaf=2, host_rate_bps=RATE_BPS)
 
 
-def fabric(out_dir: str) -> Fabric:
-    return Fabric(graph(), out_dir=out_dir, host_nic_pacing=False)  # see FLOW_WINDOW
+def fabric(lab: LabRun, label: str = ""):
+    return lab.fabric(graph(), label, host_nic_pacing=False)  # see FLOW_WINDOW
 
 
 def fabric_links(g) -> list[tuple[str, str]]:
@@ -309,7 +309,7 @@ def inject(fab: Fabric, seed: int) -> tuple[str, str]:
 def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
-    with fabric(str(lab.out_dir)) as fab:
+    with fabric(lab) as fab:
         inject(fab, lab.seed)
         flows = plan(fab.graph)
         pin(fab, flows)
@@ -353,8 +353,8 @@ def check(lab: LabRun) -> None:
 def measure(lab: LabRun) -> dict:
     """The fault again on a fresh fabric: every link's missing frames, every flow's resends."""
     g = graph()
-    out = lab.out_dir / "check"  # apart from `emu lab start`'s run, so each has its own records
-    with fabric(str(out)) as fab:
+    label = "check"  # apart from `emu lab start`'s run: its own logs and pcaps
+    with fabric(lab, label) as fab:
         inject(fab, lab.seed)
         flows = plan(g)
         pin(fab, flows)
@@ -364,9 +364,9 @@ def measure(lab: LabRun) -> dict:
         counts = missing_frames(before, link_counts(fab))
     # Evidence that is not there is a defect of the lab, unless the emulator fell
     # behind its links (a kernel drop shows as a missing frame): say which.
-    verdict = fidelity.judge(fidelity.load_records(out))
+    verdict = fidelity.judge(lab.fabrics.latest_records())
     late = "; ".join(f.text for f in verdict.failures()) if not verdict.faithful else ""
-    return {"counts": counts, "flows": flows, "late": late, "out": out}
+    return {"counts": counts, "flows": flows, "late": late, "out": lab.out_dir / label}
 
 
 def grade(lab: LabRun, named, faulty: tuple[str, str], m: dict | None) -> None:

@@ -206,7 +206,7 @@ def start(lab: LabRun) -> None:
     from emu.cli import interactive
 
     qos = student_qos(lab)
-    with Fabric(graph(), out_dir=str(lab.out_dir), qos=qos) as fab:
+    with lab.fabric(graph(), qos=qos) as fab:
         lab.log(summary(run_incast(fab, lab)))
         lab.log(
             "the incast is over; its counters stay. Which switch ports sent PAUSE? "
@@ -247,14 +247,14 @@ def check(lab: LabRun) -> None:
     g = graph()
     qos = student_qos(lab)
     named, bad = named_ports(lab, g)
-    fab = Fabric(g, out_dir=str(lab.out_dir), qos=qos)
     hint = f"a switch refused config.yaml; its log under {lab.out_dir}/logs says why"
-    if not lab.open_fabric(fab, "the fabric starts with your config", hint):
+    fab = lab.open_fabric("the fabric starts with your config", hint, g, qos=qos)
+    if fab is None:
         return
     try:
         result = run_incast(fab, lab)
     finally:
-        fab.close()
+        lab.close_fabric(fab)
     lab.log(summary(result))
     drops = sum(result["drops"].values())
     lab.check(

@@ -141,9 +141,7 @@ def start(lab: LabRun) -> None:
 
     wd = student_watchdog(lab)
     g = graph()
-    with Fabric(
-        g, out_dir=str(lab.out_dir), qos={"watchdog": wd, "ecn": {"enabled": False}}
-    ) as fab:
+    with lab.fabric(g, qos={"watchdog": wd, "ecn": {"enabled": False}}) as fab:
         # Traffic for the whole session, so that the storm is there to be found.
         start_traffic(fab, seconds=1800)
         lab.log(
@@ -225,14 +223,15 @@ def check(lab: LabRun) -> None:
     wd = student_watchdog(lab)
     spec = WatchdogSpec.from_dict(wd)
     named = str(lab.answers("answers.yaml").get("culprit") or "").strip()
-    fab = Fabric(g, out_dir=str(lab.out_dir), qos={"watchdog": wd, "ecn": {"enabled": False}})
     hint = f"a switch refused watchdog.yaml; its log under {lab.out_dir}/logs says why"
-    if not lab.open_fabric(fab, "the fabric starts with your watchdog", hint):
+    qos = {"watchdog": wd, "ecn": {"enabled": False}}
+    fab = lab.open_fabric("the fabric starts with your watchdog", hint, g, qos=qos)
+    if fab is None:
         return
     try:
         r = run_storm(fab, lab.seed)
     finally:
-        fab.close()
+        lab.close_fabric(fab)
     report(lab, g, spec, named, r)
 
 

@@ -60,7 +60,7 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_for(lambda: nics.poll_completions("h1", qp), 30, "the RDMA SEND to complete")
-    records = fidelity.load_records(tmp_path)
+    records = fidelity.records_of([("", fab.fidelity_document)])
     assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1", "h1", "h2"}
     # Switches and NIC agents ran as the hardware they stand for, by default:
     # real-time (emu/realtime.py).
@@ -125,7 +125,8 @@ def test_with_priority_0_the_emulator_runs_under_the_normal_policy(tmp_path, mon
     with Fabric(g, out_dir=str(tmp_path)) as fab:
         assert fab.ping("h1", "h2", count=2)[1] == 2
         assert os.sched_getscheduler(fab.switch("leaf1").proc.pid) == os.SCHED_OTHER
-    records = fidelity.load_records(tmp_path)
+    records = fidelity.records_of([("", fab.fidelity_document)])
+    assert fidelity.read_document(tmp_path / "fidelity.json") == fab.fidelity_document
     # ... with sleeps that end within 1 µs of their time (no 50 µs timer slack).
     assert records and all(
         r["sched"] == {"policy": "other", "timer_slack_ns": 1000} for _, r in records

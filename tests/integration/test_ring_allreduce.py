@@ -223,8 +223,7 @@ class FidelityWindow:
 
     def close(self, out_dir):
         busy, total = (b - a for a, b in zip(self.cpu0, _machine_cpu()))
-        collect_fidelity(self.fab, out_dir)
-        records = fidelity.load_records(out_dir)
+        records = fidelity.records_of([("", collect_fidelity(self.fab, out_dir))])
         verdict = fidelity.judge(records)
         nic1 = {h: self.nics.stats(h) for h in self.hosts}
         cnps = sum(nic1[h]["cnps_sent"] - self.nic0[h]["cnps_sent"] for h in self.hosts)

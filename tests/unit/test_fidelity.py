@@ -120,11 +120,9 @@ def test_a_port_with_few_frames_is_not_judged_on_a_percentile():
 
 
 def ctx_with_records(tmp_path, records, passed=True) -> scenario.Context:
-    (tmp_path / "lossy").mkdir()
-    (tmp_path / "lossy" / "fidelity.json").write_text(
-        json.dumps({"processes": records, "missing": []})
-    )
     ctx = scenario.Context("x", {}, tmp_path)
+    # What ctx.fabric keeps of a fabric labelled "lossy" as it closes (emu/runs.py).
+    ctx.fabrics.documents.append(("lossy", {"processes": records, "missing": []}))
     ctx.check("the network's own check", passed, 1, "1")
     scenario.add_fidelity(ctx)
     return ctx
@@ -291,14 +289,14 @@ def test_the_longest_stall_says_how_many_frames_its_pass_read():
 
 
 def test_the_report_quotes_the_hypervisor_s_steal_over_the_fabrics_windows(tmp_path):
-    for fab, steal in (("a", 0.05), ("b", 0.02)):
-        (tmp_path / fab).mkdir()
-        (tmp_path / fab / "fidelity.json").write_text(
-            json.dumps({"processes": [record()], "missing": [], "machine": {"steal_s": steal}})
-        )
-    assert fidelity.load_machine(tmp_path)["steal_s"] == pytest.approx(0.07)
+    documents = [
+        (fab, {"processes": [record()], "missing": [], "machine": {"steal_s": steal}})
+        for fab, steal in (("a", 0.05), ("b", 0.02))
+    ]
+    assert fidelity.machine_of(documents)["steal_s"] == pytest.approx(0.07)
     assert fidelity.machine_sample().steal_s >= 0.0
     ctx = scenario.Context("t", {}, tmp_path)
+    ctx.fabrics.documents.extend(documents)
     scenario.add_fidelity(ctx)
     assert "(steal): 70 ms" in scenario.render_report(ctx)
     assert ctx.metrics["fidelity"]["steal_s"] == pytest.approx(0.07)
@@ -335,17 +333,20 @@ def test_the_machine_window_weights_idle_and_pressure_by_window(tmp_path):
         at=110.0, steal_s=1.0, idle_s=54.0, total_s=220.0, pressure_s=None
     )
     assert fidelity.machine_window(start, no_psi)["cpu_pressure_share"] is None
-    for fab, machine in (("a", window), ("b", {**window, "window_s": 30.0, "idle_share": 0.6})):
-        (tmp_path / fab).mkdir()
-        (tmp_path / fab / "fidelity.json").write_text(
-            json.dumps({"processes": [record()], "missing": [], "machine": machine})
+    documents = [
+        (fab, {"processes": [record()], "missing": [], "machine": machine})
+        for fab, machine in (
+            ("a", window),
+            ("b", {**window, "window_s": 30.0, "idle_share": 0.6}),
         )
-    assert fidelity.load_machine(tmp_path) == {
+    ]
+    assert fidelity.machine_of(documents) == {
         "steal_s": 0.04,
         "idle_share": pytest.approx(0.5),  # (0.2 x 10 + 0.6 x 30) / 40
         "cpu_pressure_share": pytest.approx(0.3),
     }
     ctx = scenario.Context("t", {}, tmp_path)
+    ctx.fabrics.documents.extend(documents)
     scenario.add_fidelity(ctx)
     text = scenario.render_report(ctx)
     assert "CPUs idle 50% of the time; some task waited for a CPU 30% of the time (PSI)" in text
@@ -428,10 +429,9 @@ def test_a_run_the_fabric_fails_midway_prints_its_report_and_fidelity_before_the
     from emu.registry import FabricError
 
     def stalls_then_times_out(ctx):
-        fabric_dir = tmp_path / "out" / "ring"
-        fabric_dir.mkdir(parents=True)
-        (fabric_dir / "fidelity.json").write_text(
-            json.dumps({"processes": [record("s2", stall_frames=33.0)], "missing": []})
+        # What ctx.fabric kept of the fabric "ring" as the error closed it (emu/runs.py).
+        ctx.fabrics.documents.append(
+            ("ring", {"processes": [record("s2", stall_frames=33.0)], "missing": []})
         )
         ctx.check("traffic started", True, 4, "4 flows")
         raise FabricError("timed out after 10 s waiting for a wait-for cycle")

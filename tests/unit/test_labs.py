@@ -72,8 +72,14 @@ def test_emu_lab_list_and_bad_names(capsys):
 
 
 class _FakeFabric:
-    def __init__(self, fails: bool) -> None:
-        self.fails, self.closed = fails, False
+    """emu.net.Fabric as emu/runs.py drives it: opens (or fails to), closes, measured itself."""
+
+    built: list = []
+
+    def __init__(self, graph, out_dir: str, fails: bool = False) -> None:
+        self.fails, self.closed, self.out_dir = fails, False, out_dir
+        self.fidelity_document = None
+        _FakeFabric.built.append(self)
 
     def open(self) -> None:
         from emu.registry import FabricError
@@ -83,12 +89,18 @@ class _FakeFabric:
 
     def close(self) -> None:
         self.closed = True
+        self.fidelity_document = {"processes": [record(f"{self.out_dir[-1]}1")], "missing": []}
 
 
-def test_a_fabric_the_work_keeps_from_starting_is_a_failed_check_and_is_closed(tmp_path):
+def test_a_fabric_the_work_keeps_from_starting_is_a_failed_check_and_is_closed(
+    tmp_path, monkeypatch
+):
+    from emu import runs
+
+    monkeypatch.setattr(runs, "Fabric", _FakeFabric)
     run = labs.new_run("ecmp_app", tmp_path, str(tmp_path / "out"), solution=False)
-    broken = _FakeFabric(fails=True)
-    assert not run.open_fabric(broken, "the fabric starts", "read the switch's log")
+    assert run.open_fabric("the fabric starts", "read the switch's log", None, fails=True) is None
+    broken = _FakeFabric.built[-1]
     assert broken.closed
     [c] = run.checks
     assert (c.name, c.passed, c.value, c.hint) == (
@@ -97,30 +109,32 @@ def test_a_fabric_the_work_keeps_from_starting_is_a_failed_check_and_is_closed(t
         "switch leaf1 refused the config",
         "read the switch's log",
     )
-    healthy = _FakeFabric(fails=False)
-    assert run.open_fabric(healthy, "the fabric starts", "") and not healthy.closed
+    healthy = run.open_fabric("the fabric starts", "", None, "a")
+    assert healthy is _FakeFabric.built[-1] and not healthy.closed
+    assert healthy.out_dir == str(tmp_path / "out" / "a")
+    run.close_fabric(healthy)
+    # Both fabrics measured themselves as they closed; the run holds what each measured.
+    assert healthy.closed and [label for label, _ in run.fabrics.documents] == ["", "a"]
 
 
-def _write_records(folder, records, mtime=None):
+def _write_records(folder, records):
     import json
-    import os
 
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "fidelity.json"
-    path.write_text(json.dumps({"processes": records, "missing": []}))
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
+    (folder / "fidelity.json").write_text(json.dumps({"processes": records, "missing": []}))
 
 
 def test_a_check_in_which_the_emulator_fell_behind_says_so_and_ignores_older_records(tmp_path):
     out = tmp_path / "out"
     run = labs.new_run("ecmp_app", tmp_path, str(out), solution=False)
-    # An earlier check into the same folder left a stalled fabric's record: not this run's.
-    _write_records(out / "old", [record("spine9", stall_frames=40.0)], mtime=run.started_wall - 60)
-    _write_records(out / "fabric", [record("leaf1")])
+    # An earlier check into the same folder left a stalled fabric's record: not this run's,
+    # and this run judges only the fabrics it opened (emu/runs.py), never the folder.
+    _write_records(out / "old", [record("spine9", stall_frames=40.0)])
+    run.fabrics.documents.append(("fabric", {"processes": [record("leaf1")], "missing": []}))
     labs.judge_fidelity(run)
     assert run.unfaithful == ""
-    _write_records(out / "fabric", [record("leaf1"), record("spine2", stall_frames=40.0)])
+    stalled = [record("leaf1"), record("spine2", stall_frames=40.0)]
+    run.fabrics.documents.append(("fabric", {"processes": stalled, "missing": []}))
     labs.judge_fidelity(run)
     assert "fabric/spine2" in run.unfaithful and "spine9" not in run.unfaithful
     run.check("queue p99", True, 1, "<= 2", "")

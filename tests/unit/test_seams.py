@@ -243,3 +243,35 @@ def test_the_scenario_import_checker_sees_both_spellings(tmp_path: Path) -> None
     src = tmp_path / "mine.py"
     src.write_text("from scenarios import incast\nfrom scenarios.ecmp_vs_adaptive import x\n")
     assert scenario_imports(src) == ["scenarios.ecmp_vs_adaptive", "scenarios.incast"]
+
+
+def fabrics_built_directly(path: Path) -> list[str]:
+    """Lines of `path` that build an emu.net.Fabric themselves (`Fabric(...)`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{node.lineno}: Fabric(...)"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "Fabric")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "Fabric")
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    _sources("scenarios", *(f"labs/{d.name}" for d in (REPO / "labs").iterdir() if d.is_dir())),
+    ids=str,
+)
+def test_scenarios_and_labs_open_fabrics_through_the_run_layer(path: Path) -> None:
+    """issue 30: a fabric a scenario or lab check opens is the run's (`ctx.fabric`,
+    `lab.fabric`, emu/runs.py), so the run judges its fidelity from what that fabric
+    measured, not from whatever fidelity.json lies under its folder."""
+    assert fabrics_built_directly(path) == [], path
+
+
+def test_the_fabric_checker_sees_both_spellings(tmp_path: Path) -> None:
+    src = tmp_path / "mine.py"
+    src.write_text("fab = Fabric(g)\nwith net.Fabric(g) as f:\n    pass\nctx.fabric(g)\n")
+    assert fabrics_built_directly(src) == ["1: Fabric(...)", "2: Fabric(...)"]
