@@ -36,6 +36,7 @@ from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net'
     Run,
     clean_dead_runs,
     free_tcp_port,
+    live_runs,
     stop_child,
     stop_pids,
     wait_for,
@@ -206,6 +207,7 @@ class Fabric:
         from emu.switch.node import EmuSwitch, disable_offloads
 
         clean_dead_runs()
+        self._refuse_taken_interfaces()
         self.started_at = time.monotonic()
         log_dir = os.path.join(self.out_dir, "logs") if self.out_dir else None
         self.run = Run.create(log_dir=log_dir, label=self.graph.graph.get("name", "fabric"))
@@ -262,6 +264,24 @@ class Fabric:
         self.wait_converged()
         self._boot_phase("routing converged")
         telemetry.reset_fidelity(self)  # judge the experiment, not the boot
+
+    def _refuse_taken_interfaces(self) -> None:
+        """A fabric whose interface names already exist (another fabric of the same
+        names is running: interfaces live in the root namespace) is refused before
+        anything is built. Built, Mininet would fail on the first one ("RTNETLINK
+        answers: File exists"), and this fabric's teardown would delete the other's
+        interfaces, which its manifest would list as its own."""
+        taken = [n for n in self._interface_names() if os.path.exists(f"/sys/class/net/{n}")]
+        if not taken:
+            return
+        owners = [r.run_id for r in live_runs() if set(taken) & set(r.interfaces)]
+        held = f"by running fabric {', '.join(owners)}" if owners else "by something else"
+        raise FabricError(
+            f"{len(taken)} of this fabric's interfaces already exist ({', '.join(taken[:3])}"
+            f"{', ...' if len(taken) > 3 else ''}), held {held}: one fabric of these names "
+            "runs at a time on a machine (`emu ps` lists them; stop it, or `emu clean` "
+            "what a dead one left)"
+        )
 
     def _boot_phase(self, name: str) -> None:
         self.boot_phases[name] = round(time.monotonic() - self.started_at, 3)

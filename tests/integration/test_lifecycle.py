@@ -72,3 +72,20 @@ def test_sigkilled_run_is_removed_by_emu_clean(no_leaks, tmp_path):
     # Switch processes die with their parent (PDEATHSIG); the kernel may take a
     # moment to reap them.
     wait_for(lambda: not any(leftovers().values()), 10, "the killed run's leftovers to go")
+
+
+def test_a_second_fabric_of_the_same_names_is_refused_in_one_line_and_the_first_survives(
+    no_leaks, tmp_path
+):
+    """Interfaces live in the root namespace: a second fabric of the same names would fail
+    in Mininet ("RTNETLINK answers: File exists") and its teardown would delete the first
+    fabric's interfaces. It is refused before anything is built, naming who holds them."""
+    with Fabric(small(), out_dir=str(tmp_path / "first")) as first:
+        second = Fabric(small(), out_dir=str(tmp_path / "second"))
+        with pytest.raises(registry.FabricError) as refused:
+            second.open()
+        second.close()
+        message = str(refused.value)
+        assert "\n" not in message and "already exist" in message, message
+        assert f"held by running fabric {first.run.run_id}" in message, message
+        assert first.ping("h1", "h2") == (1, 1)  # nothing of the first was taken down
