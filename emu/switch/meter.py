@@ -143,47 +143,14 @@ class MeterTable:
         Raises:
             OFError: METER_MOD_FAILED with the spec's code.
         """
-        fail = ofp.OFPET_METER_MOD_FAILED
         if command == ofp.OFPMC_DELETE:
-            if meter_id == ofp.OFPM_ALL:
-                gone = sorted(self.meters)
-                self.meters.clear()
-                return gone
-            if meter_id == 0 or meter_id > ofp.OFPM_MAX:
-                raise OFError(fail, ofp.OFPMMFC_INVALID_METER)
-            return [meter_id] if self.meters.pop(meter_id, None) is not None else []
-        if command not in (ofp.OFPMC_ADD, ofp.OFPMC_MODIFY):
-            raise OFError(fail, ofp.OFPMMFC_BAD_COMMAND)
-        if meter_id == 0 or meter_id > ofp.OFPM_MAX:
-            # The virtual meters (slowpath, controller) are not emu's to configure.
-            raise OFError(fail, ofp.OFPMMFC_INVALID_METER)
-        if command == ofp.OFPMC_ADD and meter_id in self.meters:
-            raise OFError(fail, ofp.OFPMMFC_METER_EXISTS)
-        if command == ofp.OFPMC_MODIFY and meter_id not in self.meters:
-            raise OFError(fail, ofp.OFPMMFC_UNKNOWN_METER)
-        if command == ofp.OFPMC_ADD and len(self.meters) >= self.max_meters:
-            raise OFError(fail, ofp.OFPMMFC_OUT_OF_METERS)
-        if flags & ~SUPPORTED_FLAGS or (flags & ofp.OFPMF_KBPS and flags & ofp.OFPMF_PKTPS):
-            raise OFError(fail, ofp.OFPMMFC_BAD_FLAGS)
-        if not bands:
-            raise OFError(fail, ofp.OFPMMFC_BAD_BAND)
-        if len(bands) > MAX_BANDS:
-            raise OFError(fail, ofp.OFPMMFC_OUT_OF_BANDS)
-        pktps = bool(flags & ofp.OFPMF_PKTPS)
+            return self._delete(meter_id)
+        error_code = self._add_or_modify_error(command, flags, meter_id, bands)
+        if error_code is not None:
+            raise OFError(ofp.OFPET_METER_MOD_FAILED, error_code)
         built = []
         for btype, rate, burst, prec in bands:
-            if btype not in (ofp.OFPMBT_DROP, ofp.OFPMBT_DSCP_REMARK):
-                raise OFError(fail, ofp.OFPMMFC_BAD_BAND)
-            if rate == 0:
-                raise OFError(fail, ofp.OFPMMFC_BAD_RATE)
-            if btype == ofp.OFPMBT_DSCP_REMARK and not 1 <= prec <= 3:
-                raise OFError(fail, ofp.OFPMMFC_BAD_BAND_VALUE)
-            if flags & ofp.OFPMF_BURST and burst > 0:
-                capacity = float(burst) if pktps else burst * 1000.0
-            elif pktps:
-                capacity = max(1.0, rate * DEFAULT_BURST_S)
-            else:
-                capacity = max(float(MTU_BITS), rate * 1000.0 * DEFAULT_BURST_S)
+            capacity = _bucket_capacity(flags, rate, burst)
             built.append(Band(btype, rate, burst, prec, capacity, capacity))
         old = self.meters.get(meter_id)
         meter = Meter(meter_id, flags, built, now, now)
@@ -192,3 +159,62 @@ class MeterTable:
             meter.packets_in, meter.bytes_in = old.packets_in, old.bytes_in
         self.meters[meter_id] = meter
         return []
+
+    def _delete(self, meter_id: int) -> list[int]:
+        """Delete one meter or, for OFPM_ALL, every one; the ids deleted."""
+        if meter_id == ofp.OFPM_ALL:
+            gone = sorted(self.meters)
+            self.meters.clear()
+            return gone
+        if meter_id == 0 or meter_id > ofp.OFPM_MAX:
+            raise OFError(ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER)
+        return [meter_id] if self.meters.pop(meter_id, None) is not None else []
+
+    def _add_or_modify_error(
+        self, command: int, flags: int, meter_id: int, bands: list[tuple]
+    ) -> Optional[int]:
+        """The METER_MOD_FAILED code a non-DELETE meter mod earns, or None if it is valid."""
+        if command not in (ofp.OFPMC_ADD, ofp.OFPMC_MODIFY):
+            return ofp.OFPMMFC_BAD_COMMAND
+        if meter_id == 0 or meter_id > ofp.OFPM_MAX:
+            # The virtual meters (slowpath, controller) are not emu's to configure.
+            return ofp.OFPMMFC_INVALID_METER
+        adding = command == ofp.OFPMC_ADD
+        if adding and meter_id in self.meters:
+            return ofp.OFPMMFC_METER_EXISTS
+        if not adding and meter_id not in self.meters:
+            return ofp.OFPMMFC_UNKNOWN_METER
+        if adding and len(self.meters) >= self.max_meters:
+            return ofp.OFPMMFC_OUT_OF_METERS
+        if flags & ~SUPPORTED_FLAGS or (flags & ofp.OFPMF_KBPS and flags & ofp.OFPMF_PKTPS):
+            return ofp.OFPMMFC_BAD_FLAGS
+        if not bands:
+            return ofp.OFPMMFC_BAD_BAND
+        if len(bands) > MAX_BANDS:
+            return ofp.OFPMMFC_OUT_OF_BANDS
+        for btype, rate, _burst, prec in bands:
+            error_code = _band_error(btype, rate, prec)
+            if error_code is not None:
+                return error_code
+        return None
+
+
+def _band_error(btype: int, rate: int, prec_level: int) -> Optional[int]:
+    """The METER_MOD_FAILED code one band earns, or None if it is valid."""
+    if btype not in (ofp.OFPMBT_DROP, ofp.OFPMBT_DSCP_REMARK):
+        return ofp.OFPMMFC_BAD_BAND
+    if rate == 0:
+        return ofp.OFPMMFC_BAD_RATE
+    if btype == ofp.OFPMBT_DSCP_REMARK and not 1 <= prec_level <= 3:
+        return ofp.OFPMMFC_BAD_BAND_VALUE
+    return None
+
+
+def _bucket_capacity(flags: int, rate: int, burst: int) -> float:
+    """A band's bucket size: its burst_size under OFPMF_BURST, else one second of its rate."""
+    pktps = bool(flags & ofp.OFPMF_PKTPS)
+    if flags & ofp.OFPMF_BURST and burst > 0:
+        return float(burst) if pktps else burst * 1000.0
+    if pktps:
+        return max(1.0, rate * DEFAULT_BURST_S)
+    return max(float(MTU_BITS), rate * 1000.0 * DEFAULT_BURST_S)

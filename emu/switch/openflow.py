@@ -450,26 +450,6 @@ class OpenFlowSession:
         body = struct.pack("!I4x", port) + queues
         return [Reply(codec.header(ofp.OFPT_QUEUE_GET_CONFIG_REPLY, body, xid))]
 
-    def _queue_stats(self, body: bytes, now: float) -> list[bytes]:
-        if len(body) != 8:
-            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-        port, queue = struct.unpack_from("!II", body, 0)
-        counters = self.model.queue_counters()
-        if port != ofp.OFPP_ANY and port not in counters:
-            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
-        if queue != ofp.OFPQ_ALL and queue >= N_QUEUES:
-            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_QUEUE)
-        sec = int(max(0.0, now - self.model.queues_since))
-        nsec = int((max(0.0, now - self.model.queues_since) - sec) * 1e9)
-        out = []
-        for p in sorted(counters) if port == ofp.OFPP_ANY else [port]:
-            for q, (tx_bytes, tx_packets, tx_errors) in enumerate(counters[p]):
-                if queue in (ofp.OFPQ_ALL, q):
-                    out.append(
-                        struct.pack("!IIQQQII", p, q, tx_bytes, tx_packets, tx_errors, sec, nsec)
-                    )
-        return out
-
     def _experimenter(self, msg: bytes, xid: int) -> list[Effect]:
         """emu's extension (emu/proto/ofext.py): SELECT group mode, aggregation jobs."""
         if len(msg) < 16:
@@ -497,88 +477,155 @@ class OpenFlowSession:
     # ----- multipart ---------------------------------------------------------
 
     def _multipart(self, msg: bytes, xid: int) -> list[Effect]:
+        """A multipart request, answered by the body handler of its type in `_MULTIPART`."""
         if len(msg) < 16:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
         mp_type, _flags = struct.unpack_from("!HH", msg, 8)
-        body = msg[16:]
-        pl = self.model.pipeline
-        now = self._now
-        if mp_type == ofp.OFPMP_DESC:
-            entries = [codec.desc(self.model.dp_desc)]
-        elif mp_type == ofp.OFPMP_PORT_DESC:
-            entries = [codec.ofp_port(self.model.ports[p]) for p in sorted(self.model.ports)]
-        elif mp_type == ofp.OFPMP_PORT_STATS:
-            if len(body) != 8:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-            (port,) = struct.unpack_from("!I", body, 0)
-            if port == ofp.OFPP_ANY:
-                ps = [self.model.ports[p] for p in sorted(self.model.ports)]
-            elif port in self.model.ports:
-                ps = [self.model.ports[port]]
-            else:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
-            entries = [codec.port_stats_entry(p, now) for p in ps]
-        elif mp_type in (ofp.OFPMP_FLOW, ofp.OFPMP_AGGREGATE):
-            if len(body) < 32:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-            tid, out_port, out_group, cookie, cmask = struct.unpack_from("!B3xII4xQQ", body, 0)
-            if tid != ofp.OFPTT_ALL and tid >= self.model.n_tables:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TABLE_ID)
-            match, end = codec.read_match(body, 32, len(body))
-            if end != len(body):
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-            kw = dict(
-                table_id=tid,
-                out_port=out_port,
-                out_group=out_group,
-                cookie=cookie,
-                cookie_mask=cmask,
-                match=match,
-            )
-            if mp_type == ofp.OFPMP_FLOW:
-                entries = [codec.flow_stats_entry(e, now) for e in pl.flow_stats(**kw)]
-            else:
-                entries = [struct.pack("!QQI4x", *pl.aggregate_stats(**kw))]
-        elif mp_type == ofp.OFPMP_TABLE:
-            entries = [struct.pack("!B3xIQQ", *t) for t in pl.table_stats()]
-        elif mp_type == ofp.OFPMP_GROUP_DESC:
-            entries = [codec.group_desc_entry(pl.groups[g]) for g in sorted(pl.groups)]
-        elif mp_type == ofp.OFPMP_GROUP:
-            if len(body) != 8:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-            (gid,) = struct.unpack_from("!I", body, 0)
-            gids = (
-                sorted(pl.groups) if gid == ofp.OFPG_ALL else [g for g in [gid] if g in pl.groups]
-            )
-            entries = [
-                codec.group_stats_entry(pl.groups[g], pl.group_ref_count(g), now) for g in gids
-            ]
-        elif mp_type == ofp.OFPMP_GROUP_FEATURES:
-            entries = [codec.group_features(pl.group_features())]
-        elif mp_type in (ofp.OFPMP_METER, ofp.OFPMP_METER_CONFIG):
-            if len(body) != 8:
-                raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
-            (meter_id,) = struct.unpack_from("!I", body, 0)
-            meters = pl.meters.select(meter_id)
-            if mp_type == ofp.OFPMP_METER:
-                entries = [codec.meter_stats_entry(m, pl.meter_flow_count(m), now) for m in meters]
-            else:
-                entries = [codec.meter_config_entry(m) for m in meters]
-        elif mp_type == ofp.OFPMP_QUEUE:
-            entries = self._queue_stats(body, now)
-        elif mp_type == ofp.OFPMP_METER_FEATURES:
-            entries = [codec.meter_features(pl.meters.features())]
-        elif mp_type == ofp.OFPMP_TABLE_FEATURES:
-            # A request with a body would set table features: not supported.
-            if body:
-                raise OFError(ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)
-            entries = [
-                codec.table_features(t, self.model.n_tables, "table%d" % t)
-                for t in range(self.model.n_tables)
-            ]
-        else:
+        entries_for = self._MULTIPART.get(mp_type)
+        if entries_for is None:
             raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART)
+        entries = entries_for(self, msg[16:], self._now)
         return [Reply(m) for m in codec.multipart_replies(mp_type, entries, xid)]
+
+    # Each `_mp_*` takes a request's body and `now` and returns the reply's entries.
+
+    def _mp_desc(self, body: bytes, now: float) -> list[bytes]:
+        """The switch description."""
+        return [codec.desc(self.model.dp_desc)]
+
+    def _mp_port_desc(self, body: bytes, now: float) -> list[bytes]:
+        """Every port's description, by port number."""
+        return [codec.ofp_port(self.model.ports[p]) for p in sorted(self.model.ports)]
+
+    def _mp_port_stats(self, body: bytes, now: float) -> list[bytes]:
+        """One port's counters, or every port's for OFPP_ANY."""
+        if len(body) != 8:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        (port,) = struct.unpack_from("!I", body, 0)
+        if port == ofp.OFPP_ANY:
+            ports = [self.model.ports[p] for p in sorted(self.model.ports)]
+        elif port in self.model.ports:
+            ports = [self.model.ports[port]]
+        else:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
+        return [codec.port_stats_entry(p, now) for p in ports]
+
+    def _flow_stats_filter(self, body: bytes) -> dict:
+        """The table/out_port/out_group/cookie/match filter of a flow or aggregate request."""
+        if len(body) < 32:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        tid, out_port, out_group, cookie, cmask = struct.unpack_from("!B3xII4xQQ", body, 0)
+        if tid != ofp.OFPTT_ALL and tid >= self.model.n_tables:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TABLE_ID)
+        match, end = codec.read_match(body, 32, len(body))
+        if end != len(body):
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        return dict(
+            table_id=tid,
+            out_port=out_port,
+            out_group=out_group,
+            cookie=cookie,
+            cookie_mask=cmask,
+            match=match,
+        )
+
+    def _mp_flow(self, body: bytes, now: float) -> list[bytes]:
+        """The counters of each flow entry the filter selects."""
+        entries = self.model.pipeline.flow_stats(**self._flow_stats_filter(body))
+        return [codec.flow_stats_entry(e, now) for e in entries]
+
+    def _mp_aggregate(self, body: bytes, now: float) -> list[bytes]:
+        """The summed counters of the flow entries the filter selects."""
+        pl = self.model.pipeline
+        return [struct.pack("!QQI4x", *pl.aggregate_stats(**self._flow_stats_filter(body)))]
+
+    def _mp_table(self, body: bytes, now: float) -> list[bytes]:
+        """Each table's lookup and match counters."""
+        return [struct.pack("!B3xIQQ", *t) for t in self.model.pipeline.table_stats()]
+
+    def _mp_group_desc(self, body: bytes, now: float) -> list[bytes]:
+        """Every group's type and buckets, by group id."""
+        groups = self.model.pipeline.groups
+        return [codec.group_desc_entry(groups[g]) for g in sorted(groups)]
+
+    def _mp_group(self, body: bytes, now: float) -> list[bytes]:
+        """One group's counters (none if it does not exist), or every group's for OFPG_ALL."""
+        if len(body) != 8:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        (gid,) = struct.unpack_from("!I", body, 0)
+        pl = self.model.pipeline
+        gids = sorted(pl.groups) if gid == ofp.OFPG_ALL else [g for g in [gid] if g in pl.groups]
+        return [codec.group_stats_entry(pl.groups[g], pl.group_ref_count(g), now) for g in gids]
+
+    def _mp_group_features(self, body: bytes, now: float) -> list[bytes]:
+        """The group types and capabilities the pipeline supports."""
+        return [codec.group_features(self.model.pipeline.group_features())]
+
+    def _selected_meters(self, body: bytes) -> list:
+        """The meters a meter or meter-config request names (OFPM_ALL for all)."""
+        if len(body) != 8:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        (meter_id,) = struct.unpack_from("!I", body, 0)
+        return self.model.pipeline.meters.select(meter_id)
+
+    def _mp_meter(self, body: bytes, now: float) -> list[bytes]:
+        """The counters of the meters the request names."""
+        pl = self.model.pipeline
+        meters = self._selected_meters(body)
+        return [codec.meter_stats_entry(m, pl.meter_flow_count(m), now) for m in meters]
+
+    def _mp_meter_config(self, body: bytes, now: float) -> list[bytes]:
+        """The bands of the meters the request names."""
+        return [codec.meter_config_entry(m) for m in self._selected_meters(body)]
+
+    def _mp_queue(self, body: bytes, now: float) -> list[bytes]:
+        """One queue's or every queue's counters, of one port or every port."""
+        if len(body) != 8:
+            raise OFError(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+        port, queue = struct.unpack_from("!II", body, 0)
+        counters = self.model.queue_counters()
+        if port != ofp.OFPP_ANY and port not in counters:
+            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT)
+        if queue != ofp.OFPQ_ALL and queue >= N_QUEUES:
+            raise OFError(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_QUEUE)
+        sec = int(max(0.0, now - self.model.queues_since))
+        nsec = int((max(0.0, now - self.model.queues_since) - sec) * 1e9)
+        out = []
+        for p in sorted(counters) if port == ofp.OFPP_ANY else [port]:
+            for q, (tx_bytes, tx_packets, tx_errors) in enumerate(counters[p]):
+                if queue in (ofp.OFPQ_ALL, q):
+                    out.append(
+                        struct.pack("!IIQQQII", p, q, tx_bytes, tx_packets, tx_errors, sec, nsec)
+                    )
+        return out
+
+    def _mp_meter_features(self, body: bytes, now: float) -> list[bytes]:
+        """The meter band types and limits the pipeline supports."""
+        return [codec.meter_features(self.model.pipeline.meters.features())]
+
+    def _mp_table_features(self, body: bytes, now: float) -> list[bytes]:
+        """Each table's features; a request with a body would set them, which is refused."""
+        if body:
+            raise OFError(ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM)
+        n_tables = self.model.n_tables
+        return [codec.table_features(t, n_tables, "table%d" % t) for t in range(n_tables)]
+
+    _MULTIPART: dict[int, Callable] = {
+        ofp.OFPMP_DESC: _mp_desc,
+        ofp.OFPMP_PORT_DESC: _mp_port_desc,
+        ofp.OFPMP_PORT_STATS: _mp_port_stats,
+        ofp.OFPMP_FLOW: _mp_flow,
+        ofp.OFPMP_AGGREGATE: _mp_aggregate,
+        ofp.OFPMP_TABLE: _mp_table,
+        ofp.OFPMP_GROUP_DESC: _mp_group_desc,
+        ofp.OFPMP_GROUP: _mp_group,
+        ofp.OFPMP_GROUP_FEATURES: _mp_group_features,
+        ofp.OFPMP_METER: _mp_meter,
+        ofp.OFPMP_METER_CONFIG: _mp_meter_config,
+        ofp.OFPMP_QUEUE: _mp_queue,
+        ofp.OFPMP_METER_FEATURES: _mp_meter_features,
+        ofp.OFPMP_TABLE_FEATURES: _mp_table_features,
+    }
 
     _HANDLERS: dict[int, Callable] = {
         ofp.OFPT_ECHO_REQUEST: _echo_request,

@@ -262,6 +262,19 @@ def _action_set_order(aset: dict) -> list:
     return ops
 
 
+def _watch_is_valid(group_type: int, bucket: Any, known_groups: dict) -> bool:
+    """Whether a bucket's watch port and group are ones a group of `group_type` can watch."""
+    if (
+        group_type == ofp.OFPGT_FF
+        and bucket.watch_port == ofp.OFPP_ANY
+        and bucket.watch_group == ofp.OFPG_ANY
+    ):
+        return False  # a fast-failover bucket needs something to watch for liveness
+    if bucket.watch_port != ofp.OFPP_ANY and bucket.watch_port > ofp.OFPP_MAX:
+        return False
+    return bucket.watch_group == ofp.OFPG_ANY or bucket.watch_group in known_groups
+
+
 class FlowEntry:
     """One flow entry; keeps the os-ken match/instructions for flow stats."""
 
@@ -449,14 +462,9 @@ class Pipeline:
                 ctr.used = now
                 self._run(sub, frame, in_port, outs, pins, now)
             elif code == P_METER:
-                band = op[1].apply(len(frame), now)
-                if band is not None:
-                    if band.type == ofp.OFPMBT_DROP:
-                        self.dropped_meter += 1
-                        return False
-                    dscp = rewrite.ip_dscp(frame)
-                    if dscp is not None:
-                        frame = rewrite.set_ip_dscp(frame, remark_dscp(dscp, band.prec_level))
+                frame = self._metered(op[1], frame, now)
+                if frame is None:
+                    return False
             elif code == P_CTRL:
                 pins.append(PacketIn(op[1], op[2], op[3], in_port, frame, op[4], op[5]))
             elif code == P_NORMAL:
@@ -467,6 +475,19 @@ class Pipeline:
                 if op[1] is not None:
                     op[1].counters.tx_dropped += 1
         return True
+
+    def _metered(self, meter: Meter, frame: bytes, now: float) -> Optional[bytes]:
+        """The frame as `meter` lets it pass (DSCP remarked), or None if a DROP band drops it."""
+        band = meter.apply(len(frame), now)
+        if band is None:
+            return frame
+        if band.type == ofp.OFPMBT_DROP:
+            self.dropped_meter += 1
+            return None
+        dscp = rewrite.ip_dscp(frame)
+        if dscp is not None:
+            frame = rewrite.set_ip_dscp(frame, remark_dscp(dscp, band.prec_level))
+        return frame
 
     def trace(self, in_port: int, frame: bytes) -> dict:
         """What the pipeline would do with `frame` arriving on `in_port`, touching nothing.
@@ -804,40 +825,10 @@ class Pipeline:
         cmd, gid, gtype = mod.command, mod.group_id, mod.type
         if cmd == ofp.OFPGC_DELETE:
             return self._group_delete(gid)
-        if cmd not in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_COMMAND)
-        if gid > ofp.OFPG_MAX:
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP)
-        if cmd == ofp.OFPGC_ADD and gid in self.groups:
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_GROUP_EXISTS)
-        if cmd == ofp.OFPGC_MODIFY and gid not in self.groups:
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)
-        if gtype not in (ofp.OFPGT_ALL, ofp.OFPGT_SELECT, ofp.OFPGT_INDIRECT, ofp.OFPGT_FF):
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)
-        if gtype == ofp.OFPGT_INDIRECT and len(mod.buckets) != 1:
-            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP)
-        compiled = []
-        # A group may reference itself only through a chain; register a
-        # placeholder so references validate, then check for loops.
-        known = dict(self.groups)
-        known.setdefault(gid, None)
-        for b in mod.buckets:
-            if (
-                gtype == ofp.OFPGT_FF
-                and b.watch_port == ofp.OFPP_ANY
-                and b.watch_group == ofp.OFPG_ANY
-            ):
-                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
-            if b.watch_port != ofp.OFPP_ANY and b.watch_port > ofp.OFPP_MAX:
-                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
-            if b.watch_group != ofp.OFPG_ANY and b.watch_group not in known:
-                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
-            try:
-                compiled.append(compile_actions(b.actions, known))
-            except OFError as e:
-                if e.code == ofp.OFPBAC_BAD_OUT_GROUP:
-                    raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP) from e
-                raise
+        error_code = self._group_mod_error(cmd, gid, gtype, mod.buckets)
+        if error_code is not None:
+            raise OFError(ofp.OFPET_GROUP_MOD_FAILED, error_code)
+        compiled = self._compile_buckets(gid, gtype, mod.buckets)
         g = Group(gid, gtype, mod.buckets, compiled, now)
         if self._reaches(g.groups, gid):
             raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_LOOP)
@@ -849,6 +840,40 @@ class Pipeline:
         self.groups[gid] = g
         self.invalidate()
         return []
+
+    def _group_mod_error(self, cmd: int, gid: int, gtype: int, buckets: list) -> Optional[int]:
+        """The GROUP_MOD_FAILED code a non-DELETE group mod's header earns, or None if valid."""
+        if cmd not in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+            return ofp.OFPGMFC_BAD_COMMAND
+        if gid > ofp.OFPG_MAX:
+            return ofp.OFPGMFC_INVALID_GROUP
+        if cmd == ofp.OFPGC_ADD and gid in self.groups:
+            return ofp.OFPGMFC_GROUP_EXISTS
+        if cmd == ofp.OFPGC_MODIFY and gid not in self.groups:
+            return ofp.OFPGMFC_UNKNOWN_GROUP
+        if gtype not in (ofp.OFPGT_ALL, ofp.OFPGT_SELECT, ofp.OFPGT_INDIRECT, ofp.OFPGT_FF):
+            return ofp.OFPGMFC_BAD_TYPE
+        if gtype == ofp.OFPGT_INDIRECT and len(buckets) != 1:
+            return ofp.OFPGMFC_INVALID_GROUP
+        return None
+
+    def _compile_buckets(self, gid: int, gtype: int, buckets: list) -> list[Actions]:
+        """Each bucket's compiled actions, its watch checked first (raises OFError)."""
+        compiled = []
+        # A group may reference itself only through a chain; register a
+        # placeholder so references validate, then check for loops.
+        known = dict(self.groups)
+        known.setdefault(gid, None)
+        for b in buckets:
+            if not _watch_is_valid(gtype, b, known):
+                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH)
+            try:
+                compiled.append(compile_actions(b.actions, known))
+            except OFError as e:
+                if e.code == ofp.OFPBAC_BAD_OUT_GROUP:
+                    raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP) from e
+                raise
+        return compiled
 
     def _reaches(self, start: set, target: int) -> bool:
         seen: set = set()
@@ -955,53 +980,69 @@ class Pipeline:
         cmd, tid = mod.command, mod.table_id
         match = convert_match(mod.match)
         if cmd in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT):
-            if tid != ofp.OFPTT_ALL and tid >= self.n_tables:
-                raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
-            strict = cmd == ofp.OFPFC_DELETE_STRICT
-            sel = self._selector(mod, match, strict, filters=True)
-            removed = self._remove_where(
-                sel, ofp.OFPRR_DELETE, None if tid == ofp.OFPTT_ALL else tid
-            )
-            self.invalidate()
-            return removed
+            return self._flow_delete(mod, match)
         if tid >= self.n_tables:
             raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
         compiled = self._compile_instructions(tid, mod.instructions)
-        table = self.tables[tid]
         if cmd == ofp.OFPFC_ADD:
-            if mod.flags & ofp.OFPFF_CHECK_OVERLAP:
-                for e in table.entries:
-                    if e.priority == mod.priority and e.match != match and _overlap(match, e.match):
-                        raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_OVERLAP)
-            entry = FlowEntry(tid, mod, match, now)
-            entry.set_instructions(mod.instructions, compiled)
-            for i, e in enumerate(table.entries):
-                if e.priority == mod.priority and e.match == match:
-                    # OF1.3 6.4: an identical entry is replaced; counters kept
-                    # unless OFPFF_RESET_COUNTS.
-                    if not mod.flags & ofp.OFPFF_RESET_COUNTS:
-                        entry.ctr = e.ctr
-                    table.entries[i] = entry
-                    break
-            else:
-                pos = len(table.entries)
-                for i, e in enumerate(table.entries):
-                    if e.priority < mod.priority:
-                        pos = i
-                        break
-                table.entries.insert(pos, entry)
-            self.invalidate()
-            return []
-        if cmd in (ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
-            sel = self._selector(mod, match, cmd == ofp.OFPFC_MODIFY_STRICT, filters=False)
-            for e in table.entries:
-                if sel(e):
-                    e.set_instructions(mod.instructions, compiled)
-                    if mod.flags & ofp.OFPFF_RESET_COUNTS:
-                        e.ctr = Counter(now)
-            self.invalidate()
-            return []
-        raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND)
+            self._flow_add(mod, match, compiled, now)
+        elif cmd in (ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
+            self._flow_modify(mod, match, compiled, now)
+        else:
+            raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND)
+        self.invalidate()
+        return []
+
+    def _flow_delete(self, mod: Any, match: dict) -> list[FlowEntry]:
+        """Remove the entries a DELETE or DELETE_STRICT selects; the entries removed."""
+        tid = mod.table_id
+        if tid != ofp.OFPTT_ALL and tid >= self.n_tables:
+            raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID)
+        strict = mod.command == ofp.OFPFC_DELETE_STRICT
+        sel = self._selector(mod, match, strict, filters=True)
+        removed = self._remove_where(sel, ofp.OFPRR_DELETE, None if tid == ofp.OFPTT_ALL else tid)
+        self.invalidate()
+        return removed
+
+    def _flow_add(self, mod: Any, match: dict, compiled: dict, now: float) -> None:
+        """Add an entry, replacing an identical one, else in priority order (FLOW_MOD_FAILED)."""
+        table = self.tables[mod.table_id]
+        if mod.flags & ofp.OFPFF_CHECK_OVERLAP and self._overlaps(table, mod.priority, match):
+            raise OFError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_OVERLAP)
+        entry = FlowEntry(mod.table_id, mod, match, now)
+        entry.set_instructions(mod.instructions, compiled)
+        for i, e in enumerate(table.entries):
+            if e.priority == mod.priority and e.match == match:
+                # OF1.3 6.4: an identical entry is replaced; counters kept
+                # unless OFPFF_RESET_COUNTS.
+                if not mod.flags & ofp.OFPFF_RESET_COUNTS:
+                    entry.ctr = e.ctr
+                table.entries[i] = entry
+                return
+        pos = len(table.entries)
+        for i, e in enumerate(table.entries):
+            if e.priority < mod.priority:
+                pos = i
+                break
+        table.entries.insert(pos, entry)
+
+    @staticmethod
+    def _overlaps(table: Table, priority: int, match: dict) -> bool:
+        """Whether an entry of `priority` with another match overlaps `match`."""
+        return any(
+            e.priority == priority and e.match != match and _overlap(match, e.match)
+            for e in table.entries
+        )
+
+    def _flow_modify(self, mod: Any, match: dict, compiled: dict, now: float) -> None:
+        """Give the entries a MODIFY or MODIFY_STRICT selects the mod's instructions."""
+        strict = mod.command == ofp.OFPFC_MODIFY_STRICT
+        sel = self._selector(mod, match, strict, filters=False)
+        for e in self.tables[mod.table_id].entries:
+            if sel(e):
+                e.set_instructions(mod.instructions, compiled)
+                if mod.flags & ofp.OFPFF_RESET_COUNTS:
+                    e.ctr = Counter(now)
 
     @staticmethod
     def _selector(mod: Any, match: dict, strict: bool, filters: bool) -> Callable:
