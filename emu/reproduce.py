@@ -2,11 +2,12 @@
 
 Owns three things:
 
-- `ENTRIES`, the declarative list of what the README quotes: which scenario,
-  with which parameters (the README's configuration, and a small `--quick`
-  one), and which figures, each a `Figure`: a path into the run's
-  `metrics.json["metrics"]` plus, where the README shows a derived number
-  (a sum, a ratio, a count), one named operation from `OPS`.
+- Reading what the README quotes (`ENTRIES`, from `quoted_entries()`): each
+  scenario module declares its own configurations and figures beside its code
+  (`REPRODUCE`, of `Entry` and `Figure` from emu/figures.py); this module only
+  collects them, in the order of docs/results.md (`RESULTS_ORDER`, names only),
+  and reads each `Figure` out of a run's `metrics.json["metrics"]` (`lookup`,
+  `extract`).
 - The pure aggregation of runs (`summarise`): min / median / max of each
   figure over the *faithful* runs only (a run whose fidelity checks failed is
   marked and its figures are left out: DESIGN.md, "a result from an unfaithful
@@ -39,539 +40,55 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from emu import realtime
+from emu import realtime, scenario
+from emu.figures import OPS, WILDCARD, Entry, Figure, is_number
 from emu.scenario import ScenarioError
-
-# A path into metrics.json["metrics"]: dict keys, list indices (-1 = last), or
-# WILDCARD, which maps the rest of the path over every element of a list or
-# dict and yields a list.
-WILDCARD = "*"
 
 # How long a run that outlived its timeout gets to tear its fabric down after
 # SIGTERM (emu run turns TERM into the same unwinding as Ctrl-C) before KILL.
 TERM_GRACE_S = 60.0
 
 
-# ----- the figures the README quotes ----------------------------------------------------
+# ----- the configurations the README quotes ---------------------------------------------
 
-
-def _numbers(x: Any) -> list[float]:
-    """The numbers among a list's items or a dict's values (None and text are skipped)."""
-    if isinstance(x, dict):
-        x = list(x.values())
-    if not isinstance(x, (list, tuple)):
-        raise TypeError(f"expected a list or dict, got {type(x).__name__}")
-    return [float(v) for v in x if _is_number(v)]
-
-
-def _share(x: dict, pick: Callable) -> float | None:
-    vals = _numbers(x)
-    total = sum(vals)
-    return pick(vals) / total if vals and total else None
-
-
-# op -> function of the value at `path` (and, for two-path ops, at `other`).
-OPS: dict[str, Callable[..., Any]] = {
-    "value": lambda a: a,
-    "len": lambda a: len(a),
-    "sum": lambda a: sum(_numbers(a)),
-    "mean": lambda a: statistics.mean(_numbers(a)) if _numbers(a) else None,
-    "min": lambda a: min(_numbers(a)) if _numbers(a) else None,
-    "max": lambda a: max(_numbers(a)) if _numbers(a) else None,
-    # Largest / smallest member's share of the total (ECMP: bytes per top-tier switch).
-    "max_share": lambda a: _share(a, max),
-    "min_share": lambda a: _share(a, min),
-    "ratio": lambda a, b: a / b if b else None,
-    "add": lambda a, b: a + b,
-}
-TWO_PATH_OPS = ("ratio", "add")
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One number the README quotes, and where a run's metrics.json holds it.
-
-    `path` (and `other`, for ratio/add) lead into `metrics.json["metrics"]`;
-    `op` names an entry of OPS; the result is multiplied by `scale` (units:
-    the label says which). A figure a run did not produce (a mode not run, a
-    crash) is None for that run, never an error.
-    """
-
-    label: str
-    path: tuple
-    op: str = "value"
-    other: tuple = ()
-    scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise ValueError(
-                f"figure {self.label!r}: op {self.op!r} is not one of {', '.join(OPS)}"
-            )
-        if (self.op in TWO_PATH_OPS) != bool(self.other):
-            raise ValueError(
-                f"figure {self.label!r}: op {self.op!r} "
-                f"{'needs' if self.op in TWO_PATH_OPS else 'takes no'} `other`"
-            )
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One configuration the README quotes: a scenario, its parameters, its figures."""
-
-    id: str  # unique; the scenario name, or name-variant
-    scenario: str  # what `emu run` takes
-    title: str
-    full: tuple = ()  # --set overrides of the README's configuration
-    quick: tuple = ()  # --set overrides for `--quick` (the scenario tests' sizes)
-    figures: tuple = ()
-    timeout_s: float = 900.0  # per run, full configuration
-
-
-def _per(keys: tuple, prefix: tuple, specs: tuple) -> tuple:
-    """Figures `{key}: label` for every key at metrics[prefix][key] (modes, variants)."""
-    out = []
-    for key in keys:
-        for label, sub, *rest in specs:
-            kw = dict(rest[0]) if rest else {}
-            if "other" in kw:
-                kw["other"] = prefix + (key,) + kw["other"]
-            out.append(Figure(f"{key}: {label}", prefix + (key,) + sub, **kw))
-    return tuple(out)
-
-
-_SMOKE = (
-    Figure("converged after (s)", ("converge_s",)),
-    Figure("all-pairs ping: pairs", ("ping", "all-pairs ping", "pairs")),
-    Figure("all-pairs ping: loss %", ("ping", "all-pairs ping", "loss_pct")),
-    Figure("TCP goodput (Mbit/s)", ("tcp", "goodput_bps"), scale=1e-6),
-    Figure("TCP on the wire (Mbit/s)", ("tcp", "wire_bps"), scale=1e-6),
-    Figure("TCP on the wire / link rate", ("tcp", "wire_bps"), "ratio", ("fabric", "rate_bps")),
-    Figure("TCP peak 250 ms window (Mbit/s)", ("tcp", "peak_window_bps"), scale=1e-6),
-    Figure("TCP retransmits", ("tcp", "retransmits")),
-    Figure("ECMP: largest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "max_share"),
-    Figure("ECMP: smallest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "min_share"),
-    Figure("ECMP: largest first hop's share", ("ecmp", "bytes_per_first_hop"), "max_share"),
-    Figure("ECMP: smallest first hop's share", ("ecmp", "bytes_per_first_hop"), "min_share"),
-    Figure(
-        "link down: longest outage of any sender (ms)",
-        ("link_failure", "outage_s"),
-        "max",
-        scale=1e3,
-    ),
-    Figure("link down: controller saw it after (ms)", ("controller_reaction_s",), scale=1e3),
-    Figure(
-        "all-pairs ping after the link failure: loss %",
-        ("ping", "all-pairs ping after link failure", "loss_pct"),
-    ),
-)
-
-_INCAST = (
-    ("util", ("utilisation",)),
-    ("drops (switch + NIC)", ("switch_drops",), {"op": "add", "other": ("nic_drops",)}),
-    ("retransmitted packets", ("retransmitted",)),
-    ("PFC frames", ("pfc_frames",)),
-    ("paused port-seconds", ("paused_s",), {"op": "sum"}),
-    ("CNPs", ("cnps",)),
-    ("CE marks", ("ecn_marks",)),
-    ("Jain's fairness", ("jain",)),
-    ("queue p50 (B)", ("queue_p50_bytes",)),
-    ("queue p99 (B)", ("queue_p99_bytes",)),
-)
-
-_PAUSE_STORM = (
-    ("other flows", ("other_flows",)),
-    ("stalled", ("stalled",), {"op": "len"}),
-    ("recovered", ("recovered",), {"op": "len"}),
-    ("switches PAUSE reached beyond the stuck leaf", ("pause_reached_switches",), {"op": "len"}),
-    ("storms detected", ("storm_events",), {"op": "len"}),
-    ("detected after (s)", ("detected_after_s",)),
-    ("watchdog drops", ("watchdog_drops",)),
-)
-
-_MIXED = (
-    ("RDMA asks (Mbit/s)", ("rdma_target_bps",), {"scale": 1e-6}),
-    ("RDMA gets (Mbit/s)", ("rdma_bps",), {"scale": 1e-6}),
-    ("RDMA rate at the end (Mbit/s)", ("rdma_rate_bps",), {"scale": 1e-6}),
-    ("TCP (Mbit/s)", ("tcp_bps",), {"scale": 1e-6}),
-    ("CNPs to RDMA", ("rdma_cnps",)),
-    ("lossless queue peak (KB)", ("lossless_watermark_bytes",), {"scale": 1e-3}),
-    ("PFC frames", ("pfc_frames",)),
-    ("lossless drops", ("lossless_drops",)),
-    ("TCP retransmits", ("tcp_retransmits",)),
-)
-
-_ECN = (
-    ("util", ("utilisation",)),
-    ("queue p50 (B)", ("queue_p50_bytes",)),
-    ("queue p99 (B)", ("queue_p99_bytes",)),
-    ("CE marks", ("ecn_marks",)),
-    ("CNPs", ("cnps",)),
-    ("PFC frames", ("pfc_frames",)),
-    ("Jain's fairness", ("jain",)),
-)
-
-_FAILOVER = (
-    ("pairs", ("pairs",)),
-    ("worst outage (ms)", ("worst_outage_s",), {"scale": 1e3}),
-    ("pings lost", ("lost",)),
-    ("pings sent", ("sent",)),
-    ("controller saw it after (ms)", ("controller_saw_s",), {"scale": 1e3}),
-    ("pairs unreachable at the end", ("unreachable_after",)),
-)
-
-_LINK_FLAP = (
-    ("damped after (s)", ("damped_after_s",)),
-    ("downs", ("flaps",)),
-    ("route recomputations", ("recomputations",)),
-    ("TCP before (Mbit/s)", ("before_mbps",)),
-    ("TCP during (Mbit/s)", ("during_mbps",)),
-    ("TCP after (Mbit/s)", ("after_mbps",)),
-    ("worst ping outage (ms)", ("worst_outage_s",), {"scale": 1e3}),
-    ("stuck flows", ("stuck_flows",)),
-    ("switches or controller died", ("dead",), {"op": "len"}),
-)
-
-_ALLREDUCE = (
-    ("wrong elements (all sizes)", (WILDCARD, "wrong"), {"op": "sum"}),
-    ("time at the largest size (us)", (-1, "time_s"), {"scale": 1e6}),
-    ("algbw at the largest size (MB/s)", (-1, "algbw_bytes_per_s"), {"scale": 1e-6}),
-    ("busbw at the largest size (MB/s)", (-1, "busbw_bytes_per_s"), {"scale": 1e-6}),
-    (
-        "average busbw over the sizes (MB/s)",
-        (WILDCARD, "busbw_bytes_per_s"),
-        {"op": "mean", "scale": 1e-6},
-    ),
-    ("restarts (all sizes)", (WILDCARD, "restarts"), {"op": "sum"}),
-)
-
-_LIVELOCK = (
-    ("goodput (Mbit/s)", ("goodput_bps",), {"scale": 1e-6}),
-    ("goodput / payload line rate", ("line_share",)),
-    ("messages completed", ("messages_completed",)),
-    ("frames sent", ("tx_packets",)),
-    ("link busy", ("link_busy",)),
-    ("frames lost", ("lost_frames",)),
-    ("NAKs", ("naks",)),
-    ("timeouts", ("timeouts",)),
-    ("frames resent", ("retransmitted",)),
-    ("frames resent per loss", ("resent_per_loss",)),
-    ("discarded at the receiver", ("rx_discarded_packets",)),
-)
-
-_CREDIT_MODES = ("pfc", "dcqcn", "credit", "pfc-2class", "credit-2vl")
-_CREDIT = (
-    *(
-        (f"{h} goodput (Mbit/s)", ("goodput_bps", h), {"scale": 1e-6})
-        for h in ("h1", "h2", "h5", "h6")
-    ),
-    ("incast goodput (Mbit/s)", ("incast_bps",), {"scale": 1e-6}),
-    ("victim goodput (Mbit/s)", ("victim_bps",), {"scale": 1e-6}),
-    ("bottleneck queue p50 (B)", ("queue_p50_bytes",)),
-    ("bottleneck queue max (B)", ("queue_max_bytes",)),
-    ("paused / blocked port-seconds", ("stalled_s",), {"op": "sum"}),
-    ("drops (switch + NIC)", ("switch_drops",), {"op": "add", "other": ("nic_drops",)}),
-    ("PAUSE frames on the captured links", ("wire", WILDCARD, "pause"), {"op": "sum"}),
-    ("credit frames on the captured links", ("wire", WILDCARD, "flow_control"), {"op": "sum"}),
-    ("CNPs", ("cnps",)),
-)
-# Only the credit modes replay their pcaps against the credit advertised.
-_CREDIT_AUDIT = (
-    ("frames checked against the credit", ("audit", WILDCARD, "checked"), {"op": "sum"}),
-    ("credit violations", ("audit", WILDCARD, "violations"), {"op": "sum"}),
+# The scenarios whose declarations `quoted_entries()` reads, in the order `emu
+# reproduce` runs them and writes docs/results.md's sections (the README's
+# scenario table's, but ecmp-vs-adaptive after straggler). Only names: each
+# scenario declares its own figures (`REPRODUCE`, emu/figures.py). A scenario
+# that declares some and is not named here comes last, in name order;
+# tests/unit/test_figures.py holds this list to the scenarios that declare.
+RESULTS_ORDER = (
+    "smoke",
+    "incast",
+    "credit-vs-pfc",
+    "pause-storm",
+    "livelock",
+    "pfc-deadlock",
+    "mixed-traffic",
+    "ecn-thresholds",
+    "failover",
+    "link-flap",
+    "sharp-allreduce",
+    "straggler",
+    "ecmp-vs-adaptive",
+    "rail-optimized",
 )
 
 
-def _victim_slowdown(mode: str) -> Figure:
-    """The victim's max-min share (its line rate's payload) over what it got."""
-    return Figure(
-        f"{mode}: victim slowdown (x)",
-        ("line_goodput_bps",),
-        "ratio",
-        ("modes", mode, "victim_bps"),
-    )
+def quoted_entries() -> tuple[Entry, ...]:
+    """Every configuration the README quotes: each scenario's `REPRODUCE`, in RESULTS_ORDER."""
+    modules = scenario.available()
+    rank = {name: i for i, name in enumerate(RESULTS_ORDER)}
+    names = sorted(modules, key=lambda name: (rank.get(name, len(rank)), name))
+    return tuple(e for name in names for e in getattr(modules[name], "REPRODUCE", ()))
 
 
-_DEADLOCK = (
-    ("formed after (s)", ("formed_after_s",)),
-    ("switches on the wait-for cycle", ("cycle_switches",), {"op": "len"}),
-    ("ring ingress queues full to XOFF", ("above_xoff",), {"op": "len"}),
-    ("bytes received after it formed (all flows)", ("bytes_formed",), {"op": "sum"}),
-    ("bytes received after the senders stopped (all flows)", ("bytes_stopped",), {"op": "sum"}),
-    ("ring frames sent after the senders stopped", ("ring_tx_stopped",)),
-    ("fewest PAUSE refreshes of a switch on the cycle", ("pause_refreshed",), {"op": "min"}),
-    ("hosts paused by their switch", ("hosts_paused",), {"op": "len"}),
-    (
-        "watchdog: storm declared after it was on (s)",
-        ("storms_on_cycle", WILDCARD, "after_s"),
-        {"op": "min"},
-    ),
-    ("watchdog: frames dropped", ("watchdog_drops",)),
-    ("watchdog on: fewest bytes a flow received (B)", ("bytes_recovered",), {"op": "min"}),
-    ("watchdog on: most bytes a flow received (B)", ("bytes_recovered",), {"op": "max"}),
-)
-
-_TAGGER = (
-    ("wait-for cycles seen", ("cycles_seen",), {"op": "len"}),
-    ("storms (watchdog alert only)", ("storms",)),
-    ("slowest flow (Mbit/s)", ("goodput_bps",), {"op": "min", "scale": 1e-6}),
-    ("fastest flow (Mbit/s)", ("goodput_bps",), {"op": "max", "scale": 1e-6}),
-    ("last flow done after (s)", ("done_at_s",), {"op": "max"}),
-    ("RTO timeouts (all flows)", ("timeouts",), {"op": "sum"}),
-    ("packets through Tagger's rules", ("tagged_packets",), {"op": "sum"}),
-)
-
-_RAIL_PARTS = (
-    "rail-aligned ring",
-    "crossing ring",
-    "flat ring",
-    "hierarchical",
-    "all-to-all without PXN",
-    "all-to-all with PXN",
-)
-_RAIL = (
-    ("crossing hops / pairs", ("hops",)),
-    ("spines: model (B)", ("model_frame_bytes",)),
-    ("spines received (B)", ("spine_rx_bytes",)),
-    ("NVSwitches: model (B)", ("model_nvlink_frame_bytes",)),
-    ("NVSwitches received (B)", ("nvswitch_rx_bytes",)),
-    ("time (ms)", ("time_s",), {"scale": 1e3}),
-)
-# Received over model where the model is not 0 (elsewhere the check compares
-# against the crossing counterpart, and the README quotes the bytes).
-_RAIL_ON_SPINES = ("crossing ring", "flat ring", "all-to-all without PXN")
-_RAIL_ON_NVSWITCHES = ("hierarchical", "all-to-all with PXN")
-_RAIL_NVLINK = (
-    ("network part (ms)", ("wire_s",), {"scale": 1e3}),
-    ("NVLink part (ms)", ("nvlink_s",), {"scale": 1e3}),
-    ("NVLink link time, model (ms)", ("nvlink_model_s",), {"scale": 1e3}),
-)
-
-
-def _rail_optimized() -> tuple:
-    parts = ("parts",)
-    figures = _per(_RAIL_PARTS, parts, _RAIL)
-    figures += tuple(
-        Figure(
-            f"{p}: spines received / model",
-            parts + (p, "spine_rx_bytes"),
-            "ratio",
-            parts + (p, "model_frame_bytes"),
-        )
-        for p in _RAIL_ON_SPINES
-    )
-    figures += tuple(
-        Figure(
-            f"{p}: NVSwitches received / model",
-            parts + (p, "nvswitch_rx_bytes"),
-            "ratio",
-            parts + (p, "model_nvlink_frame_bytes"),
-        )
-        for p in _RAIL_ON_NVSWITCHES
-    )
-    figures += _per(_RAIL_ON_NVSWITCHES, parts, _RAIL_NVLINK)
-    figures += _per(
-        ("all-to-all without PXN", "all-to-all with PXN"),
-        ("alltoall_floor_s",),
-        (("NIC-link floor (ms)", (), {"scale": 1e3}),),
-    )
-    figures += _per(
-        ("flat ring", "hierarchical"),
-        ("allreduce",),
-        (
-            ("algbw (MB/s)", ("algbw_bytes_per_s",), {"scale": 1e-6}),
-            ("busbw (MB/s)", ("busbw_bytes_per_s",), {"scale": 1e-6}),
-        ),
-    )
-    return figures + (Figure("wrong elements (all parts)", parts + (WILDCARD, "wrong"), "sum"),)
-
-
-_STRAGGLER_FACTORS = ("1.0", "1.5", "2.0", "3.0", "4.0")
-_EVA_PATTERNS = ("stride4", "stride8", "random")
-
-
-def _straggler(algo: str) -> tuple:
-    return tuple(
-        Figure(f"{algo}: iteration at s={float(s):g} (ms)", ("measured_s", algo, s), scale=1e3)
-        for s in _STRAGGLER_FACTORS
-    ) + (Figure(f"{algo}: T_comm (ms)", ("t_comm_s", algo), scale=1e3),)
-
-
-def _eva(pattern: str) -> tuple:
-    out = []
-    for mode in ("ecmp", "adaptive"):
-        out += [
-            Figure(f"{pattern}: {mode}, mean over seeds", ("mean_normalised", mode, pattern)),
-            Figure(f"{pattern}: {mode}, lowest seed", ("normalised", mode, pattern), "min"),
-            Figure(f"{pattern}: {mode}, highest seed", ("normalised", mode, pattern), "max"),
-        ]
-    out.append(
-        Figure(
-            f"{pattern}: adaptive / ecmp",
-            ("mean_normalised", "adaptive", pattern),
-            "ratio",
-            ("mean_normalised", "ecmp", pattern),
-        )
-    )
-    return tuple(out)
-
-
-ENTRIES: tuple[Entry, ...] = (
-    Entry(
-        "smoke",
-        "smoke",
-        "smoke on a leaf/spine (2 spines, 4 leaves, 8 hosts)",
-        full=(),
-        quick=("hosts_per_leaf=1", "iperf_s=4"),
-        figures=_SMOKE,
-        timeout_s=600,
-    ),
-    Entry(
-        "smoke-fat-tree",
-        "smoke",
-        "smoke on a k=4 fat-tree (What a run looks like)",
-        full=("topology=fat_tree", "k=4"),
-        quick=("topology=fat_tree", "k=4", "iperf_s=3", "ping_count=1"),
-        figures=_SMOKE,
-        timeout_s=900,
-    ),
-    Entry(
-        "incast",
-        "incast",
-        "incast: lossy vs PFC vs PFC + ECN/DCQCN",
-        figures=_per(("lossy", "pfc", "dcqcn"), ("modes",), _INCAST),
-        timeout_s=600,
-    ),
-    Entry(
-        "credit-vs-pfc",
-        "credit-vs-pfc",
-        "credit-vs-pfc: an incast and a victim flow, PFC vs DCQCN vs credits",
-        quick=("duration_s=5", "warmup_s=1.5"),
-        figures=(Figure("victim's max-min share (Mbit/s)", ("line_goodput_bps",), scale=1e-6),)
-        + sum(
-            (_per((m,), ("modes",), _CREDIT) + (_victim_slowdown(m),) for m in _CREDIT_MODES),
-            (),
-        )
-        + _per(("credit", "credit-2vl"), ("modes",), _CREDIT_AUDIT),
-        timeout_s=900,
-    ),
-    Entry(
-        "pause-storm",
-        "pause-storm",
-        "pause-storm: watchdog off vs on",
-        figures=_per(("off", "on"), ("modes",), _PAUSE_STORM),
-        timeout_s=600,
-    ),
-    Entry(
-        "livelock",
-        "livelock",
-        "livelock: 1 RoCEv2 packet in 256 lost, go-back-N vs go-back-0",
-        quick=("duration_s=5",),
-        figures=_per(("go-back-n", "go-back-0"), ("modes",), _LIVELOCK),
-        timeout_s=600,
-    ),
-    Entry(
-        "pfc-deadlock",
-        "pfc-deadlock",
-        "pfc-deadlock: a ring of clockwise routes, the watchdog and Tagger",
-        quick=("recover_s=5",),
-        figures=_per(("deadlock",), ("modes",), _DEADLOCK) + _per(("tagger",), ("modes",), _TAGGER),
-        timeout_s=600,
-    ),
-    Entry(
-        "mixed-traffic",
-        "mixed-traffic",
-        "mixed-traffic: TCP on the RDMA class by mistake",
-        figures=_per(("correct", "misconfigured"), ("variants",), _MIXED),
-        timeout_s=600,
-    ),
-    Entry(
-        "ecn-thresholds",
-        "ecn-thresholds",
-        "ecn-thresholds: training- vs storage-tuned",
-        figures=_per(("training", "storage"), ("variants",), _ECN),
-        timeout_s=600,
-    ),
-    Entry(
-        "failover",
-        "failover",
-        "failover: link, switch and controller failures",
-        figures=_per(("link", "switch", "controller"), ("failures",), _FAILOVER),
-        timeout_s=600,
-    ),
-    Entry(
-        "link-flap",
-        "link-flap",
-        "link-flap: a spine link flapping under load, static vs adaptive",
-        quick=("flap_s=10",),
-        figures=_per(("static", "adaptive"), ("modes",), _LINK_FLAP),
-        timeout_s=900,
-    ),
-    Entry(
-        "sharp-allreduce",
-        "sharp-allreduce",
-        "sharp-allreduce: ring vs in-network aggregation",
-        quick=("sizes=1K:4M", "factor=4"),
-        figures=(
-            Figure("ranks", ("ranks",)),
-            Figure("largest size (B)", ("results", "ring", -1, "size_bytes")),
-        )
-        + _per(("ring", "sharp"), ("results",), _ALLREDUCE)
-        + (
-            Figure(
-                "ring: busbw / link RoCE goodput at the largest size",
-                ("results", "ring", -1, "busbw_bytes_per_s"),
-                "ratio",
-                ("goodput_bps",),
-                scale=8,
-            ),
-            Figure(
-                "sharp / ring algbw at the largest size",
-                ("results", "sharp", -1, "algbw_bytes_per_s"),
-                "ratio",
-                ("results", "ring", -1, "algbw_bytes_per_s"),
-            ),
-        ),
-        timeout_s=1200,
-    ),
-    Entry(
-        "straggler",
-        "straggler",
-        "straggler: iteration time against the slowdown",
-        quick=("factors=1,2,4", "iters=2", "compute_s=0.4"),
-        figures=_straggler("ring") + _straggler("sharp"),
-        timeout_s=1200,
-    ),
-    Entry(
-        "ecmp-vs-adaptive",
-        "ecmp-vs-adaptive",
-        "ecmp-vs-adaptive: Hedera's patterns on a k=4 fat-tree",
-        full=("patterns=stride4,stride8,random", "modes=ecmp,adaptive"),
-        quick=(
-            "patterns=stride4,stride8,random",
-            "modes=ecmp,adaptive",
-            "seeds=1",
-            "min_gain=1.25",
-        ),
-        figures=sum((_eva(p) for p in _EVA_PATTERNS), ()),
-        timeout_s=3600,
-    ),
-    Entry(
-        "rail-optimized",
-        "rail-optimized",
-        "rail-optimized: where a collective's bytes go on a rail fabric",
-        quick=("size=128K", "a2a_size=16K"),
-        figures=_rail_optimized(),
-        timeout_s=600,
-    ),
-)
+# Read once, at import (it imports every scenario module: no cycle, as a scenario
+# imports emu/figures.py and never this module).
+ENTRIES: tuple[Entry, ...] = quoted_entries()
 
 
 # ----- reading one run ------------------------------------------------------------------
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def lookup(data: Any, path: tuple) -> Any:
@@ -625,7 +142,7 @@ def extract(metrics: dict, fig: Figure) -> float | None:
         value = OPS[fig.op](*args)
     except (TypeError, ValueError, ZeroDivisionError):
         return None  # a value of another shape than the figure expects: no number
-    if not _is_number(value):
+    if not is_number(value):
         return None
     return float(value) * fig.scale
 
@@ -1251,8 +768,6 @@ def make_plan(only: str | None, runs: int | None, quick: bool, entries: tuple = 
 
 def check_overrides(plan: Plan) -> None:
     """Every chosen configuration's parameters parse (before any fabric is built)."""
-    from emu import scenario
-
     for e in plan.entries:
         scenario.resolve_params(scenario.load(e.scenario), list(plan.overrides(e)))
 

@@ -57,6 +57,7 @@ from scapy.utils import PcapReader
 
 from emu import fabric as fabric_mod
 from emu.credit_audit import audit
+from emu.figures import WILDCARD, Entry, Figure, per_key
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.proto import credit, pfc, roce
 from emu.scenario import Context, Param, ScenarioError, choices, fabric_params
@@ -535,3 +536,54 @@ def plot(ctx: Context, results: dict) -> None:
         )
     path = save_panels(ctx.out_dir / "credit_vs_pfc.png", panels, title="credit vs PFC")
     ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_MODE = (
+    *(
+        (f"{h} goodput (Mbit/s)", ("goodput_bps", h), {"scale": 1e-6})
+        for h in ("h1", "h2", "h5", "h6")
+    ),
+    ("incast goodput (Mbit/s)", ("incast_bps",), {"scale": 1e-6}),
+    ("victim goodput (Mbit/s)", ("victim_bps",), {"scale": 1e-6}),
+    ("bottleneck queue p50 (B)", ("queue_p50_bytes",)),
+    ("bottleneck queue max (B)", ("queue_max_bytes",)),
+    ("paused / blocked port-seconds", ("stalled_s",), {"op": "sum"}),
+    ("drops (switch + NIC)", ("switch_drops",), {"op": "add", "other": ("nic_drops",)}),
+    ("PAUSE frames on the captured links", ("wire", WILDCARD, "pause"), {"op": "sum"}),
+    ("credit frames on the captured links", ("wire", WILDCARD, "flow_control"), {"op": "sum"}),
+    ("CNPs", ("cnps",)),
+)
+# Only the credit modes replay their pcaps against the credit advertised.
+_CREDIT_AUDIT_FIGURES = (
+    ("frames checked against the credit", ("audit", WILDCARD, "checked"), {"op": "sum"}),
+    ("credit violations", ("audit", WILDCARD, "violations"), {"op": "sum"}),
+)
+
+
+def _victim_slowdown(mode: str) -> Figure:
+    """The victim's max-min share (its line rate's payload) over what it got."""
+    return Figure(
+        f"{mode}: victim slowdown (x)",
+        ("line_goodput_bps",),
+        "ratio",
+        ("modes", mode, "victim_bps"),
+    )
+
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "credit-vs-pfc",
+        "credit-vs-pfc",
+        "credit-vs-pfc: an incast and a victim flow, PFC vs DCQCN vs credits",
+        quick=("duration_s=5", "warmup_s=1.5"),
+        figures=(Figure("victim's max-min share (Mbit/s)", ("line_goodput_bps",), scale=1e-6),)
+        + sum(
+            (per_key((m,), ("modes",), _FIGURES_PER_MODE) + (_victim_slowdown(m),) for m in MODES),
+            (),
+        )
+        + per_key(CREDIT_MODES, ("modes",), _CREDIT_AUDIT_FIGURES),
+        timeout_s=900,
+    ),
+)

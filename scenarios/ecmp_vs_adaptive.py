@@ -45,6 +45,7 @@ import networkx as nx  # noqa: E402
 
 from emu import fabric as fabric_mod  # noqa: E402
 from emu import topopick  # noqa: E402
+from emu.figures import Entry, Figure  # noqa: E402
 from emu.models.flow import (
     ack_load_from,
     normalised_throughput,
@@ -773,3 +774,46 @@ def plot(ctx: Context, patterns, modes, norm, expect) -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_QUOTED_PATTERNS = ("stride4", "stride8", "random")
+
+
+def _figures_of(pattern: str) -> tuple[Figure, ...]:
+    """Each mode's normalised throughput over the seeds, and adaptive over ECMP, for one pattern."""
+    out = []
+    for mode in ("ecmp", "adaptive"):
+        out += [
+            Figure(f"{pattern}: {mode}, mean over seeds", ("mean_normalised", mode, pattern)),
+            Figure(f"{pattern}: {mode}, lowest seed", ("normalised", mode, pattern), "min"),
+            Figure(f"{pattern}: {mode}, highest seed", ("normalised", mode, pattern), "max"),
+        ]
+    out.append(
+        Figure(
+            f"{pattern}: adaptive / ecmp",
+            ("mean_normalised", "adaptive", pattern),
+            "ratio",
+            ("mean_normalised", "ecmp", pattern),
+        )
+    )
+    return tuple(out)
+
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "ecmp-vs-adaptive",
+        "ecmp-vs-adaptive",
+        "ecmp-vs-adaptive: Hedera's patterns on a k=4 fat-tree",
+        full=("patterns=stride4,stride8,random", "modes=ecmp,adaptive"),
+        quick=(
+            "patterns=stride4,stride8,random",
+            "modes=ecmp,adaptive",
+            "seeds=1",
+            "min_gain=1.25",
+        ),
+        figures=sum((_figures_of(p) for p in _QUOTED_PATTERNS), ()),
+        timeout_s=3600,
+    ),
+)

@@ -23,6 +23,7 @@ Run:  emu run ecn-thresholds
 from __future__ import annotations
 
 from emu.config import MTU_FRAME_BYTES
+from emu.figures import Entry, per_key
 from emu.scenario import Context, Param, ScenarioError, build_fabric_graph
 from emu.telemetry import Panel, save_panels
 from scenarios import incast
@@ -145,3 +146,26 @@ def run(ctx: Context) -> None:
     ]
     path = save_panels(ctx.out_dir / "ecn-thresholds.png", panels, title="ECN thresholds")
     ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_VARIANT = (
+    ("util", ("utilisation",)),
+    ("queue p50 (B)", ("queue_p50_bytes",)),
+    ("queue p99 (B)", ("queue_p99_bytes",)),
+    ("CE marks", ("ecn_marks",)),
+    ("CNPs", ("cnps",)),
+    ("PFC frames", ("pfc_frames",)),
+    ("Jain's fairness", ("jain",)),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "ecn-thresholds",
+        "ecn-thresholds",
+        "ecn-thresholds: training- vs storage-tuned",
+        figures=per_key(VARIANTS, ("variants",), _FIGURES_PER_VARIANT),
+        timeout_s=600,
+    ),
+)

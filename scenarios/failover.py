@@ -31,6 +31,7 @@ import time
 
 from emu import fabric as fabric_mod
 from emu import topopick
+from emu.figures import Entry, per_key
 from emu.scenario import (
     Context,
     Param,
@@ -216,3 +217,25 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
         "unreachable_after": unreachable,
         "loss_timeline": (times, [bins.get(t, 0) for t in times]),
     }
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_FAILURE = (
+    ("pairs", ("pairs",)),
+    ("worst outage (ms)", ("worst_outage_s",), {"scale": 1e3}),
+    ("pings lost", ("lost",)),
+    ("pings sent", ("sent",)),
+    ("controller saw it after (ms)", ("controller_saw_s",), {"scale": 1e3}),
+    ("pairs unreachable at the end", ("unreachable_after",)),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "failover",
+        "failover",
+        "failover: link, switch and controller failures",
+        figures=per_key(FAILURES, ("failures",), _FIGURES_PER_FAILURE),
+        timeout_s=600,
+    ),
+)

@@ -42,6 +42,7 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import EcnSpec
+from emu.figures import Entry, per_key
 from emu.host.dcqcn import DcqcnSpec
 from emu.models.dcqcn import (
     DATA_FRAME_BYTES,
@@ -601,3 +602,29 @@ def plot(ctx: Context, results: dict, model: dict | None = None) -> None:
         panels.append(Panel("paused time per port (top 10)", "", "seconds", bars=top))
     path = save_panels(ctx.out_dir / "incast.png", panels, title="incast")
     ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_MODE = (
+    ("util", ("utilisation",)),
+    ("drops (switch + NIC)", ("switch_drops",), {"op": "add", "other": ("nic_drops",)}),
+    ("retransmitted packets", ("retransmitted",)),
+    ("PFC frames", ("pfc_frames",)),
+    ("paused port-seconds", ("paused_s",), {"op": "sum"}),
+    ("CNPs", ("cnps",)),
+    ("CE marks", ("ecn_marks",)),
+    ("Jain's fairness", ("jain",)),
+    ("queue p50 (B)", ("queue_p50_bytes",)),
+    ("queue p99 (B)", ("queue_p99_bytes",)),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "incast",
+        "incast",
+        "incast: lossy vs PFC vs PFC + ECN/DCQCN",
+        figures=per_key(MODES, ("modes",), _FIGURES_PER_MODE),
+        timeout_s=600,
+    ),
+)

@@ -42,6 +42,7 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import BufferSpec
+from emu.figures import Entry, per_key
 from emu.models.flow import max_min_rates
 from emu.scenario import (
     Context,
@@ -513,3 +514,29 @@ def summarise(
         "adaptive": status.get("adaptive"),
         "timeline": (list(range(1, n + 1)), total),
     }
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_MODE = (
+    ("damped after (s)", ("damped_after_s",)),
+    ("downs", ("flaps",)),
+    ("route recomputations", ("recomputations",)),
+    ("TCP before (Mbit/s)", ("before_mbps",)),
+    ("TCP during (Mbit/s)", ("during_mbps",)),
+    ("TCP after (Mbit/s)", ("after_mbps",)),
+    ("worst ping outage (ms)", ("worst_outage_s",), {"scale": 1e3}),
+    ("stuck flows", ("stuck_flows",)),
+    ("switches or controller died", ("dead",), {"op": "len"}),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "link-flap",
+        "link-flap",
+        "link-flap: a spine link flapping under load, static vs adaptive",
+        quick=("flap_s=10",),
+        figures=per_key(tuple(MODES), ("modes",), _FIGURES_PER_MODE),
+        timeout_s=900,
+    ),
+)

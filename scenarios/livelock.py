@@ -46,6 +46,7 @@ import threading
 import time
 
 from emu import fabric as fabric_mod
+from emu.figures import Entry, per_key
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD, GO_BACK_0, GO_BACK_N, LOSS_RECOVERY
 from emu.scenario import (
     Context,
@@ -378,3 +379,31 @@ def plot(ctx: Context, results: dict) -> None:
     ]
     path = save_panels(ctx.out_dir / "livelock.png", panels, title="livelock")
     ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_MODE = (
+    ("goodput (Mbit/s)", ("goodput_bps",), {"scale": 1e-6}),
+    ("goodput / payload line rate", ("line_share",)),
+    ("messages completed", ("messages_completed",)),
+    ("frames sent", ("tx_packets",)),
+    ("link busy", ("link_busy",)),
+    ("frames lost", ("lost_frames",)),
+    ("NAKs", ("naks",)),
+    ("timeouts", ("timeouts",)),
+    ("frames resent", ("retransmitted",)),
+    ("frames resent per loss", ("resent_per_loss",)),
+    ("discarded at the receiver", ("rx_discarded_packets",)),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "livelock",
+        "livelock",
+        "livelock: 1 RoCEv2 packet in 256 lost, go-back-N vs go-back-0",
+        quick=("duration_s=5",),
+        figures=per_key(("go-back-n", "go-back-0"), ("modes",), _FIGURES_PER_MODE),
+        timeout_s=600,
+    ),
+)

@@ -27,6 +27,7 @@ import threading
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import MTU_FRAME_BYTES, PfcSpec
+from emu.figures import Entry, per_key
 from emu.scenario import (
     Context,
     Param,
@@ -231,3 +232,28 @@ def report(ctx: Context, results: dict) -> None:
     ]
     path = save_panels(ctx.out_dir / "mixed-traffic.png", panels, title="mixed traffic")
     ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_VARIANT = (
+    ("RDMA asks (Mbit/s)", ("rdma_target_bps",), {"scale": 1e-6}),
+    ("RDMA gets (Mbit/s)", ("rdma_bps",), {"scale": 1e-6}),
+    ("RDMA rate at the end (Mbit/s)", ("rdma_rate_bps",), {"scale": 1e-6}),
+    ("TCP (Mbit/s)", ("tcp_bps",), {"scale": 1e-6}),
+    ("CNPs to RDMA", ("rdma_cnps",)),
+    ("lossless queue peak (KB)", ("lossless_watermark_bytes",), {"scale": 1e-3}),
+    ("PFC frames", ("pfc_frames",)),
+    ("lossless drops", ("lossless_drops",)),
+    ("TCP retransmits", ("tcp_retransmits",)),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "mixed-traffic",
+        "mixed-traffic",
+        "mixed-traffic: TCP on the RDMA class by mistake",
+        figures=per_key(tuple(VARIANTS), ("variants",), _FIGURES_PER_VARIANT),
+        timeout_s=600,
+    ),
+)

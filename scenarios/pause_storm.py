@@ -32,6 +32,7 @@ from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import WatchdogSpec
 from emu.faults import Faults
+from emu.figures import Entry, per_key
 from emu.scenario import (
     Context,
     Param,
@@ -325,3 +326,26 @@ def plot(ctx: Context, results: dict) -> None:
     if panels:
         path = save_panels(ctx.out_dir / "pause-storm.png", panels, title="pause storm")
         ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_MODE = (
+    ("other flows", ("other_flows",)),
+    ("stalled", ("stalled",), {"op": "len"}),
+    ("recovered", ("recovered",), {"op": "len"}),
+    ("switches PAUSE reached beyond the stuck leaf", ("pause_reached_switches",), {"op": "len"}),
+    ("storms detected", ("storm_events",), {"op": "len"}),
+    ("detected after (s)", ("detected_after_s",)),
+    ("watchdog drops", ("watchdog_drops",)),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "pause-storm",
+        "pause-storm",
+        "pause-storm: watchdog off vs on",
+        figures=per_key(("off", "on"), ("modes",), _FIGURES_PER_MODE),
+        timeout_s=600,
+    ),
+)

@@ -44,6 +44,7 @@ from emu import config, topofile
 from emu import fabric as fabric_mod
 from emu.config import BufferSpec, WatchdogSpec
 from emu.faults import Faults
+from emu.figures import WILDCARD, Entry, per_key
 from emu.net import Fabric, default_switch_processes
 from emu.proto.pfc import quanta_to_s
 from emu.registry import FabricError, wait_for
@@ -725,3 +726,47 @@ def plot(ctx: Context, results: dict) -> None:
     if panels:
         path = save_panels(ctx.out_dir / "pfc-deadlock.png", panels, title="PFC deadlock on a ring")
         ctx.plots.append(path.name)
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_DEADLOCK_FIGURES = (
+    ("formed after (s)", ("formed_after_s",)),
+    ("switches on the wait-for cycle", ("cycle_switches",), {"op": "len"}),
+    ("ring ingress queues full to XOFF", ("above_xoff",), {"op": "len"}),
+    ("bytes received after it formed (all flows)", ("bytes_formed",), {"op": "sum"}),
+    ("bytes received after the senders stopped (all flows)", ("bytes_stopped",), {"op": "sum"}),
+    ("ring frames sent after the senders stopped", ("ring_tx_stopped",)),
+    ("fewest PAUSE refreshes of a switch on the cycle", ("pause_refreshed",), {"op": "min"}),
+    ("hosts paused by their switch", ("hosts_paused",), {"op": "len"}),
+    (
+        "watchdog: storm declared after it was on (s)",
+        ("storms_on_cycle", WILDCARD, "after_s"),
+        {"op": "min"},
+    ),
+    ("watchdog: frames dropped", ("watchdog_drops",)),
+    ("watchdog on: fewest bytes a flow received (B)", ("bytes_recovered",), {"op": "min"}),
+    ("watchdog on: most bytes a flow received (B)", ("bytes_recovered",), {"op": "max"}),
+)
+
+_TAGGER_FIGURES = (
+    ("wait-for cycles seen", ("cycles_seen",), {"op": "len"}),
+    ("storms (watchdog alert only)", ("storms",)),
+    ("slowest flow (Mbit/s)", ("goodput_bps",), {"op": "min", "scale": 1e-6}),
+    ("fastest flow (Mbit/s)", ("goodput_bps",), {"op": "max", "scale": 1e-6}),
+    ("last flow done after (s)", ("done_at_s",), {"op": "max"}),
+    ("RTO timeouts (all flows)", ("timeouts",), {"op": "sum"}),
+    ("packets through Tagger's rules", ("tagged_packets",), {"op": "sum"}),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "pfc-deadlock",
+        "pfc-deadlock",
+        "pfc-deadlock: a ring of clockwise routes, the watchdog and Tagger",
+        quick=("recover_s=5",),
+        figures=per_key(("deadlock",), ("modes",), _DEADLOCK_FIGURES)
+        + per_key(("tagger",), ("modes",), _TAGGER_FIGURES),
+        timeout_s=600,
+    ),
+)

@@ -75,6 +75,7 @@ from pathlib import Path
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu.figures import WILDCARD, Entry, Figure, per_key
 from emu.host.collective import GPU_MEMORY_PREFIX
 from emu.net import Fabric
 from emu.registry import wait_for
@@ -951,3 +952,75 @@ def plot(path: Path, parts: list[Part]) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_PART = (
+    ("crossing hops / pairs", ("hops",)),
+    ("spines: model (B)", ("model_frame_bytes",)),
+    ("spines received (B)", ("spine_rx_bytes",)),
+    ("NVSwitches: model (B)", ("model_nvlink_frame_bytes",)),
+    ("NVSwitches received (B)", ("nvswitch_rx_bytes",)),
+    ("time (ms)", ("time_s",), {"scale": 1e3}),
+)
+# Received over model where the model is not 0 (elsewhere the check compares
+# against the crossing counterpart, and the README quotes the bytes).
+_ON_SPINES = ("crossing ring", "flat ring", "all-to-all without PXN")
+_ON_NVSWITCHES = ("hierarchical", "all-to-all with PXN")
+_NVLINK_FIGURES = (
+    ("network part (ms)", ("wire_s",), {"scale": 1e3}),
+    ("NVLink part (ms)", ("nvlink_s",), {"scale": 1e3}),
+    ("NVLink link time, model (ms)", ("nvlink_model_s",), {"scale": 1e3}),
+)
+
+
+def _quoted_figures() -> tuple[Figure, ...]:
+    """Every part's bytes and times, received over model, and the all-reduce bandwidths."""
+    parts = ("parts",)
+    figures = per_key(tuple(PARTS.values()), parts, _FIGURES_PER_PART)
+    figures += tuple(
+        Figure(
+            f"{p}: spines received / model",
+            parts + (p, "spine_rx_bytes"),
+            "ratio",
+            parts + (p, "model_frame_bytes"),
+        )
+        for p in _ON_SPINES
+    )
+    figures += tuple(
+        Figure(
+            f"{p}: NVSwitches received / model",
+            parts + (p, "nvswitch_rx_bytes"),
+            "ratio",
+            parts + (p, "model_nvlink_frame_bytes"),
+        )
+        for p in _ON_NVSWITCHES
+    )
+    figures += per_key(_ON_NVSWITCHES, parts, _NVLINK_FIGURES)
+    figures += per_key(
+        ("all-to-all without PXN", "all-to-all with PXN"),
+        ("alltoall_floor_s",),
+        (("NIC-link floor (ms)", (), {"scale": 1e3}),),
+    )
+    figures += per_key(
+        ("flat ring", "hierarchical"),
+        ("allreduce",),
+        (
+            ("algbw (MB/s)", ("algbw_bytes_per_s",), {"scale": 1e-6}),
+            ("busbw (MB/s)", ("busbw_bytes_per_s",), {"scale": 1e-6}),
+        ),
+    )
+    return figures + (Figure("wrong elements (all parts)", parts + (WILDCARD, "wrong"), "sum"),)
+
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "rail-optimized",
+        "rail-optimized",
+        "rail-optimized: where a collective's bytes go on a rail fabric",
+        quick=("size=128K", "a2a_size=16K"),
+        figures=_quoted_figures(),
+        timeout_s=600,
+    ),
+)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from emu import fabric as fabric_mod
 from emu import topopick
+from emu.figures import WILDCARD, Entry, Figure, per_key
 from emu.scenario import (
     Context,
     Param,
@@ -216,3 +217,49 @@ def _checks(ctx: Context, results: dict, n: int, goodput: float) -> None:
             f"{gain:.2f}",
             f"{0.9 * bound:.2f} .. {1.1 * bound:.2f}",
         )
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_FIGURES_PER_ALGORITHM = (
+    ("wrong elements (all sizes)", (WILDCARD, "wrong"), {"op": "sum"}),
+    ("time at the largest size (us)", (-1, "time_s"), {"scale": 1e6}),
+    ("algbw at the largest size (MB/s)", (-1, "algbw_bytes_per_s"), {"scale": 1e-6}),
+    ("busbw at the largest size (MB/s)", (-1, "busbw_bytes_per_s"), {"scale": 1e-6}),
+    (
+        "average busbw over the sizes (MB/s)",
+        (WILDCARD, "busbw_bytes_per_s"),
+        {"op": "mean", "scale": 1e-6},
+    ),
+    ("restarts (all sizes)", (WILDCARD, "restarts"), {"op": "sum"}),
+)
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "sharp-allreduce",
+        "sharp-allreduce",
+        "sharp-allreduce: ring vs in-network aggregation",
+        quick=("sizes=1K:4M", "factor=4"),
+        figures=(
+            Figure("ranks", ("ranks",)),
+            Figure("largest size (B)", ("results", "ring", -1, "size_bytes")),
+        )
+        + per_key(("ring", "sharp"), ("results",), _FIGURES_PER_ALGORITHM)
+        + (
+            Figure(
+                "ring: busbw / link RoCE goodput at the largest size",
+                ("results", "ring", -1, "busbw_bytes_per_s"),
+                "ratio",
+                ("goodput_bps",),
+                scale=8,
+            ),
+            Figure(
+                "sharp / ring algbw at the largest size",
+                ("results", "sharp", -1, "algbw_bytes_per_s"),
+                "ratio",
+                ("results", "ring", -1, "algbw_bytes_per_s"),
+            ),
+        ),
+        timeout_s=1200,
+    ),
+)

@@ -59,6 +59,7 @@ import time
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu.figures import Entry, Figure
 from emu.net import Fabric
 from emu.scenario import (
     Context,
@@ -633,3 +634,55 @@ def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
         f"worst outage {1000 * worst:.0f} ms" if worst is not None else "no data",
         f"< {1000 * (duration - 1.5):.0f} ms",
     )
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+_QUOTED_FIGURES = (
+    Figure("converged after (s)", ("converge_s",)),
+    Figure("all-pairs ping: pairs", ("ping", "all-pairs ping", "pairs")),
+    Figure("all-pairs ping: loss %", ("ping", "all-pairs ping", "loss_pct")),
+    Figure("TCP goodput (Mbit/s)", ("tcp", "goodput_bps"), scale=1e-6),
+    Figure("TCP on the wire (Mbit/s)", ("tcp", "wire_bps"), scale=1e-6),
+    Figure("TCP on the wire / link rate", ("tcp", "wire_bps"), "ratio", ("fabric", "rate_bps")),
+    Figure("TCP peak 250 ms window (Mbit/s)", ("tcp", "peak_window_bps"), scale=1e-6),
+    Figure("TCP retransmits", ("tcp", "retransmits")),
+    Figure("ECMP: largest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "max_share"),
+    Figure("ECMP: smallest top-tier switch's share", ("ecmp", "bytes_per_top_switch"), "min_share"),
+    Figure("ECMP: largest first hop's share", ("ecmp", "bytes_per_first_hop"), "max_share"),
+    Figure("ECMP: smallest first hop's share", ("ecmp", "bytes_per_first_hop"), "min_share"),
+    Figure(
+        "link down: longest outage of any sender (ms)",
+        ("link_failure", "outage_s"),
+        "max",
+        scale=1e3,
+    ),
+    Figure("link down: controller saw it after (ms)", ("controller_reaction_s",), scale=1e3),
+    Figure(
+        "all-pairs ping after the link failure: loss %",
+        ("ping", "all-pairs ping after link failure", "loss_pct"),
+    ),
+)
+
+# Two configurations: the default leaf/spine, and the k=4 fat-tree the docs
+# show as "What a run looks like".
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "smoke",
+        "smoke",
+        "smoke on a leaf/spine (2 spines, 4 leaves, 8 hosts)",
+        full=(),
+        quick=("hosts_per_leaf=1", "iperf_s=4"),
+        figures=_QUOTED_FIGURES,
+        timeout_s=600,
+    ),
+    Entry(
+        "smoke-fat-tree",
+        "smoke",
+        "smoke on a k=4 fat-tree (What a run looks like)",
+        full=("topology=fat_tree", "k=4"),
+        quick=("topology=fat_tree", "k=4", "iperf_s=3", "ping_count=1"),
+        figures=_QUOTED_FIGURES,
+        timeout_s=900,
+    ),
+)

@@ -77,6 +77,7 @@ from pathlib import Path
 
 from emu import fabric as fabric_mod
 from emu import topopick
+from emu.figures import Entry, Figure
 from emu.net import Fabric
 from emu.scenario import (
     Context,
@@ -430,3 +431,29 @@ def plot(path: Path, points: list[Point]) -> Path:
         if series:
             panels.append(Panel(f"iteration - compute, {title}", xlabel, "ms", lines=series))
     return save_panels(path, panels, title="straggler: exposed all-reduce time vs the model")
+
+
+# ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----
+
+# The default `factors`, as metrics.json keys them (`measured_s[algo]["1.5"]`).
+_QUOTED_FACTORS = ("1.0", "1.5", "2.0", "3.0", "4.0")
+
+
+def _figures_of(algo: str) -> tuple[Figure, ...]:
+    """Iteration time at each quoted slowdown, and the predicted T_comm, for one algorithm."""
+    return tuple(
+        Figure(f"{algo}: iteration at s={float(s):g} (ms)", ("measured_s", algo, s), scale=1e3)
+        for s in _QUOTED_FACTORS
+    ) + (Figure(f"{algo}: T_comm (ms)", ("t_comm_s", algo), scale=1e3),)
+
+
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "straggler",
+        "straggler",
+        "straggler: iteration time against the slowdown",
+        quick=("factors=1,2,4", "iters=2", "compute_s=0.4"),
+        figures=_figures_of("ring") + _figures_of("sharp"),
+        timeout_s=1200,
+    ),
+)

@@ -15,7 +15,8 @@ import textwrap
 import pytest
 
 from emu import cli, reproduce
-from emu.reproduce import Entry, Figure, RunRecord
+from emu.figures import Entry, Figure
+from emu.reproduce import RunRecord
 from emu.scenario import ScenarioError
 
 TOY = Entry(
