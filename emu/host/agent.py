@@ -33,6 +33,7 @@ import socket
 import struct
 import sys
 import time
+from typing import Any
 
 from emu import profiling, realtime
 from emu.config import ConfigError, CreditSpec
@@ -603,20 +604,28 @@ class Agent:
                     frames_read += self._receive(now)
                     if self._qp_owner:
                         self._deliver_messages(now)
-                elif key.data == "mgmt-done":
-                    self.mgmt.on_done()
-                elif key.data == "mgmt-listen":
-                    conn = self.mgmt.accept()
-                    if conn:
-                        conns[conn.sock.fileno()] = conn
-                        self.sel.register(conn.sock, selectors.EVENT_READ, conn)
-                elif not self.mgmt.on_readable(key.data):
-                    self.sel.unregister(key.data.sock)
-                    conns.pop(key.data.sock.fileno(), None)
-                    key.data.sock.close()
+                else:
+                    self._serve_mgmt(key.data, conns)
             served = self.mgmt.take_served()
             if served:
                 work = [f"mgmt({served})" if w == "mgmt" else w for w in work]
+
+    def _serve_mgmt(self, ready: Any, conns: dict) -> None:
+        """Serve one ready management socket: a job done, a new connection, or a request.
+
+        `ready` is the selector key's data: "mgmt-done", "mgmt-listen" or a connection.
+        """
+        if ready == "mgmt-done":
+            self.mgmt.on_done()
+        elif ready == "mgmt-listen":
+            conn = self.mgmt.accept()
+            if conn:
+                conns[conn.sock.fileno()] = conn
+                self.sel.register(conn.sock, selectors.EVENT_READ, conn)
+        elif not self.mgmt.on_readable(ready):
+            self.sel.unregister(ready.sock)
+            conns.pop(ready.sock.fileno(), None)
+            ready.sock.close()
 
     def _receive(self, now: float) -> int:
         """Read up to RX_BATCH frames and hand them to the NIC model; how many it read."""

@@ -843,22 +843,27 @@ class Rnic:
             if self.credit is None:
                 out += self._rx_pfc(now)
         elif psn > qp.expected:
-            qp.out_of_order += 1
-            if not qp.nak_sent:
-                qp.nak_sent = True
-                if self.go_back_0 and qp.expected > qp.msg_first:
-                    # Go-back-0 keeps no partial message: expect it from its start.
-                    qp.discarded_packets += qp.expected - qp.msg_first
-                    qp.discarded_bytes += qp.msg_bytes
-                    qp.expected, qp.msg_bytes = qp.msg_first, 0
-                    qp.parts.clear()
-                    qp.parts_bytes = 0
-                out.append(qp.tmpl.nak_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF))
+            out += self._on_psn_gap(qp)
         else:
             qp.duplicates += 1
             if info.ack_req:
                 out.append(qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK, qp.msn & 0xFFFFFF))
         return out
+
+    def _on_psn_gap(self, qp: RecvQP) -> list[bytes]:
+        """A packet past the expected PSN: the sequence NAK, sent once until the gap fills."""
+        qp.out_of_order += 1
+        if qp.nak_sent:
+            return []
+        qp.nak_sent = True
+        if self.go_back_0 and qp.expected > qp.msg_first:
+            # Go-back-0 keeps no partial message: expect it from its start.
+            qp.discarded_packets += qp.expected - qp.msg_first
+            qp.discarded_bytes += qp.msg_bytes
+            qp.expected, qp.msg_bytes = qp.msg_first, 0
+            qp.parts.clear()
+            qp.parts_bytes = 0
+        return [qp.tmpl.nak_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF)]
 
     # ----- host receive buffer and PFC generation -------------------------
 
