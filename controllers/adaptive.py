@@ -59,6 +59,8 @@ Hop = Tuple[int, int]  # (dpid, output port)
 WEIGHT_NORMAL = 4
 WEIGHT_HOT = 2
 WEIGHT_FLAPPING = 1
+# Every flow adaptive installs: in its cookie band (switch_enter deletes by it), routing's table.
+_FLOW_TABLE = dict(cookie=layout.ADAPTIVE_COOKIE, table_id=layout.ROUTING_TABLE)
 
 
 @dataclass(frozen=True)
@@ -528,8 +530,12 @@ class AdaptiveManager:
         """Pair monitors and elephant hops at ``dpid``, after routing's ``flows`` there changed."""
         if dpid not in view.switches:
             return []
-        msgs: Msgs = []
-        common = dict(cookie=layout.ADAPTIVE_COOKIE, table_id=layout.ROUTING_TABLE)
+        return self._monitor_msgs(view, dpid, flows) + self._elephant_msgs(dpid, routes)
+
+    def _monitor_msgs(
+        self, view: RoutingView, dpid: int, flows: Mapping[str, Tuple[ofmsg.Action, ...]]
+    ) -> Msgs:
+        """Add, modify or delete pair monitors at ``dpid`` so they follow routing's ``flows``."""
         # Pair monitors: routing's action for the destination, counted per source.
         wanted: Dict[Pair, Tuple[ofmsg.Action, ...]] = {}
         for src in view.hosts.values():
@@ -538,6 +544,7 @@ class AdaptiveManager:
             for dst_ip, acts in flows.items():
                 if dst_ip != src.ip:
                     wanted[(src.ip, dst_ip)] = acts
+        msgs: Msgs = []
         have = self._monitors.setdefault(dpid, {})
         for pair in sorted(wanted):
             if have.get(pair) == wanted[pair]:
@@ -550,7 +557,7 @@ class AdaptiveManager:
                         priority=layout.PRIO_PAIR_MONITOR,
                         match=_pair_match(pair),
                         action_specs=wanted[pair],
-                        **common,
+                        **_FLOW_TABLE,
                     ),
                 )
             )
@@ -560,11 +567,15 @@ class AdaptiveManager:
                 (
                     dpid,
                     ofmsg.flow_delete_strict(
-                        priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **common
+                        priority=layout.PRIO_PAIR_MONITOR, match=_pair_match(pair), **_FLOW_TABLE
                     ),
                 )
             )
             del have[pair]
+        return msgs
+
+    def _elephant_msgs(self, dpid: int, routes: Mapping[str, Route]) -> Msgs:
+        """Add, modify or delete elephant hop groups and flows at ``dpid`` for the pinned paths."""
         # Elephant hops: FAST_FAILOVER(chosen port, then routing's other next hops).
         hops: Dict[Pair, Tuple[int, ...]] = {}
         for pair, path in self._pinned.items():
@@ -573,6 +584,7 @@ class AdaptiveManager:
                 if hop_dpid != dpid or route is None or route[0] != "ecmp":
                     continue
                 hops[pair] = (port,) + tuple(sorted(set(route[1]) - {port}))
+        msgs: Msgs = []
         groups = self._hop_groups.setdefault(dpid, {})
         for pair in sorted(hops):
             old = groups.get(pair)
@@ -595,7 +607,7 @@ class AdaptiveManager:
                             priority=layout.PRIO_ELEPHANT,
                             match=_pair_match(pair),
                             action_specs=((ofmsg.ACTION_GROUP, gid),),
-                            **common,
+                            **_FLOW_TABLE,
                         ),
                     )
                 )
@@ -606,7 +618,7 @@ class AdaptiveManager:
                 (
                     dpid,
                     ofmsg.flow_delete_strict(
-                        priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **common
+                        priority=layout.PRIO_ELEPHANT, match=_pair_match(pair), **_FLOW_TABLE
                     ),
                 )
             )
