@@ -60,16 +60,16 @@ def main() -> None:
     ) as fab:
         for _ in range(args.repeats):
             for name, flows in cases.items():
-                before = {q["port_no"]: q for q in fab.switch_call("s1", "ports")}
+                before = fab.port_stats("s1")
                 bps = eva.measure(fab, flows, p)[0]
-                after = {q["port_no"]: q for q in fab.switch_call("s1", "ports")}
+                after = fab.port_stats("s1")
                 receivers = len({d for _s, d in flows})
                 per_flow.setdefault(name, []).append(bps / receivers)
                 if name == "alone":  # h1 on port 1 sends data, h2 on port 2 only ACKs
-                    data = after[1]["rx_packets"] - before[1]["rx_packets"]
-                    data_b = after[1]["rx_bytes"] - before[1]["rx_bytes"]
-                    ack = after[2]["rx_packets"] - before[2]["rx_packets"]
-                    ack_b = after[2]["rx_bytes"] - before[2]["rx_bytes"]
+                    data = after[1].rx_packets - before[1].rx_packets
+                    data_b = after[1].rx_bytes - before[1].rx_bytes
+                    ack = after[2].rx_packets - before[2].rx_packets
+                    ack_b = after[2].rx_bytes - before[2].rx_bytes
                     acks.append((ack / data, ack_b / data_b))
     alone = statistics.mean(per_flow["alone"])
     print("| case | goodput per receiver (Mbit/s) | sd | / alone |")

@@ -27,8 +27,8 @@ from typing import Any
 
 import networkx as nx
 
+from emu import answers, mgmt, ofctl, telemetry, trace
 from emu import fabric as fabric_mod
-from emu import mgmt, ofctl, telemetry, trace
 from emu.config import flow_control_qos, parse_qos, routing_extensions
 from emu.faults import Faults
 from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
@@ -681,6 +681,29 @@ class Fabric:
     def switch_call(self, name: str, cmd: str, **args: Any) -> Any:
         sw = self.switch(name)
         return mgmt.call(sw.mgmt_path, cmd, **args)
+
+    def port_stats(self, switch: str) -> dict[int, answers.PortStats]:
+        """`switch`'s ports by number, typed (emu/answers.py)."""
+        return {
+            p.port_no: p for p in map(answers.PortStats.decode, self.switch_call(switch, "ports"))
+        }
+
+    def counters(self, switch: str) -> answers.SwitchCounters:
+        """`switch`'s buffer, queue, PFC and watchdog counters, typed (emu/answers.py)."""
+        return answers.SwitchCounters.decode(self.switch_call(switch, "counters"))
+
+    def watchdog(self, switch: str) -> answers.WatchdogReport:
+        """`switch`'s PFC watchdog: settings, events, storms now (emu/answers.py)."""
+        return answers.WatchdogReport.decode(self.switch_call(switch, "watchdog"))
+
+    def flows(self, switch: str) -> list[answers.FlowStats]:
+        """`switch`'s flow entries (emu/answers.py)."""
+        return [answers.FlowStats.decode(f) for f in self.switch_call(switch, "flows")]
+
+    def groups(self, switch: str) -> dict[int, answers.GroupStats]:
+        """`switch`'s groups by id (emu/answers.py)."""
+        decoded = map(answers.GroupStats.decode, self.switch_call(switch, "groups"))
+        return {g.group_id: g for g in decoded}
 
     def ofctl(self, switch: str, *args: str) -> str:
         """Run `ovs-ofctl -O OpenFlow13 ARGS[0] <switch> ARGS[1:]`; its output.

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from emu import answers, mgmt, realtime
 from emu import fabric as fabric_mod
-from emu import mgmt, realtime
 from emu.config import parse_qos
 from emu.host import nicpath
 from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY
@@ -281,13 +281,32 @@ class RdmaHosts:
         return self.nics[src].call("poll_completions", qpn=qpn)
 
     def stats(self, host: str) -> dict:
+        """The agent's `stats` answer as JSON gave it (`emu ctl HOST stats` prints it)."""
         return self.nics[host].call("stats")
 
+    def nic_stats(self, host: str) -> answers.NicStats:
+        """`host`'s NIC: its queue pairs by number, PAUSE, CNPs, typed (emu/answers.py)."""
+        return answers.NicStats.decode(self.stats(host))
+
     def samples(self, host: str, since: float = 0.0) -> list:
+        """The agent's `samples` answer as JSON gave it."""
         return self.nics[host].call("samples", since=since)
+
+    def nic_samples(self, host: str, since: float = 0.0) -> list[answers.NicSample]:
+        """`host`'s NIC samples from monotonic time `since`, typed (emu/answers.py)."""
+        return [answers.NicSample.decode(row) for row in self.samples(host, since)]
 
     def set(self, host: str, **faults) -> dict:
         return self.nics[host].call("set", **faults)
+
+
+def received_bps(samples: list[answers.NicSample], qpn: int, t_from: float, t_to: float) -> float:
+    """Payload bit/s a NIC received on `qpn` between monotonic `t_from` and `t_to`, from
+    its first and last sample in that window (0 with fewer than two)."""
+    window = [(s.t, s.rx_bytes.get(qpn, 0)) for s in samples if t_from <= s.t <= t_to]
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        return 0.0
+    return (window[-1][1] - window[0][1]) * 8 / (window[-1][0] - window[0][0])
 
 
 def _start_shared(fab: Fabric, members: list[tuple[RdmaHosts, str]]) -> None:

@@ -124,7 +124,7 @@ def start(lab: LabRun) -> None:
 def top_rx(fab: Fabric, role: str) -> dict[str, int]:
     """Frames each switch of the top tier (`role`) has received, over all its ports."""
     return {
-        sw: sum(p["rx_packets"] for p in fab.switch_call(sw, "ports"))
+        sw: sum(p.rx_packets for p in fab.port_stats(sw).values())
         for sw in fabric_mod.switches(fab.graph)
         if fab.graph.nodes[sw]["role"] == role
     }

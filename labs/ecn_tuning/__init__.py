@@ -199,7 +199,7 @@ def measure(lab: LabRun, ecn: dict) -> dict:
             f"{leaf}'s telemetry to cover the incast",
         )
         series = rows()
-        counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(fab.graph)}
+        counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(fab.graph)}
     window = [r for r in series if t0 + WARMUP_S <= r[0] <= end]
     if len(window) < 2:
         raise FabricError(f"{leaf} reported {len(window)} telemetry samples in the window")
@@ -212,8 +212,8 @@ def measure(lab: LabRun, ecn: dict) -> dict:
         "queue_p50_bytes": percentile(depths, 50),
         "samples": len(depths),
         "utilisation": sent * 8 / (RATE_BPS * (window[-1][0] - window[0][0])),
-        "ecn_marks": sum(sum(c["buffer"]["ecn_marks"].values()) for c in counters.values()),
-        "pfc_frames": sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values()),
+        "ecn_marks": sum(sum(c.buffer.ecn_marks.values()) for c in counters.values()),
+        "pfc_frames": sum(sum(c.pfc.pfc_tx_frames.values()) for c in counters.values()),
         "faithful": verdict.faithful,
         "unfaithful": "; ".join(f.text for f in verdict.failures()),
         "telemetry": str(lab.out_dir / "incast" / "telemetry" / f"{leaf}.csv"),

@@ -68,7 +68,7 @@ def start(lab: LabRun) -> None:
 def rx_packets(fab: Fabric) -> dict[str, int]:
     """Frames every switch has received, summed over its ports."""
     return {
-        sw: sum(p["rx_packets"] for p in fab.switch_call(sw, "ports"))
+        sw: sum(p.rx_packets for p in fab.port_stats(sw).values())
         for sw in fabric_mod.switches(fab.graph)
     }
 
@@ -94,14 +94,14 @@ def crossed_by(fab: Fabric, sport: int) -> list[str]:
 def buckets_towards(fab: Fabric, switch: str, host: str) -> int:
     """Buckets of the group that `switch`'s route to `host` points at (0: no group)."""
     ip = fab.graph.nodes[host]["ip"]
-    groups = {g["group_id"]: g for g in fab.switch_call(switch, "groups")}
-    for flow in fab.switch_call(switch, "flows"):
-        if str(flow["match"].get("ipv4_dst", "")).split("/")[0] != ip:
+    groups = fab.groups(switch)
+    for flow in fab.flows(switch):
+        if str(flow.match.get("ipv4_dst", "")).split("/")[0] != ip:
             continue
-        for instruction in flow["instructions"]:
+        for instruction in flow.instructions:
             found = GROUP_ACTION.search(instruction)
             if found and int(found.group(1)) in groups:
-                return len(groups[int(found.group(1))]["buckets"])
+                return len(groups[int(found.group(1))].buckets)
     return 0
 
 

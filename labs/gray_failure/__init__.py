@@ -36,6 +36,7 @@ from pathlib import Path
 
 from emu import fabric as fabric_mod
 from emu import fidelity
+from emu.answers import PortStats
 from emu.labs import LabRun
 from emu.net import Fabric, FabricError, wait_for
 
@@ -247,12 +248,9 @@ def finish_flows(fab: Fabric, flows: list[Flow], clients: list[subprocess.Popen]
         flow.retransmits, flow.sent_bytes = sent.get("retransmits", 0), sent["bytes"]
 
 
-def port_counters(fab: Fabric) -> dict[str, dict[int, dict]]:
+def port_counters(fab: Fabric) -> dict[str, dict[int, PortStats]]:
     """Every switch's port counters now, as `ctl SWITCH ports` shows them."""
-    return {
-        sw: {p["port_no"]: p for p in fab.switch_call(sw, "ports")}
-        for sw in fabric_mod.switches(fab.graph)
-    }
+    return {sw: fab.port_stats(sw) for sw in fabric_mod.switches(fab.graph)}
 
 
 def link_counts(fab: Fabric) -> dict[tuple[str, str], tuple[int, int, int]]:
@@ -275,10 +273,9 @@ def link_counts(fab: Fabric) -> dict[tuple[str, str], tuple[int, int, int]]:
     out = {}
     for u, v in fabric_links(g):
         tx_port, rx_port = g.edges[u, v]["ports"][u], g.edges[u, v]["ports"][v]
-        sent = [snap[u][tx_port]["tx_packets"] for snap in (first, second)]
+        sent = [snap[u][tx_port].tx_packets for snap in (first, second)]
         received = [
-            snap[v][rx_port]["rx_packets"] + snap[v][rx_port]["rx_dropped"]
-            for snap in (first, second)
+            snap[v][rx_port].rx_packets + snap[v][rx_port].rx_dropped for snap in (first, second)
         ]
         out[(u, v)] = (sent[1], sent[0] - received[1], sent[1] - received[0])
     return out

@@ -115,9 +115,9 @@ def port_neighbours(g) -> dict[tuple[str, int], str]:
 def pfc_tx(fab: Fabric) -> dict[tuple[str, int], int]:
     """PFC frames each switch port has sent so far (XOFF, refreshes and XON)."""
     return {
-        (sw, int(port)): n
+        (sw, port): n
         for sw in fabric_mod.switches(fab.graph)
-        for port, n in fab.switch_call(sw, "counters")["pfc"]["pfc_tx_frames"].items()
+        for port, n in fab.counters(sw).pfc.pfc_tx_frames.items()
     }
 
 
@@ -135,8 +135,7 @@ def run_incast(fab: Fabric, lab: LabRun) -> dict:
 
     def completed() -> bool:
         return all(
-            len(nics.stats(s)["send"][str(qps[s])]["completed"]) >= MESSAGES_PER_SENDER
-            for s in SENDERS
+            len(nics.nic_stats(s).send[qps[s]].completed) >= MESSAGES_PER_SENDER for s in SENDERS
         )
 
     try:
@@ -148,15 +147,15 @@ def run_incast(fab: Fabric, lab: LabRun) -> dict:
         )
     except FabricError:
         pass  # a lossy incast stalls on its timeouts: graded on what arrived
-    sent = {s: nics.stats(s)["send"][str(qps[s])] for s in SENDERS}
-    recv = nics.stats(RECEIVER)
+    sent = {s: nics.nic_stats(s).send[qps[s]] for s in SENDERS}
+    recv = nics.nic_stats(RECEIVER)
     after = pfc_tx(fab)
-    counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(fab.graph)}
-    delivered = sum(recv["recv"][str(q)]["rx_bytes"] for q in qps.values())
+    counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(fab.graph)}
+    delivered = sum(recv.recv[q].rx_bytes for q in qps.values())
     # The NIC agents share the machine's monotonic clock: from the first post to
     # the last completion (or to now, for an incast that did not finish).
-    posted = [m[2] for st in sent.values() for m in st["completed"]]
-    done = [m[3] for st in sent.values() for m in st["completed"]]
+    posted = [m[2] for st in sent.values() for m in st.completed]
+    done = [m[3] for st in sent.values() for m in st.completed]
     start = min(posted) if posted else None
     finished = delivered >= TOTAL_PAYLOAD_BYTES and len(done) == len(SENDERS) * MESSAGES_PER_SENDER
     elapsed = (max(done) - start) if finished and start is not None else INCAST_TIMEOUT_S
@@ -168,19 +167,19 @@ def run_incast(fab: Fabric, lab: LabRun) -> dict:
     )
     drops: dict[str, int] = {}
     for sw, c in counters.items():
-        for cause, n in c["buffer"]["drops"].items():
+        for cause, n in c.buffer.drops.items():
             drops[f"{sw} {cause}"] = drops.get(f"{sw} {cause}", 0) + n
-        if c["watchdog"]["drops"]:
-            drops[f"{sw} watchdog"] = c["watchdog"]["drops"]
-    if recv["rx_overflow"]:
-        drops[f"{RECEIVER} NIC overflow"] = recv["rx_overflow"]
+        if c.watchdog.drops:
+            drops[f"{sw} watchdog"] = c.watchdog.drops
+    if recv.rx_overflow:
+        drops[f"{RECEIVER} NIC overflow"] = recv.rx_overflow
     return {
         "delivered_bytes": delivered,
         "finished": finished,
         "elapsed_s": elapsed,
         "goodput_bps": delivered * 8 / elapsed if elapsed > 0 else 0.0,
-        "per_sender_bytes": {s: recv["recv"][str(q)]["rx_bytes"] for s, q in qps.items()},
-        "retransmitted": sum(st["retransmitted"] for st in sent.values()),
+        "per_sender_bytes": {s: recv.recv[q].rx_bytes for s, q in qps.items()},
+        "retransmitted": sum(st.retransmitted for st in sent.values()),
         "drops": drops,
         "paused_ports": paused,
     }

@@ -31,13 +31,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from dataclasses import asdict
 
 from emu import fabric as fabric_mod
 from emu.config import ConfigError, WatchdogSpec
 from emu.labs import LabError, LabRun
 from emu.net import Fabric
 from emu.proto.pfc import quanta_to_s
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, received_bps
 
 TITLE = "Pause storm: find the misbehaving NIC from telemetry alone, then contain it"
 MINUTES = 50
@@ -157,14 +158,6 @@ def start(lab: LabRun) -> None:
         interactive(fab)
 
 
-def _goodput(series: list, qpn: int, t_from: float, t_to: float) -> float:
-    """Payload bits/s received on `qpn` between two monotonic times (agent samples)."""
-    pts = [(t, rx.get(str(qpn), 0)) for t, _, rx, _ in series if t_from <= t <= t_to]
-    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
-        return 0.0
-    return (pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0])
-
-
 def run_storm(fab: Fabric, seed: int = SEED) -> dict:
     """The graded timeline on a running fabric; returns what the checks measure."""
     g = fab.graph
@@ -178,21 +171,23 @@ def run_storm(fab: Fabric, seed: int = SEED) -> dict:
     fab.faults.stuck_nic(stuck)
     wait_until(t_fault + RECOVERY_TARGET_S)
     t_target = time.monotonic()
-    paused_at_target = {h: nics.stats(h)["paused_s"][LOSSLESS_PRIO] for h in victims}
+    paused_at_target = {h: nics.nic_stats(h).paused_s[LOSSLESS_PRIO] for h in victims}
     wait_until(t_fault + STORM_S)
     t_heal = time.monotonic()
-    paused_at_heal = {h: nics.stats(h)["paused_s"][LOSSLESS_PRIO] for h in victims}
+    paused_at_heal = {h: nics.nic_stats(h).paused_s[LOSSLESS_PRIO] for h in victims}
     fab.faults.stuck_nic(stuck, stuck=False)
     wait_until(t_heal + AFTER_HEAL_S)
-    samples = {h: nics.samples(h) for h in hosts}
-    watchdog = {sw: fab.switch_call(sw, "watchdog") for sw in fabric_mod.switches(g)}
+    samples = {h: nics.nic_samples(h) for h in hosts}
+    events = [(sw, e) for sw in fabric_mod.switches(g) for e in fab.watchdog(sw).events]
     truth = [e["host"] for e in fab.faults.events if e["kind"] == "stuck_nic"]
     flows = {}
     for (s, d), q in qps.items():
         if stuck in (s, d):
             continue
-        before = _goodput(samples[d], q, t_fault - BEFORE_WINDOW_S[0], t_fault - BEFORE_WINDOW_S[1])
-        after = _goodput(samples[d], q, t_target, t_heal)
+        before = received_bps(
+            samples[d], q, t_fault - BEFORE_WINDOW_S[0], t_fault - BEFORE_WINDOW_S[1]
+        )
+        after = received_bps(samples[d], q, t_target, t_heal)
         flows[f"{s}->{d}"] = (before, after)
     window = t_heal - t_target
     leaf = g.nodes[stuck]["leaf"]
@@ -202,18 +197,8 @@ def run_storm(fab: Fabric, seed: int = SEED) -> dict:
         "t_heal": t_heal,
         "flows": flows,
         "paused_share": {h: (paused_at_heal[h] - paused_at_target[h]) / window for h in victims},
-        "storms": [
-            dict(e, switch=sw)
-            for sw, w in watchdog.items()
-            for e in w["events"]
-            if e["kind"] == "storm"
-        ],
-        "restores": [
-            dict(e, switch=sw)
-            for sw, w in watchdog.items()
-            for e in w["events"]
-            if e["kind"] == "restored"
-        ],
+        "storms": [{"switch": sw, **asdict(e)} for sw, e in events if e.kind == "storm"],
+        "restores": [{"switch": sw, **asdict(e)} for sw, e in events if e.kind == "restored"],
         "stuck_port": (leaf, g.edges[stuck, leaf]["ports"][leaf]),
     }
 

@@ -197,3 +197,18 @@ def test_an_ovs_testbed_forwards_and_leaves_nothing_behind():
         assert len(pids) == 2  # ovsdb-server and ovs-vswitchd
     assert not any(os.path.exists(f"/sys/class/net/{n}") for n in tb.interfaces + [ovs.NETDEV_TAP])
     assert all(registry.proc_start_time(pid) is None for pid in pids)
+
+
+def test_a_live_switch_s_ports_and_counters_decode_into_their_types(testbed):
+    """emu/answers.py against the switch's real answers: what a frame did shows typed."""
+    from emu import answers
+
+    testbed.ofctl("add-flow", "in_port=1,actions=output:2")
+    testbed.send(1, udp_frame())
+    assert testbed.receive()[2] == [udp_frame()]
+    ports = {p.port_no: p for p in map(answers.PortStats.decode, testbed.switch_call("ports"))}
+    assert sorted(ports) == list(testbed.ports)
+    assert ports[1].rx_packets >= 1 and ports[2].tx_packets >= 1
+    counters = answers.SwitchCounters.decode(testbed.switch_call("counters"))
+    assert counters.queue_tx_packets(0) >= 1 and counters.buffer.size_bytes > 0
+    assert counters.watchdog.stormed == frozenset() and counters.lost_frames == {}

@@ -1,0 +1,379 @@
+"""Typed management answers: what a switch's or a NIC agent's management socket says,
+decoded in one place.
+
+A switch answers `ports` and `counters` (emu/switch/reports.py), a NIC agent
+`stats` (emu/host/rnic.py `Rnic.stats`, the C engine's `CRnic.stats` with the
+same keys) as JSON: numbers keyed by strings, a (port, priority) queue spelled
+"3:2", a queue pair's number as a string. Scenarios, labs and benches read
+them through these dataclasses instead (`Fabric.port_stats`, `Fabric.counters`,
+`RdmaHosts.nic_stats`): keys become the ints and tuples they stand for, and a
+renamed field fails here, by name, not as a KeyError deep in a report.
+
+Each `decode` takes the answer as JSON gave it and keeps only the fields
+declared below; what a reader needs next is added here, beside its meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+PortQueue = tuple[int, int]  # (port number, priority)
+
+
+class AnswerError(ValueError):
+    """A management answer without a field its type declares (the two sides disagree)."""
+
+
+def _flat(cls, doc: dict, **decoded: Any):
+    """`cls` from the answer `doc`: each declared field from `decoded`, else `doc`."""
+    return cls(
+        **{
+            f.name: decoded[f.name] if f.name in decoded else _need(cls, doc, f.name)
+            for f in fields(cls)
+        }
+    )
+
+
+def _need(cls, doc: dict, key: str) -> Any:
+    """`doc[key]`, or an AnswerError naming what `cls` missed."""
+    if key not in doc:
+        raise AnswerError(f"{cls.__name__}: the answer has no {key!r}")
+    return doc[key]
+
+
+def by_queue(counts: dict) -> dict[PortQueue, Any]:
+    """{"3:2": n} -> {(3, 2): n}."""
+    out = {}
+    for key, value in counts.items():
+        port, prio = key.split(":")
+        out[(int(port), int(prio))] = value
+    return out
+
+
+def queues_of(names) -> frozenset[PortQueue]:
+    """["3:2", ...] -> {(3, 2), ...}."""
+    return frozenset(by_queue({name: None for name in names}))
+
+
+def by_port(counts: dict) -> dict[int, Any]:
+    """{"3": x} -> {3: x} (JSON keys a dict by port number as a string)."""
+    return {int(port): value for port, value in counts.items()}
+
+
+# ----- a switch ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PortStats:
+    """One port of `ctl SWITCH ports`: OpenFlow's port statistics and the port's state."""
+
+    port_no: int
+    name: str
+    hw_addr: str
+    rate_bps: int
+    link_up: bool
+    config: int
+    rx_packets: int
+    tx_packets: int
+    rx_bytes: int
+    tx_bytes: int
+    rx_dropped: int
+    tx_dropped: int
+    rx_errors: int
+    tx_errors: int
+    queue_bytes: list  # bytes queued per priority now
+
+    @classmethod
+    def decode(cls, doc: dict) -> PortStats:
+        return _flat(cls, doc)
+
+
+@dataclass(frozen=True)
+class QueueCounters:
+    """One (port, priority) egress queue since the switch started (emu/switch/scheduler.py)."""
+
+    enqueued_packets: int
+    enqueued_bytes: int
+    tx_packets: int
+    tx_bytes: int
+    dropped_packets: int
+    dropped_bytes: int
+    watermark_bytes: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> QueueCounters:
+        return _flat(cls, doc)
+
+
+@dataclass(frozen=True)
+class BufferState:
+    """The shared buffer (emu/switch/buffer.py): occupancy and its counters, per
+    (port, priority) queue where the switch counts them so."""
+
+    size_bytes: int
+    shared_used_bytes: int
+    shared_watermark_bytes: int
+    xoff_threshold_bytes: int
+    drops: dict  # cause -> frames
+    drops_by_queue: dict[PortQueue, int]
+    ecn_marks: dict[PortQueue, int]
+    xoff_sent: dict[PortQueue, int]
+    xon_sent: dict[PortQueue, int]
+    paused_upstream: frozenset[PortQueue]
+    ingress_bytes: dict[PortQueue, int]
+    headroom_used_bytes: dict[PortQueue, int]
+    egress_bytes: dict[PortQueue, int]
+    egress_watermark_bytes: dict[PortQueue, int]
+
+    @classmethod
+    def decode(cls, doc: dict) -> BufferState:
+        queues = (
+            "drops_by_queue",
+            "ecn_marks",
+            "xoff_sent",
+            "xon_sent",
+            "ingress_bytes",
+            "headroom_used_bytes",
+            "egress_bytes",
+            "egress_watermark_bytes",
+        )
+        return _flat(
+            cls,
+            doc,
+            paused_upstream=queues_of(_need(cls, doc, "paused_upstream")),
+            **{k: by_queue(_need(cls, doc, k)) for k in queues},
+        )
+
+
+@dataclass(frozen=True)
+class WatchdogState:
+    """The PFC watchdog (emu/switch/watchdog.py): storms found, queues restored, drops."""
+
+    detected: int
+    restored: int
+    drops: int
+    stormed: frozenset[PortQueue]  # queues it holds as storming now
+
+    @classmethod
+    def decode(cls, doc: dict) -> WatchdogState:
+        return _flat(cls, doc, stormed=queues_of(_need(cls, doc, "stormed")))
+
+
+@dataclass(frozen=True)
+class PfcState:
+    """PFC on the switch's ports: PAUSE received per queue, PFC frames sent per port, and
+    how long each port's priorities have been paused."""
+
+    pause_rx: dict[PortQueue, int]
+    pfc_tx_frames: dict[int, int]
+    paused_s: dict[int, list]  # port -> seconds paused per priority
+
+    @classmethod
+    def decode(cls, doc: dict) -> PfcState:
+        return _flat(
+            cls,
+            doc,
+            pause_rx=by_queue(_need(cls, doc, "pause_rx")),
+            pfc_tx_frames=by_port(_need(cls, doc, "pfc_tx_frames")),
+            paused_s=by_port(_need(cls, doc, "paused_s")),
+        )
+
+
+@dataclass(frozen=True)
+class SwitchCounters:
+    """`ctl SWITCH counters`: the parts scenarios and labs read, typed."""
+
+    time: float  # unix time of the answer
+    queues: dict[int, list]  # port -> [QueueCounters per priority]
+    kernel_rx_drops: dict[int, int]
+    buffer: BufferState
+    watchdog: WatchdogState
+    pfc: PfcState
+    malformed_frames: int
+    lost_frames: dict[int, int]  # per port, by a lossy-link fault
+
+    @classmethod
+    def decode(cls, doc: dict) -> SwitchCounters:
+        return _flat(
+            cls,
+            doc,
+            queues={
+                int(port): [QueueCounters.decode(q) for q in prios]
+                for port, prios in _need(cls, doc, "queues").items()
+            },
+            kernel_rx_drops=by_port(_need(cls, doc, "kernel_rx_drops")),
+            buffer=BufferState.decode(_need(cls, doc, "buffer")),
+            watchdog=WatchdogState.decode(_need(cls, doc, "watchdog")),
+            pfc=PfcState.decode(_need(cls, doc, "pfc")),
+            lost_frames=by_port(_need(cls, doc, "lost_frames")),
+        )
+
+    def queue_tx_packets(self, prio: int) -> int:
+        """Frames every port sent from priority `prio`'s queue."""
+        return sum(prios[prio].tx_packets for prios in self.queues.values())
+
+
+@dataclass(frozen=True)
+class WatchdogEvent:
+    """A storm the PFC watchdog declared on a queue, or its restoration."""
+
+    t: float  # the switch's monotonic clock
+    kind: str  # "storm" or "restored"
+    port: int
+    prio: int
+    wall: float | None  # unix time, when the switch knew it
+
+    @classmethod
+    def decode(cls, doc: dict) -> WatchdogEvent:
+        return _flat(cls, doc, wall=doc.get("wall"))
+
+
+@dataclass(frozen=True)
+class WatchdogReport:
+    """`ctl SWITCH watchdog`: its settings, its last events, what storms now, its counts."""
+
+    spec: dict  # emu.config.WatchdogSpec's fields
+    events: list  # [WatchdogEvent], oldest first
+    stormed: frozenset[PortQueue]
+    detected: int
+    restored: int
+    drops: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> WatchdogReport:
+        return _flat(
+            cls,
+            doc,
+            events=[WatchdogEvent.decode(e) for e in _need(cls, doc, "events")],
+            stormed=queues_of(_need(cls, doc, "stormed")),
+        )
+
+
+@dataclass(frozen=True)
+class FlowStats:
+    """One flow entry of `ctl SWITCH flows` (OpenFlow's flow statistics, as text)."""
+
+    table: int
+    priority: int
+    cookie: str
+    match: dict  # field -> value as ovs-ofctl spells it
+    instructions: list  # each instruction as text
+    packets: int
+    bytes: int
+    duration_s: float
+
+    @classmethod
+    def decode(cls, doc: dict) -> FlowStats:
+        return _flat(cls, doc)
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One group of `ctl SWITCH groups`: its type, its buckets (each a dict of weight,
+    watch_port, actions as text and counters) and how a SELECT group picks one."""
+
+    group_id: int
+    type: str
+    buckets: list
+    packets: int
+    bytes: int
+    mode: dict | None
+
+    @classmethod
+    def decode(cls, doc: dict) -> GroupStats:
+        return _flat(cls, doc)
+
+
+# ----- a NIC -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendQp:
+    """A queue pair's sending side (emu/host/rnic.py `QpSend`)."""
+
+    tx_packets: int
+    tx_bytes: int
+    tx_payload_bytes: int
+    rnr_naks: int
+    retransmitted: int
+    naks: int
+    timeouts: int
+    cnps: int
+    una: int
+    next_psn: int
+    end_psn: int
+    rate_bps: float
+    completed: list  # [(msg_id, size_bytes, posted_at, completed_at)]
+    pending_messages: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> SendQp:
+        return _flat(cls, doc, completed=[tuple(m) for m in _need(cls, doc, "completed")])
+
+
+@dataclass(frozen=True)
+class RecvQp:
+    """A queue pair's receiving side (emu/host/rnic.py `QpRecv`)."""
+
+    rx_packets: int
+    rx_bytes: int
+    out_of_order: int
+    duplicates: int
+    ce_marked: int
+    expected_psn: int
+    messages_received: int
+    inbox_messages: int
+    inbox_bytes: int
+    rnr_naks_sent: int
+    discarded_packets: int
+    discarded_bytes: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> RecvQp:
+        return _flat(cls, doc)
+
+
+@dataclass(frozen=True)
+class NicStats:
+    """A NIC agent's `stats`: its queue pairs by number, PAUSE and CNPs, its buffer."""
+
+    send: dict[int, SendQp]
+    recv: dict[int, RecvQp]
+    pause_rx: list  # PAUSE frames received per priority
+    paused_s: list  # seconds paused per priority
+    pause_tx: int
+    cnps_sent: int
+    rx_overflow: int
+    stuck: bool
+    loss_recovery: str
+    fc_tx: int
+    fc_rx: int
+    credit_overruns: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> NicStats:
+        return _flat(
+            cls,
+            doc,
+            send={int(q): SendQp.decode(s) for q, s in _need(cls, doc, "send").items()},
+            recv={int(q): RecvQp.decode(r) for q, r in _need(cls, doc, "recv").items()},
+        )
+
+
+@dataclass(frozen=True)
+class NicSample:
+    """One of a NIC agent's periodic samples (`samples`): per queue pair, the bytes
+    sent and received so far and DCQCN's rate (None without DCQCN)."""
+
+    t: float  # the machine's monotonic clock, which every agent shares
+    tx_bytes: dict[int, int]
+    rx_bytes: dict[int, int]
+    rate_bps: dict[int, float | None]
+
+    @classmethod
+    def decode(cls, row: list) -> NicSample:
+        if len(row) != 4:
+            raise AnswerError(f"NicSample: a sample of {len(row)} fields, not 4")
+        t, tx, rx, rate = row
+        return cls(t, by_port(tx), by_port(rx), by_port(rate))
