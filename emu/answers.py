@@ -147,6 +147,53 @@ class BufferState:
 
 
 @dataclass(frozen=True)
+class CreditLane:
+    """One virtual lane of a credit link (emu/credit.py `CreditLink.stats`)."""
+
+    credit_blocks: int
+    fctbs: int
+    fccl_rx: int
+    abr: int
+    fccl_tx: int
+    blocked_s: float
+    blocked_count: int
+    blocked_now: bool
+    tx_frames: int
+    rx_frames: int
+    overruns: int
+    abr_resyncs: int
+    fc_tx: int
+    fc_rx: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> CreditLane:
+        return _flat(cls, doc)
+
+
+def credit_lanes(doc: dict) -> dict[int, CreditLane]:
+    """{"3": lane} of a credit link -> {3: CreditLane}."""
+    return {int(vl): CreditLane.decode(lane) for vl, lane in doc.items()}
+
+
+@dataclass(frozen=True)
+class CreditState:
+    """A switch's credit links (a credit fabric; none otherwise): per port, its lanes;
+    flow control frames sent and received per port."""
+
+    links: dict[int, dict[int, CreditLane]]
+    fc_tx_frames: dict[int, int]
+    fc_rx_frames: dict[int, int]
+
+    @classmethod
+    def decode(cls, doc: dict) -> CreditState:
+        return cls(
+            links={int(p): credit_lanes(lanes) for p, lanes in _need(cls, doc, "links").items()},
+            fc_tx_frames=by_port(_need(cls, doc, "fc_tx_frames")),
+            fc_rx_frames=by_port(_need(cls, doc, "fc_rx_frames")),
+        )
+
+
+@dataclass(frozen=True)
 class WatchdogState:
     """The PFC watchdog (emu/switch/watchdog.py): storms found, queues restored, drops."""
 
@@ -190,6 +237,7 @@ class SwitchCounters:
     buffer: BufferState
     watchdog: WatchdogState
     pfc: PfcState
+    credit: CreditState
     malformed_frames: int
     lost_frames: dict[int, int]  # per port, by a lossy-link fault
 
@@ -206,6 +254,7 @@ class SwitchCounters:
             buffer=BufferState.decode(_need(cls, doc, "buffer")),
             watchdog=WatchdogState.decode(_need(cls, doc, "watchdog")),
             pfc=PfcState.decode(_need(cls, doc, "pfc")),
+            credit=CreditState.decode(_need(cls, doc, "credit")),
             lost_frames=by_port(_need(cls, doc, "lost_frames")),
         )
 
@@ -285,6 +334,80 @@ class GroupStats:
         return _flat(cls, doc)
 
 
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """`ctl SWITCH queues`: depth and PFC state now, per port and priority (cheap to
+    sample often)."""
+
+    time: float  # unix time of the answer
+    depth_bytes: dict[int, list]  # port -> bytes queued per priority
+    paused: dict[int, list]  # port -> whether each priority is paused
+    tx_bytes: dict[int, int]
+    blocked: dict[int, list]  # credit links: port -> whether each VL waits for credit
+
+    @classmethod
+    def decode(cls, doc: dict) -> QueueSnapshot:
+        return _flat(
+            cls,
+            doc,
+            **{k: by_port(_need(cls, doc, k)) for k in ("depth_bytes", "paused", "tx_bytes")},
+            blocked=by_port(_need(cls, doc, "blocked")),
+        )
+
+
+@dataclass(frozen=True)
+class LivePort:
+    """One port of `ctl SWITCH live` (what the live view draws): totals since start."""
+
+    port_no: int
+    name: str
+    link_up: bool
+    rate_bps: int
+    tx_bytes: int
+    rx_bytes: int
+    depth_bytes: list
+    paused_now: list  # priorities paused now
+    paused_s: list  # seconds paused per priority
+    pausing: list  # priorities this port's switch holds its peer paused on
+    pause_rx_frames: list
+    pause_tx_frames: list
+    ecn_marks: list
+    drops: int
+
+    @classmethod
+    def decode(cls, doc: dict) -> LivePort:
+        return _flat(cls, doc)
+
+
+@dataclass(frozen=True)
+class TelemetryRow:
+    """One port's sample of `ctl SWITCH telemetry` (every 100 ms, emu/switch/datapath.py
+    `_sample_telemetry`): per priority its depth, whether paused, ECN marks, bytes sent."""
+
+    t: float  # unix time
+    port: int
+    tx_bytes: int
+    depth_bytes: list
+    paused: list
+    ecn_marks: list
+    queue_tx_bytes: list
+
+    @classmethod
+    def decode(cls, row: list) -> TelemetryRow:
+        per_prio = row[3:]
+        if len(row) < 3 or len(per_prio) % 4:
+            raise AnswerError(f"TelemetryRow: {len(row)} fields, not 3 + 4 per priority")
+        return cls(
+            row[0],
+            row[1],
+            row[2],
+            per_prio[0::4],
+            [bool(p) for p in per_prio[1::4]],
+            per_prio[2::4],
+            per_prio[3::4],
+        )
+
+
 # ----- a NIC -------------------------------------------------------------------------
 
 
@@ -350,12 +473,15 @@ class NicStats:
     fc_tx: int
     fc_rx: int
     credit_overruns: int
+    credit: dict[int, CreditLane] | None  # per VL on a credit link; None on PFC
 
     @classmethod
     def decode(cls, doc: dict) -> NicStats:
+        credit = _need(cls, doc, "credit")
         return _flat(
             cls,
             doc,
+            credit=None if credit is None else credit_lanes(credit),
             send={int(q): SendQp.decode(s) for q, s in _need(cls, doc, "send").items()},
             recv={int(q): RecvQp.decode(r) for q, r in _need(cls, doc, "recv").items()},
         )

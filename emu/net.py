@@ -692,6 +692,20 @@ class Fabric:
         """`switch`'s buffer, queue, PFC and watchdog counters, typed (emu/answers.py)."""
         return answers.SwitchCounters.decode(self.switch_call(switch, "counters"))
 
+    def queues(self, switch: str) -> answers.QueueSnapshot:
+        """`switch`'s queue depths and PFC state now, typed (emu/answers.py)."""
+        return answers.QueueSnapshot.decode(self.switch_call(switch, "queues"))
+
+    def live_ports(self, switch: str) -> dict[int, answers.LivePort]:
+        """`switch`'s ports as the live view reads them, by number (emu/answers.py)."""
+        decoded = map(answers.LivePort.decode, self.switch_call(switch, "live")["ports"])
+        return {p.port_no: p for p in decoded}
+
+    def telemetry(self, switch: str, since: float = 0.0) -> list[answers.TelemetryRow]:
+        """`switch`'s per-port samples from unix time `since`, typed (emu/answers.py)."""
+        rows = self.switch_call(switch, "telemetry", since=since)
+        return [answers.TelemetryRow.decode(r) for r in rows]
+
     def watchdog(self, switch: str) -> answers.WatchdogReport:
         """`switch`'s PFC watchdog: settings, events, storms now (emu/answers.py)."""
         return answers.WatchdogReport.decode(self.switch_call(switch, "watchdog"))

@@ -46,6 +46,7 @@ import time
 
 from emu import fabric as fabric_mod
 from emu import fidelity
+from emu.answers import TelemetryRow
 from emu.config import ConfigError, EcnSpec
 from emu.host.dcqcn import DcqcnSpec
 from emu.labs import LabError, LabRun
@@ -72,7 +73,6 @@ DURATION_S = 12.0
 WARMUP_S = 2.0
 LIVE_S = 3600.0  # `emu lab start`: the incast runs until the CLI is left
 LOSSLESS_PRIO = 3  # RoCE data (DESIGN.md conventions): the queue ECN and PFC act on
-TELEMETRY_COLUMNS_PER_PRIO = 4  # depth, paused, marks, tx bytes (emu/telemetry.py)
 
 # The control loop DCQCN closes: a mark travels with its frame to the receiver, a
 # CNP comes back, at most one per CNP interval per flow (Zhu et al., SIGCOMM 2015,
@@ -189,29 +189,28 @@ def measure(lab: LabRun, ecn: dict) -> dict:
         _, t0 = start_incast(fab, DURATION_S)
         end = t0 + DURATION_S
 
-        def rows() -> list[list]:
-            return [r for r in fab.switch_call(leaf, "telemetry", since=t0) if r[1] == port]
+        def rows() -> list[TelemetryRow]:
+            return [r for r in fab.telemetry(leaf, since=t0) if r.port == port]
 
         # The switch samples itself every 100 ms: wait for its first sample past the end.
         wait_for(
-            lambda: any(r[0] >= end for r in rows()),
+            lambda: any(r.t >= end for r in rows()),
             DURATION_S + 10.0,
             f"{leaf}'s telemetry to cover the incast",
         )
         series = rows()
         counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(fab.graph)}
-    window = [r for r in series if t0 + WARMUP_S <= r[0] <= end]
+    window = [r for r in series if t0 + WARMUP_S <= r.t <= end]
     if len(window) < 2:
         raise FabricError(f"{leaf} reported {len(window)} telemetry samples in the window")
-    depth_col = 3 + TELEMETRY_COLUMNS_PER_PRIO * LOSSLESS_PRIO
-    depths = [r[depth_col] for r in window]
-    sent = window[-1][2] - window[0][2]
+    depths = [r.depth_bytes[LOSSLESS_PRIO] for r in window]
+    sent = window[-1].tx_bytes - window[0].tx_bytes
     verdict = fidelity.judge(lab.fabrics.latest_records())
     return {
         "queue_p99_bytes": percentile(depths, 99),
         "queue_p50_bytes": percentile(depths, 50),
         "samples": len(depths),
-        "utilisation": sent * 8 / (RATE_BPS * (window[-1][0] - window[0][0])),
+        "utilisation": sent * 8 / (RATE_BPS * (window[-1].t - window[0].t)),
         "ecn_marks": sum(sum(c.buffer.ecn_marks.values()) for c in counters.values()),
         "pfc_frames": sum(sum(c.pfc.pfc_tx_frames.values()) for c in counters.values()),
         "faithful": verdict.faithful,

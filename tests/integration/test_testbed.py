@@ -212,3 +212,9 @@ def test_a_live_switch_s_ports_and_counters_decode_into_their_types(testbed):
     counters = answers.SwitchCounters.decode(testbed.switch_call("counters"))
     assert counters.queue_tx_packets(0) >= 1 and counters.buffer.size_bytes > 0
     assert counters.watchdog.stormed == frozenset() and counters.lost_frames == {}
+    queues = answers.QueueSnapshot.decode(testbed.switch_call("queues"))
+    assert sorted(queues.depth_bytes) == list(testbed.ports) and queues.tx_bytes[2] > 0
+    live = [answers.LivePort.decode(p) for p in testbed.switch_call("live")["ports"]]
+    assert {p.port_no: p.tx_bytes for p in live}[2] == ports[2].tx_bytes
+    rows = [answers.TelemetryRow.decode(r) for r in testbed.switch_call("telemetry")]
+    assert {r.port for r in rows} == set(testbed.ports) and len(rows[0].depth_bytes) == 8

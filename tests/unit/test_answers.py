@@ -12,6 +12,7 @@ from emu.host import nicpath, rnic
 from emu.host.rnic import NicConfig
 
 MAC = ("02:00:00:00:00:01", "02:00:00:00:00:02")
+LANE = [f.name for f in answers.CreditLane.__dataclass_fields__.values()]
 IP = ("10.0.0.1", "10.0.0.2")
 
 
@@ -36,7 +37,7 @@ def test_either_nic_engine_s_stats_decode_with_queue_pairs_by_number(engine):
     assert stats.send[100].tx_packets == sent >= 1
     assert stats.send[100].pending_messages == 1 and stats.send[100].completed == []
     assert stats.recv[100].rx_packets == 0 and stats.cnps_sent == 0
-    assert len(stats.paused_s) == 8
+    assert len(stats.paused_s) == 8 and stats.credit is None  # a PFC NIC has no lanes
 
 
 def test_switch_counters_decode_queues_and_ports_as_numbers():
@@ -74,6 +75,11 @@ def test_switch_counters_decode_queues_and_ports_as_numbers():
             "buffer": buffer,
             "watchdog": {"detected": 1, "restored": 1, "drops": 9, "stormed": ["2:3"]},
             "pfc": {"pause_rx": {"2:3": 11}, "pfc_tx_frames": {1: 4}, "paused_s": {1: [0.0] * 8}},
+            "credit": {
+                "links": {2: {3: {**{k: 0 for k in LANE}, "blocked_s": 0.25}}},
+                "fc_tx_frames": {2: 40},
+                "fc_rx_frames": {2: 38},
+            },
             "malformed_frames": 0,
             "lost_frames": {3: 12},
         }
@@ -83,6 +89,7 @@ def test_switch_counters_decode_queues_and_ports_as_numbers():
     assert c.pfc.pause_rx == {(2, 3): 11} and c.pfc.pfc_tx_frames == {1: 4}
     assert c.watchdog.stormed == {(2, 3)} and c.lost_frames == {3: 12}
     assert c.queues[3][3].tx_packets == 4 and c.queue_tx_packets(3) == 4
+    assert c.credit.links[2][3].blocked_s == 0.25 and c.credit.fc_tx_frames == {2: 40}
     del doc["buffer"]["xoff_sent"]
     with pytest.raises(answers.AnswerError, match="BufferState: the answer has no 'xoff_sent'"):
         answers.SwitchCounters.decode(doc)
@@ -99,3 +106,15 @@ def test_nic_samples_decode_by_queue_pair_and_give_the_received_rate():
     assert received_bps(samples, 7, 1.5, 3.0) == 0.0  # one sample is no rate
     with pytest.raises(answers.AnswerError, match="3 fields"):
         answers.NicSample.decode([1.0, {}, {}])
+
+
+def test_a_telemetry_row_splits_into_its_per_priority_columns():
+    row = [5.0, 3, 9000] + [
+        v for prio in range(8) for v in (prio * 100, prio == 3, prio, prio * 10)
+    ]
+    r = answers.TelemetryRow.decode(row)
+    assert (r.t, r.port, r.tx_bytes) == (5.0, 3, 9000)
+    assert r.depth_bytes[3] == 300 and r.paused[3] and not r.paused[2]
+    assert r.ecn_marks[7] == 7 and r.queue_tx_bytes[2] == 20
+    with pytest.raises(answers.AnswerError, match="4 per priority"):
+        answers.TelemetryRow.decode(row[:-1])
