@@ -6,7 +6,9 @@ are errors that name the key, the value and what is allowed), the `Check`
 record, writing `OUT/metrics.json` and `OUT/report.txt`, and the exit status
 (0 only when every check passed). A scenario module defines `DESCRIPTION`,
 `PARAMS` and `run(ctx) -> None`; it fills `ctx.metrics`, `ctx.tables` and
-`ctx.checks`.
+`ctx.checks`. A scenario whose figures the README and docs/results.md quote
+declares them beside its code as `REPRODUCE` (emu/figures.py `Entry`s), which
+`emu reproduce` reads.
 
 A scenario that reads its fabric only from the graph (never from the shape
 parameters) sets `TOPOLOGY_FILE = True` and then also runs on a fabric from a
