@@ -909,42 +909,52 @@ def fabric_graph(topology: str = "leaf_spine", topo: str | None = None, **kwargs
 def _check_builder_argument(builder, key: str, value: Any) -> None:
     """Hold one builder argument to its bound (the same as `--set`'s and the files')."""
     try:
-        if key == "modelled_rate_bps" or key == "time_scale":
-            if value is not None:
-                bound = (
-                    config.MODELLED_RATE_BPS if key == "modelled_rate_bps" else config.TIME_SCALE
-                )
-                bound.check(key, value)
-        elif key.endswith("rate_bps"):
-            if value is not None or key == "host_rate_bps":
-                config.LINK_RATE_BPS.check(key, value)
-        elif key == "rates":
-            if value is not None:
-                if not isinstance(value, dict):
-                    raise ConfigError(f"rates={value!r}: expected a mapping of link tier to bit/s")
-                for tier, rate in value.items():
-                    config.LINK_RATE_BPS.check(f"rates[{tier!r}]", rate)
-        elif key == "delay_s":
-            config.LINK_DELAY_S.check(key, value)
-        elif key in _HOST_COUNTS:
-            config.HOSTS_PER_SWITCH.check(key, value)
-        elif key in _COUNT_PARAMS:
-            _FABRIC_PARAMS[key].validate(key, value)
-        elif key == "dims":
-            if not isinstance(value, (tuple, list)) or not all(
-                isinstance(d, int) and not isinstance(d, bool) for d in value
-            ):
-                raise ConfigError(f"dims={value!r}: expected 2 or 3 sizes like (3, 3)")
-        elif key == "name":
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"name={value!r}: expected a string")
-        else:
-            default = inspect.signature(builder).parameters[key].default
-            _check_like(key, value, default)
+        if not _bounded_argument(key, value):
+            _check_like(key, value, inspect.signature(builder).parameters[key].default)
     except ScenarioError:
         raise
     except ConfigError as exc:
         raise ScenarioError(str(exc)) from None
+
+
+def _bounded_argument(key: str, value: Any) -> bool:
+    """Check `key`'s value if emu bounds it (rates, delay, host counts, shapes); whether it did."""
+    if key in ("modelled_rate_bps", "time_scale"):
+        if value is not None:
+            bound = config.MODELLED_RATE_BPS if key == "modelled_rate_bps" else config.TIME_SCALE
+            bound.check(key, value)
+    elif key.endswith("rate_bps"):
+        if value is not None or key == "host_rate_bps":
+            config.LINK_RATE_BPS.check(key, value)
+    elif key == "rates":
+        _check_rates(value)
+    elif key == "delay_s":
+        config.LINK_DELAY_S.check(key, value)
+    elif key in _HOST_COUNTS:
+        config.HOSTS_PER_SWITCH.check(key, value)
+    elif key in _COUNT_PARAMS:
+        _FABRIC_PARAMS[key].validate(key, value)
+    elif key == "dims":
+        if not isinstance(value, (tuple, list)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in value
+        ):
+            raise ConfigError(f"dims={value!r}: expected 2 or 3 sizes like (3, 3)")
+    elif key == "name":
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"name={value!r}: expected a string")
+    else:
+        return False
+    return True
+
+
+def _check_rates(value: Any) -> None:
+    """A builder's `rates`: None, or link tier -> a link rate in bounds."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ConfigError(f"rates={value!r}: expected a mapping of link tier to bit/s")
+    for tier, rate in value.items():
+        config.LINK_RATE_BPS.check(f"rates[{tier!r}]", rate)
 
 
 def _check_like(key: str, value: Any, default: Any) -> None:

@@ -334,6 +334,13 @@ def ecmp_expectation(graph: nx.Graph, draw, samples: int, rng: random.Random) ->
 # ----- running ----------------------------------------------------------------------------
 
 
+def traced(fab, flows: list[tuple[str, str]], ports: list[tuple[int, int]]) -> tuple[list, list]:
+    """The nodes each flow's data crossed, and its ACKs: the switches' own answer."""
+    data = [fab.trace_path(s, d, "tcp", a, b) for (s, d), (a, b) in zip(flows, ports)]
+    acks = [fab.trace_path(d, s, "tcp", b, a) for (s, d), (a, b) in zip(flows, ports)]
+    return data, acks
+
+
 def run(ctx: Context) -> None:
     p = ctx.params
     patterns = [x for x in p["patterns"].split(",") if x]
@@ -378,54 +385,15 @@ def run(ctx: Context) -> None:
                     ctx.log(f"  {mode} {pat} seed {seed}: {bps / 1e6:.1f} Mbit/s")
                     if mode == "ecmp":
                         rtts.setdefault(pat, []).append(flow_rtts)
-                        paths.setdefault(pat, []).append(
-                            [
-                                fab.trace_path(s, d, "tcp", a, b)
-                                for (s, d), (a, b) in zip(flows, ports)
-                            ]
-                        )
-                        ack_paths.setdefault(pat, []).append(
-                            [
-                                fab.trace_path(d, s, "tcp", b, a)
-                                for (s, d), (a, b) in zip(flows, ports)
-                            ]
-                        )
+                        data, acks = traced(fab, flows, ports)
+                        paths.setdefault(pat, []).append(data)
+                        ack_paths.setdefault(pat, []).append(acks)
                     if mode == "adaptive":
                         _wait_unplaced(fab)
             if mode == "adaptive":
                 ctx.metrics["adaptive_status"] = fab.controller_status().get("adaptive", {})
 
-    ideal_graph = fabric_mod.single_switch(
-        hosts=len(fabric_mod.hosts(graph)), rate_bps=rate_bps, time_scale=graph.graph["time_scale"]
-    )
-    rename = dict(zip(fabric_mod.hosts(graph), fabric_mod.hosts(ideal_graph)))
-    ideal: dict[tuple, list[float]] = {}
-    alone: list[float] = []
-    ctx.log("ecmp-vs-adaptive: the non-blocking switch")
-    with ctx.fabric(
-        ideal_graph,
-        "nonblocking",
-        switch_processes=p["switch_processes"],
-        host_nic_pacing=p["host_nic_pacing"],
-        **_fabric_options(p),
-    ) as fab:
-        for pat in patterns:
-            for flows in matrices[pat]:
-                key = fan_in(flows)
-                while len(ideal.setdefault(key, [])) < p["reference_runs"]:
-                    bps, _ports, flow_bps, _rtts = measure(
-                        fab, [(rename[s], rename[d]) for s, d in flows], p
-                    )
-                    ideal[key].append(bps)
-                    per_flow["nonblocking"].setdefault(str(key), []).append(flow_bps)
-                    ctx.log(f"  non-blocking fan-in {key[-3:]}: {bps / 1e6:.1f} Mbit/s")
-        if paths:
-            # One flow with its hosts otherwise idle: what the ACKs of a flow in the
-            # other direction cost a host's link (`ack_load_from`).
-            lone = [(rename[s], rename[d]) for s, d in matrices[patterns[0]][0][:1]]
-            for _ in range(p["reference_runs"]):
-                alone.append(measure(fab, lone, p)[0])
-            ctx.log(f"  non-blocking, one flow alone: {statistics.mean(alone) / 1e6:.3f} Mbit/s")
+    ideal, alone = measure_nonblocking(ctx, graph, patterns, matrices, per_flow, bool(paths))
     reference = {key: statistics.mean(runs) for key, runs in ideal.items()}
     on_paths, ack_load = ecmp_model_on_paths(
         patterns, matrices, paths, ack_paths, ideal, alone, rtts
@@ -450,11 +418,7 @@ def run(ctx: Context) -> None:
         )
         for pat in patterns
     }
-    choices: dict[int, list[int]] = {}
-    for runs in paths.values():
-        for taken in runs:
-            for m, counts in next_hop_choices(graph, taken).items():
-                choices[m] = [a + b for a, b in zip(choices.get(m, [0] * m), counts)]
+    choices = hop_choices(graph, paths)
     ctx.metrics["ack_load"] = {"k": ack_load, "alone_bps": alone}  # read by report()
     ctx.metrics["flow_bps"] = per_flow
     ctx.metrics["ecmp_flow_rtt_s"] = rtts
@@ -462,6 +426,58 @@ def run(ctx: Context) -> None:
         pat: [[" ".join(nodes) for nodes in run] for run in runs] for pat, runs in ack_paths.items()
     }
     report(ctx, patterns, modes, norm, measured, ideal, matrices, expect, on_paths, paths, choices)
+
+
+def measure_nonblocking(
+    ctx: Context, graph, patterns: list[str], matrices: dict, per_flow: dict, lone_flow: bool
+) -> tuple[dict[tuple, list[float]], list[float]]:
+    """Every matrix's fan-in on one non-blocking switch (the normalisation's reference,
+    `reference_runs` runs of each), and with `lone_flow` one flow alone: (by fan-in, the
+    runs' bit/s; the lone flow's runs)."""
+    p = ctx.params
+    rate_bps = int(p["rate_mbps"] * 1e6)
+    ideal_graph = fabric_mod.single_switch(
+        hosts=len(fabric_mod.hosts(graph)), rate_bps=rate_bps, time_scale=graph.graph["time_scale"]
+    )
+    rename = dict(zip(fabric_mod.hosts(graph), fabric_mod.hosts(ideal_graph)))
+    ideal: dict[tuple, list[float]] = {}
+    alone: list[float] = []
+    ctx.log("ecmp-vs-adaptive: the non-blocking switch")
+    with ctx.fabric(
+        ideal_graph,
+        "nonblocking",
+        switch_processes=p["switch_processes"],
+        host_nic_pacing=p["host_nic_pacing"],
+        **_fabric_options(p),
+    ) as fab:
+        for pat in patterns:
+            for flows in matrices[pat]:
+                key = fan_in(flows)
+                while len(ideal.setdefault(key, [])) < p["reference_runs"]:
+                    bps, _ports, flow_bps, _rtts = measure(
+                        fab, [(rename[s], rename[d]) for s, d in flows], p
+                    )
+                    ideal[key].append(bps)
+                    per_flow["nonblocking"].setdefault(str(key), []).append(flow_bps)
+                    ctx.log(f"  non-blocking fan-in {key[-3:]}: {bps / 1e6:.1f} Mbit/s")
+        if lone_flow:
+            # One flow with its hosts otherwise idle: what the ACKs of a flow in the
+            # other direction cost a host's link (`ack_load_from`).
+            lone = [(rename[s], rename[d]) for s, d in matrices[patterns[0]][0][:1]]
+            for _ in range(p["reference_runs"]):
+                alone.append(measure(fab, lone, p)[0])
+            ctx.log(f"  non-blocking, one flow alone: {statistics.mean(alone) / 1e6:.3f} Mbit/s")
+    return ideal, alone
+
+
+def hop_choices(graph, paths: dict) -> dict[int, list[int]]:
+    """How often ECMP took each next hop, over every traced run (`next_hop_choices`)."""
+    choices: dict[int, list[int]] = {}
+    for runs in paths.values():
+        for taken in runs:
+            for m, counts in next_hop_choices(graph, taken).items():
+                choices[m] = [a + b for a, b in zip(choices.get(m, [0] * m), counts)]
+    return choices
 
 
 def ecmp_model_on_paths(
