@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import networkx as nx
 
@@ -22,6 +22,24 @@ from emu.fabric._build import (
 from emu.fabric.contract import DEFAULT_RATE_BPS, FabricSpecError, validate
 
 # ---------------------------------------------------------------- builders
+
+
+def _tier_rates(
+    rate_bps: Any, rates: Optional[Mapping[str, int]], tiers: Tuple[str, ...]
+) -> Tuple[int, Dict[str, int]]:
+    """Check `rate_bps` and the per-tier overrides in `rates`; return it and every tier's rate.
+
+    Shared with emu/fabric/gpu.py's builders, which take the same `rates`.
+    """
+    rate_bps = _check_rate("rate_bps", rate_bps)
+    out = {tier: rate_bps for tier in tiers}
+    for key, value in dict(rates or {}).items():
+        if key not in out:
+            raise FabricSpecError(
+                f"rates[{key!r}]: unknown tier; allowed: {', '.join(map(repr, out))}"
+            )
+        out[key] = _check_rate(f"rates[{key!r}]", value)
+    return rate_bps, out
 
 
 def leaf_spine(
@@ -90,6 +108,38 @@ def leaf_spine(
         {1: ('leaf1-eth1', 'h1', 0, 10000000), 2: ('leaf1-eth2', 'h2', 0, 10000000),
          3: ('leaf1-eth3', 'spine1', 1, 5000000), 4: ('leaf1-eth4', 'spine2', 1, 5000000)}
     """
+    params, time_scale = _leaf_spine_params(
+        leaves,
+        spines,
+        hosts_per_leaf,
+        host_rate_bps,
+        fabric_rate_bps,
+        oversubscription,
+        uplinks_per_spine,
+        delay_s,
+        time_scale,
+        modelled_rate_bps,
+    )
+    default_name = f"leaf_spine_{params['leaves']}l_{params['spines']}s_{params['hosts_per_leaf']}h"
+    G = _new_graph("leaf_spine", _check_name(name, default_name), params, time_scale)
+    _number_ports(G, params["delay_s"], _add_leaf_spine(G, params))
+    validate(G)
+    return G
+
+
+def _leaf_spine_params(
+    leaves: int,
+    spines: int,
+    hosts_per_leaf: int,
+    host_rate_bps: int,
+    fabric_rate_bps: Optional[int],
+    oversubscription: Optional[float],
+    uplinks_per_spine: int,
+    delay_s: float,
+    time_scale: Optional[float],
+    modelled_rate_bps: Optional[float],
+) -> Tuple[Dict[str, Any], float]:
+    """Check `leaf_spine`'s arguments in its order; return its ``params`` and time scale."""
     leaves = _check_int("leaves", leaves, 1, 255)
     spines = _check_int("spines", spines, 1)
     hosts_per_leaf = _check_int("hosts_per_leaf", hosts_per_leaf, 1, 254)
@@ -104,23 +154,9 @@ def leaf_spine(
     time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, host_rate_bps)
     down_bps = hosts_per_leaf * host_rate_bps
     up_links = spines * uplinks_per_spine
-    if fabric_rate_bps is not None:
-        fabric_rate_bps = _check_rate("fabric_rate_bps", fabric_rate_bps)
-    if oversubscription is not None:
-        oversubscription = _check_positive("oversubscription", oversubscription)
-        derived = max(1, round(down_bps / (up_links * oversubscription)))
-        if fabric_rate_bps is None:
-            fabric_rate_bps = derived
-        elif abs(fabric_rate_bps - derived) > max(1, 1e-9 * derived):
-            actual = down_bps / (up_links * fabric_rate_bps)
-            raise FabricSpecError(
-                f"oversubscription={oversubscription!r} conflicts with "
-                f"fabric_rate_bps={fabric_rate_bps!r}: those rates give {actual:g}; "
-                "give one of them, or both agreeing"
-            )
-    if fabric_rate_bps is None:
-        fabric_rate_bps = host_rate_bps
-    ratio = down_bps / (up_links * fabric_rate_bps)
+    fabric_rate_bps = _uplink_rate(
+        fabric_rate_bps, oversubscription, down_bps, up_links, host_rate_bps
+    )
     _check_intf_names(
         [
             f"h{leaves * hosts_per_leaf}-eth0",
@@ -135,29 +171,61 @@ def leaf_spine(
         hosts_per_leaf=hosts_per_leaf,
         host_rate_bps=host_rate_bps,
         fabric_rate_bps=fabric_rate_bps,
-        oversubscription=ratio,
+        oversubscription=down_bps / (up_links * fabric_rate_bps),
         uplinks_per_spine=uplinks_per_spine,
         delay_s=delay_s,
     )
-    name = _check_name(name, f"leaf_spine_{leaves}l_{spines}s_{hosts_per_leaf}h")
-    G = _new_graph("leaf_spine", name, params, time_scale)
+    return params, time_scale
+
+
+def _uplink_rate(
+    fabric_rate_bps: Optional[int],
+    oversubscription: Optional[float],
+    down_bps: int,
+    up_links: int,
+    host_rate_bps: int,
+) -> int:
+    """The leaf-spine link rate: given, derived from `oversubscription`, or the host rate.
+
+    Both given must agree (to the bit/s); neither given runs the fabric at
+    `host_rate_bps`.
+    """
+    if fabric_rate_bps is not None:
+        fabric_rate_bps = _check_rate("fabric_rate_bps", fabric_rate_bps)
+    if oversubscription is None:
+        return host_rate_bps if fabric_rate_bps is None else fabric_rate_bps
+    oversubscription = _check_positive("oversubscription", oversubscription)
+    derived = max(1, round(down_bps / (up_links * oversubscription)))
+    if fabric_rate_bps is None:
+        return derived
+    if abs(fabric_rate_bps - derived) > max(1, 1e-9 * derived):
+        actual = down_bps / (up_links * fabric_rate_bps)
+        raise FabricSpecError(
+            f"oversubscription={oversubscription!r} conflicts with "
+            f"fabric_rate_bps={fabric_rate_bps!r}: those rates give {actual:g}; "
+            "give one of them, or both agreeing"
+        )
+    return fabric_rate_bps
+
+
+def _add_leaf_spine(G: nx.Graph, params: Mapping[str, Any]) -> List[Tuple[str, str, int, str]]:
+    """Add the spines, leaves and hosts to `G`; return the links, host links first."""
+    leaves, spines, per_leaf = params["leaves"], params["spines"], params["hosts_per_leaf"]
     links: List[Tuple[str, str, int, str]] = []
     for s in range(1, spines + 1):
         _add_switch(G, f"spine{s}", "spine", s)
     for leaf_no in range(1, leaves + 1):
         leaf = f"leaf{leaf_no}"
         _add_switch(G, leaf, "leaf", leaf_no)
-        for n in range(hosts_per_leaf):
-            index = (leaf_no - 1) * hosts_per_leaf + n + 1
+        for n in range(per_leaf):
+            index = (leaf_no - 1) * per_leaf + n + 1
             host = f"h{index}"
             _add_host(G, host, index, f"10.0.{leaf_no}.{n + 1}", leaf)
-            links.append((host, leaf, host_rate_bps, "host"))
+            links.append((host, leaf, params["host_rate_bps"], "host"))
     for leaf_no in range(1, leaves + 1):
         for s in range(1, spines + 1):
-            links.append((f"leaf{leaf_no}", f"spine{s}", fabric_rate_bps, "leaf-spine"))
-    _number_ports(G, delay_s, links)
-    validate(G)
-    return G
+            links.append((f"leaf{leaf_no}", f"spine{s}", params["fabric_rate_bps"], "leaf-spine"))
+    return links
 
 
 def fat_tree(
@@ -217,17 +285,31 @@ def fat_tree(
         ...
         emu.fabric.FabricSpecError: k=3: must be even (k pods of k/2 edge and k/2 agg switches)
     """
+    params, time_scale = _fat_tree_params(
+        k, rate_bps, rates, delay_s, time_scale, modelled_rate_bps
+    )
+    k, tier_rates = params["k"], params["rates"]
+    G = _new_graph("fat_tree", _check_name(name, f"fat_tree_k{k}"), params, time_scale)
+    _add_fat_tree_switches(G, k)
+    links = _add_fat_tree_hosts(G, k, tier_rates["host"]) + _fat_tree_switch_links(k, tier_rates)
+    _number_ports(G, params["delay_s"], links)
+    validate(G)
+    return G
+
+
+def _fat_tree_params(
+    k: int,
+    rate_bps: int,
+    rates: Optional[Mapping[str, int]],
+    delay_s: float,
+    time_scale: Optional[float],
+    modelled_rate_bps: Optional[float],
+) -> Tuple[Dict[str, Any], float]:
+    """Check `fat_tree`'s arguments in its order; return its ``params`` and time scale."""
     k = _check_int("k", k, 2, 254)
     if k % 2:
         raise FabricSpecError(f"k={k!r}: must be even (k pods of k/2 edge and k/2 agg switches)")
-    rate_bps = _check_rate("rate_bps", rate_bps)
-    tier_rates = {"host": rate_bps, "edge-agg": rate_bps, "agg-core": rate_bps}
-    for key, value in dict(rates or {}).items():
-        if key not in tier_rates:
-            raise FabricSpecError(
-                f"rates[{key!r}]: unknown tier; allowed: {', '.join(map(repr, tier_rates))}"
-            )
-        tier_rates[key] = _check_rate(f"rates[{key!r}]", value)
+    rate_bps, tier_rates = _tier_rates(rate_bps, rates, ("host", "edge-agg", "agg-core"))
     delay_s = _check_nonneg("delay_s", delay_s)
     time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, tier_rates["host"])
     half = k // 2
@@ -235,9 +317,12 @@ def fat_tree(
         [f"h{k**3 // 4}-eth0", f"e{k * half}-eth{k}", f"a{k * half}-eth{k}", f"c{half**2}-eth{k}"],
         f"k={k!r}",
     )
-    params = dict(k=k, rate_bps=rate_bps, rates=tier_rates, delay_s=delay_s)
-    G = _new_graph("fat_tree", _check_name(name, f"fat_tree_k{k}"), params, time_scale)
-    links: List[Tuple[str, str, int, str]] = []
+    return dict(k=k, rate_bps=rate_bps, rates=tier_rates, delay_s=delay_s), time_scale
+
+
+def _add_fat_tree_switches(G: nx.Graph, k: int) -> None:
+    """Add the cores, then each pod's edge and agg switches, pairwise."""
+    half = k // 2
     for j in range(half):
         for i in range(half):
             _add_switch(G, f"c{j * half + i + 1}", "core", j * half + i + 1)
@@ -246,6 +331,12 @@ def fat_tree(
             n = p * half + s + 1
             _add_switch(G, f"e{n}", "edge", n, pod=p)
             _add_switch(G, f"a{n}", "agg", n, pod=p)
+
+
+def _add_fat_tree_hosts(G: nx.Graph, k: int, rate_bps: int) -> List[Tuple[str, str, int, str]]:
+    """Add k/2 hosts under every edge switch, addressed as in the paper; return their links."""
+    half = k // 2
+    links: List[Tuple[str, str, int, str]] = []
     index = 0
     for p in range(k):
         for s in range(half):
@@ -254,7 +345,16 @@ def fat_tree(
                 index += 1
                 host = f"h{index}"
                 _add_host(G, host, index, f"10.{p}.{s}.{i + 2}", edge, pod=p)
-                links.append((host, edge, tier_rates["host"], "host"))
+                links.append((host, edge, rate_bps, "host"))
+    return links
+
+
+def _fat_tree_switch_links(
+    k: int, tier_rates: Mapping[str, int]
+) -> List[Tuple[str, str, int, str]]:
+    """Every pod's edge-agg bipartite graph, then agg j of every pod to cores j*k/2+1.."""
+    half = k // 2
+    links: List[Tuple[str, str, int, str]] = []
     for p in range(k):
         for s in range(half):
             edge = f"e{p * half + s + 1}"
@@ -265,9 +365,7 @@ def fat_tree(
             agg = f"a{p * half + j + 1}"
             for i in range(half):
                 links.append((agg, f"c{j * half + i + 1}", tier_rates["agg-core"], "agg-core"))
-    _number_ports(G, delay_s, links)
-    validate(G)
-    return G
+    return links
 
 
 def single_switch(

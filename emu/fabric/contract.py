@@ -258,6 +258,37 @@ def validate(G: nx.Graph) -> None:
         FabricSpecError: naming the first graph, node or edge attribute that breaks
             the contract.
     """
+    _validate_graph_attrs(G)
+    unique = _Uniques()
+    for node, d in G.nodes(data=True):
+        kind = d.get("kind")
+        if kind == "switch":
+            _validate_switch(node, d, unique)
+        elif kind == "host":
+            _validate_host(G, node, d, unique)
+        else:
+            raise FabricSpecError(f"node {node}: kind={kind!r}, allowed 'host' or 'switch'")
+    for u, v, e in G.edges(data=True):
+        _validate_link(u, v, e, unique)
+    _validate_port_numbers(G)
+    _validate_nvswitches(G)
+
+
+class _Uniques:
+    """The dpids, IPs, MACs and interface names seen so far, each with its owner."""
+
+    def __init__(self) -> None:
+        self.seen: Dict[str, Dict[Any, str]] = {"dpid": {}, "ip": {}, "mac": {}, "intf": {}}
+
+    def __call__(self, what: str, value: Any, owner: str) -> None:
+        seen = self.seen[what]
+        if value in seen:
+            raise FabricSpecError(f"{owner}: {what} {value!r} already used by {seen[value]}")
+        seen[value] = owner
+
+
+def _validate_graph_attrs(G: nx.Graph) -> None:
+    """The graph's type and its `G.graph` keys."""
     if isinstance(G, nx.MultiGraph) or G.is_directed():
         raise FabricSpecError(f"graph type {type(G).__name__}: must be an undirected nx.Graph")
     for key in ("name", "kind", "params", "subnet", "time_scale"):
@@ -267,86 +298,85 @@ def validate(G: nx.Graph) -> None:
         raise FabricSpecError(f"G.graph['kind']={G.graph['kind']!r}: allowed {KINDS}")
     if G.graph["subnet"] != SUBNET:
         raise FabricSpecError(f"G.graph['subnet']={G.graph['subnet']!r}: must be {SUBNET!r}")
-    subnet = ipaddress.ip_network(SUBNET)
-    seen: Dict[str, Dict[Any, str]] = {"dpid": {}, "ip": {}, "mac": {}, "intf": {}}
 
-    def unique(what: str, value: Any, owner: str) -> None:
-        if value in seen[what]:
-            raise FabricSpecError(f"{owner}: {what} {value!r} already used by {seen[what][value]}")
-        seen[what][value] = owner
 
-    for node, d in G.nodes(data=True):
-        kind = d.get("kind")
-        if kind == "switch":
-            role = d.get("role")
-            if role not in SWITCH_ROLES:
-                raise FabricSpecError(
-                    f"switch {node}: role={role!r}, allowed {sorted(SWITCH_ROLES)}"
-                )
-            dpid = d.get("dpid")
-            if isinstance(dpid, bool) or not isinstance(dpid, int) or not 0 < dpid < 1 << 64:
-                raise FabricSpecError(f"switch {node}: dpid={dpid!r}, must be an int in 1..2^64-1")
-            unique("dpid", dpid, f"switch {node}")
-            if d.get("tier") != SWITCH_ROLES[role]:
-                raise FabricSpecError(
-                    f"switch {node}: tier={d.get('tier')!r}, role {role} has tier {SWITCH_ROLES[role]}"
-                )
-        elif kind == "host":
-            if d.get("role") != "host":
-                raise FabricSpecError(f"host {node}: role={d.get('role')!r}, must be 'host'")
-            if d.get("prefixlen") != PREFIXLEN:
-                raise FabricSpecError(
-                    f"host {node}: {d.get('ip')}/{d.get('prefixlen')} must be in {SUBNET}"
-                )
-            _check_address(node, d, "", subnet, _MAC_RE, "02:00:00", unique)
-            leaf = d.get("leaf")
-            nvlink = [p for p in G[node] if G.edges[node, p].get("tier") == "nvlink"]
-            if G.degree(node) != 1 + len(nvlink) or len(nvlink) > 1 or leaf not in G[node]:
-                raise FabricSpecError(
-                    f"host {node}: must have exactly one link to leaf={leaf!r}, "
-                    "and at most one NVLink link (tier 'nvlink') beside it"
-                )
-            if G.nodes[leaf].get("kind") != "switch" or leaf in nvlink:
-                raise FabricSpecError(f"host {node}: leaf={leaf!r} is not a network switch")
-            if G.edges[node, leaf]["ports"][node] != 0:
-                # Mininet addresses a host's lowest port as the host itself.
-                raise FabricSpecError(
-                    f"host {node}: its link to leaf={leaf} must be its port 0 (its NIC; "
-                    "an NVLink port is port 1)"
-                )
-            if nvlink:
-                _validate_nvlink_port(G, node, d, nvlink[0], unique)
-        else:
-            raise FabricSpecError(f"node {node}: kind={kind!r}, allowed 'host' or 'switch'")
+def _validate_switch(node: str, d: Mapping[str, Any], unique: _Uniques) -> None:
+    """A switch's role, dpid (unique) and the tier its role gives."""
+    role = d.get("role")
+    if role not in SWITCH_ROLES:
+        raise FabricSpecError(f"switch {node}: role={role!r}, allowed {sorted(SWITCH_ROLES)}")
+    dpid = d.get("dpid")
+    if isinstance(dpid, bool) or not isinstance(dpid, int) or not 0 < dpid < 1 << 64:
+        raise FabricSpecError(f"switch {node}: dpid={dpid!r}, must be an int in 1..2^64-1")
+    unique("dpid", dpid, f"switch {node}")
+    if d.get("tier") != SWITCH_ROLES[role]:
+        raise FabricSpecError(
+            f"switch {node}: tier={d.get('tier')!r}, role {role} has tier {SWITCH_ROLES[role]}"
+        )
 
-    for u, v, e in G.edges(data=True):
-        where = f"link {u}-{v}"
-        rate = e.get("rate_bps")
-        if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-            raise FabricSpecError(f"{where}: rate_bps={rate!r}, must be a positive int")
-        delay = e.get("delay_s")
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
-            raise FabricSpecError(f"{where}: delay_s={delay!r}, must be >= 0")
-        if e.get("tier") not in LINK_TIERS:
-            raise FabricSpecError(f"{where}: tier={e.get('tier')!r}, allowed {LINK_TIERS}")
-        ports, intfs = e.get("ports"), e.get("intfs")
-        if not isinstance(ports, dict) or set(ports) != {u, v}:
-            raise FabricSpecError(f"{where}: ports={ports!r}, must map both ends to a port")
-        if not isinstance(intfs, dict) or set(intfs) != {u, v}:
-            raise FabricSpecError(f"{where}: intfs={intfs!r}, must map both ends to an interface")
-        for node in (u, v):
-            intf = intfs[node]
-            if intf != f"{node}-eth{ports[node]}":
-                raise FabricSpecError(
-                    f"{where}: interface {intf!r} must be {node}-eth{ports[node]}"
-                )
-            if len(intf) > MAX_INTF_NAME:
-                raise FabricSpecError(
-                    f"{where}: interface name {intf!r} has {len(intf)} characters, "
-                    f"Linux allows at most {MAX_INTF_NAME}"
-                )
-            unique("intf", intf, where)
 
+def _validate_host(G: nx.Graph, node: str, d: Mapping[str, Any], unique: _Uniques) -> None:
+    """A host's role and address, its one link to its leaf on port 0, and its NVLink port."""
+    if d.get("role") != "host":
+        raise FabricSpecError(f"host {node}: role={d.get('role')!r}, must be 'host'")
+    if d.get("prefixlen") != PREFIXLEN:
+        raise FabricSpecError(
+            f"host {node}: {d.get('ip')}/{d.get('prefixlen')} must be in {SUBNET}"
+        )
+    _check_address(node, d, "", ipaddress.ip_network(SUBNET), _MAC_RE, "02:00:00", unique)
+    leaf = d.get("leaf")
+    nvlink = [p for p in G[node] if G.edges[node, p].get("tier") == "nvlink"]
+    if G.degree(node) != 1 + len(nvlink) or len(nvlink) > 1 or leaf not in G[node]:
+        raise FabricSpecError(
+            f"host {node}: must have exactly one link to leaf={leaf!r}, "
+            "and at most one NVLink link (tier 'nvlink') beside it"
+        )
+    if G.nodes[leaf].get("kind") != "switch" or leaf in nvlink:
+        raise FabricSpecError(f"host {node}: leaf={leaf!r} is not a network switch")
+    if G.edges[node, leaf]["ports"][node] != 0:
+        # Mininet addresses a host's lowest port as the host itself.
+        raise FabricSpecError(
+            f"host {node}: its link to leaf={leaf} must be its port 0 (its NIC; "
+            "an NVLink port is port 1)"
+        )
+    if nvlink:
+        _validate_nvlink_port(G, node, d, nvlink[0], unique)
+
+
+def _validate_link(u: str, v: str, e: Mapping[str, Any], unique: _Uniques) -> None:
+    """A link's rate, delay, tier, and its two ends' ports and interface names."""
+    where = f"link {u}-{v}"
+    rate = e.get("rate_bps")
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
+        raise FabricSpecError(f"{where}: rate_bps={rate!r}, must be a positive int")
+    delay = e.get("delay_s")
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
+        raise FabricSpecError(f"{where}: delay_s={delay!r}, must be >= 0")
+    if e.get("tier") not in LINK_TIERS:
+        raise FabricSpecError(f"{where}: tier={e.get('tier')!r}, allowed {LINK_TIERS}")
+    ports, intfs = e.get("ports"), e.get("intfs")
+    if not isinstance(ports, dict) or set(ports) != {u, v}:
+        raise FabricSpecError(f"{where}: ports={ports!r}, must map both ends to a port")
+    if not isinstance(intfs, dict) or set(intfs) != {u, v}:
+        raise FabricSpecError(f"{where}: intfs={intfs!r}, must map both ends to an interface")
+    for node in (u, v):
+        _validate_intf(where, node, intfs[node], ports[node], unique)
+
+
+def _validate_intf(where: str, node: str, intf: str, port: int, unique: _Uniques) -> None:
+    """One link end's interface: named after its node and port, short enough for Linux, unique."""
+    if intf != f"{node}-eth{port}":
+        raise FabricSpecError(f"{where}: interface {intf!r} must be {node}-eth{port}")
+    if len(intf) > MAX_INTF_NAME:
+        raise FabricSpecError(
+            f"{where}: interface name {intf!r} has {len(intf)} characters, "
+            f"Linux allows at most {MAX_INTF_NAME}"
+        )
+    unique("intf", intf, where)
+
+
+def _validate_port_numbers(G: nx.Graph) -> None:
+    """Every node's ports are dense: a host's from 0, a switch's from 1."""
     for node, kind in G.nodes(data="kind"):
         numbers = sorted(G.edges[node, peer]["ports"][node] for peer in G[node])
         first = 0 if kind == "host" else 1
@@ -354,11 +384,10 @@ def validate(G: nx.Graph) -> None:
             raise FabricSpecError(
                 f"{kind} {node}: ports {numbers} must be {first}..{first + len(numbers) - 1}"
             )
-    _validate_nvswitches(G)
 
 
 def _validate_nvlink_port(
-    G: nx.Graph, host: str, d: Mapping[str, Any], nvswitch: str, unique: Any
+    G: nx.Graph, host: str, d: Mapping[str, Any], nvswitch: str, unique: _Uniques
 ) -> None:
     """A GPU's NVLink port: to an NVSwitch, with its own address and MAC."""
     if G.nodes[nvswitch].get("role") != "nvswitch":
@@ -377,7 +406,7 @@ def _check_address(
     net: Any,
     mac_re: "re.Pattern[str]",
     oui: str,
-    unique: Any,
+    unique: _Uniques,
 ) -> None:
     """A host port's ``<prefix>ip`` (IPv4, in `net`, unique) and ``<prefix>mac`` (`mac_re`, unique)."""
     owner = f"host {host}" + (" (NVLink port)" if prefix else "")

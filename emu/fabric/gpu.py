@@ -20,6 +20,7 @@ from emu.fabric._build import (
     _number_ports,
     _resolve_time_scale,
 )
+from emu.fabric.clos import _tier_rates
 from emu.fabric.contract import DEFAULT_RATE_BPS, FabricSpecError, hosts, validate
 
 # NVLink domain over NIC, per GPU and per direction, from NVIDIA's datasheets:
@@ -48,18 +49,6 @@ def _wire(G: nx.Graph, delay_s: float, links: List[Tuple[str, int, str, int, int
             ports={u: pu, v: pv},
             intfs={u: f"{u}-eth{pu}", v: f"{v}-eth{pv}"},
         )
-
-
-def _tier_rates(rate_bps: Any, rates: Optional[Mapping[str, int]], tiers: Tuple[str, ...]):
-    rate_bps = _check_rate("rate_bps", rate_bps)
-    out = {tier: rate_bps for tier in tiers}
-    for key, value in dict(rates or {}).items():
-        if key not in out:
-            raise FabricSpecError(
-                f"rates[{key!r}]: unknown tier; allowed: {', '.join(map(repr, out))}"
-            )
-        out[key] = _check_rate(f"rates[{key!r}]", value)
-    return rate_bps, out
 
 
 def dragonfly(
@@ -137,6 +126,40 @@ def dragonfly(
         ...
         emu.fabric.FabricSpecError: global_links_per_router=1: routers_per_group * global_links_per_router = 2 global links per group must be a multiple of groups - 1 = 3 (each pair of groups gets the same number)
     """
+    params, time_scale = _dragonfly_params(
+        groups,
+        routers_per_group,
+        hosts_per_router,
+        global_links_per_router,
+        rate_bps,
+        rates,
+        delay_s,
+        time_scale,
+        modelled_rate_bps,
+    )
+    default_name = (
+        "dragonfly_{groups}g_{routers_per_group}a_{hosts_per_router}p_{global_links_per_router}h"
+    ).format(**params)
+    G = _new_graph("dragonfly", _check_name(name, default_name), params, time_scale)
+    links = _add_dragonfly_routers(G, params)
+    links += _dragonfly_local_links(params) + _dragonfly_global_links(params)
+    _wire(G, params["delay_s"], links)
+    validate(G)
+    return G
+
+
+def _dragonfly_params(
+    groups: int,
+    routers_per_group: int,
+    hosts_per_router: int,
+    global_links_per_router: int,
+    rate_bps: int,
+    rates: Optional[Mapping[str, int]],
+    delay_s: float,
+    time_scale: Optional[float],
+    modelled_rate_bps: Optional[float],
+) -> Tuple[Dict[str, Any], float]:
+    """Check `dragonfly`'s arguments in its order; return its ``params`` and time scale."""
     g = _check_int("groups", groups, 2, 255)
     a = _check_int("routers_per_group", routers_per_group, 1, 255)
     p = _check_int("hosts_per_router", hosts_per_router, 1, 254)
@@ -163,30 +186,50 @@ def dragonfly(
         rates=tier_rates,
         delay_s=delay_s,
     )
-    G = _new_graph(
-        "dragonfly", _check_name(name, f"dragonfly_{g}g_{a}a_{p}p_{h}h"), params, time_scale
-    )
+    return params, time_scale
 
-    def router(group: int, r: int) -> str:  # 0-based in, 1-based name
-        return f"g{group + 1}r{r + 1}"
 
+def _router(group: int, r: int) -> str:
+    """A dragonfly router's name: 0-based group and router in, 1-based name out."""
+    return f"g{group + 1}r{r + 1}"
+
+
+def _add_dragonfly_routers(
+    G: nx.Graph, params: Mapping[str, Any]
+) -> List[Tuple[str, int, str, int, int, str]]:
+    """Add every group's routers, each with its hosts; return the host links."""
+    g, a, p = params["groups"], params["routers_per_group"], params["hosts_per_router"]
     links: List[Tuple[str, int, str, int, int, str]] = []
     index = 0
     for i in range(g):
         for r in range(a):
-            _add_switch(G, router(i, r), "router", (i + 1) << 8 | (r + 1), group=i + 1)
+            _add_switch(G, _router(i, r), "router", (i + 1) << 8 | (r + 1), group=i + 1)
             for n in range(p):
                 index += 1
                 host = f"h{index}"
-                _add_host(G, host, index, f"10.{i + 1}.{r + 1}.{n + 1}", router(i, r), group=i + 1)
-                links.append((host, 0, router(i, r), n + 1, tier_rates["host"], "host"))
+                _add_host(G, host, index, f"10.{i + 1}.{r + 1}.{n + 1}", _router(i, r), group=i + 1)
+                links.append((host, 0, _router(i, r), n + 1, params["rates"]["host"], "host"))
+    return links
+
+
+def _dragonfly_local_links(params: Mapping[str, Any]) -> List[Tuple[str, int, str, int, int, str]]:
+    """Each group's routers, fully connected."""
+    g, a, p = params["groups"], params["routers_per_group"], params["hosts_per_router"]
+    rate_bps = params["rates"]["local"]
+    links: List[Tuple[str, int, str, int, int, str]] = []
     for i in range(g):
         for r in range(a):
             for s in range(r + 1, a):
                 # Router r's port to s: p + (s's rank among r's peers), and back.
-                links.append(
-                    (router(i, r), p + s, router(i, s), p + r + 1, tier_rates["local"], "local")
-                )
+                links.append((_router(i, r), p + s, _router(i, s), p + r + 1, rate_bps, "local"))
+    return links
+
+
+def _dragonfly_global_links(params: Mapping[str, Any]) -> List[Tuple[str, int, str, int, int, str]]:
+    """The groups' global links in the consecutive arrangement (`dragonfly`'s docstring)."""
+    g, a, p = params["groups"], params["routers_per_group"], params["hosts_per_router"]
+    h = params["global_links_per_router"]
+    links: List[Tuple[str, int, str, int, int, str]] = []
     for i in range(g):
         for k in range(a * h):
             offset, rnd = k % (g - 1) + 1, k // (g - 1)
@@ -195,17 +238,15 @@ def dragonfly(
                 continue  # added from the other end
             links.append(
                 (
-                    router(i, k // h),
+                    _router(i, k // h),
                     p + a + k % h,
-                    router(j, back // h),
+                    _router(j, back // h),
                     p + a + back % h,
-                    tier_rates["global"],
+                    params["rates"]["global"],
                     "global",
                 )
             )
-    _wire(G, delay_s, links)
-    validate(G)
-    return G
+    return links
 
 
 def torus(
@@ -270,14 +311,30 @@ def torus(
         ...
         emu.fabric.FabricSpecError: dims=(3,): must be 2 or 3 sizes, each an integer >= 2
     """
-    if (
-        isinstance(dims, (str, bytes))
-        or not isinstance(dims, Sequence)
-        or len(dims) not in (2, 3)
-        or any(isinstance(d, bool) or not isinstance(d, int) or d < 2 for d in dims)
-    ):
-        raise FabricSpecError(f"dims={dims!r}: must be 2 or 3 sizes, each an integer >= 2")
-    sizes = [int(d) for d in dims]
+    params, time_scale = _torus_params(
+        dims, hosts_per_switch, rate_bps, rates, delay_s, time_scale, modelled_rate_bps
+    )
+    shape = "x".join(map(str, params["dims"]))
+    default_name = f"torus_{shape}_{params['hosts_per_switch']}h"
+    G = _new_graph("torus", _check_name(name, default_name), params, time_scale)
+    cells = list(itertools.product(*(range(d) for d in params["dims"])))
+    links = _add_torus_switches(G, cells, params) + _torus_links(cells, params)
+    _wire(G, params["delay_s"], links)
+    validate(G)
+    return G
+
+
+def _torus_params(
+    dims: Sequence[int],
+    hosts_per_switch: int,
+    rate_bps: int,
+    rates: Optional[Mapping[str, int]],
+    delay_s: float,
+    time_scale: Optional[float],
+    modelled_rate_bps: Optional[float],
+) -> Tuple[Dict[str, Any], float]:
+    """Check `torus`'s arguments in its order; return its ``params`` and time scale."""
+    sizes = _check_dims(dims)
     count = 1
     for d in sizes:
         count *= d
@@ -289,29 +346,61 @@ def torus(
     rate_bps, tier_rates = _tier_rates(rate_bps, rates, ("host", "torus"))
     delay_s = _check_nonneg("delay_s", delay_s)
     time_scale = _resolve_time_scale(time_scale, modelled_rate_bps, tier_rates["host"])
-    width = [1 if d == 2 else 2 for d in sizes]  # ports a switch spends on each dimension
     longest = "_".join(str(d - 1) for d in sizes)
     _check_intf_names(
-        [f"h{count * hps}-eth0", f"t{longest}-eth{hps + sum(width)}"], f"dims={dims!r}"
+        [f"h{count * hps}-eth0", f"t{longest}-eth{hps + sum(_torus_widths(sizes))}"],
+        f"dims={dims!r}",
     )
     params = dict(
         dims=sizes, hosts_per_switch=hps, rate_bps=rate_bps, rates=tier_rates, delay_s=delay_s
     )
-    shape = "x".join(map(str, sizes))
-    G = _new_graph("torus", _check_name(name, f"torus_{shape}_{hps}h"), params, time_scale)
-    cells = list(itertools.product(*(range(d) for d in sizes)))
+    return params, time_scale
 
-    def sw(c: Sequence[int]) -> str:
-        return "t" + "_".join(map(str, c))
 
+def _check_dims(dims: Any) -> List[int]:
+    """A torus's sizes: 2 or 3 integers, each >= 2."""
+    if (
+        isinstance(dims, (str, bytes))
+        or not isinstance(dims, Sequence)
+        or len(dims) not in (2, 3)
+        or any(isinstance(d, bool) or not isinstance(d, int) or d < 2 for d in dims)
+    ):
+        raise FabricSpecError(f"dims={dims!r}: must be 2 or 3 sizes, each an integer >= 2")
+    return [int(d) for d in dims]
+
+
+def _torus_widths(sizes: Sequence[int]) -> List[int]:
+    """The ports a switch spends on each dimension: one on a pair, else +1 and -1."""
+    return [1 if d == 2 else 2 for d in sizes]
+
+
+def _torus_switch(c: Sequence[int]) -> str:
+    return "t" + "_".join(map(str, c))
+
+
+def _add_torus_switches(
+    G: nx.Graph, cells: List[Tuple[int, ...]], params: Mapping[str, Any]
+) -> List[Tuple[str, int, str, int, int, str]]:
+    """Add a switch per cell (row-major), each with its hosts; return the host links."""
+    hps = params["hosts_per_switch"]
     links: List[Tuple[str, int, str, int, int, str]] = []
     index = 0
     for s, c in enumerate(cells, start=1):
-        _add_switch(G, sw(c), "torus", s, coords=list(c))
+        _add_switch(G, _torus_switch(c), "torus", s, coords=list(c))
         for n in range(hps):
             index += 1
-            _add_host(G, f"h{index}", index, f"10.{s >> 8}.{s & 0xFF}.{n + 1}", sw(c))
-            links.append((f"h{index}", 0, sw(c), n + 1, tier_rates["host"], "host"))
+            _add_host(G, f"h{index}", index, f"10.{s >> 8}.{s & 0xFF}.{n + 1}", _torus_switch(c))
+            links.append((f"h{index}", 0, _torus_switch(c), n + 1, params["rates"]["host"], "host"))
+    return links
+
+
+def _torus_links(
+    cells: List[Tuple[int, ...]], params: Mapping[str, Any]
+) -> List[Tuple[str, int, str, int, int, str]]:
+    """Each switch to its +1 neighbour in every dimension (which makes the -1 links too)."""
+    sizes, hps = params["dims"], params["hosts_per_switch"]
+    width = _torus_widths(sizes)
+    links: List[Tuple[str, int, str, int, int, str]] = []
     for c in cells:
         for d, size in enumerate(sizes):
             if size == 2 and c[d] == 1:
@@ -320,10 +409,17 @@ def torus(
             up[d] = (c[d] + 1) % size
             plus = hps + 1 + sum(width[:d])
             minus = plus + width[d] - 1  # the same port when the size is 2
-            links.append((sw(c), plus, sw(up), minus, tier_rates["torus"], "torus"))
-    _wire(G, delay_s, links)
-    validate(G)
-    return G
+            links.append(
+                (
+                    _torus_switch(c),
+                    plus,
+                    _torus_switch(up),
+                    minus,
+                    params["rates"]["torus"],
+                    "torus",
+                )
+            )
+    return links
 
 
 def rail_optimized(
@@ -406,6 +502,38 @@ def rail_optimized(
         >>> G.graph["params"]["nvlink_rate_bps"]
         180000000
     """
+    params, time_scale = _rail_params(
+        nodes,
+        gpus_per_node,
+        spines,
+        host_rate_bps,
+        fabric_rate_bps,
+        nvlink_ratio,
+        nvlink_domain,
+        delay_s,
+        time_scale,
+        modelled_rate_bps,
+    )
+    default_name = "rail_{nodes}n_{gpus_per_node}g_{spines}s".format(**params)
+    G = _new_graph("rail_optimized", _check_name(name, default_name), params, time_scale)
+    _number_ports(G, params["delay_s"], _add_rails(G, params))
+    validate(G)
+    return G
+
+
+def _rail_params(
+    nodes: int,
+    gpus_per_node: int,
+    spines: int,
+    host_rate_bps: int,
+    fabric_rate_bps: Optional[int],
+    nvlink_ratio: float,
+    nvlink_domain: bool,
+    delay_s: float,
+    time_scale: Optional[float],
+    modelled_rate_bps: Optional[float],
+) -> Tuple[Dict[str, Any], float]:
+    """Check `rail_optimized`'s arguments in its order; return its ``params`` and time scale."""
     n_nodes = _check_int("nodes", nodes, 1, 254)
     gpus = _check_int("gpus_per_node", gpus_per_node, 1, 255)
     spines = _check_int("spines", spines, 0)
@@ -438,12 +566,12 @@ def rail_optimized(
         nvlink_domain=nvlink_domain,
         delay_s=delay_s,
     )
-    G = _new_graph(
-        "rail_optimized",
-        _check_name(name, f"rail_{n_nodes}n_{gpus}g_{spines}s"),
-        params,
-        time_scale,
-    )
+    return params, time_scale
+
+
+def _add_rails(G: nx.Graph, params: Mapping[str, Any]) -> List[Tuple[str, str, int, str]]:
+    """Add the spines, the rail leaves, every node's GPUs and NVLink domain; return the links."""
+    n_nodes, gpus, spines = params["nodes"], params["gpus_per_node"], params["spines"]
     for s in range(1, spines + 1):
         _add_switch(G, f"spine{s}", "spine", s)
     for r in range(1, gpus + 1):
@@ -453,25 +581,31 @@ def rail_optimized(
         for r in range(1, gpus + 1):
             index = (node - 1) * gpus + r
             _add_host(G, f"h{index}", index, f"10.0.{r}.{node}", f"rail{r}", node=node, rail=r)
-            links.append((f"h{index}", f"rail{r}", host_rate_bps, "host"))
+            links.append((f"h{index}", f"rail{r}", params["host_rate_bps"], "host"))
     for r in range(1, gpus + 1):
         for s in range(1, spines + 1):
-            links.append((f"rail{r}", f"spine{s}", fabric_rate_bps, "leaf-spine"))
-    if nvlink_domain:
+            links.append((f"rail{r}", f"spine{s}", params["fabric_rate_bps"], "leaf-spine"))
+    if params["nvlink_domain"]:
         # Listed after the NIC links: a GPU's NIC stays port 0, its NVLink port 1.
-        for node in range(1, n_nodes + 1):
-            _add_switch(G, f"nvsw{node}", "nvswitch", node, node=node)
-            for r in range(1, gpus + 1):
-                index = (node - 1) * gpus + r
-                G.nodes[f"h{index}"].update(
-                    nvlink_ip=f"10.255.{node}.{r}",
-                    nvlink_mac="02:00:01:%02x:%02x:%02x"
-                    % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF),
-                )
-                links.append((f"h{index}", f"nvsw{node}", params["nvlink_rate_bps"], "nvlink"))
-    _number_ports(G, delay_s, links)
-    validate(G)
-    return G
+        links += _add_nvlink_domains(G, params)
+    return links
+
+
+def _add_nvlink_domains(G: nx.Graph, params: Mapping[str, Any]) -> List[Tuple[str, str, int, str]]:
+    """Add each node's NVSwitch and its GPUs' NVLink addresses; return the NVLink links."""
+    n_nodes, gpus = params["nodes"], params["gpus_per_node"]
+    links: List[Tuple[str, str, int, str]] = []
+    for node in range(1, n_nodes + 1):
+        _add_switch(G, f"nvsw{node}", "nvswitch", node, node=node)
+        for r in range(1, gpus + 1):
+            index = (node - 1) * gpus + r
+            G.nodes[f"h{index}"].update(
+                nvlink_ip=f"10.255.{node}.{r}",
+                nvlink_mac="02:00:01:%02x:%02x:%02x"
+                % ((index >> 16) & 0xFF, (index >> 8) & 0xFF, index & 0xFF),
+            )
+            links.append((f"h{index}", f"nvsw{node}", params["nvlink_rate_bps"], "nvlink"))
+    return links
 
 
 def nvlink_domains(G: nx.Graph) -> Dict[int, List[str]]:
