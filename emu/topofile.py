@@ -490,111 +490,117 @@ class _Reader:
         return self.build(nodes, links)
 
     def read_nodes(self) -> Tuple[Dict[str, _Node], List[_Link]]:
+        """The declared nodes and the hosts their ``hosts: N`` make, in file order; all links."""
         nodes: Dict[str, _Node] = {}
         generated: List[_Link] = []
         host_count = 0
-        declared = self.doc["nodes"]
-        for name, spec in declared.items():
-            path: Path_ = ("nodes", name)
-            kind = spec["kind"]
-            role = spec.get("role", "host" if kind == "host" else "switch")
-            if (role == "host") != (kind == "host"):
-                allowed = "host" if kind == "host" else ", ".join(fabric.SWITCH_ROLES)
-                raise self.fail(
-                    path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}"
-                )
-            only = (
-                ("hosts", "host_rate")
-                if kind == "host"
-                else ("ip", "mac", "nvlink_ip", "nvlink_mac")
-            )
-            for key in only:
-                if key in spec:
-                    raise self.fail(path + (key,), f"a {kind} has no {key}", on_key=True)
-            if kind == "host" and "dpid" in spec:
-                raise self.fail(path + ("dpid",), "a host has no dpid", on_key=True)
-            node = _Node(name, kind, role, spec, path)
+        for name, spec in self.doc["nodes"].items():
+            node = self.read_node(name, spec)
             nodes[name] = node
-            if kind == "host":
+            if node.kind == "host":
                 host_count += 1
                 node.host_index = host_count
-            if "hosts" in spec and (
-                not isinstance(spec["hosts"], int)  # JSON Schema's integer takes 2.0 too
-                or not config.HOSTS_PER_SWITCH.contains(spec["hosts"])
-            ):
-                raise self.fail(
-                    path + ("hosts",), f"{_show(spec['hosts'])}: {config.HOSTS_PER_SWITCH.allowed}"
-                )
-            for _ in range(spec.get("hosts", 0)):
-                host_count += 1
-                host = f"h{host_count}"
-                if host in declared:
-                    raise self.fail(
-                        path + ("hosts",),
-                        f"generated host {host!r} clashes with node {host!r} "
-                        f"(line {self.marks.key_line(('nodes', host))})",
-                    )
-                inherited = {k: spec[k] for k in INHERITED_KEYS if k in spec}
-                nodes[host] = _Node(
-                    host,
-                    "host",
-                    "host",
-                    inherited,
-                    path + ("hosts",),
-                    host_count,
-                    name,
-                    generated=True,
-                )
-                rate_path = path + ("host_rate",) if "host_rate" in spec else ("defaults", "rate")
-                if "host_rate" in spec:
-                    rate = self.rate(rate_path, spec["host_rate"])
-                elif self.default_rate is not None:
-                    rate = self.default_rate
-                else:
-                    raise self.fail(
-                        path + ("hosts",),
-                        "no rate for the generated hosts' links: give host_rate or defaults.rate",
-                    )
-                generated.append(
-                    _Link(host, name, rate, self.default_delay, None, path + ("hosts",))
-                )
-        links = generated
-        for i, spec in enumerate(self.doc["links"]):
-            path = ("links", i)
-            for end in ("a", "b"):
-                if spec[end] not in nodes:
-                    raise self.fail(path + (end,), f"unknown node {spec[end]!r}")
-            if spec["a"] == spec["b"]:
-                raise self.fail(path + ("b",), f"a link from {spec['a']!r} to itself")
-            if "rate" in spec:
-                rate = self.rate(path + ("rate",), spec["rate"])
-            elif self.default_rate is not None:
-                rate = self.default_rate
-            else:
-                raise self.fail(path, "missing rate (give one here or in defaults.rate)")
-            delay = (
-                self.delay(path + ("delay",), spec["delay"])
-                if "delay" in spec
-                else self.default_delay
+            made = self.generate_hosts(node, host_count, nodes)
+            host_count += len(made)
+            generated += made
+        return nodes, generated + self.read_links(nodes)
+
+    def read_node(self, name: str, spec: Dict[str, Any]) -> _Node:
+        """A declared node whose role fits its kind and which has no key of the other kind."""
+        path: Path_ = ("nodes", name)
+        kind = spec["kind"]
+        role = spec.get("role", "host" if kind == "host" else "switch")
+        if (role == "host") != (kind == "host"):
+            allowed = "host" if kind == "host" else ", ".join(fabric.SWITCH_ROLES)
+            raise self.fail(path + ("role",), f"{role!r} is not a {kind} role; allowed: {allowed}")
+        only = (
+            ("hosts", "host_rate") if kind == "host" else ("ip", "mac", "nvlink_ip", "nvlink_mac")
+        )
+        for key in only:
+            if key in spec:
+                raise self.fail(path + (key,), f"a {kind} has no {key}", on_key=True)
+        if kind == "host" and "dpid" in spec:
+            raise self.fail(path + ("dpid",), "a host has no dpid", on_key=True)
+        return _Node(name, kind, role, spec, path)
+
+    def generate_hosts(
+        self, switch: _Node, host_count: int, nodes: Dict[str, _Node]
+    ) -> List[_Link]:
+        """Add the hosts a switch's ``hosts: N`` makes, numbered on from `host_count`; their links."""
+        spec, hosts_path = switch.spec, switch.path + ("hosts",)
+        if "hosts" in spec and (
+            not isinstance(spec["hosts"], int)  # JSON Schema's integer takes 2.0 too
+            or not config.HOSTS_PER_SWITCH.contains(spec["hosts"])
+        ):
+            raise self.fail(
+                hosts_path, f"{_show(spec['hosts'])}: {config.HOSTS_PER_SWITCH.allowed}"
             )
-            ports = tuple(spec["ports"]) if "ports" in spec else None
-            if ports is not None and not all(isinstance(p, int) for p in ports):
-                raise self.fail(path + ("ports",), f"{_show(spec['ports'])}: ports are integers")
-            links.append(_Link(spec["a"], spec["b"], rate, delay, ports, path))
-        return nodes, links
+        links: List[_Link] = []
+        for _ in range(spec.get("hosts", 0)):
+            host_count += 1
+            host = f"h{host_count}"
+            if host in self.doc["nodes"]:
+                raise self.fail(
+                    hosts_path,
+                    f"generated host {host!r} clashes with node {host!r} "
+                    f"(line {self.marks.key_line(('nodes', host))})",
+                )
+            inherited = {k: spec[k] for k in INHERITED_KEYS if k in spec}
+            nodes[host] = _Node(
+                host, "host", "host", inherited, hosts_path, host_count, switch.name, generated=True
+            )
+            rate = self.generated_host_rate(switch)
+            links.append(_Link(host, switch.name, rate, self.default_delay, None, hosts_path))
+        return links
+
+    def generated_host_rate(self, switch: _Node) -> int:
+        """The rate of a switch's generated hosts' links: its host_rate, else defaults.rate."""
+        if "host_rate" in switch.spec:
+            return self.rate(switch.path + ("host_rate",), switch.spec["host_rate"])
+        if self.default_rate is not None:
+            return self.default_rate
+        raise self.fail(
+            switch.path + ("hosts",),
+            "no rate for the generated hosts' links: give host_rate or defaults.rate",
+        )
+
+    def read_links(self, nodes: Dict[str, _Node]) -> List[_Link]:
+        """The file's links, in order, each between two known nodes."""
+        return [
+            self.read_link(("links", i), spec, nodes) for i, spec in enumerate(self.doc["links"])
+        ]
+
+    def read_link(self, path: Path_, spec: Dict[str, Any], nodes: Dict[str, _Node]) -> _Link:
+        """One link: between two known nodes, with its rate, delay and ports if given."""
+        for end in ("a", "b"):
+            if spec[end] not in nodes:
+                raise self.fail(path + (end,), f"unknown node {spec[end]!r}")
+        if spec["a"] == spec["b"]:
+            raise self.fail(path + ("b",), f"a link from {spec['a']!r} to itself")
+        if "rate" in spec:
+            rate = self.rate(path + ("rate",), spec["rate"])
+        elif self.default_rate is not None:
+            rate = self.default_rate
+        else:
+            raise self.fail(path, "missing rate (give one here or in defaults.rate)")
+        delay = (
+            self.delay(path + ("delay",), spec["delay"]) if "delay" in spec else self.default_delay
+        )
+        ports = tuple(spec["ports"]) if "ports" in spec else None
+        if ports is not None and not all(isinstance(p, int) for p in ports):
+            raise self.fail(path + ("ports",), f"{_show(spec['ports'])}: ports are integers")
+        return _Link(spec["a"], spec["b"], rate, delay, ports, path)
 
     def attach_hosts(self, nodes: Dict[str, _Node], links: List[_Link]) -> None:
+        """Attach every host to the switch its one link names (a GPU also to its NVSwitch).
+
+        Checks, in this order: one link per pair of nodes and none between two
+        hosts, what links an NVSwitch, the hosts per switch, and that every
+        host is attached and every switch linked.
+        """
         seen: Dict[frozenset, _Link] = {}
         for link in links:
-            pair = frozenset((link.a, link.b))
-            if pair in seen:
-                first = seen[pair].path
-                raise self.fail(
-                    link.path,
-                    f"a second link between {link.a} and {link.b} "
-                    f"(first: {field_name(first)}, line {self.marks.value_line(first)})",
-                )
-            seen[pair] = link
+            self.check_new_pair(link, seen)
             a, b = nodes[link.a], nodes[link.b]
             if a.kind == b.kind == "host":
                 raise self.fail(
@@ -602,38 +608,62 @@ class _Reader:
                     f"links two hosts ({link.a}, {link.b}); a host attaches to a switch",
                 )
             for host, switch in ((a, b), (b, a)):
-                if host.kind != "host":
-                    continue
-                if switch.role == "nvswitch":
-                    # A GPU's NVLink port: a second port, beside its NIC's.
-                    if host.nvswitch is not None:
-                        raise self.fail(
-                            link.path,
-                            f"host {host.name!r} already has its NVLink link "
-                            f"({field_name(host.nvlink_path)}, line "
-                            f"{self.marks.value_line(host.nvlink_path)})",
-                        )
-                    host.nvswitch, host.nvlink_path = switch.name, link.path
-                    continue
-                if host.generated:
-                    continue
-                if host.attached_to is not None:
-                    first = ("links", host.link_index)
-                    raise self.fail(
-                        link.path,
-                        f"host {host.name!r} already has its one link "
-                        f"({field_name(first)}, line {self.marks.value_line(first)})",
-                    )
-                host.attached_to, host.link_index = switch.name, link.path[1]
+                if host.kind == "host":
+                    self.attach(host, switch, link)
         for link in links:
-            a, b = nodes[link.a], nodes[link.b]
-            if "nvswitch" in (a.role, b.role) and "host" not in (a.kind, b.kind):
-                other = b if a.role == "nvswitch" else a
+            self.check_nvswitch_link(nodes[link.a], nodes[link.b], link)
+        self.check_hosts_per_switch(nodes)
+        for node in nodes.values():
+            self.check_attached(node, links)
+
+    def check_new_pair(self, link: _Link, seen: Dict[frozenset, _Link]) -> None:
+        """A link between two nodes that no link before it (in `seen`) joins."""
+        pair = frozenset((link.a, link.b))
+        if pair in seen:
+            first = seen[pair].path
+            raise self.fail(
+                link.path,
+                f"a second link between {link.a} and {link.b} "
+                f"(first: {field_name(first)}, line {self.marks.value_line(first)})",
+            )
+        seen[pair] = link
+
+    def attach(self, host: _Node, switch: _Node, link: _Link) -> None:
+        """Record `link` as `host`'s NVLink link or its one network link (a generated host has it)."""
+        if switch.role == "nvswitch":
+            # A GPU's NVLink port: a second port, beside its NIC's.
+            if host.nvswitch is not None:
                 raise self.fail(
                     link.path,
-                    f"links an nvswitch to {other.name!r}; an nvswitch links only GPUs "
-                    "(hosts), on their second port",
+                    f"host {host.name!r} already has its NVLink link "
+                    f"({field_name(host.nvlink_path)}, line "
+                    f"{self.marks.value_line(host.nvlink_path)})",
                 )
+            host.nvswitch, host.nvlink_path = switch.name, link.path
+            return
+        if host.generated:
+            return
+        if host.attached_to is not None:
+            first = ("links", host.link_index)
+            raise self.fail(
+                link.path,
+                f"host {host.name!r} already has its one link "
+                f"({field_name(first)}, line {self.marks.value_line(first)})",
+            )
+        host.attached_to, host.link_index = switch.name, link.path[1]
+
+    def check_nvswitch_link(self, a: _Node, b: _Node, link: _Link) -> None:
+        """An NVSwitch links only GPUs (hosts)."""
+        if "nvswitch" in (a.role, b.role) and "host" not in (a.kind, b.kind):
+            other = b if a.role == "nvswitch" else a
+            raise self.fail(
+                link.path,
+                f"links an nvswitch to {other.name!r}; an nvswitch links only GPUs "
+                "(hosts), on their second port",
+            )
+
+    def check_hosts_per_switch(self, nodes: Dict[str, _Node]) -> None:
+        """No switch has more hosts than emu.config.HOSTS_PER_SWITCH allows."""
         per_switch: Dict[str, int] = {}
         for node in nodes.values():
             if node.kind == "host" and node.attached_to is not None:
@@ -645,26 +675,24 @@ class _Reader:
                     f"{count} hosts on one switch: {config.HOSTS_PER_SWITCH.allowed}",
                     on_key=True,
                 )
-        for node in nodes.values():
-            if node.kind == "host" and node.attached_to is None:
-                raise self.fail(
-                    node.path,
-                    "host is not attached: no link names it"
-                    + (
-                        " but its NVLink link (a host needs a network switch)"
-                        if node.nvswitch
-                        else ""
-                    ),
-                    on_key=True,
-                )
-            if node.kind == "host" and node.nvswitch is None:
-                for key in ("nvlink_ip", "nvlink_mac"):
-                    if key in node.spec:
-                        raise self.fail(
-                            node.path + (key,), "a host without an nvswitch link", on_key=True
-                        )
-            if node.kind == "switch" and not any(node.name in (lk.a, lk.b) for lk in links):
-                raise self.fail(node.path, "switch has no links", on_key=True)
+
+    def check_attached(self, node: _Node, links: List[_Link]) -> None:
+        """A host is on a network switch (NVLink keys only with an NVSwitch); a switch has links."""
+        if node.kind == "host" and node.attached_to is None:
+            raise self.fail(
+                node.path,
+                "host is not attached: no link names it"
+                + (" but its NVLink link (a host needs a network switch)" if node.nvswitch else ""),
+                on_key=True,
+            )
+        if node.kind == "host" and node.nvswitch is None:
+            for key in ("nvlink_ip", "nvlink_mac"):
+                if key in node.spec:
+                    raise self.fail(
+                        node.path + (key,), "a host without an nvswitch link", on_key=True
+                    )
+        if node.kind == "switch" and not any(node.name in (lk.a, lk.b) for lk in links):
+            raise self.fail(node.path, "switch has no links", on_key=True)
 
     def number_ports(self, nodes: Dict[str, _Node], links: List[_Link]) -> None:
         """Give every link end a port: explicit ones first, then emu.fabric's default order."""

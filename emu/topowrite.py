@@ -11,7 +11,7 @@ never the other way round). Called by `emu topo export` and by anyone saving a b
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import networkx as nx
 import yaml
@@ -45,64 +45,128 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
         FabricSpecError: `G` breaks the contract of emu.fabric.validate.
     """
     fabric.validate(G)
+    default_rate, default_delay = _most_common_rate_and_delay(G)
+    compact = _compact_switches(G, default_rate, default_delay)
+    generated = {h for s in compact for h in _hosts_of(G, s)}
+    doc: Dict[str, Any] = {"name": G.graph["name"], "kind": G.graph["kind"]}
+    if G.graph["params"]:
+        doc["params"] = G.graph["params"]
+    if G.graph["time_scale"] != 1.0:
+        doc["time_scale"] = G.graph["time_scale"]
+    doc["defaults"] = {"rate": format_rate(default_rate)}
+    if default_delay:
+        doc["defaults"]["delay"] = default_delay
+    doc["nodes"] = _node_specs(G, compact, generated, default_rate)
+    doc["links"] = _link_specs(G, compact, generated, default_rate, default_delay)
+    return _render(doc, schema_ref)
+
+
+def _most_common_rate_and_delay(G: nx.Graph) -> Tuple[int, float]:
+    """The defaults a file gets: the most common rate and delay (ties: the first link's)."""
     rates = [d["rate_bps"] for _, _, d in G.edges(data=True)]
     delays = [d["delay_s"] for _, _, d in G.edges(data=True)]
-    # The most common rate and delay become the defaults (ties: the first link's).
-    default_rate = Counter(rates).most_common(1)[0][0]
-    default_delay = Counter(delays).most_common(1)[0][0]
-    compact = _compact_switches(G, default_rate, default_delay)
-    out_nodes: Dict[str, Dict[str, Any]] = {}
-    out_links: List[Dict[str, Any]] = []
-    generated = {h for s in compact for h in _hosts_of(G, s)}
-    order = [n for n in G.nodes if n not in generated]
-    role_rank: Dict[str, int] = {}
-    host_index = 0
+    return Counter(rates).most_common(1)[0][0], Counter(delays).most_common(1)[0][0]
+
+
+def _node_specs(
+    G: nx.Graph, compact: List[str], generated: Set[str], default_rate: int
+) -> Dict[str, Dict[str, Any]]:
+    """The ``nodes:`` of the file: every node but the `generated` hosts, in node order."""
     nvlink_ips = default_nvlink_addresses(
         [
             (h, next((p.switch for p in fabric.host_ports(G, h) if p.kind == "nvlink"), None))
             for h in fabric.hosts(G)
         ]
     )
-    for name in order:
+    out: Dict[str, Dict[str, Any]] = {}
+    role_rank: Dict[str, int] = {}
+    host_index = 0  # the file's host numbering, which derives MACs: generated hosts count
+    for name in (n for n in G.nodes if n not in generated):
         d = G.nodes[name]
-        spec: Dict[str, Any] = {"kind": d["kind"]}
         if d["kind"] == "switch":
-            spec["role"] = d["role"]
             role_rank[d["role"]] = role_rank.get(d["role"], 0) + 1
-            if d["dpid"] != ((d["tier"] + 1) << 16) | role_rank[d["role"]]:
-                spec["dpid"] = d["dpid"]
-            if name in compact:
-                spec["hosts"] = len(_hosts_of(G, name))
-                host_rate = G.edges[name, _hosts_of(G, name)[0]]["rate_bps"]
-                if host_rate != default_rate:
-                    spec["host_rate"] = format_rate(host_rate)
-                host_index += spec["hosts"]
+            spec = _switch_spec(G, name, role_rank[d["role"]], name in compact, default_rate)
+            host_index += spec.get("hosts", 0)
         else:
             host_index += 1
-            spec["ip"] = d["ip"]
-            if d["mac"] != default_mac(host_index):
-                spec["mac"] = d["mac"]
-            if "nvlink_ip" in d and d["nvlink_ip"] != nvlink_ips.get(name):
-                spec["nvlink_ip"] = d["nvlink_ip"]
-            if "nvlink_mac" in d and d["nvlink_mac"] != default_nvlink_mac(host_index):
-                spec["nvlink_mac"] = d["nvlink_mac"]
+            spec = _host_spec(d, host_index, nvlink_ips.get(name))
         for key in NODE_KEYS:
             if key in d:
                 spec[key] = d[key]
-        out_nodes[name] = spec
-    edges = [(u, v) for u, v in G.edges if not ({u, v} & generated)]
+        out[name] = spec
+    return out
+
+
+def _switch_spec(
+    G: nx.Graph, name: str, role_rank: int, compact: bool, default_rate: int
+) -> Dict[str, Any]:
+    """A switch's line: its role, its dpid if not derived, ``hosts: N`` if `compact`."""
+    d = G.nodes[name]
+    spec: Dict[str, Any] = {"kind": d["kind"], "role": d["role"]}
+    if d["dpid"] != ((d["tier"] + 1) << 16) | role_rank:
+        spec["dpid"] = d["dpid"]
+    if compact:
+        hosts = _hosts_of(G, name)
+        spec["hosts"] = len(hosts)
+        host_rate = G.edges[name, hosts[0]]["rate_bps"]
+        if host_rate != default_rate:
+            spec["host_rate"] = format_rate(host_rate)
+    return spec
+
+
+def _host_spec(
+    d: Dict[str, Any], host_index: int, default_nvlink_ip: Optional[str]
+) -> Dict[str, Any]:
+    """A declared host's line: its IP, and its MAC and NVLink address where not derived."""
+    spec: Dict[str, Any] = {"kind": d["kind"], "ip": d["ip"]}
+    if d["mac"] != default_mac(host_index):
+        spec["mac"] = d["mac"]
+    if "nvlink_ip" in d and d["nvlink_ip"] != default_nvlink_ip:
+        spec["nvlink_ip"] = d["nvlink_ip"]
+    if "nvlink_mac" in d and d["nvlink_mac"] != default_nvlink_mac(host_index):
+        spec["nvlink_mac"] = d["nvlink_mac"]
+    return spec
+
+
+def _link_specs(
+    G: nx.Graph, compact: List[str], generated: Set[str], default_rate: int, default_delay: float
+) -> List[Dict[str, Any]]:
+    """The ``links:`` of the file: rates, delays and ports only where not the defaults."""
     rank = {n: node_rank(G.nodes[n]["kind"], G.nodes[n]["role"]) for n in G.nodes}
+    generated_links = [(h, s) for s in compact for h in _hosts_of(G, s)]
+    pairs = generated_links + _declared_edges(G, generated, rank)
+    default_port = _default_ports(G, pairs, rank)
+    out = []
+    for i, (u, v) in enumerate(pairs[len(generated_links) :], start=len(generated_links)):
+        e = G.edges[u, v]
+        link: Dict[str, Any] = {"a": u, "b": v}
+        if e["rate_bps"] != default_rate:
+            link["rate"] = format_rate(e["rate_bps"])
+        if e["delay_s"] != default_delay:
+            link["delay"] = e["delay_s"]
+        if (e["ports"][u], e["ports"][v]) != (default_port[i, u], default_port[i, v]):
+            link["ports"] = [e["ports"][u], e["ports"][v]]
+        out.append(link)
+    return out
+
+
+def _declared_edges(
+    G: nx.Graph, generated: Set[str], rank: Dict[str, int]
+) -> List[Tuple[str, str]]:
+    """The links a file lists, each lower end first, in the order that needs no ``ports:``.
+
+    That is the order that lets the default numbering reproduce a builder's
+    ports: by tier, then by the lower end in node order, then by its port.
+    NVLink links last: a GPU's NIC link is its port 0, as the default
+    numbering gives the first of a host's links.
+    """
     position = {n: i for i, n in enumerate(G.nodes)}
 
     def oriented(u: str, v: str) -> Tuple[str, str]:
         return (u, v) if (rank[u], position[u]) <= (rank[v], position[v]) else (v, u)
 
-    # Links in the order that lets the default numbering reproduce the ports
-    # (a builder's graph then needs no `ports:`): by tier, then by the lower
-    # end in node order, then by its port.
-    # NVLink links last: a GPU's NIC link is its port 0, as the default numbering
-    # gives the first of a host's links.
-    edges = sorted(
+    edges = [(u, v) for u, v in G.edges if not ({u, v} & generated)]
+    return sorted(
         (oriented(u, v) for u, v in edges),
         key=lambda e: (
             G.edges[e]["tier"] == "nvlink",
@@ -112,37 +176,18 @@ def dump(G: nx.Graph, schema_ref: str = SCHEMA_REF) -> str:
             G.edges[e]["ports"][e[0]],
         ),
     )
-    generated_links = [(h, s) for s in compact for h in _hosts_of(G, s)]
-    pairs = generated_links + edges
-    default_order = default_port_order(pairs, rank)
+
+
+def _default_ports(
+    G: nx.Graph, pairs: List[Tuple[str, str]], rank: Dict[str, int]
+) -> Dict[Tuple[int, str], int]:
+    """``{(link index, node): port}`` as emu.topofile numbers links listed as `pairs`."""
     default_port = {}
-    for name, indexes in default_order.items():
+    for name, indexes in default_port_order(pairs, rank).items():
         first = FIRST_PORT[G.nodes[name]["kind"]]
         for port, i in enumerate(indexes, start=first):
             default_port[i, name] = port
-    for i, (u, v) in enumerate(pairs):
-        e = G.edges[u, v]
-        if i < len(generated_links):
-            continue
-        link: Dict[str, Any] = {"a": u, "b": v}
-        if e["rate_bps"] != default_rate:
-            link["rate"] = format_rate(e["rate_bps"])
-        if e["delay_s"] != default_delay:
-            link["delay"] = e["delay_s"]
-        if (e["ports"][u], e["ports"][v]) != (default_port[i, u], default_port[i, v]):
-            link["ports"] = [e["ports"][u], e["ports"][v]]
-        out_links.append(link)
-    doc: Dict[str, Any] = {"name": G.graph["name"], "kind": G.graph["kind"]}
-    if G.graph["params"]:
-        doc["params"] = G.graph["params"]
-    if G.graph["time_scale"] != 1.0:
-        doc["time_scale"] = G.graph["time_scale"]
-    doc["defaults"] = {"rate": format_rate(default_rate)}
-    if default_delay:
-        doc["defaults"]["delay"] = default_delay
-    doc["nodes"] = out_nodes
-    doc["links"] = out_links
-    return _render(doc, schema_ref)
+    return default_port
 
 
 def _hosts_of(G: nx.Graph, switch: str) -> List[str]:
