@@ -949,6 +949,7 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `emu` command line: its global options, then one `_add_*_parser` per command."""
     p = argparse.ArgumentParser(
         prog="emu",
         description="Packet-level emulator of GPU-cluster "
@@ -957,6 +958,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
     p.add_argument("--version", action="version", version=f"emu {package_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+    for add_parser in (
+        _add_list_parser,
+        _add_run_parser,
+        _add_cli_parser,
+        _add_web_parser,
+        _add_topo_parser,
+        _add_ctl_parser,
+        _add_ofctl_parser,
+        _add_path_parser,
+        _add_allreduce_parser,
+        _add_reproduce_parser,
+        _add_lab_parser,
+        _add_ps_parser,
+        _add_clean_parser,
+        _add_report_parser,
+    ):
+        add_parser(sub)
+    return p
+
+
+def _add_list_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu list`: the scenarios, and with -v their parameters."""
     s = sub.add_parser("list", help="scenarios with one-line descriptions")
     s.add_argument(
         "-v",
@@ -966,6 +989,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also every parameter: default, range and what it does",
     )
     s.set_defaults(func=cmd_list)
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu run NAME`: its --help lists NAME's parameters too (`_RunHelp`)."""
     s = sub.add_parser(
         "run",
         help="run a scenario and print its report",
@@ -985,11 +1012,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
     _add_web_options(s, linger=True)
     s.set_defaults(func=cmd_run)
+
+
+def _add_cli_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu cli`: the Mininet CLI on a fabric of its own."""
     s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
     _add_web_options(s, linger=False)
     s.set_defaults(func=cmd_cli)
+
+
+def _add_web_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu web`: the live view of a fabric that something else runs."""
     s = sub.add_parser(
         "web",
         help="live view of a running fabric in the browser",
@@ -999,6 +1034,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run", help="run id (default: the newest running fabric)")
     _add_web_address(s)
     s.set_defaults(func=cmd_web)
+
+
+def _add_topo_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu topo validate|show|export|schema`."""
     s = sub.add_parser(
         "topo",
         help="topology files: validate, show, export, schema",
@@ -1027,6 +1066,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_topo_export)
     t = topo.add_parser("schema", help="print the JSON schema of topology files")
     t.set_defaults(func=cmd_topo_schema)
+
+
+def _add_ctl_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu ctl TARGET WHAT [ARGS]`: the description lists what a switch and a NIC answer."""
     s = sub.add_parser(
         "ctl",
         help="ask a running switch or host NIC, or inject a fault",
@@ -1040,6 +1083,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs="*")
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ctl)
+
+
+def _add_ofctl_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu ofctl SWITCH COMMAND [ARGS]`: everything after COMMAND goes to ovs-ofctl."""
     s = sub.add_parser(
         "ofctl",
         help="ovs-ofctl -O OpenFlow13 against a running switch (flows, groups, meters)",
@@ -1052,6 +1099,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs=argparse.REMAINDER)
     s.add_argument("--run", help="run id (default: any running fabric)")
     s.set_defaults(func=cmd_ofctl)
+
+
+def _add_path_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu path SRC DST`."""
     s = sub.add_parser(
         "path",
         help="the switches a flow crosses now, asked of each switch",
@@ -1066,6 +1117,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dport", type=int, default=5201, help="destination port (default 5201)")
     s.add_argument("--run", help="run id (default: the running fabric)")
     s.set_defaults(func=cmd_path)
+
+
+def _add_allreduce_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu allreduce`: nccl-tests' all_reduce_perf options, as its flags name them."""
     s = sub.add_parser(
         "allreduce",
         help="nccl-tests-style all-reduce (ring or in-network)",
@@ -1095,6 +1150,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bw-unit", choices=("MB/s", "GB/s"), default="MB/s")
     s.add_argument("--out", help="directory for the fabric's logs")
     s.set_defaults(func=cmd_allreduce)
+
+
+def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu reproduce`."""
     s = sub.add_parser(
         "reproduce",
         help="run what the README quotes; write docs/results.md",
@@ -1127,26 +1186,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. docs/runs/DATE-reproduction.md)",
     )
     s.set_defaults(func=cmd_reproduce)
+
+
+def _add_lab_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu lab list|start|check|test|reset`."""
     s = sub.add_parser("lab", help="teaching labs: list, start one, grade your work")
     lab = s.add_subparsers(dest="lab_command", required=True)
     lab.add_parser("list", help="the labs, their time and what each is graded on")
-
-    def instance_options(t) -> None:
-        who = t.add_mutually_exclusive_group()
-        who.add_argument(
-            "--student",
-            metavar="NAME",
-            help=f"your own instance of the lab, from your name (or ${labs.ENV_STUDENT})",
-        )
-        who.add_argument(
-            "--seed", metavar="N", help=f"the instance by number (or ${labs.ENV_SEED})"
-        )
-
     t = lab.add_parser(
         "start", help="copy the lab's starting point, build its fabric, open the CLI"
     )
     t.add_argument("name")
-    instance_options(t)
+    _add_lab_instance_options(t)
     t.add_argument("--out", help="results directory (default results/labs/NAME)")
     _add_web_options(t, linger=False)
     t = lab.add_parser("check", help="grade the lab on real packets; a hint per failed check")
@@ -1156,7 +1207,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--work", help="grade this directory (default labs-work/NAME, else the start)"
     )
-    instance_options(t)
+    _add_lab_instance_options(t)
     t.add_argument("--out", help="results directory (default results/labs/NAME)")
     t = lab.add_parser("test", help="the lab's offline tests of your work: no root, no fabric")
     t.add_argument("name")
@@ -1169,8 +1220,23 @@ def build_parser() -> argparse.ArgumentParser:
         "reset", help="put labs-work/NAME back to the starting point (the old copy kept)"
     )
     t.add_argument("name")
-    instance_options(t)
+    _add_lab_instance_options(t)
     s.set_defaults(func=cmd_lab)
+
+
+def _add_lab_instance_options(t: argparse.ArgumentParser) -> None:
+    """--student or --seed: which instance of the lab (emu/labs.py derives one from either)."""
+    who = t.add_mutually_exclusive_group()
+    who.add_argument(
+        "--student",
+        metavar="NAME",
+        help=f"your own instance of the lab, from your name (or ${labs.ENV_STUDENT})",
+    )
+    who.add_argument("--seed", metavar="N", help=f"the instance by number (or ${labs.ENV_SEED})")
+
+
+def _add_ps_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu ps`."""
     s = sub.add_parser(
         "ps",
         help="the running fabrics: run ids, switches and hosts",
@@ -1181,12 +1247,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="as JSON, one object per fabric")
     s.add_argument("--run", help="only this run id")
     s.set_defaults(func=cmd_ps)
+
+
+def _add_clean_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu clean`."""
     s = sub.add_parser("clean", help="remove what crashed runs left behind")
     s.set_defaults(func=cmd_clean)
+
+
+def _add_report_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu report DIR`."""
     s = sub.add_parser("report", help="print the report of a results directory")
     s.add_argument("dir")
     s.set_defaults(func=cmd_report)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
