@@ -207,6 +207,42 @@ def run_allreduce(
     Examples:
         >>> run_allreduce(nics, ["h1", "h2", "h3", "h4"], [1 << 20], "int32")  # doctest: +SKIP
     """
+    hosts, name, sizes, compute = _checked_args(
+        hosts, size_bytes, dtype, algo, compute_s, rank_options
+    )
+    nics = host_nics(target, hosts)
+    algo, options, agg_job = _join_aggregation(nics, hosts, algo, options, nslots)
+    try:
+        run = _Run(
+            nics=nics,
+            hosts=hosts,
+            dtype=name,
+            algo=algo,
+            seed=seed,
+            iters=iters,
+            slice_bytes=slice_bytes,
+            compute=compute,
+            start_delay_s=start_delay_s,
+            timeout_s=timeout_s,
+            options={h: {**(options or {}), **(rank_options or {}).get(h, {})} for h in hosts},
+            count_ports=count_ports,
+            agg_job=agg_job,
+        )
+        return _run_sizes(run, sizes)
+    finally:
+        if agg_job is not None:
+            _unregister_agg_job(nics.fab, agg_job)
+
+
+def _checked_args(
+    hosts: Sequence[str],
+    size_bytes: int | Sequence[int],
+    dtype: str,
+    algo: str,
+    compute_s: float | Mapping[str, float],
+    rank_options: Mapping[str, Mapping[str, Any]] | None,
+) -> tuple[list[str], str, list[int], dict[str, float]]:
+    """`run_allreduce`'s arguments checked in its order: the ranks, dtype, sizes, compute per rank."""
     hosts = list(hosts)
     if len(hosts) < 2 or len(set(hosts)) != len(hosts):
         raise ValueError(f"hosts={hosts!r}: at least two distinct hosts")
@@ -228,43 +264,34 @@ def run_allreduce(
     unknown = sorted(set(rank_options or {}) - set(hosts))
     if unknown:
         raise ValueError(f"rank_options names hosts {unknown} that are not ranks {hosts}")
-    nics = host_nics(target, hosts)
-    agg_job = None
-    if algo == "sharp" and not (options and "job_id" in options):
-        agg_job = _register_agg_job(nics.fab, hosts, nslots)
-        if agg_job is None:
-            algo = "ring"  # refused: the client falls back to the ring
-        else:
-            options = dict(
-                options or {},
-                job_id=agg_job["job_id"],
-                job_ip=agg_job["job_ip"],
-                job_mac=agg_job["job_mac"],
-                nslots=agg_job["nslots"],
-            )
-    try:
-        return _run_sizes(
-            nics,
-            hosts,
-            sizes,
-            name,
-            algo,
-            seed,
-            iters,
-            slice_bytes,
-            compute,
-            start_delay_s,
-            timeout_s,
-            {h: {**(options or {}), **(rank_options or {}).get(h, {})} for h in hosts},
-            count_ports,
-            agg_job,
-        )
-    finally:
-        if agg_job is not None:
-            try:
-                nics.fab.agg_call("unregister", job_id=agg_job["job_id"])
-            except MgmtError as exc:
-                log.warning("aggregation job %s not unregistered: %s", agg_job["job_id"], exc)
+    return hosts, name, sizes, compute
+
+
+def _join_aggregation(
+    nics: RdmaHosts,
+    hosts: list[str],
+    algo: str,
+    options: Mapping[str, Any] | None,
+    nslots: int,
+) -> tuple[str, Mapping[str, Any] | None, dict | None]:
+    """Register a job for algo "sharp" unless `options` name the caller's; add it to `options`.
+
+    Returns the algorithm to run (the ring when the manager refused), the
+    options, and the job registered here (None when none was).
+    """
+    if algo != "sharp" or (options and "job_id" in options):
+        return algo, options, None
+    agg_job = _register_agg_job(nics.fab, hosts, nslots)
+    if agg_job is None:
+        return "ring", options, None  # refused: the client falls back to the ring
+    options = dict(
+        options or {},
+        job_id=agg_job["job_id"],
+        job_ip=agg_job["job_ip"],
+        job_mac=agg_job["job_mac"],
+        nslots=agg_job["nslots"],
+    )
+    return algo, options, agg_job
 
 
 def _register_agg_job(fab: Fabric, hosts: list[str], nslots: int) -> dict | None:
@@ -293,140 +320,202 @@ def _port_bytes(nics: RdmaHosts, hosts: list[str]) -> dict[str, int]:
     return out
 
 
-def _run_sizes(
-    nics: RdmaHosts,
-    hosts: list[str],
-    sizes: list[int],
-    name: str,
-    algo: str,
-    seed: int,
-    iters: int,
-    slice_bytes: int,
-    compute: dict[str, float],
-    start_delay_s: float,
-    timeout_s: float | None,
-    options: Mapping[str, Mapping[str, Any]],
-    count_ports: bool,
-    agg_job: dict | None,
-) -> list[AllReduceResult]:
-    itemsize = DTYPES[name].itemsize
+def _unregister_agg_job(fab: Fabric, agg_job: dict) -> None:
+    """Unregister a job `run_allreduce` registered; one already gone is only logged."""
+    try:
+        fab.agg_call("unregister", job_id=agg_job["job_id"])
+    except MgmtError as exc:
+        log.warning("aggregation job %s not unregistered: %s", agg_job["job_id"], exc)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every size of one `run_allreduce` call shares: the ranks, the algorithm, its settings."""
+
+    nics: RdmaHosts
+    hosts: list[str]
+    dtype: str  # emu/host/data.py's name
+    algo: str
+    seed: int
+    iters: int
+    slice_bytes: int
+    compute: dict[str, float]  # host -> seconds of compute before each iteration
+    start_delay_s: float
+    timeout_s: float | None
+    options: Mapping[str, Mapping[str, Any]]  # host -> its CollectiveSpec.options
+    count_ports: bool
+    agg_job: dict | None  # the job registered for this call (algo "sharp")
+
+    @property
+    def factor(self) -> float:
+        """busbw / algbw (`busbw_factor`)."""
+        return busbw_factor(self.algo, len(self.hosts))
+
+    @property
+    def agg_job_id(self) -> int | None:
+        """The aggregation job of algo "sharp": every rank's options name it."""
+        shared = self.options[self.hosts[0]]
+        return int(shared["job_id"]) if self.algo == "sharp" and "job_id" in shared else None
+
+    def limit_s(self, size: int) -> float:
+        """How long one size may take: `timeout_s`, else from the slowest host link."""
+        slowest_bps = min(self.nics.ports[h].rate_bps for h in self.hosts)
+        wire_s = self.factor * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return 10 * self.iters * wire_s + self.iters * max(self.compute.values()) + 30
+
+    def setup_timeout_s(self, count: int) -> float:
+        """How long a rank may take to set a job up: every rank regenerates n inputs."""
+        return 30 + count * len(self.hosts) * 1e-7
+
+
+def _run_sizes(run: _Run, sizes: list[int]) -> list[AllReduceResult]:
+    """One job per size, in order, over the same queue pairs."""
     # The ring's QPs (the all-reduce and its phases); other algorithms bring their own transport.
-    qps = nics.ring_qps(hosts) if algo in ALGO_PHASES else [None] * len(hosts)
-    n = len(hosts)
-    factor = busbw_factor(algo, n)
-    what = _COLLECTIVE.get(algo, "all-reduce")
-    slowest_bps = min(nics.ports[h].rate_bps for h in hosts)
-    shared = options[hosts[0]]  # sharp's job is every rank's
-    agg_job_id = int(shared["job_id"]) if algo == "sharp" and "job_id" in shared else None
+    qps = run.nics.ring_qps(run.hosts) if run.algo in ALGO_PHASES else [None] * len(run.hosts)
     results = []
     for size in sizes:
-        count = size // itemsize
-        wire_s = factor * size * 1.2 * 8 / slowest_bps  # 1.2: headers and ACKs
-        limit = (
-            timeout_s
-            if timeout_s is not None
-            else 10 * iters * wire_s + iters * max(compute.values()) + 30
-        )
-        setup_timeout_s = 30 + count * n * 1e-7  # every rank regenerates n inputs
-        restarts = 0
-        while True:
-            job = nics.new_job("allreduce" if algo in ALLREDUCE_NAMES else algo)
-            epoch = None if agg_job_id is None else _agg_epoch(nics.fab, agg_job_id)
-            reset = (
-                None if epoch is None else (lambda e=epoch: _agg_epoch(nics.fab, agg_job_id) != e)
-            )
-            try:
-                for rank, h in enumerate(hosts):
-                    nics.nics[h].call(
-                        "coll_setup",
-                        timeout_s=setup_timeout_s,
-                        job=job,
-                        rank=rank,
-                        nranks=n,
-                        dtype=name,
-                        count=count,
-                        seed=seed,
-                        algo=algo,
-                        iters=iters,
-                        compute_s=compute[h],
-                        slice_bytes=slice_bytes,
-                        send_qpn=qps[rank],
-                        recv_qpn=qps[rank - 1],
-                        options=dict(options[h]),
-                    )
-                ports0 = _port_bytes(nics, hosts) if count_ports else {}
-                at = time.time() + start_delay_s
-                for h in hosts:
-                    nics.nics[h].call("coll_start", job=job, at=at)
-                try:
-                    _wait_done(
-                        nics,
-                        hosts,
-                        job,
-                        limit,
-                        f"{what} {job} of {size} B on {n} ranks",
-                        reset=reset,
-                    )
-                except _TreeReset:
-                    if restarts >= MAX_TREE_RESETS:
-                        raise CollectiveError(
-                            f"all-reduce of {size} B: aggregation job {agg_job_id}'s tree "
-                            f"was reset {restarts + 1} times during it; gave up"
-                        ) from None
-                    restarts += 1
-                    log.warning(
-                        "all-reduce %s: aggregation tree of job %s reset; starting over (%d)",
-                        job,
-                        agg_job_id,
-                        restarts,
-                    )
-                    continue  # the ranks are cleared below, then set up afresh
-                # Read again once all are done: a rank may finish receiving before
-                # its own last sends left its NIC; now every message has arrived.
-                status = {
-                    h: nics.nics[h].call(
-                        "coll_status", timeout_s=setup_timeout_s, job=job, check=True
-                    )
-                    for h in hosts
-                }
-                ports1 = _port_bytes(nics, hosts) if count_ports else {}
-            finally:
-                for h in hosts:
-                    try:
-                        nics.nics[h].call("coll_clear", job=job)
-                    except MgmtError as exc:  # not set up there, or gone: clear the others
-                        log.debug("coll_clear %s on %s: %s", job, h, exc)
-            break
-        per_iter = [max(status[h]["elapsed_s"][i] for h in hosts) for i in range(iters)]
-        t = sum(per_iter) / iters
-        algbw = size / t if t > 0 else math.inf
-        results.append(
-            AllReduceResult(
-                size_bytes=size,
-                count=count,
-                dtype=name,
-                nranks=n,
-                algo=algo,
-                iters=iters,
-                time_s=t,
-                algbw_bytes_per_s=algbw,
-                busbw_bytes_per_s=algbw * factor,
-                wrong=sum(status[h]["wrong"] for h in hosts),
-                tx_payload_bytes={h: status[h]["tx_payload_bytes"] / iters for h in hosts},
-                tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
-                retransmitted={h: status[h]["retransmitted"] for h in hosts},
-                elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
-                digests_agree=algo == "reduce_scatter"
-                or len({status[h]["digest"] for h in hosts}) == 1,
-                iter_s={h: status[h]["iter_s"] for h in hosts},
-                port_tx_bytes={h: (ports1[h] - ports0[h]) / iters for h in ports0},
-                agg_job=agg_job,
-                restarts=restarts,
-                digests={h: status[h]["digest"] for h in hosts},
-                data_cpu_s={h: status[h]["data_cpu_s"] for h in hosts},
-            )
-        )
+        count = size // DTYPES[run.dtype].itemsize
+        status, port_tx_bytes, restarts = _run_size(run, size, count, qps)
+        results.append(_result(run, size, count, status, port_tx_bytes, restarts))
     return results
+
+
+def _run_size(
+    run: _Run, size: int, count: int, qps: list
+) -> tuple[dict[str, dict], dict[str, float], int]:
+    """One size's job: set up on every rank, started at one instant, waited for, read, cleared.
+
+    Starts over when the aggregation tree is reset under it (at most
+    MAX_TREE_RESETS times). Returns every rank's final status, the bytes each
+    host's leaf port took in per iteration (with `count_ports`), and the restarts.
+    """
+    nics, hosts = run.nics, run.hosts
+    what = _COLLECTIVE.get(run.algo, "all-reduce")
+    restarts = 0
+    while True:
+        job = nics.new_job("allreduce" if run.algo in ALLREDUCE_NAMES else run.algo)
+        reset = _tree_reset_check(nics.fab, run.agg_job_id)
+        try:
+            _set_up(run, job, count, qps)
+            ports0 = _port_bytes(nics, hosts) if run.count_ports else {}
+            at = time.time() + run.start_delay_s
+            for h in hosts:
+                nics.nics[h].call("coll_start", job=job, at=at)
+            try:
+                what_job = f"{what} {job} of {size} B on {len(hosts)} ranks"
+                _wait_done(nics, hosts, job, run.limit_s(size), what_job, reset=reset)
+            except _TreeReset:
+                restarts = _after_tree_reset(run, job, size, restarts)
+                continue  # the ranks are cleared below, then set up afresh
+            # Read again once all are done: a rank may finish receiving before
+            # its own last sends left its NIC; now every message has arrived.
+            status = {
+                h: nics.nics[h].call(
+                    "coll_status", timeout_s=run.setup_timeout_s(count), job=job, check=True
+                )
+                for h in hosts
+            }
+            ports1 = _port_bytes(nics, hosts) if run.count_ports else {}
+        finally:
+            _clear_job(nics, hosts, job)
+        return status, {h: (ports1[h] - ports0[h]) / run.iters for h in ports0}, restarts
+
+
+def _tree_reset_check(fab: Fabric, agg_job_id: int | None) -> Callable[[], bool] | None:
+    """For an aggregation job: whether its tree was reset since now (its epoch moved)."""
+    if agg_job_id is None:
+        return None
+    epoch = _agg_epoch(fab, agg_job_id)
+    return lambda: _agg_epoch(fab, agg_job_id) != epoch
+
+
+def _after_tree_reset(run: _Run, job: str, size: int, restarts: int) -> int:
+    """Count one more start over of a size whose tree was reset; give up after MAX_TREE_RESETS."""
+    if restarts >= MAX_TREE_RESETS:
+        raise CollectiveError(
+            f"all-reduce of {size} B: aggregation job {run.agg_job_id}'s tree "
+            f"was reset {restarts + 1} times during it; gave up"
+        ) from None
+    log.warning(
+        "all-reduce %s: aggregation tree of job %s reset; starting over (%d)",
+        job,
+        run.agg_job_id,
+        restarts + 1,
+    )
+    return restarts + 1
+
+
+def _set_up(run: _Run, job: str, count: int, qps: list) -> None:
+    """Set `job` up on every rank: its input, its place in the ring, its options."""
+    n = len(run.hosts)
+    for rank, h in enumerate(run.hosts):
+        run.nics.nics[h].call(
+            "coll_setup",
+            timeout_s=run.setup_timeout_s(count),
+            job=job,
+            rank=rank,
+            nranks=n,
+            dtype=run.dtype,
+            count=count,
+            seed=run.seed,
+            algo=run.algo,
+            iters=run.iters,
+            compute_s=run.compute[h],
+            slice_bytes=run.slice_bytes,
+            send_qpn=qps[rank],
+            recv_qpn=qps[rank - 1],
+            options=dict(run.options[h]),
+        )
+
+
+def _clear_job(nics: RdmaHosts, hosts: list[str], job: str) -> None:
+    """Clear `job` on every rank, whatever state each is in."""
+    for h in hosts:
+        try:
+            nics.nics[h].call("coll_clear", job=job)
+        except MgmtError as exc:  # not set up there, or gone: clear the others
+            log.debug("coll_clear %s on %s: %s", job, h, exc)
+
+
+def _result(
+    run: _Run,
+    size: int,
+    count: int,
+    status: dict[str, dict],
+    port_tx_bytes: dict[str, float],
+    restarts: int,
+) -> AllReduceResult:
+    """One size's row, from every rank's final status."""
+    hosts, iters = run.hosts, run.iters
+    per_iter = [max(status[h]["elapsed_s"][i] for h in hosts) for i in range(iters)]
+    t = sum(per_iter) / iters
+    algbw = size / t if t > 0 else math.inf
+    return AllReduceResult(
+        size_bytes=size,
+        count=count,
+        dtype=run.dtype,
+        nranks=len(hosts),
+        algo=run.algo,
+        iters=iters,
+        time_s=t,
+        algbw_bytes_per_s=algbw,
+        busbw_bytes_per_s=algbw * run.factor,
+        wrong=sum(status[h]["wrong"] for h in hosts),
+        tx_payload_bytes={h: status[h]["tx_payload_bytes"] / iters for h in hosts},
+        tx_frame_bytes={h: status[h]["tx_frame_bytes"] / iters for h in hosts},
+        retransmitted={h: status[h]["retransmitted"] for h in hosts},
+        elapsed_s={h: status[h]["elapsed_s"] for h in hosts},
+        digests_agree=run.algo == "reduce_scatter"
+        or len({status[h]["digest"] for h in hosts}) == 1,
+        iter_s={h: status[h]["iter_s"] for h in hosts},
+        port_tx_bytes=port_tx_bytes,
+        agg_job=run.agg_job,
+        restarts=restarts,
+        digests={h: status[h]["digest"] for h in hosts},
+        data_cpu_s={h: status[h]["data_cpu_s"] for h in hosts},
+    )
 
 
 #: How often one size may start over because its aggregation tree was reset.
