@@ -25,11 +25,13 @@ Run:  emu run pause-storm
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
 from emu import fabric as fabric_mod
 from emu import topopick
+from emu.answers import WatchdogEvent
 from emu.config import WatchdogSpec
 from emu.faults import Faults
 from emu.figures import Entry, per_key
@@ -43,7 +45,7 @@ from emu.scenario import (
     fabric_params,
 )
 from emu.telemetry import Panel, save_panels, start_capture
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, received_bps
 
 DESCRIPTION = "a stuck NIC floods PAUSE: the storm spreads with the watchdog off, not on"
 SLACK_S = 0.15
@@ -143,19 +145,11 @@ def run_mode(ctx: Context, graph, mode: str, flows: list[tuple[str, str]]) -> di
         t_fault = time.time()
         stop.wait(max(0.0, p["duration_s"] - (time.time() - t0)))
         fab.stop_proc(capture)
-        samples = {h: nics.samples(h) for h in hosts}
+        samples = {h: nics.nic_samples(h) for h in hosts}
         collected_at = time.time()
-        watchdog = {sw: fab.switch_call(sw, "watchdog") for sw in fabric_mod.switches(graph)}
-        counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)}
+        watchdog = {sw: fab.watchdog(sw) for sw in fabric_mod.switches(graph)}
+        counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(graph)}
     return measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collected_at)
-
-
-def _goodput(series: list, q: int, t_from: float, t_to: float) -> float:
-    """Bits/s received on QP q between two agent-clock times."""
-    pts = [(t, rx.get(str(q), 0)) for t, _, rx, _ in series if t_from <= t <= t_to]
-    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
-        return 0.0
-    return (pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0])
 
 
 def measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collected_at) -> dict:
@@ -170,16 +164,16 @@ def measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collect
             continue
         # Agent samples are on the agent's monotonic clock, and its last sample
         # was taken within one sample period of `collected_at`.
-        end = series[-1][0]
+        end = series[-1].t
         fault = end - (collected_at - t_fault)
-        before = _goodput(series, q, fault - 1.5, fault - 0.2)
-        after = _goodput(series, q, end - 2.0, end)
+        before = received_bps(series, q, fault - 1.5, fault - 0.2)
+        after = received_bps(series, q, end - 2.0, end)
         per_flow[f"{s}->{d}"] = {
             "before_bps": before,
             "after_bps": after,
             "involves_stuck": stuck in (s, d),
         }
-        pts = [(t - fault, rx.get(str(q), 0)) for t, _, rx, _ in series]
+        pts = [(x.t - fault, x.rx_bytes.get(q, 0)) for x in series]
         timelines[f"{s}->{d}"] = [
             (t1, (b1 - b0) * 8 / (t1 - t0_) / 1e6)
             for (t0_, b0), (t1, b1) in zip(pts, pts[1:])
@@ -191,13 +185,13 @@ def measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collect
     paused_switches = sorted(
         sw
         for sw, c in counters.items()
-        if any(v for v in c["pfc"]["pause_rx"].values()) and sw != stuck_leaf
+        if any(v for v in c.pfc.pause_rx.values()) and sw != stuck_leaf
     )
     storms = [
-        dict(e, switch=sw)
+        _event_doc(e, switch=sw)
         for sw, w in watchdog.items()
-        for e in w["events"]
-        if e["kind"] == "storm"
+        for e in w.events
+        if e.kind == "storm"
     ]
     return {
         "per_flow": per_flow,
@@ -210,9 +204,16 @@ def measure(ctx, mode, graph, qps, samples, watchdog, counters, t_fault, collect
         "pause_reached_switches": paused_switches,
         "storm_events": storms,
         "detected_after_s": _detection_delay(storms, t_fault),
-        "watchdog_drops": sum(w["drops"] for w in watchdog.values()),
-        "storms_detected": sum(w["detected"] for w in watchdog.values()),
+        "watchdog_drops": sum(w.drops for w in watchdog.values()),
+        "storms_detected": sum(w.detected for w in watchdog.values()),
     }
+
+
+def _event_doc(event: WatchdogEvent, **extra) -> dict:
+    """`event` as metrics.json records it: the switch's own keys ("wall" only when the
+    switch stamped one), then `extra`."""
+    doc = {k: v for k, v in dataclasses.asdict(event).items() if k != "wall" or v is not None}
+    return {**doc, **extra}
 
 
 def _detection_delay(storms: list[dict], t_fault: float) -> float | None:

@@ -34,6 +34,7 @@ Run:  emu run pfc-deadlock
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ import networkx as nx
 
 from emu import config, topofile
 from emu import fabric as fabric_mod
+from emu.answers import NicSample
 from emu.config import BufferSpec, WatchdogSpec
 from emu.faults import Faults
 from emu.figures import WILDCARD, Entry, per_key
@@ -152,17 +154,14 @@ def run(ctx: Context) -> None:
 
 def live_state(fab: Fabric, graph) -> dict:
     """Every switch's per-port pause state and queue depths now (its cheap `live` answer)."""
-    return {
-        sw: {p["port_no"]: p for p in fab.switch_call(sw, "live")["ports"]}
-        for sw in fabric_mod.switches(graph)
-    }
+    return {sw: fab.live_ports(sw) for sw in fabric_mod.switches(graph)}
 
 
 def snapshot(fab: Fabric, graph) -> dict:
     """`live_state` and every switch's counters (buffer, ports, queues) now."""
     return {
         "live": live_state(fab, graph),
-        "counters": {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)},
+        "counters": {sw: fab.counters(sw) for sw in fabric_mod.switches(graph)},
     }
 
 
@@ -193,14 +192,14 @@ def wait_for_graph(graph, live: dict) -> nx.DiGraph:
         for sw, ports in live.items()
         for port, state in ports.items()
         for prio in LOSSLESS
-        if prio in state["paused_now"] and state["depth_bytes"][prio] > 0
+        if prio in state.paused_now and state.depth_bytes[prio] > 0
     }
     g = nx.DiGraph()
     for a, pa, prio in stuck:
         if (a, pa) not in peers:
             continue
         b, pb = peers[(a, pa)]
-        if prio not in live[b][pb]["pausing"]:
+        if prio not in live[b][pb].pausing:
             continue
         for b2, r, q in stuck:
             if b2 == b and r != pb:
@@ -221,20 +220,20 @@ def cycle_hops(graph, snap: dict, cycle: list) -> list[dict]:
     hops = []
     for a, pa, prio in cycle:
         b, pb = peers[(a, pa)]
-        buf = snap["counters"][b]["buffer"]
-        key = f"{pb}:{prio}"
+        buf = snap["counters"][b].buffer
+        key = (pb, prio)
         hops.append(
             {
                 "waits": f"{_intf(graph, a, pa)} prio {prio}",
                 "switch": a,
                 "paused_by": b,
                 "ingress": f"{_intf(graph, b, pb)} prio {prio}",
-                "ingress_bytes": buf["ingress_bytes"].get(key, 0),
-                "headroom_bytes": buf["headroom_used_bytes"].get(key, 0),
-                "xoff_bytes": buf["xoff_threshold_bytes"],
+                "ingress_bytes": buf.ingress_bytes.get(key, 0),
+                "headroom_bytes": buf.headroom_used_bytes.get(key, 0),
+                "xoff_bytes": buf.xoff_threshold_bytes,
                 # PFC's hysteresis: PAUSE stands until the queue is below this.
-                "xon_bytes": buf["xoff_threshold_bytes"] - BufferSpec().resume_offset_bytes,
-                "xoff_sent": buf["xoff_sent"].get(key, 0),
+                "xon_bytes": buf.xoff_threshold_bytes - BufferSpec().resume_offset_bytes,
+                "xoff_sent": buf.xoff_sent.get(key, 0),
                 "ingress_key": (b, pb, prio),
                 "egress_key": (a, pa, prio),
             }
@@ -255,13 +254,13 @@ def cycle_text(hops: list[dict]) -> str:
 # ----- goodput from the receivers' samples --------------------------------------
 
 
-def _rx_at(series: list, q: int, t: float) -> int:
+def _rx_at(series: list[NicSample], q: int, t: float) -> int:
     """Bytes QP q had received by agent-clock time t (the last sample at or before it)."""
     last = 0
-    for ts, _tx, rx, _rate in series:
-        if ts > t:
+    for sample in series:
+        if sample.t > t:
             break
-        last = rx.get(str(q), 0)
+        last = sample.rx_bytes.get(q, 0)
     return last
 
 
@@ -276,7 +275,7 @@ def window_bytes(samples: dict, qps: dict, t_from: float, t_to: float) -> dict[s
 def timelines(samples: dict, qps: dict, t0: float) -> dict[str, list[tuple[float, float]]]:
     out = {}
     for (s, d), q in qps.items():
-        pts = [(t - t0, rx.get(str(q), 0)) for t, _tx, rx, _r in samples[d]]
+        pts = [(x.t - t0, x.rx_bytes.get(q, 0)) for x in samples[d]]
         out[f"{s}->{d}"] = [
             (t1, (b1 - b0) * 8 / (t1 - ta) / 1e6)
             for (ta, b0), (t1, b1) in zip(pts, pts[1:])
@@ -286,7 +285,7 @@ def timelines(samples: dict, qps: dict, t0: float) -> dict[str, list[tuple[float
 
 
 def _queue_tx(snap: dict, sw: str, port: int, prio: int) -> int:
-    return snap["counters"][sw]["queues"][str(port)][prio]["tx_packets"]
+    return snap["counters"][sw].queues[port][prio].tx_packets
 
 
 # ----- the runs -----------------------------------------------------------------
@@ -347,7 +346,7 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
         ctx.event("deadlock_formed", after_s=round(t_formed - t0, 2))
         # Frames already past the cycle (queued towards the hosts, which nothing
         # pauses) still arrive: an XOFF's worth per port at line rate, then a sample.
-        settle = max(fab.switch_call(s, "counters")["buffer"]["xoff_threshold_bytes"] for s in ring)
+        settle = max(fab.counters(s).buffer.xoff_threshold_bytes for s in ring)
         settle_s = settle * 8 / rate + 2 * NIC_SAMPLE_S
         stop.wait(settle_s)
         a_from = time.monotonic()
@@ -375,16 +374,16 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
         stop.wait(p["recover_s"])
         c_to = time.monotonic()
         fab.stop_proc(capture)
-        samples = {h: nics.samples(h) for h in fabric_mod.hosts(graph)}
+        samples = {h: nics.nic_samples(h) for h in fabric_mod.hosts(graph)}
         snap_end = snapshot(fab, graph)
-        wd = {sw: fab.switch_call(sw, "watchdog") for sw in ring}
+        wd = {sw: fab.watchdog(sw) for sw in ring}
     peers = _peer_ports(graph)
     ring_ports = [(sw, port) for (sw, port) in peers]
     storms = [
-        dict(e, switch=sw, after_s=round(e["wall"] - wall_wd[sw], 3))
+        dict(dataclasses.asdict(e), switch=sw, after_s=round(e.wall - wall_wd[sw], 3))
         for sw, w in wd.items()
-        for e in w["events"]
-        if e["kind"] == "storm" and "wall" in e
+        for e in w.events
+        if e.kind == "storm" and e.wall is not None
     ]
     cycle_egress = {h["egress_key"] for h in hops}
     return {
@@ -412,10 +411,8 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
             for prio in LOSSLESS
         ),
         "pause_refreshed": {
-            h["ingress"]: snap_b1["counters"][ik[0]]["buffer"]["xoff_sent"].get(
-                f"{ik[1]}:{ik[2]}", 0
-            )
-            - snap_b0["counters"][ik[0]]["buffer"]["xoff_sent"].get(f"{ik[1]}:{ik[2]}", 0)
+            h["ingress"]: snap_b1["counters"][ik[0]].buffer.xoff_sent.get(ik[1:], 0)
+            - snap_b0["counters"][ik[0]].buffer.xoff_sent.get(ik[1:], 0)
             for h, ik in ((h, h["ingress_key"]) for h in hops)
         },
         "refresh_s": refresh_s,
@@ -424,7 +421,7 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
         "storms_on_cycle": [
             s for s in storms if (s["switch"], s["port"], s["prio"]) in cycle_egress
         ],
-        "watchdog_drops": sum(w["drops"] for w in wd.values()),
+        "watchdog_drops": sum(w.drops for w in wd.values()),
         "window_recovered": [t_wd - t0, c_to - t0],
         "bytes_recovered": window_bytes(samples, qps, t_wd, c_to),
         "bytes_total": window_bytes(samples, qps, t0 - 1.0, c_to),
@@ -437,7 +434,7 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
             h
             for h in fabric_mod.hosts(graph)
             for sw in [graph.nodes[h]["leaf"]]
-            if LOSSLESS[0] in snap_b1["live"][sw][graph.edges[h, sw]["ports"][sw]]["pausing"]
+            if LOSSLESS[0] in snap_b1["live"][sw][graph.edges[h, sw]["ports"][sw]].pausing
         ),
         "timelines": timelines(samples, qps, t0),
     }
@@ -469,8 +466,8 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
                 cycles_seen.append(" -> ".join(f"{sw}-eth{port}" for sw, port, _ in cycle))
             got = {}
             for (s, d), q in qps.items():
-                series = nics.samples(d, since=time.monotonic() - 1.0)
-                got[f"{s}->{d}"] = series[-1][2].get(str(q), 0) if series else 0
+                series = nics.nic_samples(d, since=time.monotonic() - 1.0)
+                got[f"{s}->{d}"] = series[-1].rx_bytes.get(q, 0) if series else 0
             return got if all(v >= posted for v in got.values()) else None
 
         # A deadlock-free ring delivers it in send_s at the fair share; four times
@@ -489,18 +486,17 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
         t_end = time.monotonic()
         fab.stop_proc(capture)
         fab.stop_proc(bounce_cap)
-        samples = {h: nics.samples(h) for h in fabric_mod.hosts(graph)}
-        wd = {sw: fab.switch_call(sw, "watchdog") for sw in ring}
-        send_stats = {(s, d): nics.stats(s)["send"][str(q)] for (s, d), q in qps.items()}
-        flows_tbl = {sw: fab.switch_call(sw, "flows") for sw in ring}
+        samples = {h: nics.nic_samples(h) for h in fabric_mod.hosts(graph)}
+        wd = {sw: fab.watchdog(sw) for sw in ring}
+        send_stats = {(s, d): nics.nic_stats(s).send[q] for (s, d), q in qps.items()}
+        flows_tbl = {sw: fab.flows(sw) for sw in ring}
         status = fab.controller_status()
     done_at = {}
     for (s, d), q in qps.items():
-        hit = [t for t, _tx, rx, _r in samples[d] if rx.get(str(q), 0) >= posted]
+        hit = [x.t for x in samples[d] if x.rx_bytes.get(q, 0) >= posted]
         done_at[f"{s}->{d}"] = (hit[0] - t0) if hit else None
     tag_packets = {
-        sw: sum(f["packets"] for f in fl if f["cookie"].startswith("0x4"))
-        for sw, fl in flows_tbl.items()
+        sw: sum(f.packets for f in fl if f.cookie.startswith("0x4")) for sw, fl in flows_tbl.items()
     }
     return {
         "posted_bytes": posted,
@@ -509,9 +505,9 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
         "goodput_bps": {k: posted * 8 / v if v else 0.0 for k, v in done_at.items()},
         "cycles_seen": sorted(set(cycles_seen)),
         # Go-back-N's own view: a timeout resends what may only have been queued.
-        "timeouts": {f"{s}->{d}": st["timeouts"] for (s, d), st in send_stats.items()},
-        "retransmitted": {f"{s}->{d}": st["retransmitted"] for (s, d), st in send_stats.items()},
-        "storms": sum(w["detected"] for w in wd.values()),
+        "timeouts": {f"{s}->{d}": st.timeouts for (s, d), st in send_stats.items()},
+        "retransmitted": {f"{s}->{d}": st.retransmitted for (s, d), st in send_stats.items()},
+        "storms": sum(w.detected for w in wd.values()),
         "tagger_status": status.get("tagger", {}),
         # Adaptive routing beside Tagger (extensions=adaptive): what it measured and placed.
         "adaptive_status": status.get("adaptive"),

@@ -303,7 +303,7 @@ class Part:
 
 def rx_bytes(fab: Fabric, switches: list[str]) -> int:
     """Bytes received so far on every port of `switches` (the spines, or the NVSwitches)."""
-    return sum(p["rx_bytes"] for sw in switches for p in fab.switch_call(sw, "ports"))
+    return sum(p.rx_bytes for sw in switches for p in fab.port_stats(sw).values())
 
 
 def _capture(ctx: Context, fab: Fabric, graph: nx.Graph, spines: list[str], name: str) -> list:

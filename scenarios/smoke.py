@@ -262,11 +262,7 @@ def nvlink_ping(ctx: Context, fab: Fabric) -> None:
     nvswitches = [f"nvsw{node}" for node in domains]
 
     def rx_frames(switches: list[str]) -> int:
-        return sum(
-            port["rx_packets"]
-            for sw in switches
-            for port in fab.switch_call(sw, "counters")["ports"]
-        )
+        return sum(port.rx_packets for sw in switches for port in fab.port_stats(sw).values())
 
     before = rx_frames(nvswitches)
     sent = recv = pairs = 0
@@ -355,11 +351,10 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
     stop = threading.Event()
 
     def sample() -> None:
-        # The switch stamps its counters itself, so the windows are exact.
+        # The switch stamps its answer itself, so the windows are exact.
         while not stop.is_set():
-            c = fab.switch_call(dst_leaf, "counters")
-            port = next(p for p in c["ports"] if p["port_no"] == port_no)
-            samples.append((c["time"], port["tx_bytes"]))
+            q = fab.queues(dst_leaf)
+            samples.append((q.time, q.tx_bytes[port_no]))
             stop.wait(0.25)
 
     sampler = threading.Thread(target=sample)
@@ -415,13 +410,13 @@ def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) 
 
 def _tx_bytes(fab: Fabric, switches: list[str]) -> dict[str, int]:
     """Bytes each switch has sent, over all its ports."""
-    return {sw: sum(p["tx_bytes"] for p in fab.switch_call(sw, "ports")) for sw in switches}
+    return {sw: sum(p.tx_bytes for p in fab.port_stats(sw).values()) for sw in switches}
 
 
 def _port_tx(fab: Fabric, graph, switch: str, peers: list[str]) -> dict[str, int]:
     """Bytes `switch` has sent towards each of `peers`, from its port counters."""
-    by_port = {p["port_no"]: p["tx_bytes"] for p in fab.switch_call(switch, "ports")}
-    return {n: by_port[graph.edges[switch, n]["ports"][switch]] for n in peers}
+    ports = fab.port_stats(switch)
+    return {n: ports[graph.edges[switch, n]["ports"][switch]].tx_bytes for n in peers}
 
 
 def _flows(doc: dict) -> dict[int, int]:

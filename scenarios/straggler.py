@@ -206,7 +206,7 @@ class Point:
 
 def _storms(fab: Fabric) -> int:
     """PFC storms declared so far by every switch's watchdog (emu/switch/watchdog.py)."""
-    return sum(fab.switch_call(sw, "watchdog")["detected"] for sw in fabric_mod.switches(fab.graph))
+    return sum(fab.watchdog(sw).detected for sw in fabric_mod.switches(fab.graph))
 
 
 def _points(factors: list[float], nic_factors: list[float]) -> list[tuple[str, float]]:
