@@ -56,13 +56,14 @@ from scapy.layers.l2 import Ether
 from scapy.utils import PcapReader
 
 from emu import fabric as fabric_mod
+from emu.answers import NicSample
 from emu.credit_audit import audit
 from emu.figures import WILDCARD, Entry, Figure, per_key
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.proto import credit, pfc, roce
 from emu.scenario import Context, Param, ScenarioError, choices, fabric_params
 from emu.telemetry import Panel, save_panels, start_capture
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, received_bps
 
 DESCRIPTION = "incast + victim flow: PFC vs PFC+DCQCN vs InfiniBand-style credits"
 
@@ -187,7 +188,7 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
 
         def sample() -> None:
             while not stop.is_set():
-                samples.append(fab.switch_call("leaf2", "queues"))
+                samples.append(fab.queues("leaf2"))
                 stop.wait(SAMPLE_S)
 
         sampler = threading.Thread(target=sample)
@@ -203,23 +204,23 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
             stop.set()
             sampler.join()
         end = time.monotonic()
-        rx = {h: nics.samples(h) for h in (RECEIVER, VICTIM[1])}
-        nic_stats = {h: nics.stats(h) for h in hosts}
-        counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)}
+        rx = {h: nics.nic_samples(h) for h in (RECEIVER, VICTIM[1])}
+        nic_stats = {h: nics.nic_stats(h) for h in hosts}
+        counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(graph)}
         macs = {
-            port["name"]: port["hw_addr"]
+            port.name: port.hw_addr
             for sw in fabric_mod.switches(graph)
-            for port in fab.switch_call(sw, "ports")
+            for port in fab.port_stats(sw).values()
         }
         for cap in caps.values():
             fab.stop_proc(cap)
     w0 = t0 + p["warmup_s"]
-    goodput = {s: _goodput(rx[RECEIVER], qps[s], w0, end) for s in INCAST_SENDERS}
-    victim_bps = _goodput(rx[VICTIM[1]], victim_qp, w0, end)
+    goodput = {s: received_bps(rx[RECEIVER], qps[s], w0, end) for s in INCAST_SENDERS}
+    victim_bps = received_bps(rx[VICTIM[1]], victim_qp, w0, end)
     depth = [
-        (s["time"] - wall0, s["depth_bytes"][str(bottleneck_port)][3])
+        (s.time - wall0, s.depth_bytes[bottleneck_port][3])
         for s in samples
-        if str(bottleneck_port) in s["depth_bytes"]
+        if bottleneck_port in s.depth_bytes
     ]
     steady = sorted(d for t, d in depth if t >= p["warmup_s"])
     wire = {name: _wire_counts(out / f"{name}.pcap") for name in links}
@@ -229,14 +230,14 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
         "victim_bps": victim_bps,
         "queue_p50_bytes": steady[len(steady) // 2] if steady else 0,
         "queue_max_bytes": steady[-1] if steady else 0,
-        "switch_drops": sum(sum(c["buffer"]["drops"].values()) for c in counters.values()),
-        "nic_drops": sum(st["rx_overflow"] for st in nic_stats.values()),
+        "switch_drops": sum(sum(c.buffer.drops.values()) for c in counters.values()),
+        "nic_drops": sum(st.rx_overflow for st in nic_stats.values()),
         "retransmitted": sum(
-            sum(q["retransmitted"] for q in st["send"].values()) for st in nic_stats.values()
+            sum(q.retransmitted for q in st.send.values()) for st in nic_stats.values()
         ),
-        "cnps": sum(st["cnps_sent"] for st in nic_stats.values()),
-        "pause_frames_sent": sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values())
-        + sum(st["pause_tx"] for st in nic_stats.values()),
+        "cnps": sum(st.cnps_sent for st in nic_stats.values()),
+        "pause_frames_sent": sum(sum(c.pfc.pfc_tx_frames.values()) for c in counters.values())
+        + sum(st.pause_tx for st in nic_stats.values()),
         "wire": wire,
         "stalled_s": _stalled(mode, counters, nic_stats),
         "series": {
@@ -247,29 +248,28 @@ def run_mode(ctx: Context, graph, mode: str) -> dict:
     }
     if mode in CREDIT_MODES:
         result["audit"] = _audits(graph, out, macs, victim_vl=4 if mode == "credit-2vl" else 3)
-        result["overruns"] = sum(
-            vl["overruns"]
-            for c in counters.values()
-            for link in c["credit"]["links"].values()
-            for vl in link.values()
-        ) + sum(st["credit_overruns"] for st in nic_stats.values())
-        result["fc_frames_sent"] = sum(
-            sum(c["credit"]["fc_tx_frames"].values()) for c in counters.values()
-        ) + sum(st["fc_tx"] for st in nic_stats.values())
+        result.update(_credit_counts(counters, nic_stats))
     return result
 
 
-def _goodput(samples: list, qpn: int, t0: float, t1: float) -> float:
-    """Payload bit/s a receiving NIC took on `qpn` between monotonic t0 and t1."""
-    window = [(t, rx.get(str(qpn), 0)) for t, _, rx, _ in samples if t0 <= t <= t1]
-    if len(window) < 2 or window[-1][0] <= window[0][0]:
-        return 0.0
-    return (window[-1][1] - window[0][1]) * 8 / (window[-1][0] - window[0][0])
+def _credit_counts(counters: dict, nic_stats: dict) -> dict[str, int]:
+    """Credit overruns counted by the receivers and credit frames sent, switches and NICs."""
+    return {
+        "overruns": sum(
+            vl.overruns
+            for c in counters.values()
+            for link in c.credit.links.values()
+            for vl in link.values()
+        )
+        + sum(st.credit_overruns for st in nic_stats.values()),
+        "fc_frames_sent": sum(sum(c.credit.fc_tx_frames.values()) for c in counters.values())
+        + sum(st.fc_tx for st in nic_stats.values()),
+    }
 
 
-def _series(samples: list, qpn: int, t0: float) -> tuple[list, list]:
+def _series(samples: list[NicSample], qpn: int, t0: float) -> tuple[list, list]:
     """Goodput (Mbit/s) over time for a plot."""
-    pts = [(t - t0, rx.get(str(qpn), 0)) for t, _, rx, _ in samples if t >= t0]
+    pts = [(s.t - t0, s.rx_bytes.get(qpn, 0)) for s in samples if s.t >= t0]
     ts, rates = [], []
     for (ta, a), (tb, b) in zip(pts, pts[1:]):
         if tb > ta:
@@ -283,15 +283,15 @@ def _stalled(mode: str, counters: dict, nic_stats: dict) -> dict[str, float]:
     out = {}
     for sw, c in counters.items():
         if mode in CREDIT_MODES:
-            for port, link in c["credit"]["links"].items():
-                if link["3"]["blocked_s"] > 0:
-                    out[f"{sw}:{port}"] = link["3"]["blocked_s"]
+            for port, link in c.credit.links.items():
+                if link[3].blocked_s > 0:
+                    out[f"{sw}:{port}"] = link[3].blocked_s
         else:
-            for port, per_prio in c["pfc"]["paused_s"].items():
+            for port, per_prio in c.pfc.paused_s.items():
                 if per_prio[3] > 0:
                     out[f"{sw}:{port}"] = per_prio[3]
     for h, st in nic_stats.items():
-        secs = st["credit"]["3"]["blocked_s"] if mode in CREDIT_MODES else st["paused_s"][3]
+        secs = st.credit[3].blocked_s if mode in CREDIT_MODES else st.paused_s[3]
         if secs > 0:
             out[h] = secs
     return out
@@ -413,6 +413,28 @@ def report(ctx: Context, results: dict) -> None:
             round(r["incast_bps"] / 1e6, 2),
             f">= {0.9 * line_goodput / 1e6:.2f}",
         )
+    _check_lossless(ctx, results, line_goodput)
+    _check_credit(ctx, results)
+    if "dcqcn" in results and "pfc" in results:
+        # DCQCN keeps the bottleneck queue below XOFF: no PAUSE in steady state, so the
+        # victim gets at least twice what head-of-line blocking leaves it under PFC.
+        d, pf = results["dcqcn"]["victim_bps"], results["pfc"]["victim_bps"]
+        ctx.check(
+            "dcqcn: the victim recovers (>= 2x its goodput under PFC alone)",
+            d >= 2 * pf,
+            f"{d / 1e6:.2f} vs {pf / 1e6:.2f}",
+            ">= 2x",
+        )
+    if "credit" in results and "pfc" in results:
+        c, pf = results["credit"]["victim_bps"], results["pfc"]["victim_bps"]
+        ctx.text(
+            f"victim under credits / under PFC: {c / max(pf, 1.0):.2f} (the model: 1, the same "
+            "head-of-line blocking within one virtual lane)"
+        )
+
+
+def _check_lossless(ctx: Context, results: dict, line_goodput: float) -> None:
+    """The lossless modes: no drop, and the victim blocked or not as its class says."""
     for mode in ("pfc", "credit", "pfc-2class", "credit-2vl"):
         if mode not in results:
             continue
@@ -447,6 +469,10 @@ def report(ctx: Context, results: dict) -> None:
                 round(r["victim_bps"] / 1e6, 2),
                 f"<= {0.5 * line_goodput / 1e6:.2f}",
             )
+
+
+def _check_credit(ctx: Context, results: dict) -> None:
+    """The credit modes: no PAUSE, credit on every link, no sender past its credit."""
     for mode in (m for m in CREDIT_MODES if m in results):
         r = results[mode]
         pauses = sum(w["pause"] for w in r["wire"].values())
@@ -478,22 +504,6 @@ def report(ctx: Context, results: dict) -> None:
             sum(r["stalled_s"].values()) > 0,
             round(sum(r["stalled_s"].values()), 2),
             "> 0 s blocked",
-        )
-    if "dcqcn" in results and "pfc" in results:
-        # DCQCN keeps the bottleneck queue below XOFF: no PAUSE in steady state, so the
-        # victim gets at least twice what head-of-line blocking leaves it under PFC.
-        d, pf = results["dcqcn"]["victim_bps"], results["pfc"]["victim_bps"]
-        ctx.check(
-            "dcqcn: the victim recovers (>= 2x its goodput under PFC alone)",
-            d >= 2 * pf,
-            f"{d / 1e6:.2f} vs {pf / 1e6:.2f}",
-            ">= 2x",
-        )
-    if "credit" in results and "pfc" in results:
-        c, pf = results["credit"]["victim_bps"], results["pfc"]["victim_bps"]
-        ctx.text(
-            f"victim under credits / under PFC: {c / max(pf, 1.0):.2f} (the model: 1, the same "
-            "head-of-line blocking within one virtual lane)"
         )
 
 

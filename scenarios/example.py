@@ -71,7 +71,7 @@ def run(ctx: Context) -> None:
             return len(done) == len(senders)
 
         wait_for(all_done, 120, "every SEND to complete", logs=fab.log_dir())
-        counters = [fab.switch_call(sw, "counters") for sw in fabric.switches(g)]
+        counters = [fab.counters(sw) for sw in fabric.switches(g)]
     busy, model = model_s(len(senders), p["message_bytes"], rate)
     # A port may run ahead of its clock by its burst after idle (rate x T + burst over
     # any T, emu/switch/scheduler.py), and fall behind by a faithful run's limits.
@@ -87,8 +87,8 @@ def run(ctx: Context) -> None:
         f"{low:.4f}..{high:.4f} s (model {model:.4f} s; a port's burst, a faithful "
         "emulator's lost link time and lateness per hop, emu/fidelity.py; the posts' spread)",
     )
-    drops = sum(sum(c["buffer"]["drops"].values()) for c in counters)
-    pauses = sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters)
+    drops = sum(sum(c.buffer.drops.values()) for c in counters)
+    pauses = sum(sum(c.pfc.pfc_tx_frames.values()) for c in counters)
     ctx.check(
         "lossless: PFC pauses the senders, no frame dropped",
         drops == 0 and (pauses > 0 or len(senders) == 1),

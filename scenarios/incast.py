@@ -60,7 +60,7 @@ from emu.scenario import (
     fabric_params,
 )
 from emu.telemetry import Panel, save_panels, start_capture
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, received_bps
 
 # Receiver, senders and the model's rates, hops and delays come from the
 # graph, so a topology file may replace the shape parameters (emu/scenario.py).
@@ -199,7 +199,7 @@ def run_mode(
 
         def sample() -> None:
             while not stop.is_set():
-                samples.append(fab.switch_call(leaf, "queues"))
+                samples.append(fab.queues(leaf))
                 stop.wait(SAMPLE_S)
 
         sampler = threading.Thread(target=sample)
@@ -213,11 +213,11 @@ def run_mode(
             stop.set()
             sampler.join()
         end = time.time()
-        send_stats = {s: nics.stats(s)["send"][str(qps[s])] for s in senders}
-        recv_stats = nics.stats(receiver)
-        rx_samples = nics.samples(receiver)
-        counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)}
-        nic_stats = {h: nics.stats(h) for h in senders}
+        send_stats = {s: nics.nic_stats(s).send[qps[s]] for s in senders}
+        recv_stats = nics.nic_stats(receiver)
+        rx_samples = nics.nic_samples(receiver)
+        counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(graph)}
+        nic_stats = {h: nics.nic_stats(h) for h in senders}
         for cap in caps:
             fab.stop_proc(cap)
     return measure(
@@ -256,47 +256,41 @@ def measure(
 ) -> dict:
     p = ctx.params
     w0 = t0 + p["warmup_s"]
-    window = [s for s in samples if w0 <= s["time"] <= end]
+    window = [s for s in samples if w0 <= s.time <= end]
     util = 0.0
     if len(window) >= 2:
-        sent = window[-1]["tx_bytes"][str(port)] - window[0]["tx_bytes"][str(port)]
-        util = sent * 8 / (rate * (window[-1]["time"] - window[0]["time"]))
-    depth = [(s["time"] - t0, s["depth_bytes"][str(port)][3]) for s in samples]
+        sent = window[-1].tx_bytes[port] - window[0].tx_bytes[port]
+        util = sent * 8 / (rate * (window[-1].time - window[0].time))
+    depth = [(s.time - t0, s.depth_bytes[port][3]) for s in samples]
     # Per-sender goodput at the receiver over the window (agent samples use monotonic
     # time: align them by their own first/last in-window index).
     n = len(rx_samples)
     first = int(n * p["warmup_s"] / p["duration_s"]) if n else 0
-    goodput = {}
-    for s, q in qps.items():
-        a = rx_samples[first][2].get(str(q), 0) if n else 0
-        b = rx_samples[-1][2].get(str(q), 0) if n else 0
-        dt = (rx_samples[-1][0] - rx_samples[first][0]) if n > first + 1 else 1.0
-        goodput[s] = (b - a) * 8 / dt if dt > 0 else 0.0
+    t_from, t_to = (rx_samples[first].t, rx_samples[-1].t) if n else (0.0, 0.0)
+    goodput = {s: received_bps(rx_samples, q, t_from, t_to) for s, q in qps.items()}
     flows = (
         {
-            s: [(t - rx_samples[0][0], v.get(str(q), 0)) for t, _, v, _ in rx_samples]
+            s: [(x.t - rx_samples[0].t, x.rx_bytes.get(q, 0)) for x in rx_samples]
             for s, q in qps.items()
         }
         if n
         else {}
     )
-    switch_drops = sum(
-        sum(c["buffer"]["drops"].values()) + c["watchdog"]["drops"] for c in counters.values()
-    )
-    nic_drops = recv_stats["rx_overflow"]
+    switch_drops = sum(sum(c.buffer.drops.values()) + c.watchdog.drops for c in counters.values())
+    nic_drops = recv_stats.rx_overflow
     pfc_frames = (
-        sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values())
-        + recv_stats["pause_tx"]
-        + sum(s["pause_tx"] for s in nic_stats.values())
+        sum(sum(c.pfc.pfc_tx_frames.values()) for c in counters.values())
+        + recv_stats.pause_tx
+        + sum(s.pause_tx for s in nic_stats.values())
     )
     paused_s = {}
     for sw, c in counters.items():
-        for port_no, per_prio in c["pfc"]["paused_s"].items():
+        for port_no, per_prio in c.pfc.paused_s.items():
             if per_prio[3] > 0:
                 paused_s[f"{sw}:{port_no}"] = per_prio[3]
     for h, st in nic_stats.items():
-        if st["paused_s"][3] > 0:
-            paused_s[h] = st["paused_s"][3]
+        if st.paused_s[3] > 0:
+            paused_s[h] = st.paused_s[3]
     kmin, kmax = EcnSpec.from_dict(qos.get("ecn", {})).thresholds(rate)
     # Queue statistics over the measurement window: the start-up burst (every
     # sender at line rate before the first CNP) is not the steady state.
@@ -306,8 +300,8 @@ def measure(
         "utilisation": util,
         "switch_drops": switch_drops,
         "nic_drops": nic_drops,
-        "retransmitted": sum(s["retransmitted"] for s in send_stats.values()),
-        "cnps": sum(s["cnps"] for s in send_stats.values()),
+        "retransmitted": sum(s.retransmitted for s in send_stats.values()),
+        "cnps": sum(s.cnps for s in send_stats.values()),
         "pfc_frames": pfc_frames,
         "paused_s": paused_s,
         "goodput_bps": goodput,
@@ -322,7 +316,7 @@ def measure(
         "transient_settled_s": settled_s,
         "kmin_kmax": [kmin, kmax],
         "flows": flows,
-        "ecn_marks": sum(sum(c["buffer"]["ecn_marks"].values()) for c in counters.values()),
+        "ecn_marks": sum(sum(c.buffer.ecn_marks.values()) for c in counters.values()),
     }
 
 

@@ -38,7 +38,7 @@ from emu.scenario import (
 )
 from emu.telemetry import Panel, save_panels
 from emu.traffic import iperf
-from emu.traffic.rdma import RdmaHosts
+from emu.traffic.rdma import RdmaHosts, received_bps
 
 DESCRIPTION = "TCP storage traffic on the RDMA class by mistake: RDMA loses its bandwidth"
 
@@ -113,36 +113,32 @@ def run_variant(ctx: Context, graph, variant: str, tos: int, rdma, tcp, rate: in
         tcp_client = iperf.start(fab, tcp[0], tcp[1], p["duration_s"], port=5400, tos=tos)
         threading.Event().wait(p["duration_s"])
         tcp_doc = iperf.finish(fab, tcp_client, timeout_s=p["duration_s"] + 30)
-        series = nics.samples(rdma[1])
-        sender = nics.stats(rdma[0])["send"][str(qp)]
-        counters = {sw: fab.switch_call(sw, "counters") for sw in fabric_mod.switches(graph)}
+        series = nics.nic_samples(rdma[1])
+        sender = nics.nic_stats(rdma[0]).send[qp]
+        counters = {sw: fab.counters(sw) for sw in fabric_mod.switches(graph)}
     # RDMA goodput over the second half (both flows established).
-    pts = [(t, rx.get(str(qp), 0)) for t, _, rx, _ in series]
-    half = [x for x in pts if x[0] >= pts[-1][0] - p["duration_s"] / 2] if pts else []
-    rdma_bps = (
-        (half[-1][1] - half[0][1]) * 8 / (half[-1][0] - half[0][0])
-        if len(half) > 1 and half[-1][0] > half[0][0]
-        else 0.0
-    )
+    pts = [(s.t, s.rx_bytes.get(qp, 0)) for s in series]
+    end = pts[-1][0] if pts else 0.0
+    rdma_bps = received_bps(series, qp, end - p["duration_s"] / 2, end)
     tcp_bps = tcp_doc.get("end", {}).get("sum_received", {}).get("bits_per_second", 0.0)
-    drops = {sw: dict(c["buffer"]["drops"]) for sw, c in counters.items() if c["buffer"]["drops"]}
+    drops = {sw: dict(c.buffer.drops) for sw, c in counters.items() if c.buffer.drops}
     return {
         "rdma_target_bps": target,
         "rdma_bps": rdma_bps,
         "tcp_bps": tcp_bps,
         "tcp_retransmits": tcp_doc.get("end", {}).get("sum_sent", {}).get("retransmits"),
-        "rdma_cnps": sender["cnps"],
-        "rdma_rate_bps": sender["rate_bps"],
-        "pfc_frames": sum(sum(c["pfc"]["pfc_tx_frames"].values()) for c in counters.values()),
+        "rdma_cnps": sender.cnps,
+        "rdma_rate_bps": sender.rate_bps,
+        "pfc_frames": sum(sum(c.pfc.pfc_tx_frames.values()) for c in counters.values()),
         "lossless_drops": sum(v.get("headroom_overflow", 0) for v in drops.values()),
         "drops": drops,
-        "kernel_rx_drops": sum(sum(c["kernel_rx_drops"].values()) for c in counters.values()),
+        "kernel_rx_drops": sum(sum(c.kernel_rx_drops.values()) for c in counters.values()),
         "lossless_watermark_bytes": max(
             (
                 v
                 for c in counters.values()
-                for k, v in c["buffer"]["egress_watermark_bytes"].items()
-                if int(k.split(":")[1]) in PfcSpec().lossless_priorities
+                for (_, prio), v in c.buffer.egress_watermark_bytes.items()
+                if prio in PfcSpec().lossless_priorities
             ),
             default=0,
         ),
