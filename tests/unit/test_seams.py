@@ -300,28 +300,11 @@ def _raw_answer_readers() -> list[Path]:
     return _sources("scenarios", "bench", *labs)
 
 
-# Scenarios that still read raw answers (issue 30), each to move to emu/answers.py's
-# types; any other file that does fails, and so does one of these that no longer does.
-KNOWN_RAW_READERS = {
-    "credit_vs_pfc.py",
-    "example.py",
-    "incast.py",
-    "livelock.py",
-    "mixed_traffic.py",
-    "pause_storm.py",
-    "pfc_deadlock.py",
-    "rail_optimized.py",
-    "smoke.py",
-    "straggler.py",
-}
-
-
 @pytest.mark.parametrize("path", _raw_answer_readers(), ids=str)
 def test_scenarios_labs_and_benches_read_typed_management_answers(path: Path) -> None:
     """issue 30: no scenario, lab or bench indexes management JSON by strings (`c["pfc"]
     ["pause_rx"]`, `rx.get(str(qpn))`): they read emu/answers.py's types."""
-    known = path.parent.name == "scenarios" and path.name in KNOWN_RAW_READERS
-    assert bool(raw_answer_calls(path)) == known, (path, raw_answer_calls(path))
+    assert raw_answer_calls(path) == [], path
 
 
 def test_the_raw_answer_checker_sees_switch_and_nic_answers(tmp_path: Path) -> None:
