@@ -26,13 +26,13 @@ from emu.config import MTU_FRAME_BYTES
 from emu.figures import Entry, per_key
 from emu.scenario import Context, Param, ScenarioError, build_fabric_graph
 from emu.telemetry import Panel, save_panels
-from scenarios import incast
+from emu.traffic import incast
 
 DESCRIPTION = "storage-tuned vs training-tuned ECN thresholds under a DCQCN incast"
 
 PARAMS = {
-    # The incast's fabric and workload (see incast.py), without its mode choice.
-    **{k: v for k, v in incast.PARAMS.items() if k != "modes"},
+    # The incast's fabric and workload (emu/traffic/incast.py), as the incast scenario's.
+    **incast.PARAMS,
     "warmup_s": Param(2.0, "start of the measurement window", min=0.0, max=60.0),
     "training_kmin_frames": Param(2, "training-tuned Kmin, in full frames", min=0, max=1000),
     "training_kmax_frames": Param(10, "training-tuned Kmax, in full frames", min=1, max=1000),
@@ -53,7 +53,7 @@ def validate(params: dict) -> None:
                 f"parameter {v}_kmin_frames={params[f'{v}_kmin_frames']}: "
                 f"must be below {v}_kmax_frames={params[f'{v}_kmax_frames']}"
             )
-    incast.validate({**params, "modes": "dcqcn"})
+    incast.validate(params)
 
 
 def qos_for(params: dict, variant: str) -> dict:
@@ -75,7 +75,7 @@ def run(ctx: Context) -> None:
     results = {}
     for variant in VARIANTS:
         ctx.log(f"ecn-thresholds: {variant}")
-        results[variant] = incast.run_mode(
+        results[variant] = incast.run(
             ctx, graph, variant, senders, receiver, qos_for(p, variant), dcqcn=True
         )
     ctx.metrics["variants"] = results

@@ -222,12 +222,6 @@ def scenario_imports(path: Path) -> list[str]:
     return sorted(set(found) - {f"scenarios.{path.stem}"})
 
 
-# Scenario -> scenario imports still to undo (issue 30), each with its reason: any other
-# one fails. ecn-thresholds runs incast's workload itself (two ECN settings of the
-# same incast), which is to move to emu/traffic/ with the run layer.
-KNOWN_SCENARIO_IMPORTS = {"ecn_thresholds.py": ["scenarios.incast"]}
-
-
 @pytest.mark.parametrize(
     "path",
     _sources("scenarios", *(f"labs/{d.name}" for d in (REPO / "labs").iterdir() if d.is_dir())),
@@ -236,7 +230,7 @@ KNOWN_SCENARIO_IMPORTS = {"ecn_thresholds.py": ["scenarios.incast"]}
 def test_scenarios_and_labs_share_models_through_emu_models_not_each_other(path: Path) -> None:
     """issue 30: a model two places use lives in emu/models/; no scenario or lab
     imports a scenario for it (labs/ is checked too: they quoted incast's model)."""
-    assert scenario_imports(path) == KNOWN_SCENARIO_IMPORTS.get(path.name, []), path
+    assert scenario_imports(path) == [], path
 
 
 def test_the_scenario_import_checker_sees_both_spellings(tmp_path: Path) -> None:
