@@ -69,8 +69,10 @@ Run:  emu run rail-optimized [--set nodes=4 --set gpus_per_node=2 --set spines=2
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import networkx as nx
 
@@ -391,328 +393,473 @@ def run_alltoall(nics: RdmaHosts, sends: list[tuple[str, str, int]], timeout_s: 
     return max(last - first for first, last in spans.values())
 
 
-def run(ctx: Context) -> None:
+# ----------------------------------------------------------------- the plan
+
+Send = tuple[str, str, int]  # one all-to-all message: source NIC, destination NIC, bytes
+T = TypeVar("T")
+
+
+@dataclass
+class Plan:
+    """What `run` measures and against what, chosen from the graph before the fabric starts.
+
+    The rings and the all-to-all's messages (NICs named as in the graph),
+    whether rail-only islands refuse the crossing parts, and the models the
+    report judges the spine and NVSwitch bytes and the times against.
+    """
+
+    graph: nx.Graph
+    chosen: list[str]  # the case names of the `parts` parameter, in run order
+    n_nodes: int
+    gpus: int  # per node
+    dtype: str
+    itemsize: int
+    size: int  # all-reduce bytes per rank
+    a2a: int  # all-to-all bytes from each GPU to each GPU of another node
+    rate_bps: int  # the NIC links' rate
+    domains: dict[int, list[str]]  # node -> [GPU of rail 1, ...]
+    spines: list[str]
+    nvswitches: list[str]
+    # Chosen from the above by make_plan:
+    aligned: list[str] = field(default_factory=list)  # one GPU per node, all on rail 1
+    crossing: list[str] = field(default_factory=list)  # node k's on rail ((k-1) mod G) + 1
+    flat: list[str] = field(default_factory=list)  # every GPU, node-major
+    per_rail: list[list[str]] = field(default_factory=list)  # hierarchical: a ring per rail
+    no_pxn: list[Send] = field(default_factory=list)  # all-to-all NIC to NIC
+    pxn: list[Send] = field(default_factory=list)  # PXN's step on the rails
+    handover: list[Send] = field(default_factory=list)  # PXN's step over NVLink
+    islands: bool = False  # rail-only: no path between rails
+    refused: list[str] = field(default_factory=list)  # a line per part the islands refuse
+    rm_cross: dict = field(default_factory=dict)  # ring_spine_model of the crossing ring
+    rm_flat: dict = field(default_factory=dict)  # ... and of the flat ring
+    a2a_model: dict = field(default_factory=dict)  # spine bytes of all-to-all without PXN
+    nv_model: dict[str, int] = field(default_factory=dict)  # NVSwitch bytes, NVLink parts
+    nv_model_s: dict[str, float] = field(default_factory=dict)  # ... and their NVLink time
+    floors: dict[str, float] = field(default_factory=dict)  # busiest NIC link's time, a2a
+
+    @property
+    def nodes(self) -> list[int]:
+        """The nodes' numbers, in order."""
+        return sorted(self.domains)
+
+    def gpu(self, node: int, rail: int) -> str:
+        """Node `node`'s GPU (its NIC) on rail `rail`."""
+        return self.domains[node][rail - 1]
+
+
+def make_plan(ctx: Context, graph: nx.Graph) -> Plan:
+    """The rings, the all-to-all's messages and the models for the run on `graph`.
+
+    Logs the parts that rail-only islands refuse.
+    """
     p = ctx.params
-    graph = build_fabric_graph(p)
-    validate(p)
-    n_nodes, gpus = p["nodes"], p["gpus_per_node"]
     dtype = p["dtype"]
-    itemsize = collectives.DTYPES[collectives.dtype_name(dtype)].itemsize
-    size = collectives.parse_size(p["size"], dtype)
-    a2a = collectives.parse_size(p["a2a_size"], dtype)
+    domains = fabric_mod.nvlink_domains(graph)
+    switches = fabric_mod.switches(graph)
+    out = Plan(
+        graph=graph,
+        chosen=selected_parts(p),
+        n_nodes=p["nodes"],
+        gpus=p["gpus_per_node"],
+        dtype=dtype,
+        itemsize=collectives.DTYPES[collectives.dtype_name(dtype)].itemsize,
+        size=collectives.parse_size(p["size"], dtype),
+        a2a=collectives.parse_size(p["a2a_size"], dtype),
+        rate_bps=int(p["rate_mbps"] * 1e6),
+        domains=domains,
+        spines=[s for s in switches if s.startswith("spine")],
+        nvswitches=[s for s in switches if graph.nodes[s]["role"] == "nvswitch"],
+    )
+    _choose_rings(out)
+    _choose_alltoall(out)
+    _refuse_islands(ctx, out)
+    _model(out)
+    return out
+
+
+def _choose_rings(plan: Plan) -> None:
+    """The placements' rings, the flat ring and the hierarchical all-reduce's rail rings."""
+    nodes, gpus = plan.nodes, plan.gpus
+    plan.aligned = [plan.gpu(k, 1) for k in nodes]
+    plan.crossing = [plan.gpu(k, (k - 1) % gpus + 1) for k in nodes]
+    plan.flat = [h for k in nodes for h in plan.domains[k]]  # node-major
+    plan.per_rail = [[plan.gpu(k, r) for k in nodes] for r in range(1, gpus + 1)]
+
+
+def _choose_alltoall(plan: Plan) -> None:
+    """The all-to-all's messages: NIC to NIC, and PXN's hand-over and rail steps."""
+    nodes, rails, a2a = plan.nodes, range(1, plan.gpus + 1), plan.a2a
+    pairs = [(a, b) for a in nodes for b in nodes if a != b]
+    plan.no_pxn = [
+        (plan.gpu(a, i), plan.gpu(b, j), a2a) for a, b in pairs for i in rails for j in rails
+    ]
+    plan.pxn = [(plan.gpu(a, j), plan.gpu(b, j), plan.gpus * a2a) for a, b in pairs for j in rails]
+    # PXN's hand-over: GPU (a, i) gives GPU (a, j) its data for every (b, j), b != a,
+    # in one message over NVLink.
+    plan.handover = [
+        (plan.gpu(a, i), plan.gpu(a, j), (plan.n_nodes - 1) * a2a)
+        for a in nodes
+        for i in rails
+        for j in rails
+        if i != j
+    ]
+
+
+def _refuse_islands(ctx: Context, plan: Plan) -> None:
+    """On a rail-only fabric, the parts whose hops cross rails: refused, one line each."""
+    plan.islands = not nx.has_path(fabric_mod.network(plan.graph), plan.gpu(1, 1), plan.gpu(1, 2))
+    if not plan.islands:
+        return
+    plan.refused = [
+        f"{what}: refused: spines={ctx.params['spines']} is rail-only, rail 1 and rail 2 are "
+        "islands (no path between their NICs)"
+        for what in ("crossing placement", "flat ring", "all-to-all without PXN")
+    ]
+    for line in plan.refused:
+        ctx.log("rail-optimized: " + line)
+
+
+def _model(plan: Plan) -> None:
+    """The spine and NVSwitch bytes and the times the report judges against."""
+    graph, size, gpus, itemsize = plan.graph, plan.size, plan.gpus, plan.itemsize
     nv_bps = graph.graph["params"]["nvlink_rate_bps"]
-    rate_bps = int(p["rate_mbps"] * 1e6)
-    domains = fabric_mod.nvlink_domains(graph)  # node -> [GPU of rail 1, ...]
-    spines = [s for s in fabric_mod.switches(graph) if s.startswith("spine")]
-    nvswitches = [s for s in fabric_mod.switches(graph) if graph.nodes[s]["role"] == "nvswitch"]
-    nodes = sorted(domains)
-    chosen = selected_parts(p)
-
-    def gpu(node: int, rail: int) -> str:
-        return domains[node][rail - 1]
-
-    # The rings and the all-to-all pairs, chosen from the graph.
-    aligned = [gpu(k, 1) for k in nodes]
-    crossing = [gpu(k, (k - 1) % gpus + 1) for k in nodes]
-    flat = [h for k in nodes for h in domains[k]]  # node-major
-    per_rail = [[gpu(k, r) for k in nodes] for r in range(1, gpus + 1)]
-    no_pxn = [
-        (gpu(a, i), gpu(b, j), a2a)
-        for a in nodes
-        for b in nodes
-        if a != b
-        for i in range(1, gpus + 1)
-        for j in range(1, gpus + 1)
-    ]
-    pxn = [
-        (gpu(a, j), gpu(b, j), gpus * a2a)
-        for a in nodes
-        for b in nodes
-        if a != b
-        for j in range(1, gpus + 1)
-    ]
-    islands = not nx.has_path(fabric_mod.network(graph), gpu(1, 1), gpu(1, 2))
-    refused = []
-    if islands:
-        refused = [
-            f"{what}: refused: spines={p['spines']} is rail-only, rail 1 and rail 2 are "
-            "islands (no path between their NICs)"
-            for what in ("crossing placement", "flat ring", "all-to-all without PXN")
-        ]
-        for line in refused:
-            ctx.log("rail-optimized: " + line)
-
-    rm_cross = ring_spine_model(graph, crossing, size, itemsize)
-    rm_flat = ring_spine_model(graph, flat, size, itemsize)
+    plan.rm_cross = ring_spine_model(graph, plan.crossing, size, itemsize)
+    plan.rm_flat = ring_spine_model(graph, plan.flat, size, itemsize)
     a2a_cross = [
-        (s, d, b) for s, d, b in no_pxn if graph.nodes[s]["rail"] != graph.nodes[d]["rail"]
+        (s, d, b) for s, d, b in plan.no_pxn if graph.nodes[s]["rail"] != graph.nodes[d]["rail"]
     ]
-    a2a_model = {
+    plan.a2a_model = {
         "crossing_pairs": len(a2a_cross),
         "payload_bytes": sum(b for _, _, b in a2a_cross),
         "frame_bytes": sum(message_frame_bytes(b) for _, _, b in a2a_cross),
     }
-    # PXN's hand-over: GPU (a, i) gives GPU (a, j) its data for every (b, j), b != a,
-    # in one message over NVLink.
-    handover = [
-        (gpu(a, i), gpu(a, j), (n_nodes - 1) * a2a)
-        for a in nodes
-        for i in range(1, gpus + 1)
-        for j in range(1, gpus + 1)
-        if i != j
-    ]
-    nv_model = {
+    plan.nv_model = {
         # Reduce-scatter then all-gather in every node: the ring all-reduce's steps, on
         # NVLink QPs (each hop a GPU -> NVSwitch -> GPU; the NVSwitch receives its data
         # and the ACKs coming back).
-        "hierarchical": n_nodes * sum(ring_hop_frame_bytes(size, gpus, itemsize)),
-        "all-to-all with PXN": sum(message_frame_bytes(b) for _, _, b in handover),
+        "hierarchical": plan.n_nodes * sum(ring_hop_frame_bytes(size, gpus, itemsize)),
+        "all-to-all with PXN": sum(message_frame_bytes(b) for _, _, b in plan.handover),
     }
-    nv_model_s = {
+    plan.nv_model_s = {
         "hierarchical": nvlink_phases_s(size, gpus, nv_bps, itemsize),
-        "all-to-all with PXN": alltoall_link_s(handover, nv_bps),
+        "all-to-all with PXN": alltoall_link_s(plan.handover, nv_bps),
     }
-    floors = {
-        "all-to-all without PXN": alltoall_link_s(no_pxn, rate_bps),
-        "all-to-all with PXN": alltoall_link_s(pxn, rate_bps),
+    plan.floors = {
+        "all-to-all without PXN": alltoall_link_s(plan.no_pxn, plan.rate_bps),
+        "all-to-all with PXN": alltoall_link_s(plan.pxn, plan.rate_bps),
     }
 
-    parts: list[Part] = []
-    results: dict[str, collectives.AllReduceResult] = {}
+
+# ----------------------------------------------------------------- the parts on packets
+
+
+@dataclass
+class Measured:
+    """The running fabric and the parts measured on it so far: what each part's function shares."""
+
+    ctx: Context
+    fab: Fabric
+    plan: Plan
+    nics: RdmaHosts  # each GPU's NIC
+    nv_nics: RdmaHosts  # each GPU's NVLink port
+    parts: list[Part] = field(default_factory=list)
+    results: dict[str, collectives.AllReduceResult] = field(default_factory=dict)
+
+    def measure(self, name: str, fn: Callable[[], T]) -> tuple[T, int, int]:
+        """`fn()` with the part's captures running: its result, and the bytes the spines
+        and the NVSwitches received during it."""
+        spines, nvswitches = self.plan.spines, self.plan.nvswitches
+        cap = _capture(self.ctx, self.fab, self.plan.graph, spines, name)
+        before = rx_bytes(self.fab, spines)
+        nv_before = rx_bytes(self.fab, nvswitches)
+        try:
+            out = fn()
+        finally:
+            for proc in cap:
+                self.fab.stop_proc(proc)
+        return out, rx_bytes(self.fab, spines) - before, rx_bytes(self.fab, nvswitches) - nv_before
+
+
+def run(ctx: Context) -> None:
+    """Every chosen part on packets, one after the other, then the report (module docstring)."""
+    p = ctx.params
+    graph = build_fabric_graph(p)
+    validate(p)
+    plan = make_plan(ctx, graph)
     with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
         # Each GPU's NIC and its NVLink port (the same NIC model at the NVLink rate,
         # through the node's NVSwitch), one process per GPU. No DCQCN: NVLink has no
         # end-to-end congestion control, and the rail NICs' runs need none.
         nics, nv_nics = gpu_ports(fab, fabric_mod.hosts(graph), dcqcn=False)
         fab.faults.nics = nics
-
-        def measure(name: str, fn):
-            cap = _capture(ctx, fab, graph, spines, name)
-            before = rx_bytes(fab, spines)
-            nv_before = rx_bytes(fab, nvswitches)
-            try:
-                out = fn()
-            finally:
-                for proc in cap:
-                    fab.stop_proc(proc)
-            return out, rx_bytes(fab, spines) - before, rx_bytes(fab, nvswitches) - nv_before
-
-        def ring_part(name: str, ring: list[str], rm: dict) -> None:
-            ctx.log(f"rail-optimized: {name}: ring {' -> '.join(ring)}")
-            (r,), b, nv_rx = measure(name, lambda: [run_rings(fab, nics, [ring], size, dtype)[0]])
-            results[name] = r
-            parts.append(
-                Part(
-                    name,
-                    "allreduce",
-                    b,
-                    rm["payload_bytes"],
-                    rm["frame_bytes"],
-                    r.time_s,
-                    r.time_s,
-                    0.0,
-                    rm["crossing_hops"],
-                    r.wrong,
-                    r.digests_agree,
-                    nvswitch_rx_bytes=nv_rx,
-                )
-            )
-
-        if "rail-aligned ring" in chosen:
-            ring_part(
-                "rail-aligned ring", aligned, ring_spine_model(graph, aligned, size, itemsize)
-            )
-        if not islands and "crossing ring" in chosen:
-            ring_part("crossing ring", crossing, rm_cross)
-        if not islands and "flat ring" in chosen:
-            ring_part("flat ring", flat, rm_flat)
-
-        if "hierarchical" in chosen:
-            ctx.log(
-                f"rail-optimized: hierarchical: reduce-scatter in each node over NVLink, "
-                f"{gpus} rings of {size // gpus} B (one per rail), all-gather over NVLink"
-            )
-            in_node = [domains[k] for k in nodes]
-            phases: dict[str, list] = {}
-
-            # One all-reduce of S over all N x G GPUs: node k's GPUs hold the inputs of
-            # seed k; each phase's input is the previous phase's result, handed from a
-            # GPU's NVLink port to its NIC and back in the GPU's memory (the process that
-            # serves both, `gpu_ports`; a file in the run's directory where the ports are
-            # separate processes), and every rank checks what it ends with against the
-            # whole all-reduce's sum.
-            seeds = [1000 + k for k in nodes]
-            count = size // itemsize
-            hand = {
-                (phase, h): (
-                    f"{GPU_MEMORY_PREFIX}hierarchical-{phase}-{h}"
-                    if shares_memory(nics, nv_nics, h)
-                    else str(Path(fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
-                )
-                for phase in ("rs", "ar")
-                for h in fabric_mod.hosts(graph)
-            }
-            owned = {h: graph.nodes[h]["rail"] % gpus for h in fabric_mod.hosts(graph)}
-            hand_hosts = fabric_mod.hosts(graph)
-            in_memory = all(shares_memory(nics, nv_nics, h) for h in hand_hosts)
-            ctx.metrics["hierarchical_handover"] = "gpu memory" if in_memory else "file"
-
-            def expect(chunk: int | None) -> dict:
-                return {"seeds": seeds, "gpus": gpus, "count": count, "chunk": chunk}
-
-            def hierarchical() -> list:
-                # GPU rail r is rank r-1 of its node's ring: it ends the reduce-scatter
-                # owning chunk r mod G, which rail r's ring then all-reduces.
-                phases["rs"] = run_rings(
-                    fab,
-                    nv_nics,
-                    in_node,
-                    size,
-                    dtype,
-                    "reduce_scatter",
-                    seeds=seeds,
-                    rank_options={h: {"chain_output": hand["rs", h]} for h in hand_hosts},
-                )
-                rails = run_rings(
-                    fab,
-                    nics,
-                    per_rail,
-                    size // gpus,
-                    dtype,
-                    rank_options={
-                        h: {
-                            "chain_input": hand["rs", h],
-                            "chain_output": hand["ar", h],
-                            "chain_expect": expect(owned[h]),
-                        }
-                        for h in hand_hosts
-                    },
-                )
-                phases["ag"] = run_rings(
-                    fab,
-                    nv_nics,
-                    in_node,
-                    size,
-                    dtype,
-                    "all_gather",
-                    rank_options={
-                        h: {
-                            "chain_input": hand["ar", h],
-                            "chain_input_chunk": owned[h],
-                            "chain_expect": expect(None),
-                        }
-                        for h in hand_hosts
-                    },
-                )
-                return rails
-
-            rails, b, nv_rx = measure("hierarchical", hierarchical)
-            wire = max(r.time_s for r in rails)
-            nv_s = {k: max(r.time_s for r in v) for k, v in phases.items()}
-            t = nv_s["rs"] + wire + nv_s["ag"]
-            n_all = n_nodes * gpus
-            nv_results = phases["rs"] + phases["ag"]
-            results["hierarchical"] = replace(
-                rails[0],
-                size_bytes=size,
-                count=size // itemsize,
-                nranks=n_all,
-                algo="hierarchical",
-                time_s=t,
-                algbw_bytes_per_s=size / t,
-                busbw_bytes_per_s=size / t * 2 * (n_all - 1) / n_all,
-                wrong=sum(r.wrong for r in rails + nv_results),
-                # Every GPU of every node ends with the same bytes: the rails' sums, gathered.
-                # (A reduce-scatter's ranks end with different chunks: no digest to compare.)
-                digests_agree=all(r.digests_agree for r in rails)
-                and len({d for r in phases["ag"] for d in r.digests.values()}) == 1,
-                digests={h: d for r in phases["ag"] for h, d in r.digests.items()},
-            )
-            for r, ring in zip(rails, per_rail):
-                results[f"inter-node ring, rail {graph.nodes[ring[0]]['rail']}"] = r
-            for phase, label in (("rs", "reduce-scatter"), ("ag", "all-gather")):
-                for r, ring in zip(phases[phase], in_node):
-                    results[f"NVLink {label}, node {graph.nodes[ring[0]]['node']}"] = r
-            parts.append(
-                Part(
-                    "hierarchical",
-                    "allreduce",
-                    b,
-                    0.0,
-                    0,
-                    t,
-                    wire,
-                    nv_s["rs"] + nv_s["ag"],
-                    0,
-                    results["hierarchical"].wrong,
-                    results["hierarchical"].digests_agree,
-                    nv_rx,
-                    nv_model["hierarchical"],
-                    nv_model_s["hierarchical"],
-                )
-            )
-
-        limit = 30 + 20 * (n_nodes - 1) * gpus * a2a * 8 / rate_bps
-        if not islands and "all-to-all without PXN" in chosen:
-            ctx.log(f"rail-optimized: all-to-all without PXN, {len(no_pxn)} messages of {a2a} B")
-            t, b, nv_rx = measure("a2a-no-pxn", lambda: run_alltoall(nics, no_pxn, limit))
-            parts.append(
-                Part(
-                    "all-to-all without PXN",
-                    "alltoall",
-                    b,
-                    a2a_model["payload_bytes"],
-                    a2a_model["frame_bytes"],
-                    t,
-                    t,
-                    0.0,
-                    a2a_model["crossing_pairs"],
-                    nvswitch_rx_bytes=nv_rx,
-                )
-            )
-        if "all-to-all with PXN" in chosen:
-            ctx.log(
-                f"rail-optimized: all-to-all with PXN: hand-over of {len(handover)} messages of "
-                f"{(n_nodes - 1) * a2a} B over NVLink, then {len(pxn)} of {gpus * a2a} B on the rails"
-            )
-            pxn_times: dict[str, float] = {}
-
-            def with_pxn() -> None:
-                pxn_times["nvlink"] = run_alltoall(nv_nics, handover, limit)
-                pxn_times["wire"] = run_alltoall(nics, pxn, limit)
-
-            _, b, nv_rx = measure("a2a-pxn", with_pxn)
-            parts.append(
-                Part(
-                    "all-to-all with PXN",
-                    "alltoall",
-                    b,
-                    0.0,
-                    0,
-                    pxn_times["nvlink"] + pxn_times["wire"],
-                    pxn_times["wire"],
-                    pxn_times["nvlink"],
-                    nvswitch_rx_bytes=nv_rx,
-                    model_nvlink_frame_bytes=nv_model["all-to-all with PXN"],
-                    nvlink_model_s=nv_model_s["all-to-all with PXN"],
-                )
-            )
+        measured = Measured(ctx, fab, plan, nics, nv_nics)
+        _run_parts(measured)
         ctx.events.extend(fab.faults.events)
+    _report(ctx, plan, measured.parts, measured.results)
 
-    _report(
-        ctx,
-        graph,
-        parts,
-        results,
-        refused,
-        rm_cross,
-        rm_flat,
-        a2a_model,
-        size,
-        a2a,
-        floors,
-        nv_model,
+
+def _run_parts(m: Measured) -> None:
+    """The chosen parts that the fabric does not refuse, in PARTS' order."""
+    plan = m.plan
+    chosen, islands = plan.chosen, plan.islands
+    if "rail-aligned ring" in chosen:
+        rm_aligned = ring_spine_model(plan.graph, plan.aligned, plan.size, plan.itemsize)
+        _ring_part(m, "rail-aligned ring", plan.aligned, rm_aligned)
+    if not islands and "crossing ring" in chosen:
+        _ring_part(m, "crossing ring", plan.crossing, plan.rm_cross)
+    if not islands and "flat ring" in chosen:
+        _ring_part(m, "flat ring", plan.flat, plan.rm_flat)
+    if "hierarchical" in chosen:
+        _hierarchical_part(m)
+    limit = 30 + 20 * (plan.n_nodes - 1) * plan.gpus * plan.a2a * 8 / plan.rate_bps
+    if not islands and "all-to-all without PXN" in chosen:
+        _no_pxn_part(m, limit)
+    if "all-to-all with PXN" in chosen:
+        _pxn_part(m, limit)
+
+
+def _ring_part(m: Measured, name: str, ring: list[str], rm: dict) -> None:
+    """One ring all-reduce of S among `ring`'s NICs, judged by `rm` (ring_spine_model)."""
+    plan = m.plan
+    m.ctx.log(f"rail-optimized: {name}: ring {' -> '.join(ring)}")
+    (r,), b, nv_rx = m.measure(
+        name, lambda: [run_rings(m.fab, m.nics, [ring], plan.size, plan.dtype)[0]]
     )
+    m.results[name] = r
+    m.parts.append(
+        Part(
+            name,
+            "allreduce",
+            b,
+            rm["payload_bytes"],
+            rm["frame_bytes"],
+            r.time_s,
+            r.time_s,
+            0.0,
+            rm["crossing_hops"],
+            r.wrong,
+            r.digests_agree,
+            nvswitch_rx_bytes=nv_rx,
+        )
+    )
+
+
+def _hierarchical_part(m: Measured) -> None:
+    """Reduce-scatter over NVLink, one all-reduce per rail, all-gather over NVLink."""
+    plan = m.plan
+    m.ctx.log(
+        f"rail-optimized: hierarchical: reduce-scatter in each node over NVLink, "
+        f"{plan.gpus} rings of {plan.size // plan.gpus} B (one per rail), all-gather over NVLink"
+    )
+    hand = _handover_memory(m)
+    (rails, phases), b, nv_rx = m.measure("hierarchical", lambda: _hierarchical_phases(m, hand))
+    wire = max(r.time_s for r in rails)
+    nv_s = {k: max(r.time_s for r in v) for k, v in phases.items()}
+    result = _hierarchical_result(plan, rails, phases, nv_s["rs"] + wire + nv_s["ag"])
+    m.results["hierarchical"] = result
+    for r, ring in zip(rails, plan.per_rail):
+        m.results[f"inter-node ring, rail {plan.graph.nodes[ring[0]]['rail']}"] = r
+    for phase, label in (("rs", "reduce-scatter"), ("ag", "all-gather")):
+        for r, ring in zip(phases[phase], _in_node(plan)):
+            m.results[f"NVLink {label}, node {plan.graph.nodes[ring[0]]['node']}"] = r
+    m.parts.append(
+        Part(
+            "hierarchical",
+            "allreduce",
+            b,
+            0.0,
+            0,
+            result.time_s,
+            wire,
+            nv_s["rs"] + nv_s["ag"],
+            0,
+            result.wrong,
+            result.digests_agree,
+            nv_rx,
+            plan.nv_model["hierarchical"],
+            plan.nv_model_s["hierarchical"],
+        )
+    )
+
+
+def _in_node(plan: Plan) -> list[list[str]]:
+    """Each node's GPUs, the rings of the NVLink phases."""
+    return [plan.domains[k] for k in plan.nodes]
+
+
+def _handover_memory(m: Measured) -> dict[tuple[str, str], str]:
+    """Where each GPU's phase result waits for the next phase: (phase, host) -> its name.
+
+    In the GPU's memory where its NIC and NVLink port are one process
+    (`gpu_ports`), else a file in the run's directory. Records which in the
+    metrics.
+    """
+    hosts = fabric_mod.hosts(m.plan.graph)
+    hand = {
+        (phase, h): (
+            f"{GPU_MEMORY_PREFIX}hierarchical-{phase}-{h}"
+            if shares_memory(m.nics, m.nv_nics, h)
+            else str(Path(m.fab.run.sock_dir) / f"hierarchical-{phase}-{h}.npy")
+        )
+        for phase in ("rs", "ar")
+        for h in hosts
+    }
+    in_memory = all(shares_memory(m.nics, m.nv_nics, h) for h in hosts)
+    m.ctx.metrics["hierarchical_handover"] = "gpu memory" if in_memory else "file"
+    return hand
+
+
+def _hierarchical_phases(m: Measured, hand: dict) -> tuple[list, dict[str, list]]:
+    """The three phases on packets, each starting from the previous one's result.
+
+    One all-reduce of S over all N x G GPUs: node k's GPUs hold the inputs of
+    seed k; each phase's input is the previous phase's result, handed from a
+    GPU's NVLink port to its NIC and back in `hand`, and every rank checks
+    what it ends with against the whole all-reduce's sum.
+
+    Returns:
+        The rails' results, and the NVLink phases' ("rs", "ag") results.
+    """
+    plan = m.plan
+    hosts = fabric_mod.hosts(plan.graph)
+    seeds = [1000 + k for k in plan.nodes]
+    count = plan.size // plan.itemsize
+    # GPU rail r is rank r-1 of its node's ring: it ends the reduce-scatter owning
+    # chunk r mod G, which rail r's ring then all-reduces.
+    owned = {h: plan.graph.nodes[h]["rail"] % plan.gpus for h in hosts}
+
+    def expect(chunk: int | None) -> dict:
+        return {"seeds": seeds, "gpus": plan.gpus, "count": count, "chunk": chunk}
+
+    phases = {}
+    in_node = _in_node(plan)
+    phases["rs"] = run_rings(
+        m.fab,
+        m.nv_nics,
+        in_node,
+        plan.size,
+        plan.dtype,
+        "reduce_scatter",
+        seeds=seeds,
+        rank_options={h: {"chain_output": hand["rs", h]} for h in hosts},
+    )
+    rails = run_rings(
+        m.fab,
+        m.nics,
+        plan.per_rail,
+        plan.size // plan.gpus,
+        plan.dtype,
+        rank_options={
+            h: {
+                "chain_input": hand["rs", h],
+                "chain_output": hand["ar", h],
+                "chain_expect": expect(owned[h]),
+            }
+            for h in hosts
+        },
+    )
+    phases["ag"] = run_rings(
+        m.fab,
+        m.nv_nics,
+        in_node,
+        plan.size,
+        plan.dtype,
+        "all_gather",
+        rank_options={
+            h: {
+                "chain_input": hand["ar", h],
+                "chain_input_chunk": owned[h],
+                "chain_expect": expect(None),
+            }
+            for h in hosts
+        },
+    )
+    return rails, phases
+
+
+def _hierarchical_result(
+    plan: Plan, rails: list, phases: dict[str, list], time_s: float
+) -> collectives.AllReduceResult:
+    """The three phases as one all-reduce of S over all N x G GPUs, taking `time_s`."""
+    size = plan.size
+    n_all = plan.n_nodes * plan.gpus
+    return replace(
+        rails[0],
+        size_bytes=size,
+        count=size // plan.itemsize,
+        nranks=n_all,
+        algo="hierarchical",
+        time_s=time_s,
+        algbw_bytes_per_s=size / time_s,
+        busbw_bytes_per_s=size / time_s * 2 * (n_all - 1) / n_all,
+        wrong=sum(r.wrong for r in rails + phases["rs"] + phases["ag"]),
+        # Every GPU of every node ends with the same bytes: the rails' sums, gathered.
+        # (A reduce-scatter's ranks end with different chunks: no digest to compare.)
+        digests_agree=all(r.digests_agree for r in rails)
+        and len({d for r in phases["ag"] for d in r.digests.values()}) == 1,
+        digests={h: d for r in phases["ag"] for h, d in r.digests.items()},
+    )
+
+
+def _no_pxn_part(m: Measured, limit_s: float) -> None:
+    """All-to-all NIC to NIC: the cross-rail pairs go through the spines."""
+    plan = m.plan
+    a2a_model = plan.a2a_model
+    m.ctx.log(
+        f"rail-optimized: all-to-all without PXN, {len(plan.no_pxn)} messages of {plan.a2a} B"
+    )
+    t, b, nv_rx = m.measure("a2a-no-pxn", lambda: run_alltoall(m.nics, plan.no_pxn, limit_s))
+    m.parts.append(
+        Part(
+            "all-to-all without PXN",
+            "alltoall",
+            b,
+            a2a_model["payload_bytes"],
+            a2a_model["frame_bytes"],
+            t,
+            t,
+            0.0,
+            a2a_model["crossing_pairs"],
+            nvswitch_rx_bytes=nv_rx,
+        )
+    )
+
+
+def _pxn_part(m: Measured, limit_s: float) -> None:
+    """All-to-all with PXN: the hand-over over NVLink, then every pair on its own rail."""
+    plan = m.plan
+    m.ctx.log(
+        f"rail-optimized: all-to-all with PXN: hand-over of {len(plan.handover)} messages of "
+        f"{(plan.n_nodes - 1) * plan.a2a} B over NVLink, then {len(plan.pxn)} of "
+        f"{plan.gpus * plan.a2a} B on the rails"
+    )
+    times: dict[str, float] = {}
+
+    def with_pxn() -> None:
+        times["nvlink"] = run_alltoall(m.nv_nics, plan.handover, limit_s)
+        times["wire"] = run_alltoall(m.nics, plan.pxn, limit_s)
+
+    _, b, nv_rx = m.measure("a2a-pxn", with_pxn)
+    m.parts.append(
+        Part(
+            "all-to-all with PXN",
+            "alltoall",
+            b,
+            0.0,
+            0,
+            times["nvlink"] + times["wire"],
+            times["wire"],
+            times["nvlink"],
+            nvswitch_rx_bytes=nv_rx,
+            model_nvlink_frame_bytes=plan.nv_model["all-to-all with PXN"],
+            nvlink_model_s=plan.nv_model_s["all-to-all with PXN"],
+        )
+    )
+
+
+# ----------------------------------------------------------------- the report
+
+MS_PER_S = 1000.0
 
 
 def _check_bytes(
@@ -729,100 +876,148 @@ def _check_bytes(
 
 
 def _report(
-    ctx, graph, parts, results, refused, rm_cross, rm_flat, a2a_model, size, a2a, floors, nv_model
-):
-    p = ctx.params
-    tol = p["tolerance"]
-    ms = 1000.0
+    ctx: Context, plan: Plan, parts: list[Part], results: dict[str, collectives.AllReduceResult]
+) -> None:
+    """Every part's checks, the bytes table, the all-reduce and all-to-all texts, the
+    metrics and the plot."""
     by = {pt.name: pt for pt in parts}
-    # Where the model is 0, the crossing counterpart's model sets the scale of "within 10%".
-    zero_ref = {
-        "rail-aligned ring": ("the crossing ring's", rm_cross["frame_bytes"]),
-        "hierarchical": ("the flat ring's", rm_flat["frame_bytes"]),
-        "all-to-all with PXN": ("all-to-all without PXN's", a2a_model["frame_bytes"]),
-    }
+    for pt in parts:
+        _check_spine_bytes(ctx, plan, pt)
+        _check_nvlink(ctx, plan, pt)
+        if pt.kind == "allreduce":
+            _check_sums(ctx, pt)
+    if "all-to-all with PXN" in by:
+        _check_pxn_time(ctx, plan, by["all-to-all with PXN"])
+    for line in plan.refused:
+        ctx.text(line)
+    _bytes_table(ctx, plan, parts)
+    _allreduce_texts(ctx, plan, results, by)
+    if any(name in by for name in plan.floors):
+        _alltoall_text(ctx, plan, by)
+    ctx.metrics.update(
+        {
+            "parts": {pt.name: asdict(pt) for pt in parts},
+            "refused": plan.refused,
+            "allreduce": {k: collectives.as_dict(r) for k, r in results.items()},
+            "nvlink_rate_bps": plan.graph.graph["params"]["nvlink_rate_bps"],
+            "nvswitch_bytes": {pt.name: pt.nvswitch_rx_bytes for pt in parts},
+            "model_nvswitch_bytes": {pt.name: pt.model_nvlink_frame_bytes for pt in parts},
+            "spine_bytes": {pt.name: pt.spine_rx_bytes for pt in parts},
+            "model_spine_bytes": {pt.name: pt.model_frame_bytes for pt in parts},
+            "time_s": {pt.name: pt.time_s for pt in parts},
+            "alltoall_floor_s": plan.floors,
+        }
+    )
+    ctx.plots.append(plot(ctx.out_dir / "rail_optimized.png", parts).name)
+
+
+def _check_spine_bytes(ctx: Context, plan: Plan, pt: Part) -> None:
+    """The part's spine bytes against its model, or, where the model is 0, against its
+    crossing counterpart's: "within 10%" of zero is 10% of the bytes that would cross."""
     # Rail-only: no spine to count at, so no spine check (it could not fail);
     # the parts that run are judged by their sums and, PXN, by its time.
-    spines = any(s.startswith("spine") for s in fabric_mod.switches(graph))
-    for pt in parts:
-        if spines and pt.name in zero_ref:
-            what, ref = zero_ref[pt.name]
-            ctx.check(
-                f"{pt.name}: no bytes on the spines",
-                pt.spine_rx_bytes <= tol * ref,
-                f"{pt.spine_rx_bytes} B",
-                f"model 0 B; <= {tol * 100:.0f}% of {what} model {ref} B "
-                f"(= {tol * ref:.0f} B: LLDP, not data)",
-            )
-        elif spines:
-            _check_bytes(
-                ctx,
-                f"{pt.name}: spine bytes = model",
-                pt.spine_rx_bytes,
-                pt.model_frame_bytes,
-                tol,
-                f" (issue 14's acceptance): {pt.hops} crossing "
-                f"{'hops' if pt.kind == 'allreduce' else 'pairs'}, "
-                f"{pt.model_payload_bytes:.0f} B of data in frames with their ACKs",
-            )
-        nv_ref = nv_model["hierarchical"]
-        if pt.model_nvlink_frame_bytes:
-            _check_bytes(
-                ctx,
-                f"{pt.name}: NVSwitch bytes = model",
-                pt.nvswitch_rx_bytes,
-                pt.model_nvlink_frame_bytes,
-                tol,
-                ": its NVLink phases' frames with their ACKs, every one through its "
-                "node's NVSwitch",
-            )
-            ctx.check(
-                f"{pt.name}: NVLink time = its NVLink links' time",
-                abs(pt.nvlink_s - pt.nvlink_model_s) <= tol * pt.nvlink_model_s,
-                f"{pt.nvlink_s * ms:.1f} ms ({(pt.nvlink_s - pt.nvlink_model_s) / pt.nvlink_model_s * 100:+.1f}%)",
-                f"{pt.nvlink_model_s * ms:.1f} ms +- {tol * 100:.0f}%: the busiest GPU's NVLink "
-                f"port at {graph.graph['params']['nvlink_rate_bps'] / 1e6:g} Mbit/s "
-                f"({graph.graph['params']['nvlink_ratio']:g} x the NIC's), frames and ACKs",
-            )
-        else:
-            # Traffic between NICs never takes the NVLink domain: a GPU is no transit node.
-            ctx.check(
-                f"{pt.name}: nothing through the NVSwitches",
-                pt.nvswitch_rx_bytes <= tol * nv_ref,
-                f"{pt.nvswitch_rx_bytes} B",
-                f"model 0 B; <= {tol * 100:.0f}% of the hierarchical NVLink phases' model "
-                f"{nv_ref} B (= {tol * nv_ref:.0f} B)",
-            )
-        if pt.kind == "allreduce":
-            ctx.check(
-                f"{pt.name}: every rank's sum is correct",
-                pt.wrong == 0 and pt.digests_agree,
-                f"{pt.wrong} wrong elements, digests {'agree' if pt.digests_agree else 'differ'}",
-                "0 wrong, one digest (the ranks check themselves)"
-                + (
-                    "; every phase's input the previous one's output, and every GPU ends "
-                    "with the all-reduce of all the GPUs' inputs"
-                    if pt.name == "hierarchical"
-                    else ""
-                ),
-            )
-    if "all-to-all with PXN" in by:
-        pxn = by["all-to-all with PXN"]
-        floor = floors[pxn.name]
+    if not plan.spines:
+        return
+    tol = ctx.params["tolerance"]
+    zero_ref = {
+        "rail-aligned ring": ("the crossing ring's", plan.rm_cross["frame_bytes"]),
+        "hierarchical": ("the flat ring's", plan.rm_flat["frame_bytes"]),
+        "all-to-all with PXN": ("all-to-all without PXN's", plan.a2a_model["frame_bytes"]),
+    }
+    if pt.name in zero_ref:
+        what, ref = zero_ref[pt.name]
         ctx.check(
-            "all-to-all with PXN: wire time = its busiest NIC link's time",
-            abs(pxn.wire_s - floor) <= tol * floor,
-            f"{pxn.wire_s * ms:.0f} ms ({(pxn.wire_s - floor) / floor * 100:+.1f}%)",
-            f"{floor * ms:.0f} ms +- {tol * 100:.0f}%: every pair on its own rail, so only the "
-            "NIC links limit it (frames and ACKs at the link rate, emu/traffic/model.py); "
-            "the emulator's share as in straggler",
+            f"{pt.name}: no bytes on the spines",
+            pt.spine_rx_bytes <= tol * ref,
+            f"{pt.spine_rx_bytes} B",
+            f"model 0 B; <= {tol * 100:.0f}% of {what} model {ref} B "
+            f"(= {tol * ref:.0f} B: LLDP, not data)",
         )
-    for line in refused:
-        ctx.text(line)
+        return
+    _check_bytes(
+        ctx,
+        f"{pt.name}: spine bytes = model",
+        pt.spine_rx_bytes,
+        pt.model_frame_bytes,
+        tol,
+        f" (issue 14's acceptance): {pt.hops} crossing "
+        f"{'hops' if pt.kind == 'allreduce' else 'pairs'}, "
+        f"{pt.model_payload_bytes:.0f} B of data in frames with their ACKs",
+    )
+
+
+def _check_nvlink(ctx: Context, plan: Plan, pt: Part) -> None:
+    """A part with NVLink phases: its NVSwitch bytes and NVLink time against the model;
+    any other: nothing through the NVSwitches."""
+    tol = ctx.params["tolerance"]
+    if not pt.model_nvlink_frame_bytes:
+        # Traffic between NICs never takes the NVLink domain: a GPU is no transit node.
+        nv_ref = plan.nv_model["hierarchical"]
+        ctx.check(
+            f"{pt.name}: nothing through the NVSwitches",
+            pt.nvswitch_rx_bytes <= tol * nv_ref,
+            f"{pt.nvswitch_rx_bytes} B",
+            f"model 0 B; <= {tol * 100:.0f}% of the hierarchical NVLink phases' model "
+            f"{nv_ref} B (= {tol * nv_ref:.0f} B)",
+        )
+        return
+    _check_bytes(
+        ctx,
+        f"{pt.name}: NVSwitch bytes = model",
+        pt.nvswitch_rx_bytes,
+        pt.model_nvlink_frame_bytes,
+        tol,
+        ": its NVLink phases' frames with their ACKs, every one through its node's NVSwitch",
+    )
+    fabric_settings = plan.graph.graph["params"]
+    err = (pt.nvlink_s - pt.nvlink_model_s) / pt.nvlink_model_s
+    ctx.check(
+        f"{pt.name}: NVLink time = its NVLink links' time",
+        abs(pt.nvlink_s - pt.nvlink_model_s) <= tol * pt.nvlink_model_s,
+        f"{pt.nvlink_s * MS_PER_S:.1f} ms ({err * 100:+.1f}%)",
+        f"{pt.nvlink_model_s * MS_PER_S:.1f} ms +- {tol * 100:.0f}%: the busiest GPU's NVLink "
+        f"port at {fabric_settings['nvlink_rate_bps'] / 1e6:g} Mbit/s "
+        f"({fabric_settings['nvlink_ratio']:g} x the NIC's), frames and ACKs",
+    )
+
+
+def _check_sums(ctx: Context, pt: Part) -> None:
+    """An all-reduce part: every rank checked its own result."""
+    ctx.check(
+        f"{pt.name}: every rank's sum is correct",
+        pt.wrong == 0 and pt.digests_agree,
+        f"{pt.wrong} wrong elements, digests {'agree' if pt.digests_agree else 'differ'}",
+        "0 wrong, one digest (the ranks check themselves)"
+        + (
+            "; every phase's input the previous one's output, and every GPU ends "
+            "with the all-reduce of all the GPUs' inputs"
+            if pt.name == "hierarchical"
+            else ""
+        ),
+    )
+
+
+def _check_pxn_time(ctx: Context, plan: Plan, pxn: Part) -> None:
+    """PXN's wire time against its busiest NIC link's time."""
+    tol = ctx.params["tolerance"]
+    floor = plan.floors[pxn.name]
+    ctx.check(
+        "all-to-all with PXN: wire time = its busiest NIC link's time",
+        abs(pxn.wire_s - floor) <= tol * floor,
+        f"{pxn.wire_s * MS_PER_S:.0f} ms ({(pxn.wire_s - floor) / floor * 100:+.1f}%)",
+        f"{floor * MS_PER_S:.0f} ms +- {tol * 100:.0f}%: every pair on its own rail, so only the "
+        "NIC links limit it (frames and ACKs at the link rate, emu/traffic/model.py); "
+        "the emulator's share as in straggler",
+    )
+
+
+def _bytes_table(ctx: Context, plan: Plan, parts: list[Part]) -> None:
+    """One row per part: its spine and NVSwitch bytes against the model, and its times."""
+    p = ctx.params
     ctx.table(
         f"spine bytes (the spines' port rx counters) against the model, "
         f"{p['nodes']} nodes x {p['gpus_per_node']} GPUs x {p['spines']} spines, "
-        f"{p['rate_mbps']:g} Mbit/s; all-reduce S = {size} B, all-to-all M = {a2a} B",
+        f"{p['rate_mbps']:g} Mbit/s; all-reduce S = {plan.size} B, all-to-all M = {plan.a2a} B",
         [
             "case",
             "crossing hops/pairs",
@@ -837,79 +1032,79 @@ def _report(
             "NVSwitch rx B",
             "NVLink model B",
         ],
-        [
-            [
-                pt.name,
-                pt.hops,
-                f"{pt.model_payload_bytes:.0f}",
-                pt.model_frame_bytes,
-                pt.spine_rx_bytes,
-                f"{(pt.spine_rx_bytes - pt.model_frame_bytes) / pt.model_frame_bytes * 100:+.1f}%"
-                if pt.model_frame_bytes
-                else "(model 0)",
-                f"{pt.time_s * ms:.1f}",
-                f"{pt.wire_s * ms:.1f}",
-                f"{pt.nvlink_s * ms:.2f}",
-                f"{pt.nvlink_model_s * ms:.2f}",
-                pt.nvswitch_rx_bytes,
-                pt.model_nvlink_frame_bytes,
-            ]
-            for pt in parts
-        ],
+        [_bytes_row(pt) for pt in parts],
     )
+
+
+def _bytes_row(pt: Part) -> list:
+    """A part's row of the bytes table."""
+    return [
+        pt.name,
+        pt.hops,
+        f"{pt.model_payload_bytes:.0f}",
+        pt.model_frame_bytes,
+        pt.spine_rx_bytes,
+        f"{(pt.spine_rx_bytes - pt.model_frame_bytes) / pt.model_frame_bytes * 100:+.1f}%"
+        if pt.model_frame_bytes
+        else "(model 0)",
+        f"{pt.time_s * MS_PER_S:.1f}",
+        f"{pt.wire_s * MS_PER_S:.1f}",
+        f"{pt.nvlink_s * MS_PER_S:.2f}",
+        f"{pt.nvlink_model_s * MS_PER_S:.2f}",
+        pt.nvswitch_rx_bytes,
+        pt.model_nvlink_frame_bytes,
+    ]
+
+
+def _allreduce_texts(
+    ctx: Context, plan: Plan, results: dict[str, collectives.AllReduceResult], by: dict[str, Part]
+) -> None:
+    """Each all-reduce (and each phase of the hierarchical one) as nccl-tests prints it."""
     for name, r in results.items():
         note = ""
         if name == "hierarchical":
+            hier = by["hierarchical"]
             note = (
                 f" (time = reduce-scatter + all-gather over NVLink at "
-                f"{graph.graph['params']['nvlink_rate_bps'] / 1e6:g} Mbit/s: "
-                f"{by['hierarchical'].nvlink_s * ms:.2f} ms measured "
-                f"({by['hierarchical'].nvlink_model_s * ms:.2f} ms at the NVLink rate), "
-                f"+ the slowest rail's ring: {by['hierarchical'].wire_s * ms:.1f} ms; "
+                f"{plan.graph.graph['params']['nvlink_rate_bps'] / 1e6:g} Mbit/s: "
+                f"{hier.nvlink_s * MS_PER_S:.2f} ms measured "
+                f"({hier.nvlink_model_s * MS_PER_S:.2f} ms at the NVLink rate), "
+                f"+ the slowest rail's ring: {hier.wire_s * MS_PER_S:.1f} ms; "
                 f"busbw over {r.nranks} ranks)"
             )
         elif name == "flat ring":
             note = " (flat ring without NVLink: every hop on the network)"
         ctx.text(f"{name}, {r.nranks} ranks{note}\n" + collectives.nccl_table([r]))
-    if any(name in by for name in floors):
-        lines = [
-            f"all-to-all: each NIC sends {(p['nodes'] - 1) * p['gpus_per_node'] * a2a} B of data; "
-            f"the busiest NIC link's time (frames + ACKs at {p['rate_mbps']:g} Mbit/s):"
-        ]
-        for name, floor in floors.items():
-            if name in by:
-                pt = by[name]
-                lines.append(
-                    f"  {name}: completion {pt.time_s * ms:.0f} ms = wire {pt.wire_s * ms:.0f} ms "
-                    f"(floor {floor * ms:.0f} ms, {(pt.wire_s - floor) / floor * 100:+.1f}%)"
-                    + (
-                        f" + NVLink hand-over {pt.nvlink_s * ms:.1f} ms "
-                        f"({pt.nvlink_model_s * ms:.1f} ms at the NVLink rate)"
-                        if pt.nvlink_s
-                        else ""
-                    )
-                )
-        if "all-to-all without PXN" in by:
-            lines.append(
-                "  without PXN the cross-rail pairs share the leaves' spine uplinks as ECMP hashed "
-                "them: above the floor when two land on one uplink (not checked)"
+
+
+def _alltoall_text(ctx: Context, plan: Plan, by: dict[str, Part]) -> None:
+    """Each all-to-all's completion against its busiest NIC link's time."""
+    p = ctx.params
+    lines = [
+        f"all-to-all: each NIC sends {(p['nodes'] - 1) * p['gpus_per_node'] * plan.a2a} B of "
+        f"data; the busiest NIC link's time (frames + ACKs at {p['rate_mbps']:g} Mbit/s):"
+    ]
+    for name, floor in plan.floors.items():
+        if name not in by:
+            continue
+        pt = by[name]
+        lines.append(
+            f"  {name}: completion {pt.time_s * MS_PER_S:.0f} ms = wire "
+            f"{pt.wire_s * MS_PER_S:.0f} ms "
+            f"(floor {floor * MS_PER_S:.0f} ms, {(pt.wire_s - floor) / floor * 100:+.1f}%)"
+            + (
+                f" + NVLink hand-over {pt.nvlink_s * MS_PER_S:.1f} ms "
+                f"({pt.nvlink_model_s * MS_PER_S:.1f} ms at the NVLink rate)"
+                if pt.nvlink_s
+                else ""
             )
-        ctx.text("\n".join(lines))
-    ctx.metrics.update(
-        {
-            "parts": {pt.name: asdict(pt) for pt in parts},
-            "refused": refused,
-            "allreduce": {k: collectives.as_dict(r) for k, r in results.items()},
-            "nvlink_rate_bps": graph.graph["params"]["nvlink_rate_bps"],
-            "nvswitch_bytes": {pt.name: pt.nvswitch_rx_bytes for pt in parts},
-            "model_nvswitch_bytes": {pt.name: pt.model_nvlink_frame_bytes for pt in parts},
-            "spine_bytes": {pt.name: pt.spine_rx_bytes for pt in parts},
-            "model_spine_bytes": {pt.name: pt.model_frame_bytes for pt in parts},
-            "time_s": {pt.name: pt.time_s for pt in parts},
-            "alltoall_floor_s": floors,
-        }
-    )
-    ctx.plots.append(plot(ctx.out_dir / "rail_optimized.png", parts).name)
+        )
+    if "all-to-all without PXN" in by:
+        lines.append(
+            "  without PXN the cross-rail pairs share the leaves' spine uplinks as ECMP hashed "
+            "them: above the floor when two land on one uplink (not checked)"
+        )
+    ctx.text("\n".join(lines))
 
 
 def plot(path: Path, parts: list[Part]) -> Path:
