@@ -317,11 +317,39 @@ def _qos(watchdog: dict) -> dict:
     }
 
 
+@dataclasses.dataclass
+class DeadlockRun:
+    """What run_deadlock measures on its fabric, filled in step by step.
+
+    Times are CLOCK_MONOTONIC seconds (the agents' clock too), except
+    `wall_wd`: switch events carry wall time.
+    """
+
+    posted: int  # bytes each flow posted
+    qps: dict  # (src, dst) -> QP
+    t0: float  # the first post
+    t_formed: float = 0.0  # the wait-for cycle through every ring switch seen
+    a_from: float = 0.0  # the window after it formed ...
+    a_to: float = 0.0
+    b_from: float = 0.0  # ... and after the senders stopped
+    b_to: float = 0.0
+    refresh_s: float = 0.0  # a paused port refreshes its PAUSE this often
+    snap_b0: dict = dataclasses.field(default_factory=dict)  # at b_from
+    snap_b1: dict = dataclasses.field(default_factory=dict)  # at b_to
+    cycle: list = dataclasses.field(default_factory=list)  # deadlock_cycle at b_to
+    hops: list[dict] = dataclasses.field(default_factory=list)  # ... its cycle_hops
+    t_wd: float = 0.0  # the watchdogs turned on
+    wall_wd: dict[str, float] = dataclasses.field(default_factory=dict)  # ... per switch, wall
+    c_to: float = 0.0  # the end of the recovery window
+    samples: dict = dataclasses.field(default_factory=dict)  # every host's NIC samples
+    snap_end: dict = dataclasses.field(default_factory=dict)
+    wd: dict = dataclasses.field(default_factory=dict)  # every switch's watchdog answer
+
+
 def run_deadlock(ctx: Context, graph, flows) -> dict:
+    """The clockwise routes with the watchdog off until the deadlock has held, then on."""
     p = ctx.params
-    rate = p["rate_mbps"] * 1e6
-    ring = fabric_mod.switches(graph)
-    stop = threading.Event()
+    stop = threading.Event()  # never set: a sleep that reads as one
     with ctx.fabric(
         graph,
         "deadlock",
@@ -330,69 +358,92 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
         **fabric_options(p),
     ) as fab:
         nics, capture, qps, t0, posted = _start(ctx, fab, graph, flows, "deadlock")
-
-        def formed():
-            cycle = deadlock_cycle(graph, live_state(fab, graph))
-            return cycle if {c[0] for c in cycle} == set(ring) else None
-
-        wait_for(
-            formed,
-            FORM_TIMEOUT_S,
-            "a wait-for cycle through every ring switch",
-            POLL_S,
-            logs=fab.log_dir(),
-        )
-        t_formed = time.monotonic()
-        ctx.event("deadlock_formed", after_s=round(t_formed - t0, 2))
-        # Frames already past the cycle (queued towards the hosts, which nothing
-        # pauses) still arrive: an XOFF's worth per port at line rate, then a sample.
-        settle = max(fab.counters(s).buffer.xoff_threshold_bytes for s in ring)
-        settle_s = settle * 8 / rate + 2 * NIC_SAMPLE_S
-        stop.wait(settle_s)
-        a_from = time.monotonic()
-        stop.wait(p["hold_s"])
-        a_to = time.monotonic()
-        # The senders stop: after send_s nothing more is posted. The window after it
-        # lasts at least one PAUSE refresh period, so every paused port is seen
-        # refreshing its PAUSE with no new traffic.
-        refresh_s = quanta_to_s(0xFFFF, rate) / 2
-        stop.wait(max(0.0, t0 + p["send_s"] - time.monotonic()))
-        b_from = time.monotonic()
-        snap_b0 = snapshot(fab, graph)
-        stop.wait(max(p["hold_s"], refresh_s + 0.3))
-        snap_b1 = snapshot(fab, graph)
-        b_to = time.monotonic()
-        cycle = deadlock_cycle(graph, snap_b1["live"])
-        hops = cycle_hops(graph, snap_b1, cycle)
-        # Remedy (a): the PFC watchdog, SONiC's defaults (detection 200 ms, drop).
-        faults = Faults(fab, nics)
-        t_wd = time.monotonic()
-        wall_wd = {}  # per switch: when its watchdog was turned on (switch events carry wall time)
-        for sw in ring:
-            wall_wd[sw] = time.time()
-            faults.watchdog(enabled=True, switch=sw)
-        stop.wait(p["recover_s"])
-        c_to = time.monotonic()
+        run = DeadlockRun(posted, qps, t0)
+        _await_deadlock(ctx, fab, graph, run)
+        _hold_deadlock(ctx, fab, graph, run, stop)
+        _recover(fab, nics, graph, run, stop, p["recover_s"])
         fab.stop_proc(capture)
-        samples = {h: nics.nic_samples(h) for h in fabric_mod.hosts(graph)}
-        snap_end = snapshot(fab, graph)
-        wd = {sw: fab.watchdog(sw) for sw in ring}
-    peers = _peer_ports(graph)
-    ring_ports = [(sw, port) for (sw, port) in peers]
-    storms = [
-        dict(dataclasses.asdict(e), switch=sw, after_s=round(e.wall - wall_wd[sw], 3))
-        for sw, w in wd.items()
-        for e in w.events
-        if e.kind == "storm" and e.wall is not None
-    ]
+        run.samples = {h: nics.nic_samples(h) for h in fabric_mod.hosts(graph)}
+        run.snap_end = snapshot(fab, graph)
+        run.wd = {sw: fab.watchdog(sw) for sw in fabric_mod.switches(graph)}
+    return _deadlock_result(graph, run)
+
+
+def _await_deadlock(ctx: Context, fab: Fabric, graph, run: DeadlockRun) -> None:
+    """Until the switches' state shows a wait-for cycle through every ring switch."""
+    ring = fabric_mod.switches(graph)
+
+    def formed():
+        cycle = deadlock_cycle(graph, live_state(fab, graph))
+        return cycle if {c[0] for c in cycle} == set(ring) else None
+
+    wait_for(
+        formed,
+        FORM_TIMEOUT_S,
+        "a wait-for cycle through every ring switch",
+        POLL_S,
+        logs=fab.log_dir(),
+    )
+    run.t_formed = time.monotonic()
+    ctx.event("deadlock_formed", after_s=round(run.t_formed - run.t0, 2))
+
+
+def _hold_deadlock(
+    ctx: Context, fab: Fabric, graph, run: DeadlockRun, stop: threading.Event
+) -> None:
+    """The two windows of the held deadlock: after it formed, and after the senders stopped
+    (snapshots at both ends of the second, and the cycle at its end)."""
+    p = ctx.params
+    rate = p["rate_mbps"] * 1e6
+    ring = fabric_mod.switches(graph)
+    # Frames already past the cycle (queued towards the hosts, which nothing
+    # pauses) still arrive: an XOFF's worth per port at line rate, then a sample.
+    settle = max(fab.counters(s).buffer.xoff_threshold_bytes for s in ring)
+    settle_s = settle * 8 / rate + 2 * NIC_SAMPLE_S
+    stop.wait(settle_s)
+    run.a_from = time.monotonic()
+    stop.wait(p["hold_s"])
+    run.a_to = time.monotonic()
+    # The senders stop: after send_s nothing more is posted. The window after it
+    # lasts at least one PAUSE refresh period, so every paused port is seen
+    # refreshing its PAUSE with no new traffic.
+    run.refresh_s = quanta_to_s(0xFFFF, rate) / 2
+    stop.wait(max(0.0, run.t0 + p["send_s"] - time.monotonic()))
+    run.b_from = time.monotonic()
+    run.snap_b0 = snapshot(fab, graph)
+    stop.wait(max(p["hold_s"], run.refresh_s + 0.3))
+    run.snap_b1 = snapshot(fab, graph)
+    run.b_to = time.monotonic()
+    run.cycle = deadlock_cycle(graph, run.snap_b1["live"])
+    run.hops = cycle_hops(graph, run.snap_b1, run.cycle)
+
+
+def _recover(
+    fab: Fabric, nics: RdmaHosts, graph, run: DeadlockRun, stop: threading.Event, recover_s: float
+) -> None:
+    """Remedy (a): the PFC watchdog on every switch, SONiC's defaults (detection 200 ms,
+    drop), then `recover_s` for the flows to move again."""
+    faults = Faults(fab, nics)
+    run.t_wd = time.monotonic()
+    for sw in fabric_mod.switches(graph):
+        run.wall_wd[sw] = time.time()
+        faults.watchdog(enabled=True, switch=sw)
+    stop.wait(recover_s)
+    run.c_to = time.monotonic()
+
+
+def _deadlock_result(graph, run: DeadlockRun) -> dict:
+    """The deadlock run's result (and metrics) from what it measured."""
+    samples, qps, t0, hops = run.samples, run.qps, run.t0, run.hops
+    storms = _storms(run)
     cycle_egress = {h["egress_key"] for h in hops}
     return {
-        "posted_bytes": posted,
-        "formed_after_s": t_formed - t0,
-        "cycle": [list(c) for c in cycle],
+        "posted_bytes": run.posted,
+        "formed_after_s": run.t_formed - t0,
+        "cycle": [list(c) for c in run.cycle],
         "cycle_text": cycle_text(hops),
         "hops": [{k: v for k, v in h.items() if not k.endswith("_key")} for h in hops],
-        "cycle_switches": sorted({c[0] for c in cycle}),
+        "cycle_switches": sorted({c[0] for c in run.cycle}),
         # Full to XOFF: PFC's hysteresis keeps PAUSE on until a queue falls two
         # frames below XOFF (emu/switch/buffer.py), so a queue stuck inside that
         # band, or with frames in its headroom (admitted past XOFF), is full.
@@ -401,43 +452,65 @@ def run_deadlock(ctx: Context, graph, flows) -> dict:
             for h in hops
             if h["headroom_bytes"] > 0 or h["ingress_bytes"] > h["xon_bytes"]
         ],
-        "window_formed": [a_from - t0, a_to - t0],
-        "bytes_formed": window_bytes(samples, qps, a_from, a_to),
-        "window_stopped": [b_from - t0, b_to - t0],
-        "bytes_stopped": window_bytes(samples, qps, b_from, b_to),
-        "ring_tx_stopped": sum(
-            _queue_tx(snap_b1, sw, port, prio) - _queue_tx(snap_b0, sw, port, prio)
-            for sw, port in ring_ports
-            for prio in LOSSLESS
-        ),
+        "window_formed": [run.a_from - t0, run.a_to - t0],
+        "bytes_formed": window_bytes(samples, qps, run.a_from, run.a_to),
+        "window_stopped": [run.b_from - t0, run.b_to - t0],
+        "bytes_stopped": window_bytes(samples, qps, run.b_from, run.b_to),
+        "ring_tx_stopped": _ring_tx(graph, run.snap_b0, run.snap_b1),
         "pause_refreshed": {
-            h["ingress"]: snap_b1["counters"][ik[0]].buffer.xoff_sent.get(ik[1:], 0)
-            - snap_b0["counters"][ik[0]].buffer.xoff_sent.get(ik[1:], 0)
+            h["ingress"]: run.snap_b1["counters"][ik[0]].buffer.xoff_sent.get(ik[1:], 0)
+            - run.snap_b0["counters"][ik[0]].buffer.xoff_sent.get(ik[1:], 0)
             for h, ik in ((h, h["ingress_key"]) for h in hops)
         },
-        "refresh_s": refresh_s,
-        "watchdog_on_at_s": t_wd - t0,
+        "refresh_s": run.refresh_s,
+        "watchdog_on_at_s": run.t_wd - t0,
         "storms": storms,
         "storms_on_cycle": [
             s for s in storms if (s["switch"], s["port"], s["prio"]) in cycle_egress
         ],
-        "watchdog_drops": sum(w.drops for w in wd.values()),
-        "window_recovered": [t_wd - t0, c_to - t0],
-        "bytes_recovered": window_bytes(samples, qps, t_wd, c_to),
-        "bytes_total": window_bytes(samples, qps, t0 - 1.0, c_to),
+        "watchdog_drops": sum(w.drops for w in run.wd.values()),
+        "window_recovered": [run.t_wd - t0, run.c_to - t0],
+        "bytes_recovered": window_bytes(samples, qps, run.t_wd, run.c_to),
+        "bytes_total": window_bytes(samples, qps, t0 - 1.0, run.c_to),
         "cycle_after_watchdog": cycle_text(
-            cycle_hops(graph, snap_end, deadlock_cycle(graph, snap_end["live"]))
+            cycle_hops(graph, run.snap_end, deadlock_cycle(graph, run.snap_end["live"]))
         ),
-        # Each switch also pauses its own host (its host port's ingress is full
-        # of frames for the stuck clockwise port): PAUSE toward the NICs too.
-        "hosts_paused": sorted(
-            h
-            for h in fabric_mod.hosts(graph)
-            for sw in [graph.nodes[h]["leaf"]]
-            if LOSSLESS[0] in snap_b1["live"][sw][graph.edges[h, sw]["ports"][sw]].pausing
-        ),
+        "hosts_paused": _hosts_paused(graph, run.snap_b1),
         "timelines": timelines(samples, qps, t0),
     }
+
+
+def _storms(run: DeadlockRun) -> list[dict]:
+    """The watchdogs' storm events, each with when after its switch's watchdog came on."""
+    return [
+        dict(dataclasses.asdict(e), switch=sw, after_s=round(e.wall - run.wall_wd[sw], 3))
+        for sw, w in run.wd.items()
+        for e in w.events
+        if e.kind == "storm" and e.wall is not None
+    ]
+
+
+def _ring_tx(graph, snap_from: dict, snap_to: dict) -> int:
+    """Lossless frames the ring ports sent between two snapshots."""
+    return sum(
+        _queue_tx(snap_to, sw, port, prio) - _queue_tx(snap_from, sw, port, prio)
+        for sw, port in _peer_ports(graph)
+        for prio in LOSSLESS
+    )
+
+
+def _hosts_paused(graph, snap: dict) -> list[str]:
+    """The hosts their switch is pausing on priority 3 in `snap`.
+
+    Each switch also pauses its own host (its host port's ingress is full of
+    frames for the stuck clockwise port): PAUSE toward the NICs too.
+    """
+    return sorted(
+        h
+        for h in fabric_mod.hosts(graph)
+        for sw in [graph.nodes[h]["leaf"]]
+        if LOSSLESS[0] in snap["live"][sw][graph.edges[h, sw]["ports"][sw]].pausing
+    )
 
 
 def run_tagger(ctx: Context, graph, flows) -> dict:
@@ -522,173 +595,201 @@ def run_tagger(ctx: Context, graph, flows) -> dict:
 
 
 def report(ctx: Context, graph, results: dict) -> None:
-    p = ctx.params
-    rate = p["rate_mbps"] * 1e6
+    """Each mode's tables, texts and checks: the deadlock and the watchdog, then Tagger."""
     if "deadlock" in results:
         r = results["deadlock"]
-        ctx.text(
-            f"deadlock cycle (from the switches' paused ports and ingress queues): "
-            f"{r['cycle_text']}\nhosts their switch was pausing too, once the senders had "
-            f"stopped: {', '.join(r['hosts_paused']) or 'none'}"
-        )
-        ctx.table(
-            "the cycle, hop by hop, once the senders had stopped",
-            [
-                "egress waiting",
-                "paused by",
-                "ingress holding it",
-                "shared bytes",
-                "XOFF bytes",
-                "XON bytes",
-                "headroom bytes",
-                "PAUSE refreshes",
-            ],
-            [
-                [
-                    h["waits"],
-                    h["paused_by"],
-                    h["ingress"],
-                    h["ingress_bytes"],
-                    h["xoff_bytes"],
-                    h["xon_bytes"],
-                    h["headroom_bytes"],
-                    r["pause_refreshed"].get(h["ingress"], 0),
-                ]
-                for h in r["hops"]
-            ],
-        )
-        ctx.table(
-            "deadlock, then the watchdog: bytes each flow received",
-            ["flow", "after it formed", "after senders stopped", "after watchdog on", "total"],
-            [
-                [
-                    f,
-                    r["bytes_formed"][f],
-                    r["bytes_stopped"][f],
-                    r["bytes_recovered"][f],
-                    r["bytes_total"][f],
-                ]
-                for f in r["bytes_formed"]
-            ],
-        )
-        ring = set(fabric_mod.switches(graph))
-        ctx.check(
-            "deadlock: a wait-for cycle through every ring switch",
-            set(r["cycle_switches"]) == ring,
-            r["cycle_text"],
-            "a cycle over " + ", ".join(sorted(ring)),
-        )
-        ctx.check(
-            "deadlock: every ingress queue on the cycle full to XOFF",
-            len(r["hops"]) == len(ring) and len(r["above_xoff"]) == len(r["hops"]),
-            f"{len(r['above_xoff'])}/{len(r['hops'])}, fullest at "
-            + ", ".join(f"{h['ingress_bytes'] / h['xoff_bytes']:.1%}" for h in r["hops"])
-            + " of XOFF",
-            "all: above XON (XOFF - 2 frames, PFC's hysteresis) or frames in the headroom",
-        )
-        ctx.check(
-            "deadlock: zero goodput on every cycle flow after it formed",
-            all(v == 0 for v in r["bytes_formed"].values()),
-            f"{sum(r['bytes_formed'].values())} bytes in {r['window_formed'][1] - r['window_formed'][0]:.1f} s",
-            "0 bytes",
-        )
-        ctx.check(
-            "deadlock: still zero after the senders stopped, and no frame crossed a ring link",
-            all(v == 0 for v in r["bytes_stopped"].values()) and r["ring_tx_stopped"] == 0,
-            f"{sum(r['bytes_stopped'].values())} bytes, {r['ring_tx_stopped']} ring frames in "
-            f"{r['window_stopped'][1] - r['window_stopped'][0]:.1f} s",
-            "0 and 0",
-        )
-        ctx.check(
-            "deadlock: every switch on the cycle keeps pausing its upstream",
-            bool(r["hops"]) and all(v >= 1 for v in r["pause_refreshed"].values()),
-            ", ".join(f"{k}: {v}" for k, v in r["pause_refreshed"].items()) or "no cycle",
-            f">= 1 PAUSE refresh each (every {r['refresh_s']:.2f} s: half of 65535 quanta, 802.1Qbb)",
-        )
-        # SONiC's detection time on the fabric's clock, plus a poll to see the
-        # queue send nothing and one to declare it (emu/switch/watchdog.py).
-        spec = WatchdogSpec()
-        limit = spec.detection_s * graph.graph["time_scale"] + 2 * spec.poll_s
-        first = min((s["after_s"] for s in r["storms_on_cycle"]), default=None)
-        ctx.check(
-            "watchdog: detects a stuck queue of the cycle",
-            first is not None and first <= limit,
-            "none" if first is None else f"{first:.2f} s after it was turned on",
-            f"<= {limit:.1f} s (SONiC's 200 ms detection x time scale "
-            f"{graph.graph['time_scale']:g}, + two polls)",
-        )
-        ctx.check(
-            "watchdog: drops the stuck queues' frames",
-            r["watchdog_drops"] > 0,
-            r["watchdog_drops"],
-            "> 0",
-        )
-        ctx.check(
-            "watchdog: goodput back on every cycle flow",
-            all(v > 0 for v in r["bytes_recovered"].values()),
-            ", ".join(
-                f"{k} {v * 8 / 1e6 / p['recover_s']:.2f} Mbit/s"
-                for k, v in r["bytes_recovered"].items()
-            ),
-            "> 0 on each (0 while deadlocked)",
-        )
+        _deadlock_tables(ctx, r)
+        _deadlock_checks(ctx, graph, r)
+        _watchdog_checks(ctx, graph, r)
     if "tagger" in results:
         r = results["tagger"]
-        ctx.table(
-            "Tagger: the same routes and traffic",
-            ["flow", "delivered bytes", "done after s", "goodput Mbit/s", "RTO timeouts"],
+        _tagger_tables(ctx, r)
+        _tagger_checks(ctx, graph, r)
+
+
+def _deadlock_tables(ctx: Context, r: dict) -> None:
+    """The cycle in a line, hop by hop, and the bytes each flow received in each window."""
+    ctx.text(
+        f"deadlock cycle (from the switches' paused ports and ingress queues): "
+        f"{r['cycle_text']}\nhosts their switch was pausing too, once the senders had "
+        f"stopped: {', '.join(r['hosts_paused']) or 'none'}"
+    )
+    ctx.table(
+        "the cycle, hop by hop, once the senders had stopped",
+        [
+            "egress waiting",
+            "paused by",
+            "ingress holding it",
+            "shared bytes",
+            "XOFF bytes",
+            "XON bytes",
+            "headroom bytes",
+            "PAUSE refreshes",
+        ],
+        [
             [
-                [
-                    f,
-                    r["bytes_total"][f],
-                    "-" if r["done_at_s"][f] is None else f"{r['done_at_s'][f]:.2f}",
-                    r["goodput_bps"][f] / 1e6,
-                    r["timeouts"][f],
-                ]
-                for f in r["done_at_s"]
-            ],
-        )
+                h["waits"],
+                h["paused_by"],
+                h["ingress"],
+                h["ingress_bytes"],
+                h["xoff_bytes"],
+                h["xon_bytes"],
+                h["headroom_bytes"],
+                r["pause_refreshed"].get(h["ingress"], 0),
+            ]
+            for h in r["hops"]
+        ],
+    )
+    ctx.table(
+        "deadlock, then the watchdog: bytes each flow received",
+        ["flow", "after it formed", "after senders stopped", "after watchdog on", "total"],
+        [
+            [
+                f,
+                r["bytes_formed"][f],
+                r["bytes_stopped"][f],
+                r["bytes_recovered"][f],
+                r["bytes_total"][f],
+            ]
+            for f in r["bytes_formed"]
+        ],
+    )
+
+
+def _deadlock_checks(ctx: Context, graph, r: dict) -> None:
+    """The cycle through every switch, its queues full, no goodput, PAUSE kept up."""
+    ring = set(fabric_mod.switches(graph))
+    ctx.check(
+        "deadlock: a wait-for cycle through every ring switch",
+        set(r["cycle_switches"]) == ring,
+        r["cycle_text"],
+        "a cycle over " + ", ".join(sorted(ring)),
+    )
+    ctx.check(
+        "deadlock: every ingress queue on the cycle full to XOFF",
+        len(r["hops"]) == len(ring) and len(r["above_xoff"]) == len(r["hops"]),
+        f"{len(r['above_xoff'])}/{len(r['hops'])}, fullest at "
+        + ", ".join(f"{h['ingress_bytes'] / h['xoff_bytes']:.1%}" for h in r["hops"])
+        + " of XOFF",
+        "all: above XON (XOFF - 2 frames, PFC's hysteresis) or frames in the headroom",
+    )
+    formed_s = r["window_formed"][1] - r["window_formed"][0]
+    ctx.check(
+        "deadlock: zero goodput on every cycle flow after it formed",
+        all(v == 0 for v in r["bytes_formed"].values()),
+        f"{sum(r['bytes_formed'].values())} bytes in {formed_s:.1f} s",
+        "0 bytes",
+    )
+    ctx.check(
+        "deadlock: still zero after the senders stopped, and no frame crossed a ring link",
+        all(v == 0 for v in r["bytes_stopped"].values()) and r["ring_tx_stopped"] == 0,
+        f"{sum(r['bytes_stopped'].values())} bytes, {r['ring_tx_stopped']} ring frames in "
+        f"{r['window_stopped'][1] - r['window_stopped'][0]:.1f} s",
+        "0 and 0",
+    )
+    ctx.check(
+        "deadlock: every switch on the cycle keeps pausing its upstream",
+        bool(r["hops"]) and all(v >= 1 for v in r["pause_refreshed"].values()),
+        ", ".join(f"{k}: {v}" for k, v in r["pause_refreshed"].items()) or "no cycle",
+        f">= 1 PAUSE refresh each (every {r['refresh_s']:.2f} s: half of 65535 quanta, 802.1Qbb)",
+    )
+
+
+def _watchdog_checks(ctx: Context, graph, r: dict) -> None:
+    """The watchdog finds a stuck queue of the cycle in time, drops, and goodput returns."""
+    # SONiC's detection time on the fabric's clock, plus a poll to see the
+    # queue send nothing and one to declare it (emu/switch/watchdog.py).
+    spec = WatchdogSpec()
+    limit = spec.detection_s * graph.graph["time_scale"] + 2 * spec.poll_s
+    first = min((s["after_s"] for s in r["storms_on_cycle"]), default=None)
+    ctx.check(
+        "watchdog: detects a stuck queue of the cycle",
+        first is not None and first <= limit,
+        "none" if first is None else f"{first:.2f} s after it was turned on",
+        f"<= {limit:.1f} s (SONiC's 200 ms detection x time scale "
+        f"{graph.graph['time_scale']:g}, + two polls)",
+    )
+    ctx.check(
+        "watchdog: drops the stuck queues' frames",
+        r["watchdog_drops"] > 0,
+        r["watchdog_drops"],
+        "> 0",
+    )
+    ctx.check(
+        "watchdog: goodput back on every cycle flow",
+        all(v > 0 for v in r["bytes_recovered"].values()),
+        ", ".join(
+            f"{k} {v * 8 / 1e6 / ctx.params['recover_s']:.2f} Mbit/s"
+            for k, v in r["bytes_recovered"].items()
+        ),
+        "> 0 on each (0 while deadlocked)",
+    )
+
+
+def _tagger_tables(ctx: Context, r: dict) -> None:
+    """Each flow under Tagger, its rules and what they did, and adaptive routing's part."""
+    ctx.table(
+        "Tagger: the same routes and traffic",
+        ["flow", "delivered bytes", "done after s", "goodput Mbit/s", "RTO timeouts"],
+        [
+            [
+                f,
+                r["bytes_total"][f],
+                "-" if r["done_at_s"][f] is None else f"{r['done_at_s'][f]:.2f}",
+                r["goodput_bps"][f] / 1e6,
+                r["timeouts"][f],
+            ]
+            for f in r["done_at_s"]
+        ],
+    )
+    ctx.text(
+        f"Tagger rules: {r['tagger_status']}; packets re-tagged or queued by them per switch: "
+        f"{r['tagged_packets']}"
+    )
+    if r.get("adaptive_status") is not None:
+        a = r["adaptive_status"]
         ctx.text(
-            f"Tagger rules: {r['tagger_status']}; packets re-tagged or queued by them per switch: "
-            f"{r['tagged_packets']}"
+            "Adaptive routing beside Tagger (extensions=adaptive): "
+            f"{a['placed_total']} elephants placed, {len(a['placements'])} placed now, "
+            f"{len(a['hot_ports'])} hot ports; it places only on the paths routing's "
+            "one-way policy allows, and Tagger's flows decide a re-tagged packet's hop"
         )
-        if r.get("adaptive_status") is not None:
-            a = r["adaptive_status"]
-            ctx.text(
-                "Adaptive routing beside Tagger (extensions=adaptive): "
-                f"{a['placed_total']} elephants placed, {len(a['placements'])} placed now, "
-                f"{len(a['hot_ports'])} hot ports; it places only on the paths routing's "
-                "one-way policy allows, and Tagger's flows decide a re-tagged packet's hop"
-            )
-        ctx.check(
-            "tagger: rules installed and used by real packets",
-            r["tagger_status"].get("bounces", 0) > 0 and sum(r["tagged_packets"].values()) > 0,
-            f"{r['tagger_status'].get('bounces', 0)} bounce rules, {sum(r['tagged_packets'].values())} packets",
-            "> 0 and > 0",
-        )
-        ctx.check(
-            "tagger: no wait-for cycle at any poll",
-            not r["cycles_seen"],
-            "; ".join(r["cycles_seen"]) or "none",
-            "none",
-        )
-        ctx.check(
-            "tagger: no queue stuck in PAUSE (watchdog, alert only)",
-            r["storms"] == 0,
-            r["storms"],
-            f"0 storms (paused with frames and nothing sent for SONiC's 200 ms x time scale "
-            f"{graph.graph['time_scale']:g})",
-        )
-        # Model: two flows share every ring link, so the max-min fair share is half
-        # the link; PFC is not fair (it pauses per ingress port, not per flow), so
-        # the bound is half the fair share.
-        bound = rate / 4
-        ctx.check(
-            "tagger: every flow finishes at >= half its fair share",
-            r["finished"] and all(v >= bound for v in r["goodput_bps"].values()),
-            ", ".join(f"{k} {v / 1e6:.2f}" for k, v in r["goodput_bps"].items()) + " Mbit/s",
-            f">= {bound / 1e6:.2f} Mbit/s (fair share {rate / 2e6:.2f}: two flows per ring link)",
-        )
+
+
+def _tagger_checks(ctx: Context, graph, r: dict) -> None:
+    """Tagger's rules used, no cycle, no stuck queue, every flow done at a fair rate."""
+    rate = ctx.params["rate_mbps"] * 1e6
+    bounces = r["tagger_status"].get("bounces", 0)
+    tagged = sum(r["tagged_packets"].values())
+    ctx.check(
+        "tagger: rules installed and used by real packets",
+        bounces > 0 and tagged > 0,
+        f"{bounces} bounce rules, {tagged} packets",
+        "> 0 and > 0",
+    )
+    ctx.check(
+        "tagger: no wait-for cycle at any poll",
+        not r["cycles_seen"],
+        "; ".join(r["cycles_seen"]) or "none",
+        "none",
+    )
+    ctx.check(
+        "tagger: no queue stuck in PAUSE (watchdog, alert only)",
+        r["storms"] == 0,
+        r["storms"],
+        f"0 storms (paused with frames and nothing sent for SONiC's 200 ms x time scale "
+        f"{graph.graph['time_scale']:g})",
+    )
+    # Model: two flows share every ring link, so the max-min fair share is half
+    # the link; PFC is not fair (it pauses per ingress port, not per flow), so
+    # the bound is half the fair share.
+    bound = rate / 4
+    ctx.check(
+        "tagger: every flow finishes at >= half its fair share",
+        r["finished"] and all(v >= bound for v in r["goodput_bps"].values()),
+        ", ".join(f"{k} {v / 1e6:.2f}" for k, v in r["goodput_bps"].items()) + " Mbit/s",
+        f">= {bound / 1e6:.2f} Mbit/s (fair share {rate / 2e6:.2f}: two flows per ring link)",
+    )
 
 
 def plot(ctx: Context, results: dict) -> None:
