@@ -204,6 +204,9 @@ class Point:
         return f"{'compute' if self.kind == 'compute' else 'NIC'} x{self.factor:g}"
 
 
+MS_PER_S = 1000.0
+
+
 def _storms(fab: Fabric) -> int:
     """PFC storms declared so far by every switch's watchdog (emu/switch/watchdog.py)."""
     return sum(fab.watchdog(sw).detected for sw in fabric_mod.switches(fab.graph))
@@ -296,79 +299,13 @@ def _report(
     rate_bps: float,
     straggler: str,
 ) -> None:
-    tol = ctx.params["tolerance"]
+    """Each point's check, the sweep's table, the model's T_comm, the metrics and the plot."""
     algos = list(dict.fromkeys(pt.algo for pt in points))
-    ms = 1000.0
     for pt in points:
-        what = (
-            f"{pt.factor:g} x C + predicted T_comm"
-            if pt.kind == "compute"
-            else "C + T_comm predicted at the slowest link"
-        )
-        storms = (
-            f"; the PFC watchdog declared {pt.storms} storm(s) meanwhile, outside the model"
-            if pt.storms
-            else ""
-        )
-        ctx.check(
-            f"{pt.algo} {pt.label}: iteration = {what}",
-            pt.passed,
-            f"{pt.iteration_s * ms:.0f} ms (comm {pt.comm_s * ms:.0f} ms, "
-            f"{pt.error * 100:+.1f}%{storms})",
-            f"{pt.model_s * ms:.0f} ms = {pt.compute_s * ms:.0f} + "
-            f"{pt.predicted_comm_s * ms:.0f} ms +- {pt.tolerance_s * ms:.0f} ms, i.e. "
-            f"{tol * 100:.0f}% of T_comm: the emulator's lateness, see fidelity",
-        )
+        _check_point(ctx, pt)
     baseline = {pt.algo: pt for pt in points if pt.kind == "compute" and pt.factor == 1.0}
-    ctx.table(
-        f"iteration time with {straggler} a straggler, {n} ranks, {size} B all-reduce, "
-        f"C = {c * ms:.0f} ms; comm = iteration - compute",
-        [
-            "algo",
-            "straggler",
-            "measured ms",
-            "model ms",
-            "comm ms",
-            "predicted comm ms",
-            "comm error",
-            "comm per iteration ms",
-            "retransmitted",
-            "PFC storms",
-        ],
-        [
-            [
-                pt.algo,
-                pt.label,
-                f"{pt.iteration_s * ms:.0f}",
-                f"{pt.model_s * ms:.0f}",
-                f"{pt.comm_s * ms:.0f}",
-                f"{pt.predicted_comm_s * ms:.0f}",
-                f"{pt.error * 100:+.1f}%",
-                " ".join(f"{(t - pt.compute_s) * ms:.0f}" for t in pt.per_iteration_s),
-                pt.retransmitted,
-                pt.storms,
-            ]
-            for pt in points
-        ],
-    )
-    lines = []
-    for algo in algos:
-        pred = predict(algo)
-        load = max(pred.loads, key=lambda ld: ld.up_bytes)  # the busiest link
-        lines.append(
-            f"{algo}: T_comm predicted {pred.time_s * ms:.1f} ms = {load.up_bytes} B of frames "
-            f"per link each way ({load.payload_bytes} B of data, "
-            f"{pred.goodput_fraction * 100:.1f}% of the frames) at {rate_bps / 1e6:g} Mbit/s"
-            + (
-                f"; measured at s = 1: {baseline[algo].comm_s * ms:.1f} ms"
-                if algo in baseline
-                else ""
-            )
-        )
-    ctx.text(
-        "T_comm from the model (emu/traffic/model.py), a NIC straggler's f times it:\n"
-        + "\n".join("  " + line for line in lines)
-    )
+    _points_table(ctx, points, c, size, n, straggler)
+    _t_comm_text(ctx, algos, predict, rate_bps, baseline)
     ctx.metrics.update(
         {
             "compute_s": c,
@@ -400,6 +337,93 @@ def _report(
         }
     )
     ctx.plots.append(plot(ctx.out_dir / "straggler.png", points).name)
+
+
+def _check_point(ctx: Context, pt: Point) -> None:
+    """The point's iteration time against its model, within `tolerance` of T_comm."""
+    tol = ctx.params["tolerance"]
+    what = (
+        f"{pt.factor:g} x C + predicted T_comm"
+        if pt.kind == "compute"
+        else "C + T_comm predicted at the slowest link"
+    )
+    storms = (
+        f"; the PFC watchdog declared {pt.storms} storm(s) meanwhile, outside the model"
+        if pt.storms
+        else ""
+    )
+    ctx.check(
+        f"{pt.algo} {pt.label}: iteration = {what}",
+        pt.passed,
+        f"{pt.iteration_s * MS_PER_S:.0f} ms (comm {pt.comm_s * MS_PER_S:.0f} ms, "
+        f"{pt.error * 100:+.1f}%{storms})",
+        f"{pt.model_s * MS_PER_S:.0f} ms = {pt.compute_s * MS_PER_S:.0f} + "
+        f"{pt.predicted_comm_s * MS_PER_S:.0f} ms +- {pt.tolerance_s * MS_PER_S:.0f} ms, i.e. "
+        f"{tol * 100:.0f}% of T_comm: the emulator's lateness, see fidelity",
+    )
+
+
+def _points_table(
+    ctx: Context, points: list[Point], c: float, size: int, n: int, straggler: str
+) -> None:
+    """One row per point: measured against the model, and the communication part's error."""
+    ms = MS_PER_S
+    ctx.table(
+        f"iteration time with {straggler} a straggler, {n} ranks, {size} B all-reduce, "
+        f"C = {c * ms:.0f} ms; comm = iteration - compute",
+        [
+            "algo",
+            "straggler",
+            "measured ms",
+            "model ms",
+            "comm ms",
+            "predicted comm ms",
+            "comm error",
+            "comm per iteration ms",
+            "retransmitted",
+            "PFC storms",
+        ],
+        [
+            [
+                pt.algo,
+                pt.label,
+                f"{pt.iteration_s * ms:.0f}",
+                f"{pt.model_s * ms:.0f}",
+                f"{pt.comm_s * ms:.0f}",
+                f"{pt.predicted_comm_s * ms:.0f}",
+                f"{pt.error * 100:+.1f}%",
+                " ".join(f"{(t - pt.compute_s) * ms:.0f}" for t in pt.per_iteration_s),
+                pt.retransmitted,
+                pt.storms,
+            ]
+            for pt in points
+        ],
+    )
+
+
+def _t_comm_text(
+    ctx: Context, algos: list[str], predict, rate_bps: float, baseline: dict[str, Point]
+) -> None:
+    """Each algorithm's predicted T_comm from its busiest link, and what s = 1 measured."""
+    ms = MS_PER_S
+    lines = []
+    for algo in algos:
+        pred = predict(algo)
+        load = max(pred.loads, key=lambda ld: ld.up_bytes)  # the busiest link
+        lines.append(
+            f"{algo}: T_comm predicted {pred.time_s * ms:.1f} ms = {load.up_bytes} B of frames "
+            f"per link each way ({load.payload_bytes} B of data, "
+            f"{pred.goodput_fraction * 100:.1f}% of the frames) at {rate_bps / 1e6:g} Mbit/s"
+            + (
+                f"; measured at s = 1: {baseline[algo].comm_s * ms:.1f} ms"
+                if algo in baseline
+                else ""
+            )
+        )
+    ctx.text(
+        "T_comm from the model (emu/traffic/model.py), a NIC straggler's f times it:\n"
+        + "\n".join("  " + line for line in lines)
+    )
 
 
 def plot(path: Path, points: list[Point]) -> Path:
