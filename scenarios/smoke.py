@@ -462,21 +462,7 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
     paths = {sport: fab.trace_path(src, dst, "tcp", sport, port) for sport in flows}
     per_hop = {n: hops_after[n] - hops_before[n] for n in hops}
     hop_total = sum(per_hop.values()) or 1
-
-    def carried_by(nodes: list[str], sent: dict[str, int], where) -> dict[str, dict]:
-        out = {}
-        for n in nodes:
-            mine = [sp for sp, path in paths.items() if where(path, n)]
-            payload = sum(flows[sp] for sp in mine)
-            out[n] = {
-                "flows": len(mine),
-                "payload_bytes": payload,
-                "tx_bytes": sent[n],
-                "carries": payload > 0 and sent[n] >= payload,
-            }
-        return out
-
-    at_hop = carried_by(hops, per_hop, lambda path, n: path[2] == n)
+    at_hop = _carried_by(flows, paths, hops, per_hop, lambda path, n: path[2] == n)
     ctx.metrics["ecmp"] = {
         "flows": ctx.params["ecmp_flows"],
         "traced_flows": len(flows),
@@ -511,12 +497,23 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
     if not top:
         return
     carried = {sw: after[sw] - before[sw] for sw in top}
+    at_top = _carried_by(flows, paths, top, carried, lambda path, n: n in path)
+    _top_tier_spreading(ctx, f"{len(flows)} TCP flows {src} -> {dst}", carried, at_top)
+
+
+def _top_tier_spreading(ctx: Context, what: str, carried: dict[str, int], at_top: dict) -> None:
+    """The top-tier switches' table and check: more than one of them carries the flows.
+
+    Args:
+        what: the flows, as the table's title names them.
+        carried: bytes each top-tier switch sent during the flows.
+        at_top: `_carried_by`'s answer for the top-tier switches.
+    """
     total = sum(carried.values()) or 1
-    at_top = carried_by(top, carried, lambda path, n: n in path)
     ctx.metrics["ecmp"]["bytes_per_top_switch"] = carried
     ctx.metrics["ecmp"]["flows_per_top_switch"] = {n: v["flows"] for n, v in at_top.items()}
     ctx.table(
-        f"ECMP: {len(flows)} TCP flows {src} -> {dst}, per top-tier switch",
+        f"ECMP: {what}, per top-tier switch",
         ["switch", "flows", "received MB", "sent MB", "share of bytes"],
         [
             [n, v["flows"], v["payload_bytes"] / 1e6, v["tx_bytes"] / 1e6, v["tx_bytes"] / total]
@@ -527,9 +524,31 @@ def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None
     ctx.check(
         "ECMP spreads flows over more than one top-tier switch",
         len(used_top) > 1,
-        f"{len(used_top)} of {len(top)} carry flows",
+        f"{len(used_top)} of {len(at_top)} carry flows",
         "> 1 (each with its flows' received payload on its port counters)",
     )
+
+
+def _carried_by(
+    flows: dict[int, int],
+    paths: dict[int, list[str]],
+    nodes: list[str],
+    sent: dict[str, int],
+    where,
+) -> dict[str, dict]:
+    """Per node: the traced flows through it (`where(path, node)`), their received payload,
+    what its counters sent, and whether it carries them (sent at least that payload)."""
+    out = {}
+    for n in nodes:
+        mine = [sp for sp, path in paths.items() if where(path, n)]
+        payload = sum(flows[sp] for sp in mine)
+        out[n] = {
+            "flows": len(mine),
+            "payload_bytes": payload,
+            "tx_bytes": sent[n],
+            "carries": payload > 0 and sent[n] >= payload,
+        }
+    return out
 
 
 def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
