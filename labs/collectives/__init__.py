@@ -164,123 +164,141 @@ class Task:
         return r
 
 
+BITS_HINT = "bytes and bits: S is in bytes, the rate in bit/s (x 8)"
+
+
 def tasks() -> list[Task]:
-    n, s, b = ranks(), SIZE_BYTES, payload_rate_bps()
-    hosts = fabric_mod.hosts(graph())
-    once_s = s * 8 / b  # S / B: every rank's data over its link once
+    """The three predictions of the setting: the ring, the SHARP-like all-reduce, a straggler."""
+    n, s = ranks(), SIZE_BYTES
+    once_s = s * 8 / payload_rate_bps()  # S / B: every rank's data over its link once
     ring_s = 2 * (n - 1) / n * once_s
-    ring = model.ring_allreduce(s, n, RATE_BPS, slice_bytes=collectives.DEFAULT_SLICE_BYTES)
-    sharp = model.sharp_allreduce(s, n, RATE_BPS)
-    raw_s = s * 8 / RATE_BPS  # S over the raw link rate: headers forgotten
-    bits = "bytes and bits: S is in bytes, the rate in bit/s (x 8)"
-    ring_formula = "T_ring = 2(n-1)/n x S x 8 / B, B = 5 Mbit/s x 1024/1082"
-    compute = dict.fromkeys(hosts, COMPUTE_S)
-    slow = dict(compute, **{STRAGGLER: COMPUTE_S + DELAY_S})
+    ring_model_s = model.ring_allreduce(
+        s, n, RATE_BPS, slice_bytes=collectives.DEFAULT_SLICE_BYTES
+    ).time_s
+    sharp_model_s = model.sharp_allreduce(s, n, RATE_BPS).time_s
     return [
-        Task(
-            "ring_allreduce_s",
-            "ring all-reduce",
-            "ring",
-            {},
-            ring_s,
-            ring.time_s,
-            ring.time_s,
-            2 * (n - 1),
-            ring_formula,
-            (
-                Mistake(
-                    once_s,
-                    "that is S / B, every rank's data sent once: in a ring each rank sends "
-                    "(n-1)/n x S in the reduce-scatter and again in the all-gather, "
-                    "2(n-1)/n x S in all (Patarasuk & Yuan)",
-                ),
-                Mistake(
-                    (n - 1) / n * once_s,
-                    "that is the reduce-scatter alone: the all-gather sends as much again, "
-                    "2(n-1)/n x S in all",
-                ),
-                Mistake(
-                    2 * once_s,
-                    "that is 2 x S / B: a rank sends n-1 chunks of S/n in each phase, "
-                    "2(n-1)/n x S, not 2 x S",
-                ),
-                Mistake(
-                    2 * (n - 1) * once_s,
-                    "that is 2(n-1) x S / B: each of the 2(n-1) steps moves one chunk of S/n, "
-                    "so divide by n",
-                ),
-                Mistake(ring_s / 8, bits),
-                Mistake(ring_s * 8, bits),
-            ),
-        ),
-        Task(
-            "sharp_allreduce_s",
-            "SHARP-like all-reduce",
-            "sharp",
-            {},
-            once_s,
-            sharp.time_s,
-            sharp.time_s,
-            1,
-            "T_sharp = S x 8 / B: S up and the sum back down, at once on a full-duplex link",
-            (
-                Mistake(
-                    ring_s,
-                    "that is the ring's time: with the switches adding, every rank sends "
-                    "its S once and receives the sum once, S / B (Graham et al.)",
-                ),
-                Mistake(
-                    2 * once_s,
-                    "that is 2 x S / B: the sum comes down while the data goes up, on the "
-                    "other direction of a full-duplex link, so S / B",
-                ),
-                Mistake(
-                    raw_s,
-                    "headers: every 1024 bytes of data travel in a 1082-byte frame, so B is "
-                    "5 Mbit/s x 1024/1082, 5.4% less than the raw rate",
-                ),
-                Mistake(once_s / 8, bits),
-                Mistake(once_s * 8, bits),
-            ),
-        ),
-        Task(
-            "straggler_iteration_s",
-            f"iteration with {STRAGGLER} {DELAY_S:g} s late (ring)",
-            "ring",
-            slow,
-            COMPUTE_S + DELAY_S + ring_s,
-            COMPUTE_S + DELAY_S + ring.time_s,
-            ring.time_s,
-            2 * (n - 1),
-            "T = C + d + T_ring: the slowest rank's compute, then the whole all-reduce",
-            (
-                Mistake(
-                    COMPUTE_S + ring_s,
-                    "the delay is missing: no rank has its sum before the straggler's data "
-                    "went round the ring, and the others cannot get ahead (each step needs "
-                    "the previous one's message), so a synchronous step lasts as long as its "
-                    "slowest rank's compute plus the whole all-reduce",
-                ),
-                Mistake(
-                    COMPUTE_S + DELAY_S / n + ring_s,
-                    "that averages the delay over the ranks: a synchronous step waits for "
-                    "its slowest rank, so the whole delay d counts",
-                ),
-                Mistake(
-                    DELAY_S + ring_s,
-                    "the compute step C is missing: the straggler computes C + d",
-                ),
-                Mistake(
-                    COMPUTE_S + DELAY_S,
-                    "the all-reduce is missing: it starts only once the straggler is done",
-                ),
-                Mistake(
-                    COMPUTE_S + DELAY_S + once_s,
-                    "that uses the SHARP-like time: this iteration all-reduces with the ring",
-                ),
-            ),
-        ),
+        _ring_task(n, once_s, ring_s, ring_model_s),
+        _sharp_task(once_s, ring_s, sharp_model_s),
+        _straggler_task(n, once_s, ring_s, ring_model_s),
     ]
+
+
+def _ring_task(n: int, once_s: float, ring_s: float, ring_model_s: float) -> Task:
+    """The ring all-reduce: T_ring = 2(n-1)/n x S / B, and the formulas that miss a term."""
+    return Task(
+        "ring_allreduce_s",
+        "ring all-reduce",
+        "ring",
+        {},
+        ring_s,
+        ring_model_s,
+        ring_model_s,
+        2 * (n - 1),
+        "T_ring = 2(n-1)/n x S x 8 / B, B = 5 Mbit/s x 1024/1082",
+        (
+            Mistake(
+                once_s,
+                "that is S / B, every rank's data sent once: in a ring each rank sends "
+                "(n-1)/n x S in the reduce-scatter and again in the all-gather, "
+                "2(n-1)/n x S in all (Patarasuk & Yuan)",
+            ),
+            Mistake(
+                (n - 1) / n * once_s,
+                "that is the reduce-scatter alone: the all-gather sends as much again, "
+                "2(n-1)/n x S in all",
+            ),
+            Mistake(
+                2 * once_s,
+                "that is 2 x S / B: a rank sends n-1 chunks of S/n in each phase, "
+                "2(n-1)/n x S, not 2 x S",
+            ),
+            Mistake(
+                2 * (n - 1) * once_s,
+                "that is 2(n-1) x S / B: each of the 2(n-1) steps moves one chunk of S/n, "
+                "so divide by n",
+            ),
+            Mistake(ring_s / 8, BITS_HINT),
+            Mistake(ring_s * 8, BITS_HINT),
+        ),
+    )
+
+
+def _sharp_task(once_s: float, ring_s: float, sharp_model_s: float) -> Task:
+    """The SHARP-like all-reduce: T_sharp = S / B, and the formulas that miss a term."""
+    raw_s = SIZE_BYTES * 8 / RATE_BPS  # S over the raw link rate: headers forgotten
+    return Task(
+        "sharp_allreduce_s",
+        "SHARP-like all-reduce",
+        "sharp",
+        {},
+        once_s,
+        sharp_model_s,
+        sharp_model_s,
+        1,
+        "T_sharp = S x 8 / B: S up and the sum back down, at once on a full-duplex link",
+        (
+            Mistake(
+                ring_s,
+                "that is the ring's time: with the switches adding, every rank sends "
+                "its S once and receives the sum once, S / B (Graham et al.)",
+            ),
+            Mistake(
+                2 * once_s,
+                "that is 2 x S / B: the sum comes down while the data goes up, on the "
+                "other direction of a full-duplex link, so S / B",
+            ),
+            Mistake(
+                raw_s,
+                "headers: every 1024 bytes of data travel in a 1082-byte frame, so B is "
+                "5 Mbit/s x 1024/1082, 5.4% less than the raw rate",
+            ),
+            Mistake(once_s / 8, BITS_HINT),
+            Mistake(once_s * 8, BITS_HINT),
+        ),
+    )
+
+
+def _straggler_task(n: int, once_s: float, ring_s: float, ring_model_s: float) -> Task:
+    """A ring iteration with STRAGGLER DELAY_S late: T = C + d + T_ring, and the usual misses."""
+    compute = dict.fromkeys(fabric_mod.hosts(graph()), COMPUTE_S)
+    slow = dict(compute, **{STRAGGLER: COMPUTE_S + DELAY_S})
+    return Task(
+        "straggler_iteration_s",
+        f"iteration with {STRAGGLER} {DELAY_S:g} s late (ring)",
+        "ring",
+        slow,
+        COMPUTE_S + DELAY_S + ring_s,
+        COMPUTE_S + DELAY_S + ring_model_s,
+        ring_model_s,
+        2 * (n - 1),
+        "T = C + d + T_ring: the slowest rank's compute, then the whole all-reduce",
+        (
+            Mistake(
+                COMPUTE_S + ring_s,
+                "the delay is missing: no rank has its sum before the straggler's data "
+                "went round the ring, and the others cannot get ahead (each step needs "
+                "the previous one's message), so a synchronous step lasts as long as its "
+                "slowest rank's compute plus the whole all-reduce",
+            ),
+            Mistake(
+                COMPUTE_S + DELAY_S / n + ring_s,
+                "that averages the delay over the ranks: a synchronous step waits for "
+                "its slowest rank, so the whole delay d counts",
+            ),
+            Mistake(
+                DELAY_S + ring_s,
+                "the compute step C is missing: the straggler computes C + d",
+            ),
+            Mistake(
+                COMPUTE_S + DELAY_S,
+                "the all-reduce is missing: it starts only once the straggler is done",
+            ),
+            Mistake(
+                COMPUTE_S + DELAY_S + once_s,
+                "that uses the SHARP-like time: this iteration all-reduces with the ring",
+            ),
+        ),
+    )
 
 
 # ----------------------------------------------------------------- predictions
