@@ -139,6 +139,7 @@ def probes(graph) -> list[tuple[str, str]]:
 
 
 def run(ctx: Context) -> None:
+    """Each mode on a fresh fabric, judged against the flow-level model's floor."""
     p = ctx.params
     graph = build_fabric_graph(p)
     results = {}
@@ -154,6 +155,33 @@ def run(ctx: Context) -> None:
     ctx.metrics["modes"] = {
         m: {k: v for k, v in r.items() if k != "timeline"} for m, r in results.items()
     }
+    _modes_table(ctx, graph, link, results)
+    ctx.text(
+        f"flow-level model (max-min fair TCP over ECMP paths, {model['outcomes']} hash "
+        f"outcomes{' sampled' if model['sampled'] else ''}): goodput with "
+        f"{link[0]}-{link[1]} damped / before = {model['mean_ratio']:.3f} "
+        f"on average, {model['worst_ratio']:.3f} at worst; floor = worst x (1 - RTO "
+        f"backoff left in the window / window)"
+    )
+    for mode, r in results.items():
+        _check_mode(ctx, mode, r, model)
+    panels = [
+        Panel(
+            "aggregate TCP throughput",
+            "time (s)",
+            "Mbit/s",
+            lines={m: r["timeline"] for m, r in results.items()},
+            vline=p["start_s"],
+            vline_label="flapping starts",
+        )
+    ]
+    path = save_panels(ctx.out_dir / "link-flap.png", panels, title="link-flap")
+    ctx.plots.append(path.name)
+
+
+def _modes_table(ctx: Context, graph, link: tuple[str, str], results: dict) -> None:
+    """One row per mode: damping, recomputations, goodput before, during and after, outages."""
+    p = ctx.params
     rows = []
     for mode, r in results.items():
         rows.append(
@@ -189,69 +217,51 @@ def run(ctx: Context) -> None:
         ],
         rows,
     )
-    ctx.text(
-        f"flow-level model (max-min fair TCP over ECMP paths, {model['outcomes']} hash "
-        f"outcomes{' sampled' if model['sampled'] else ''}): goodput with "
-        f"{link[0]}-{link[1]} damped / before = {model['mean_ratio']:.3f} "
-        f"on average, {model['worst_ratio']:.3f} at worst; floor = worst x (1 - RTO "
-        f"backoff left in the window / window)"
+
+
+def _check_mode(ctx: Context, mode: str, r: dict, model: dict) -> None:
+    """A mode's checks: damped, goodput at the floor, no flow stuck, all alive, reachable."""
+    floor = r["during_floor"]
+    ctx.check(
+        f"{mode}: the flapping link is damped",
+        r["damped_after_s"] is not None,
+        r["damped_after_s"],
+        "a link_damped event",
     )
-    for mode, r in results.items():
-        floor = r["during_floor"]
-        ctx.check(
-            f"{mode}: the flapping link is damped",
-            r["damped_after_s"] is not None,
-            r["damped_after_s"],
-            "a link_damped event",
-        )
-        share = (
-            f" ({r['during_mbps'] / r['before_mbps']:.3f} of before)" if r["before_mbps"] else ""
-        )
-        ctx.check(
-            f"{mode}: goodput during the flapping >= the flow-level model's floor",
-            r["during_mbps"] >= r["during_floor_mbps"],
-            f"{r['during_mbps']:.1f} Mbit/s{share}",
-            f">= {floor['ratio']:.3f} x {r['before_mbps']:.1f} Mbit/s before = "
-            f"worst-hash model {model['worst_ratio']:.3f} x (1 - "
-            f"{floor['backoff_in_window_s']:.2f} s of RTO backoff / "
-            f"{floor['window_s']:.0f} s)",
-        )
-        stuck_text = "; ".join(
-            f"{d['flow']} silent {d['silent_s']} s from t={d['silent_from_s']} s "
-            f"(receiver got nothing; {d['retransmits_before']} retransmits in the "
-            f"3 s before, {d['retransmits_during']} during)"
-            for d in r["stuck_detail"]
-        )
-        ctx.check(
-            f"{mode}: no flow stuck",
-            r["stuck_flows"] == 0,
-            f"{r['stuck_flows']}: {stuck_text}" if stuck_text else r["stuck_flows"],
-            f"0 flows silent for >= {p['stuck_s']:g} s",
-        )
-        ctx.check(
-            f"{mode}: no switch or controller died",
-            not r["dead"],
-            ", ".join(r["dead"]) or "none",
-            "none",
-        )
-        ctx.check(
-            f"{mode}: every probe pair reachable at the end",
-            r["unreachable_after"] == 0,
-            r["unreachable_after"],
-            "0 pairs",
-        )
-    panels = [
-        Panel(
-            "aggregate TCP throughput",
-            "time (s)",
-            "Mbit/s",
-            lines={m: r["timeline"] for m, r in results.items()},
-            vline=p["start_s"],
-            vline_label="flapping starts",
-        )
-    ]
-    path = save_panels(ctx.out_dir / "link-flap.png", panels, title="link-flap")
-    ctx.plots.append(path.name)
+    share = f" ({r['during_mbps'] / r['before_mbps']:.3f} of before)" if r["before_mbps"] else ""
+    ctx.check(
+        f"{mode}: goodput during the flapping >= the flow-level model's floor",
+        r["during_mbps"] >= r["during_floor_mbps"],
+        f"{r['during_mbps']:.1f} Mbit/s{share}",
+        f">= {floor['ratio']:.3f} x {r['before_mbps']:.1f} Mbit/s before = "
+        f"worst-hash model {model['worst_ratio']:.3f} x (1 - "
+        f"{floor['backoff_in_window_s']:.2f} s of RTO backoff / "
+        f"{floor['window_s']:.0f} s)",
+    )
+    stuck_text = "; ".join(
+        f"{d['flow']} silent {d['silent_s']} s from t={d['silent_from_s']} s "
+        f"(receiver got nothing; {d['retransmits_before']} retransmits in the "
+        f"3 s before, {d['retransmits_during']} during)"
+        for d in r["stuck_detail"]
+    )
+    ctx.check(
+        f"{mode}: no flow stuck",
+        r["stuck_flows"] == 0,
+        f"{r['stuck_flows']}: {stuck_text}" if stuck_text else r["stuck_flows"],
+        f"0 flows silent for >= {ctx.params['stuck_s']:g} s",
+    )
+    ctx.check(
+        f"{mode}: no switch or controller died",
+        not r["dead"],
+        ", ".join(r["dead"]) or "none",
+        "none",
+    )
+    ctx.check(
+        f"{mode}: every probe pair reachable at the end",
+        r["unreachable_after"] == 0,
+        r["unreachable_after"],
+        "0 pairs",
+    )
 
 
 def goodput_floor(
