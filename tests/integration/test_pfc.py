@@ -42,19 +42,7 @@ def incast(tmp_path_factory):
         for sw in fabric.switches(g):
             # A flow that would flood MAC control frames if the pipeline ever saw
             # them: the one-hop test below would then catch them on other links.
-            host, port = fab.switch_call(sw, "info")["of_listen"]
-            subprocess.run(
-                [
-                    "ovs-ofctl",
-                    "-O",
-                    "OpenFlow13",
-                    "add-flow",
-                    f"tcp:{host}:{port}",
-                    "priority=65000,dl_type=0x8808,actions=ALL",
-                ],
-                check=True,
-                timeout=20,
-            )
+            fab.ofctl(sw, "add-flow", "priority=65000,dl_type=0x8808,actions=ALL")
         clients = [
             iperf.start(fab, h, "h3", 4, port=5300 + i, udp=True, bitrate="18M", tos=DSCP26_TOS)
             for i, h in enumerate(("h1", "h2"))

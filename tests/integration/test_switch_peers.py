@@ -28,6 +28,11 @@ OFPT_FLOW_MOD, OFPT_GROUP_MOD = 14, 15
 HEADER = struct.Struct("!BBHI")
 
 
+def of_addr(fab, switch="leaf1") -> tuple[str, int]:
+    host, port = fab.switch_call(switch, "info")["of_listen"]
+    return host, port
+
+
 @pytest.fixture(scope="module")
 def fab(tmp_path_factory):
     with Fabric(
@@ -37,37 +42,20 @@ def fab(tmp_path_factory):
         yield f
 
 
-def of_addr(fab, switch="leaf1") -> tuple[str, int]:
-    host, port = fab.switch_call(switch, "info")["of_listen"]
-    return host, port
-
-
-def ofctl(fab, *args: str) -> str:
-    host, port = of_addr(fab)
-    res = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", args[0], f"tcp:{host}:{port}", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
-    assert res.returncode == 0, f"ovs-ofctl {args}: {res.stderr}"
-    return res.stdout
-
-
 def test_ovs_ofctl_lists_adds_deletes_flows_and_reads_ports(fab):
-    flows = ofctl(fab, "dump-flows")
+    flows = fab.ofctl("leaf1", "dump-flows")
     # What the routing controller installed: LLDP/ARP punts and a route per host.
     assert "dl_type=0x88cc actions=CONTROLLER" in flows
     assert "nw_dst=10.0.2.1 actions=group:" in flows
-    ofctl(fab, "add-flow", "cookie=0x42,priority=100,ip,nw_dst=10.9.9.9,actions=drop")
-    assert "nw_dst=10.9.9.9" in ofctl(fab, "dump-flows", "cookie=0x42/-1")
-    ofctl(fab, "del-flows", "cookie=0x42/-1")
-    assert "nw_dst=10.9.9.9" not in ofctl(fab, "dump-flows")
-    assert "type=select" in ofctl(fab, "dump-groups")
+    fab.ofctl("leaf1", "add-flow", "cookie=0x42,priority=100,ip,nw_dst=10.9.9.9,actions=drop")
+    assert "nw_dst=10.9.9.9" in fab.ofctl("leaf1", "dump-flows", "cookie=0x42/-1")
+    fab.ofctl("leaf1", "del-flows", "cookie=0x42/-1")
+    assert "nw_dst=10.9.9.9" not in fab.ofctl("leaf1", "dump-flows")
+    assert "type=select" in fab.ofctl("leaf1", "dump-groups")
 
     before = {p["port_no"]: p for p in fab.switch_call("leaf1", "ports")}
     assert fab.ping("h1", "h2", count=5, interval_s=0.05) == (5, 5)
-    stats = ofctl(fab, "dump-ports")
+    stats = fab.ofctl("leaf1", "dump-ports")
     after = {p["port_no"]: p for p in fab.switch_call("leaf1", "ports")}
     rx = {int(port): int(pkts) for port, pkts in re.findall(r"port\s+(\d+): rx pkts=(\d+)", stats)}
     # Port 1 faces h1: the 5 echo requests came in there; OpenFlow and mgmt agree.
@@ -446,7 +434,7 @@ def test_carrier_loss_is_a_port_down_within_a_second_and_heals(fab):
 
 
 def test_switches_keep_forwarding_without_controller_and_reconnect(fab):
-    flows_before = ofctl(fab, "dump-flows")
+    flows_before = fab.ofctl("leaf1", "dump-flows")
     fab.controller.kill()
     fab.controller.wait()
     # The controller is gone: installed flows still forward.
@@ -459,6 +447,6 @@ def test_switches_keep_forwarding_without_controller_and_reconnect(fab):
     # The fresh controller reinstalled every route (the flows the fuzz tests above
     # added in its cookie band are gone: see test_failures_with_plugin for the
     # table comparison on a clean fabric).
-    after = ofctl(fab, "dump-flows")
+    after = fab.ofctl("leaf1", "dump-flows")
     for ip in ("10.0.1.1", "10.0.2.1"):
         assert f"nw_dst={ip} actions=" in after and f"nw_dst={ip} actions=" in flows_before

@@ -11,7 +11,6 @@ import pathlib
 import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 
@@ -20,6 +19,7 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 
+from emu import ofctl as emu_ofctl
 from emu.switch.openflow import (
     FlowsRemoved,
     OpenFlowSession,
@@ -431,17 +431,10 @@ def test_ovs_ofctl_talks_to_agent() -> None:
     stop = threading.Event()
     t = threading.Thread(target=_serve, args=(model, srv, stop), daemon=True)
     t.start()
-    target = "tcp:127.0.0.1:%d" % srv.getsockname()[1]
+    addr = ("127.0.0.1", srv.getsockname()[1])
 
     def ofctl(*args: str) -> str:
-        r = subprocess.run(
-            ["ovs-ofctl", "-O", "OpenFlow13", args[0], target, *args[1:]],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        assert r.returncode == 0, r.stderr
-        return r.stdout
+        return emu_ofctl.run(addr, args, timeout_s=10).stdout
 
     try:
         ofctl(
