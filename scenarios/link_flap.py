@@ -18,7 +18,7 @@ after the flapping, the longest ping outage of any pair, and whether any
 switch or the controller died. Checks: damped, no flow stuck (every TCP flow
 keeps moving bytes through the flapping and after it), everything alive, and
 goodput during the flapping at least the flow-level model's floor
-(`goodput_floor`): max-min fair TCP over the ECMP paths, with the damped link
+(emu/models/flap.py): max-min fair TCP over the ECMP paths, with the damped link
 out of rotation, divided by the same before the flapping, at the worst of
 every hash outcome (2/3 at the defaults), less the seconds a flow may still
 sit in TCP's retransmission backoff from the downs before damping.
@@ -32,18 +32,14 @@ Run:  emu run link-flap [--set modes=static,adaptive --set flap_s=30]
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
 import time
-
-import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import BufferSpec
 from emu.figures import Entry, per_key
-from emu.models.flow import max_min_rates
+from emu.models.flap import during_floor, goodput_floor
 from emu.scenario import (
     Context,
     Param,
@@ -63,13 +59,6 @@ MODES = {"static": "controllers.routing", "adaptive": "controllers.adaptive"}
 # replace the shape parameters (emu/scenario.py).
 TOPOLOGY_FILE = True
 FIRST_PORT = 5700
-# Linux's minimum retransmission timeout (TCP_RTO_MIN, include/net/tcp.h). Linux sets
-# RTO = srtt + max(4 rttvar, TCP_RTO_MIN) and doubles it on every timeout in a row.
-TCP_RTO_MIN_S = 0.2
-# `goodput_floor` enumerates up to MAX_ENUMERATED ECMP hash outcomes; above, it samples
-# SAMPLED_OUTCOMES of them (then its worst is the worst seen, not a bound).
-MAX_ENUMERATED = 20_000
-SAMPLED_OUTCOMES = 2_000
 
 PARAMS = {
     **fabric_params(rate_mbps=20.0),  # twice the rate before the C data plane (issue 27)
@@ -149,7 +138,14 @@ def run(ctx: Context) -> None:
     link = flapping_link(graph)
     model = goodput_floor(graph, tcp_flows(graph), link)
     for r in results.values():
-        r["during_floor"] = during_floor(p, model["worst_ratio"], r)
+        r["during_floor"] = during_floor(
+            model["worst_ratio"],
+            p["flap_s"],
+            p["period_s"],
+            r["damped_after_s"],
+            p["alpha_lossy"] * BufferSpec().size_bytes,
+            p["rate_mbps"] * 1e6,
+        )
         r["during_floor_mbps"] = r["during_floor"]["ratio"] * r["before_mbps"]
     ctx.metrics["model"] = model
     ctx.metrics["modes"] = {
@@ -262,103 +258,6 @@ def _check_mode(ctx: Context, mode: str, r: dict, model: dict) -> None:
         r["unreachable_after"],
         "0 pairs",
     )
-
-
-def goodput_floor(
-    graph, flows: list[tuple[str, str]], link: tuple[str, str], seed: int = 0
-) -> dict:
-    """Flow-level model of the flapping: goodput with `link` damped over goodput before.
-
-    Every flow takes one of its shortest paths (an ECMP hash outcome) and TCP
-    shares the links max-min fairly (all links run at one rate). While `link`
-    is damped, a flow whose path crossed it takes one of the shortest paths
-    without it; every other flow keeps its path: static ECMP hashes the same
-    5-tuple over the same buckets, and the adaptive controller keeps its
-    placements. The ratio is taken for every hash outcome (enumerated, or
-    SAMPLED_OUTCOMES drawn with `seed` above MAX_ENUMERATED).
-
-    Returns:
-        {"worst_ratio", "mean_ratio", "outcomes", "sampled"}. At the defaults
-        (4 leaves, 2 spines, 2 hosts each, every host to the host two leaves
-        on) the worst outcome is leaf1's and leaf3's flows on separate spines
-        before and the other leaves' flows sharing: (10 + 10 + 10 + 10) over
-        (20 + 20 + 10 + 10) link rates = 2/3; the mean over outcomes is 0.84.
-
-    Examples:
-        >>> g = fabric_mod.leaf_spine(leaves=4, spines=2, hosts_per_leaf=2)
-        >>> round(goodput_floor(g, tcp_flows(g), ("leaf1", "spine1"))["worst_ratio"], 3)
-        0.667
-    """
-    full = nx.Graph(fabric_mod.network(graph))
-    cut = nx.Graph(full)
-    cut.remove_edge(*link)
-    out = {link, link[::-1]}
-
-    def hops(nodes) -> list[tuple]:
-        return list(zip(nodes, nodes[1:]))
-
-    before_choices = [[hops(n) for n in nx.all_shortest_paths(full, s, d)] for s, d in flows]
-    during_choices = [[hops(n) for n in nx.all_shortest_paths(cut, s, d)] for s, d in flows]
-    size = 1
-    for b, d in zip(before_choices, during_choices):
-        size *= len(b) * len(d)  # at least as many as the outcomes below
-    sampled = size > MAX_ENUMERATED
-    rng = random.Random(seed)
-
-    def outcomes():
-        """(paths before, paths while damped) per hash outcome."""
-        if sampled:
-            for _ in range(SAMPLED_OUTCOMES):
-                before = [rng.choice(c) for c in before_choices]
-                yield (
-                    before,
-                    [
-                        rng.choice(during_choices[i]) if out & set(path) else path
-                        for i, path in enumerate(before)
-                    ],
-                )
-            return
-        for before in itertools.product(*before_choices):
-            crossed = [i for i, path in enumerate(before) if out & set(path)]
-            for moved in itertools.product(*(during_choices[i] for i in crossed)):
-                during = list(before)
-                for i, path in zip(crossed, moved):
-                    during[i] = path
-                yield before, during
-
-    ratios = [
-        sum(max_min_rates(during)) / sum(max_min_rates(before)) for before, during in outcomes()
-    ]
-    return {
-        "worst_ratio": min(ratios),
-        "mean_ratio": sum(ratios) / len(ratios),
-        "outcomes": len(ratios),
-        "sampled": sampled,
-    }
-
-
-def during_floor(p: dict, worst_ratio: float, r: dict) -> dict:
-    """The floor on goodput during the flapping, as a share of goodput before it.
-
-    The measured window starts 1 s after the first down. A flow that lost a
-    segment at each down before damping may still be backing off then: its
-    RTO (at most TCP_RTO_MIN plus the longest lossy queue's delay, since
-    Linux's RTO is srtt + TCP_RTO_MIN at least) doubled once per down. Those
-    seconds count as lost for every flow (a bound, not an estimate).
-    """
-    window_s = p["flap_s"] - 1.0
-    damped = r["damped_after_s"] if r["damped_after_s"] is not None else p["flap_s"]
-    downs = int(damped / p["period_s"] + 1e-9) + 1  # downs at 0, period, 2 period, ...
-    queue_s = p["alpha_lossy"] * BufferSpec().size_bytes * 8 / (p["rate_mbps"] * 1e6)
-    rto_s = TCP_RTO_MIN_S + queue_s
-    backoff_s = max(0.0, min(window_s, damped + rto_s * 2 ** (downs - 1) - 1.0))
-    return {
-        "ratio": worst_ratio * (1 - backoff_s / window_s),
-        "window_s": window_s,
-        "downs_before_damping": downs,
-        "rto_s": round(rto_s, 3),
-        "backoff_in_window_s": round(backoff_s, 3),
-    }
 
 
 def run_mode(ctx: Context, graph, mode: str) -> dict:

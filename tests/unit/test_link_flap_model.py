@@ -1,18 +1,21 @@
-"""link-flap's flow-level model (scenarios/link_flap.py): the goodput floor it derives, no fabric."""
+"""link-flap's flow-level model (emu/models/flap.py) on the scenario's flows, no fabric."""
 
 from __future__ import annotations
 
+import doctest
 from types import SimpleNamespace
 
 import pytest
 
 from emu import fabric as fabric_mod
+from emu.models import flap
+from emu.models.flap import during_floor, goodput_floor
 from scenarios import link_flap
 
 
 def floor_of(spines: int) -> dict:
     g = fabric_mod.leaf_spine(leaves=4, spines=spines, hosts_per_leaf=2)
-    return link_flap.goodput_floor(g, link_flap.tcp_flows(g), link_flap.flapping_link(g))
+    return goodput_floor(g, link_flap.tcp_flows(g), link_flap.flapping_link(g))
 
 
 def test_the_default_fabric_keeps_two_thirds_at_worst():
@@ -24,16 +27,24 @@ def test_the_default_fabric_keeps_two_thirds_at_worst():
     assert model["worst_ratio"] < model["mean_ratio"] < 1
 
 
+def test_the_models_doctests_pass():
+    result = doctest.testmod(flap, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+
+
 def test_a_third_spine_loses_less_on_average():
     # Fewer flows collide before the flap, and leaf1 keeps two of its three uplinks.
     assert floor_of(3)["mean_ratio"] > floor_of(2)["mean_ratio"]
 
 
 def test_the_floor_subtracts_the_rto_backoff_left_in_the_window():
-    p = {"flap_s": 30.0, "period_s": 0.3, "alpha_lossy": 1 / 16, "rate_mbps": 10.0}
+    def floor_at(damped_after_s):
+        # 30 s of flapping every 0.3 s; a 64 KiB lossy queue (1/16 of 1 MiB) at 10 Mbit/s.
+        return during_floor(2 / 3, 30.0, 0.3, damped_after_s, 65536, 10e6)
+
     # Damped at the third down (0.6 s): RTO 0.2 s + a 64 KiB lossy queue at 10 Mbit/s
     # (52 ms), doubled twice, ends 0.66 s into the window that starts at 1 s.
-    floor = link_flap.during_floor(p, 2 / 3, {"damped_after_s": 0.65})
+    floor = floor_at(0.65)
     assert floor["downs_before_damping"] == 3
     rto_s = 0.2 + 65536 * 8 / 10e6
     assert floor["backoff_in_window_s"] == pytest.approx(0.65 + rto_s * 4 - 1, abs=1e-3)
@@ -41,7 +52,7 @@ def test_the_floor_subtracts_the_rto_backoff_left_in_the_window():
         2 / 3 * (1 - floor["backoff_in_window_s"] / 29), abs=1e-4
     )
     # Never damped: no floor at all (the damping check fails instead).
-    assert link_flap.during_floor(p, 2 / 3, {"damped_after_s": None})["ratio"] == 0
+    assert floor_at(None)["ratio"] == 0
 
 
 def test_a_stuck_flow_is_named_with_when_and_its_retransmissions():
