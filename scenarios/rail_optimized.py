@@ -51,11 +51,12 @@ model:
    refused in one line, from the graph (no path between rails in the
    network; the NVLink domains carry no network traffic), and the rest runs.
 
-The byte model counts frames as emu/traffic/model.py does: every SEND cut
-into packets of 1024 bytes with 58 bytes of headers, and the 62-byte ACKs
-the receiver sends back (every 4th packet and each message's last), which
-cross the switch the other way. Bytes are judged within `tolerance` (10%,
-the acceptance of issue 14) of the model where the model is positive.
+The byte model (emu/models/collective.py) counts frames as
+emu/traffic/model.py does: every SEND cut into packets of 1024 bytes with 58
+bytes of headers, and the 62-byte ACKs the receiver sends back (every 4th
+packet and each message's last), which cross the switch the other way.
+Bytes are judged within `tolerance` (10%, the acceptance of issue 14) of
+the model where the model is positive.
 Where it is 0 (rail-aligned, hierarchical, PXN on the spines; every part
 without NVLink on the NVSwitches) "within 10%" of zero is judged against
 the traffic that would otherwise have crossed: the spines may receive at
@@ -79,6 +80,13 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu.figures import WILDCARD, Entry, Figure, per_key
 from emu.host.collective import GPU_MEMORY_PREFIX
+from emu.models.collective import (
+    alltoall_link_s,
+    message_frame_bytes,
+    nvlink_phases_s,
+    ring_hop_frame_bytes,
+    ring_spine_model,
+)
 from emu.net import Fabric
 from emu.registry import wait_for
 from emu.scenario import (
@@ -91,7 +99,7 @@ from emu.scenario import (
     parse_param,
 )
 from emu.telemetry import _pyplot, start_capture
-from emu.traffic import collectives, model
+from emu.traffic import collectives
 from emu.traffic.rdma import RdmaHosts, gpu_ports, shares_memory
 
 DESCRIPTION = (
@@ -187,97 +195,6 @@ def selected_parts(params: dict) -> list[str]:
             + f"a comma list of {', '.join(PARTS)}"
         )
     return [case for key, case in PARTS.items() if key in names]
-
-
-# ----------------------------------------------------------------- the byte model
-
-
-def ring_hop_frame_bytes(
-    size_bytes: int, nranks: int, itemsize: int = 4, slice_bytes: int = 64 * 1024
-) -> list[int]:
-    """Frame bytes on each ring hop r -> r+1 for one ring all-reduce, both ways (data + ACKs).
-
-    As emu/traffic/model.py `ring_allreduce` counts them: rank r's SENDs in
-    its 2(n-1) steps, and the ACKs rank r+1 returns for them.
-
-    Examples:
-        >>> b = ring_hop_frame_bytes(256 << 10, 4)
-        >>> len(b), b[0] > 2 * 3 / 4 * (256 << 10)
-        (4, True)
-    """
-    chunks = model.ring_step_messages(size_bytes, nranks, itemsize, slice_bytes)
-    out = []
-    for r in range(nranks):
-        psn = total = 0
-        for k in range(2 * (nranks - 1)):
-            for m in chunks[(r - k) % nranks]:
-                packets, nbytes, acks = model.roce_message_frames(m, psn)
-                psn += packets
-                total += nbytes + acks * model.ROCE_ACK_FRAME_BYTES
-        out.append(total)
-    return out
-
-
-def message_frame_bytes(size_bytes: int) -> int:
-    """Frame bytes of one SEND on a fresh QP and of the ACKs it draws (both ways)."""
-    _, nbytes, acks = model.roce_message_frames(size_bytes)
-    return nbytes + acks * model.ROCE_ACK_FRAME_BYTES
-
-
-def rail_changes(graph: nx.Graph, ring: list[str]) -> int:
-    """Hops of the ring (including the closing one) between NICs of different rails."""
-    rail = [graph.nodes[h]["rail"] for h in ring]
-    return sum(rail[i] != rail[(i + 1) % len(ring)] for i in range(len(ring)))
-
-
-def ring_spine_model(graph: nx.Graph, ring: list[str], size: int, itemsize: int) -> dict:
-    """The ring's modelled spine bytes: payload (2(n-1)/n x S per crossing hop) and frames."""
-    n = len(ring)
-    hop = ring_hop_frame_bytes(size, n, itemsize, collectives.DEFAULT_SLICE_BYTES)
-    rail = [graph.nodes[h]["rail"] for h in ring]
-    crossing = [i for i in range(n) if rail[i] != rail[(i + 1) % n]]
-    return {
-        "crossing_hops": len(crossing),
-        "payload_bytes": len(crossing) * collectives.model_bytes_per_host("ring", size, n),
-        "frame_bytes": sum(hop[i] for i in crossing),
-    }
-
-
-def alltoall_link_s(sends: list[tuple[str, str, int]], rate_bps: float) -> float:
-    """The all-to-all's floor: its busiest NIC link, data frames out plus ACKs for what comes in.
-
-    Each link runs both ways at `rate_bps`; a NIC's way up carries its SENDs'
-    frames and the ACKs it returns for the messages it receives
-    (emu/traffic/model.py's frame counts), its way down the reverse. No
-    fabric term: with every pair on its own rail (PXN) no switch link carries
-    more than a NIC link does.
-    """
-    up: dict[str, int] = {}
-    down: dict[str, int] = {}
-    for s, d, b in sends:
-        _, nbytes, acks = model.roce_message_frames(b)
-        ack_bytes = acks * model.ROCE_ACK_FRAME_BYTES
-        up[s] = up.get(s, 0) + nbytes
-        down[d] = down.get(d, 0) + nbytes
-        up[d] = up.get(d, 0) + ack_bytes
-        down[s] = down.get(s, 0) + ack_bytes
-    return max(max(up.values()), max(down.values())) * 8 / rate_bps
-
-
-def nvlink_phases_s(size: int, gpus: int, nvlink_rate_bps: float, itemsize: int = 4) -> float:
-    """An intra-node ring reduce-scatter then all-gather of S bytes over G GPUs, at NVLink rate.
-
-    Each phase moves (G-1)/G x S bytes through each GPU's NVLink (Thakur et
-    al. 2005, ring reduce-scatter: (p-1)/p n beta); counted here in frames
-    with their ACKs, as the spine model counts them: the busiest GPU's
-    NVLink hop (its data one way, the ACKs for it the other, each way at the
-    link rate).
-
-    Examples:
-        >>> round(nvlink_phases_s(256 << 10, 2, 18e6) * 1000, 1)  # 2 x 128 KiB + headers
-        124.9
-    """
-    return max(ring_hop_frame_bytes(size, gpus, itemsize)) * 8 / nvlink_rate_bps
 
 
 # ----------------------------------------------------------------- measurement

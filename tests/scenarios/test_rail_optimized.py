@@ -8,6 +8,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
 
+from emu.models.collective import message_frame_bytes, ring_hop_frame_bytes
 from emu.scenario import ScenarioError
 from scenarios import rail_optimized
 
@@ -57,7 +58,7 @@ def test_placement_hierarchy_and_pxn_put_the_modelled_bytes_on_the_spines(tmp_pa
     # nothing of the parts that stay on the network.
     assert m["time_s"]["hierarchical"] < m["time_s"]["flat ring"]
     nv, nv_want = m["nvswitch_bytes"], m["model_nvswitch_bytes"]
-    assert nv_want["hierarchical"] == 4 * sum(rail_optimized.ring_hop_frame_bytes(128 << 10, 2))
+    assert nv_want["hierarchical"] == 4 * sum(ring_hop_frame_bytes(128 << 10, 2))
     for case in NVLINK:
         assert nv[case] == pytest.approx(nv_want[case], rel=0.10), (case, nv, nv_want)
     for case in ("rail-aligned ring",) + CROSSING:
@@ -115,8 +116,8 @@ def test_rail_only_runs_the_aligned_parts_and_refuses_crossing_ones(tmp_path, no
 
 def test_the_byte_model_counts_frames_and_acks():
     # One SEND of 4 KiB: 4 packets of 1024 + 58 bytes and one ACK of 62 bytes.
-    assert rail_optimized.message_frame_bytes(4096) == 4 * 1082 + 62
-    hops = rail_optimized.ring_hop_frame_bytes(256 << 10, 4)
+    assert message_frame_bytes(4096) == 4 * 1082 + 62
+    hops = ring_hop_frame_bytes(256 << 10, 4)
     # Each hop carries 2(n-1)/n x S of data and more in frames.
     assert all(h > 1.5 * (256 << 10) for h in hops)
     assert all(h < 1.5 * (256 << 10) * 1.1 for h in hops)
