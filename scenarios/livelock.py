@@ -20,7 +20,8 @@ bytes of WRITEs completed, from the sender's completions.
 
 The two models behind the checks, with p = 1/drop_every:
 - go-back-N efficiency 1 - p*L (Bertsekas & Gallager, "Data Networks",
-  2nd ed., section 2.4: each error costs the frames of one NAK loop): every
+  2nd ed., section 2.4: each error costs the frames of one NAK loop;
+  emu/models/loss_recovery.py): every
   lost frame costs itself and the L - 1 frames sent behind it before the NAK
   rewinds the sender; L is measured (frames resent per NAK), so the check
   says whether losses cost one loop each, at the rate the fault drops;
@@ -49,6 +50,7 @@ from emu import fabric as fabric_mod
 from emu.answers import SendQp
 from emu.figures import Entry, per_key
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD, GO_BACK_0, GO_BACK_N, LOSS_RECOVERY
+from emu.models.loss_recovery import go_back_n_floor
 from emu.scenario import (
     Context,
     Param,
@@ -221,13 +223,6 @@ def loop_frames(send: SendQp) -> float:
     return send.retransmitted / events if events else 0.0
 
 
-def go_back_n_floor(r: dict, p: float, message_bytes: int) -> float:
-    """The least bytes of whole messages go-back-N delivers for what it sent, at efficiency
-    1 - p*L (module docstring): less the message in progress and one loop in flight."""
-    loop = r["resent_per_loss"]
-    return (1 - p * loop) * r["tx_payload_bytes"] - message_bytes - loop * DEFAULT_MTU_PAYLOAD
-
-
 def message_through(params: dict) -> float:
     """q: the probability that all M packets of one attempt arrive."""
     if params["drop"] == "every":
@@ -291,7 +286,7 @@ def report(ctx: Context, results: dict) -> None:
     if GO_BACK_N in results:
         r = results[GO_BACK_N]
         loop = r["resent_per_loss"]
-        floor = go_back_n_floor(r, prob, p["message_bytes"])
+        floor = go_back_n_floor(r["tx_payload_bytes"], prob, loop, p["message_bytes"])
         delivered = r["messages_completed"] * p["message_bytes"]
         ctx.text(
             f"go-back-N: L = {loop:.1f} frames resent per loss, so its efficiency is "
