@@ -16,7 +16,7 @@ The same fabric and workload run three times, each a fresh fabric:
   senders slow down to their fair share and PAUSE becomes rare. Where the
   bottleneck queue sits is checked against DCQCN's fluid model (Zhu et al.,
   "ECN or Delay", CoNEXT 2016), run with this scenario's
-  parameters (`dcqcn_fluid`): its fixed point lies between Kmin and Kmax, but
+  parameters (emu/models/dcqcn.py): its fixed point lies between Kmin and Kmax, but
   the switch marks at enqueue, so a mark reaches the receiver only after the
   queue's own delay; at the defaults that loop delay (about 20 ms, 4 CNP
   intervals) makes the fixed point unstable and the model, like the fabric,
@@ -34,15 +34,8 @@ Run:  emu run incast
 
 from __future__ import annotations
 
-from emu.config import EcnSpec
 from emu.figures import Entry, per_key
-from emu.host.dcqcn import DcqcnSpec
-from emu.models.dcqcn import (
-    DATA_FRAME_BYTES,
-    dcqcn_fixed_point,
-    dcqcn_fluid,
-    loop_base_delay_s,
-)
+from emu.models.dcqcn import DATA_FRAME_BYTES, dcqcn_model
 from emu.scenario import (
     Context,
     Param,
@@ -51,7 +44,7 @@ from emu.scenario import (
 )
 from emu.telemetry import Panel, save_panels
 from emu.traffic import incast as workload
-from emu.traffic.incast import SAMPLE_S, empty_share, incast_hosts, percentile, transient
+from emu.traffic.incast import SAMPLE_S, incast_hosts
 
 # Receiver, senders and the model's rates, hops and delays come from the
 # graph, so a topology file may replace the shape parameters (emu/scenario.py).
@@ -97,39 +90,10 @@ def run(ctx: Context) -> None:
     ctx.metrics["modes"] = results
     model = None
     if "dcqcn" in results:
-        model = dcqcn_model(p, graph, senders, receiver, QOS["dcqcn"])
+        model = dcqcn_model(p, graph, senders, receiver, QOS["dcqcn"], sample_s=SAMPLE_S)
         ctx.metrics["dcqcn_model"] = {k: v for k, v in model.items() if k != "queue_depth"}
     report(ctx, results, model)
     plot(ctx, results, model)
-
-
-def dcqcn_model(p: dict, graph, senders: list[str], receiver: str, qos: dict) -> dict:
-    """The fluid model of this incast: fixed point, loop delay, queue series and statistics."""
-    leaf = graph.nodes[receiver]["leaf"]
-    rate = graph.edges[receiver, leaf]["rate_bps"]
-    ecn = EcnSpec.from_dict(qos.get("ecn", {}))
-    kmin, kmax = ecn.thresholds(rate)
-    spec = DcqcnSpec.from_hardware(rate, p["modelled_gbps"] * 1e9)
-    base = loop_base_delay_s(graph, senders, receiver, rate)
-    fixed = dcqcn_fixed_point(len(senders), rate, kmin, kmax, ecn.pmax, spec)
-    depth = dcqcn_fluid(
-        len(senders), rate, kmin, kmax, ecn.pmax, spec, base, p["duration_s"], sample_s=SAMPLE_S
-    )
-    steady = [d for t, d in depth if t >= p["warmup_s"]]
-    peak_s, peak, settled_s = transient(depth, kmax)
-    return {
-        "fixed_point": fixed,
-        "loop_base_delay_s": base,
-        "loop_delay_at_fixed_point_s": base + fixed["queue_bytes"] * 8 / rate,
-        "cnp_interval_s": spec.effective().cnp_interval_s,
-        "queue_p50_bytes": percentile(steady, 50),
-        "queue_p95_bytes": percentile(steady, 95),
-        "queue_empty_share": empty_share(steady),
-        "transient_peak_bytes": peak,
-        "transient_peak_s": peak_s,
-        "transient_settled_s": settled_s,
-        "queue_depth": depth,
-    }
 
 
 def report(ctx: Context, results: dict, model: dict | None = None) -> None:

@@ -6,8 +6,11 @@ et al., "ECN or Delay: Lessons Learnt from Analysis of DCQCN and TIMELY"
 (CoNEXT 2016), with RED marking at enqueue as emu's switch marks
 (emu/switch/buffer.py), the NICs' timers and byte counter in emulated units
 (emu/host/dcqcn.py), its fixed point (Rc = C/N, the marking probability at
-which decreases balance increases), and the loop's delay outside the queue
-from the fabric's graph. Pure (tests/unit/test_incast_model.py).
+which decreases balance increases), the loop's delay outside the queue
+from the fabric's graph, the model of one incast on a fabric (`dcqcn_model`),
+and the statistics of a queue series that the model's and the fabric's
+queues are both summed up by (`transient`, `percentile`, `empty_share`;
+emu/traffic/incast.py measures with them). Pure (tests/unit/test_incast_model.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import math
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu.config import EcnSpec
 from emu.host.dcqcn import DcqcnEffective, DcqcnSpec
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.proto import roce
@@ -174,3 +178,77 @@ def loop_base_delay_s(graph, senders: list[str], receiver: str, rate_bps: float)
     return sum(hops) / len(hops) * (DATA_FRAME_BYTES + CNP_FRAME_BYTES) * 8 / rate_bps + sum(
         propagation
     ) / len(propagation)
+
+
+def dcqcn_model(
+    p: dict, graph, senders: list[str], receiver: str, qos: dict, sample_s: float = SAMPLE_S
+) -> dict:
+    """The fluid model of an incast (Zhu et al., CoNEXT 2016): fixed point, loop delay,
+    queue series and statistics, as emu/traffic/incast.py measures them on the fabric.
+
+    Args:
+        p: the incast's parameters: modelled_gbps (DCQCN's timers, scaled to the
+            emulated rate), duration_s and warmup_s (the start of the steady state).
+        graph: the fabric's graph; the receiver's link is the bottleneck.
+        senders: the sending hosts.
+        receiver: the receiving host.
+        qos: the switches' settings; its "ecn" section sets Kmin, Kmax and pmax.
+        sample_s: the queue series' sampling period.
+
+    Returns:
+        {"fixed_point", "loop_base_delay_s", "loop_delay_at_fixed_point_s",
+        "cnp_interval_s", "queue_p50_bytes", "queue_p95_bytes", "queue_empty_share",
+        "transient_peak_bytes", "transient_peak_s", "transient_settled_s", "queue_depth"}.
+    """
+    leaf = graph.nodes[receiver]["leaf"]
+    rate = graph.edges[receiver, leaf]["rate_bps"]
+    ecn = EcnSpec.from_dict(qos.get("ecn", {}))
+    kmin, kmax = ecn.thresholds(rate)
+    spec = DcqcnSpec.from_hardware(rate, p["modelled_gbps"] * 1e9)
+    base = loop_base_delay_s(graph, senders, receiver, rate)
+    fixed = dcqcn_fixed_point(len(senders), rate, kmin, kmax, ecn.pmax, spec)
+    depth = dcqcn_fluid(
+        len(senders), rate, kmin, kmax, ecn.pmax, spec, base, p["duration_s"], sample_s=sample_s
+    )
+    steady = [d for t, d in depth if t >= p["warmup_s"]]
+    peak_s, peak, settled_s = transient(depth, kmax)
+    return {
+        "fixed_point": fixed,
+        "loop_base_delay_s": base,
+        "loop_delay_at_fixed_point_s": base + fixed["queue_bytes"] * 8 / rate,
+        "cnp_interval_s": spec.effective().cnp_interval_s,
+        "queue_p50_bytes": percentile(steady, 50),
+        "queue_p95_bytes": percentile(steady, 95),
+        "queue_empty_share": empty_share(steady),
+        "transient_peak_bytes": peak,
+        "transient_peak_s": peak_s,
+        "transient_settled_s": settled_s,
+        "queue_depth": depth,
+    }
+
+
+# ----- a queue series' statistics, the model's and the fabric's alike -----------------
+
+
+def transient(depth: list[tuple[float, float]], kmax: float) -> tuple[float, float, float | None]:
+    """The incast's start-up transient in a queue series [(s, bytes)]: (when it peaked, the
+    peak, when the queue first came back to Kmax or below after it; None if never)."""
+    if not depth:
+        return 0.0, 0.0, None
+    i = max(range(len(depth)), key=lambda j: depth[j][1])
+    settled = next((t for t, d in depth[i:] if d <= kmax), None)
+    return depth[i][0], depth[i][1], settled
+
+
+def empty_share(xs: list[float]) -> float:
+    """Share of queue samples below one frame (empty, give or take the frame in service)."""
+    return sum(1 for x in xs if x < DATA_FRAME_BYTES) / len(xs) if xs else 0.0
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The q-th percentile of `xs`: the sample at rank floor(n q / 100) of the sorted n (the
+    largest for q = 100); 0 for no samples."""
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q / 100))]

@@ -21,7 +21,7 @@ import networkx as nx
 from emu import fabric as fabric_mod
 from emu import topopick
 from emu.config import EcnSpec
-from emu.models.dcqcn import DATA_FRAME_BYTES
+from emu.models.dcqcn import empty_share, percentile, transient
 from emu.scenario import (
     Context,
     Param,
@@ -251,25 +251,3 @@ def measure(
         "flows": flows,
         "ecn_marks": sum(sum(c.buffer.ecn_marks.values()) for c in counters.values()),
     }
-
-
-def transient(depth: list[tuple[float, float]], kmax: float) -> tuple[float, float, float | None]:
-    """The incast's start-up transient in a queue series [(s, bytes)]: (when it peaked, the
-    peak, when the queue first came back to Kmax or below after it; None if never)."""
-    if not depth:
-        return 0.0, 0.0, None
-    i = max(range(len(depth)), key=lambda j: depth[j][1])
-    settled = next((t for t, d in depth[i:] if d <= kmax), None)
-    return depth[i][0], depth[i][1], settled
-
-
-def empty_share(xs: list[float]) -> float:
-    """Share of queue samples below one frame (empty, give or take the frame in service)."""
-    return sum(1 for x in xs if x < DATA_FRAME_BYTES) / len(xs) if xs else 0.0
-
-
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * q / 100))]

@@ -1,10 +1,11 @@
-"""incast's DCQCN fluid model (scenarios/incast.py): fixed point and dynamics, no fabric."""
+"""DCQCN's fluid model (emu/models/dcqcn.py) of the incast scenario: fixed point, dynamics."""
 
 from __future__ import annotations
 
 import pytest
 
 from emu import fabric as fabric_mod
+from emu.models.dcqcn import DATA_FRAME_BYTES, dcqcn_model, empty_share, percentile, transient
 from emu.scenario import build_fabric_graph
 from scenarios import incast
 
@@ -13,7 +14,7 @@ def model(**overrides) -> tuple[dict, dict]:
     p = {k: v.default for k, v in incast.PARAMS.items()} | overrides
     graph = build_fabric_graph(p)
     hosts = fabric_mod.hosts(graph)
-    return p, incast.dcqcn_model(p, graph, hosts[: p["senders"]], hosts[-1], incast.QOS["dcqcn"])
+    return p, dcqcn_model(p, graph, hosts[: p["senders"]], hosts[-1], incast.QOS["dcqcn"])
 
 
 def test_defaults_fixed_point_between_kmin_and_kmax_but_the_queue_cycles():
@@ -42,5 +43,15 @@ def test_slow_timers_settle_at_the_fixed_point():
 
 def test_transient_of_a_queue_series():
     depth = [(0.0, 0), (0.1, 50_000), (0.2, 30_000), (0.3, 20_000), (0.4, 25_000)]
-    assert incast.transient(depth, kmax=24_224) == (0.1, 50_000, 0.3)
-    assert incast.transient([(0.0, 0), (0.1, 90_000)], kmax=24_224)[2] is None
+    assert transient(depth, kmax=24_224) == (0.1, 50_000, 0.3)
+    assert transient([(0.0, 0), (0.1, 90_000)], kmax=24_224)[2] is None
+
+
+def test_percentile_and_empty_share_of_a_queue_series():
+    xs = [40.0, 10.0, 30.0, 20.0]
+    # Sorted 10, 20, 30, 40: rank floor(4 x 50 / 100) = 2 is 30; floor(4 x 99 / 100) = 3 is 40.
+    assert (percentile(xs, 50), percentile(xs, 99), percentile(xs, 100)) == (30.0, 40.0, 40.0)
+    assert percentile([], 50) == 0.0
+    # Below one data frame counts as empty: 2 of 4.
+    assert empty_share([0, DATA_FRAME_BYTES - 1, DATA_FRAME_BYTES, 90_000]) == 0.5
+    assert empty_share([]) == 0.0
