@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 100  # issue 30's limit, def line to last line, docstring i
 MEAN_SCENARIO_LINES = 350
 # What the scenarios measure today, declared figures (REPRODUCE) included: the mean
 # may only fall. Lower it when it does.
-MEAN_SCENARIO_LINES_NOW = 497  # 496.2 at this commit, declared figures (REPRODUCE) included
+MEAN_SCENARIO_LINES_NOW = 482  # 481.2 at this commit, declared figures (REPRODUCE) included
 
 
 def python_sources() -> list[Path]:
