@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu import topopick
+from emu.answers import NicStats
 from emu.config import EcnSpec
 from emu.models.dcqcn import empty_share, percentile, transient
 from emu.scenario import (
@@ -154,40 +156,47 @@ def run(
         for cap in caps:
             fab.stop_proc(cap)
     return measure(
-        ctx,
-        mode,
-        t0,
-        end,
-        samples,
-        rx_samples,
-        send_stats,
-        recv_stats,
-        counters,
-        nic_stats,
-        qps,
-        port,
-        rate,
+        p,
+        Collected(
+            t0,
+            end,
+            samples,
+            rx_samples,
+            send_stats,
+            recv_stats,
+            counters,
+            nic_stats,
+            qps,
+            port,
+            rate,
+        ),
         qos,
     )
 
 
-def measure(
-    ctx,
-    mode,
-    t0,
-    end,
-    samples,
-    rx_samples,
-    send_stats,
-    recv_stats,
-    counters,
-    nic_stats,
-    qps,
-    port,
-    rate,
-    qos,
-) -> dict:
-    p = ctx.params
+@dataclass(frozen=True)
+class Collected:
+    """What one run read: its clock, the bottleneck's samples, the NICs' and switches'
+    answers (emu/answers.py), and where the bottleneck is."""
+
+    t0: float  # unix time the senders posted
+    end: float
+    samples: list  # [QueueSnapshot] of the bottleneck's switch, every SAMPLE_S
+    rx_samples: list  # [NicSample] of the receiver
+    send_stats: dict  # sender -> SendQp
+    recv_stats: NicStats  # the receiver's
+    counters: dict  # switch -> SwitchCounters
+    nic_stats: dict  # sender -> NicStats
+    qps: dict  # sender -> its QP number
+    port: int  # the bottleneck's port on its switch
+    rate: float  # the bottleneck's bit/s
+
+
+def measure(p: dict, run: Collected, qos: dict) -> dict:
+    """The incast's figures at its bottleneck from what `run` read, with `p`'s warm-up."""
+    t0, end, samples, rx_samples = run.t0, run.end, run.samples, run.rx_samples
+    counters, nic_stats, qps, port, rate = run.counters, run.nic_stats, run.qps, run.port, run.rate
+    send_stats, recv_stats = run.send_stats, run.recv_stats
     w0 = t0 + p["warmup_s"]
     window = [s for s in samples if w0 <= s.time <= end]
     util = 0.0

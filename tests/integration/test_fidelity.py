@@ -40,7 +40,10 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
     monkeypatch.delenv(realtime.ENV, raising=False)  # the default: real-time
     g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1, modelled_rate_bps=25e9)
     # A process per switch: the stopped process is leaf1 and nothing else.
-    with Fabric(g, out_dir=str(tmp_path), switch_processes=0) as fab:
+    # Opened as a scenario opens it (the run layer, emu/runs.py), so that the report
+    # below judges this fabric's own records.
+    ctx = scenario.Context("t", {}, tmp_path)
+    with ctx.fabric(g, switch_processes=0) as fab:
         # The window starts at convergence: a live record says so.
         live = fab.switch_call("spine1", "fidelity")
         assert live["kind"] == "switch" and live["window_s"] < 60
@@ -60,7 +63,7 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_for(lambda: nics.poll_completions("h1", qp), 30, "the RDMA SEND to complete")
-    records = fidelity.records_of([("", fab.fidelity_document)])
+    records = ctx.fabrics.records()
     assert {r["name"] for _, r in records} == {"leaf1", "leaf2", "spine1", "h1", "h2"}
     # Switches and NIC agents ran as the hardware they stand for, by default:
     # real-time (emu/realtime.py).
@@ -77,7 +80,6 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
     # Frames that reached leaf1 while it was stopped waited in the kernel's receive
     # queue and are timed from when leaf1 read them: the stall is what shows them.
     # The report's one line names it too, and `emu run` would exit 3.
-    ctx = scenario.Context("t", {}, tmp_path)
     ctx.check("the SEND completed", True, 1, "1")
     scenario.add_fidelity(ctx)
     line = scenario.render_report(ctx).splitlines()[-1]
