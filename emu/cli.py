@@ -234,6 +234,8 @@ def cmd_reproduce(args) -> int:
         return _update_readme(reproduce, args.update_readme, args.doc)
     if args.check_lines:
         return _write_check_lines(reproduce, args.check_lines, args.out, args.doc)
+    if args.compare:
+        return _compare_results(args.compare, args.doc)
     plan = reproduce.make_plan(args.only, args.runs, args.quick)  # bad input: before root
     reproduce.check_overrides(plan)
     need_root("emu reproduce")
@@ -261,6 +263,25 @@ def _write_check_lines(reproduce, path: str, out_dir: str, doc_path: str) -> int
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"--check-lines: {exc}") from None
     print(f"wrote {path} from the runs in {out_dir}")
+    return 0
+
+
+def _compare_results(before_path: str, after_path: str) -> int:
+    """Print each figure of two reproductions side by side (emu/resultsdiff.py)."""
+    from emu import resultsdiff
+
+    texts = []
+    for path in (before_path, after_path):
+        try:
+            texts.append(Path(path).read_text())
+        except OSError as exc:
+            raise ScenarioError(f"--compare: cannot read {path}: {exc.strerror}") from None
+    try:
+        changes = resultsdiff.compare(*texts)
+    except ValueError as exc:
+        raise ScenarioError(f"--compare {before_path} --doc {after_path}: {exc}") from None
+    print(f"figures of {before_path} (before) against {after_path} (after)\n")
+    print(resultsdiff.render(changes), end="")
     return 0
 
 
@@ -1184,6 +1205,12 @@ def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="run nothing: write every check line of the runs in --out to PATH "
         "(e.g. docs/runs/DATE-reproduction.md)",
+    )
+    s.add_argument(
+        "--compare",
+        metavar="BEFORE",
+        help="run nothing: print each figure of BEFORE (an earlier --doc) beside --doc's, "
+        "with whether it stayed within BEFORE's run-to-run spread",
     )
     s.set_defaults(func=cmd_reproduce)
 
