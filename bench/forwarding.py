@@ -23,12 +23,13 @@ switch processes used while doing so.
 It does not own emu's fabric code (`emu.fabric`, `emu.net`): it starts the
 switch processes itself so that nothing but forwarding is measured.
 
-Hygiene: every process started is recorded by pid (and argv) in a manifest
-under /run/emu-bench before it starts and is stopped by pid, TERM then KILL;
-every namespace and interface is recorded before it is created and deleted in
-`finally` and on SIGINT/SIGTERM/SIGHUP. A manifest left by a run that died
-(kill -9) is cleaned at the next start. Nothing is killed or deleted by name
-pattern.
+Hygiene: every process started is recorded by pid in emu's run registry
+(emu/registry.py, /run/emu/runs/bench-run-*.json, the manifest a fabric's run
+keeps) right after it starts and is stopped by pid, TERM then KILL; every
+namespace and interface is recorded before it is created and deleted in
+`finally` and on SIGINT/SIGTERM/SIGHUP. What a run that died (kill -9) left
+is cleaned at the next start, by `emu clean`, or by the next fabric's run.
+Nothing is killed or deleted by name pattern.
 
 Run as root from the repository root:
 
@@ -55,14 +56,13 @@ from typing import Callable, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emu import mgmt, ovs  # noqa: E402  (needs the repo on sys.path when run as a script)
+from emu import mgmt, ovs, registry  # noqa: E402  (the repo on sys.path when run as a script)
 from emu.registry import FabricError, die_with_parent, free_tcp_port, wait_for  # noqa: E402
 
 log = logging.getLogger("bench.forwarding")
 
 PREFIX = "emub-"
 BENCH_DIR = Path("/run/emu-bench")
-MANIFEST = BENCH_DIR / "manifest.json"
 H1_IP, H2_IP = "10.0.0.1", "10.0.0.2"
 PREFIX_LEN = 24
 IPERF_PORT = 5201
@@ -147,13 +147,18 @@ class Proc:
 
 @dataclass
 class Resources:
-    """Everything one bench run created, mirrored in MANIFEST before creation.
+    """Everything one bench run created, in emu's run registry before creation.
 
-    Cleanup touches only what is listed here and is idempotent.
+    The record is an `emu.registry.Run` (/run/emu/runs/bench-*.json), the same
+    manifest a fabric's run keeps: `emu clean`, and the next bench or fabric
+    run, remove what a bench that died (kill -9) left, by pid and start time,
+    never by name. `teardown` removes what was made so far and may be called
+    between measurements; `close` ends the record. Cleanup touches only what
+    is listed here and is idempotent.
     """
 
     run_dir: Path
-    manifest: Path = MANIFEST
+    label: str = "bench"
     procs: list[Proc] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
@@ -163,24 +168,21 @@ class Resources:
     stopped: int = 0
     removed_ns: int = 0
     removed_links: int = 0
+    run: registry.Run = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.run = registry.Run.create(log_dir=str(self.run_dir / "logs"), label=self.label)
 
     def save(self) -> None:
+        """Write what exists now into the run's manifest (callers append to links and dirs)."""
         self.all_links.update(self.links)
-        data = {
-            "bench_pid": os.getpid(),
-            "bench_argv": [
-                a.decode() for a in Path("/proc/self/cmdline").read_bytes().split(b"\0")[:-1]
-            ],
-            "procs": [
-                {"pid": p.popen.pid, "argv": p.argv} for p in self.procs if p.popen.poll() is None
-            ],
-            "netns": self.netns,
-            "links": self.links,
-            "dirs": [str(d) for d in self.dirs],
-        }
-        tmp = self.manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.manifest)
+        live = {p.popen.pid for p in self.procs if p.popen.poll() is None}
+        run = self.run
+        run.pids = [e for e in run.pids if e["pid"] in live]
+        run.interfaces = list(self.links)
+        run.namespaces = list(self.netns)
+        run.paths = [run.sock_dir, *(str(d) for d in self.dirs)]
+        run.save()
 
     # -- creation -------------------------------------------------------
 
@@ -208,10 +210,10 @@ class Resources:
         proc = Proc(name, full, popen, log_path)
         self.procs.append(proc)
         self.started_pids.append(popen.pid)
-        self.save()
+        self.run.add_pid(popen.pid, name)
         return proc
 
-    def run(
+    def run_to_end(
         self, name: str, argv: list[str], timeout_s: float, netns: Optional[str] = None
     ) -> tuple[int, str]:
         """Run `argv` to completion as a recorded process; return (exit code, output)."""
@@ -261,7 +263,7 @@ class Resources:
             self.stopped += 1
         if proc in self.procs:
             self.procs.remove(proc)
-            self.save()
+            self.run.forget_pid(p.pid)
 
     def teardown(self) -> None:
         """Stop every process (newest first), delete namespaces, links, dirs."""
@@ -270,15 +272,12 @@ class Resources:
                 self.stop(proc)
             except OSError as exc:
                 log.warning("stopping %s (pid %d): %s", proc.name, proc.popen.pid, exc)
-        existing = _netns_list()
         for ns in list(self.netns):
-            if ns in existing:
-                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            if registry.delete_namespace(ns):
                 self.removed_ns += 1
             self.netns.remove(ns)
         for link in list(self.links):
-            if _ifexists(link):
-                subprocess.run(["ip", "link", "del", link], capture_output=True)
+            if registry.delete_interface(link):
                 self.removed_links += 1
             self.links.remove(link)
         for d in list(self.dirs):
@@ -286,40 +285,29 @@ class Resources:
             self.dirs.remove(d)
         self.save()
 
+    def close(self) -> None:
+        """`teardown`, then end the run's record (its manifest and socket folder go)."""
+        self.teardown()
+        self.run.teardown()
 
-def clean_stale_manifest(manifest: Path = MANIFEST) -> None:
-    """Remove what a bench run that died without cleanup (kill -9) left behind.
+
+def clean_stale_runs(label: str) -> None:
+    """Remove what runs that died without cleanup (kill -9) left behind: emu's
+    registry, benches' and fabrics' alike (`emu.registry.clean_dead_runs`).
 
     Raises:
-        BenchError: another bench run is alive and owns the manifest.
+        BenchError: another bench of this kind (`label`) is alive.
     """
-    if not manifest.exists():
-        return
-    data = json.loads(manifest.read_text() or "{}")
-    pid = data.get("bench_pid")
-    if pid and pid != os.getpid() and _proc_alive(pid, data.get("bench_argv")):
-        raise BenchError(f"another bench (pid {pid}) is running; see {manifest}")
-    for p in data.get("procs", []):
-        if _proc_alive(p["pid"], p["argv"]):
-            print(f"stale: stopping pid {p['pid']} ({' '.join(p['argv'][:4])} ...)")
-            os.kill(p["pid"], signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _proc_alive(p["pid"]) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _proc_alive(p["pid"]):
-                os.kill(p["pid"], signal.SIGKILL)
-    existing = _netns_list()
-    for ns in data.get("netns", []):
-        if ns in existing:
-            print(f"stale: deleting namespace {ns}")
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    for link in data.get("links", []):
-        if _ifexists(link):
-            print(f"stale: deleting interface {link}")
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
-    for d in data.get("dirs", []):
-        shutil.rmtree(d, ignore_errors=True)
-    manifest.unlink()
+    for run in registry.live_runs():
+        if run.run_id.startswith(f"{label}-") and run.owner_pid != os.getpid():
+            raise BenchError(
+                f"another bench (pid {run.owner_pid}) is running; see {run.manifest_path}"
+            )
+    for removed in registry.clean_dead_runs():
+        print(
+            f"stale: {removed['run']}: stopped {len(removed['stopped_pids'])} processes, "
+            f"deleted {len(removed['deleted_interfaces'])} interfaces"
+        )
 
 
 # -- topology -----------------------------------------------------------------
@@ -684,7 +672,7 @@ def _iperf(res: Resources, ns: str, label: str, args: list[str], seconds: int) -
         "0",
         *args,
     ]
-    code, out = res.run(f"{label}-iperf3-client", argv, seconds + 30, netns=ns)
+    code, out = res.run_to_end(f"{label}-iperf3-client", argv, seconds + 30, netns=ns)
     try:
         data = json.loads(out)
     except json.JSONDecodeError as exc:
@@ -866,13 +854,14 @@ def leftovers(res: Resources) -> list[str]:
 
 
 def guarded(
-    label: str, manifest: Path, prefix: str, body: Callable[[Resources], None]
+    label: str, prefix: str, body: Callable[[Resources], None]
 ) -> tuple[Resources, int, list[str]]:
-    """Run `body(res)` with everything it creates recorded in `manifest` and removed after.
+    """Run `body(res)` with everything it creates in emu's run registry and removed after.
 
-    What a run that died left under the same manifest is cleaned first; SIGINT,
+    What runs that died left is cleaned first (`clean_stale_runs`); SIGINT,
     SIGTERM and SIGHUP unwind through the teardown. Returns the resources, the
-    exit status (130 when interrupted) and what is left behind (nothing, normally).
+    exit status (130 when interrupted) and what is left behind (nothing,
+    normally; the run's manifest goes then, and stays for `emu clean` otherwise).
     """
 
     def on_signal(signum: int, frame: object) -> None:
@@ -881,11 +870,10 @@ def guarded(
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    clean_stale_manifest(manifest)
+    clean_stale_runs(f"bench-{prefix}")
     run_dir = BENCH_DIR / time.strftime(f"{prefix}-%Y%m%d-%H%M%S-{os.getpid()}")
     (run_dir / "logs").mkdir(parents=True)
-    res = Resources(run_dir, manifest=manifest)
-    res.save()
+    res = Resources(run_dir, label=f"bench-{prefix}")
     status = 0
     try:
         body(res)
@@ -898,7 +886,7 @@ def guarded(
         res.teardown()
         left = leftovers(res)
         if not left:
-            manifest.unlink(missing_ok=True)
+            res.run.teardown()
     return res, status, left
 
 
@@ -956,7 +944,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"#   error: {row.error}", file=sys.stderr, flush=True)
             rows.append(row)
 
-    res, status, left = guarded("forwarding bench", MANIFEST, "run", measure_all)
+    res, status, left = guarded("forwarding bench", "run", measure_all)
     run_dir = res.run_dir
     print(plain_table(rows))
     if args.markdown:
@@ -965,7 +953,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print()
     print(f"logs: {run_dir / 'logs'}")
     if left:
-        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {MANIFEST})")
+        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {res.run.manifest_path})")
         status = status or 1
     else:
         print(

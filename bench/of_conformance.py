@@ -60,8 +60,8 @@ restarted (at most MAX_RESTARTS times a category) and the row says so; a
 tester that stops with a traceback ends its category at once.
 
 Hygiene: bench/forwarding.py's `Resources` and `guarded`: every process is
-recorded (pid and argv) in /run/emu-bench/ofconf-manifest.json before it
-starts and is stopped by pid; every interface is recorded before it is
+recorded by pid in emu's run registry (/run/emu/runs/bench-ofconf-*.json)
+as it starts and is stopped by pid; every interface is recorded before it is
 created and deleted after each category, on SIGINT/SIGTERM/SIGHUP, or at the
 next start after a kill -9. The last line says whether anything was left
 behind. Logs (the tool's results, the controller, the switches, OVS) stay in
@@ -101,7 +101,6 @@ log = logging.getLogger("bench.of_conformance")
 
 TARGETS = ("emu", "ovs-user")
 CATEGORIES = ("action", "match", "group", "meter")
-MANIFEST = fw.BENCH_DIR / "ofconf-manifest.json"
 TESTER_APP_FLAG = "--tester-app"
 TESTER_APP = "os_ken.tests.switch.tester"
 TARGET_DPID, TESTER_DPID = 0x1, 0x2
@@ -758,7 +757,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 )
                 rows.append(row)
 
-    res, status, left = fw.guarded("of_conformance bench", MANIFEST, "ofconf", run_all)
+    res, status, left = fw.guarded("of_conformance bench", "ofconf", run_all)
     groups = group_failures(rows)
     print(plain_table(rows))
     print()
@@ -773,7 +772,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print()
     print(f"logs: {res.run_dir / 'logs'}")
     if left:
-        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {MANIFEST})")
+        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {res.run.manifest_path})")
         return status or 1
     print(
         f"cleanup: nothing left ({len(res.started_pids)} processes started and stopped by pid, "

@@ -27,10 +27,10 @@ and the next one is tried; `--stop-at-failure` stops the variant there.
 
 Hygiene: emu's fabric registers and removes its own processes, namespaces and
 interfaces (emu/registry.py). For Mininet + OVS, every interface the topology
-will create and the OVS daemons are recorded in /run/emu-bench/scale-manifest.json
-before they exist, stopped by pid and deleted by name from that list at the
-end, on Ctrl-C, or at the next start after a kill -9 (bench/forwarding.py's
-Resources). The last line says whether anything was left behind.
+will create and the OVS daemons are recorded in emu's run registry
+(/run/emu/runs/bench-scale-*.json) before they exist, stopped by pid and
+deleted by name from that list at the end, on Ctrl-C, or after a kill -9 at
+the next start or by `emu clean` (bench/forwarding.py's Resources). The last line says whether anything was left behind.
 
 Run as root from the repository root:
 
@@ -68,7 +68,6 @@ FABRICS = {
     "ft12": lambda: fabric_mod.fat_tree(k=12),
 }
 VARIANTS = ("emu", "mininet-ovs")
-MANIFEST = fw.BENCH_DIR / "scale-manifest.json"
 MIB = 1024 * 1024
 
 
@@ -326,7 +325,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 if row.error and args.stop_at_failure:
                     break
 
-    res, status, left = fw.guarded("scale bench", MANIFEST, "scale", boot_all)
+    res, status, left = fw.guarded("scale bench", "scale", boot_all)
     print(plain_table(rows))
     if args.markdown:
         print()
@@ -334,7 +333,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
     if left:
-        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {MANIFEST})")
+        print(f"cleanup: LEFT BEHIND: {', '.join(left)} (see {res.run.manifest_path})")
         return status or 1
     print("cleanup: nothing left")
     return status

@@ -1,9 +1,10 @@
 """The run registry: what a run created, so that exactly that is removed.
 
-Owns the manifest of every run (`/run/emu/runs/<run_id>.json`): the pid and
-start time of the process that owns the run, and every process, interface,
-socket and directory the run creates, recorded *before* creation where the
-name is known in advance (interfaces) and right after spawning for pids.
+Owns the manifest of every run (`/run/emu/runs/<run_id>.json`), a fabric's or
+a bench's: the pid and start time of the process that owns the run, and every
+process, interface, named namespace, socket and directory the run creates,
+recorded *before* creation where the name is known in advance (interfaces,
+namespaces) and right after spawning for pids.
 `clean_dead_runs()` (used by `emu clean` and at the start of every run)
 removes what dead runs listed and nothing else: a pid is only signalled when
 its start time still matches the recorded one, so a reused pid is never hit.
@@ -212,6 +213,14 @@ def delete_interface(name: str) -> bool:
     return True
 
 
+def delete_namespace(name: str) -> bool:
+    """Delete one named network namespace of ours, if it exists."""
+    if not os.path.exists(f"/run/netns/{name}"):
+        return False
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+    return True
+
+
 @dataclass
 class Run:
     """One run's manifest, written to disk on every change."""
@@ -224,6 +233,9 @@ class Run:
     sock_dir: str
     pids: list = field(default_factory=list)
     interfaces: list = field(default_factory=list)
+    # Named network namespaces (`ip netns`): the benches' hosts; a fabric's hosts
+    # are Mininet shells, recorded as pids.
+    namespaces: list = field(default_factory=list)
     paths: list = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
@@ -303,10 +315,18 @@ class Run:
             self.interfaces.extend(n for n in names if n not in self.interfaces)
         self.save()
 
+    def add_namespaces(self, names: list[str]) -> None:
+        """Record named network namespaces, before they are made."""
+        with _LOCK:
+            self.namespaces.extend(n for n in names if n not in self.namespaces)
+        self.save()
+
     def teardown(self) -> dict:
-        """Stop every recorded process, delete every recorded interface and path."""
+        """Stop every recorded process, delete every recorded namespace, interface and path."""
         # Newest first: scenario workloads, then switches, then host shells.
         stopped = stop_pids(list(reversed(self.pids)))
+        for name in self.namespaces:  # takes the interfaces inside with it
+            delete_namespace(name)
         deleted = [name for name in self.interfaces if delete_interface(name)]
         for path in self.paths:
             shutil.rmtree(path, ignore_errors=True)
