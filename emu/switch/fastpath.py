@@ -731,7 +731,7 @@ class FastDatapath(Datapath):
 # 100 ms, expiry 500 ms) may run this much early, so that one call into
 # Python serves every timer of every switch that falls due within it instead
 # of one call each: a k=8 fat-tree has 80 switches x 3 timers per 100 ms. The
-# watchdog's detection allows two polls of slack (scenarios/pfc_deadlock.py).
+# watchdog's detection allows two polls of slack (emu/models/deadlock.py).
 TIMER_SLACK_S = 0.005
 
 
