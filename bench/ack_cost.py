@@ -29,6 +29,7 @@ import statistics
 from emu import fabric as fabric_mod
 from emu.models.flow import ack_load_from
 from emu.net import Fabric
+from emu.traffic import hedera
 from scenarios import ecmp_vs_adaptive as eva
 
 
@@ -38,6 +39,8 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/emu-bench-ack-cost")
     args = ap.parse_args()
     p = {k: v.default for k, v in eva.PARAMS.items()}
+    congestion = None if p["tcp_congestion"] == "default" else p["tcp_congestion"]
+    elephants = hedera.Elephants(p["duration_s"], p["omit_s"], congestion)
     graph = fabric_mod.single_switch(
         hosts=16,
         rate_bps=int(p["rate_mbps"] * 1e6),
@@ -61,7 +64,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, flows in cases.items():
                 before = fab.port_stats("s1")
-                bps = eva.measure(fab, flows, p)[0]
+                bps = hedera.measure(fab, flows, elephants).total_bps
                 after = fab.port_stats("s1")
                 receivers = len({d for _s, d in flows})
                 per_flow.setdefault(name, []).append(bps / receivers)

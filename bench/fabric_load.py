@@ -10,7 +10,7 @@ all 16 at once, every flow crossing the core (five switch hops) for
 
 - goodput: iperf3's received rate summed over the 16 flows, as a fraction of
   16 links (ECMP's hash collisions keep it near 0.5-0.6 even on a perfect
-  emulator: the flow-level model in `scenarios/ecmp_vs_adaptive.py`);
+  emulator: the flow-level model in `emu/models/ecmp.py`);
 - the fidelity verdict of the fabric's own monitor (emu/fidelity.py) and,
   when unfaithful, its worst finding: this, not goodput, says whether the
   machine kept up;

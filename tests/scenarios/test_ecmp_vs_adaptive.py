@@ -1,18 +1,13 @@
-"""The ecmp-vs-adaptive scenario via `emu run`, and its checks on recorded data (no root for those).
+"""The ecmp-vs-adaptive scenario via `emu run`, and its checks on set figures (no root for those).
 
-The flow-level model itself is tested in tests/unit/test_models_flow.py."""
+The flow-level models are tested in tests/unit/test_models_flow.py and
+test_models_ecmp.py, the statistics in test_models_stats.py, the workload in
+test_traffic_hedera.py."""
 
 from __future__ import annotations
 
-import random
-
-import numpy as np
-import pytest
-
-from emu import fabric as fabric_mod
-from emu.models.flow import normalised_throughput
+from emu.models import ecmp, stats
 from scenarios import ecmp_vs_adaptive as eva
-from scenarios.ecmp_vs_adaptive import ecmp_expectation, next_hop_choices, traffic
 from tests.unit.ecmp_recorded import CheckRecorder
 
 from . import assert_checks, emu_run
@@ -23,20 +18,6 @@ from . import assert_checks, emu_run
 # CI guards that adaptive stays clearly ahead of ECMP over the 3 seeds it affords.
 MIN_GAIN_HERE = 1.25
 MIN_ADAPTIVE_HERE = 0.85
-
-
-def test_the_model_on_traced_paths_and_the_spread_of_next_hops():
-    g = fabric_mod.fat_tree(k=4)
-    flows = [("h1", "h5"), ("h2", "h6")]
-    # Both flows up through a1 and c1: they share two links, half a link each.
-    same = [["h1", "e1", "a1", "c1", "a3", "e3", "h5"], ["h2", "e1", "a1", "c1", "a3", "e3", "h6"]]
-    apart = [["h1", "e1", "a1", "c1", "a3", "e3", "h5"], ["h2", "e1", "a2", "c4", "a4", "e3", "h6"]]
-    assert all(g.has_edge(u, v) for nodes in same + apart for u, v in zip(nodes, nodes[1:]))
-    assert normalised_throughput(flows, same) == pytest.approx(0.5)
-    assert normalised_throughput(flows, apart) == pytest.approx(1.0)
-    # Each cross-pod path makes two binary choices (edge -> agg, agg -> core).
-    assert next_hop_choices(g, same) == {2: [4, 0]}
-    assert next_hop_choices(g, apart) == {2: [2, 2]}
 
 
 def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
@@ -50,64 +31,31 @@ def test_the_ecmp_checks_fail_when_the_fabric_or_the_hash_is_wrong():
         ([0.40, 0.52, 0.45, 0.50], False),
     ):  # the fabric lost throughput
         c = CheckRecorder()
-        keys = [(1,)] * len(measured)
-        eva._check_ecmp_model(
-            c, ["random"], {"random": measured}, model, keys, {(1,): [14.3e6, 14.4e6, 14.35e6]}
+        band = ecmp.model_band(
+            ["random"],
+            {"random": measured},
+            model,
+            {"random": [[("h1", "h2")]] * len(measured)},
+            {(1,): [14.3e6, 14.4e6, 14.35e6]},
         )
-        [(passed, _v, _e)] = c.checks.values()
+        eva._check_ecmp_model(c, band, 0.05)
+        [(passed, value, expected)] = c.checks.values()
         assert passed is ok, (measured, c.checks)
+        assert value == f"{sum(measured) / 4:.3f}"
+        assert expected.startswith(f"between max-min {band.low:.3f} - {band.slack_low:.3f} ")
+        assert "(ACK load 0.050; 99% t-test over 4 runs and 3 non-blocking references" in expected
+    c = CheckRecorder()
+    c.logs = []
+    c.log = c.logs.append
+    eva._check_ecmp_model(c, None, 0.0)
+    assert c.checks == {} and "not checked, it needs 2 or more ECMP runs" in c.logs[0]
     for counts, ok in (([246, 210], True), ([300, 156], False), ([456, 0], False)):
         c = CheckRecorder()
         eva._check_ecmp_spread(c, {2: counts})
-        [(passed, _v, _e)] = c.checks.values()
+        [(passed, value, expected)] = c.checks.values()
         assert passed is ok, counts
-    assert eva.chi2_999(1) == pytest.approx(10.828)
-    assert eva.chi2_999(12) == pytest.approx(32.909, rel=0.02)  # tables: 32.909
-    assert eva.t_995(14) == pytest.approx(2.977) and eva.t_995(1000) == pytest.approx(2.576)
-
-
-def test_the_interval_covers_the_truth_when_one_noisy_reference_divides_every_run():
-    """99% intervals of mean(measured / reference - model) cover the true 0 about 99%
-    of the time. One reference measurement and the runs' own t-interval (what the
-    check did before) do not: the reference's error moves all runs together,
-    which their spread cannot show."""
-    rng = np.random.default_rng(7)
-    n, m, trials = 15, 5, 3000
-    covered = naive_covered = 0
-    for _ in range(trials):
-        bps = rng.normal(0.62 * 14.4, 0.3, n)  # the runs' spread, as measured (README)
-        references = list(rng.normal(14.4, 0.15, m))  # 1% spread, as measured
-        got = list(bps / np.mean(references))
-        diffs = [g - 0.62 for g in got]
-        half, df = eva.mean_interval(diffs, got, [(1,)] * n, {(1,): references})
-        assert m - 1 <= df <= n - 1 + m - 1
-        covered += abs(np.mean(diffs)) <= half
-        single = [g - 0.62 for g in bps / references[0]]
-        naive = eva.t_995(n - 1) * np.std(single, ddof=1) / n**0.5
-        naive_covered += abs(np.mean(single)) <= naive
-    # 3000 trials estimate a coverage within +-0.2% (one standard error at 99%):
-    # 0.98 is five of them below the nominal 0.99; the old design covers ~0.95.
-    assert covered / trials >= 0.98, covered / trials
-    assert naive_covered / trials < 0.97, naive_covered / trials
-    # A reference without spread adds nothing: the runs' own t-interval.
-    diffs = [0.01, -0.02, 0.015, 0.0]
-    half, df = eva.mean_interval(diffs, [0.6] * 4, [(1,)] * 4, {(1,): [14e6, 14e6]})
-    assert df == pytest.approx(3) and half == pytest.approx(
-        eva.t_995(3) * np.std(diffs, ddof=1) / 2
-    )
-
-
-def test_patterns_and_the_ecmp_expectation_on_k4():
-    g = fabric_mod.fat_tree(k=4)
-    hosts = fabric_mod.hosts(g)
-    stride4 = traffic(g, "stride4", random.Random(0))
-    assert stride4[0] == ("h1", "h5") and stride4[-1] == ("h16", "h4")
-    perm = traffic(g, "random", random.Random(3))
-    assert sorted(d for _s, d in perm) == sorted(hosts) and all(s != d for s, d in perm)
-    rng = random.Random(1)
-    # Random hashing on a k=4 fat-tree gives about 0.6 of a non-blocking switch.
-    assert 0.55 < ecmp_expectation(g, lambda: traffic(g, "random", rng), 400, rng) < 0.65
-    assert ecmp_expectation(g, lambda: traffic(g, "stride1", rng), 50, rng) == pytest.approx(1.0)
+        assert expected == f"<= {stats.chi2_999(1):.1f} (p = 0.001, 1 degrees of freedom)"
+    assert value == "chi-square 456.0 over 456 choices (2-way [456, 0])"
 
 
 def test_adaptive_beats_ecmp_and_ecmp_hashes_like_real_ecmp(tmp_path, no_leaks):

@@ -1,5 +1,5 @@
-"""Recorded ecmp-vs-adaptive runs (tests/unit/data/) as the model check's inputs, and a
-context that records the checks: shared by the tests of the ECMP model check."""
+"""Recorded ecmp-vs-adaptive runs (tests/unit/data/) as the ECMP model check's inputs, and a
+context that records checks: shared by the tests of the ECMP model and its check."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import ast
 import json
 from pathlib import Path
 
-from scenarios import ecmp_vs_adaptive as eva
+from emu.models import ecmp
+from emu.traffic import hedera
 
 NAME = "ECMP: throughput matches the flow-level model on the paths the hash chose"
 
@@ -32,19 +33,14 @@ def load(name: str) -> dict:
 def model_inputs(run: dict):
     """(patterns, matrices, paths, ack paths, non-blocking runs) of a recorded run."""
     patterns = list(run["normalised_ecmp"])
-    matrices = {
-        p: [[tuple(f.split("->")) for f in flows] for flows in run["matrices"][p]] for p in patterns
-    }
-    paths = {p: [[x.split() for x in r] for r in run["ecmp_paths"][p]] for p in patterns}
-    acks = {p: [[x.split() for x in r] for r in run["ecmp_ack_paths"][p]] for p in patterns}
+    matrices = hedera.matrices_from_text({p: run["matrices"][p] for p in patterns})
+    paths = hedera.paths_from_text({p: run["ecmp_paths"][p] for p in patterns})
+    acks = hedera.paths_from_text({p: run["ecmp_ack_paths"][p] for p in patterns})
     ideal = {ast.literal_eval(k): v for k, v in run["nonblocking_runs_bps"].items()}
     return patterns, matrices, paths, acks, ideal
 
 
-def check(run: dict, on_paths: dict, k: float):
-    """The ECMP model check's (passed, value, expected) on `run` against `on_paths`."""
+def band(run: dict, on_paths: dict):
+    """The ECMP model check's band (emu/models/ecmp.py `model_band`) of `run` against `on_paths`."""
     patterns, matrices, _paths, _acks, ideal = model_inputs(run)
-    keys = [eva.fan_in(f) for p in patterns for f in matrices[p]]
-    c = CheckRecorder()
-    eva._check_ecmp_model(c, patterns, run["normalised_ecmp"], on_paths, keys, ideal, k)
-    return c.checks[NAME]
+    return ecmp.model_band(patterns, run["normalised_ecmp"], on_paths, matrices, ideal)

@@ -1,4 +1,4 @@
-"""ecmp-vs-adaptive's upper model holds TCP's RTT bias (`rtt_weights`).
+"""ecmp-vs-adaptive's upper model holds TCP's RTT bias (`rtt_weights`, emu/models/ecmp.py).
 
 The recorded run (tests/unit/data/ecmp_run_rtt_bias.json, its `_source` says how
 it was made) is faithful and failed the ECMP model check against unweighted
@@ -17,20 +17,19 @@ import statistics
 import numpy as np
 import pytest
 
-from emu.models import flow
-from scenarios import ecmp_vs_adaptive as eva
+from emu.models import ecmp, flow
 
-from .ecmp_recorded import check, load, model_inputs
+from .ecmp_recorded import band, load, model_inputs
 
 RUN = load("ecmp_run_rtt_bias.json")
 
 
-def _check(rtts):
+def _band(rtts):
     patterns, matrices, paths, acks, ideal = model_inputs(RUN)
-    on_paths, k = eva.ecmp_model_on_paths(
+    on_paths, _k = ecmp.ecmp_model_on_paths(
         patterns, matrices, paths, acks, ideal, RUN["ack_load"]["alone_bps"], rtts
     )
-    return check(RUN, on_paths, k)
+    return band(RUN, on_paths)
 
 
 def test_weighted_proportional_fairness_gives_each_flow_its_weight_on_a_shared_link():
@@ -54,16 +53,16 @@ def test_rtt_weights_are_inverse_square_with_mean_one_and_none_when_an_rtt_is_mi
 
 
 def test_unweighted_proportional_fairness_fails_the_recorded_run():
-    passed, value, expected = _check(None)
-    assert value == "0.667"
-    assert not passed, expected
-    assert "proportional 0.658" in expected
+    got = _band(None)
+    assert f"{got.measured:.3f}" == "0.667"
+    assert not got.holds, got
+    assert f"{got.high:.3f}" == "0.658"
 
 
 def test_the_rtt_weighted_model_passes_the_recorded_run():
-    passed, value, expected = _check(RUN["ecmp_flow_rtt_s"])
-    assert value == "0.667"
-    assert passed, expected
+    got = _band(RUN["ecmp_flow_rtt_s"])
+    assert f"{got.measured:.3f}" == "0.667"
+    assert got.holds, got
 
 
 def test_the_rtt_weights_predict_each_flows_share_better_than_equal_weights():

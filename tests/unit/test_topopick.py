@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from emu import fabric, scenario, topofile, topopick
+from emu.traffic import hedera
 from scenarios import (
-    ecmp_vs_adaptive,
     incast,
     link_flap,
     mixed_traffic,
@@ -176,7 +176,7 @@ def test_a_leaf_spine_file_is_taken(name, sets):
 
 def test_a_fat_tree_file_is_taken_where_its_kind_is_needed():
     params = resolve("ecmp-vs-adaptive", f"topo={FAT_TREE_K4}")
-    assert ecmp_vs_adaptive.fat_tree_misfit(scenario.build_fabric_graph(params)) is None
+    assert hedera.fat_tree_misfit(scenario.build_fabric_graph(params)) is None
     for name in ("failover", "link-flap", "pause-storm", "incast", "straggler"):
         resolve(name, f"topo={FAT_TREE_K4}")
     g = topofile.load(FAT_TREE_K4)
@@ -230,16 +230,12 @@ def test_files_a_model_does_not_fit_are_refused_naming_what_they_lack(tmp_path):
 
 def test_a_file_that_says_fat_tree_must_be_one(tmp_path):
     text = Path(FAT_TREE_K4).read_text()
-    assert ecmp_vs_adaptive.fat_tree_misfit(topofile.loads(text, "ft.yaml")) is None
+    assert hedera.fat_tree_misfit(topofile.loads(text, "ft.yaml")) is None
     rewired = text.replace("  - {a: a8, b: c4}\n", "  - {a: a8, b: c3}\n", 1)
     rewired = rewired.replace("  - {a: a8, b: c3}\n  - {a: a8, b: c3}\n", "  - {a: a8, b: c3}\n")
-    misfit = ecmp_vs_adaptive.fat_tree_misfit(topofile.loads(rewired, "ft.yaml"))
+    misfit = hedera.fat_tree_misfit(topofile.loads(rewired, "ft.yaml"))
     assert misfit.startswith("is not the k=4 fat tree its kind says: link a8-c4")
     slow = text.replace("  - {a: a8, b: c4}", "  - {a: a8, b: c4, rate: 10M}")
-    assert "links at different rates" in ecmp_vs_adaptive.fat_tree_misfit(
-        topofile.loads(slow, "ft.yaml")
-    )
+    assert "links at different rates" in hedera.fat_tree_misfit(topofile.loads(slow, "ft.yaml"))
     no_k = text.replace("params: {k: 4,", "params: {", 1)
-    assert "has no even params.k" in ecmp_vs_adaptive.fat_tree_misfit(
-        topofile.loads(no_k, "ft.yaml")
-    )
+    assert "has no even params.k" in hedera.fat_tree_misfit(topofile.loads(no_k, "ft.yaml"))
