@@ -11,16 +11,18 @@ counters and its parts' times against:
   goes leaf -> spine -> leaf, so the spines carry exactly the hops that
   change rail (`rail_changes`; NVIDIA DGX SuperPOD's rail-optimized
   network: GPU r of every node on leaf r).
-- `message_frame_bytes`, `alltoall_link_s`: an all-to-all as one SEND per
-  pair, and its floor, the busiest NIC link's time; with PXN (NVIDIA,
-  "Doubling all2all performance with NCCL 2.12", 2022: a GPU hands its
-  data for GPU j of another node to GPU j of its own node over NVLink, which
-  sends it on rail j) every pair stays on its rail and no switch link
-  carries more than a NIC link.
-- `nvlink_phases_s`: an intra-node ring reduce-scatter then all-gather over
-  NVLink, (p-1)/p x S per phase through each GPU's link (Thakur,
-  Rabenseifner, Gropp, "Optimization of collective communication operations
-  in MPICH", IJHPCA 2005, the (p-1)/p n beta term).
+- `message_frame_bytes`, `sends_frame_bytes`, `alltoall_spine_model`,
+  `alltoall_link_s`: an all-to-all as one SEND per pair, the pairs between
+  rails that the spines carry, and its floor, the busiest NIC link's time;
+  with PXN (NVIDIA, "Doubling all2all performance with NCCL 2.12", 2022: a
+  GPU hands its data for GPU j of another node to GPU j of its own node
+  over NVLink, which sends it on rail j) every pair stays on its rail and
+  no switch link carries more than a NIC link.
+- `hierarchical_nvswitch_bytes`, `nvlink_phases_s`: an intra-node ring
+  reduce-scatter then all-gather over NVLink, (p-1)/p x S per phase through
+  each GPU's link (Thakur, Rabenseifner, Gropp, "Optimization of collective
+  communication operations in MPICH", IJHPCA 2005, the (p-1)/p n beta
+  term): the bytes through the NVSwitches and the busiest GPU's link time.
 
 Bytes are frames as emu puts them on the wire, counted by emu/traffic/model.py
 `roce_message_frames`: 1024-byte packets with 58 bytes of Ethernet, IPv4, UDP,
@@ -89,6 +91,16 @@ def message_frame_bytes(size_bytes: int) -> int:
     return nbytes + acks * model.ROCE_ACK_FRAME_BYTES
 
 
+def sends_frame_bytes(sends: list[tuple[str, str, int]]) -> int:
+    """Frame bytes of SENDs, each one message on a fresh QP, and of the ACKs they draw.
+
+    Examples:
+        >>> sends_frame_bytes([("h1", "h3", 4096), ("h2", "h4", 4096)])
+        8780
+    """
+    return sum(message_frame_bytes(b) for _, _, b in sends)
+
+
 def rail_changes(graph: nx.Graph, ring: list[str]) -> int:
     """Hops of the ring (including the closing one) between NICs of different rails.
 
@@ -123,6 +135,28 @@ def ring_spine_model(graph: nx.Graph, ring: list[str], size: int, itemsize: int)
         # emu/traffic/collectives.py model_bytes_per_host("ring") counts it).
         "payload_bytes": len(crossing) * (2 * (n - 1) / n * size),
         "frame_bytes": sum(hop[i] for i in crossing),
+    }
+
+
+def alltoall_spine_model(graph: nx.Graph, sends: list[tuple[str, str, int]]) -> dict:
+    """An all-to-all's modelled spine bytes: the messages between NICs of different rails.
+
+    A pair on one rail stays on its leaf; a pair between rails goes leaf ->
+    spine -> leaf, its data one way and its ACKs the other.
+
+    Args:
+        graph: a fabric whose hosts carry a ``rail`` attribute.
+        sends: (source, destination, bytes) of each SEND, one message on a fresh QP.
+
+    Returns:
+        ``crossing_pairs`` (messages between rails), ``payload_bytes`` (their
+        data) and ``frame_bytes`` (their frames and ACKs, `sends_frame_bytes`).
+    """
+    crossing = [(s, d, b) for s, d, b in sends if graph.nodes[s]["rail"] != graph.nodes[d]["rail"]]
+    return {
+        "crossing_pairs": len(crossing),
+        "payload_bytes": sum(b for _, _, b in crossing),
+        "frame_bytes": sends_frame_bytes(crossing),
     }
 
 
@@ -168,3 +202,23 @@ def nvlink_phases_s(size: int, gpus: int, nvlink_rate_bps: float, itemsize: int 
         124.9
     """
     return max(ring_hop_frame_bytes(size, gpus, itemsize)) * 8 / nvlink_rate_bps
+
+
+def hierarchical_nvswitch_bytes(size: int, gpus: int, nodes: int, itemsize: int = 4) -> int:
+    """What the NVSwitches receive in a hierarchical all-reduce's two NVLink phases.
+
+    Reduce-scatter then all-gather of S in every node: the ring all-reduce's
+    steps (`ring_hop_frame_bytes`), each hop GPU -> NVSwitch -> GPU, so each
+    node's NVSwitch receives every hop's data and the ACKs coming back.
+
+    Args:
+        size: S, the all-reduce's bytes per GPU.
+        gpus: G, GPUs per node (the NVLink ring's ranks).
+        nodes: N, the nodes (one NVSwitch each).
+        itemsize: bytes per element.
+
+    Examples:
+        >>> hierarchical_nvswitch_bytes(4096, 2, 4) == 4 * 2 * 4452
+        True
+    """
+    return nodes * sum(ring_hop_frame_bytes(size, gpus, itemsize))

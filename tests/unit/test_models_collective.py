@@ -14,11 +14,14 @@ import pytest
 from emu.fabric import rail_optimized
 from emu.models.collective import (
     alltoall_link_s,
+    alltoall_spine_model,
+    hierarchical_nvswitch_bytes,
     message_frame_bytes,
     nvlink_phases_s,
     rail_changes,
     ring_hop_frame_bytes,
     ring_spine_model,
+    sends_frame_bytes,
 )
 
 FULL = 1024 + 58  # one full SEND packet's frame
@@ -100,6 +103,37 @@ def test_the_spines_carry_every_crossing_hop_of_the_ring(graph):
         "payload_bytes": 2 * 6144,
         "frame_bytes": 2 * hop,
     }
+
+
+def test_sends_add_their_messages_frames_and_acks():
+    # 4 KiB: 4 full packets and one ACK; 1 byte: a 62-byte packet and its ACK.
+    assert sends_frame_bytes([("h1", "h3", 4096), ("h2", "h4", 1)]) == (4 * FULL + ACK) + (62 + ACK)
+    assert sends_frame_bytes([]) == 0
+
+
+def test_the_spines_carry_the_all_to_alls_pairs_between_rails(graph):
+    # h1 (rail 1) -> h4 (rail 2) crosses; h1 -> h3 (both rail 1) and h2 -> h8 (both
+    # rail 2) stay on their leaves.
+    sends = [("h1", "h4", 4096), ("h1", "h3", 4096), ("h2", "h8", 8192), ("h8", "h5", 1)]
+    assert alltoall_spine_model(graph, sends) == {
+        "crossing_pairs": 2,
+        "payload_bytes": 4096 + 1,
+        "frame_bytes": (4 * FULL + ACK) + (62 + ACK),
+    }
+    assert alltoall_spine_model(graph, sends[1:3]) == {
+        "crossing_pairs": 0,
+        "payload_bytes": 0,
+        "frame_bytes": 0,
+    }
+
+
+def test_the_nvswitches_carry_every_nodes_reduce_scatter_and_all_gather():
+    # S = 4096 on 2 GPUs: each hop 4452 bytes both ways (two 2-packet steps, two ACKs),
+    # 2 hops per node's ring, 4 nodes.
+    assert hierarchical_nvswitch_bytes(4096, 2, 4) == 4 * 2 * 4452
+    # 4 GPUs: 4 hops of 6 one-packet steps with an ACK each, per node.
+    assert hierarchical_nvswitch_bytes(4096, 4, 1) == 4 * (6 * FULL + 6 * ACK)
+    assert hierarchical_nvswitch_bytes(4096, 2, 3) == 3 * sum(ring_hop_frame_bytes(4096, 2))
 
 
 def test_alltoall_sends_that_share_a_nic_link_add_up():
