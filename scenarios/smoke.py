@@ -40,6 +40,10 @@ are joined by shortest paths that differ in their first hop, the ones the
 routing controller's ECMP spreads over (on a leaf/spine and a fat tree, the
 first host and the last host of another leaf or pod).
 
+Each step's measurement is in emu/traffic (ping.py, line_rate.py,
+ecmp_spread.py, outage.py) and its frame arithmetic in emu/models/wire.py;
+this file says what runs, in which order, and what passes.
+
 Run:  emu run smoke                     (2 spines, 4 leaves, 8 hosts)
       emu run smoke --set topology=fat_tree --set k=4 --out results/smoke
       emu run smoke --set topology=rail_optimized --set nodes=2 --set gpus_per_node=2
@@ -53,14 +57,11 @@ Run:  emu run smoke                     (2 spines, 4 leaves, 8 hosts)
 
 from __future__ import annotations
 
-import threading
-import time
-
 import networkx as nx
 
 from emu import fabric as fabric_mod
 from emu.figures import Entry, Figure
-from emu.net import Fabric
+from emu.models import wire
 from emu.scenario import (
     Context,
     Param,
@@ -69,9 +70,8 @@ from emu.scenario import (
     fabric_options,
     fabric_params,
 )
-from emu.switch.scheduler import MIN_BURST_S
 from emu.telemetry import Panel, save_panels
-from emu.traffic import iperf
+from emu.traffic import ecmp_spread, line_rate, outage, ping
 
 DESCRIPTION = "fabric boots, all-pairs ping, TCP at line rate, ECMP spreading, link failure"
 
@@ -95,8 +95,9 @@ TOPOLOGY_FILE = True
 # burst allowance (two full frames) plus one sampling period's jitter.
 PACING_TOLERANCE = 0.02
 
-# An ICMP echo request of ping's default 56-byte payload, as a frame on the wire.
-ECHO_FRAME_BYTES = 14 + 20 + 8 + 56
+# The link failure: pings every 20 ms for 4 s from each host on the sender's
+# switch; their path is measured from 0.3 s and the link goes down at 1 s.
+CUT_INTERVAL_S, CUT_DURATION_S = 0.02, 4.0
 
 
 def validate(params: dict) -> None:
@@ -129,6 +130,7 @@ def run(ctx: Context) -> None:
         f"smoke: building {graph.graph['name']} ({counts['switches']} switches, "
         f"{counts['hosts']} hosts, {counts['switch_links']} fabric links)"
     )
+    panels = []
     with ctx.fabric(graph, **fabric_options(p)) as fab:
         ctx.event("converged", after_s=round(fab.converged_after_s, 2))
         status = fab.controller_status()
@@ -148,506 +150,139 @@ def run(ctx: Context) -> None:
         all_pairs_ping(ctx, fab, "all-pairs ping")
         if any(graph.nodes[s]["role"] == "nvswitch" for s in fabric_mod.switches(graph)):
             nvlink_ping(ctx, fab)
-        src, dst = cross_pair(graph)
-        tcp_line_rate(ctx, fab, src, dst, rate_bps)
-        ecmp_spreading(ctx, fab, graph, src, dst)
+        src, dst = ecmp_spread.spread_pair(graph)
+        panels.append(tcp_line_rate(ctx, fab, src, dst, rate_bps))
+        panels.append(ecmp_spreading(ctx, fab, src, dst))
         if p["link_down"]:
-            link_failure(ctx, fab, graph, src, dst)
+            panels.append(link_failure(ctx, fab, src, dst))
             all_pairs_ping(ctx, fab, "all-pairs ping after link failure")
-    plot(ctx, rate_bps)
-
-
-def plot(ctx: Context, rate_bps: int) -> None:
-    """smoke.png: pacing at the receiver's port, ECMP shares, pings across the failure."""
-    m = ctx.metrics
-    panels = []
-    if "tcp" in m:
-        tcp = m["tcp"]
-        panels.append(
-            Panel(
-                f"TCP {tcp['src']} -> {tcp['dst']}: egress rate at the last hop",
-                "time (s)",
-                "Mbit/s",
-                lines={
-                    "250 ms windows": (tcp["window_end_s"], [w / 1e6 for w in tcp["windows_bps"]])
-                },
-                hline=rate_bps / 1e6,
-                hline_label="link rate",
-                step=True,
-            )
-        )
-    if "ecmp" in m and "bytes_per_top_switch" not in m["ecmp"]:
-        panels.append(
-            Panel(
-                f"ECMP: {m['ecmp']['flows']} flows, bytes {m['ecmp']['first_switch']} sent per "
-                "first hop",
-                "next hop",
-                "MB",
-                bars={k: v / 1e6 for k, v in m["ecmp"]["bytes_per_first_hop"].items()},
-            )
-        )
-    if "ecmp" in m and "bytes_per_top_switch" in m["ecmp"]:
-        panels.append(
-            Panel(
-                f"ECMP: {m['ecmp']['flows']} flows, bytes per top-tier switch",
-                "switch",
-                "MB",
-                bars={k: v / 1e6 for k, v in m["ecmp"]["bytes_per_top_switch"].items()},
-            )
-        )
-    if "link_failure" in m:
-        lf = m["link_failure"]
-        lines = {}
-        for h, seqs in lf["replies"].items():
-            # Each ping where it was sent (ping's own clock, emu/traffic/ping.py), on
-            # the link-down line's clock: its loss shows when the link went down.
-            got = set(seqs)
-            xs = lf["sent_s"][h]
-            lines[h] = (xs, [1 if i in got else 0 for i in range(1, len(xs) + 1)])
-        panels.append(
-            Panel(
-                f"pings across link {'-'.join(lf['link'])} down, by when each was sent",
-                "time (s)",
-                "reply (1) / lost (0)",
-                lines=lines,
-                vline=lf["t_down_s"],
-                vline_label="link down",
-                step=True,
-            )
-        )
+    # smoke.png: pacing at the receiver's port, ECMP shares, pings across the failure.
+    panels = [panel for panel in panels if panel is not None]
     if panels:
-        path = save_panels(ctx.out_dir / "smoke.png", panels, title=m["fabric"]["name"])
-        ctx.plots.append(path.name)
+        ctx.plots.append(save_panels(ctx.out_dir / "smoke.png", panels, graph.graph["name"]).name)
 
 
-def cross_pair(graph) -> tuple[str, str]:
-    """The first host and a far host whose switches ECMP can reach by two first hops.
-
-    Far: on another switch, in another pod where there are pods; among those,
-    the last one (on a leaf/spine, the last host of the last leaf) whose
-    switch the first host's switch reaches by shortest paths through more
-    than one neighbour. A fabric with no such pair gets the last far host,
-    and its ECMP and link-failure checks then fail with what they saw.
-    """
-    hosts = fabric_mod.hosts(graph)
-    src = hosts[0]
-    far = [h for h in hosts if graph.nodes[h]["leaf"] != graph.nodes[src]["leaf"]]
-    pods = [h for h in far if graph.nodes[h].get("pod", 0) != graph.nodes[src].get("pod", 0)]
-    candidates = pods[::-1] + [h for h in far[::-1] if h not in pods]
-    for dst in candidates:
-        if len(first_hops(graph, graph.nodes[src]["leaf"], graph.nodes[dst]["leaf"])) > 1:
-            return src, dst
-    return src, (pods or far)[-1]
+def all_pairs_ping(ctx: Context, fab, label: str) -> None:
+    """Every host pings every other: every pair tested, none lost a ping."""
+    pings = ping.all_pairs(fab, count=ctx.params["ping_count"])
+    pings.report(ctx, label)
+    ctx.check(
+        f"{label}: every pair tested",
+        pings.pairs == pings.expected_pairs,
+        pings.pairs,
+        f"{pings.expected_pairs} pairs",
+    )
+    ctx.check(f"{label}: 0% loss", pings.lossless, pings.loss_text(), "0% loss")
 
 
-def first_hops(graph, a: str, b: str) -> list[str]:
-    """The neighbours of switch `a` on a shortest path to switch `b` (hop count, as routing)."""
-    switch_graph = graph.subgraph(fabric_mod.switches(graph))
-    dist = nx.single_source_shortest_path_length(switch_graph, b)
-    if a not in dist:
-        return []
-    return [n for n in switch_graph.neighbors(a) if dist.get(n) == dist[a] - 1]
-
-
-def nvlink_ping(ctx: Context, fab: Fabric) -> None:
+def nvlink_ping(ctx: Context, fab) -> None:
     """Every GPU pings the other GPUs of its node at their NVLink addresses.
 
     Judged by the NVSwitches' counters too: the replies come back, and the
     echo frames crossed the node's NVSwitch, not the network (the rail
     leaves see none of them).
     """
-    graph = fab.graph
-    domains = fabric_mod.nvlink_domains(graph)
-    count = ctx.params["ping_count"]
-    nvswitches = [f"nvsw{node}" for node in domains]
-
-    def rx_frames(switches: list[str]) -> int:
-        return sum(port.rx_packets for sw in switches for port in fab.port_stats(sw).values())
-
-    before = rx_frames(nvswitches)
-    sent = recv = pairs = 0
-    for gpus in domains.values():
-        for src in gpus:
-            for dst in gpus:
-                if src != dst:
-                    a, b = fab.ping(
-                        src, dst, count=count, timeout_s=1.0, interval_s=0.05, port="nvlink"
-                    )
-                    sent, recv, pairs = sent + a, recv + b, pairs + 1
-    crossed = rx_frames(nvswitches) - before
-    ctx.table(
-        "NVLink ping",
-        ["pairs", "sent", "received", "NVSwitch rx frames"],
-        [[pairs, sent, recv, crossed]],
-    )
-    ctx.metrics.setdefault("ping", {})["NVLink ping"] = {
-        "pairs": pairs,
-        "sent": sent,
-        "received": recv,
-        "nvswitch_rx_frames": crossed,
-    }
+    nv = ping.nvlink_ping(fab, count=ctx.params["ping_count"])
+    nv.report(ctx)
     ctx.check(
-        "NVLink ping: 0% loss inside every node", sent > 0 and recv == sent, f"{recv}/{sent}", "all"
+        "NVLink ping: 0% loss inside every node", nv.lossless, f"{nv.received}/{nv.sent}", "all"
     )
     # An echo request and its reply each cross the NVSwitch once (ARP adds a few).
     ctx.check(
         "NVLink ping: through the NVSwitches",
-        crossed >= 2 * recv,
-        crossed,
-        f">= {2 * recv} frames (request + reply per echo)",
+        nv.nvswitch_rx_frames >= 2 * nv.received,
+        nv.nvswitch_rx_frames,
+        f">= {2 * nv.received} frames (request + reply per echo)",
     )
 
 
-def all_pairs_ping(ctx: Context, fab: Fabric, label: str) -> None:
-    hosts = fabric_mod.hosts(fab.graph)
-    count = ctx.params["ping_count"]
-    results: dict[tuple[str, str], tuple[int, int]] = {}
-    lock = threading.Lock()
-
-    def from_source(src: str) -> None:
-        for dst in hosts:
-            if dst != src:
-                sent, recv = fab.ping(src, dst, count=count, timeout_s=1.0, interval_s=0.05)
-                with lock:
-                    results[(src, dst)] = (sent, recv)
-
-    # One thread per source: pairs from different sources run concurrently.
-    threads = [threading.Thread(target=from_source, args=(h,)) for h in hosts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    sent = sum(s for s, _ in results.values())
-    recv = sum(r for _, r in results.values())
-    loss = 100.0 * (sent - recv) / sent if sent else 100.0
-    failed = sorted(f"{s}->{d}" for (s, d), (a, b) in results.items() if b < a)
-    ctx.metrics.setdefault("ping", {})[label] = {
-        "pairs": len(results),
-        "sent": sent,
-        "received": recv,
-        "loss_pct": loss,
-        "lossy_pairs": failed[:20],
-    }
-    ctx.table(label, ["pairs", "sent", "received", "loss %"], [[len(results), sent, recv, loss]])
-    expected_pairs = len(hosts) * (len(hosts) - 1)
-    ctx.check(
-        f"{label}: every pair tested",
-        len(results) == expected_pairs,
-        len(results),
-        f"{expected_pairs} pairs",
-    )
-    ctx.check(
-        f"{label}: 0% loss",
-        sent > 0 and recv == sent,
-        f"{loss:.2f}% loss" + (f" ({', '.join(failed[:5])})" if failed else ""),
-        "0% loss",
-    )
-
-
-def tcp_line_rate(ctx: Context, fab: Fabric, src: str, dst: str, rate_bps: int) -> None:
-    dst_leaf = fab.graph.nodes[dst]["leaf"]
-    port_no = fab.graph.edges[dst, dst_leaf]["ports"][dst_leaf]
-    samples: list[tuple[float, int]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        # The switch stamps its answer itself, so the windows are exact.
-        while not stop.is_set():
-            q = fab.queues(dst_leaf)
-            samples.append((q.time, q.tx_bytes[port_no]))
-            stop.wait(0.25)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        doc = iperf.run(fab, src, dst, ctx.params["iperf_s"])
-    finally:
-        stop.set()
-        sampler.join()
-    if "error" in doc:
-        ctx.check("TCP reaches >= 90% of link rate", False, doc["error"], ">= 0.9")
-        return
-    goodput = doc["end"]["sum_received"]["bits_per_second"]
-    retrans = doc["end"]["sum_sent"].get("retransmits", 0)
-    # Frame bits on the wire per goodput bit for MSS-sized TCP segments.
-    mss = doc["start"].get("tcp_mss_default", 1448) or 1448
-    wire = goodput * (mss + 66) / mss
-    windows = [
-        (b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(samples, samples[1:]) if t1 > t0
-    ]
-    peak = max(windows) if windows else 0.0
-    burst_bits = max(2 * 1514 * 8, rate_bps * MIN_BURST_S)  # the scheduler's burst allowance
-    allowed = rate_bps * (1 + PACING_TOLERANCE) + burst_bits / 0.25
-    t_first = samples[0][0] if samples else 0.0
-    ctx.metrics["tcp"] = {
-        "src": src,
-        "dst": dst,
-        "goodput_bps": goodput,
-        "wire_bps": wire,
-        "retransmits": retrans,
-        "peak_window_bps": peak,
-        "windows_bps": windows,
-        "window_end_s": [t - t_first for t, _ in samples[1:]],
-    }
-    ctx.table(
-        f"TCP {src} -> {dst} ({ctx.params['iperf_s']:.0f} s, one flow)",
-        ["goodput Mb/s", "on wire Mb/s", "link Mb/s", "of link", "peak 250ms Mb/s", "retransmits"],
-        [[goodput / 1e6, wire / 1e6, rate_bps / 1e6, wire / rate_bps, peak / 1e6, retrans]],
-    )
+def tcp_line_rate(ctx: Context, fab, src: str, dst: str, rate_bps: int) -> Panel | None:
+    """One TCP flow src -> dst: >= 90% of the link rate on the wire, and the last
+    hop's egress never above the link rate plus the scheduler's burst."""
+    tcp = line_rate.measure(fab, src, dst, rate_bps, ctx.params["iperf_s"])
+    if tcp.error is not None:
+        ctx.check("TCP reaches >= 90% of link rate", False, tcp.error, ">= 0.9")
+        return None
+    tcp.report(ctx)
     ctx.check(
         "TCP reaches >= 90% of link rate",
-        wire >= 0.9 * rate_bps,
-        round(wire / rate_bps, 3),
+        tcp.wire_bps >= 0.9 * rate_bps,
+        round(tcp.wire_bps / rate_bps, 3),
         ">= 0.9 of the link rate (frames on the wire)",
     )
+    allowed = wire.paced_peak_bps(rate_bps, tcp.window_s, PACING_TOLERANCE)
     ctx.check(
         "pacing: never above link rate + burst",
-        bool(windows) and peak <= allowed,
-        f"{peak / 1e6:.2f} Mb/s peak",
+        bool(tcp.windows_bps) and tcp.peak_window_bps <= allowed,
+        f"{tcp.peak_window_bps / 1e6:.2f} Mb/s peak",
         f"<= {allowed / 1e6:.2f} Mb/s",
     )
+    return tcp.panel()
 
 
-def _tx_bytes(fab: Fabric, switches: list[str]) -> dict[str, int]:
-    """Bytes each switch has sent, over all its ports."""
-    return {sw: sum(p.tx_bytes for p in fab.port_stats(sw).values()) for sw in switches}
-
-
-def _port_tx(fab: Fabric, graph, switch: str, peers: list[str]) -> dict[str, int]:
-    """Bytes `switch` has sent towards each of `peers`, from its port counters."""
-    ports = fab.port_stats(switch)
-    return {n: ports[graph.edges[switch, n]["ports"][switch]].tx_bytes for n in peers}
-
-
-def _flows(doc: dict) -> dict[int, int]:
-    """iperf3's streams: source port -> payload bytes the server received on it."""
-    port = {c["socket"]: c["local_port"] for c in doc.get("start", {}).get("connected", [])}
-    return {
-        port[st["receiver"]["socket"]]: int(st["receiver"]["bytes"])
-        for st in doc.get("end", {}).get("streams", [])
-        if st.get("receiver", {}).get("socket") in port
-    }
-
-
-def ecmp_spreading(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
+def ecmp_spreading(ctx: Context, fab, src: str, dst: str) -> Panel:
     """Many TCP flows src -> dst: more than one first hop (and top-tier switch) carries them.
 
-    Which way each flow went is the switches' own answer (`Fabric.trace_path`
-    with the flow's 5-tuple, through the tables ECMP hashed it in), so the
-    check is about ECMP, not about how fairly TCP shared the sender's link
-    between the flows (drop-tail at the host's 16-frame queue can starve a
-    few flows for seconds). A switch "carries" flows when its port counters
-    sent at least the payload the receiver got on them: data on the wire is
-    never less than its payload.
+    Which way each flow went is the switches' own trace of its 5-tuple, and a
+    switch carries flows when its counters sent at least the payload the
+    receiver got on them (emu/traffic/ecmp_spread.py).
     """
-    tier = max(graph.nodes[n]["tier"] for n in fabric_mod.switches(graph))
-    # In a fabric with tiers the flows must also cross more than one top-tier
-    # switch; in a flat one (torus, dragonfly: every switch tier 0) every switch
-    # is "top", so only the first hop says anything.
-    top = [n for n in fabric_mod.switches(graph) if graph.nodes[n]["tier"] == tier] if tier else []
-    leaf = graph.nodes[src]["leaf"]
-    hops = first_hops(graph, leaf, graph.nodes[dst]["leaf"])
-    before, hops_before = _tx_bytes(fab, top), _port_tx(fab, graph, leaf, hops)
-    port = 5202
-    doc = iperf.run(
-        fab,
-        src,
-        dst,
-        max(2.0, ctx.params["iperf_s"] / 2),
-        parallel=ctx.params["ecmp_flows"],
-        port=port,
-    )
-    after, hops_after = _tx_bytes(fab, top), _port_tx(fab, graph, leaf, hops)
-    flows = _flows(doc)
-    paths = {sport: fab.trace_path(src, dst, "tcp", sport, port) for sport in flows}
-    per_hop = {n: hops_after[n] - hops_before[n] for n in hops}
-    hop_total = sum(per_hop.values()) or 1
-    at_hop = _carried_by(flows, paths, hops, per_hop, lambda path, n: path[2] == n)
-    ctx.metrics["ecmp"] = {
-        "flows": ctx.params["ecmp_flows"],
-        "traced_flows": len(flows),
-        "first_switch": leaf,
-        "bytes_per_first_hop": per_hop,
-        "flows_per_first_hop": {n: v["flows"] for n, v in at_hop.items()},
-        "error": doc.get("error"),
-    }
-    ctx.table(
-        f"ECMP: {len(flows)} TCP flows {src} -> {dst} through {leaf}, per first hop "
-        "(flows: the switches' trace of each flow's 5-tuple)",
-        ["next hop", "flows", "received MB", "sent MB", "share of bytes"],
-        [
-            [
-                n,
-                v["flows"],
-                v["payload_bytes"] / 1e6,
-                v["tx_bytes"] / 1e6,
-                v["tx_bytes"] / hop_total,
-            ]
-            for n, v in at_hop.items()
-        ],
-    )
-    used = [n for n, v in at_hop.items() if v["carries"]]
-    spread = ", ".join(f"{n}: {v['flows']}" for n, v in at_hop.items())
+    duration_s = max(2.0, ctx.params["iperf_s"] / 2)
+    spread = ecmp_spread.measure(fab, src, dst, ctx.params["ecmp_flows"], duration_s)
+    spread.report(ctx)
+    used = spread.used(spread.at_first_hop)
+    flows = ", ".join(f"{n}: {c.flows}" for n, c in spread.at_first_hop.items())
     ctx.check(
         "ECMP spreads flows over more than one first hop",
         len(used) > 1,
-        f"{len(used)} of {len(hops)} carry flows ({spread})",
+        f"{len(used)} of {len(spread.at_first_hop)} carry flows ({flows})",
         "> 1 (each with its flows' received payload on its port counter)",
     )
-    if not top:
-        return
-    carried = {sw: after[sw] - before[sw] for sw in top}
-    at_top = _carried_by(flows, paths, top, carried, lambda path, n: n in path)
-    _top_tier_spreading(ctx, f"{len(flows)} TCP flows {src} -> {dst}", carried, at_top)
+    # In a flat fabric (torus, dragonfly) every switch is "top": only the first hop says anything.
+    if spread.at_top:
+        used_top = spread.used(spread.at_top)
+        ctx.check(
+            "ECMP spreads flows over more than one top-tier switch",
+            len(used_top) > 1,
+            f"{len(used_top)} of {len(spread.at_top)} carry flows",
+            "> 1 (each with its flows' received payload on its port counters)",
+        )
+    return spread.panel()
 
 
-def _top_tier_spreading(ctx: Context, what: str, carried: dict[str, int], at_top: dict) -> None:
-    """The top-tier switches' table and check: more than one of them carries the flows.
-
-    Args:
-        what: the flows, as the table's title names them.
-        carried: bytes each top-tier switch sent during the flows.
-        at_top: `_carried_by`'s answer for the top-tier switches.
-    """
-    total = sum(carried.values()) or 1
-    ctx.metrics["ecmp"]["bytes_per_top_switch"] = carried
-    ctx.metrics["ecmp"]["flows_per_top_switch"] = {n: v["flows"] for n, v in at_top.items()}
-    ctx.table(
-        f"ECMP: {what}, per top-tier switch",
-        ["switch", "flows", "received MB", "sent MB", "share of bytes"],
-        [
-            [n, v["flows"], v["payload_bytes"] / 1e6, v["tx_bytes"] / 1e6, v["tx_bytes"] / total]
-            for n, v in at_top.items()
-        ],
-    )
-    used_top = [n for n, v in at_top.items() if v["carries"]]
-    ctx.check(
-        "ECMP spreads flows over more than one top-tier switch",
-        len(used_top) > 1,
-        f"{len(used_top)} of {len(at_top)} carry flows",
-        "> 1 (each with its flows' received payload on its port counters)",
-    )
-
-
-def _carried_by(
-    flows: dict[int, int],
-    paths: dict[int, list[str]],
-    nodes: list[str],
-    sent: dict[str, int],
-    where,
-) -> dict[str, dict]:
-    """Per node: the traced flows through it (`where(path, node)`), their received payload,
-    what its counters sent, and whether it carries them (sent at least that payload)."""
-    out = {}
-    for n in nodes:
-        mine = [sp for sp, path in paths.items() if where(path, n)]
-        payload = sum(flows[sp] for sp in mine)
-        out[n] = {
-            "flows": len(mine),
-            "payload_bytes": payload,
-            "tx_bytes": sent[n],
-            "carries": payload > 0 and sent[n] >= payload,
-        }
-    return out
-
-
-def link_failure(ctx: Context, fab: Fabric, graph, src: str, dst: str) -> None:
+def link_failure(ctx: Context, fab, src: str, dst: str) -> Panel:
     """Pings every 20 ms from each host on src's switch to dst; a first hop goes down at t=1 s.
 
     The link cut is the one, among src's switch's links on a shortest path to
-    dst's (each with another beside it: `cross_pair` chose dst so), that
+    dst's (each with another beside it: `spread_pair` chose dst so), that
     carried the most of the pings in the 0.7 s before the cut: the path the
     pings took, so that the cut is on it.
     """
+    graph = fab.graph
     leaf = graph.nodes[src]["leaf"]
     senders = [h for h in fabric_mod.hosts(graph) if graph.nodes[h]["leaf"] == leaf]
-    hops = first_hops(graph, leaf, graph.nodes[dst]["leaf"])
-    interval, duration = 0.02, 4.0
-    jobs = {
-        h: fab.start("ping", src=h, dst=dst, interval_s=interval, duration_s=duration)
-        for h in senders
-    }
-    count = jobs[senders[0]].count
-    # The plot's and the events' zero: the pings' start, on the clock ping stamps with.
-    wall0 = min(job.started_wall for job in jobs.values())
-    t0 = time.monotonic()
-    # A schedule, not a wait: the pings run for 0.3 s, then their path is measured
-    # for 0.7 s, then the link goes down at t = 1 s.
-    time.sleep(0.3)
-    before, t_before = _port_tx(fab, graph, leaf, hops), time.monotonic()
-    time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
-    after, t_after = _port_tx(fab, graph, leaf, hops), time.monotonic()
-    pinged = {n: after[n] - before[n] for n in hops}
-    victim = max(hops, key=lambda n: pinged[n])
-    wall_down = time.time()
-    fab.set_link(leaf, victim, up=False)
-    t_down = wall_down - wall0
-    ctx.event("link_down", at=wall_down, link=f"{leaf}-{victim}")
-    results = {h: job.wait() for h, job in jobs.items()}
-    outages = {h: r.longest_outage_s for h, r in results.items()}
-    replies = {h: list(r.replied) for h, r in results.items()}
-    sent_s = {
-        h: [
-            round((at if at is not None else wall0 + seq * interval) - wall0, 4)
-            for seq, (at, _) in enumerate(r.timeline(), start=1)
-        ]
-        for h, r in results.items()
-    }
-    restored = [w for w in (r.restored_wall(wall_down) for r in results.values()) if w]
-    status = fab.controller_status()
-    seen = [
-        e
-        for e in status.get("events", [])
-        if e.get("kind") == "link_down" and e.get("t", 0) >= wall_down - 0.5
-    ]
-    if seen:
-        saw = min(e["t"] for e in seen)  # the controller's own unix time
-        ctx.metrics["controller_reaction_s"] = saw - wall_down
-        ctx.event(
-            "controller saw link down",
-            at=saw,
-            after_ms=round(1000 * ctx.metrics["controller_reaction_s"]),
-        )
-    worst = max(outages.values()) if outages else None
-    ctx.metrics["link_failure"] = {
-        "link": [leaf, victim],
-        "ping_bytes_per_first_hop": pinged,
-        "t_down_s": t_down,
-        "interval_s": interval,
-        "count": count,
-        "outage_s": outages,
-        "replies": replies,
-        "sent_s": sent_s,
-        "controller_events": seen[-4:],
-    }
-    # When the last sender's replies came back (none lost: when the link went down).
-    ctx.event(
-        "reachability restored",
-        at=max(restored, default=wall_down),
-        worst_outage_ms=round(1000 * worst) if worst is not None else None,
+    hops = ecmp_spread.first_hops(graph, leaf, graph.nodes[dst]["leaf"])
+    cut = outage.cut_under_pings(
+        fab, leaf, hops, senders, dst, interval_s=CUT_INTERVAL_S, duration_s=CUT_DURATION_S
     )
-    ctx.table(
-        f"link {leaf}-{victim} down at t={t_down:.2f} s (from the pings' start), pings every "
-        f"{interval * 1000:.0f} ms to {dst}",
-        ["sender", "longest outage ms"],
-        [[h, 1000 * o] for h, o in outages.items()],
-    )
-    # The model: one sender's echo requests, each a 98-byte frame (iputils'
-    # 56-byte payload + ICMP 8 + IPv4 20 + Ethernet 14), one per interval; half
-    # of them leaves room for the window's edges.
-    expected = 0.5 * (t_after - t_before) / interval * ECHO_FRAME_BYTES
+    cut.report(ctx)
+    # The model: one sender's echo requests, one frame per interval; half of
+    # them leaves room for the window's edges.
+    expected = 0.5 * wire.ping_stream_bytes(cut.window_s, CUT_INTERVAL_S)
     ctx.check(
         "the link cut carried the pings before the cut",
-        pinged[victim] >= expected,
-        f"{pinged[victim]} bytes in {t_after - t_before:.2f} s",
+        cut.victim_bytes >= expected,
+        f"{cut.victim_bytes} bytes in {cut.window_s:.2f} s",
         f">= {expected:.0f} bytes",
     )
+    worst = cut.worst_outage_s
     ctx.check(
         "reachability returns after link down (no restart)",
-        worst is not None and worst < duration - 1.5,
+        worst is not None and worst < CUT_DURATION_S - 1.5,
         f"worst outage {1000 * worst:.0f} ms" if worst is not None else "no data",
-        f"< {1000 * (duration - 1.5):.0f} ms",
+        f"< {1000 * (CUT_DURATION_S - 1.5):.0f} ms",
     )
+    return cut.panel()
 
 
 # ----- what the README quotes: `emu reproduce` runs these (emu/figures.py) -----

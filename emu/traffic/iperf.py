@@ -10,7 +10,8 @@ give an `IperfResult`, the iperf workload's one result type, with iperf3's
 JSON kept in `raw`; `run`, `start`, `start_many` and `finish` are the
 building blocks that scenarios use, and return iperf3's JSON as it is. Every
 workload's duration keyword is `duration_s` (`seconds=` is its old name, a
-DeprecationWarning).
+DeprecationWarning). `received_mbps`, `received_by_stream` and `tcp_mss` read
+what measurements need from that JSON.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 SERVER_READY_TIMEOUT_S = 10.0
 DEFAULT_DURATION_S = 5.0
+# Linux's MSS on a 1500-byte MTU with TCP timestamps (1500 - IPv4 20 - TCP 20 - 12).
+DEFAULT_TCP_MSS = 1448
 
 
 def resolve_duration(
@@ -313,6 +316,27 @@ def received_mbps(doc: dict) -> list[float]:
             "iperf3 result has no server_output_json: start it with server_output=True"
         )
     return [iv["sum"]["bits_per_second"] / 1e6 for iv in server.get("intervals", [])]
+
+
+def received_by_stream(doc: dict) -> dict[int, int]:
+    """iperf3's streams: each one's client source port -> payload bytes the server received.
+
+    The source port is what names a stream's 5-tuple (with the two hosts and
+    the server's port), so that `Fabric.trace_path` can say which way it went.
+    A stream whose socket the start section does not list is left out; a
+    failed test gives {}.
+    """
+    port = {c["socket"]: c["local_port"] for c in doc.get("start", {}).get("connected", [])}
+    return {
+        port[st["receiver"]["socket"]]: int(st["receiver"]["bytes"])
+        for st in doc.get("end", {}).get("streams", [])
+        if st.get("receiver", {}).get("socket") in port
+    }
+
+
+def tcp_mss(doc: dict, default: int = DEFAULT_TCP_MSS) -> int:
+    """The MSS iperf3's TCP test ran with (`tcp_mss_default`), else `default`."""
+    return doc.get("start", {}).get("tcp_mss_default", default) or default
 
 
 def _listening(fab: Fabric, host: str, port: int) -> bool:

@@ -1,10 +1,18 @@
-"""Reachability probes: a ping stream between two hosts, and what it lost when.
+"""Reachability probes: a ping stream between two hosts, and what it lost when;
+every pair of hosts pinged at once; a node's GPUs pinged over NVLink.
 
 Owns running `ping` in a host's namespace as a background job and turning its
 output into the figures failure tests assert on: packets sent and received,
 when each was sent, and the longest run of lost replies (the outage a failure
 caused). Its result (`PingResult`) is the ping workload's one result type
 (`Fabric.start("ping", ...)`), with ping's own output kept in `raw`.
+
+Also owns the two sweeps a scenario runs to say "every host reaches every
+other": `all_pairs` (every ordered pair of hosts, one thread per source, its
+`AllPairs` with the loss and the lossy pairs) and `nvlink_ping` (every GPU to
+the other GPUs of its node at their NVLink addresses, with the frames the
+NVSwitches received meanwhile); each result writes its own metrics and table
+into a scenario's context (`report`), and the scenario judges it.
 
 When each ping was sent comes from ping's own clock, not from its sequence
 number times the interval asked for (ping's timer runs late: asked for 50 ms
@@ -17,10 +25,23 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from emu import fabric as fabric_mod
 from emu.traffic.iperf import resolve_duration
+
+if TYPE_CHECKING:
+    from emu.scenario import Context
+
+# The sweeps' probes: each pair gets `count` pings this far apart, each waited for this long.
+SWEEP_INTERVAL_S = 0.05
+SWEEP_TIMEOUT_S = 1.0
+# How many lossy pairs metrics.json lists, and how many a report line names.
+LOSSY_PAIRS_LISTED = 20
+LOSSY_PAIRS_NAMED = 5
 
 # iputils ping with -D: "[1700000000.123456] 64 bytes from ...: icmp_seq=3 ttl=64 time=0.21 ms"
 _REPLY = re.compile(
@@ -228,3 +249,165 @@ class PingJob:
 
     def stop(self) -> None:
         self.fab.stop_proc(self.proc)
+
+
+@dataclass(frozen=True)
+class AllPairs:
+    """What pinging every ordered pair of hosts saw.
+
+    Attributes:
+        hosts: the hosts swept, in order.
+        results: (src, dst) -> (sent, received), for every pair that was pinged.
+    """
+
+    hosts: tuple[str, ...]
+    results: dict[tuple[str, str], tuple[int, int]]
+
+    @property
+    def pairs(self) -> int:
+        return len(self.results)
+
+    @property
+    def expected_pairs(self) -> int:
+        """Every ordered pair of distinct hosts: n (n - 1)."""
+        return len(self.hosts) * (len(self.hosts) - 1)
+
+    @property
+    def sent(self) -> int:
+        return sum(s for s, _ in self.results.values())
+
+    @property
+    def received(self) -> int:
+        return sum(r for _, r in self.results.values())
+
+    @property
+    def loss_pct(self) -> float:
+        """Pings lost, in % of those sent; 100 when none was sent (nothing reached anything)."""
+        sent = self.sent
+        return 100.0 * (sent - self.received) / sent if sent else 100.0
+
+    @property
+    def lossy_pairs(self) -> list[str]:
+        """ "src->dst" of every pair that lost a ping, sorted."""
+        return sorted(f"{s}->{d}" for (s, d), (a, b) in self.results.items() if b < a)
+
+    @property
+    def lossless(self) -> bool:
+        """Something was sent and every ping came back."""
+        return self.sent > 0 and self.received == self.sent
+
+    def loss_text(self) -> str:
+        """The loss as a report line says it: "0.00% loss", then the first lossy pairs."""
+        failed = self.lossy_pairs
+        named = f" ({', '.join(failed[:LOSSY_PAIRS_NAMED])})" if failed else ""
+        return f"{self.loss_pct:.2f}% loss" + named
+
+    def metrics(self) -> dict:
+        return {
+            "pairs": self.pairs,
+            "sent": self.sent,
+            "received": self.received,
+            "loss_pct": self.loss_pct,
+            "lossy_pairs": self.lossy_pairs[:LOSSY_PAIRS_LISTED],
+        }
+
+    def report(self, ctx: Context, label: str) -> None:
+        """metrics.json's ping[label] and the report's table titled `label`."""
+        ctx.metrics.setdefault("ping", {})[label] = self.metrics()
+        row = [self.pairs, self.sent, self.received, self.loss_pct]
+        ctx.table(label, ["pairs", "sent", "received", "loss %"], [row])
+
+
+def all_pairs(fab, hosts: list[str] | None = None, count: int = 3) -> AllPairs:
+    """Ping every ordered pair of `hosts` (default: every host of `fab`), `count` pings each.
+
+    One thread per source: the pairs of different sources run at the same
+    time, each source's one after the other.
+    """
+    hosts = list(fabric_mod.hosts(fab.graph) if hosts is None else hosts)
+    results: dict[tuple[str, str], tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    def from_source(src: str) -> None:
+        for dst in hosts:
+            if dst != src:
+                got = fab.ping(
+                    src, dst, count=count, timeout_s=SWEEP_TIMEOUT_S, interval_s=SWEEP_INTERVAL_S
+                )
+                with lock:
+                    results[(src, dst)] = got
+
+    threads = [threading.Thread(target=from_source, args=(h,)) for h in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return AllPairs(tuple(hosts), results)
+
+
+@dataclass(frozen=True)
+class NvlinkPing:
+    """What pinging every GPU's node-mates over NVLink saw.
+
+    Attributes:
+        pairs: ordered pairs of GPUs of one node pinged.
+        sent, received: pings, over all pairs.
+        nvswitch_rx_frames: frames the NVSwitches received meanwhile (ARP included).
+    """
+
+    pairs: int
+    sent: int
+    received: int
+    nvswitch_rx_frames: int
+
+    @property
+    def lossless(self) -> bool:
+        return self.sent > 0 and self.received == self.sent
+
+    def metrics(self) -> dict:
+        return {
+            "pairs": self.pairs,
+            "sent": self.sent,
+            "received": self.received,
+            "nvswitch_rx_frames": self.nvswitch_rx_frames,
+        }
+
+    def report(self, ctx: Context, label: str = "NVLink ping") -> None:
+        """metrics.json's ping[label] and the report's table titled `label`."""
+        ctx.table(
+            label,
+            ["pairs", "sent", "received", "NVSwitch rx frames"],
+            [[self.pairs, self.sent, self.received, self.nvswitch_rx_frames]],
+        )
+        ctx.metrics.setdefault("ping", {})[label] = self.metrics()
+
+
+def nvlink_ping(fab, count: int = 3) -> NvlinkPing:
+    """Every GPU pings the other GPUs of its node at their NVLink addresses.
+
+    The NVSwitches' receive counters are read before and after, so that the
+    result also says whether the echoes crossed the node's NVSwitch rather
+    than the network (the rail leaves see none of them).
+    """
+    domains = fabric_mod.nvlink_domains(fab.graph)
+    nvswitches = [f"nvsw{node}" for node in domains]
+
+    def rx_frames() -> int:
+        return sum(port.rx_packets for sw in nvswitches for port in fab.port_stats(sw).values())
+
+    before = rx_frames()
+    sent = received = pairs = 0
+    for gpus in domains.values():
+        for src in gpus:
+            for dst in gpus:
+                if src != dst:
+                    a, b = fab.ping(
+                        src,
+                        dst,
+                        count=count,
+                        timeout_s=SWEEP_TIMEOUT_S,
+                        interval_s=SWEEP_INTERVAL_S,
+                        port="nvlink",
+                    )
+                    sent, received, pairs = sent + a, received + b, pairs + 1
+    return NvlinkPing(pairs, sent, received, rx_frames() - before)

@@ -39,6 +39,10 @@ opens a socket or reads the clock. It provides, by owner:
   test_adaptive, test_tagger and test_routing_extensions.
 - `fidelity_record`, one process's fidelity record as a fabric writes it.
   Used by test_fidelity and test_labs.
+- `CounterFabric`, a running fabric as the measurements in emu/traffic see it,
+  without one: a builder's graph, typed port statistics from counters the
+  test moves, and the calls it scripts (ping, trace, start, set_link, the
+  controller's status). Used by test_ping, test_ecmp_spread and test_outage.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from scapy.layers.l2 import Ether
 
 from controllers import ofmsg
 from controllers.routing import PortInfo, RoutingManager
-from emu import config, fidelity
+from emu import answers, config, fidelity
 from emu.host.rnic import NicConfig, Rnic
 from emu.proto import agg, headers, ofext, roce
 from emu.switch import datapath, fastpath
@@ -882,3 +886,80 @@ def fidelity_record(
             }
         },
     }
+
+
+# ----- a running fabric as measurements see it ------------------------------------
+
+
+class CounterFabric:
+    """What emu/traffic's measurements call on a Fabric, over a builder's `graph`, without one.
+
+    `port_stats` answers typed (emu/answers.py) from `tx_bytes` and `rx_packets`,
+    keyed (switch, port number); `send` moves them as traffic would, and
+    `on_read(switch)`, if set, runs before every read (traffic between reads).
+    `ping`, `trace_path` and `start` call the test's `pinger`, `tracer` and
+    `starter`; `set_link` records the cut in `links_set`; `controller_status`
+    gives `status`.
+    """
+
+    def __init__(self, graph: nx.Graph) -> None:
+        self.graph = graph
+        self.tx_bytes: collections.Counter = collections.Counter()
+        self.rx_packets: collections.Counter = collections.Counter()
+        self.on_read = None
+        self.pinger = None
+        self.tracer = None
+        self.starter = None
+        self.links_set: List[Tuple[str, str, bool]] = []
+        self.status: dict = {}
+        self.pings: List[Tuple[str, str, str]] = []
+
+    def port_no(self, switch: str, neighbour: str) -> int:
+        return self.graph.edges[switch, neighbour]["ports"][switch]
+
+    def send(self, switch: str, neighbour: str, nbytes: int, frames: int = 0) -> None:
+        """`switch` sends `nbytes` towards `neighbour`, which receives `frames` frames."""
+        self.tx_bytes[(switch, self.port_no(switch, neighbour))] += nbytes
+        if self.graph.nodes[neighbour]["kind"] == "switch":
+            self.rx_packets[(neighbour, self.port_no(neighbour, switch))] += frames
+
+    def port_stats(self, switch: str) -> Dict[int, answers.PortStats]:
+        if self.on_read is not None:
+            self.on_read(switch)
+        ports = sorted(d["ports"][switch] for _, _, d in self.graph.edges(switch, data=True))
+        return {
+            n: answers.PortStats(
+                port_no=n,
+                name=f"{switch}-eth{n}",
+                hw_addr="02:00:00:00:00:01",
+                rate_bps=10**7,
+                link_up=True,
+                config=0,
+                rx_packets=self.rx_packets[(switch, n)],
+                tx_packets=0,
+                rx_bytes=0,
+                tx_bytes=self.tx_bytes[(switch, n)],
+                rx_dropped=0,
+                tx_dropped=0,
+                rx_errors=0,
+                tx_errors=0,
+                queue_bytes=[0] * 8,
+            )
+            for n in ports
+        }
+
+    def ping(self, src, dst, count=1, timeout_s=1.0, interval_s=0.2, port="nic"):
+        self.pings.append((src, dst, port))
+        return self.pinger(src, dst, count, port)
+
+    def trace_path(self, src, dst, proto="tcp", sport=49152, dport=5201):
+        return self.tracer(src, dst, proto, sport, dport)
+
+    def start(self, workload: str, **options):
+        return self.starter(workload, **options)
+
+    def set_link(self, u: str, v: str, up: bool) -> None:
+        self.links_set.append((u, v, up))
+
+    def controller_status(self) -> dict:
+        return self.status
