@@ -18,9 +18,10 @@ Every fault takes `at=` (seconds from the call; None or 0: now) to happen
 later, on a timer that the fabric cancels when it stops.
 
 NIC faults (stuck NIC, slow receiver, straggler) act on a host's NIC agent
-(emu/host/agent.py): the fault starts the agents it needs, on the call, as
-`emu.traffic.rdma.fabric_nics` does for workloads, so that a later workload
-or fault finds the same agents.
+(emu/host/agent.py), one of the fabric's (`fab.nics`, which the fabric owns):
+a host without one gets it on the call, as `emu.traffic.rdma.fabric_nics`
+starts them for workloads, so that a later workload or fault finds the same
+agents.
 """
 
 from __future__ import annotations
@@ -49,17 +50,17 @@ class Faults:
 
     Args:
         fab: the running `emu.net.Fabric`.
-        nics: the `emu.traffic.rdma.RdmaHosts` whose agents NIC faults go to.
-            As `fab.faults.nics` it is the fabric's one set of NIC agents:
-            a scenario that starts its own sets it; otherwise a NIC fault, or
-            `emu.traffic.rdma.fabric_nics` (collectives run on the fabric as a
-            whole), starts them there on first use, and later runs and NIC
-            faults find the same agents (adding any host not yet among them).
+        nics: the `emu.traffic.rdma.RdmaHosts` whose agents NIC faults go to;
+            None (usual): the fabric's own (`fab.nics`: the first set a
+            scenario started on the hosts' NIC ports, or the one a NIC fault
+            or a collective run on the fabric as a whole starts on first use,
+            `emu.traffic.rdma.fabric_nics`); later runs and NIC faults find
+            the same agents (adding any host not yet among them).
     """
 
     def __init__(self, fab, nics=None) -> None:
         self.fab = fab
-        self.nics = nics
+        self._nics = nics
         self._nic_stragglers: set[str] = set()
         self.t0 = time.time()
         self.events: list[dict[str, Any]] = []
@@ -160,14 +161,21 @@ class Faults:
         if host not in g or g.nodes[host]["kind"] != "host":
             raise FaultError(f"unknown host {host!r}; hosts: {', '.join(fabric_mod.hosts(g))}")
 
+    @property
+    def nics(self):
+        """The NIC agents NIC faults go to: the ones given, else the fabric's (None: none yet)."""
+        return self._nics if self._nics is not None else getattr(self.fab, "nics", None)
+
     def _nic(self, host: str):
         """The NIC agent of `host`, started now if it is not running yet."""
         self._host(host)
-        if self.nics is None or host not in self.nics.nics:
+        if self._nics is not None:
+            self._nics.add([host])  # a no-op for a host it serves already
+        elif self.nics is None or host not in self.nics.nics:
             # Imported here: emu.traffic.rdma imports emu.net, which imports this module.
             from emu.traffic import rdma
 
-            rdma.fabric_nics(self.fab, [host], faults=self)
+            rdma.fabric_nics(self.fab, [host])
         return self.nics.nics[host]
 
     # ----- links ------------------------------------------------------------

@@ -180,6 +180,11 @@ class Fabric:
         # What `close` collected: every process's fidelity record (emu/telemetry.py
         # collect_fidelity), for the run that opened this fabric (emu/runs.py).
         self.fidelity_document: dict | None = None
+        # The NIC agents of the hosts' NIC ports (an emu.traffic.rdma.RdmaHosts) that
+        # workloads and NIC faults share: the first set started on this fabric's NIC
+        # ports, or the one the first collective or NIC fault starts. Their processes
+        # are this fabric's (its run registry) and go when it closes.
+        self.nics = None
         self._faults = None
 
     # ----- lifecycle --------------------------------------------------------
@@ -428,7 +433,7 @@ class Fabric:
 
     @property
     def faults(self):
-        """The fault API on this fabric (emu.faults.Faults); NIC faults start their agents."""
+        """The fault API on this fabric (emu.faults.Faults); NIC faults act on `nics`."""
         if self._faults is None:
             self._faults = Faults(self)
         return self._faults

@@ -147,7 +147,6 @@ def run_mode(ctx: Context, graph, mode: str, sender: str, receiver: str) -> dict
         intf = graph.edges[sender, sleaf]["intfs"][sleaf]
         capture = start_capture(fab, intf, out / f"{intf}.pcap")
         nics = RdmaHosts(fab, [sender, receiver], dcqcn=False, loss_recovery=mode)
-        fab.faults.nics = nics
         qp = nics.connect(sender, receiver)
         if p["drop"] == "every":
             fab.faults.lossy_link(rleaf, receiver, every=p["drop_every"], only_from=rleaf)

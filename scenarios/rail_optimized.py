@@ -263,7 +263,6 @@ def run(ctx: Context) -> None:
         # through the node's NVSwitch), one process per GPU. No DCQCN: NVLink has no
         # end-to-end congestion control, and the rail NICs' runs need none.
         nics, nv_nics = gpu_ports(fab, fabric_mod.hosts(graph), dcqcn=False)
-        fab.faults.nics = nics
         meter = rail.SwitchBytes.on(fab, plan.layout, ctx.out_dir if p["pcap"] else None)
         gpus = rail.RailRun(nics, nv_nics, meter, lambda line: ctx.log("rail-optimized: " + line))
         parts, results = _run_parts(ctx, plan, gpus)

@@ -245,8 +245,8 @@ def run(ctx: Context) -> None:
 
     points: list[Point] = []
     with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
-        # The agents the straggler fault talks to, and that run_allreduce reuses.
-        fab.faults.nics = RdmaHosts(fab, hosts, dcqcn=p["dcqcn"])
+        # The fabric's agents (fab.nics): the straggler fault talks to them, run_allreduce reuses them.
+        RdmaHosts(fab, hosts, dcqcn=p["dcqcn"])
         for algo in collectives.parse_algos(p["algos"], collectives.ALLREDUCE_NAMES):
             for kind, factor in _points(factors, nic_factors):
                 if kind == "compute":

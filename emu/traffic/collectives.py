@@ -122,7 +122,7 @@ class AllReduceResult:
 def host_nics(target: RdmaHosts | Fabric, hosts: Sequence[str]) -> RdmaHosts:
     """The NIC agents to run on: `target` itself, or the fabric's (`rdma.fabric_nics`).
 
-    A fabric's agents are the ones its fault API drives (`fab.faults.nics`):
+    A fabric's agents are its own (`fab.nics`, which its NIC faults drive too):
     they are started there on first use (and on a host not yet among them
     when it is first used), so that a later call, or a NIC fault, finds the
     same agents instead of starting a second set.
@@ -168,7 +168,7 @@ def run_allreduce(
 
     Args:
         target: the hosts' NICs (RdmaHosts), or a Fabric (its agents are then
-            started on `hosts` once, kept as `fab.faults.nics`, and reused).
+            started on `hosts` once, kept as `fab.nics`, and reused).
         hosts: the ranks, in ring order (>= 2).
         size_bytes: bytes per rank (a multiple of the element size), or several:
             the whole buffer, which a reduce-scatter leaves 1/n of on each rank

@@ -116,6 +116,8 @@ class RdmaHosts:
         self._qpn = 100
         self._ring_qps: dict[tuple[str, str], int] = {}  # (src, dst) -> the ring's QP
         self._jobs = 0  # collective jobs named so far
+        if port == "nic" and getattr(fab, "nics", None) is None:
+            fab.nics = self  # the fabric's NIC agents: its NIC faults and collectives use these
         self.add(hosts)
 
     def add(self, hosts: Sequence[str]) -> list[str]:
@@ -379,20 +381,18 @@ def shares_memory(nics: RdmaHosts, other: RdmaHosts, host: str) -> bool:
     return nics.nics[host].proc is other.nics[host].proc
 
 
-def fabric_nics(fab: Fabric, hosts: Sequence[str], faults=None) -> RdmaHosts:
-    """The fabric's NIC agents: the ones its fault API drives, started on `hosts` on first use.
+def fabric_nics(fab: Fabric, hosts: Sequence[str]) -> RdmaHosts:
+    """The fabric's NIC agents (`fab.nics`), started on `hosts` on first use.
 
-    `fab.faults.nics` holds them (emu/faults.py; `faults`, another
-    `emu.faults.Faults` on `fab`, instead): a scenario that starts its own
-    sets it, and otherwise the first workload run on the fabric as a whole
-    (`collectives.run_allreduce(fab, ...)`) or the first NIC fault starts them
-    here, so that a later run, or a NIC fault, finds the same agents instead
-    of a second set. A host not yet among them gets its agent now, started
-    as the others were (`RdmaHosts.add`).
+    The fabric owns them: the first `RdmaHosts` a scenario starts on its
+    hosts' NIC ports becomes `fab.nics`, and otherwise the first workload run
+    on the fabric as a whole (`collectives.run_allreduce(fab, ...)`) or the
+    first NIC fault (emu/faults.py) starts them here, so that a later run, or
+    a NIC fault, finds the same agents instead of a second set. A host not yet
+    among them gets its agent now, started as the others were (`RdmaHosts.add`).
     """
-    faults = fab.faults if faults is None else faults
-    if faults.nics is None:
-        faults.nics = RdmaHosts(fab, list(hosts))
+    if getattr(fab, "nics", None) is None:
+        fab.nics = RdmaHosts(fab, list(hosts))
     else:
-        faults.nics.add(hosts)
-    return faults.nics
+        fab.nics.add(hosts)
+    return fab.nics

@@ -123,8 +123,7 @@ def all_to_all(g) -> list[tuple[str, str]]:
 def start_traffic(fab: Fabric, seconds: float) -> tuple[RdmaHosts, dict]:
     """Every host sends to every other at LOAD of its link for `seconds`; returns NICs and QPs."""
     hosts = fabric_mod.hosts(fab.graph)
-    nics = RdmaHosts(fab, hosts, dcqcn=False)
-    fab.faults.nics = nics  # the fault API's NIC faults go to these agents
+    nics = RdmaHosts(fab, hosts, dcqcn=False)  # the fabric's: its NIC faults go to these agents
     per_flow = LOAD * RATE_BPS / (len(hosts) - 1)
     qps = {(s, d): nics.connect(s, d, max_rate_bps=per_flow) for s, d in all_to_all(fab.graph)}
     for (s, _), q in qps.items():

@@ -18,7 +18,8 @@ HOSTS = ["h1", "h2", "h3", "h4"]
 def test_compute_and_nic_stragglers_stretch_the_iteration(fabric):
     # DCQCN off: a slow link's queue is then held back by PFC alone, and the senders'
     # rates do not have to climb back on DCQCN's timers after the straggler heals.
-    nics = fabric.faults.nics = RdmaHosts(fabric, HOSTS, dcqcn=False)
+    nics = RdmaHosts(fabric, HOSTS, dcqcn=False)
+    assert fabric.nics is nics and fabric.faults.nics is nics  # the fabric owns its NICs
     size = 512 << 10
     (base,) = run_allreduce(fabric, HOSTS, [size], "int32", iters=2, compute_s=0.2, seed=1)
     # Compute: h1 takes 3 x 0.2 s; every rank waits for it, up to 0.4 s longer per

@@ -32,7 +32,7 @@ def test_the_watchdog_and_the_nic_run_on_the_fabrics_clock(tmp_path):
     with Fabric(g, out_dir=str(tmp_path), qos={"ecn": {"enabled": False}}) as fab:
         spec = fab.switch_call("leaf1", "watchdog")["spec"]
         assert spec["time_scale"] == SCALE
-        nics = fab.faults.nics = RdmaHosts(fab, ["h1", "h2"], dcqcn=False)
+        nics = RdmaHosts(fab, ["h1", "h2"], dcqcn=False)
         info = nics.nics["h1"].call("info")
         assert info["modelled_rate_bps"] == SCALE * rate_bps
         # The IBA timeout on the modelled clock, or the fabric's worst round trip

@@ -653,7 +653,17 @@ def test_job_names_are_unique_on_the_agents():
     ]
 
 
-def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch):
+def test_the_first_set_on_the_nic_ports_becomes_the_fabrics_own():
+    fab = SimpleNamespace(graph=nx.Graph(), nics=None)
+    first = RdmaHosts(fab, [])
+    assert fab.nics is first  # its NIC faults and collectives use these agents
+    assert RdmaHosts(fab, []) is not fab.nics and fab.nics is first  # a second set is the caller's
+    other = SimpleNamespace(graph=nx.Graph(), nics=None)
+    RdmaHosts(other, [], port="nvlink")  # NVLink ports are not the hosts' NICs
+    assert other.nics is None
+
+
+def test_a_fabrics_agents_are_kept_by_the_fabric_and_started_once(monkeypatch):
     started = []
 
     def start(fab, hosts):
@@ -662,9 +672,9 @@ def test_a_fabrics_agents_are_kept_by_its_fault_api_and_started_once(monkeypatch
         return nics
 
     monkeypatch.setattr(rdma, "RdmaHosts", start)
-    fab = SimpleNamespace(faults=SimpleNamespace(nics=None))
+    fab = SimpleNamespace(nics=None)
     nics = coll.host_nics(fab, ["h1", "h2"])
-    assert fab.faults.nics is nics and started == [["h1", "h2"]]
+    assert fab.nics is nics and started == [["h1", "h2"]]
     added = []
 
     def add(hosts):
