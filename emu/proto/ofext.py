@@ -1,4 +1,4 @@
-"""emu's OpenFlow 1.3 experimenter extension: flowlet SELECT groups and aggregation jobs.
+"""emu's OpenFlow 1.3 experimenter extension: SELECT group modes and aggregation jobs.
 
 Owns the wire format of the vendor messages emu's switch understands
 beyond OpenFlow 1.3, so that the switch (`emu/switch/openflow.py`) and the
@@ -12,19 +12,55 @@ the mode of a SELECT group is set with an ``OFPT_EXPERIMENTER`` message::
     uint32 exp_type       EXP_SET_SELECT_MODE = 1
     uint32 group_id       a SELECT group, or OFPG_ALL (0xfffffffc): the
                           switch-wide default for every SELECT group, now and later
-    uint16 mode           SELECT_MODE_HASH = 0 (OpenFlow's: 5-tuple hash) or
-                          SELECT_MODE_FLOWLET = 1 (see below)
-    uint16 pad
+    uint16 mode           SELECT_MODE_HASH = 0 (OpenFlow's: 5-tuple hash),
+                          SELECT_MODE_FLOWLET = 1 or SELECT_MODE_ADAPTIVE = 2
+                          (see below)
+    uint16 classes        adaptive mode: bit p set = packets of priority p take
+                          adaptive routing (0 = every priority, CLASSES_ALL);
+                          0 in the other modes (this was padding before
+                          adaptive mode: a hash or flowlet message of an older
+                          sender is unchanged)
     uint32 flowlet_gap_us the idle gap that ends a flowlet, microseconds (> 0
-                          for flowlet mode; ignored for hash)
+                          for flowlet mode; 0 in the other modes)
+
+A message for one group sets that group's mode; one for OFPG_ALL sets the
+switch-wide default and drops every group's own mode. Deleting a group drops
+its own mode. One mode holds per group: a later message replaces the earlier.
 
 Flowlet mode (CONGA, LetFlow): a packet whose flow (the same 5-tuple hash a
 hash-mode group uses) has been idle for longer than the gap starts a new
 flowlet, and the switch sends that flowlet to the live bucket whose egress
-port has the fewest bytes queued (ties broken by the hash, so an idle switch
-spreads like ECMP). Packets inside a flowlet stay on its bucket, which keeps
-TCP in order as long as the gap exceeds the difference in path delays. A
-bucket that dies ends its flowlets at once.
+port has the fewest bytes queued (all priorities; ties broken by the hash, so
+an idle switch spreads like ECMP). Packets inside a flowlet stay on its
+bucket, which keeps TCP in order as long as the gap exceeds the difference in
+path delays. A bucket that dies ends its flowlets at once.
+
+Adaptive mode (per-packet adaptive routing, as InfiniBand switches' AR and
+Spectrum-X do it; emu/switch/adaptive.py is the specification, the C path's
+FP_OP_ADAPT does the same): every packet of an enabled class is placed on its
+own, in the data plane, with no controller round trip:
+
+- the candidates are the group's live buckets (weight > 0, watch port and
+  group live); weights are otherwise ignored;
+- a bucket's egress port is the lowest physical port it outputs to;
+- a port paused by PFC for the packet's priority is not a candidate, unless
+  every port is paused (then all are, and the packet waits where it would
+  wait least); PFC composes with it: a paused path is routed around;
+- among the candidates the packet takes the port with the fewest bytes
+  queued at its own priority and the priorities above it: under strict
+  priority (emu/switch/scheduler.py) those are exactly the bytes that leave
+  before it, so a deep lossy queue does not push the lossless class away
+  from a port on which it would not wait; ties (an idle switch) are broken
+  by the flow's 5-tuple hash, so an idle fabric keeps each flow on one path,
+  in order, as hash mode would, and packets spread only under load;
+- a packet's priority is the one its switch will queue it at: the queue a
+  set_queue action before the group chose, else the DSCP of its IPv4 header
+  (untagged or behind one 802.1Q tag) through the switch's DSCP map, else 0.
+
+A packet of a class that is not enabled goes through the group as in hash
+mode. Adaptive routing reorders packets of a flow whenever it moves them:
+pair it with receivers that tolerate it (RoCE with out-of-order placement),
+or keep it off the classes whose receivers do not.
 
 The switch answers nothing on success (send a barrier to know it was
 applied) and an ``OFPT_ERROR`` otherwise: ``OFPET_BAD_REQUEST`` /
@@ -32,7 +68,12 @@ applied) and an ``OFPT_ERROR`` otherwise: ``OFPET_BAD_REQUEST`` /
 for an unknown exp_type, ``OFPBRC_BAD_LEN`` for a wrong length;
 ``OFPET_GROUP_MOD_FAILED`` / ``OFPGMFC_UNKNOWN_GROUP`` for a group that does
 not exist, ``OFPGMFC_BAD_TYPE`` for a group that is not SELECT or an unknown
-mode, and ``OFPGMFC_BAD_BUCKET`` for a zero gap in flowlet mode.
+mode, and ``OFPGMFC_BAD_BUCKET`` for a zero gap in flowlet mode or a gap
+other than zero in hash or adaptive mode; an ``OFPET_EXPERIMENTER`` error
+(type 0xFFFF, experimenter EMU_EXPERIMENTER_ID) with exp_type
+SELECT_ERR_BAD_CLASSES (2) for classes with a bit above priority 7, or
+classes other than zero in hash or flowlet mode. A rejected message changes
+nothing.
 
 Aggregation jobs (SHARP-like reduction engines, emu/switch/aggregation.py) are
 configured with two more exp_types, sent by controllers/aggregation.py::
@@ -73,6 +114,7 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass
+from typing import Optional
 
 EMU_EXPERIMENTER_ID = 0x454D5531
 EXP_SET_SELECT_MODE = 1
@@ -81,13 +123,25 @@ EXP_AGG_JOB_DEL = 3
 
 SELECT_MODE_HASH = 0
 SELECT_MODE_FLOWLET = 1
-MODE_NAMES = {SELECT_MODE_HASH: "hash", SELECT_MODE_FLOWLET: "flowlet"}
+SELECT_MODE_ADAPTIVE = 2
+MODE_NAMES = {
+    SELECT_MODE_HASH: "hash",
+    SELECT_MODE_FLOWLET: "flowlet",
+    SELECT_MODE_ADAPTIVE: "adaptive",
+}
+
+#: Priorities (traffic classes) a switch has: 802.1Q's eight.
+N_CLASSES = 8
+#: `classes` of adaptive mode: every priority (on the wire, 0 says the same).
+CLASSES_ALL = 0xFF
+#: exp_type of the OFPET_EXPERIMENTER error for a bad `classes` field.
+SELECT_ERR_BAD_CLASSES = 2
 
 OFPG_ALL = 0xFFFFFFFC
 OFPT_EXPERIMENTER = 4
 OFP_VERSION = 4
 
-_BODY = struct.Struct("!IHxxI")  # group_id, mode, pad, flowlet_gap_us
+_BODY = struct.Struct("!IHHI")  # group_id, mode, classes, flowlet_gap_us
 SET_SELECT_MODE_LEN = 8 + 8 + _BODY.size  # header + experimenter/exp_type + body = 28
 
 #: Default flowlet gap: 100 us at the modelled hardware rate (CONGA, LetFlow).
@@ -100,40 +154,123 @@ class ExtensionError(ValueError):
 
 @dataclass(frozen=True)
 class SetSelectMode:
-    """The decoded body of EXP_SET_SELECT_MODE."""
+    """The decoded body of EXP_SET_SELECT_MODE (`classes`: the wire's 16 bits, unchecked)."""
 
     group_id: int
     mode: int
     flowlet_gap_us: int
+    classes: int = 0
 
     @property
     def gap_s(self) -> float:
         return self.flowlet_gap_us * 1e-6
 
 
-def pack_set_select_mode(group_id: int, mode: int, flowlet_gap_us: int = 0) -> bytes:
-    """The experimenter *data* (after experimenter id and exp_type) of SET_SELECT_MODE."""
+def pack_set_select_mode(
+    group_id: int, mode: int, flowlet_gap_us: int = 0, classes: int = 0
+) -> bytes:
+    """The experimenter *data* (after experimenter id and exp_type) of SET_SELECT_MODE.
+
+    Args:
+        group_id: a SELECT group, or OFPG_ALL for the switch-wide default.
+        mode: SELECT_MODE_HASH, SELECT_MODE_FLOWLET or SELECT_MODE_ADAPTIVE.
+        flowlet_gap_us: flowlet mode's gap (1..2^32-1); ignored in the other modes.
+        classes: adaptive mode's priorities as a bit mask (0 or CLASSES_ALL: all).
+
+    Raises:
+        ExtensionError: an unknown mode, a flowlet gap out of range, or
+            classes outside 0..0xFF or given for a mode other than adaptive.
+    """
     if mode not in MODE_NAMES:
         raise ExtensionError(f"unknown select mode {mode} (known: {MODE_NAMES})")
     if mode == SELECT_MODE_FLOWLET and not 0 < flowlet_gap_us <= 0xFFFFFFFF:
         raise ExtensionError(f"flowlet_gap_us must be 1..2^32-1, got {flowlet_gap_us}")
-    return _BODY.pack(group_id, mode, flowlet_gap_us if mode == SELECT_MODE_FLOWLET else 0)
+    if not 0 <= classes <= CLASSES_ALL:
+        raise ExtensionError(f"classes must be a mask of priorities 0..7, got {classes:#x}")
+    if classes and mode != SELECT_MODE_ADAPTIVE:
+        raise ExtensionError(f"classes {classes:#x} given for {MODE_NAMES[mode]} mode")
+    gap = flowlet_gap_us if mode == SELECT_MODE_FLOWLET else 0
+    return _BODY.pack(group_id, mode, classes, gap)
 
 
 def unpack_set_select_mode(data: bytes) -> SetSelectMode:
     """Decode the experimenter data of SET_SELECT_MODE; raises ExtensionError on bad length."""
     if len(data) != _BODY.size:
         raise ExtensionError(f"SET_SELECT_MODE body is {len(data)} bytes, expected {_BODY.size}")
-    return SetSelectMode(*_BODY.unpack(data))
+    group_id, mode, classes, gap = _BODY.unpack(data)
+    return SetSelectMode(group_id, mode, gap, classes)
 
 
 def set_select_mode_message(
-    group_id: int, mode: int, flowlet_gap_us: int = 0, xid: int = 0
+    group_id: int, mode: int, flowlet_gap_us: int = 0, xid: int = 0, classes: int = 0
 ) -> bytes:
     """A whole OFPT_EXPERIMENTER message (for tests and tools that speak raw OpenFlow)."""
     body = struct.pack("!II", EMU_EXPERIMENTER_ID, EXP_SET_SELECT_MODE)
-    body += pack_set_select_mode(group_id, mode, flowlet_gap_us)
+    body += pack_set_select_mode(group_id, mode, flowlet_gap_us, classes)
     return struct.pack("!BBHI", OFP_VERSION, OFPT_EXPERIMENTER, 8 + len(body), xid) + body
+
+
+def classes_mask(text: str) -> int:
+    """The priorities of a class list (``"3"``, ``"0,3"``, ``"all"``) as a mask.
+
+    Examples:
+        >>> classes_mask("3"), classes_mask("0,3"), classes_mask("all")
+        (8, 9, 255)
+
+    Raises:
+        ExtensionError: not "all" nor a comma-separated list of priorities 0..7.
+    """
+    text = text.strip().lower()
+    if text == "all":
+        return CLASSES_ALL
+    mask = 0
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= N_CLASSES:
+            raise ExtensionError(
+                f"class {part!r} in {text!r}: expected priorities 0..7 (e.g. 3 or 0,3) or all"
+            )
+        mask |= 1 << int(part)
+    return mask
+
+
+def classes_of(mask: int) -> list[int]:
+    """The priorities a mask enables, lowest first (0 on the wire: all of them)."""
+    mask = mask or CLASSES_ALL
+    return [p for p in range(N_CLASSES) if mask >> p & 1]
+
+
+def parse_adaptive_spec(text: str) -> dict[Optional[int], int]:
+    """Which switches run adaptive routing for which classes: dpid (None: every
+    switch not named) -> class mask (0: none).
+
+    The spec is ``;``-separated entries ``[DPID=]CLASSES``, CLASSES as
+    `classes_mask` reads them or ``none``; a DPID is decimal or 0x-hex.
+
+    Examples:
+        >>> parse_adaptive_spec("3")
+        {None: 8}
+        >>> parse_adaptive_spec("0,3;0x10001=none;65538=all")
+        {None: 9, 65537: 0, 65538: 255}
+
+    Raises:
+        ExtensionError: an entry that is not one of these, or a switch named twice.
+    """
+    out: dict[Optional[int], int] = {}
+    for entry in text.split(";"):
+        who, sep, classes = entry.strip().rpartition("=")
+        dpid: Optional[int] = None
+        if sep:
+            try:
+                dpid = int(who.strip(), 0)
+            except ValueError:
+                raise ExtensionError(f"{entry!r}: {who!r} is not a dpid") from None
+            if not 0 <= dpid < 2**64:
+                raise ExtensionError(f"{entry!r}: dpid out of range")
+        if dpid in out:
+            raise ExtensionError(f"{text!r}: {'every switch' if dpid is None else dpid} twice")
+        out[dpid] = 0 if classes.strip().lower() == "none" else classes_mask(classes)
+    return out
 
 
 def gap_us_for(

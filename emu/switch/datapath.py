@@ -52,7 +52,12 @@ from emu.switch.openflow import Effect, FlowsRemoved, PortChanged, Reply, Switch
 from emu.switch.pipeline import Pipeline
 from emu.switch.ports import PortState
 from emu.switch.rxring import RxRing
-from emu.switch.scheduler import N_PRIORITIES, PortScheduler
+from emu.switch.scheduler import (  # noqa: F401 - DEFAULT_DSCP_TO_PRIO is re-exported
+    DEFAULT_DSCP_TO_PRIO,
+    N_PRIORITIES,
+    PortScheduler,
+    dscp_table,
+)
 from emu.switch.watchdog import PfcWatchdog, QueueView
 
 log = logging.getLogger(__name__)
@@ -79,13 +84,6 @@ CARRIER_POLL_S = 0.1
 TELEMETRY_SAMPLE_S = 0.1  # queue depth, pause state, marks and bytes per port and priority
 TELEMETRY_KEEP = 36000  # samples kept (an hour at 10 per second)
 EXPIRE_POLL_S = 0.5
-
-# DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
-# priority 6 (CNP); everything else -> priority 0. Besides: DSCP 34 (AF41) ->
-# priority 4, a second class that a fabric may make lossless (PFC's
-# lossless_priorities, or a second virtual lane on a credit link) for QPs
-# that ask for it (emu/host/rnic.py, connect(dscp=34)).
-DEFAULT_DSCP_TO_PRIO = {26: 3, 34: 4, 48: 6}
 
 
 @dataclass(frozen=True)
@@ -145,9 +143,7 @@ class Datapath:
         self.name: str = args.name
         self.dpid: int = args.dpid
         self.mgmt_path: str = args.mgmt
-        self.dscp_to_prio = [0] * 64
-        for dscp, prio in DEFAULT_DSCP_TO_PRIO.items():
-            self.dscp_to_prio[dscp] = prio
+        self.dscp_to_prio = dscp_table()
         self.started_at = time.time()
         self.ports: dict[int, PortState] = {}
         self.schedulers: dict[int, PortScheduler] = {}
@@ -172,7 +168,12 @@ class Datapath:
         for spec in args.port:
             self._open_port(spec)
         self.pipeline = Pipeline(
-            n_tables=args.tables, seed=args.seed, ports=self.ports, queue_bytes=self._queued_bytes
+            n_tables=args.tables,
+            seed=args.seed,
+            ports=self.ports,
+            queue_bytes=self._queued_bytes,
+            egress=self._egress,
+            dscp_to_prio=self.dscp_to_prio,
         )
         # Starts empty on every (re)start: the controller configures jobs when we connect.
         self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
@@ -354,6 +355,19 @@ class Datapath:
         """Bytes waiting on every priority of an egress port (flowlet choice)."""
         sched = self.schedulers.get(port_no)
         return sum(sched.depth_bytes) if sched is not None else 0
+
+    def _egress(self, port_no: int, prio: int, now: float) -> tuple[int, bool] | None:
+        """An egress port as adaptive routing sees it (adaptive.EgressView): the bytes
+        queued at `prio` and above (strict priority sends them first) and whether a
+        PFC PAUSE stops `prio` there; None for a port without queues."""
+        sched = self.schedulers.get(port_no)
+        if sched is None:
+            return None
+        return sum(sched.depth_bytes[prio:]), sched.paused_until[prio] > now
+
+    def adaptive_counts(self) -> dict:
+        """Adaptive routing's counters (adaptive.AdaptiveRouter.counts)."""
+        return self.pipeline.adaptive.counts()
 
     def _receive(self, port_no: int, now: float) -> int:
         """Read up to RX_BATCH frames from a port and forward them; how many it read."""
@@ -648,7 +662,9 @@ class Datapath:
             ) from None
         if len(data) < 14:
             raise ValueError(f"frame of {len(data)} bytes: shorter than an Ethernet header")
-        return self.pipeline.trace(in_port, data)
+        answer = self.pipeline.trace(in_port, data, time.monotonic())
+        answer["adaptive_counts"] = self.adaptive_counts()  # the C path's decisions too
+        return answer
 
     def _set_hash_seed(self, seed: int) -> dict:
         """A new SELECT hash seed: the same fabric, hashing as another run would."""

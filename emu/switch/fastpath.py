@@ -23,7 +23,11 @@ IPv6, tagged frames, fragments), programs with a flowlet group, NORMAL, a
 packet-in or an output to the aggregation engine, and credit flow-control
 frames. A meter a cached program names runs in C (fp_meter.c): its buckets
 and counters are pushed there after Python ran and pulled back before
-Python reads or applies meters again. A credit fabric (`flow_control="credit"`) runs the
+Python reads or applies meters again. A SELECT group in adaptive mode
+(adaptive.py) is cached as a per-packet choice among its buckets' programs
+(FP_OP_ADAPT, fp_ar.c), so adaptive routing decides each packet in C; each
+bucket's counter is a slot C counts in and Python takes back (`drain`), as
+meters' are, and C's decisions add to the pipeline's in `adaptive_counts`. A credit fabric (`flow_control="credit"`) runs the
 Python datapath: the credit loop is not in C.
 
 The Python modules stay the specification: tests/unit/test_fastpath_differential.py
@@ -54,7 +58,7 @@ from emu.switch.buffer import (
 from emu.switch.datapath import ETH_P_ALL, RING_FRAMES, RING_S, Datapath
 from emu.switch.loop import SwitchSelector
 from emu.switch.meter import Meter
-from emu.switch.pipeline import P_DEAD, P_DECTTL, P_METER, P_OUT, P_SUB, P_XF
+from emu.switch.pipeline import P_ADAPTIVE, P_DEAD, P_DECTTL, P_METER, P_OUT, P_SUB, P_XF
 from emu.switch.scheduler import N_PRIORITIES, QueueCounters
 from emu.switch.watchdog import QueueView
 
@@ -136,49 +140,70 @@ def choice(credit: bool = False) -> str:
     return "c"
 
 
-def program_ops(prog: list, ports: dict, meter_slot=None) -> Optional[list]:
+def _adaptive_ops(op: tuple, ports: dict, meter_slot, arm_slot) -> Optional[list]:
+    """A P_ADAPTIVE op as C's FP_OP_ADAPT, its options' FP_OP_ARMs and their programs."""
+    _code, _gid, prio, flow_hash, options = op
+    if arm_slot is None or len(options) > _fastpath.AR_MAX_OPTIONS:
+        return None
+    body: list = []
+    for _idx, port, sub, ctr in options:
+        compiled = program_ops(sub, ports, meter_slot, arm_slot)
+        if compiled is None:
+            return None
+        body.append((_fastpath.OP_ARM, port or 0, arm_slot(ctr), -1, 0, len(compiled)))
+        body.extend(compiled)
+    return [(_fastpath.OP_ADAPT, 0, flow_hash, prio, len(options), len(body)), *body]
+
+
+def program_ops(prog: list, ports: dict, meter_slot=None, arm_slot=None) -> Optional[list]:
     """A pipeline program as the C path's action list; None when C cannot run it.
 
     Each op is (code, port, value, queue, field, sub_len) as fp_module.c reads
     it. `meter_slot(meter)` gives the C slot of a meter the program applies
-    (None: a metered program stays on the slow path).
+    (None: a metered program stays on the slow path); `arm_slot(counter)` the
+    C slot of an adaptive group's bucket counter (None: an adaptive program
+    stays on the slow path).
     """
     out: list = []
     for op in prog:
-        code = op[0]
-        if code == P_METER:
-            if meter_slot is None:
-                return None
-            out.append((_fastpath.OP_METER, 0, meter_slot(op[1]), -1, 0, 0))
-        elif code == P_OUT:
-            port, queue = op[1], op[2]
-            if port not in ports:
-                return None  # AGG_PORT, OFPP_TABLE: Python's
-            q = queue if queue is not None and 0 <= queue < N_PRIORITIES else -1
-            out.append((_fastpath.OP_OUT, port, 0, q, 0, 0))
-        elif code == P_XF:
-            field = _C_FIELDS.get(op[1])
-            if field is None:
-                return None
-            value = op[2]
-            if isinstance(value, (bytes, bytearray)):
-                value = int.from_bytes(value, "big")
-            out.append((_fastpath.OP_SET, 0, int(value), -1, field, 0))
-        elif code == P_DECTTL:
-            if op[1] is not rewrite.dec_nw_ttl:
-                return None
-            out.append((_fastpath.OP_DECTTL, 0, 0, -1, 0, 0))
-        elif code == P_SUB:
-            sub = program_ops(op[1], ports, meter_slot)
-            if sub is None:
-                return None
-            out.append((_fastpath.OP_SUB, 0, 0, -1, 0, len(sub)))
-            out.extend(sub)
-        elif code == P_DEAD:
-            out.append((_fastpath.OP_DEAD, op[1].port_no if op[1] is not None else 0, 0, -1, 0, 0))
-        else:
-            return None  # flowlets, NORMAL, packet-ins: the slow path's
+        ops = _c_ops(op, ports, meter_slot, arm_slot)
+        if ops is None:
+            return None  # flowlets, NORMAL, packet-ins, ...: the slow path's
+        out.extend(ops)
     return out if len(out) <= 256 else None
+
+
+def _c_ops(op: tuple, ports: dict, meter_slot, arm_slot) -> Optional[list]:
+    """One program op as C ops, or None when C cannot run it."""
+    code = op[0]
+    if code == P_OUT:
+        port, queue = op[1], op[2]
+        if port not in ports:
+            return None  # AGG_PORT, OFPP_TABLE: Python's
+        q = queue if queue is not None and 0 <= queue < N_PRIORITIES else -1
+        return [(_fastpath.OP_OUT, port, 0, q, 0, 0)]
+    if code == P_XF:
+        field = _C_FIELDS.get(op[1])
+        if field is None:
+            return None
+        value = op[2]
+        if isinstance(value, (bytes, bytearray)):
+            value = int.from_bytes(value, "big")
+        return [(_fastpath.OP_SET, 0, int(value), -1, field, 0)]
+    if code == P_DECTTL:
+        return [(_fastpath.OP_DECTTL, 0, 0, -1, 0, 0)] if op[1] is rewrite.dec_nw_ttl else None
+    if code == P_DEAD:
+        return [(_fastpath.OP_DEAD, op[1].port_no if op[1] is not None else 0, 0, -1, 0, 0)]
+    if code == P_METER:
+        if meter_slot is None:
+            return None
+        return [(_fastpath.OP_METER, 0, meter_slot(op[1]), -1, 0, 0)]
+    if code == P_SUB:
+        sub = program_ops(op[1], ports, meter_slot, arm_slot)
+        return None if sub is None else [(_fastpath.OP_SUB, 0, 0, -1, 0, len(sub)), *sub]
+    if code == P_ADAPTIVE:
+        return _adaptive_ops(op, ports, meter_slot, arm_slot)
+    return None
 
 
 def _mask(prios) -> int:
@@ -421,6 +446,8 @@ class FastDatapath(Datapath):
         self._readers: dict = {}
         self._entry_ctrs: dict[int, list] = {}
         self._meter_slots: dict[int, tuple[int, Meter]] = {}  # id(meter) -> (slot, meter)
+        self._arm_slots: dict[int, int] = {}  # id(counter) -> slot
+        self._arm_ctrs: list = []  # by slot (the list keeps each counter, so its id)
         self._next_entry = 1
         self._py_malformed = 0
         self.csw = None
@@ -522,7 +549,7 @@ class FastDatapath(Datapath):
         compiled = self.pipeline.compiled(in_port, frame)
         if compiled is None:
             return None
-        ops = program_ops(compiled[0], self.ports, self._meter_slot)
+        ops = program_ops(compiled[0], self.ports, self._meter_slot, self._arm_slot)
         if ops is None:
             return None
         entry = self._next_entry
@@ -554,6 +581,40 @@ class FastDatapath(Datapath):
         self._entry_ctrs.clear()
         self.csw.meters_clear()
         self._meter_slots.clear()
+        self.csw.arms_clear()
+        self._arm_slots.clear()
+        self._arm_ctrs.clear()
+
+    # ----- adaptive routing: C decides cached packets, Python the upcalls -------------
+
+    def _arm_slot(self, counter) -> int:
+        """The C slot counting an adaptive group's bucket `counter` (taken back by drain)."""
+        slot = self._arm_slots.get(id(counter))
+        if slot is None:
+            slot = self._arm_slots[id(counter)] = len(self._arm_ctrs)
+            self._arm_ctrs.append(counter)
+        return slot
+
+    def _egress(self, port_no: int, prio: int, now: float) -> tuple[int, bool] | None:
+        if self.csw is None or port_no not in self.ports:
+            return None
+        _tx, depth, paused_until, *_ = self.csw.port_brief(port_no)
+        return sum(depth[prio:]), paused_until[prio] > now
+
+    def adaptive_counts(self) -> dict:
+        """The pipeline's decisions (upcalls) and C's (cached packets), added."""
+        counts = super().adaptive_counts()
+        if self.csw is None:
+            return counts
+        stats = self.csw.stats()
+        for name in ("decisions", "paused_skips", "all_paused"):
+            counts[name] += stats["ar_" + name]
+        picks = counts["picks"]
+        for n in self.ports:
+            if c := self.csw.port_state(n)["ar_picks"]:
+                picks[n] = picks.get(n, 0) + c
+        counts["picks"] = dict(sorted(picks.items()))
+        return counts
 
     # ----- meters: C's copy counts while a cached program names the meter ----------
 
@@ -591,6 +652,13 @@ class FastDatapath(Datapath):
         entries, dead, ttl, metered = self.csw.drain()
         for entry, packets, nbytes, used in entries:
             for c in self._entry_ctrs.get(entry, ()):
+                c.packets += packets
+                c.bytes += nbytes
+                if used > c.used:
+                    c.used = used
+        for slot, packets, nbytes, used in self.csw.arm_drain():
+            if slot < len(self._arm_ctrs):
+                c = self._arm_ctrs[slot]
                 c.packets += packets
                 c.bytes += nbytes
                 if used > c.used:

@@ -469,9 +469,7 @@ class OpenFlowSession:
         elif exp_type == ofext.EXP_AGG_JOB_DEL:
             self.model.agg.job_del(req)
         else:
-            pl = self.model.pipeline
-            pl.flowlets.apply(req, pl.groups)
-            pl.invalidate()
+            self.model.pipeline.set_select_mode(req)
         return []
 
     # ----- multipart ---------------------------------------------------------

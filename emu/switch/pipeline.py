@@ -37,6 +37,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
 from emu.proto.ofext import AGG_PORT
 from emu.switch import parse, rewrite
+from emu.switch.adaptive import AdaptiveRouter, EgressView, SelectModes, packet_prio
 from emu.switch.flowlet import FlowletTable
 from emu.switch.l2 import MacTable
 from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
@@ -51,6 +52,7 @@ from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-expo
 from emu.switch.meter import Meter, MeterTable, remark_dscp
 from emu.switch.parse import cache_key, extract_key
 from emu.switch.ports import OFPPC_NO_FWD, OFPPC_NO_RECV, PortState
+from emu.switch.scheduler import dscp_table
 
 LOG = logging.getLogger(__name__)
 
@@ -345,8 +347,9 @@ class Table:
 
 # Replay program opcodes (P_FLOWLET: a per-packet bucket choice of a flowlet-mode group;
 # P_METER: a meter measures the packet and may drop or remark it; P_NORMAL: the
-# MAC table decides per packet, and learns).
-P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET, P_METER, P_NORMAL = range(9)
+# MAC table decides per packet, and learns; P_ADAPTIVE: the per-packet choice of
+# an adaptive-mode group, adaptive.py).
+P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET, P_METER, P_NORMAL, P_ADAPTIVE = range(10)
 
 
 class Pipeline:
@@ -358,6 +361,10 @@ class Pipeline:
         ports: the datapath's port dict (shared; read for liveness and flood).
         queue_bytes: bytes queued on an egress port, for flowlet SELECT groups
             (`flowlet.FlowletTable`); None: queues read empty.
+        egress: the queues as adaptive SELECT groups see them
+            (`adaptive.EgressView`); None: empty and never paused.
+        dscp_to_prio: the switch's DSCP -> priority map (64 entries), which
+            decides a packet's class for adaptive groups; None: emu's default.
     """
 
     def __init__(
@@ -366,6 +373,8 @@ class Pipeline:
         seed: int = 0,
         ports: Optional[dict[int, PortState]] = None,
         queue_bytes: Optional[Callable[[int], int]] = None,
+        egress: Optional[EgressView] = None,
+        dscp_to_prio: Optional[list[int]] = None,
     ) -> None:
         self.n_tables = n_tables
         # Called whenever the microflow cache is dropped: the compiled data plane
@@ -383,7 +392,10 @@ class Pipeline:
         self.cache_misses = 0
         self.meters = MeterTable()
         self.mac_table = MacTable()
-        self.flowlets = FlowletTable(queue_bytes)
+        self.modes = SelectModes()
+        self.flowlets = FlowletTable(self.modes, queue_bytes)
+        self.adaptive = AdaptiveRouter(egress)
+        self.dscp_to_prio = dscp_to_prio if dscp_to_prio is not None else dscp_table()
 
     def set_seed(self, seed: int) -> None:
         """Change the SELECT hash seed (another run of the same fabric hashes anew)."""
@@ -401,6 +413,13 @@ class Pipeline:
         self._nports = len(self.ports)
         if self.on_invalidate is not None:
             self.on_invalidate()
+
+    def set_select_mode(self, req: Any) -> None:
+        """Apply emu's SET_SELECT_MODE (`ofext.SetSelectMode`): validated, then the
+        cache and every flowlet dropped (OFError with the codes ofext documents)."""
+        self.modes.apply(req, self.groups)
+        self.flowlets.reset()
+        self.invalidate()
 
     def compiled(self, in_port: int, frame: bytes) -> Optional[tuple]:
         """(program, counters) the cache holds for `frame`'s key, or None (not cached)."""
@@ -455,12 +474,8 @@ class Pipeline:
                     return False
             elif code == P_SUB:
                 self._run(op[1], frame, in_port, outs, pins, now)
-            elif code == P_FLOWLET:
-                _idx, _port, sub, ctr = self.flowlets.choose(op[1], op[2], op[3], op[4], now)
-                ctr.packets += 1
-                ctr.bytes += len(frame)
-                ctr.used = now
-                self._run(sub, frame, in_port, outs, pins, now)
+            elif code == P_FLOWLET or code == P_ADAPTIVE:
+                self._run_chosen(op, frame, in_port, outs, pins, now)
             elif code == P_METER:
                 frame = self._metered(op[1], frame, now)
                 if frame is None:
@@ -476,6 +491,19 @@ class Pipeline:
                     op[1].counters.tx_dropped += 1
         return True
 
+    def _run_chosen(
+        self, op: tuple, frame: bytes, in_port: int, outs: list, pins: list, now: float
+    ) -> None:
+        """A group that picks its bucket per packet (flowlet or adaptive): pick, count, run."""
+        if op[0] == P_FLOWLET:
+            _idx, _port, sub, ctr = self.flowlets.choose(op[1], op[2], op[3], op[4], now)
+        else:
+            _idx, _port, sub, ctr = self.adaptive.choose(op[2], op[3], op[4], now)
+        ctr.packets += 1
+        ctr.bytes += len(frame)
+        ctr.used = now
+        self._run(sub, frame, in_port, outs, pins, now)
+
     def _metered(self, meter: Meter, frame: bytes, now: float) -> Optional[bytes]:
         """The frame as `meter` lets it pass (DSCP remarked), or None if a DROP band drops it."""
         band = meter.apply(len(frame), now)
@@ -489,18 +517,24 @@ class Pipeline:
             frame = rewrite.set_ip_dscp(frame, remark_dscp(dscp, band.prec_level))
         return frame
 
-    def trace(self, in_port: int, frame: bytes) -> dict:
+    def trace(self, in_port: int, frame: bytes, now: float = 0.0) -> dict:
         """What the pipeline would do with `frame` arriving on `in_port`, touching nothing.
 
         The question `ovs-appctl ofproto/trace` answers: no counter, cache or
         flowlet state changes, so a trace on a switch carrying traffic shows
-        the decision its packets get without disturbing them.
+        the decision its packets get without disturbing them. `now` is the
+        time against which PFC pauses count (adaptive groups).
 
         Returns:
             {"entries": [(table_id, priority, cookie), ...] in match order,
              "outputs": [(port_no, queue_id or None, frame as it leaves, hex), ...],
              "controller": packet-ins it would send (count),
              "flowlet": [[port_no, ...] per flowlet group: chosen per packet],
+             "adaptive": [per adaptive group this packet's class takes: {"group",
+                 "prio", "ports" (its live buckets' ports), "paused" (those PFC
+                 pauses for prio now), "every_port_paused", "takes" (the port a
+                 packet would take now)}: chosen per packet],
+             "adaptive_counts": the switch's adaptive counters (AdaptiveRouter.counts),
              "dropped": "port down" / "no recv" / "ttl" / "no match" or None}
         """
         entries: list = []
@@ -511,16 +545,20 @@ class Pipeline:
             "outputs": [],
             "controller": 0,
             "flowlet": [],
+            "adaptive": [],
+            "adaptive_counts": self.adaptive.counts(),
             "dropped": None,
         }
         if port is not None and port.config & OFPPC_NO_RECV:
             out["dropped"] = "no recv"
         elif not entries:
             out["dropped"] = "no match"
-        self._trace_prog(prog, frame, out, in_port)
+        self._trace_prog(prog, frame, out, in_port, now)
         return out
 
-    def _trace_prog(self, prog: list, frame: bytes, out: dict, in_port: int = 0) -> None:
+    def _trace_prog(
+        self, prog: list, frame: bytes, out: dict, in_port: int = 0, now: float = 0.0
+    ) -> None:
         for op in prog:
             code = op[0]
             if code == P_OUT:
@@ -533,7 +571,11 @@ class Pipeline:
                     out["dropped"] = "ttl"
                     return
             elif code == P_SUB:
-                self._trace_prog(op[1], frame, out, in_port)
+                self._trace_prog(op[1], frame, out, in_port, now)
+            elif code == P_ADAPTIVE:
+                out["adaptive"].append(
+                    {"group": op[1], **self.adaptive.peek(op[2], op[3], op[4], now)}
+                )
             elif code == P_FLOWLET:
                 out["flowlet"].append(
                     sorted(port for _i, port, _s, _c in op[4] if port is not None)
@@ -638,11 +680,9 @@ class Pipeline:
                 if group is None or depth > 16:
                     continue
                 ctrs.append(group.ctr)
-                gap = (
-                    self.flowlets.gap_of(group.group_id) if group.type == ofp.OFPGT_SELECT else None
-                )
-                if gap is not None:
-                    self._emit_flowlet(group, gap, st, prog, in_port, entry, depth)
+                if group.type == ofp.OFPGT_SELECT and self._emit_per_packet(
+                    group, st, prog, in_port, entry, depth
+                ):
                     continue
                 for idx in self._buckets(group, st["key"]):
                     ctrs.append(group.bucket_ctrs[idx])
@@ -660,17 +700,45 @@ class Pipeline:
             key = key[: parse.K_TUNNEL_ID] + (tunnel,) + key[parse.K_TUNNEL_ID + 1 :]
         return key
 
-    def _emit_flowlet(
+    def _emit_per_packet(
         self,
         group: Group,
-        gap: float,
         st: dict,
         prog: list,
         in_port: int,
         entry: Optional[FlowEntry],
         depth: int,
-    ) -> None:
-        """Compile every live bucket; the bucket is chosen per packet (flowlet.py)."""
+    ) -> bool:
+        """A SELECT group whose bucket is chosen per packet: its op appended, True;
+        False when it hashes (its mode, or this packet's class, says so)."""
+        mode = self.modes.of(group.group_id)
+        if mode.gap_s is not None:
+            options = self._options(group, st, in_port, entry, depth)
+            if options:
+                prog.append(
+                    (P_FLOWLET, group.group_id, mode.gap_s, self.select_hash(st["key"]), options)
+                )
+            return True
+        if mode.classes:
+            prio = packet_prio(st["frame"], st["queue"], self.dscp_to_prio)
+            if mode.adaptive_for(prio):
+                options = self._options(group, st, in_port, entry, depth)
+                if options:
+                    hashed = self.select_hash(st["key"])
+                    prog.append((P_ADAPTIVE, group.group_id, prio, hashed, options))
+                return True
+        return False
+
+    def _options(
+        self,
+        group: Group,
+        st: dict,
+        in_port: int,
+        entry: Optional[FlowEntry],
+        depth: int,
+    ) -> list:
+        """(bucket index, egress port or None, compiled bucket, bucket counter) of
+        every live bucket: the choices of a group that picks per packet."""
         options = []
         for idx in self._live_select(group):
             sub: list = []
@@ -679,8 +747,7 @@ class Pipeline:
             self._emit(group.compiled[idx].ops, dict(st), sub, [], in_port, entry, depth + 1)
             port = min((p for p in group.compiled[idx].ports if p <= ofp.OFPP_MAX), default=None)
             options.append((idx, port, sub, group.bucket_ctrs[idx]))
-        if options:
-            prog.append((P_FLOWLET, group.group_id, gap, self.select_hash(st["key"]), options))
+        return options
 
     def _emit_output(
         self,
@@ -898,7 +965,7 @@ class Pipeline:
         removed: list[FlowEntry] = []
         for g in victims:
             del self.groups[g]
-            self.flowlets.forget_group(g)
+            self.modes.forget_group(g)
             # OF1.3 6.5: deleting a group removes the flows that forward to it.
             removed += self._remove_where(lambda e, g=g: e.uses_group(g), ofp.OFPRR_GROUP_DELETE)
         self.invalidate()

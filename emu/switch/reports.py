@@ -175,8 +175,19 @@ def groups(dp: Datapath) -> list:
 def _select_mode(dp: Datapath, group) -> Optional[dict]:
     if group.type != 1:
         return None
-    gap = dp.pipeline.flowlets.gap_of(group.group_id)
-    return {"mode": "hash"} if gap is None else {"mode": "flowlet", "gap_s": gap}
+    return dp.pipeline.modes.of(group.group_id).describe()
+
+
+def adaptive(dp: Datapath) -> dict:
+    """Adaptive routing: the default and per-group SELECT modes, and the decisions made
+    (in both data planes): packets placed, picks per egress port, paused ports passed
+    over, decisions that found every port paused."""
+    modes = dp.pipeline.modes
+    return {
+        "default": modes.default.describe(),
+        "groups": {gid: m.describe() for gid, m in sorted(modes.by_group.items())},
+        **dp.adaptive_counts(),
+    }
 
 
 def agg(dp: Datapath) -> dict:
@@ -194,6 +205,7 @@ def counters(dp: Datapath) -> dict:
         "queues": queues,
         "kernel_rx_drops": dp.kernel_drops,
         "flowlets": dp.pipeline.flowlets.report(),
+        "adaptive": adaptive(dp),
         "buffer": dp.buffer.snapshot(),
         "watchdog": {
             "detected": dp.watchdog.detected,

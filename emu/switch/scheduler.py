@@ -30,6 +30,23 @@ from dataclasses import dataclass, field
 from emu.fidelity import PortClock, early_departure_s
 
 N_PRIORITIES = 8
+
+# DESIGN.md conventions: DSCP 26 -> priority 3 (RoCE, lossless); DSCP 48 ->
+# priority 6 (CNP); everything else -> priority 0. Besides: DSCP 34 (AF41) ->
+# priority 4, a second class that a fabric may make lossless (PFC's
+# lossless_priorities, or a second virtual lane on a credit link) for QPs
+# that ask for it (emu/host/rnic.py, connect(dscp=34)).
+DEFAULT_DSCP_TO_PRIO = {26: 3, 34: 4, 48: 6}
+
+
+def dscp_table(mapping: dict[int, int] = DEFAULT_DSCP_TO_PRIO) -> list[int]:
+    """The priority of each of the 64 DSCPs (the ones `mapping` leaves out: 0)."""
+    table = [0] * 64
+    for dscp, prio in mapping.items():
+        table[dscp] = prio
+    return table
+
+
 # Bytes counted per frame on the wire: the frame as handed to the veth. Like
 # tc/HTB, the 4-byte FCS, preamble and inter-frame gap are not modelled, so a
 # configured rate is the rate of Ethernet frames (header + payload).

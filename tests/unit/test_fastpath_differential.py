@@ -6,9 +6,12 @@ flow tables, groups and QoS, and fed the same frames at the same `now`:
 the OpenFlow 1.3 cases of tests/of13_cases.py, random valid frames (TCP,
 UDP, RoCEv2, ARP, ICMP, IPv6, tagged, PFC and 802.3x PAUSE, every DSCP and
 ECN codepoint, TTLs down to 0), truncated frames and random bytes, in an
-incast that fills queues, marks ECN and sends and honours PAUSE. They must
-send the same frames, in the same order, on the same ports, and end with
-the same port, queue, buffer, PFC and flow counters.
+incast that fills queues, marks ECN and sends and honours PAUSE. RoCEv2 to
+one host goes through a SELECT group in adaptive mode for priorities 0 and 3
+(emu/switch/adaptive.py; the other classes hash), so every such packet is
+placed by the queues and PAUSEs of that moment. They must send the same
+frames, in the same order, on the same ports, and end with the same port,
+queue, buffer, PFC, flow, group and adaptive-routing counters.
 
 Ports send into a capture (no sockets), so this runs without root; the
 sanitizer build (scripts/sanitize) runs this file under ASan and UBSan.
@@ -25,7 +28,7 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
 
-from emu.proto import headers
+from emu.proto import headers, ofext
 from emu.switch import fastpath
 
 from ..of13_cases import MATCH_CASES, SET_CASES
@@ -84,6 +87,16 @@ def install(pl) -> None:
         [p.OFPActionSetField(tcp_dst=8080), p.OFPActionSetNwTtl(9), out(ofp.OFPP_IN_PORT)],
     )
     flow(pl, {"eth_type": 0x0800, "ipv4_dst": DIFF_HOSTS[6]}, [p.OFPActionGroup(3)])
+    # Adaptive routing: RoCEv2 to 10.0.0.3 through group 4, per packet for
+    # priorities 0 and 3 (DSCP 0 and 26), by hash for the others.
+    group(pl, 4, ofp.OFPGT_SELECT, [bucket([out(i)], watch_port=i) for i in (2, 3, 4, 5)])
+    pl.set_select_mode(ofext.SetSelectMode(4, ofext.SELECT_MODE_ADAPTIVE, 0, 0b1001))
+    flow(
+        pl,
+        {"eth_type": 0x0800, "ip_proto": 17, "udp_dst": 4791, "ipv4_dst": DIFF_HOSTS[2]},
+        [p.OFPActionGroup(4)],
+        prio=12,
+    )
     # Meters (run in C for cached programs): UDP to 10.0.0.2 through a 2 Mbit/s
     # DROP band with a 20 kbit burst; TCP to 10.0.0.4 through a packets/s meter
     # whose lower band remarks AF DSCPs and whose upper band drops.
@@ -203,6 +216,7 @@ def state(dp) -> dict:
             for gid, g in dp.pipeline.groups.items()
         },
         "dropped": (dp.pipeline.dropped_port_down, dp.pipeline.dropped_ttl),
+        "adaptive": dp.adaptive_counts(),
         "dropped_meter": dp.pipeline.dropped_meter,
         "meters": {
             mid: (m.packets_in, m.bytes_in, [(b.packets, b.bytes, b.tokens) for b in m.bands])
@@ -287,6 +301,9 @@ def test_random_valid_truncated_and_malformed_frames_leave_both_alike(pair) -> N
     # Both meters dropped frames, the remarking band remarked some, in C.
     bands = {mid: m.bands for mid, m in c.pipeline.meters.meters.items()}
     assert c.pipeline.dropped_meter > 0 and all(b.packets for b in bands[2]), bands
+    # Adaptive routing placed packets in C, passed paused ports over, used every port.
+    ar = c.adaptive_counts()
+    assert stats["ar_decisions"] > 0 and ar["paused_skips"] > 0 and len(ar["picks"]) == 4, ar
 
 
 def test_the_comparison_fails_when_the_tables_differ(pair) -> None:
@@ -325,6 +342,9 @@ def malformed_corpus(rng: random.Random) -> list[bytes]:
     flows = [random_flow(rng, incast=False) | {"kind": k} for k in (0.1, 0.6, 0.87, 0.95)]
     flows[0]["frag"] = 0
     flows[1]["frag"] = 0
+    # RoCEv2 of priority 3 to 10.0.0.3: adaptive routing's group (install).
+    roce = {"kind": 0.1, "frag": 0, "ttl": 64, "dst": DIFF_HOSTS[2], "dport": 4791, "tos": 26 << 2}
+    flows.append(random_flow(rng, incast=False) | roce)
     whole = [flow_frame(rng, f) for f in flows]
     whole.append(random_frame(random.Random(2), flows))
     pause = headers.ethernet("01:80:c2:00:00:01", DIFF_MACS[0], 0x8808)
@@ -347,5 +367,6 @@ def test_a_malformed_frame_corpus_leaves_both_alike(pair) -> None:
     run(py, c, frames, rng)
     assert differences(py, c) == []
     assert c.fastpath_stats()["cache_hits"] > 0
+    assert c.fastpath_stats()["ar_decisions"] > 0
     fed = sum(c.ports[n].counters.rx_packets for n in DIFF_PORTS)
     assert fed == len(frames)

@@ -31,8 +31,7 @@ GAP_S = 0.010
 
 def flowlet_pipeline(depths: dict[int, int]):
     pl, ports = select_pipeline(queue_bytes=lambda port_no: depths.get(port_no, 0))
-    pl.flowlets.set_mode(ofext.OFPG_ALL, ofext.SELECT_MODE_FLOWLET, GAP_S)
-    pl.invalidate()
+    pl.set_select_mode(ofext.SetSelectMode(ofext.OFPG_ALL, ofext.SELECT_MODE_FLOWLET, 10_000))
     return pl, ports
 
 
@@ -78,14 +77,12 @@ def test_per_group_mode_and_hash_mode_back() -> None:
     pl, _ = select_pipeline(queue_bytes=lambda port_no: depths[port_no])
     hashed = collections.Counter(egress(pl, s, 0.0) for s in range(200))
     assert len(hashed) == 4
-    pl.flowlets.apply(ofext.SetSelectMode(1, ofext.SELECT_MODE_FLOWLET, 5000), pl.groups)
-    pl.invalidate()
+    pl.set_select_mode(ofext.SetSelectMode(1, ofext.SELECT_MODE_FLOWLET, 5000))
     assert {egress(pl, s, 1.0) for s in range(200)} == {2}
-    pl.flowlets.apply(ofext.SetSelectMode(1, ofext.SELECT_MODE_HASH, 0), pl.groups)
-    pl.invalidate()
+    pl.set_select_mode(ofext.SetSelectMode(1, ofext.SELECT_MODE_HASH, 0))
     assert collections.Counter(egress(pl, s, 2.0) for s in range(200)) == hashed
     # Deleting the group forgets its mode: a re-added group with the same id hashes.
-    pl.flowlets.apply(ofext.SetSelectMode(1, ofext.SELECT_MODE_FLOWLET, 5000), pl.groups)
+    pl.set_select_mode(ofext.SetSelectMode(1, ofext.SELECT_MODE_FLOWLET, 5000))
     group(pl, 1, ofp.OFPGT_SELECT, [], cmd=ofp.OFPGC_DELETE)
     assert pl.flowlets.gap_of(1) is None
 

@@ -18,6 +18,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from emu.proto import ofext
 from emu.switch.openflow import (
     MALFORMED,
     Effect,
@@ -97,6 +98,9 @@ def seeds() -> list[bytes]:
         encode(p.OFPSetAsync(None, [3, 0], [7, 7], [15, 0])),
         encode(p.OFPHello(None, [p.OFPHelloElemVersionBitmap([4])])),
         ECHO,
+        # emu's SELECT modes: adaptive routing for priority 3, flowlets (emu/proto/ofext.py).
+        ofext.set_select_mode_message(ofext.OFPG_ALL, ofext.SELECT_MODE_ADAPTIVE, classes=8),
+        ofext.set_select_mode_message(ofext.OFPG_ALL, ofext.SELECT_MODE_FLOWLET, 100),
     ]
 
 

@@ -546,5 +546,7 @@ def test_trace_gives_the_select_choice_process_makes_and_changes_nothing() -> No
         "outputs": [],
         "controller": 0,
         "flowlet": [],
+        "adaptive": [],
+        "adaptive_counts": {"decisions": 0, "paused_skips": 0, "all_paused": 0, "picks": {}},
         "dropped": "no match",
     }

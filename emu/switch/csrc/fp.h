@@ -11,6 +11,9 @@
  *                (pipeline.py's microflow cache, in C)
  *   fp_meter.c   the token buckets of the meters cached programs name
  *                (meter.py)
+ *   fp_ar.c      per-packet adaptive routing: the choice among a group's
+ *                buckets by queued bytes and PFC pauses, its counters
+ *                (adaptive.py)
  *   fp_switch.c  one switch: its ports' receive rings, the per-frame receive
  *                path, enqueue, batched transmit (datapath.py)
  *   fp_loop.c    the loop that serves every switch of a process without the
@@ -40,6 +43,8 @@
 #define FP_KEY_BYTES 34           /* in_port (2) + the 32 header bytes */
 #define FP_HIST 8                 /* fidelity.EDGES + 1 */
 #define FP_AGG_PORT 0xFFFFFF00u   /* emu.proto.ofext.AGG_PORT */
+#define FP_AR_MAX_OPTIONS 64      /* buckets an adaptive op chooses among */
+#define FP_MAX_ARMS 65536         /* bucket counter slots of adaptive ops */
 
 /* Drop causes (buffer.py DROP_*) */
 enum { FP_DROP_LOSSY, FP_DROP_HEADROOM, FP_DROP_LOSSLESS_NO_PFC, FP_DROP_CAUSES };
@@ -178,6 +183,7 @@ typedef struct fp_port {
     uint16_t pending_quanta[FP_PRIOS];
     uint64_t marks[FP_PRIOS], xoff_sent[FP_PRIOS], xon_sent[FP_PRIOS];
     uint64_t drops_by_queue[FP_PRIOS], egress_watermark[FP_PRIOS];
+    uint64_t ar_picks;              /* adaptive routing sent a packet here */
     /* frames captured in capture mode: a Python list of (prio, bytes) */
     PyObject *captured;
     uint8_t pfc_template[60];
@@ -191,6 +197,12 @@ enum {
     FP_OP_SET,     /* field, value */
     FP_OP_SUB,     /* sub_len ops follow: run on a copy of the frame */
     FP_OP_METER,   /* value: the meter's slot (fp_meter.c) */
+    FP_OP_ADAPT,   /* adaptive routing (fp_ar.c): value the flow hash, queue the
+                    * packet's priority, field the number of options; sub_len ops
+                    * follow, that many FP_OP_ARMs each with its program */
+    FP_OP_ARM,     /* one option of an FP_OP_ADAPT: port its egress (0: none),
+                    * value its bucket counter's slot; sub_len ops follow */
+    FP_OP_CODES
 };
 enum {
     FP_F_ETH_DST, FP_F_ETH_SRC, FP_F_IPV4_SRC, FP_F_IPV4_DST, FP_F_IP_DSCP,
@@ -227,6 +239,13 @@ void fp_cache_free(fp_cache *c);
 void fp_cache_clear(fp_cache *c);
 fp_entry *fp_cache_lookup(fp_cache *c, const uint8_t *key);
 fp_entry *fp_cache_insert(fp_cache *c, const uint8_t *key, const fp_op *ops, uint32_t n);
+
+/* ----- adaptive routing's bucket counters (fp_ar.c, adaptive.py) -------------- */
+typedef struct {
+    int used;
+    uint64_t packets, bytes;
+    double last_used;
+} fp_arm_ctr;
 
 /* ----- meters (fp_meter.c, meter.py) ---------------------------------------- */
 #define FP_MAX_BANDS 8        /* meter.MAX_BANDS */
@@ -290,6 +309,9 @@ typedef struct fp_switch {
     uint64_t dropped_port_down, dropped_ttl, dropped_meter, upcall_errors;
     fp_meter *meters;          /* by slot (fp_meter.c) */
     uint32_t nmeters;
+    fp_arm_ctr *arms;          /* adaptive ops' bucket counters, by slot (fp_ar.c) */
+    uint32_t narms;
+    uint64_t ar_decisions, ar_paused_skips, ar_all_paused;
     emu_loopmon mon;
     int ready;                 /* a port of it was readable in this pass */
     int stopping;
@@ -325,9 +347,19 @@ fp_frame *fp_pool_get(fp_pool *pool, size_t len);
 void fp_pool_put(fp_pool *pool, fp_frame *f);
 void fp_pool_free(fp_pool *pool);
 
-/* fp_cache.c: run a compiled list on a received frame */
+/* fp_cache.c: run a compiled list on a received frame; check one before it is installed */
 void fp_exec(fp_switch *sw, uint32_t in_port, const fp_op *ops, uint32_t n, const uint8_t *f,
              size_t len, double now, int depth);
+int fp_ops_check(const fp_op *ops, uint32_t n, int depth);
+
+/* fp_ar.c */
+int fp_ar_check(const fp_op *op, const fp_op *opts, uint32_t span, int depth);
+void fp_ar_exec(fp_switch *sw, uint32_t in_port, const fp_op *op, const fp_op *opts,
+                uint32_t span, const uint8_t *f, size_t len, double now, int depth);
+int fp_ar_prepare(fp_switch *sw, const fp_op *ops, uint32_t n);
+fp_arm_ctr *fp_arm_get(fp_switch *sw, uint64_t slot);
+void fp_arms_clear(fp_switch *sw);
+void fp_arms_free(fp_switch *sw);
 
 /* fp_meter.c */
 const fp_band *fp_meter_apply(fp_meter *m, size_t size, double now);

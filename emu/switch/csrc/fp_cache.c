@@ -130,6 +130,43 @@ fp_cache_insert(fp_cache *c, const uint8_t *key, const fp_op *ops, uint32_t n)
     return e;
 }
 
+/* 1 when ops[0..n) is a list fp_exec may run: known codes, supported fields,
+ * every SUB and ADAPT inside the list, each ADAPT's options well formed
+ * (fp_ar_check), no ARM outside an ADAPT. An upcall installs nothing else. */
+int
+fp_ops_check(const fp_op *ops, uint32_t n, int depth)
+{
+    if (depth > 16)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const fp_op *op = &ops[i];
+        switch (op->code) {
+        case FP_OP_OUT:
+        case FP_OP_DEAD:
+        case FP_OP_DECTTL:
+        case FP_OP_METER:
+            break;
+        case FP_OP_SET:
+            if (!fp_set_supported(op->field))
+                return 0;
+            break;
+        case FP_OP_SUB:
+            if (op->sub_len > n - i - 1 || !fp_ops_check(op + 1, op->sub_len, depth + 1))
+                return 0;
+            i += op->sub_len;
+            break;
+        case FP_OP_ADAPT:
+            if (op->sub_len > n - i - 1 || !fp_ar_check(op, op + 1, op->sub_len, depth))
+                return 0;
+            i += op->sub_len;
+            break;
+        default:
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Run a compiled list on a frame (pipeline._run for the ops C owns). The
  * frame is copied before the first rewrite; a SUB runs on a copy of the
  * frame as it is then, as a group bucket does. */
@@ -200,6 +237,15 @@ fp_exec(fp_switch *sw, uint32_t in_port, const fp_op *ops, uint32_t n, const uin
                 return;
             fp_exec(sw, in_port, ops + i + 1, sub, cur, len, now, depth + 1);
             i += sub;
+            break;
+        }
+        case FP_OP_ADAPT: {
+            /* a bucket chosen per packet; it runs on the frame as it is now, as a SUB */
+            uint32_t span = op->sub_len;
+            if (span > n - i - 1)
+                return;
+            fp_ar_exec(sw, in_port, op, ops + i + 1, span, cur, len, now, depth);
+            i += span;
             break;
         }
         default:

@@ -123,6 +123,7 @@ switch_close_all(fp_switch *sw)
     fp_pool_free(&sw->pool);
     fp_cache_free(&sw->cache);
     fp_meters_free(sw);
+    fp_arms_free(sw);
 }
 
 static int
@@ -443,7 +444,7 @@ Switch_port_state(fp_switch *sw, PyObject *args)
     memcpy(hr, p->headroom_used, sizeof hr);
     return Py_BuildValue(
         "{s:N,s:N,s:N,s:N,s:I,s:i,s:d,s:d,s:d,s:N,s:N,s:K,s:K,s:N,s:N,s:N,s:i,s:N,s:N,s:N,s:N,"
-        "s:N,s:L,s:L,s:i,s:i,s:K,s:N}",
+        "s:N,s:L,s:L,s:i,s:i,s:K,s:N,s:K}",
         "depth", list8_i64(s->depth), "queues", q, "paused_until", list8_f(s->paused_until),
         "paused_s", list8_f(s->paused_s), "pending", s->pending, "busy", p->busy, "free_at",
         s->free_at, "rate_bps", s->rate_bps, "early_s", s->early_s, "pause_rx",
@@ -454,7 +455,8 @@ Switch_port_state(fp_switch *sw, PyObject *args)
         "xon_sent", list8_u64(p->xon_sent), "drops_by_queue", list8_u64(p->drops_by_queue),
         "egress_watermark", list8_u64(p->egress_watermark), "kmin", (long long)p->kmin, "kmax",
         (long long)p->kmax, "wd_drop", (int)p->wd_drop, "wd_ignore_pause", (int)p->wd_ignore_pause,
-        "truncated", p->truncated, "refresh_at", list8_f(p->refresh_at));
+        "truncated", p->truncated, "refresh_at", list8_f(p->refresh_at), "ar_picks",
+        p->ar_picks);
 }
 
 /* What telemetry and the watchdog read of a port every poll, as one tuple:
@@ -495,11 +497,13 @@ static PyObject *
 Switch_stats(fp_switch *sw, PyObject *Py_UNUSED(ignored))
 {
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:n,s:K,s:d}", "cache_hits", sw->hits, "cache_misses",
-        sw->misses, "upcalls", sw->upcalls, "malformed_frames", sw->malformed, "watchdog_drops",
-        sw->watchdog_drops, "pool_drops", sw->pool_drops, "upcall_errors", sw->upcall_errors,
-        "cache_entries", sw->cache.count, "pool_slots", (Py_ssize_t)sw->pool.slots,
-        "pool_slot_bytes", (unsigned long long)sw->pool.slot_bytes, "tx_due", sw->tx_due);
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:n,s:K,s:d,s:K,s:K,s:K}", "cache_hits", sw->hits,
+        "cache_misses", sw->misses, "upcalls", sw->upcalls, "malformed_frames", sw->malformed,
+        "watchdog_drops", sw->watchdog_drops, "pool_drops", sw->pool_drops, "upcall_errors",
+        sw->upcall_errors, "cache_entries", sw->cache.count, "pool_slots",
+        (Py_ssize_t)sw->pool.slots, "pool_slot_bytes", (unsigned long long)sw->pool.slot_bytes,
+        "tx_due", sw->tx_due, "ar_decisions", sw->ar_decisions, "ar_paused_skips",
+        sw->ar_paused_skips, "ar_all_paused", sw->ar_all_paused);
 }
 
 static PyObject *
@@ -779,6 +783,37 @@ Switch_meters_clear(fp_switch *sw, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* arm_drain(): [(slot, packets, bytes, last_used)] of the adaptive ops' bucket
+ * counters that counted since the last call, taken. */
+static PyObject *
+Switch_arm_drain(fp_switch *sw, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (uint32_t i = 0; i < sw->narms; i++) {
+        fp_arm_ctr *c = &sw->arms[i];
+        if (!c->used || !c->packets)
+            continue;
+        PyObject *t = Py_BuildValue("(IKKd)", i, c->packets, c->bytes, c->last_used);
+        if (!t || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+        c->packets = c->bytes = 0;
+    }
+    return out;
+}
+
+static PyObject *
+Switch_arms_clear(fp_switch *sw, PyObject *Py_UNUSED(ignored))
+{
+    fp_arms_clear(sw);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 Switch_clear_cache(fp_switch *sw, PyObject *Py_UNUSED(ignored))
 {
@@ -847,6 +882,10 @@ static PyMethodDef Switch_methods[] = {
     {"meter_get", (PyCFunction)Switch_meter_get, METH_VARARGS,
      "meter_get(slot) -> (last, packets_in, bytes_in, [(tokens, packets, bytes)]) or None"},
     {"meters_clear", (PyCFunction)Switch_meters_clear, METH_NOARGS, "free every meter slot"},
+    {"arm_drain", (PyCFunction)Switch_arm_drain, METH_NOARGS,
+     "arm_drain() -> [(slot, packets, bytes, last_used)]: adaptive bucket counts, taken"},
+    {"arms_clear", (PyCFunction)Switch_arms_clear, METH_NOARGS,
+     "free every adaptive bucket counter slot"},
     {"set_cache", (PyCFunction)Switch_set_cache, METH_VARARGS, NULL},
     {"close", (PyCFunction)Switch_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -959,6 +998,9 @@ PyInit__fastpath(void)
         PyModule_AddIntConstant(m, "OP_SET", FP_OP_SET) < 0 ||
         PyModule_AddIntConstant(m, "OP_SUB", FP_OP_SUB) < 0 ||
         PyModule_AddIntConstant(m, "OP_METER", FP_OP_METER) < 0 ||
+        PyModule_AddIntConstant(m, "OP_ADAPT", FP_OP_ADAPT) < 0 ||
+        PyModule_AddIntConstant(m, "OP_ARM", FP_OP_ARM) < 0 ||
+        PyModule_AddIntConstant(m, "AR_MAX_OPTIONS", FP_AR_MAX_OPTIONS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_FRAME", FP_MAX_FRAME) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -210,12 +210,15 @@ upcall(fp_switch *sw, fp_port *p, const uint8_t *f, size_t len, double now, cons
                     ok = 0;
                     break;
                 }
+                if (code >= FP_OP_CODES || field > 0xFF || sub > 0xFFFF || port > 0xFFFFFFFFull) {
+                    ok = 0;
+                    break;
+                }
                 buf[i] = (fp_op){(uint8_t)code, (uint8_t)field, (uint16_t)sub, queue,
                                  (uint32_t)port, value};
-                if (code > FP_OP_METER || (code == FP_OP_SET && !fp_set_supported((int)field)) ||
-                    (code == FP_OP_SUB && i + 1 + (Py_ssize_t)sub > n))
-                    ok = 0;
             }
+            /* The shape (every SUB and ADAPT inside the list), then the slots it counts in. */
+            ok = ok && fp_ops_check(buf, (uint32_t)n, 0) && fp_ar_prepare(sw, buf, (uint32_t)n);
             if (ok) {
                 fp_entry *e = fp_cache_insert(&sw->cache, key, buf, (uint32_t)n);
                 if (e)

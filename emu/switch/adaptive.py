@@ -1,0 +1,225 @@
+"""SELECT group modes and per-packet adaptive routing in the switch (the specification).
+
+Owns two things the emu OpenFlow extension (`emu/proto/ofext.py`) sets:
+
+- `SelectModes`: the mode of every SELECT group (hash, flowlet, adaptive with
+  its classes) and the switch-wide default, validated as the extension's
+  documentation says (every field; a rejected message changes nothing);
+- `AdaptiveRouter`: the choice a group in adaptive mode makes for each packet
+  of an enabled class (InfiniBand AR, Spectrum-X): among the live buckets,
+  the egress port with the fewest bytes queued at the packet's priority and
+  above, a port PFC-paused for that priority passed over unless all are,
+  ties broken by the flow hash; and its counters (decisions, picks per port,
+  paused ports passed over, decisions where every port was paused).
+
+The pipeline (`pipeline.py`) compiles an adaptive group, for a packet of an
+enabled class, into a per-packet choice among its buckets' compiled
+programs (P_ADAPTIVE) and calls `AdaptiveRouter.choose`; the C path does the
+same in `csrc/fp_ar.c` (FP_OP_ADAPT), held to this module by
+tests/unit/test_fastpath_differential.py. The queues come from a function the
+owner declares (the datapath's schedulers; tests pass their own). Pure: no
+clocks, `now` comes in. Flowlet state lives in `flowlet.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+
+from emu.proto import ofext
+from emu.switch.match import OFError
+
+N_PRIORITIES = ofext.N_CLASSES
+
+#: (port_no, prio, now) -> (bytes queued at prio and above, paused for prio), or
+#: None for a port without queues (counted as empty and never paused).
+EgressView = Callable[[int, int, float], Optional[tuple[int, bool]]]
+
+
+def _idle(port_no: int, prio: int, now: float) -> tuple[int, bool]:
+    return 0, False
+
+
+@dataclass(frozen=True)
+class SelectMode:
+    """One SELECT group's mode: `classes` is adaptive mode's priority mask (0xFF: all)."""
+
+    mode: int = ofext.SELECT_MODE_HASH
+    gap_s: Optional[float] = None
+    classes: int = 0
+
+    def adaptive_for(self, prio: int) -> bool:
+        """Whether a packet of priority `prio` takes adaptive routing in this mode."""
+        return self.mode == ofext.SELECT_MODE_ADAPTIVE and bool(self.classes >> prio & 1)
+
+    def describe(self) -> dict:
+        """The mode as management answers give it."""
+        if self.mode == ofext.SELECT_MODE_FLOWLET:
+            return {"mode": "flowlet", "gap_s": self.gap_s}
+        if self.mode == ofext.SELECT_MODE_ADAPTIVE:
+            return {"mode": "adaptive", "classes": ofext.classes_of(self.classes)}
+        return {"mode": "hash"}
+
+
+HASH = SelectMode()
+
+
+def _check(req: ofext.SetSelectMode) -> SelectMode:
+    """The mode a SET_SELECT_MODE asks for, every field checked (OFError otherwise)."""
+    if req.mode not in ofext.MODE_NAMES:
+        raise OFError(
+            ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE, f"unknown select mode {req.mode}"
+        )
+    flowlet = req.mode == ofext.SELECT_MODE_FLOWLET
+    if flowlet != (req.flowlet_gap_us != 0):
+        raise OFError(
+            ofp.OFPET_GROUP_MOD_FAILED,
+            ofp.OFPGMFC_BAD_BUCKET,
+            "flowlet mode needs a gap > 0; the other modes a gap of 0",
+        )
+    adaptive = req.mode == ofext.SELECT_MODE_ADAPTIVE
+    if req.classes > ofext.CLASSES_ALL or (req.classes and not adaptive):
+        raise OFError(
+            ofext.OFPET_EXPERIMENTER,
+            ofext.SELECT_ERR_BAD_CLASSES,
+            f"classes {req.classes:#x} in {ofext.MODE_NAMES[req.mode]} mode",
+        )
+    if flowlet:
+        return SelectMode(req.mode, gap_s=req.gap_s)
+    if adaptive:
+        return SelectMode(req.mode, classes=req.classes or ofext.CLASSES_ALL)
+    return HASH
+
+
+class SelectModes:
+    """The mode of every SELECT group: its own, else the switch-wide default."""
+
+    def __init__(self) -> None:
+        self.by_group: dict[int, SelectMode] = {}
+        self.default = HASH
+
+    def apply(self, req: ofext.SetSelectMode, groups: dict[int, Any]) -> None:
+        """Validate and apply a SET_SELECT_MODE request against the switch's groups.
+
+        Raises:
+            OFError: the codes listed in `emu/proto/ofext.py`.
+        """
+        mode = _check(req)
+        if req.group_id != ofext.OFPG_ALL:
+            group = groups.get(req.group_id)
+            if group is None:
+                raise OFError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)
+            if group.type != ofp.OFPGT_SELECT:
+                raise OFError(
+                    ofp.OFPET_GROUP_MOD_FAILED,
+                    ofp.OFPGMFC_BAD_TYPE,
+                    f"{ofext.MODE_NAMES[req.mode]} mode needs a SELECT group",
+                )
+        self.set(req.group_id, mode)
+
+    def set(self, group_id: int, mode: SelectMode) -> None:
+        """Set a group's mode; OFPG_ALL sets the switch-wide default and clears the others."""
+        if group_id == ofext.OFPG_ALL:
+            self.default = mode
+            self.by_group.clear()
+        else:
+            self.by_group[group_id] = mode
+
+    def of(self, group_id: int) -> SelectMode:
+        return self.by_group.get(group_id, self.default)
+
+    def forget_group(self, group_id: int) -> None:
+        """A deleted group loses its own mode (the switch default stays)."""
+        self.by_group.pop(group_id, None)
+
+    def gaps(self) -> list[float]:
+        """Every flowlet gap in use (the flowlet table sweeps what is idle for longer)."""
+        modes = [self.default, *self.by_group.values()]
+        return [m.gap_s for m in modes if m.gap_s is not None]
+
+
+def packet_prio(frame: bytes, queue_id: Optional[int], dscp_to_prio: Sequence[int]) -> int:
+    """The priority a switch queues `frame` at: datapath._enqueue's rule (and fp_switch_enqueue's).
+
+    A set_queue's queue, else the IPv4 DSCP (untagged or behind one 802.1Q
+    tag) through the switch's map, else 0.
+    """
+    if queue_id is not None and 0 <= queue_id < N_PRIORITIES:
+        return queue_id
+    if frame[12:14] == b"\x08\x00" and len(frame) > 15:
+        return dscp_to_prio[frame[15] >> 2]
+    if frame[12:14] == b"\x81\x00" and frame[16:18] == b"\x08\x00" and len(frame) > 19:
+        return dscp_to_prio[frame[19] >> 2]
+    return 0
+
+
+class AdaptiveRouter:
+    """The per-packet choice of adaptive SELECT groups and its counters.
+
+    Args:
+        egress: the queues' view (`EgressView`); None: every queue empty, no pause.
+    """
+
+    def __init__(self, egress: Optional[EgressView] = None) -> None:
+        self.egress: EgressView = egress or _idle
+        self.decisions = 0
+        self.paused_skips = 0  # paused ports passed over
+        self.all_paused = 0  # decisions where every candidate was paused
+        self.picks: dict[int, int] = {}  # egress port -> packets sent there
+
+    def rank(self, prio: int, options: Sequence[tuple], now: float) -> tuple[list, int, bool]:
+        """(the options tied best, paused options passed over, whether all were paused).
+
+        `options` are (bucket index, egress port or None, ...) of the live
+        buckets, in bucket order; the ties keep that order.
+        """
+        egress = self.egress
+        seen = []
+        for opt in options:
+            view = egress(opt[1], prio, now) if opt[1] is not None else None
+            seen.append((opt, view[0] if view else 0, bool(view and view[1])))
+        free = [s for s in seen if not s[2]]
+        every_paused = not free
+        if every_paused:
+            free = seen
+        best = min(s[1] for s in free)
+        return [s[0] for s in free if s[1] == best], len(seen) - len(free), every_paused
+
+    def choose(self, prio: int, flow_hash: int, options: Sequence[tuple], now: float) -> tuple:
+        """The option this packet takes, counted."""
+        ties, skipped, every_paused = self.rank(prio, options, now)
+        pick = ties[flow_hash % len(ties)]
+        self.decisions += 1
+        self.paused_skips += skipped
+        self.all_paused += every_paused
+        port = pick[1]
+        if port is not None and self.egress(port, prio, now) is not None:
+            self.picks[port] = self.picks.get(port, 0) + 1
+        return pick
+
+    def peek(self, prio: int, flow_hash: int, options: Sequence[tuple], now: float) -> dict:
+        """What `choose` would do now, touching no counter (the pipeline's trace)."""
+        ties, _skipped, every_paused = self.rank(prio, options, now)
+        paused = [
+            o[1]
+            for o in options
+            if o[1] is not None and (v := self.egress(o[1], prio, now)) is not None and v[1]
+        ]
+        return {
+            "prio": prio,
+            "ports": [o[1] for o in options],
+            "paused": sorted(paused),
+            "every_port_paused": every_paused,
+            "takes": ties[flow_hash % len(ties)][1],
+        }
+
+    def counts(self) -> dict:
+        """The counters, as management answers give them."""
+        return {
+            "decisions": self.decisions,
+            "paused_skips": self.paused_skips,
+            "all_paused": self.all_paused,
+            "picks": dict(sorted(self.picks.items())),
+        }
