@@ -4,7 +4,8 @@ Usage::
 
     python -m controllers.launch --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port PORT \\
         --status-file FILE [--log-file FILE] [--expect-switches N --expect-links N --expect-hosts N] \\
-        [--lldp-interval S] [--flowlet-gap-us US] [--poll-interval S] [--elephant-fraction F] \\
+        [--lldp-interval S] [--flowlet-gap-us US] [--adaptive-routing SPEC] \\
+        [--poll-interval S] [--elephant-fraction F] \\
         [--agg-socket PATH] [--agg-slots-per-switch N] \\
         [--extensions adaptive,tagger] [--verbose] \\
         controllers.routing|controllers.adaptive|controllers.tagger [controllers.aggregation]
@@ -60,6 +61,7 @@ from os_ken import cfg  # noqa: E402  (must follow the hub pin)
 
 from controllers.routing_api import ROUTING_EXTENSIONS  # noqa: E402
 from emu import config  # noqa: E402
+from emu.proto import ofext  # noqa: E402
 from emu.registry import die_with_parent  # noqa: E402
 
 LOG = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ class AppOptions:
     expect_hosts: Optional[int] = None
     lldp_interval_s: float = 1.0
     flowlet_gap_us: Optional[int] = None
+    adaptive_routing: Optional[str] = None
     poll_interval_s: float = 1.0
     elephant_fraction: float = 0.1
     agg_socket: Optional[str] = None
@@ -98,6 +101,11 @@ def _emu_opts() -> list:
             "flowlet-gap-us",
             default=None,
             help="SELECT groups in flowlet mode with this gap (emu extension)",
+        ),
+        cfg.StrOpt(
+            "adaptive-routing",
+            default=None,
+            help="per-packet adaptive routing: [DPID=]CLASSES;... (emu extension)",
         ),
         cfg.FloatOpt("poll-interval", default=1.0, help="adaptive: statistics period (s)"),
         cfg.FloatOpt(
@@ -141,6 +149,7 @@ def app_options() -> AppOptions:
             expect_hosts=conf.expect_hosts,
             lldp_interval_s=conf.lldp_interval,
             flowlet_gap_us=conf.flowlet_gap_us,
+            adaptive_routing=conf.adaptive_routing,
             poll_interval_s=conf.poll_interval,
             elephant_fraction=conf.elephant_fraction,
             agg_socket=conf.agg_socket,
@@ -195,6 +204,14 @@ def _gap_us(text: str) -> int:
     return value
 
 
+def _adaptive_spec(text: str) -> str:
+    try:
+        ofext.parse_adaptive_spec(text)
+    except ofext.ExtensionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _slots(text: str) -> int:
     value = int(text)
     if not 0 < value <= 0xFFFF:
@@ -218,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--flowlet-gap-us",
         type=_gap_us,
         help="switch-local adaptive routing: SELECT groups in flowlet mode",
+    )
+    p.add_argument(
+        "--adaptive-routing",
+        type=_adaptive_spec,
+        metavar="SPEC",
+        help="controllers.routing: per-packet adaptive routing in the switches (emu "
+        "extension, emu/proto/ofext.py) for these priorities: 3, 0,3 or all on every "
+        "switch; entries [DPID=]CLASSES separated by ';' per switch (CLASSES none: off "
+        "there), e.g. '3;0x10001=none'. Switches it enables run no flowlets",
     )
     p.add_argument(
         "--poll-interval",
@@ -370,6 +396,8 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
     ]  # fmt: skip
     if args.flowlet_gap_us is not None:
         out += ["--flowlet-gap-us", str(args.flowlet_gap_us)]
+    if args.adaptive_routing is not None:
+        out += ["--adaptive-routing", args.adaptive_routing]
     if args.next_hops is not None:
         out += ["--next-hops", os.path.abspath(args.next_hops)]
     if args.extensions:

@@ -339,16 +339,42 @@ def flow_stats_request(*, cookie: int, cookie_mask: int, table_id: int) -> Any:
     )
 
 
-def set_select_mode(*, group_id: Optional[int], flowlet_gap_us: Optional[int]) -> Any:
+def set_select_mode(
+    *,
+    group_id: Optional[int],
+    flowlet_gap_us: Optional[int] = None,
+    adaptive_classes: Optional[int] = None,
+) -> Any:
     """Build emu's experimenter message setting a SELECT group's mode (emu/proto/ofext.py).
 
     Args:
         group_id: one group, or None for the switch-wide default (OFPG_ALL).
-        flowlet_gap_us: flowlet mode with this gap; None for hash mode (OpenFlow's).
+        flowlet_gap_us: flowlet mode with this gap.
+        adaptive_classes: per-packet adaptive routing for these priorities, a
+            mask (bit p: priority p; ofext.CLASSES_ALL: all of them).
+        With neither: hash mode (OpenFlow's).
+
+    Raises:
+        ValueError: both modes asked for; ofext.ExtensionError (a ValueError):
+            a gap or class mask out of range.
     """
-    mode = ofext.SELECT_MODE_HASH if flowlet_gap_us is None else ofext.SELECT_MODE_FLOWLET
+    if flowlet_gap_us is not None and adaptive_classes is not None:
+        raise ValueError("a SELECT group runs in flowlet or in adaptive mode, not both")
+    if adaptive_classes is not None:
+        if not 0 < adaptive_classes <= ofext.CLASSES_ALL:
+            raise ofext.ExtensionError(
+                f"adaptive_classes={adaptive_classes!r}: a mask of priorities 0..7, not empty"
+            )
+        mode = ofext.SELECT_MODE_ADAPTIVE
+    elif flowlet_gap_us is not None:
+        mode = ofext.SELECT_MODE_FLOWLET
+    else:
+        mode = ofext.SELECT_MODE_HASH
     data = ofext.pack_set_select_mode(
-        ofext.OFPG_ALL if group_id is None else group_id, mode, flowlet_gap_us or 0
+        ofext.OFPG_ALL if group_id is None else group_id,
+        mode,
+        flowlet_gap_us or 0,
+        adaptive_classes or 0,
     )
     return PARSER.OFPExperimenter(
         UNBOUND,

@@ -90,6 +90,7 @@ from controllers.routing_api import (
     RoutingExtension,
     RoutingView,
 )
+from emu.proto import ofext
 
 LOG = logging.getLogger(__name__)
 
@@ -148,6 +149,14 @@ class RoutingConfig:
         flowlet_gap_us: when set, every SELECT group of every switch runs in
             flowlet mode with this gap (switch-local adaptive routing, set with
             emu's OpenFlow extension, emu/proto/ofext.py); None keeps hashing.
+        adaptive_routing: which switches place each packet of which classes
+            on the least-queued port of its SELECT group (per-packet adaptive
+            routing, emu's extension): a spec as `ofext.parse_adaptive_spec`
+            reads it (``"3"``: priority 3 on every switch; ``"0,3;0x10001=none"``:
+            priorities 0 and 3 on every switch but dpid 0x10001). A switch
+            it enables runs adaptive mode on every SELECT group (the classes
+            not named hash); the others keep `flowlet_gap_us` or hashing.
+            None: no adaptive routing.
     """
 
     lldp_interval_s: float = 1.0
@@ -165,6 +174,7 @@ class RoutingConfig:
     max_events: int = 200
     set_eth_dst: bool = True
     flowlet_gap_us: Optional[int] = None
+    adaptive_routing: Optional[str] = None
     # Where each switch sends a destination switch's traffic; None: every shortest-path
     # next hop (ECMP). A lab's student writes one (`NextHops`, `--next-hops FILE`).
     next_hops: Optional["NextHops"] = None
@@ -183,6 +193,27 @@ class RoutingConfig:
                 raise ValueError(f"{name}={value!r}: must be >= 0 or None")
         if self.flowlet_gap_us is not None and not 0 < self.flowlet_gap_us < 2**32:
             raise ValueError(f"flowlet_gap_us={self.flowlet_gap_us!r}: must be 1..2^32-1 or None")
+        if self.adaptive_routing is not None:
+            try:
+                ofext.parse_adaptive_spec(self.adaptive_routing)
+            except ofext.ExtensionError as exc:
+                raise ValueError(f"adaptive_routing={self.adaptive_routing!r}: {exc}") from None
+
+    def adaptive_classes(self, dpid: int) -> int:
+        """The priorities (a mask) switch `dpid` routes adaptively; 0: none."""
+        if self.adaptive_routing is None:
+            return 0
+        spec = ofext.parse_adaptive_spec(self.adaptive_routing)
+        return spec.get(dpid, spec.get(None, 0))
+
+    def select_mode(self, dpid: int) -> Optional[Any]:
+        """The SET_SELECT_MODE switch `dpid` gets on connect, or None (it keeps hashing)."""
+        classes = self.adaptive_classes(dpid)
+        if classes:
+            return ofmsg.set_select_mode(group_id=None, adaptive_classes=classes)
+        if self.flowlet_gap_us is not None:
+            return ofmsg.set_select_mode(group_id=None, flowlet_gap_us=self.flowlet_gap_us)
+        return None
 
 
 @dataclass(frozen=True)
@@ -456,13 +487,9 @@ class RoutingManager:
             ),
             (dpid, ofmsg.group_delete()),
         ]
-        if self.config.flowlet_gap_us is not None:
-            msgs.append(
-                (
-                    dpid,
-                    ofmsg.set_select_mode(group_id=None, flowlet_gap_us=self.config.flowlet_gap_us),
-                )
-            )
+        select_mode = self.config.select_mode(dpid)
+        if select_mode is not None:
+            msgs.append((dpid, select_mode))
         msgs.append((dpid, self._barrier(dpid, self.topology_version)))
         common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
         to_ctrl = (ofmsg.ACTION_OUTPUT, ofmsg.OFPP_CONTROLLER)
@@ -1069,6 +1096,7 @@ class RoutingApp(app_manager.OSKenApp):
                 expect_links=opts.expect_links,
                 expect_hosts=opts.expect_hosts,
                 flowlet_gap_us=opts.flowlet_gap_us,
+                adaptive_routing=opts.adaptive_routing,
                 next_hops=load_next_hops(opts.next_hops) if opts.next_hops else None,
             )
         )

@@ -31,6 +31,7 @@ from emu import answers, mgmt, ofctl, telemetry, trace
 from emu import fabric as fabric_mod
 from emu.config import flow_control_qos, parse_qos, routing_extensions
 from emu.faults import Faults
+from emu.proto import ofext
 from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net's API too
     FabricError,
     Run,
@@ -79,6 +80,38 @@ def _with_time_scale(qos: dict, time_scale: float) -> dict:
     return {**qos, "watchdog": {**watchdog, "time_scale": time_scale}}
 
 
+def adaptive_routing_spec(graph: nx.Graph, classes: str | dict[str, str]) -> str:
+    """`Fabric(adaptive_routing=...)` as controllers.launch's ``--adaptive-routing`` spec.
+
+    Switch names become their dpids (the controller knows switches by dpid).
+
+    Examples:
+        >>> from emu.fabric import leaf_spine
+        >>> adaptive_routing_spec(leaf_spine(2, 2), {"*": "3", "spine1": "none"})
+        '3;0x20001=none'
+
+    Raises:
+        FabricError: a switch the graph does not have, or classes that are not
+            priorities 0..7, "all" or "none".
+    """
+    items = classes.items() if isinstance(classes, dict) else [("*", classes)]
+    entries = []
+    for name, text in items:
+        if name == "*":
+            entries.append(str(text))
+            continue
+        node = graph.nodes.get(name)
+        if node is None or node.get("kind") != "switch":
+            raise FabricError(f"adaptive_routing: {name!r} is not a switch of this fabric")
+        entries.append(f"{node['dpid']:#x}={text}")
+    spec = ";".join(entries)
+    try:
+        ofext.parse_adaptive_spec(spec)
+    except ofext.ExtensionError as exc:
+        raise FabricError(f"adaptive_routing={classes!r}: {exc}") from None
+    return spec
+
+
 class Fabric:
     """A running emulated fabric (context manager).
 
@@ -107,6 +140,15 @@ class Fabric:
             link: "pfc" (802.1Qbb, as `qos` says) or "credit" (InfiniBand-style
             credits per virtual lane, emu/credit.py; PFC off): switches and the
             NIC agents (emu/traffic/rdma.py) then run the credit loop.
+        adaptive_routing: per-packet adaptive routing in the switches (emu's
+            OpenFlow extension, emu/proto/ofext.py): each packet of the named
+            priorities takes the least-queued live port of its ECMP group,
+            PFC-paused ports passed over. A string of classes for every
+            switch ("3", "0,3", "all"), or a mapping switch name -> classes
+            ("none": off there; the key "*": every switch not named), e.g.
+            {"*": "3", "spine1": "none"}. Sent by controllers.routing
+            (``--adaptive-routing``); None: hashing (or flowlets, as
+            controller_args say).
         extensions: managers to run beside routing in the controller, in this
             order (emu.config.ROUTING_EXTENSIONS: "adaptive", "tagger";
             controllers/routing_api.py), added to whichever routing app `apps`
@@ -136,12 +178,17 @@ class Fabric:
         switch_processes: int | None = None,
         flow_control: str = "pfc",
         extensions: tuple[str, ...] | str = (),
+        adaptive_routing: str | dict[str, str] | None = None,
     ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
         self.apps = tuple(apps)
         self.extensions = routing_extensions(extensions)
         self.controller_args = tuple(controller_args)
+        self.adaptive_routing = adaptive_routing
+        if adaptive_routing is not None:
+            spec = adaptive_routing_spec(graph, adaptive_routing)
+            self.controller_args += ("--adaptive-routing", spec)
         if self.extensions:
             self.controller_args += ("--extensions", ",".join(self.extensions))
         self.seed = seed
