@@ -42,7 +42,9 @@ own, in the data plane, with no controller round trip:
 
 - the candidates are the group's live buckets (weight > 0, watch port and
   group live); weights are otherwise ignored;
-- a bucket's egress port is the lowest physical port it outputs to;
+- a bucket's egress port is the lowest physical port it outputs to (a
+  bucket with none of its own, one that chains to another group, counts as
+  an empty port that is never paused);
 - a port paused by PFC for the packet's priority is not a candidate, unless
   every port is paused (then all are, and the packet waits where it would
   wait least); PFC composes with it: a paused path is routed around;

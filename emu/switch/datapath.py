@@ -167,14 +167,7 @@ class Datapath:
 
         for spec in args.port:
             self._open_port(spec)
-        self.pipeline = Pipeline(
-            n_tables=args.tables,
-            seed=args.seed,
-            ports=self.ports,
-            queue_bytes=self._queued_bytes,
-            egress=self._egress,
-            dscp_to_prio=self.dscp_to_prio,
-        )
+        self.pipeline = self._pipeline(args)
         # Starts empty on every (re)start: the controller configures jobs when we connect.
         self.agg = AggEngine(self.ports, total_slots=args.agg_slots)
         self.agg_errors = 0
@@ -348,6 +341,18 @@ class Datapath:
                 self.kernel_drops[port_no] += drops
                 self.fidelity.kernel_drops[port_no] += drops
                 self.ports[port_no].counters.rx_dropped += drops
+
+    def _pipeline(self, args: argparse.Namespace) -> Pipeline:
+        """The OpenFlow pipeline, reading this switch's queues (flowlet and adaptive
+        SELECT groups) and priorities (its DSCP map)."""
+        return Pipeline(
+            n_tables=args.tables,
+            seed=args.seed,
+            ports=self.ports,
+            queue_bytes=self._queued_bytes,
+            egress=self._egress,
+            dscp_to_prio=self.dscp_to_prio,
+        )
 
     # ----- the per-packet path ----------------------------------------------
 
