@@ -228,6 +228,42 @@ class PfcState:
 
 
 @dataclass(frozen=True)
+class GroupMode:
+    """A SELECT group's mode (emu/switch/adaptive.py `SelectMode.describe`)."""
+
+    mode: str  # "hash", "flowlet" or "adaptive"
+    gap_s: float | None = None  # flowlet mode's gap
+    classes: tuple[int, ...] = ()  # adaptive mode's priorities
+
+    @classmethod
+    def decode(cls, doc: dict) -> GroupMode:
+        return cls(_need(cls, doc, "mode"), doc.get("gap_s"), tuple(doc.get("classes", ())))
+
+
+@dataclass(frozen=True)
+class AdaptiveState:
+    """Per-packet adaptive routing in one switch: the modes, and the decisions both data
+    planes made (emu/switch/reports.py `adaptive`)."""
+
+    default: GroupMode  # every SELECT group not listed in `groups`
+    groups: dict[int, GroupMode]  # group id -> its own mode
+    decisions: int  # packets placed on the least-queued port
+    paused_skips: int  # ports passed over because PFC paused them for the packet's class
+    all_paused: int  # decisions that found every port paused (and chose among all)
+    picks: dict[int, int]  # egress port -> packets placed there
+
+    @classmethod
+    def decode(cls, doc: dict) -> AdaptiveState:
+        return _flat(
+            cls,
+            doc,
+            default=GroupMode.decode(_need(cls, doc, "default")),
+            groups={int(g): GroupMode.decode(m) for g, m in _need(cls, doc, "groups").items()},
+            picks=by_port(_need(cls, doc, "picks")),
+        )
+
+
+@dataclass(frozen=True)
 class SwitchCounters:
     """`ctl SWITCH counters`: the parts scenarios and labs read, typed."""
 
@@ -240,6 +276,7 @@ class SwitchCounters:
     credit: CreditState
     malformed_frames: int
     lost_frames: dict[int, int]  # per port, by a lossy-link fault
+    adaptive: AdaptiveState
 
     @classmethod
     def decode(cls, doc: dict) -> SwitchCounters:
@@ -256,6 +293,7 @@ class SwitchCounters:
             pfc=PfcState.decode(_need(cls, doc, "pfc")),
             credit=CreditState.decode(_need(cls, doc, "credit")),
             lost_frames=by_port(_need(cls, doc, "lost_frames")),
+            adaptive=AdaptiveState.decode(_need(cls, doc, "adaptive")),
         )
 
     def queue_tx_packets(self, prio: int) -> int:

@@ -52,6 +52,7 @@ import scenarios
 from emu import config, fabric, fidelity, topofile
 from emu.config import ConfigError
 from emu.net import default_switch_processes
+from emu.proto import ofext
 from emu.runs import RunFabrics
 
 
@@ -84,6 +85,8 @@ class Param:
     off: Any = None
     # A comma list (a str default): each item one of these, at most once; "" is none.
     each: tuple = ()
+    # A value's own rule: raises ValueError whose message says what is wrong.
+    check: Callable[[Any], None] | None = None
 
     def parse(self, key: str, text: str) -> Any:
         """The value of `--set key=text`, validated."""
@@ -131,6 +134,11 @@ class Param:
             raise ScenarioError(
                 f"{shown}: a comma list of {', '.join(map(str, self.each))}, each at most once"
             )
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ValueError as exc:
+                raise ScenarioError(f"{shown}: {exc}") from None
         if self.off is not None and value == self.off:
             return
         if self.bound is not None and not self.bound.contains(_times(value, self.scale)):
@@ -755,6 +763,13 @@ def fabric_params(
             "prevention); a scenario that picks its own controller per mode adds these to it",
             each=config.ROUTING_EXTENSIONS,
         ),
+        "adaptive_routing": Param(
+            "",
+            "per-packet adaptive routing in every switch for these priorities (3, 0,3 or "
+            "all): each packet takes the ECMP port with the fewest bytes queued, a paused "
+            "port skipped (emu/switch/adaptive.py); empty: hashing (ECMP)",
+            check=_adaptive_classes,
+        ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
         "host_nic_pacing": Param(
             True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
@@ -767,6 +782,12 @@ def fabric_params(
             max=64,
         ),
     }
+
+
+def _adaptive_classes(text: str) -> None:
+    """The classes of `adaptive_routing`, as the switches' extension reads them."""
+    if text:
+        ofext.classes_mask(text)  # ExtensionError is a ValueError
 
 
 _FABRIC_PARAMS = fabric_params()
@@ -784,6 +805,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
         "host_nic_pacing": params["host_nic_pacing"],
         "flow_control": params.get("flow_control", "pfc"),
         "extensions": config.routing_extensions(params.get("extensions", "")),
+        "adaptive_routing": params.get("adaptive_routing") or None,
     }
 
 

@@ -62,7 +62,7 @@ def trace_path(
     Raises:
         TraceError: bad endpoints or ports, or a switch that would drop,
             flood, send to the controller, or choose per packet (flowlet
-            groups) instead of one port; or a loop.
+            groups, adaptive routing) instead of one port; or a loop.
     """
     frame = frame_for(graph, src, dst, proto, sport, dport)
     # From the host's NIC (port 0): a GPU's NVLink port (1) is no way into the network.
@@ -76,6 +76,11 @@ def trace_path(
         if res["flowlet"]:
             raise TraceError(
                 f"{src}->{dst}: {node} picks among ports {res['flowlet']} per flowlet, not per flow"
+            )
+        for choice in res.get("adaptive", ()):
+            raise TraceError(
+                f"{src}->{dst}: {node} picks among ports {choice['ports']} per packet (adaptive "
+                f"routing for priority {choice['prio']}; now port {choice['takes']}), not per flow"
             )
         if len(res["outputs"]) != 1:
             why = res["dropped"] or (f"{res['controller']} packet-in" if res["controller"] else "")

@@ -10,6 +10,8 @@ import pytest
 from emu import answers
 from emu.host import nicpath, rnic
 from emu.host.rnic import NicConfig
+from emu.proto import ofext
+from emu.switch.adaptive import SelectMode
 
 MAC = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 LANE = [f.name for f in answers.CreditLane.__dataclass_fields__.values()]
@@ -82,6 +84,14 @@ def test_switch_counters_decode_queues_and_ports_as_numbers():
             },
             "malformed_frames": 0,
             "lost_frames": {3: 12},
+            "adaptive": {  # the modes as the switch describes them (emu/switch/adaptive.py)
+                "default": SelectMode(ofext.SELECT_MODE_ADAPTIVE, classes=0b1001).describe(),
+                "groups": {7: SelectMode(ofext.SELECT_MODE_FLOWLET, gap_s=1e-4).describe()},
+                "decisions": 20,
+                "paused_skips": 3,
+                "all_paused": 1,
+                "picks": {1: 12, 2: 8},
+            },
         }
     )
     c = answers.SwitchCounters.decode(doc)
@@ -90,6 +100,9 @@ def test_switch_counters_decode_queues_and_ports_as_numbers():
     assert c.watchdog.stormed == {(2, 3)} and c.lost_frames == {3: 12}
     assert c.queues[3][3].tx_packets == 4 and c.queue_tx_packets(3) == 4
     assert c.credit.links[2][3].blocked_s == 0.25 and c.credit.fc_tx_frames == {2: 40}
+    assert c.adaptive.default == answers.GroupMode("adaptive", None, (0, 3))
+    assert c.adaptive.groups == {7: answers.GroupMode("flowlet", 1e-4, ())}
+    assert c.adaptive.picks == {1: 12, 2: 8} and c.adaptive.paused_skips == 3
     del doc["buffer"]["xoff_sent"]
     with pytest.raises(answers.AnswerError, match="BufferState: the answer has no 'xoff_sent'"):
         answers.SwitchCounters.decode(doc)

@@ -101,3 +101,23 @@ def test_a_gpu_is_walked_from_its_nic_not_its_nvlink_port():
     )
     assert trace.trace_path(g, ask, "h1", "h4") == ["h1", "rail1", "spine2", "rail2", "h4"]
     assert asked[0] == ("rail1", g.edges["h1", "rail1"]["ports"]["rail1"])
+
+
+def test_a_switch_that_places_each_packet_itself_is_named_not_walked():
+    """Adaptive routing (emu/switch/adaptive.py) has no one path per flow: the walk stops
+    at the first switch that chooses per packet and says which ports it chooses among."""
+    g = fabric_mod.leaf_spine(2, 2, 1)
+    ask, _ = scripted(g, {})
+
+    def adaptive(switch, in_port, frame_hex):
+        answer = ask(switch, in_port, frame_hex)
+        answer["outputs"] = []  # the group's buckets are chosen per packet, not traced
+        answer["adaptive"] = [{"group": 1, "prio": 3, "ports": [3, 4], "paused": [], "takes": 4}]
+        return answer
+
+    with pytest.raises(
+        trace.TraceError,
+        match=r"leaf1 picks among ports \[3, 4\] per packet \(adaptive routing for priority 3; "
+        r"now port 4\), not per flow",
+    ):
+        trace.trace_path(g, adaptive, "h1", "h2")

@@ -130,3 +130,17 @@ def test_every_scenario_with_fabric_parameters_gives_the_fabric_its_options():
             params = {k: p.default for k, p in mod.PARAMS.items()}
             opts = scenario.fabric_options(params)
             assert opts["flow_control"] in ("pfc", "credit"), name
+
+
+def test_adaptive_routing_is_a_fabric_parameter_checked_before_anything_runs():
+    """`--set adaptive_routing=3` reaches `Fabric(adaptive_routing=...)`; a bad class stops
+    the run in one line naming it, as the switches' extension would read it."""
+    param = scenario.fabric_params()["adaptive_routing"]
+    assert param.parse("adaptive_routing", "0,3") == "0,3"
+    for bad, why in (("9", "class '9'"), ("3,x", "class 'x'"), ("none", "class 'none'")):
+        with pytest.raises(ScenarioError, match=rf"parameter adaptive_routing='{bad}': {why}"):
+            param.parse("adaptive_routing", bad)
+    params = {k: p.default for k, p in scenario.fabric_params().items()}
+    assert scenario.fabric_options(params)["adaptive_routing"] is None  # hashing, as before
+    params["adaptive_routing"] = "3"
+    assert scenario.fabric_options(params)["adaptive_routing"] == "3"
