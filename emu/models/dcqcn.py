@@ -25,10 +25,9 @@ from emu.host.dcqcn import DcqcnEffective, DcqcnSpec
 from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.proto import roce
 
-# RoCEv2 frames on the wire: Ethernet, IPv4, UDP, BTH, payload, ICRC; a CNP carries 16 pad bytes.
-_L2_L4_BYTES = 14 + 20 + 8
-DATA_FRAME_BYTES = _L2_L4_BYTES + roce.BTH_BYTES + DEFAULT_MTU_PAYLOAD + roce.ICRC_BYTES
-CNP_FRAME_BYTES = _L2_L4_BYTES + roce.BTH_BYTES + roce.CNP_PAD_BYTES + roce.ICRC_BYTES
+# RoCEv2 frames on the wire (emu/proto/roce.py): a full-MTU data frame, and a CNP.
+DATA_FRAME_BYTES = roce.data_frame_bytes(DEFAULT_MTU_PAYLOAD)
+CNP_FRAME_BYTES = roce.CNP_FRAME_BYTES
 SAMPLE_S = 0.05  # the queue series' default sampling period
 
 

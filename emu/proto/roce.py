@@ -87,6 +87,15 @@ _IP_BYTES = 20
 _UDP_BYTES = 8
 _HDR_BYTES = _ETH_BYTES + _IP_BYTES + _UDP_BYTES  # up to the BTH
 MAX_PAYLOAD_BYTES = 9216  # largest payload a template builds (jumbo MTU)
+# A CNP on the wire: Ethernet, IPv4, UDP, BTH, 16 pad bytes, ICRC.
+CNP_FRAME_BYTES = _HDR_BYTES + BTH_BYTES + CNP_PAD_BYTES + ICRC_BYTES
+
+
+def data_frame_bytes(payload: int) -> int:
+    """A SEND (or middle/last WRITE) frame's length on the wire: Ethernet, IPv4, UDP, BTH,
+    `payload` padded to 4 bytes, ICRC; the one place the models and workloads take a RoCEv2
+    frame's size from (a full 1024-byte MTU: 1082 bytes)."""
+    return _HDR_BYTES + BTH_BYTES + payload + (-payload % 4) + ICRC_BYTES
 
 
 _EXT_BYTES = {

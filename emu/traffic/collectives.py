@@ -38,8 +38,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from emu.host.data import DTYPES, dtype_name, is_int
 from emu.host.ring import ALGO_PHASES, DEFAULT_SLICE_BYTES
+from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.mgmt import MgmtError
 from emu.net import Fabric
+from emu.proto import roce
 from emu.registry import wait_for
 from emu.traffic.rdma import RdmaHosts, fabric_nics
 
@@ -660,8 +662,8 @@ def nccl_table(results: Sequence[AllReduceResult], bw_unit: str = DEFAULT_BW_UNI
 # ----------------------------------------------------------------- sizes and models
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-#: A RoCEv2 frame that carries 1024 payload bytes: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4.
-ROCE_FRAME_BYTES = 1024 + 14 + 20 + 8 + 12 + 4
+#: A RoCEv2 frame that carries a full MTU (1024 payload bytes), as emu/proto/roce.py sizes it.
+ROCE_FRAME_BYTES = roce.data_frame_bytes(DEFAULT_MTU_PAYLOAD)
 
 
 def parse_size(text: str | int, dtype: str = "float32") -> int:
@@ -726,7 +728,7 @@ def parse_algos(text: str, allowed: Sequence[str] = ALGORITHM_NAMES) -> list[str
 
 def roce_goodput_bps(link_rate_bps: float) -> float:
     """Payload bit/s a link carries in full-MTU RoCEv2 frames (1024 of every 1082 bytes)."""
-    return link_rate_bps * 1024 / ROCE_FRAME_BYTES
+    return link_rate_bps * DEFAULT_MTU_PAYLOAD / ROCE_FRAME_BYTES
 
 
 def busbw_factor(algo: str, nranks: int) -> float:

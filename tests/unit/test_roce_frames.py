@@ -289,3 +289,12 @@ def test_tshark_decodes_rocev2(tmpl, tmp_path):
     assert {int(r[2], 16) for r in rows} == {0x123}
     assert [int(r[3]) for r in rows] == [2, 2, 3, 2, 2, 0]
     assert [int(r[4]) for r in rows] == [26] * 5 + [48]
+
+
+def test_the_sizes_models_quote_are_the_frames_the_templates_build(tmpl):
+    """emu/models and emu/traffic size RoCEv2 frames by `data_frame_bytes` and
+    `CNP_FRAME_BYTES`: they must be what goes on the wire (a full MTU: 1082 bytes)."""
+    for payload in (0, 4, 13, 1024, 4096):
+        assert roce.data_frame_bytes(payload) == len(tmpl.frame(roce.SEND_MIDDLE, 1, payload))
+    assert roce.data_frame_bytes(1024) == 1082
+    assert roce.CNP_FRAME_BYTES == len(tmpl.cnp_frame())
