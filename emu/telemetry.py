@@ -46,7 +46,7 @@ class Panel:
     logx: bool = False  # sizes: a log2 x axis
 
 
-def _pyplot():
+def pyplot():
     """matplotlib's pyplot on the headless Agg backend, imported on first use.
 
     Importing it takes most of a second: emu.net, the CLI and every scenario
@@ -62,7 +62,7 @@ def _pyplot():
 
 def save_panels(path: Path, panels: list[Panel], title: str = "") -> Path:
     """Draw `panels` side by side into one PNG at `path`; returns the path."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         for label, (xs, ys) in panel.lines.items():
@@ -126,7 +126,7 @@ def draw_fabric(G, path: Path) -> Path:
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"{path}: draw to a .png or an .svg file")
-    plt = _pyplot()
+    plt = pyplot()
     # Hosts one layer below the lowest network switches; an NVSwitch (tier -1) below its GPUs.
     layer = {
         n: (-1 if d["kind"] == "host" else d["tier"] - 1 if d["tier"] < 0 else d["tier"])

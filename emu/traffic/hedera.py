@@ -39,6 +39,7 @@ from emu import fabric as fabric_mod
 from emu import topopick
 from emu.models.ecmp import ecmp_expectation, fan_in
 from emu.registry import wait_for
+from emu.telemetry import pyplot
 from emu.traffic import iperf
 
 if TYPE_CHECKING:
@@ -442,11 +443,7 @@ def plot_normalised(
 ) -> Path:
     """Bars of each mode's normalised throughput by pattern (min-max whiskers), ECMP's
     expectation per pattern dashed and non-blocking at 1; saved as a PNG at `path`."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless; chosen before pyplot is imported
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / len(modes)
     for i, m in enumerate(modes):

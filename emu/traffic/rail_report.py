@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from emu.telemetry import _pyplot
+from emu.telemetry import pyplot
 from emu.traffic import collectives
 from emu.traffic.collectives import AllReduceResult
 from emu.traffic.rail import Part, RailLayout
@@ -200,7 +200,7 @@ def plot(
     Returns:
         `path`, the PNG written.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(18, 4.5))
     names = [pt.name for pt in parts]
     xs = range(len(parts))
