@@ -5,7 +5,8 @@ on a fabric from a topology file (emu/topofile.py) as on the one their shape
 parameters build: hosts grouped by their switch, a host's link rate, the
 uplink that can fail without cutting the fabric, the top-tier switch that
 can crash without cutting a host off, the links every path of some flows
-must share, and the one-line reasons a graph does not fit a model (links
+must share, the first hops ECMP spreads over between two switches, the top
+tier, a pair of hosts ECMP can spread between, and the one-line reasons a graph does not fit a model (links
 slower than the hosts', links at different rates, flows that a hash may put
 on one link). Pure functions of a graph with emu.fabric's attribute
 contract: builds and runs nothing. Called by the modules in scenarios/; does
@@ -166,3 +167,42 @@ def collective_misfit(graph: nx.Graph, ring: bool) -> Optional[str]:
                 "each switch's hosts next to each other in host order, one ring flow per link"
             )
     return None
+
+
+def first_hops(graph: nx.Graph, a: str, b: str) -> List[str]:
+    """The neighbours of switch `a` on a shortest path to switch `b` (hop count, as routing)."""
+    switch_graph = graph.subgraph(fabric.switches(graph))
+    dist = nx.single_source_shortest_path_length(switch_graph, b)
+    if a not in dist:
+        return []
+    return [n for n in switch_graph.neighbors(a) if dist.get(n) == dist[a] - 1]
+
+
+def top_tier(graph: nx.Graph) -> List[str]:
+    """The switches of the highest tier; [] in a flat fabric (torus, dragonfly: all tier 0).
+
+    In a flat fabric every switch is "top", so the top tier says nothing there.
+    """
+    switches = fabric.switches(graph)
+    tier = max(graph.nodes[n]["tier"] for n in switches)
+    return [n for n in switches if graph.nodes[n]["tier"] == tier] if tier else []
+
+
+def spread_pair(graph: nx.Graph) -> Edge:
+    """The first host and a far host whose switches ECMP can reach by two first hops.
+
+    Far: on another switch, in another pod where there are pods; among those,
+    the last one (on a leaf/spine, the last host of the last leaf) whose
+    switch the first host's switch reaches by shortest paths through more
+    than one neighbour. A fabric with no such pair gets the last far host,
+    and a measurement of spreading then shows what it saw.
+    """
+    hosts = fabric.hosts(graph)
+    src = hosts[0]
+    far = [h for h in hosts if graph.nodes[h]["leaf"] != graph.nodes[src]["leaf"]]
+    pods = [h for h in far if graph.nodes[h].get("pod", 0) != graph.nodes[src].get("pod", 0)]
+    candidates = pods[::-1] + [h for h in far[::-1] if h not in pods]
+    for dst in candidates:
+        if len(first_hops(graph, graph.nodes[src]["leaf"], graph.nodes[dst]["leaf"])) > 1:
+            return src, dst
+    return src, (pods or far)[-1]

@@ -60,6 +60,7 @@ from __future__ import annotations
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu import topopick
 from emu.figures import Entry, Figure
 from emu.models import wire
 from emu.scenario import (
@@ -150,7 +151,7 @@ def run(ctx: Context) -> None:
         all_pairs_ping(ctx, fab, "all-pairs ping")
         if any(graph.nodes[s]["role"] == "nvswitch" for s in fabric_mod.switches(graph)):
             nvlink_ping(ctx, fab)
-        src, dst = ecmp_spread.spread_pair(graph)
+        src, dst = topopick.spread_pair(graph)
         panels.append(tcp_line_rate(ctx, fab, src, dst, rate_bps))
         panels.append(ecmp_spreading(ctx, fab, src, dst))
         if p["link_down"]:
@@ -261,7 +262,7 @@ def link_failure(ctx: Context, fab, src: str, dst: str) -> Panel:
     graph = fab.graph
     leaf = graph.nodes[src]["leaf"]
     senders = [h for h in fabric_mod.hosts(graph) if graph.nodes[h]["leaf"] == leaf]
-    hops = ecmp_spread.first_hops(graph, leaf, graph.nodes[dst]["leaf"])
+    hops = topopick.first_hops(graph, leaf, graph.nodes[dst]["leaf"])
     cut = outage.cut_under_pings(
         fab, leaf, hops, senders, dst, interval_s=CUT_INTERVAL_S, duration_s=CUT_DURATION_S
     )

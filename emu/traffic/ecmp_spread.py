@@ -12,11 +12,10 @@ never less than its payload. So the figure is about ECMP's hash, not about
 how fairly TCP shared the sender's link between the streams (drop-tail at
 the host's 16-frame queue can starve a few for seconds).
 
-Also owns the graph questions that measurement asks: the first hops ECMP
-spreads over between two switches (`first_hops`, by hop count as routing
-counts), the top tier (`top_tier`) and a pair of hosts that has more than
-one first hop (`spread_pair`). Its result (`EcmpSpread`) writes its metrics
-and tables into a scenario's context and draws its bars; the scenario judges.
+The graph questions it asks (the first hops ECMP spreads over, the top
+tier, a pair of hosts with more than one first hop) are emu/topopick.py's.
+Its result (`EcmpSpread`) writes its metrics and tables into a scenario's
+context and draws its bars; the scenario judges.
 """
 
 from __future__ import annotations
@@ -24,10 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-import networkx as nx
-
-from emu import fabric as fabric_mod
 from emu.telemetry import Panel
+from emu.topopick import first_hops, top_tier
 from emu.traffic import iperf
 
 if TYPE_CHECKING:
@@ -35,45 +32,6 @@ if TYPE_CHECKING:
 
 # The iperf3 server's port: with the streams' source ports, each stream's 5-tuple.
 SERVER_PORT = 5202
-
-
-def first_hops(graph, a: str, b: str) -> list[str]:
-    """The neighbours of switch `a` on a shortest path to switch `b` (hop count, as routing)."""
-    switch_graph = graph.subgraph(fabric_mod.switches(graph))
-    dist = nx.single_source_shortest_path_length(switch_graph, b)
-    if a not in dist:
-        return []
-    return [n for n in switch_graph.neighbors(a) if dist.get(n) == dist[a] - 1]
-
-
-def top_tier(graph) -> list[str]:
-    """The switches of the highest tier; [] in a flat fabric (torus, dragonfly: all tier 0).
-
-    In a flat fabric every switch is "top", so the top tier says nothing there.
-    """
-    switches = fabric_mod.switches(graph)
-    tier = max(graph.nodes[n]["tier"] for n in switches)
-    return [n for n in switches if graph.nodes[n]["tier"] == tier] if tier else []
-
-
-def spread_pair(graph) -> tuple[str, str]:
-    """The first host and a far host whose switches ECMP can reach by two first hops.
-
-    Far: on another switch, in another pod where there are pods; among those,
-    the last one (on a leaf/spine, the last host of the last leaf) whose
-    switch the first host's switch reaches by shortest paths through more
-    than one neighbour. A fabric with no such pair gets the last far host,
-    and a measurement of spreading then shows what it saw.
-    """
-    hosts = fabric_mod.hosts(graph)
-    src = hosts[0]
-    far = [h for h in hosts if graph.nodes[h]["leaf"] != graph.nodes[src]["leaf"]]
-    pods = [h for h in far if graph.nodes[h].get("pod", 0) != graph.nodes[src].get("pod", 0)]
-    candidates = pods[::-1] + [h for h in far[::-1] if h not in pods]
-    for dst in candidates:
-        if len(first_hops(graph, graph.nodes[src]["leaf"], graph.nodes[dst]["leaf"])) > 1:
-            return src, dst
-    return src, (pods or far)[-1]
 
 
 def switch_tx_bytes(fab, switches: list[str]) -> dict[str, int]:

@@ -11,53 +11,9 @@ import pytest
 from emu import fabric
 from emu.scenario import Context
 from emu.traffic import ecmp_spread
-from emu.traffic.ecmp_spread import Carried, EcmpSpread, carried_by, first_hops
+from emu.traffic.ecmp_spread import Carried, EcmpSpread, carried_by
 
 from .fakes import CounterFabric
-
-
-def test_first_hops_are_the_neighbours_on_a_shortest_path():
-    ls = fabric.leaf_spine()
-    assert first_hops(ls, "leaf1", "leaf4") == ["spine1", "spine2"]
-    assert first_hops(ls, "spine1", "leaf4") == ["leaf4"]
-    assert first_hops(ls, "leaf1", "leaf1") == []
-    # Across both dimensions of a 3x3 torus, the wraparound links first.
-    assert sorted(first_hops(fabric.torus(dims=(3, 3)), "t0_0", "t2_2")) == ["t0_2", "t2_0"]
-
-
-def test_first_hops_between_islands_are_none():
-    rails = fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=0)
-    assert first_hops(rails, "rail1", "rail2") == []
-
-
-def test_the_top_tier_is_the_highest_and_a_flat_fabric_has_none():
-    assert ecmp_spread.top_tier(fabric.leaf_spine()) == ["spine1", "spine2"]
-    assert ecmp_spread.top_tier(fabric.fat_tree(k=4)) == ["c1", "c2", "c3", "c4"]
-    assert ecmp_spread.top_tier(fabric.torus(dims=(3, 3))) == []
-    assert ecmp_spread.top_tier(fabric.dragonfly()) == []
-
-
-@pytest.mark.parametrize(
-    "graph, pair",
-    [
-        (fabric.leaf_spine(), ("h1", "h8")),  # the last host of the last leaf
-        (fabric.fat_tree(k=4), ("h1", "h16")),  # in another pod
-        (fabric.torus(dims=(3, 3)), ("h1", "h9")),
-        (fabric.dragonfly(groups=3, routers_per_group=2), ("h1", "h6")),
-        (fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=2), ("h1", "h4")),
-    ],
-    ids=["leaf_spine", "fat_tree", "torus", "dragonfly", "rail_optimized"],
-)
-def test_the_pair_to_spread_has_two_first_hops(graph, pair):
-    src, dst = ecmp_spread.spread_pair(graph)
-    assert (src, dst) == pair
-    assert len(first_hops(graph, graph.nodes[src]["leaf"], graph.nodes[dst]["leaf"])) > 1
-
-
-def test_without_two_first_hops_the_pair_is_the_last_far_host():
-    one_spine = fabric.leaf_spine(spines=1)
-    assert ecmp_spread.spread_pair(one_spine) == ("h1", "h8")
-    assert first_hops(one_spine, "leaf1", "leaf4") == ["spine1"]
 
 
 def test_a_switch_carries_flows_when_it_sent_at_least_their_payload():

@@ -239,3 +239,50 @@ def test_a_file_that_says_fat_tree_must_be_one(tmp_path):
     assert "links at different rates" in hedera.fat_tree_misfit(topofile.loads(slow, "ft.yaml"))
     no_k = text.replace("params: {k: 4,", "params: {", 1)
     assert "has no even params.k" in hedera.fat_tree_misfit(topofile.loads(no_k, "ft.yaml"))
+
+
+def test_first_hops_are_the_neighbours_on_a_shortest_path():
+    ls = fabric.leaf_spine()
+    assert topopick.first_hops(ls, "leaf1", "leaf4") == ["spine1", "spine2"]
+    assert topopick.first_hops(ls, "spine1", "leaf4") == ["leaf4"]
+    assert topopick.first_hops(ls, "leaf1", "leaf1") == []
+    # Across both dimensions of a 3x3 torus, the wraparound links first.
+    assert sorted(topopick.first_hops(fabric.torus(dims=(3, 3)), "t0_0", "t2_2")) == [
+        "t0_2",
+        "t2_0",
+    ]
+
+
+def test_first_hops_between_islands_are_none():
+    rails = fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=0)
+    assert topopick.first_hops(rails, "rail1", "rail2") == []
+
+
+def test_the_top_tier_is_the_highest_and_a_flat_fabric_has_none():
+    assert topopick.top_tier(fabric.leaf_spine()) == ["spine1", "spine2"]
+    assert topopick.top_tier(fabric.fat_tree(k=4)) == ["c1", "c2", "c3", "c4"]
+    assert topopick.top_tier(fabric.torus(dims=(3, 3))) == []
+    assert topopick.top_tier(fabric.dragonfly()) == []
+
+
+@pytest.mark.parametrize(
+    "graph, pair",
+    [
+        (fabric.leaf_spine(), ("h1", "h8")),  # the last host of the last leaf
+        (fabric.fat_tree(k=4), ("h1", "h16")),  # in another pod
+        (fabric.torus(dims=(3, 3)), ("h1", "h9")),
+        (fabric.dragonfly(groups=3, routers_per_group=2), ("h1", "h6")),
+        (fabric.rail_optimized(nodes=2, gpus_per_node=2, spines=2), ("h1", "h4")),
+    ],
+    ids=["leaf_spine", "fat_tree", "torus", "dragonfly", "rail_optimized"],
+)
+def test_the_pair_to_spread_has_two_first_hops(graph, pair):
+    src, dst = topopick.spread_pair(graph)
+    assert (src, dst) == pair
+    assert len(topopick.first_hops(graph, graph.nodes[src]["leaf"], graph.nodes[dst]["leaf"])) > 1
+
+
+def test_without_two_first_hops_the_pair_is_the_last_far_host():
+    one_spine = fabric.leaf_spine(spines=1)
+    assert topopick.spread_pair(one_spine) == ("h1", "h8")
+    assert topopick.first_hops(one_spine, "leaf1", "leaf4") == ["spine1"]
