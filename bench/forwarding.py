@@ -56,7 +56,7 @@ from typing import Callable, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emu import mgmt, ovs, registry  # noqa: E402  (the repo on sys.path when run as a script)
+from emu import mgmt, ofctl, ovs, registry  # noqa: E402  (the repo on sys.path when run as a script)
 from emu.registry import FabricError, die_with_parent, free_tcp_port, wait_for  # noqa: E402
 
 log = logging.getLogger("bench.forwarding")
@@ -396,7 +396,15 @@ def _wait(
 
 def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
     for flow in ("in_port=1,actions=output:2", "in_port=2,actions=output:1"):
-        _run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", target, flow], env=env)
+        _ofctl(target, "add-flow", flow, env=env)
+
+
+def _ofctl(target: str, *args: str, env: Optional[dict[str, str]] = None) -> None:
+    """ovs-ofctl through emu's one place for it (emu/ofctl.py); a failure is the bench's."""
+    try:
+        ofctl.run(target, args, env=env)
+    except ofctl.OfctlError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def emu_switch_args(
@@ -623,7 +631,7 @@ class OvsChain:
             mgmt_sock = self.ovs.add_bridge(
                 self.bridge(i), [(self.chain.port(i, 1), 1), (self.chain.port(i, 2), 2)]
             )
-            _run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", mgmt_sock], env=self.ovs.env)
+            _ofctl(mgmt_sock, "del-flows", env=self.ovs.env)
             _flows(mgmt_sock, env=self.ovs.env)
 
     def pids(self) -> list[int]:

@@ -35,3 +35,25 @@ def test_ofctl_names_a_missing_ovs_ofctl_and_an_empty_command(monkeypatch):
     monkeypatch.setattr(ofctl.shutil, "which", lambda _name: None)
     with pytest.raises(ofctl.OfctlError, match="ovs-ofctl not found"):
         ofctl.run(("127.0.0.1", 6653), ["dump-flows"])
+
+
+def test_ofctl_takes_a_switch_address_or_a_target_as_it_is(monkeypatch):
+    """A (host, port) listener becomes tcp:HOST:PORT; an OVS bridge's management socket
+    (the forwarding bench's) goes as it is, with the environment of its daemons."""
+    ran = []
+
+    def fake_run(argv, **kw):
+        ran.append((argv, kw.get("env")))
+        return ofctl.subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(ofctl.shutil, "which", lambda _name: "/usr/bin/ovs-ofctl")
+    monkeypatch.setattr(ofctl.subprocess, "run", fake_run)
+    ofctl.run(("127.0.0.1", 6653), ["add-flow", "actions=drop"])
+    ofctl.run("/run/x/br1.mgmt", ["del-flows"], env={"OVS_RUNDIR": "/run/x"})
+    assert ran == [
+        (["ovs-ofctl", "-O", "OpenFlow13", "add-flow", "tcp:127.0.0.1:6653", "actions=drop"], None),
+        (
+            ["ovs-ofctl", "-O", "OpenFlow13", "del-flows", "/run/x/br1.mgmt"],
+            {"OVS_RUNDIR": "/run/x"},
+        ),
+    ]
