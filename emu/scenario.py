@@ -688,11 +688,14 @@ def parse_param(params: dict[str, Any], key: str, parse, *args: Any) -> Any:
 
 def choices(params: dict[str, Any], key: str, allowed) -> list[str]:
     """The comma list `params[key]`, each item one of `allowed`; else a ScenarioError
-    naming the parameter and what it may hold (an empty list is refused too)."""
-    chosen = [x for x in str(params[key]).split(",") if x]
-    if not chosen or any(x not in allowed for x in chosen):
+    naming the parameter, the items it does not know (or that it is empty) and what it
+    may hold."""
+    chosen = [x.strip() for x in str(params[key]).split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in allowed]
+    if unknown or not chosen:
+        what = f"unknown {', '.join(unknown)}" if unknown else "empty"
         raise ScenarioError(
-            f"parameter {key}={params[key]!r}: a comma list of {', '.join(allowed)}"
+            f"parameter {key}={params[key]!r}: {what}; a comma list of {', '.join(allowed)}"
         )
     return chosen
 

@@ -72,6 +72,7 @@ from emu.scenario import (
     Param,
     ScenarioError,
     build_fabric_graph,
+    choices,
     fabric_options,
     fabric_params,
     parse_param,
@@ -164,14 +165,7 @@ def selected_parts(params: dict) -> list[str]:
     Raises:
         ScenarioError: an empty list, or a name not in PARTS.
     """
-    names = [x.strip() for x in str(params["parts"]).split(",") if x.strip()]
-    unknown = [x for x in names if x not in PARTS]
-    if unknown or not names:
-        raise ScenarioError(
-            f"parameter parts={params['parts']!r}: "
-            + (f"unknown {', '.join(unknown)}; " if unknown else "empty; ")
-            + f"a comma list of {', '.join(PARTS)}"
-        )
+    names = choices(params, "parts", tuple(PARTS))
     return [case for key, case in PARTS.items() if key in names]
 
 

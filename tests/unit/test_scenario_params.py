@@ -116,9 +116,12 @@ def test_report_and_metrics_json(tmp_path):
 
 def test_a_comma_list_of_choices_names_the_parameter_and_what_it_may_hold():
     assert scenario.choices({"modes": "pfc,dcqcn"}, "modes", ("pfc", "dcqcn")) == ["pfc", "dcqcn"]
-    for bad in ("pfc,nope", "", ","):
-        with pytest.raises(ScenarioError, match=r"parameter modes=.*: a comma list of pfc, dcqcn"):
+    for bad, what in (("pfc,nope", "unknown nope"), ("", "empty"), (",", "empty")):
+        with pytest.raises(
+            ScenarioError, match=rf"parameter modes=.*: {what}; a comma list of pfc, dcqcn$"
+        ):
             scenario.choices({"modes": bad}, "modes", ("pfc", "dcqcn"))
+    assert scenario.choices({"modes": "pfc, dcqcn"}, "modes", ("pfc", "dcqcn")) == ["pfc", "dcqcn"]
 
 
 def test_every_scenario_with_fabric_parameters_gives_the_fabric_its_options():
