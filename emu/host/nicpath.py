@@ -123,23 +123,23 @@ class CRnic:
     def __init__(self, cfg: NicConfig, now: float = 0.0) -> None:
         if _nicpath is None:
             raise RuntimeError(f"emu.host._nicpath is not built: {IMPORT_ERROR}")
-        if cfg.loss_recovery not in rnic.LOSS_RECOVERY:
-            raise ValueError(
-                f"loss_recovery={cfg.loss_recovery!r}: "
-                f"must be one of {', '.join(rnic.LOSS_RECOVERY)}"
-            )
+        rnic.check_config(cfg)
         self.cfg = cfg
         self.go_back_0 = cfg.loss_recovery == rnic.GO_BACK_0
+        self.selective = cfg.loss_recovery == rnic.SELECTIVE
         spec = cfg.dcqcn_spec or DcqcnSpec.from_hardware(cfg.rate_bps, cfg.modelled_rate_bps)
         # rnic.Rnic's timers, computed by the same expressions.
         self.rto_s = rnic.retransmit_timeout_s(cfg)
+        self.reorder_s = rnic.reorder_timeout_s(cfg)
         rnr = [t * cfg.modelled_rate_bps / cfg.rate_bps for t in rnic.RNR_TIMER_S]
         self._engine = self.engine = _nicpath.Engine(
             float(cfg.rate_bps),
             int(cfg.mtu_payload),
             float(self.rto_s),
             rnr,
-            self.go_back_0,
+            rnic.LOSS_RECOVERY.index(cfg.loss_recovery),  # the C engine's NIC_GO_BACK_N, ...
+            int(cfg.ooo_window_packets),
+            float(self.reorder_s),
             _dcqcn_tuple(spec) if cfg.dcqcn else None,
             int(cfg.rx_buffer_bytes),
             int(cfg.rx_xoff_bytes),
@@ -376,6 +376,9 @@ class CRnic:
                     "rnr_naks_sent",
                     "discarded_packets",
                     "discarded_bytes",
+                    "naks_sent",
+                    "reorder_depth_max",
+                    "beyond_window",
                 )
             }
         nic = self._engine.nic()

@@ -3,9 +3,9 @@
 Owns one NIC's transport state: queue pairs (a sender side that segments
 messages into RoCEv2 SEND packets, paces them at the link rate and at the
 DCQCN rate, and recovers losses on NAK or retransmit timeout; a receiver side
-that delivers in PSN order, acknowledges, NAKs the first gap and answers CE
-marks with CNPs), the NIC's loss recovery (`NicConfig.loss_recovery`,
-below), the host's PFC behaviour (honour a received PAUSE per priority;
+that delivers in PSN order, acknowledges, NAKs the first gap, or holds what
+arrives out of order, and answers CE marks with CNPs), the NIC's loss
+recovery (`NicConfig.loss_recovery`, below), the host's PFC behaviour (honour a received PAUSE per priority;
 send PAUSE when the receive buffer fills because the host drains slowly, or
 continuously when the NIC is stuck) or, on a credit link
 (`NicConfig.credit`), the host's end of the credit loop instead (emu/credit.py:
@@ -18,8 +18,10 @@ the next sequence number of each in-network aggregation job it sends for
 Messages carry either pattern bytes (only their size matters: most
 workloads) or real data (`post_send(..., data=...)`: collectives). A QP whose
 receive side delivers data (`set_deliver_data`) reassembles each message in
-PSN order (go-back-N accepts nothing else) and queues it whole on
-`RecvQP.inbox`, read with `take_messages`; other QPs keep no payload bytes.
+PSN order (go-back-N accepts nothing else; "selective" keeps the payloads
+that arrive early at their place until the PSNs below arrive) and queues it
+whole on `RecvQP.inbox`, read with `take_messages`; other QPs keep no
+payload bytes.
 
 Pure: every method takes `now`; `receive(frame)` returns frames to send back
 at once (ACK, NAK, CNP, PAUSE), `next_frame(now)` the next data frame the
@@ -40,10 +42,27 @@ Loss recovery (`NicConfig.loss_recovery`):
   through only if all M arrive in one attempt: with random loss 1/256 that
   is (255/256)^M, and under a deterministic drop of every 256th packet it
   never happens once M >= 256: a livelock.
+- "selective": the NIC that adaptive routing pairs with (IRN, Mittal et al.,
+  SIGCOMM 2018; NVIDIA ConnectX's out-of-order data placement). The
+  responder holds packets that arrive ahead of the expected PSN in a window
+  (`ooo_window_packets`), places each at its offset and NAKs nothing for
+  them; the cumulative ACK and the messages' completions follow the PSNs as
+  they become contiguous. A gap is a loss when the window overflows or when
+  a packet above it has been held for half the RTO; the responder then NAKs
+  each missing PSN and the requester resends those alone. Its timeout goes
+  back N. emu/host/reorder.py says why and where it departs from IRN.
+  Both ends of a connection must run it (as both need OOO support on
+  ConnectX): a strict requester would take its NAKs for go-back-N.
+
+Every mode counts, per receiving QP, the packets that arrived ahead of the
+expected PSN (`out_of_order`), the largest distance ahead (`reorder_depth_max`)
+and the sequence NAKs sent (`naks_sent`); per sending QP the NAKs received
+(`naks`), the packets resent (`retransmitted`) and the timeouts.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -51,6 +70,7 @@ from emu.config import CreditSpec
 from emu.credit import CreditLink
 from emu.fidelity import PortClock, early_departure_s
 from emu.host.dcqcn import DcqcnSpec, NotificationPoint, ReactionPoint
+from emu.host.reorder import ReorderWindow
 from emu.proto import credit as ibfc
 from emu.proto import pfc, roce
 
@@ -120,7 +140,8 @@ MIN_RNR_TIMER = 12
 INBOX_MESSAGE_OVERHEAD_BYTES = 64
 GO_BACK_N = "go-back-n"
 GO_BACK_0 = "go-back-0"
-LOSS_RECOVERY = (GO_BACK_N, GO_BACK_0)
+SELECTIVE = "selective"
+LOSS_RECOVERY = (GO_BACK_N, GO_BACK_0, SELECTIVE)
 
 
 @dataclass
@@ -159,8 +180,12 @@ class NicConfig:
     # is a guard against a consumer that stopped, not a working limit; a
     # single message must fit in it.
     inbox_max_bytes: int = 64 << 20
-    # How a loss is recovered (module docstring): "go-back-n" or "go-back-0".
+    # How a loss is recovered (module docstring): "go-back-n", "go-back-0" or "selective".
     loss_recovery: str = GO_BACK_N
+    # "selective": how many PSNs from the expected one the responder can hold out
+    # of order (its bitmap, emu/host/reorder.py). The requester's window: a NIC
+    # whose peer is like it never sees a PSN beyond it.
+    ooo_window_packets: int = MAX_OUTSTANDING_PACKETS
     # Credit-based link flow control instead of PFC (emu/credit.py); None: PFC.
     # The NIC's receive buffer is what it advertises (up to 2048 blocks).
     credit: CreditSpec | None = None
@@ -176,6 +201,28 @@ def retransmit_timeout_s(cfg: NicConfig) -> float:
     queue that delayed it.
     """
     return max(cfg.rto_modelled_s * cfg.modelled_rate_bps / cfg.rate_bps, cfg.path_rtt_bound_s)
+
+
+def reorder_timeout_s(cfg: NicConfig) -> float:
+    """How long a "selective" responder holds a packet above a gap before the gap is a loss.
+
+    Half the retransmit timeout: at least the one-way lossless buffer bound,
+    the longest a packet can lag behind a later one (emu/host/reorder.py).
+    """
+    return retransmit_timeout_s(cfg) / 2
+
+
+def check_config(cfg: NicConfig) -> None:
+    """Raise ValueError, naming the field, for a loss recovery or reorder window out of range."""
+    if cfg.loss_recovery not in LOSS_RECOVERY:
+        raise ValueError(
+            f"loss_recovery={cfg.loss_recovery!r}: must be one of {', '.join(LOSS_RECOVERY)}"
+        )
+    window = cfg.ooo_window_packets
+    if type(window) is not int or not 1 <= window <= MAX_OUTSTANDING_PACKETS:
+        raise ValueError(
+            f"ooo_window_packets={cfg.ooo_window_packets!r}: allowed 1..{MAX_OUTSTANDING_PACKETS}"
+        )
 
 
 @dataclass
@@ -212,6 +259,9 @@ class SendQP:
     sizes: dict = field(default_factory=dict)
     sent_at: dict = field(default_factory=dict)  # psn -> when it was (last) sent
     freed: int = 0  # PSNs below this have left `sizes` (all acknowledged)
+    # "selective": PSNs the responder NAKed, to resend before new ones, lowest first
+    # (each in [una, next_psn); at most the window's MAX_OUTSTANDING_PACKETS).
+    resend: list = field(default_factory=list)
     tx_packets: int = 0
     tx_bytes: int = 0  # frame bytes, retransmissions included
     tx_payload_bytes: int = 0  # payload bytes, retransmissions included
@@ -250,18 +300,23 @@ class RecvQP:
     # gap (they stay in rx_packets/rx_bytes, which count what arrived in order).
     discarded_packets: int = 0
     discarded_bytes: int = 0
+    naks_sent: int = 0  # sequence NAKs (RNR NAKs are rnr_naks_sent)
+    # The largest distance by which a packet's PSN was ahead of the expected one.
+    reorder_depth_max: int = 0
+    # "selective": the packets held beyond the expected PSN (emu/host/reorder.py),
+    # and those that arrived beyond its window (dropped).
+    ooo: ReorderWindow | None = None
+    beyond_window: int = 0
 
 
 class Rnic:
     """A NIC with its queue pairs; see the module docstring."""
 
     def __init__(self, cfg: NicConfig, now: float = 0.0) -> None:
-        if cfg.loss_recovery not in LOSS_RECOVERY:
-            raise ValueError(
-                f"loss_recovery={cfg.loss_recovery!r}: must be one of {', '.join(LOSS_RECOVERY)}"
-            )
+        check_config(cfg)
         self.cfg = cfg
         self.go_back_0 = cfg.loss_recovery == GO_BACK_0
+        self.selective = cfg.loss_recovery == SELECTIVE
         self.send_qps: dict[int, SendQP] = {}
         self.recv_qps: dict[int, RecvQP] = {}
         self.free_at = now  # the NIC's own wire (link-rate pacing)
@@ -281,6 +336,7 @@ class Rnic:
         self.cnps_sent = 0
         self._msg_ids = 0
         self.rto_s = retransmit_timeout_s(cfg)
+        self.reorder_s = reorder_timeout_s(cfg)
         self._rr: deque[int] = deque()
         self.credit: CreditLink | None = None
         if cfg.credit is not None and cfg.credit.enabled:
@@ -337,6 +393,8 @@ class Rnic:
             last_progress=now,
         )
         self.recv_qps[qpn] = RecvQP(qpn, peer_qpn, tmpl)
+        if self.selective:
+            self.recv_qps[qpn].ooo = ReorderWindow(self.cfg.ooo_window_packets)
         self._rr.append(qpn)
 
     def set_deliver_data(self, qpn: int, on: bool = True) -> None:
@@ -356,6 +414,8 @@ class Rnic:
             qp.inbox.clear()
             qp.parts.clear()
             qp.inbox_bytes = qp.parts_bytes = 0
+            if qp.ooo is not None:
+                qp.ooo.drop_data()
 
     def take_messages(self, qpn: int, max_messages: int | None = None) -> list[tuple[int, bytes]]:
         """The (msn, bytes) of messages received whole on QP `qpn`, oldest first; removed.
@@ -524,16 +584,15 @@ class Rnic:
             if self.paused_until[prio] > now or (credit is not None and credit.blocked(prio)):
                 continue  # its lane is paused, or waits for a flow control frame
             self._check_timeout(qp, now)
-            if (
-                qp.next_psn >= qp.end_psn
-                or qp.next_tx_at > soon
-                or qp.next_psn - qp.una >= MAX_OUTSTANDING_PACKETS
-            ):
+            # "selective": a PSN the responder NAKed goes first, alone, asking for an ACK.
+            resend = bool(qp.resend)
+            if qp.next_tx_at > soon or not (resend or _has_new(qp)):
                 continue
+            psn = qp.resend[0] if resend else qp.next_psn
             slot = max(self.free_at, qp.next_tx_at, qp.ready_since, self.paused_until[prio])
-            payload, op, ack_req, reth, data = qp.sizes[qp.next_psn]
+            payload, op, ack_req, reth, data = qp.sizes[psn]
             frame = qp.tmpl.frame(
-                op, qp.next_psn & roce.PSN_MASK, payload, ack_req=ack_req, reth=reth, payload=data
+                op, psn & roce.PSN_MASK, payload, ack_req=ack_req or resend, reth=reth, payload=data
             )
             if credit is not None and credit.by_prio[prio] is not None:
                 if not credit.may_send(prio, len(frame), now):
@@ -541,8 +600,12 @@ class Rnic:
                 credit.sent(prio, len(frame))
                 slot = max(slot, credit.unblocked_at(prio))
             self._on_clock(now, slot, len(frame), slot in (self.free_at, qp.next_tx_at))
-            qp.sent_at[qp.next_psn] = now
-            qp.next_psn += 1
+            qp.sent_at[psn] = now
+            if resend:
+                del qp.resend[0]
+                qp.retransmitted += 1
+            else:
+                qp.next_psn += 1
             qp.tx_packets += 1
             qp.tx_bytes += len(frame)
             qp.tx_payload_bytes += payload
@@ -604,7 +667,7 @@ class Rnic:
         for qp in self.send_qps.values():
             if credit is not None and credit.blocked(qp.prio):
                 continue  # waits for a flow control frame, which wakes the agent
-            if qp.next_psn < qp.end_psn and qp.next_psn - qp.una < MAX_OUTSTANDING_PACKETS:
+            if qp.resend or _has_new(qp):
                 times.append(max(qp.next_tx_at, self.paused_until[qp.prio]))
             elif qp.una < qp.next_psn:
                 rto_at = qp.sent_at.get(qp.una, qp.last_progress) + self.rto_s
@@ -618,8 +681,10 @@ class Rnic:
             qp.timeouts += 1
             # Go-back-0 restarts the message that `una` is in (the responder may
             # have discarded its start on a gap whose NAK was lost).
+            # "selective" goes back N too: a lost tail or a burst (emu/host/reorder.py).
             start = self._message_start(qp, qp.una) if self.go_back_0 else qp.una
             qp.retransmitted += qp.next_psn - start
+            qp.resend.clear()
             qp.una = qp.next_psn = start
             qp.last_progress = now
             qp.ready_since = now
@@ -661,7 +726,10 @@ class Rnic:
                 qp.cnps += 1
                 qp.rp.on_cnp(now)
             return []
-        out = self._on_data(info, frame, now)
+        return self._replies(self._on_data(info, frame, now), now)
+
+    def _replies(self, out: list[bytes], now: float) -> list[bytes]:
+        """The control frames a receive (or a timer) produced, as they leave now."""
         if self.credit is not None and out:
             # ACKs and NAKs ride the data lane: they too need credit, in order.
             self.ctrl_q.extend(f for f in out if _prio_of(f) in self.credit.state)
@@ -733,23 +801,7 @@ class Rnic:
         kind = info.syndrome & roce.AETH_KIND_MASK
         psn = self._unwrap(info.psn, qp.una)
         if kind == roce.AETH_NAK:
-            qp.naks += 1
-            if self.go_back_0:
-                # The NAK names the message's first PSN, which may lie below `una`:
-                # the responder threw away the packets it had acknowledged.
-                start = self._message_start(qp, psn)
-                oldest = qp.messages[0].first_psn if qp.messages else qp.una
-                if oldest <= start <= qp.next_psn:
-                    qp.retransmitted += qp.next_psn - start
-                    qp.una = qp.next_psn = start
-                    qp.last_progress = now
-                    qp.ready_since = now
-            elif qp.una <= psn <= qp.next_psn:
-                qp.retransmitted += qp.next_psn - psn
-                qp.una = max(qp.una, psn)
-                qp.next_psn = psn  # go-back-N from the first missing packet
-                qp.last_progress = now
-                qp.ready_since = now
+            self._on_nak(qp, psn, now)
         elif kind == roce.AETH_RNR_NAK:
             # The responder had no room: resend from `psn` after the RNR timer (IBA 9.7.5.2.8).
             qp.rnr_naks += 1
@@ -757,6 +809,7 @@ class Rnic:
                 qp.retransmitted += qp.next_psn - psn
                 qp.una = max(qp.una, psn)
                 qp.next_psn = psn
+                qp.resend.clear()
                 qp.last_progress = now
                 qp.next_tx_at = max(qp.next_tx_at, now + self._rnr_s(info.syndrome & 0x1F))
         elif kind == roce.AETH_ACK and qp.una <= psn < qp.next_psn:
@@ -764,6 +817,8 @@ class Rnic:
                 qp.ready_since = now  # the window reopens now
             qp.una = psn + 1
             qp.last_progress = now
+        while qp.resend and qp.resend[0] < qp.una:
+            del qp.resend[0]  # acknowledged before it was resent
         while qp.messages and qp.messages[0].end_psn <= qp.una:
             msg = qp.messages.popleft()
             msg.completed_at = now
@@ -779,6 +834,33 @@ class Rnic:
             qp.sent_at.pop(qp.freed, None)
             qp.freed += 1
 
+    def _on_nak(self, qp: SendQP, psn: int, now: float) -> None:
+        """A sequence NAK naming `psn`: go back N, go back to the message's start, or resend it."""
+        qp.naks += 1
+        if self.go_back_0:
+            # The NAK names the message's first PSN, which may lie below `una`:
+            # the responder threw away the packets it had acknowledged.
+            start = self._message_start(qp, psn)
+            oldest = qp.messages[0].first_psn if qp.messages else qp.una
+            if oldest <= start <= qp.next_psn:
+                qp.retransmitted += qp.next_psn - start
+                qp.una = qp.next_psn = start
+                qp.last_progress = now
+                qp.ready_since = now
+        elif self.selective:
+            # The responder found `psn` lost and holds what came after it: resend
+            # `psn` alone (emu/host/reorder.py), lowest PSN first.
+            if qp.una <= psn < qp.next_psn and psn not in qp.resend:
+                if not qp.resend and not _has_new(qp):
+                    qp.ready_since = now
+                bisect.insort(qp.resend, psn)
+        elif qp.una <= psn <= qp.next_psn:
+            qp.retransmitted += qp.next_psn - psn
+            qp.una = max(qp.una, psn)
+            qp.next_psn = psn  # go-back-N from the first missing packet
+            qp.last_progress = now
+            qp.ready_since = now
+
     def _rnr_s(self, code: int) -> float:
         """The RNR timer `code` in emulated seconds (scaled like the RTO)."""
         return RNR_TIMER_S[code] * self.cfg.modelled_rate_bps / self.cfg.rate_bps
@@ -791,7 +873,6 @@ class Rnic:
         qp = self.recv_qps.get(info.dest_qp)
         if qp is None:
             return []
-        size = len(frame)
         out = []
         if info.ecn == roce.ECN_CE:
             qp.ce_marked += 1
@@ -799,63 +880,88 @@ class Rnic:
                 out.append(qp.tmpl.cnp_frame())
                 self.cnps_sent += 1
         psn = self._unwrap(info.psn, qp.expected)
-        if psn == qp.expected:
-            self._drain(now)
-            if self.rx_buffer + size > self.cfg.rx_buffer_bytes:
-                self.rx_overflow += 1  # the host had no room: as if lost (sender retries)
-                return out
-            if qp.deliver_data:
-                if qp.inbox_bytes + qp.parts_bytes + info.payload_len > self.cfg.inbox_max_bytes:
-                    # Each retry of the expected PSN is answered (the requester
-                    # waits the RNR timer in between); nak_sent keeps the packets
-                    # already in flight behind it from drawing sequence NAKs.
-                    qp.nak_sent = True
-                    qp.rnr_naks_sent += 1
-                    out.append(
-                        qp.tmpl.ack_frame(
-                            psn & roce.PSN_MASK,
-                            qp.msn & 0xFFFFFF,
-                            roce.AETH_RNR_NAK | MIN_RNR_TIMER,
-                        )
-                    )
-                    return out
-                qp.parts.append(bytes(roce.payload(frame, info)))
-                qp.parts_bytes += info.payload_len
-            qp.expected += 1
-            qp.nak_sent = False
-            qp.rx_packets += 1
-            qp.rx_bytes += info.payload_len
-            qp.msg_bytes += info.payload_len
-            self.rx_buffer += size
-            if info.opcode in _MESSAGE_ENDS:
-                qp.msg_first = qp.expected
-                qp.msg_bytes = 0
-                qp.msn += 1
-                qp.messages_received += 1
-                if qp.deliver_data:
-                    data = b"".join(qp.parts) if len(qp.parts) != 1 else qp.parts[0]
-                    qp.parts.clear()
-                    qp.parts_bytes = 0
-                    qp.inbox.append((qp.msn, data))
-                    qp.inbox_bytes += len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
-            if info.ack_req:
-                out.append(qp.tmpl.ack_frame(psn & roce.PSN_MASK, qp.msn & 0xFFFFFF))
-            if self.credit is None:
-                out += self._rx_pfc(now)
+        if self.selective:
+            out += self._on_data_selective(qp, psn, info, frame, now)
+        elif psn == qp.expected:
+            out += self._accept(qp, info, frame, now)
         elif psn > qp.expected:
-            out += self._on_psn_gap(qp)
+            out += self._on_psn_gap(qp, psn)
         else:
-            qp.duplicates += 1
-            if info.ack_req:
-                out.append(qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK, qp.msn & 0xFFFFFF))
+            out += self._duplicate(qp, info)
         return out
 
-    def _on_psn_gap(self, qp: RecvQP) -> list[bytes]:
-        """A packet past the expected PSN: the sequence NAK, sent once until the gap fills."""
+    def _accept(self, qp: RecvQP, info: roce.RoceInfo, frame: bytes, now: float) -> list[bytes]:
+        """The expected PSN arrived: deliver it and what it makes contiguous; ACK if asked."""
+        self._drain(now)
+        size = len(frame)
+        if self.rx_buffer + size > self.cfg.rx_buffer_bytes:
+            self.rx_overflow += 1  # the host had no room: as if lost (sender retries)
+            return []
+        if qp.deliver_data:
+            held = qp.ooo.data_bytes if qp.ooo is not None else 0
+            if qp.inbox_bytes + qp.parts_bytes + held + info.payload_len > self.cfg.inbox_max_bytes:
+                # Each retry of the expected PSN is answered (the requester
+                # waits the RNR timer in between); nak_sent keeps the packets
+                # already in flight behind it from drawing sequence NAKs.
+                qp.nak_sent = True
+                qp.rnr_naks_sent += 1
+                syndrome = roce.AETH_RNR_NAK | MIN_RNR_TIMER
+                return [qp.tmpl.ack_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF, syndrome)]
+            qp.parts.append(bytes(roce.payload(frame, info)))
+            qp.parts_bytes += info.payload_len
+        qp.nak_sent = False
+        self.rx_buffer += size
+        self._deliver(qp, info.payload_len, info.opcode in _MESSAGE_ENDS)
+        # "selective": the packets held beyond it that are now in order follow it,
+        # and an ACK one of them asked for is owed now.
+        ack = info.ack_req
+        if qp.ooo is not None and qp.ooo.held:
+            ack = self._advance(qp) or ack
+        out = []
+        if ack:
+            out.append(qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK, qp.msn & 0xFFFFFF))
+        if self.credit is None:
+            out += self._rx_pfc(now)
+        return out
+
+    def _deliver(self, qp: RecvQP, size: int, end: bool) -> None:
+        """The expected PSN's packet (of `size` payload bytes) is in; `end`: its message's last."""
+        qp.expected += 1
+        qp.rx_packets += 1
+        qp.rx_bytes += size
+        qp.msg_bytes += size
+        if not end:
+            return
+        qp.msg_first = qp.expected
+        qp.msg_bytes = 0
+        qp.msn += 1
+        qp.messages_received += 1
+        if qp.deliver_data:
+            data = b"".join(qp.parts) if len(qp.parts) != 1 else qp.parts[0]
+            qp.parts.clear()
+            qp.parts_bytes = 0
+            qp.inbox.append((qp.msn, data))
+            qp.inbox_bytes += len(data) + INBOX_MESSAGE_OVERHEAD_BYTES
+
+    def _duplicate(self, qp: RecvQP, info: roce.RoceInfo) -> list[bytes]:
+        """A PSN already received: counted, and answered with the cumulative ACK if asked."""
+        qp.duplicates += 1
+        if not info.ack_req:
+            return []
+        return [qp.tmpl.ack_frame((qp.expected - 1) & roce.PSN_MASK, qp.msn & 0xFFFFFF)]
+
+    def _ahead(self, qp: RecvQP, psn: int) -> None:
+        """Count a packet `psn` that arrived ahead of the expected PSN, and how far ahead."""
         qp.out_of_order += 1
+        qp.reorder_depth_max = max(qp.reorder_depth_max, psn - qp.expected)
+
+    def _on_psn_gap(self, qp: RecvQP, psn: int) -> list[bytes]:
+        """A packet past the expected PSN: the sequence NAK, sent once until the gap fills."""
+        self._ahead(qp, psn)
         if qp.nak_sent:
             return []
         qp.nak_sent = True
+        qp.naks_sent += 1
         if self.go_back_0 and qp.expected > qp.msg_first:
             # Go-back-0 keeps no partial message: expect it from its start.
             qp.discarded_packets += qp.expected - qp.msg_first
@@ -864,6 +970,70 @@ class Rnic:
             qp.parts.clear()
             qp.parts_bytes = 0
         return [qp.tmpl.nak_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF)]
+
+    # ----- "selective": out-of-order placement (emu/host/reorder.py) -------
+
+    def _on_data_selective(
+        self, qp: RecvQP, psn: int, info: roce.RoceInfo, frame: bytes, now: float
+    ) -> list[bytes]:
+        """A data packet at a responder that holds what arrives out of order."""
+        win = qp.ooo
+        if psn == qp.expected:
+            out = self._accept(qp, info, frame, now)
+        elif psn < qp.expected:
+            out = self._duplicate(qp, info)
+        elif psn - qp.expected >= win.window:
+            # No place for it: the hole at the window's base is a loss, now.
+            self._ahead(qp, psn)
+            qp.beyond_window += 1
+            out = [] if qp.nak_sent else self._nak_base(qp)
+        elif psn in win.held:
+            out = self._duplicate(qp, info)
+        else:
+            out = self._place(qp, psn, info, frame, now)
+        return out + self._lost_naks(qp, now)
+
+    def _nak_base(self, qp: RecvQP) -> list[bytes]:
+        qp.nak_sent = True
+        qp.naks_sent += 1
+        return [qp.tmpl.nak_frame(qp.expected & roce.PSN_MASK, qp.msn & 0xFFFFFF)]
+
+    def _place(
+        self, qp: RecvQP, psn: int, info: roce.RoceInfo, frame: bytes, now: float
+    ) -> list[bytes]:
+        """Hold `psn` at its place in the window: no NAK (a reordering, until found lost)."""
+        if info.payload_len > self.cfg.mtu_payload:
+            return []  # longer than a packet's place: malformed, dropped
+        self._drain(now)
+        size = len(frame)
+        if self.rx_buffer + size > self.cfg.rx_buffer_bytes:
+            self.rx_overflow += 1
+            return []
+        self._ahead(qp, psn)
+        data = bytes(roce.payload(frame, info)) if qp.deliver_data else None
+        end = info.opcode in _MESSAGE_ENDS
+        qp.ooo.place(psn, now, info.ack_req, end, info.payload_len, data)
+        self.rx_buffer += size
+        return self._rx_pfc(now) if self.credit is None else []
+
+    def _advance(self, qp: RecvQP) -> bool:
+        """Deliver the held packets that follow the expected PSN; True: one asked for an ACK."""
+        owed = False
+        while (entry := qp.ooo.pop(qp.expected)) is not None:
+            _, ack_req, end, size, data = entry
+            if qp.deliver_data and data is not None:
+                qp.parts.append(data)
+                qp.parts_bytes += size
+            self._deliver(qp, size, end)
+            owed = owed or ack_req
+        qp.ooo.settle()
+        return owed
+
+    def _lost_naks(self, qp: RecvQP, now: float) -> list[bytes]:
+        """NAKs of the holes a persisting gap shows lost (emu/host/reorder.py), if a round is due."""
+        holes = qp.ooo.lost(qp.expected, now, self.reorder_s)
+        qp.naks_sent += len(holes)
+        return [qp.tmpl.nak_frame(h & roce.PSN_MASK, qp.msn & 0xFFFFFF) for h in holes]
 
     # ----- host receive buffer and PFC generation -------------------------
 
@@ -892,21 +1062,29 @@ class Rnic:
         return []
 
     def tick(self, now: float) -> list[bytes]:
-        """Timer work: PAUSE refresh/XON as the buffer drains; DCQCN rate increase."""
+        """Timer work: PAUSE refresh/XON as the buffer drains; DCQCN rate increase;
+        "selective": the NAKs of gaps that persisted (emu/host/reorder.py)."""
         for qp in self.send_qps.values():
             if qp.rp is not None:
                 qp.rp.advance(now)
+        out = []
+        if self.selective:
+            for qp in self.recv_qps.values():
+                out += self._lost_naks(qp, now)
+            out = self._replies(out, now)
         if self.credit is not None:
-            return self._flush_ctrl(now) + self._credit_due(now)
+            return out + self._flush_ctrl(now) + self._credit_due(now)
         if self.xoff or self.stuck:
-            out = self._rx_pfc(now)
-            for f in out:
+            pause = self._rx_pfc(now)
+            for f in pause:
                 self._wire(len(f), now)
-            return out
-        return []
+            return out + pause
+        return out
 
     def next_tick(self) -> float | None:
         times = [qp.rp.next_event_at() for qp in self.send_qps.values() if qp.rp is not None]
+        if self.selective:
+            times += [qp.ooo.due(self.reorder_s) for qp in self.recv_qps.values()]
         times = [t for t in times if t is not None]
         if self.credit is not None:
             times.append(self.credit.next_due())
@@ -959,6 +1137,9 @@ class Rnic:
                 "rnr_naks_sent": qp.rnr_naks_sent,
                 "discarded_packets": qp.discarded_packets,
                 "discarded_bytes": qp.discarded_bytes,
+                "naks_sent": qp.naks_sent,
+                "reorder_depth_max": qp.reorder_depth_max,
+                "beyond_window": qp.beyond_window,
             }
             for qpn, qp in self.recv_qps.items()
         }
@@ -990,6 +1171,11 @@ _DSCP_PRIO = {
     DSCP_SECOND_CLASS: SECOND_CLASS_PRIO,
     roce.DSCP_CNP: CNP_PRIO,
 }
+
+
+def _has_new(qp: SendQP) -> bool:
+    """Whether QP `qp` has a PSN never sent that its window lets go."""
+    return qp.next_psn < qp.end_psn and qp.next_psn - qp.una < MAX_OUTSTANDING_PACKETS
 
 
 def _prio_of(frame: bytes) -> int:

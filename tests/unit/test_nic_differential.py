@@ -56,6 +56,7 @@ def make_pair(kind: str, scenario: dict) -> list:
             rx_xon_bytes=scenario.get("rx_xon", 64 * 1024),
             credit=scenario.get("credit"),
             drain_rate_bps=scenario.get("drain"),
+            ooo_window_packets=scenario.get("ooo_window", rnic.MAX_OUTSTANDING_PACKETS),
         )
         nics.append(cls(cfg, now=0.0))
     for a in range(2):

@@ -11,6 +11,10 @@
  *                 timers, pacing at the link and DCQCN rates, PAUSE honoured and
  *                 sent, the receive buffer, reassembly, the fidelity clock
  *                 (emu/host/rnic.py, emu/fidelity.PortClock)
+ *   nic_reorder.c "selective" loss recovery: the responder's reorder window
+ *                 (out-of-order placement, the gap's age, the NAKs of holes
+ *                 found lost) and the requester's PSNs to resend
+ *                 (emu/host/reorder.py, rnic.py)
  *   nic_credit.c  the credit link instead of PFC: IBA's per-VL link flow control
  *                 (emu/credit.py's CreditLink), its flow control frames
  *                 (emu/proto/credit.py), and the control frames that wait for
@@ -53,6 +57,10 @@
 #define NIC_BLOCK_BYTES 64           /* credit.BLOCK_BYTES */
 #define NIC_COUNTER_MOD 4096         /* credit.COUNTER_MOD */
 #define NIC_MAX_CREDIT_BLOCKS 2048   /* credit.MAX_CREDIT_BLOCKS */
+#define NIC_NAKS_PER_ROUND 32        /* reorder.NAKS_PER_ROUND */
+
+/* loss recovery (rnic.LOSS_RECOVERY) */
+enum { NIC_GO_BACK_N = 0, NIC_GO_BACK_0 = 1, NIC_SELECTIVE = 2 };
 
 /* BTH opcodes and AETH syndromes (roce.py) */
 enum {
@@ -191,6 +199,24 @@ typedef struct {
     uint8_t *data;
 } nic_inbox_msg;
 
+/* The packets one responder QP holds beyond its expected PSN (reorder.ReorderWindow):
+ * slot psn % window of each array; every held PSN lies in (expected, expected + window). */
+#define NIC_OOO_HELD 1
+#define NIC_OOO_ACK_REQ 2
+#define NIC_OOO_END 4
+#define NIC_OOO_DATA 8
+typedef struct {
+    int64_t window;
+    uint8_t *flags;               /* NIC_OOO_* per slot */
+    double *at;                   /* arrival time per slot */
+    uint32_t *len;                /* payload bytes per slot */
+    uint8_t *data;                /* window x mtu payload bytes (QPs that deliver data); NULL */
+    int64_t mtu;                  /* the size of a slot in `data` */
+    int64_t held, hi;             /* how many are held; one past the highest held PSN */
+    int64_t data_bytes;
+    double gap_since, round_at;   /* NAN: none */
+} nic_ooo;
+
 typedef struct {
     uint32_t qpn, peer_qpn;
     nic_hdr data_hdr, cnp_hdr;
@@ -210,11 +236,15 @@ typedef struct {
     size_t completed_count, completed_cap;
     int64_t tx_packets, tx_bytes, tx_payload_bytes, rnr_naks, retransmitted, naks, timeouts,
         cnps;
+    int64_t *resend;              /* "selective": PSNs NAKed, to resend, ascending */
+    size_t resend_n;              /* at most NIC_MAX_OUTSTANDING */
     /* responder */
     int64_t expected, msg_first, msg_bytes, msn;
     int nak_sent, deliver_data;
     int64_t rx_packets, rx_bytes, out_of_order, duplicates, ce_marked, messages_received,
-        rnr_naks_sent, discarded_packets, discarded_bytes;
+        rnr_naks_sent, discarded_packets, discarded_bytes, naks_sent, reorder_depth_max,
+        beyond_window;
+    nic_ooo ooo;                  /* "selective" only (flags NULL otherwise) */
     uint8_t *parts;               /* payload of the message being received */
     size_t parts_len, parts_cap;
     nic_inbox_msg *inbox;
@@ -227,7 +257,9 @@ typedef struct nic_engine {
     double rate_bps, rto_s;
     double rnr_s[32];             /* the RNR timer codes in emulated seconds (rnic._rnr_s) */
     int64_t mtu_payload;
-    int go_back_0;
+    int go_back_0, selective;
+    int64_t ooo_window;           /* rnic.NicConfig.ooo_window_packets */
+    double reorder_s;             /* rnic.reorder_timeout_s */
     int dcqcn;
     nic_dcqcn dcqcn_p;
     int64_t rx_buffer_bytes, rx_xoff_bytes, rx_xon_bytes, inbox_max_bytes;
@@ -272,6 +304,25 @@ double nic_next_tick(nic_engine *e);                 /* NAN: none */
 void nic_drain(nic_engine *e, double now);
 /* the wire's virtual clock (nic_engine.c): a frame of `size` bytes leaves at `now` */
 void nic_wire(nic_engine *e, size_t size, double now);
+
+/* nic_reorder.c: the responder's window (allocated at connect; its payload slots when
+ * the QP starts delivering data), and the requester's resend set. 0, or -1 out of memory. */
+int nic_ooo_init(nic_ooo *o, int64_t window);
+int nic_ooo_alloc_data(nic_ooo *o, int64_t mtu);
+void nic_ooo_drop_data(nic_ooo *o);
+void nic_ooo_free(nic_ooo *o);
+int nic_ooo_is_held(const nic_ooo *o, int64_t psn);
+void nic_ooo_place(nic_ooo *o, int64_t psn, double now, int ack_req, int end,
+                   const uint8_t *payload, size_t len, int keep);
+/* 1: `psn` was held; its flags, payload length and payload (NULL: none) out; removed. */
+int nic_ooo_pop(nic_ooo *o, int64_t psn, int *flags, size_t *len, const uint8_t **data);
+void nic_ooo_settle(nic_ooo *o, int64_t expected);
+double nic_ooo_due(const nic_ooo *o, double timeout_s);  /* NAN: no gap */
+/* The holes found lost now into holes[NIC_NAKS_PER_ROUND]; how many. */
+size_t nic_ooo_lost(nic_ooo *o, int64_t expected, double now, double timeout_s,
+                    int64_t *holes);
+int nic_resend_add(nic_qp *qp, int64_t psn);   /* 1 added, 0 already there or full */
+void nic_resend_purge(nic_qp *qp);             /* drop the PSNs below una */
 
 /* nic_credit.c: set up the credit link, and free it. */
 /* The sizes are credit.CreditLink's (nicpath.py builds one for them). */

@@ -5,8 +5,10 @@
  * sent (rnic.post_send keeps them per PSN; the frames are the same). Pacing at
  * the link rate (the wire's virtual clock) and at the QP's DCQCN rate, the
  * go-back-N window, the RTO from the oldest unacknowledged packet's send time,
- * NAK / RNR NAK / ACK handling and go-back-0 as rnic.py has them. Responder:
- * PSN order, ACK when asked, a NAK on the first gap, duplicates answered,
+ * NAK / RNR NAK / ACK handling, go-back-0 and "selective" (a NAKed PSN resent
+ * alone, nic_reorder.c) as rnic.py has them. Responder: PSN order, ACK when
+ * asked, a NAK on the first gap or, "selective", packets held out of order
+ * until the PSNs below arrive (nic_reorder.c), duplicates answered,
  * CE marks turned into CNPs (DCQCN's notification point), the host receive
  * buffer and its PAUSE, reassembly of whole messages into an inbox. On a
  * credit link the lanes' credit (nic_credit.c) gates data and ACKs instead of
@@ -163,6 +165,13 @@ nic_qp *nic_connect(nic_engine *e, uint32_t qpn, uint32_t peer_qpn, double now,
         qp->has_rp = 1;
         nic_rp_init(&qp->rp, &e->dcqcn_p, now);
     }
+    if (e->selective) {
+        qp->resend = malloc(NIC_MAX_OUTSTANDING * sizeof *qp->resend);
+        if (!qp->resend || nic_ooo_init(&qp->ooo, e->ooo_window) < 0) {
+            nic_qp_free(qp);
+            return NULL;
+        }
+    }
     e->qps[e->nqps++] = qp;
     return qp;
 }
@@ -180,6 +189,8 @@ void nic_qp_free(nic_qp *qp)
     for (size_t i = 0; i < qp->inbox_count; i++)
         free(qp->inbox[(qp->inbox_head + i) % qp->inbox_cap].data);
     free(qp->inbox);
+    free(qp->resend);
+    nic_ooo_free(&qp->ooo);
     free(qp);
 }
 
@@ -300,14 +311,23 @@ static void check_timeout(nic_engine *e, nic_qp *qp, double now)
         qp->timeouts++;
         int64_t start = e->go_back_0 ? message_start(qp, qp->una) : qp->una;
         qp->retransmitted += qp->next_psn - start;
+        qp->resend_n = 0;
         qp->una = qp->next_psn = start;
         qp->last_progress = now;
         qp->ready_since = now;
     }
 }
 
-/* The frame of PSN `psn` (rnic.post_send's per-packet fields, then DataTemplate.frame). */
-static size_t data_frame(nic_engine *e, nic_qp *qp, int64_t psn, size_t *payload_out)
+/* rnic._has_new: a PSN never sent that the window lets go */
+static int has_new(const nic_qp *qp)
+{
+    return qp->next_psn < qp->end_psn && qp->next_psn - qp->una < NIC_MAX_OUTSTANDING;
+}
+
+/* The frame of PSN `psn` (rnic.post_send's per-packet fields, then DataTemplate.frame);
+ * `force_ack`: AckReq whatever the PSN (a "selective" retransmission). */
+static size_t data_frame(nic_engine *e, nic_qp *qp, int64_t psn, size_t *payload_out,
+                         int force_ack)
 {
     nic_msg *m = msg_of(qp, psn);
     if (!m)
@@ -323,7 +343,7 @@ static size_t data_frame(nic_engine *e, nic_qp *qp, int64_t psn, size_t *payload
         op = m->write ? OP_WRITE_LAST : OP_SEND_LAST;
     else
         op = m->write ? OP_WRITE_MIDDLE : OP_SEND_MIDDLE;
-    int ack_req = i == n - 1 || psn % NIC_ACK_EVERY == NIC_ACK_EVERY - 1;
+    int ack_req = force_ack || i == n - 1 || psn % NIC_ACK_EVERY == NIC_ACK_EVERY - 1;
     uint8_t reth[16];
     size_t ext = 0;
     if (m->write && i == 0) {
@@ -359,13 +379,15 @@ int nic_next_frame(nic_engine *e, double now, nic_out *out)
         if (e->paused_until[prio] > now || (credit && nic_credit_blocked(credit, prio)))
             continue;  /* its lane is paused, or waits for a flow control frame */
         check_timeout(e, qp, now);
-        if (qp->next_psn >= qp->end_psn || qp->next_tx_at > soon ||
-            qp->next_psn - qp->una >= NIC_MAX_OUTSTANDING)
+        /* "selective": a PSN the responder NAKed goes first, alone, asking for an ACK. */
+        int resend = qp->resend_n > 0;
+        if (qp->next_tx_at > soon || !(resend || has_new(qp)))
             continue;
+        int64_t psn = resend ? qp->resend[0] : qp->next_psn;
         double slot = dmax(dmax(dmax(e->free_at, qp->next_tx_at), qp->ready_since),
                            e->paused_until[prio]);
         size_t payload = 0;
-        size_t len = data_frame(e, qp, qp->next_psn, &payload);
+        size_t len = data_frame(e, qp, psn, &payload, resend);
         if (!len)
             continue;  /* cannot happen: every PSN below end_psn has its message */
         if (credit && credit->is_vl[prio]) {
@@ -375,9 +397,15 @@ int nic_next_frame(nic_engine *e, double now, nic_out *out)
             slot = dmax(slot, nic_credit_unblocked_at(credit, prio));
         }
         on_clock(e, now, slot, len, slot == e->free_at || slot == qp->next_tx_at);
-        if (sent_at_set(qp, qp->next_psn, now) < 0)
+        if (sent_at_set(qp, psn, now) < 0)
             return -1;
-        qp->next_psn++;
+        if (resend) {
+            memmove(qp->resend, qp->resend + 1, (qp->resend_n - 1) * sizeof *qp->resend);
+            qp->resend_n--;
+            qp->retransmitted++;
+        } else {
+            qp->next_psn++;
+        }
         qp->tx_packets++;
         qp->tx_bytes += (int64_t)len;
         qp->tx_payload_bytes += (int64_t)payload;
@@ -403,7 +431,7 @@ double nic_next_wakeup(nic_engine *e, double now)
         double t;
         if (nic_credit_blocked(&e->credit, qp->prio))
             continue;  /* waits for a flow control frame, which wakes the agent */
-        if (qp->next_psn < qp->end_psn && qp->next_psn - qp->una < NIC_MAX_OUTSTANDING)
+        if (qp->resend_n || has_new(qp))
             t = dmax(qp->next_tx_at, e->paused_until[qp->prio]);
         else if (qp->una < qp->next_psn)
             t = dmax(sent_at_get(qp, qp->una, qp->last_progress) + e->rto_s,
@@ -459,6 +487,35 @@ static int completed_add(nic_qp *qp, const nic_msg *m)
     return 0;
 }
 
+/* rnic._on_nak: go back N, go back to the message's start, or resend the PSN alone. */
+static void on_nak(nic_engine *e, nic_qp *qp, int64_t psn, double now)
+{
+    qp->naks++;
+    if (e->go_back_0) {
+        int64_t start = message_start(qp, psn);
+        int64_t oldest = qp->msg_count ? msg_at(qp, 0)->first_psn : qp->una;
+        if (oldest <= start && start <= qp->next_psn) {
+            qp->retransmitted += qp->next_psn - start;
+            qp->una = qp->next_psn = start;
+            qp->last_progress = now;
+            qp->ready_since = now;
+        }
+    } else if (e->selective) {
+        if (qp->una <= psn && psn < qp->next_psn) {
+            int idle = !qp->resend_n && !has_new(qp);
+            if (nic_resend_add(qp, psn) && idle)
+                qp->ready_since = now;
+        }
+    } else if (qp->una <= psn && psn <= qp->next_psn) {
+        qp->retransmitted += qp->next_psn - psn;
+        if (psn > qp->una)
+            qp->una = psn;
+        qp->next_psn = psn;
+        qp->last_progress = now;
+        qp->ready_since = now;
+    }
+}
+
 static int on_ack(nic_engine *e, const nic_roce *r, double now)
 {
     nic_qp *qp = nic_qp_find(e, r->dest_qp);
@@ -467,31 +524,14 @@ static int on_ack(nic_engine *e, const nic_roce *r, double now)
     int kind = r->syndrome & AETH_KIND_MASK;
     int64_t psn = unwrap(r->psn, qp->una);
     if (kind == AETH_NAK) {
-        qp->naks++;
-        if (e->go_back_0) {
-            int64_t start = message_start(qp, psn);
-            int64_t oldest = qp->msg_count ? msg_at(qp, 0)->first_psn : qp->una;
-            if (oldest <= start && start <= qp->next_psn) {
-                qp->retransmitted += qp->next_psn - start;
-                qp->una = qp->next_psn = start;
-                qp->last_progress = now;
-                qp->ready_since = now;
-            }
-        } else if (qp->una <= psn && psn <= qp->next_psn) {
-            qp->retransmitted += qp->next_psn - psn;
-            if (psn > qp->una)
-                qp->una = psn;
-            qp->next_psn = psn;
-            qp->last_progress = now;
-            qp->ready_since = now;
-        }
-    } else if (kind == AETH_RNR_NAK) {
+        on_nak(e, qp, psn, now);    } else if (kind == AETH_RNR_NAK) {
         qp->rnr_naks++;
         if (qp->una <= psn && psn <= qp->next_psn) {
             qp->retransmitted += qp->next_psn - psn;
             if (psn > qp->una)
                 qp->una = psn;
             qp->next_psn = psn;
+            qp->resend_n = 0;
             qp->last_progress = now;
             qp->next_tx_at = dmax(qp->next_tx_at, now + e->rnr_s[r->syndrome & 0x1F]);
         }
@@ -501,6 +541,7 @@ static int on_ack(nic_engine *e, const nic_roce *r, double now)
         qp->una = psn + 1;
         qp->last_progress = now;
     }
+    nic_resend_purge(qp);   /* acknowledged before they were resent */
     while (qp->msg_count && msg_at(qp, 0)->end_psn <= qp->una) {
         nic_msg *m = msg_at(qp, 0);
         m->completed_at = now;
@@ -600,6 +641,171 @@ static int inbox_push(nic_qp *qp)
     return 0;
 }
 
+/* An ACKNOWLEDGE of `psn` with `syndrome` from QP `qp`. */
+static int send_ack(nic_engine *e, nic_qp *qp, int64_t psn, int syndrome, nic_out *out)
+{
+    size_t n = nic_build_ack(&qp->data_hdr, e->scratch, qp->peer_qpn, (uint32_t)psn & PSN_MASK,
+                             (uint32_t)qp->msn & PSN_MASK, syndrome);
+    return nic_out_add(out, e->scratch, n);
+}
+
+/* rnic._deliver: the expected PSN's packet is in; `end`: its message's last. */
+static int deliver(nic_qp *qp, int64_t size, int end)
+{
+    qp->expected++;
+    qp->rx_packets++;
+    qp->rx_bytes += size;
+    qp->msg_bytes += size;
+    if (!end)
+        return 0;
+    qp->msg_first = qp->expected;
+    qp->msg_bytes = 0;
+    qp->msn++;
+    qp->messages_received++;
+    return qp->deliver_data ? inbox_push(qp) : 0;
+}
+
+/* rnic._advance: the held packets that follow the expected PSN; 1 if one asked for an ACK. */
+static int advance(nic_qp *qp)
+{
+    int owed = 0, flags;
+    size_t len;
+    const uint8_t *data;
+    while (nic_ooo_pop(&qp->ooo, qp->expected, &flags, &len, &data)) {
+        if (qp->deliver_data && data && parts_add(qp, data, len) < 0)
+            return -1;
+        if (deliver(qp, (int64_t)len, flags & NIC_OOO_END) < 0)
+            return -1;
+        owed = owed || (flags & NIC_OOO_ACK_REQ);
+    }
+    nic_ooo_settle(&qp->ooo, qp->expected);
+    return owed;
+}
+
+/* rnic._accept: the expected PSN arrived. */
+static int accept(nic_engine *e, nic_qp *qp, const nic_roce *r, const uint8_t *f, size_t size,
+                  double now, nic_out *out)
+{
+    nic_drain(e, now);
+    if (e->rx_buffer + (double)size > (double)e->rx_buffer_bytes) {
+        e->rx_overflow++;
+        return 0;
+    }
+    if (qp->deliver_data) {
+        if (qp->inbox_bytes + (int64_t)qp->parts_len + qp->ooo.data_bytes +
+                (int64_t)r->payload_len > e->inbox_max_bytes) {
+            qp->nak_sent = 1;
+            qp->rnr_naks_sent++;
+            return send_ack(e, qp, qp->expected, AETH_RNR_NAK | NIC_MIN_RNR_TIMER, out);
+        }
+        if (parts_add(qp, f + r->payload_offset, r->payload_len) < 0)
+            return -1;
+    }
+    qp->nak_sent = 0;
+    e->rx_buffer += (double)size;
+    if (deliver(qp, (int64_t)r->payload_len, MESSAGE_END[r->opcode]) < 0)
+        return -1;
+    int ack = r->ack_req;
+    if (qp->ooo.held) {
+        int owed = advance(qp);
+        if (owed < 0)
+            return -1;
+        ack = owed || ack;
+    }
+    if (ack && send_ack(e, qp, qp->expected - 1, AETH_ACK | AETH_CREDIT_INVALID, out) < 0)
+        return -1;
+    return e->credit.enabled ? 0 : rx_pfc(e, now, out);
+}
+
+static int duplicate(nic_engine *e, nic_qp *qp, const nic_roce *r, nic_out *out)
+{
+    qp->duplicates++;
+    if (!r->ack_req)
+        return 0;
+    return send_ack(e, qp, qp->expected - 1, AETH_ACK | AETH_CREDIT_INVALID, out);
+}
+
+static void ahead(nic_qp *qp, int64_t psn)
+{
+    qp->out_of_order++;
+    if (psn - qp->expected > qp->reorder_depth_max)
+        qp->reorder_depth_max = psn - qp->expected;
+}
+
+static int nak_base(nic_engine *e, nic_qp *qp, nic_out *out)
+{
+    qp->nak_sent = 1;
+    qp->naks_sent++;
+    return send_ack(e, qp, qp->expected, AETH_NAK_PSN_SEQ_ERROR, out);
+}
+
+/* rnic._on_psn_gap: the sequence NAK, once until the gap fills (go-back-N and -0). */
+static int psn_gap(nic_engine *e, nic_qp *qp, int64_t psn, nic_out *out)
+{
+    ahead(qp, psn);
+    if (qp->nak_sent)
+        return 0;
+    if (e->go_back_0 && qp->expected > qp->msg_first) {
+        qp->discarded_packets += qp->expected - qp->msg_first;
+        qp->discarded_bytes += qp->msg_bytes;
+        qp->expected = qp->msg_first;
+        qp->msg_bytes = 0;
+        qp->parts_len = 0;
+    }
+    return nak_base(e, qp, out);
+}
+
+/* rnic._place: hold `psn` at its place in the window, no NAK. */
+static int place(nic_engine *e, nic_qp *qp, int64_t psn, const nic_roce *r, const uint8_t *f,
+                 size_t size, double now, nic_out *out)
+{
+    if ((int64_t)r->payload_len > e->mtu_payload)
+        return 0;   /* longer than a packet's place: malformed, dropped */
+    nic_drain(e, now);
+    if (e->rx_buffer + (double)size > (double)e->rx_buffer_bytes) {
+        e->rx_overflow++;
+        return 0;
+    }
+    ahead(qp, psn);
+    nic_ooo_place(&qp->ooo, psn, now, r->ack_req, MESSAGE_END[r->opcode], f + r->payload_offset,
+                  r->payload_len, qp->deliver_data);
+    e->rx_buffer += (double)size;
+    return e->credit.enabled ? 0 : rx_pfc(e, now, out);
+}
+
+/* rnic._lost_naks: the NAKs of the holes a persisting gap shows lost, if a round is due. */
+static int lost_naks(nic_engine *e, nic_qp *qp, double now, nic_out *out)
+{
+    int64_t holes[NIC_NAKS_PER_ROUND];
+    size_t n = nic_ooo_lost(&qp->ooo, qp->expected, now, e->reorder_s, holes);
+    qp->naks_sent += (int64_t)n;
+    for (size_t k = 0; k < n; k++)
+        if (send_ack(e, qp, holes[k], AETH_NAK_PSN_SEQ_ERROR, out) < 0)
+            return -1;
+    return 0;
+}
+
+/* rnic._on_data_selective */
+static int on_data_selective(nic_engine *e, nic_qp *qp, int64_t psn, const nic_roce *r,
+                             const uint8_t *f, size_t size, double now, nic_out *out)
+{
+    int rc;
+    if (psn == qp->expected) {
+        rc = accept(e, qp, r, f, size, now, out);
+    } else if (psn < qp->expected) {
+        rc = duplicate(e, qp, r, out);
+    } else if (psn - qp->expected >= qp->ooo.window) {
+        ahead(qp, psn);   /* no place for it: the hole at the window's base is a loss, now */
+        qp->beyond_window++;
+        rc = qp->nak_sent ? 0 : nak_base(e, qp, out);
+    } else if (nic_ooo_is_held(&qp->ooo, psn)) {
+        rc = duplicate(e, qp, r, out);
+    } else {
+        rc = place(e, qp, psn, r, f, size, now, out);
+    }
+    return rc < 0 ? -1 : lost_naks(e, qp, now, out);
+}
+
 static int on_data(nic_engine *e, const nic_roce *r, const uint8_t *f, size_t size, double now,
                    nic_out *out)
 {
@@ -624,73 +830,24 @@ static int on_data(nic_engine *e, const nic_roce *r, const uint8_t *f, size_t si
         }
     }
     int64_t psn = unwrap(r->psn, qp->expected);
-    if (psn == qp->expected) {
-        nic_drain(e, now);
-        if (e->rx_buffer + (double)size > (double)e->rx_buffer_bytes) {
-            e->rx_overflow++;
-            return 0;
-        }
-        if (qp->deliver_data) {
-            if (qp->inbox_bytes + (int64_t)qp->parts_len + (int64_t)r->payload_len >
-                e->inbox_max_bytes) {
-                qp->nak_sent = 1;
-                qp->rnr_naks_sent++;
-                size_t n = nic_build_ack(&qp->data_hdr, b, qp->peer_qpn, (uint32_t)psn & PSN_MASK,
-                                         (uint32_t)qp->msn & PSN_MASK,
-                                         AETH_RNR_NAK | NIC_MIN_RNR_TIMER);
-                return nic_out_add(out, b, n);
-            }
-            if (parts_add(qp, f + r->payload_offset, r->payload_len) < 0)
-                return -1;
-        }
-        qp->expected++;
-        qp->nak_sent = 0;
-        qp->rx_packets++;
-        qp->rx_bytes += (int64_t)r->payload_len;
-        qp->msg_bytes += (int64_t)r->payload_len;
-        e->rx_buffer += (double)size;
-        if (MESSAGE_END[r->opcode]) {
-            qp->msg_first = qp->expected;
-            qp->msg_bytes = 0;
-            qp->msn++;
-            qp->messages_received++;
-            if (qp->deliver_data && inbox_push(qp) < 0)
-                return -1;
-        }
-        if (r->ack_req) {
-            size_t n = nic_build_ack(&qp->data_hdr, b, qp->peer_qpn, (uint32_t)psn & PSN_MASK,
-                                     (uint32_t)qp->msn & PSN_MASK,
-                                     AETH_ACK | AETH_CREDIT_INVALID);
-            if (nic_out_add(out, b, n) < 0)
-                return -1;
-        }
-        return e->credit.enabled ? 0 : rx_pfc(e, now, out);
-    }
-    if (psn > qp->expected) {
-        qp->out_of_order++;
-        if (!qp->nak_sent) {
-            qp->nak_sent = 1;
-            if (e->go_back_0 && qp->expected > qp->msg_first) {
-                qp->discarded_packets += qp->expected - qp->msg_first;
-                qp->discarded_bytes += qp->msg_bytes;
-                qp->expected = qp->msg_first;
-                qp->msg_bytes = 0;
-                qp->parts_len = 0;
-            }
-            size_t n = nic_build_ack(&qp->data_hdr, b, qp->peer_qpn,
-                                     (uint32_t)qp->expected & PSN_MASK,
-                                     (uint32_t)qp->msn & PSN_MASK, AETH_NAK_PSN_SEQ_ERROR);
-            return nic_out_add(out, b, n);
-        }
-        return 0;
-    }
-    qp->duplicates++;
-    if (r->ack_req) {
-        size_t n = nic_build_ack(&qp->data_hdr, b, qp->peer_qpn,
-                                 (uint32_t)(qp->expected - 1) & PSN_MASK,
-                                 (uint32_t)qp->msn & PSN_MASK, AETH_ACK | AETH_CREDIT_INVALID);
-        return nic_out_add(out, b, n);
-    }
+    if (e->selective)
+        return on_data_selective(e, qp, psn, r, f, size, now, out);
+    if (psn == qp->expected)
+        return accept(e, qp, r, f, size, now, out);
+    if (psn > qp->expected)
+        return psn_gap(e, qp, psn, out);
+    return duplicate(e, qp, r, out);
+}
+
+/* rnic._replies: the control frames produced since `first`, as they leave now. */
+static int replies(nic_engine *e, nic_out *out, size_t first, double now)
+{
+    /* ACKs and NAKs ride the data lane: on a credit link they too need credit, in order. */
+    if (e->credit.enabled && nic_credit_route(e, out, first, now) < 0)
+        return -1;
+    /* ACKs, NAKs, CNPs and PAUSEs take the wire's time like data (rnic.receive). */
+    for (size_t k = first; k < out->count; k++)
+        nic_wire(e, out->ends[k] - (k ? out->ends[k - 1] : 0), now);
     return 0;
 }
 
@@ -722,13 +879,7 @@ int nic_receive(nic_engine *e, const uint8_t *f, size_t n, double now, nic_out *
     size_t first = out->count;
     if (on_data(e, &r, f, n, now, out) < 0)
         return -1;
-    /* ACKs and NAKs ride the data lane: on a credit link they too need credit, in order. */
-    if (e->credit.enabled && nic_credit_route(e, out, first, now) < 0)
-        return -1;
-    /* ACKs, NAKs, CNPs and PAUSEs take the wire's time like data (rnic.receive). */
-    for (size_t k = first; k < out->count; k++)
-        nic_wire(e, out->ends[k] - (k ? out->ends[k - 1] : 0), now);
-    return 0;
+    return replies(e, out, first, now);
 }
 
 int nic_tick(nic_engine *e, double now, nic_out *out)
@@ -736,6 +887,15 @@ int nic_tick(nic_engine *e, double now, nic_out *out)
     for (int k = 0; k < e->nqps; k++)
         if (e->qps[k]->has_rp)
             nic_rp_advance(&e->qps[k]->rp, now);
+    if (e->selective) {
+        /* the NAKs of gaps that persisted (rnic.tick) */
+        size_t first = out->count;
+        for (int k = 0; k < e->nqps; k++)
+            if (lost_naks(e, e->qps[k], now, out) < 0)
+                return -1;
+        if (replies(e, out, first, now) < 0)
+            return -1;
+    }
     if (e->credit.enabled) {
         if (nic_credit_flush(e, now, 1, out) < 0)
             return -1;
@@ -758,6 +918,11 @@ double nic_next_tick(nic_engine *e)
         if (!e->qps[k]->has_rp)
             continue;
         double t = nic_rp_next_event_at(&e->qps[k]->rp);
+        if (!isnan(t) && (isnan(best) || t < best))
+            best = t;
+    }
+    for (int k = 0; e->selective && k < e->nqps; k++) {
+        double t = nic_ooo_due(&e->qps[k]->ooo, e->reorder_s);
         if (!isnan(t) && (isnan(best) || t < best))
             best = t;
     }

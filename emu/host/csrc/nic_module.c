@@ -94,21 +94,23 @@ static int credit_arg(nic_engine *e, PyObject *credit, double now)
     return ok ? 0 : -1;
 }
 
-/* Engine(rate_bps, mtu_payload, rto_s, rnr_s, go_back_0, dcqcn, rx_buffer_bytes,
- *        rx_xoff_bytes, rx_xon_bytes, inbox_max_bytes, drain_rate_bps, pfc_quanta,
- *        pfc_template, now[, credit])
+/* Engine(rate_bps, mtu_payload, rto_s, rnr_s, recovery, ooo_window, reorder_s, dcqcn,
+ *        rx_buffer_bytes, rx_xoff_bytes, rx_xon_bytes, inbox_max_bytes, drain_rate_bps,
+ *        pfc_quanta, pfc_template, now[, credit])
+ * recovery: NIC_GO_BACK_N, NIC_GO_BACK_0 or NIC_SELECTIVE; ooo_window: 1..NIC_MAX_OUTSTANDING;
  * dcqcn: None, or (line, min, ai, hai, alpha_period, increase_period, cnp_interval,
  *        byte_counter, g, alpha_init, fast_recovery_steps); drain_rate_bps: None or >= 0;
  * credit: None (PFC), or `credit_arg`'s tuple. */
 static int Engine_init(Engine *self, PyObject *args, PyObject *kw)
 {
-    double rate, rto, now;
-    long long mtu, rxb, xoff, xon, inbox_max;
-    int gb0, quanta;
+    double rate, rto, reorder, now;
+    long long mtu, window, rxb, xoff, xon, inbox_max;
+    int recovery, quanta;
     PyObject *rnr, *dcqcn, *drain, *credit = Py_None;
     Py_buffer pfc;
-    if (!PyArg_ParseTuple(args, "dLdOpOLLLLOiy*d|O", &rate, &mtu, &rto, &rnr, &gb0, &dcqcn, &rxb,
-                          &xoff, &xon, &inbox_max, &drain, &quanta, &pfc, &now, &credit))
+    if (!PyArg_ParseTuple(args, "dLdOiLdOLLLLOiy*d|O", &rate, &mtu, &rto, &rnr, &recovery, &window,
+                          &reorder, &dcqcn, &rxb, &xoff, &xon, &inbox_max, &drain, &quanta, &pfc,
+                          &now, &credit))
         return -1;
     nic_engine *e = &self->e;
     if (self->ready) {
@@ -117,9 +119,12 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kw)
         return -1;
     }
     if (!(rate > 0) || mtu <= 0 || mtu > NIC_MAX_PAYLOAD || pfc.len != NIC_PFC_FRAME_BYTES ||
-        quanta < 0 || quanta > 0xFFFF) {
+        quanta < 0 || quanta > 0xFFFF || recovery < NIC_GO_BACK_N || recovery > NIC_SELECTIVE ||
+        window < 1 || window > NIC_MAX_OUTSTANDING || !(reorder >= 0)) {
         PyBuffer_Release(&pfc);
-        PyErr_SetString(PyExc_ValueError, "Engine: a rate, MTU, PFC template or quanta out of range");
+        PyErr_SetString(PyExc_ValueError,
+                        "Engine: a rate, MTU, PFC template, quanta, loss recovery, reorder "
+                        "window or timeout out of range");
         return -1;
     }
     memcpy(e->pfc_tmpl, pfc.buf, NIC_PFC_FRAME_BYTES);
@@ -168,7 +173,10 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kw)
     nic_clock_reset(e);
     e->mtu_payload = mtu;
     e->rto_s = rto;
-    e->go_back_0 = gb0;
+    e->go_back_0 = recovery == NIC_GO_BACK_0;
+    e->selective = recovery == NIC_SELECTIVE;
+    e->ooo_window = window;
+    e->reorder_s = reorder;
     e->rx_buffer_bytes = rxb;
     e->rx_xoff_bytes = xoff;
     e->rx_xon_bytes = xon;
@@ -391,8 +399,12 @@ static PyObject *Engine_set_deliver_data(Engine *self, PyObject *args)
     nic_qp *qp = qp_arg(self, qpn);
     if (!qp)
         return NULL;
+    /* "selective": the window's payload slots, made once here, never per frame */
+    if (on && qp->ooo.flags && nic_ooo_alloc_data(&qp->ooo, self->e.mtu_payload) < 0)
+        return PyErr_NoMemory();
     qp->deliver_data = on;
     if (!on) {
+        nic_ooo_drop_data(&qp->ooo);
         for (size_t i = 0; i < qp->inbox_count; i++)
             free(qp->inbox[(qp->inbox_head + i) % qp->inbox_cap].data);
         qp->inbox_count = qp->inbox_head = 0;
@@ -537,6 +549,9 @@ static PyObject *Engine_qp(Engine *self, PyObject *args)
     SET_INT(d, "rnr_naks_sent", qp->rnr_naks_sent);
     SET_INT(d, "discarded_packets", qp->discarded_packets);
     SET_INT(d, "discarded_bytes", qp->discarded_bytes);
+    SET_INT(d, "naks_sent", qp->naks_sent);
+    SET_INT(d, "reorder_depth_max", qp->reorder_depth_max);
+    SET_INT(d, "beyond_window", qp->beyond_window);
     if (qp->has_rp) {
         const nic_rp *rp = &qp->rp;
         SET_FLOAT(d, "dcqcn_target_rate_bps", rp->rt);
