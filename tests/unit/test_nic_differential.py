@@ -4,7 +4,9 @@ Two NICs joined by a scripted wire exchange traffic on a virtual clock: loss,
 reordering (random per-frame delay), CE marks, PAUSE frames injected, a receiver
 that drains slowly and one that gets stuck, RDMA WRITEs, real data reassembled,
 several QPs on two priorities with a static rate cap, DCQCN on and off,
-go-back-N and go-back-0, and the credit link instead of PFC (credit running
+go-back-N, go-back-0 and "selective" (packets held out of order, the NAK
+rounds of holes found lost, PSNs beyond a small window, data placed out of
+order), and the credit link instead of PFC (credit running
 out, ACKs waiting for it, flow control frames lost). The same script runs once with two `rnic.Rnic` and
 once with two `nicpath.CRnic`; every frame each NIC emits (with its time),
 every wake-up time asked, the received messages, the completions and the
@@ -287,6 +289,80 @@ SCENARIOS = {
         jitter_s=50e-6,
         seconds=0.5,
     ),
+    # "selective" (emu/host/reorder.py): a wire that reorders by up to 3 ms (about
+    # 4 packets at 10 Mbit/s) and loses 1%, a cut (the RTO goes back N, the holes'
+    # NAK rounds repeat), DCQCN and CE marks; the reorder timeout is 33 ms.
+    "selective-reorder-and-loss": dict(
+        dcqcn=True,
+        loss_recovery=rnic.SELECTIVE,
+        qps=[(roce.DSCP_DATA, None), (rnic.DSCP_SECOND_CLASS, 3e6)],
+        posts=[
+            (0.0, 0, 0, 250_000, "send"),
+            (0.0, 1, 1, 60_000, "write"),
+            (0.05, 0, 1, 1, "send"),
+            (0.1, 1, 0, 80_000, "send"),
+        ],
+        modelled=RATE,
+        faults=[(0.1, 0, "cut"), (0.2, 0, "uncut")],
+        expect_timeouts=True,
+        loss=0.01,
+        ce=0.05,
+        jitter_s=3e-3,
+        seconds=0.7,
+    ),
+    # Reordering alone: neither engine NAKs or resends anything.
+    "selective-reorder-only": dict(
+        dcqcn=False,
+        loss_recovery=rnic.SELECTIVE,
+        qps=[(roce.DSCP_DATA, None)],
+        posts=[(0.0, 0, 0, 300_000, "send"), (0.0, 1, 0, 100_000, "write")],
+        modelled=RATE,
+        expect_no_naks=True,
+        loss=0.0,
+        ce=0.0,
+        jitter_s=5e-3,
+        seconds=0.5,
+    ),
+    # Real data placed out of order in a window smaller than the requester's
+    # (PSNs beyond it are dropped and the base NAKed), an inbox that fills (RNR
+    # NAKs with packets held), a slow receiver's PAUSE, on a credit link's twin
+    # below.
+    "selective-small-window-data": dict(
+        dcqcn=False,
+        loss_recovery=rnic.SELECTIVE,
+        qps=[(roce.DSCP_DATA, None)],
+        posts=[(0.0, 0, 0, 20_000, "data"), (0.0, 0, 0, 1, "data"), (0.01, 1, 0, 9000, "data")]
+        + [(0.02 + 0.01 * i, i % 2, 0, 1000 + 900 * i, "data") for i in range(14)],
+        deliver=True,
+        inbox_max=14_000,
+        take_every_s=0.03,
+        ooo_window=8,
+        expect_beyond_window=True,
+        modelled=RATE,
+        loss=0.02,
+        ce=0.0,
+        jitter_s=2e-3,
+        seconds=0.6,
+    ),
+    "selective-credit-link": dict(
+        dcqcn=False,
+        loss_recovery=rnic.SELECTIVE,
+        qps=[(roce.DSCP_DATA, None), (rnic.DSCP_SECOND_CLASS, None)],
+        posts=[
+            (0.0, 0, 0, 150_000, "send"),
+            (0.0, 0, 1, 60_000, "write"),
+            (0.02, 1, 0, 80_000, "send"),
+        ],
+        credit=CreditSpec(enabled=True, priorities=(3, 4), refresh_symbols=4096),
+        rx_buffer=24_000,
+        drain=8e6,
+        modelled=RATE,
+        expect_credit_waits=True,
+        loss=0.01,
+        ce=0.0,
+        jitter_s=2e-3,
+        seconds=0.6,
+    ),
 }
 
 
@@ -309,6 +385,23 @@ def test_the_c_engine_emits_what_the_python_model_emits(name, seed):
         assert sum(s["pause_rx"] for s in stats) > 0 and sum(s["pause_tx"] for s in stats) > 0
     if scenario.get("expect_timeouts"):
         assert sum(q["timeouts"] for s in stats for q in s["send"].values()) > 0
+    recv = [q for s in stats for q in s["recv"].values()]
+    if scenario["loss_recovery"] == rnic.SELECTIVE:
+        assert sum(q["out_of_order"] for q in recv) > 20 and max(
+            q["reorder_depth_max"] for q in recv
+        ) >= (4 if scenario["jitter_s"] >= 3e-3 else 2)
+        assert (
+            sum(q["naks_sent"] for q in recv)
+            == sum(q["naks"] for s in stats for q in s["send"].values())
+            or scenario["loss"]
+        )  # a NAK may be lost on the wire too
+    if scenario.get("expect_no_naks"):
+        assert sum(q["naks_sent"] for q in recv) == 0
+        assert sum(q["retransmitted"] for s in stats for q in s["send"].values()) == 0
+    elif scenario["loss_recovery"] == rnic.SELECTIVE:
+        assert sum(q["naks_sent"] for q in recv) > 0
+    if scenario.get("expect_beyond_window"):
+        assert sum(q["beyond_window"] for q in recv) > 0
     if scenario.get("deliver"):
         assert [e for e in py if e[1] == "msg"]
         assert sum(q["rnr_naks_sent"] for s in stats for q in s["recv"].values()) > 0
@@ -370,7 +463,9 @@ def mutated_frames(seed: int, count: int):
         yield bytes(f)
 
 
-@pytest.mark.parametrize("name", ["loss-and-reorder-go-back-n", "credit-link"])
+@pytest.mark.parametrize(
+    "name", ["loss-and-reorder-go-back-n", "credit-link", "selective-small-window-data"]
+)
 def test_malformed_frames_change_both_engines_alike_and_never_crash(name):
     scenario = SCENARIOS[name]
     count = int(os.environ.get("EMU_DIFF_NIC_FRAMES", "20000"))
