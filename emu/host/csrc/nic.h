@@ -6,11 +6,14 @@
  *                 parsing (emu/proto/roce.py, emu/proto/pfc.py are the reference)
  *   nic_dcqcn.c   DCQCN's reaction point and notification point
  *                 (emu/host/dcqcn.py)
- *   nic_engine.c  the transport: queue pairs, segmentation, PSNs, ACK
- *                 coalescing, NAK, go-back-N and go-back-0, the RTO and RNR
- *                 timers, pacing at the link and DCQCN rates, PAUSE honoured and
- *                 sent, the receive buffer, reassembly, the fidelity clock
- *                 (emu/host/rnic.py, emu/fidelity.PortClock)
+ *   nic_engine.c  the transport: queue pairs, segmentation, PSNs, NAKs
+ *                 received, go-back-N, go-back-0 and selective retransmission,
+ *                 the RTO and RNR timers, pacing at the link and DCQCN rates,
+ *                 PAUSE honoured and sent, the receive buffer, the fidelity
+ *                 clock (emu/host/rnic.py, emu/fidelity.PortClock)
+ *   nic_responder.c  a data packet at its QP: ACK coalescing, NAK, RNR NAK,
+ *                 duplicates, reassembly, out-of-order placement
+ *                 (emu/host/responder.py)
  *   nic_reorder.c "selective" loss recovery: the responder's reorder window
  *                 (out-of-order placement, the gap's age, the NAKs of holes
  *                 found lost) and the requester's PSNs to resend
@@ -304,6 +307,21 @@ double nic_next_tick(nic_engine *e);                 /* NAN: none */
 void nic_drain(nic_engine *e, double now);
 /* the wire's virtual clock (nic_engine.c): a frame of `size` bytes leaves at `now` */
 void nic_wire(nic_engine *e, size_t size, double now);
+
+/* nic_responder.c: a data packet at its QP (responder.py `_on_data`); "selective": the
+ * NAKs of the holes a persisting gap shows lost (`_lost_naks`). */
+int nic_on_data(nic_engine *e, const nic_roce *r, const uint8_t *f, size_t size, double now,
+                nic_out *out);
+int nic_lost_naks(nic_engine *e, nic_qp *qp, double now, nic_out *out);
+/* nic_engine.c: PAUSE out of this NIC when the host cannot keep up (rnic._rx_pfc). */
+int nic_rx_pfc(nic_engine *e, double now, nic_out *out);
+
+/* A 24-bit PSN as the unbounded one nearest `near` (rnic._unwrap). */
+static inline int64_t nic_unwrap(uint32_t psn24, int64_t near)
+{
+    int64_t d = (((int64_t)psn24 - (near & PSN_MASK) + PSN_HALF) & PSN_MASK) - PSN_HALF;
+    return near + d;
+}
 
 /* nic_reorder.c: the responder's window (allocated at connect; its payload slots when
  * the QP starts delivering data), and the requester's resend set. 0, or -1 out of memory. */
