@@ -40,7 +40,7 @@ from emu.config import ConfigError, CreditSpec
 from emu.fidelity import CompiledLoopMonitor, GcMonitor, ProcessFidelity
 from emu.host import nicpath
 from emu.host.collective import CollectiveRank, CollectiveSpec, RankData
-from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, NicConfig
+from emu.host.rnic import GO_BACK_N, LOSS_RECOVERY, MAX_OUTSTANDING_PACKETS, NicConfig
 from emu.mgmt import Deferred, MgmtServer
 from emu.proto import credit, pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
@@ -90,6 +90,7 @@ class Agent:
             modelled_rate_bps=args.modelled_rate_bps,
             path_rtt_bound_s=args.path_rtt_bound_s,
             loss_recovery=args.loss_recovery,
+            ooo_window_packets=args.ooo_window_packets,
             credit=args.credit,
         )
         self.started = time.monotonic()
@@ -141,6 +142,8 @@ class Agent:
                     "path_rtt_bound_s": cfg.path_rtt_bound_s,
                     "engine": "c" if isinstance(self.rnic, nicpath.CRnic) else "python",
                     "loss_recovery": cfg.loss_recovery,
+                    "ooo_window_packets": cfg.ooo_window_packets,
+                    "reorder_timeout_s": self.rnic.reorder_s,
                 },
                 "connect": self._connect,
                 "post_send": self._post_send,
@@ -755,7 +758,15 @@ def _parser() -> argparse.ArgumentParser:
         "--loss-recovery",
         choices=LOSS_RECOVERY,
         default=GO_BACK_N,
-        help="go-back-n, or go-back-0: restart the whole message on a loss (emu/host/rnic.py)",
+        help="go-back-n; go-back-0: restart the whole message on a loss; selective: place "
+        "packets that arrive out of order, NAK only holes found lost and resend only those "
+        "(emu/host/rnic.py, emu/host/reorder.py)",
+    )
+    p.add_argument(
+        "--ooo-window-packets",
+        type=int,
+        default=MAX_OUTSTANDING_PACKETS,
+        help="selective: how many PSNs beyond the expected one the NIC holds (its bitmap)",
     )
     p.add_argument(
         "--credit",

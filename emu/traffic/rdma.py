@@ -77,6 +77,13 @@ class RdmaHosts:
     ) -> None:
         """Start the NICs of `hosts`; `loss_recovery` is the NICs' (emu/host/rnic.py).
 
+        `loss_recovery`: "go-back-n" (the default: strict in-order receive, as
+        IBA and today's RoCE NICs), "go-back-0" (Guo et al.'s livelocking
+        firmware) or "selective" (the NIC an adaptive-routing fabric pairs
+        with: out-of-order placement, a NAK only for a hole found lost, only
+        that PSN resent; emu/host/reorder.py). Every NIC of the set runs it,
+        as both ends of a connection must.
+
         `port` "nvlink" runs them on the GPUs' NVLink ports instead (a
         rail_optimized fabric, emu/fabric/ `host_ports`): the same NIC
         model, at the NVLink rate, whose queue pairs address the peers'
