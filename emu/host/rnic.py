@@ -4,10 +4,11 @@ Owns one NIC's transport state: queue pairs (a sender side that segments
 messages into RoCEv2 SEND packets, paces them at the link rate and at the
 DCQCN rate, and recovers losses on NAK or retransmit timeout; a receiver side
 that delivers in PSN order, acknowledges, NAKs the first gap, or holds what
-arrives out of order, and answers CE marks with CNPs), the NIC's loss
-recovery (`NicConfig.loss_recovery`, below), the host's PFC behaviour (honour a received PAUSE per priority;
-send PAUSE when the receive buffer fills because the host drains slowly, or
-continuously when the NIC is stuck) or, on a credit link
+arrives out of order, and answers CE marks with CNPs: emu/host/responder.py),
+the NIC's loss recovery (`NicConfig.loss_recovery`, below), the host's PFC
+behaviour (honour a received PAUSE per priority; send PAUSE when the receive
+buffer fills because the host drains slowly, or continuously when the NIC is
+stuck) or, on a credit link
 (`NicConfig.credit`), the host's end of the credit loop instead (emu/credit.py:
 its frames on a credit VL, data and ACKs alike, go only with credit from the
 switch, and it returns credit for its receive buffer as flow control
