@@ -489,6 +489,9 @@ class RecvQp:
     rnr_naks_sent: int
     discarded_packets: int
     discarded_bytes: int
+    naks_sent: int  # PSN-sequence NAKs: every gap (strict), or a lost PSN (selective)
+    reorder_depth_max: int  # the deepest reordering seen, in PSNs past the expected one
+    beyond_window: int  # packets dropped past the reorder window (selective)
 
     @classmethod
     def decode(cls, doc: dict) -> RecvQp:

@@ -39,6 +39,7 @@ def test_either_nic_engine_s_stats_decode_with_queue_pairs_by_number(engine):
     assert stats.send[100].tx_packets == sent >= 1
     assert stats.send[100].pending_messages == 1 and stats.send[100].completed == []
     assert stats.recv[100].rx_packets == 0 and stats.cnps_sent == 0
+    assert (stats.recv[100].naks_sent, stats.recv[100].reorder_depth_max) == (0, 0)
     assert len(stats.paused_s) == 8 and stats.credit is None  # a PFC NIC has no lanes
 
 
