@@ -42,6 +42,7 @@ from emu.scenario import (
     fabric_params,
 )
 from emu.telemetry import Panel, save_panels
+from emu.traffic import outage
 
 DESCRIPTION = "link, switch and controller failures under ping traffic: recovery time and loss"
 FAILURES = ("link", "switch", "controller")
@@ -192,11 +193,8 @@ def run_failure(ctx: Context, graph, failure: str) -> dict:
         # Reachability at the end, on the healed fabric, one probe per pair.
         unreachable = fab.unreachable(flows)
         ctx.events.extend(dict(e, kind=f"{failure}: {e['kind']}") for e in faults.events)
-    saw = [
-        e["t"] - t_fail
-        for e in status.get("events", [])
-        if e.get("kind") in ("link_down", "switch_leave") and e.get("t", 0) >= t_fail - 0.2
-    ]
+    seen = outage.controller_events(status, ("link_down", "switch_leave"), t_fail, slack_s=0.2)
+    saw = [e["t"] - t_fail for e in seen]
     sent = sum(r.sent for r in results.values())
     lost = sum(r.lost for r in results.values())
     bins: dict[float, int] = {}

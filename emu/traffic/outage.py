@@ -34,13 +34,18 @@ CONTROLLER_EVENTS_KEPT = 4
 
 
 def controller_events(
-    status: dict, kind: str, since_wall: float, slack_s: float = CONTROLLER_SLACK_S
+    status: dict,
+    kind: str | tuple[str, ...],
+    since_wall: float,
+    slack_s: float = CONTROLLER_SLACK_S,
 ) -> list[dict]:
-    """The events of `kind` in the controller's status stamped from `since_wall - slack_s` on."""
+    """The events of `kind` (one, or any of several) in the controller's status stamped
+    from `since_wall - slack_s` on."""
+    kinds = (kind,) if isinstance(kind, str) else kind
     return [
         e
         for e in status.get("events", [])
-        if e.get("kind") == kind and e.get("t", 0) >= since_wall - slack_s
+        if e.get("kind") in kinds and e.get("t", 0) >= since_wall - slack_s
     ]
 
 

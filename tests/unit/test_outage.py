@@ -62,6 +62,13 @@ def test_controller_events_are_those_of_the_kind_from_just_before_the_cut():
         {"kind": "link_down", "t": T0 + 0.06}
     ]
     assert outage.controller_events({}, "link_down", T0) == []
+    # Several kinds at once (failover: a link cut or a switch that left), in the log's order.
+    status["events"].append({"kind": "switch_leave", "t": T0 + 0.08})
+    both = outage.controller_events(status, ("link_down", "switch_leave"), T0, slack_s=0.2)
+    assert [(e["kind"], e["t"]) for e in both] == [
+        ("link_down", T0 + 0.06),
+        ("switch_leave", T0 + 0.08),
+    ]
 
 
 def test_each_sender_has_its_longest_gap_and_the_worst_is_theirs():
