@@ -13,15 +13,16 @@ the mode of a SELECT group is set with an ``OFPT_EXPERIMENTER`` message::
     uint32 group_id       a SELECT group, or OFPG_ALL (0xfffffffc): the
                           switch-wide default for every SELECT group, now and later
     uint16 mode           SELECT_MODE_HASH = 0 (OpenFlow's: 5-tuple hash),
-                          SELECT_MODE_FLOWLET = 1 or SELECT_MODE_ADAPTIVE = 2
-                          (see below)
-    uint16 classes        adaptive mode: bit p set = packets of priority p take
-                          adaptive routing (0 = every priority, CLASSES_ALL);
-                          0 in the other modes (this was padding before
-                          adaptive mode: a hash or flowlet message of an older
-                          sender is unchanged)
-    uint32 flowlet_gap_us the idle gap that ends a flowlet, microseconds (> 0
-                          for flowlet mode; 0 in the other modes)
+                          SELECT_MODE_FLOWLET = 1, SELECT_MODE_ADAPTIVE = 2
+                          or SELECT_MODE_UGAL = 3 (see below)
+    uint16 classes        adaptive and UGAL modes: bit p set = packets of
+                          priority p take adaptive routing (0 = every
+                          priority, CLASSES_ALL); 0 in the other modes (this
+                          was padding before adaptive mode: a hash or flowlet
+                          message of an older sender is unchanged)
+    uint32 flowlet_gap_us flowlet mode: the idle gap that ends a flowlet,
+                          microseconds (> 0); UGAL mode: the bias in bytes
+                          (>= 0, below); 0 in hash and adaptive modes
 
 A message for one group sets that group's mode; one for OFPG_ALL sets the
 switch-wide default and drops every group's own mode. Deleting a group drops
@@ -64,6 +65,44 @@ mode. Adaptive routing reorders packets of a flow whenever it moves them:
 pair it with receivers that tolerate it (RoCE with out-of-order placement),
 or keep it off the classes whose receivers do not.
 
+UGAL mode (non-minimal adaptive routing, UGAL-L: Singh, "Load-Balanced
+Routing in Interconnection Networks", PhD thesis, Stanford 2005; as Kim,
+Dally, Scott, Abts run it on a dragonfly, "Technology-Driven,
+Highly-Scalable Dragonfly Topology", ISCA 2008): the group's buckets are a
+destination's minimal next hops *and* its non-minimal (Valiant) ones, and
+**each bucket's weight is the length of the path through it** in hops
+(1..65535; 0 is a dead bucket, as OpenFlow's weight 0 is). Every packet of
+an enabled class is placed as in adaptive mode (the same candidates, paused
+ports passed over unless all are, bytes queued at the packet's priority and
+above), but on the queue weighted by path length, UGAL's q x H:
+
+- cost = q x H, plus the bias (bytes) when H is above the group's least
+  live H (a non-minimal bucket); the packet takes the least cost, then the
+  least H, so an idle switch, equal products and empty queues all send it
+  minimally; remaining ties go by the flow hash, as in adaptive mode;
+- the least live H is what "minimal" means: when the minimal buckets die,
+  the shortest survivors are;
+- a packet of a class that is not enabled hashes over the minimal buckets
+  only (those of the least live H, weights otherwise ignored): UGAL never
+  sends it the long way.
+
+Kim et al. compare the minimal path with one random non-minimal path; a
+UGAL group compares all of them with its minimal ones and takes the least
+weighted queue (its Valiant buckets are few: a router's own global links).
+The bias is the offset UGAL variants add to the non-minimal side so that a
+packet or two queued minimally does not send traffic the long way (0:
+Kim et al.'s rule as published).
+
+Why a mode of its own and not adaptive mode's weights: in adaptive mode
+weights are ignored (0 = dead) because routing extensions re-weight
+routing's SELECT groups (Hedera's hot ports, `controllers/adaptive.py`;
+products of several), and a path length must not mix with a share. A UGAL
+group is installed by the UGAL extension (`controllers/ugal.py`) in a
+group-id band of its own, which no other manager re-weights, so its weights
+mean one thing. A switch that does not know the mode answers the message
+with an error and hashes the group by its weights: longer paths then get
+larger shares, so install UGAL groups only on emu's switches.
+
 The switch answers nothing on success (send a barrier to know it was
 applied) and an ``OFPT_ERROR`` otherwise: ``OFPET_BAD_REQUEST`` /
 ``OFPBRC_BAD_EXPERIMENTER`` for another experimenter id, ``OFPBRC_BAD_EXP_TYPE``
@@ -75,7 +114,8 @@ other than zero in hash or adaptive mode; an ``OFPET_EXPERIMENTER`` error
 (type 0xFFFF, experimenter EMU_EXPERIMENTER_ID) with exp_type
 SELECT_ERR_BAD_CLASSES (2) for classes with a bit above priority 7, or
 classes other than zero in hash or flowlet mode. A rejected message changes
-nothing.
+nothing. (A UGAL group's weights are not checked here: any weight is a path
+length, and a group modified later keeps its mode.)
 
 Aggregation jobs (SHARP-like reduction engines, emu/switch/aggregation.py) are
 configured with two more exp_types, sent by controllers/aggregation.py::
@@ -126,11 +166,15 @@ EXP_AGG_JOB_DEL = 3
 SELECT_MODE_HASH = 0
 SELECT_MODE_FLOWLET = 1
 SELECT_MODE_ADAPTIVE = 2
+SELECT_MODE_UGAL = 3
 MODE_NAMES = {
     SELECT_MODE_HASH: "hash",
     SELECT_MODE_FLOWLET: "flowlet",
     SELECT_MODE_ADAPTIVE: "adaptive",
+    SELECT_MODE_UGAL: "ugal",
 }
+#: Modes whose `classes` field says which priorities choose per packet.
+CLASS_MODES = (SELECT_MODE_ADAPTIVE, SELECT_MODE_UGAL)
 
 #: Priorities (traffic classes) a switch has: 802.1Q's eight.
 N_CLASSES = 8
@@ -167,32 +211,42 @@ class SetSelectMode:
     def gap_s(self) -> float:
         return self.flowlet_gap_us * 1e-6
 
+    @property
+    def bias_bytes(self) -> int:
+        """UGAL mode's bias: the same 32 bits that carry flowlet mode's gap."""
+        return self.flowlet_gap_us
+
 
 def pack_set_select_mode(
-    group_id: int, mode: int, flowlet_gap_us: int = 0, classes: int = 0
+    group_id: int, mode: int, flowlet_gap_us: int = 0, classes: int = 0, bias_bytes: int = 0
 ) -> bytes:
     """The experimenter *data* (after experimenter id and exp_type) of SET_SELECT_MODE.
 
     Args:
         group_id: a SELECT group, or OFPG_ALL for the switch-wide default.
-        mode: SELECT_MODE_HASH, SELECT_MODE_FLOWLET or SELECT_MODE_ADAPTIVE.
+        mode: SELECT_MODE_HASH, SELECT_MODE_FLOWLET, SELECT_MODE_ADAPTIVE or
+            SELECT_MODE_UGAL.
         flowlet_gap_us: flowlet mode's gap (1..2^32-1); ignored in the other modes.
-        classes: adaptive mode's priorities as a bit mask (0 or CLASSES_ALL: all).
+        classes: adaptive and UGAL modes' priorities as a bit mask (0 or
+            CLASSES_ALL: all).
+        bias_bytes: UGAL mode's bias (0..2^32-1); ignored in the other modes.
 
     Raises:
-        ExtensionError: an unknown mode, a flowlet gap out of range, or
-            classes outside 0..0xFF or given for a mode other than adaptive.
+        ExtensionError: an unknown mode, a flowlet gap or bias out of range,
+            or classes outside 0..0xFF or given for hash or flowlet mode.
     """
     if mode not in MODE_NAMES:
         raise ExtensionError(f"unknown select mode {mode} (known: {MODE_NAMES})")
     if mode == SELECT_MODE_FLOWLET and not 0 < flowlet_gap_us <= 0xFFFFFFFF:
         raise ExtensionError(f"flowlet_gap_us must be 1..2^32-1, got {flowlet_gap_us}")
+    if mode == SELECT_MODE_UGAL and not 0 <= bias_bytes <= 0xFFFFFFFF:
+        raise ExtensionError(f"bias_bytes must be 0..2^32-1, got {bias_bytes}")
     if not 0 <= classes <= CLASSES_ALL:
         raise ExtensionError(f"classes must be a mask of priorities 0..7, got {classes:#x}")
-    if classes and mode != SELECT_MODE_ADAPTIVE:
+    if classes and mode not in CLASS_MODES:
         raise ExtensionError(f"classes {classes:#x} given for {MODE_NAMES[mode]} mode")
-    gap = flowlet_gap_us if mode == SELECT_MODE_FLOWLET else 0
-    return _BODY.pack(group_id, mode, classes, gap)
+    param = {SELECT_MODE_FLOWLET: flowlet_gap_us, SELECT_MODE_UGAL: bias_bytes}.get(mode, 0)
+    return _BODY.pack(group_id, mode, classes, param)
 
 
 def unpack_set_select_mode(data: bytes) -> SetSelectMode:
@@ -204,11 +258,16 @@ def unpack_set_select_mode(data: bytes) -> SetSelectMode:
 
 
 def set_select_mode_message(
-    group_id: int, mode: int, flowlet_gap_us: int = 0, xid: int = 0, classes: int = 0
+    group_id: int,
+    mode: int,
+    flowlet_gap_us: int = 0,
+    xid: int = 0,
+    classes: int = 0,
+    bias_bytes: int = 0,
 ) -> bytes:
     """A whole OFPT_EXPERIMENTER message (for tests and tools that speak raw OpenFlow)."""
     body = struct.pack("!II", EMU_EXPERIMENTER_ID, EXP_SET_SELECT_MODE)
-    body += pack_set_select_mode(group_id, mode, flowlet_gap_us, classes)
+    body += pack_set_select_mode(group_id, mode, flowlet_gap_us, classes, bias_bytes)
     return struct.pack("!BBHI", OFP_VERSION, OFPT_EXPERIMENTER, 8 + len(body), xid) + body
 
 

@@ -2,21 +2,26 @@
 
 Owns two things the emu OpenFlow extension (`emu/proto/ofext.py`) sets:
 
-- `SelectModes`: the mode of every SELECT group (hash, flowlet, adaptive with
-  its classes) and the switch-wide default, validated as the extension's
-  documentation says (every field; a rejected message changes nothing);
+- `SelectModes`: the mode of every SELECT group (hash, flowlet, adaptive or
+  UGAL with its classes) and the switch-wide default, validated as the
+  extension's documentation says (every field; a rejected message changes
+  nothing);
 - `AdaptiveRouter`: the choice a group in adaptive mode makes for each packet
   of an enabled class (InfiniBand AR, Spectrum-X): among the live buckets,
   the egress port with the fewest bytes queued at the packet's priority and
   above, a port PFC-paused for that priority passed over unless all are,
-  ties broken by the flow hash; and its counters (decisions, picks per port,
-  paused ports passed over, decisions where every port was paused).
+  ties broken by the flow hash; the choice a UGAL group makes (UGAL-L, Kim
+  et al. ISCA 2008): the same, on the queue times the bucket's path length
+  (its weight) plus a bias for non-minimal buckets, ties to the shorter path,
+  then by hash; and their counters (decisions, picks per port, paused ports
+  passed over, decisions where every port was paused, UGAL's decisions and
+  the packets it sent non-minimally).
 
-The pipeline (`pipeline.py`) compiles an adaptive group, for a packet of an
-enabled class, into a per-packet choice among its buckets' compiled
-programs (P_ADAPTIVE) and calls `AdaptiveRouter.choose`; the C path does the
-same in `csrc/fp_ar.c` (FP_OP_ADAPT), held to this module by
-tests/unit/test_fastpath_differential.py. The queues come from a function the
+The pipeline (`pipeline.py`) compiles an adaptive or UGAL group, for a
+packet of an enabled class, into a per-packet choice among its buckets'
+compiled programs (P_ADAPTIVE, P_UGAL) and calls `AdaptiveRouter.choose`
+or `choose_ugal`; the C path does the same in `csrc/fp_ar.c` (FP_OP_ADAPT,
+FP_OP_UGAL), held to this module by tests/unit/test_fastpath_differential.py. The queues come from a function the
 owner declares (the datapath's schedulers; tests pass their own). Pure: no
 clocks, `now` comes in. Flowlet state lives in `flowlet.py`.
 """
@@ -44,15 +49,25 @@ def _idle(port_no: int, prio: int, now: float) -> tuple[int, bool]:
 
 @dataclass(frozen=True)
 class SelectMode:
-    """One SELECT group's mode: `classes` is adaptive mode's priority mask (0xFF: all)."""
+    """One SELECT group's mode: `classes` is adaptive or UGAL mode's priority mask
+    (0xFF: all), `bias_bytes` UGAL's bias."""
 
     mode: int = ofext.SELECT_MODE_HASH
     gap_s: Optional[float] = None
     classes: int = 0
+    bias_bytes: int = 0
 
     def adaptive_for(self, prio: int) -> bool:
         """Whether a packet of priority `prio` takes adaptive routing in this mode."""
         return self.mode == ofext.SELECT_MODE_ADAPTIVE and bool(self.classes >> prio & 1)
+
+    def ugal_for(self, prio: int) -> bool:
+        """Whether a packet of priority `prio` takes UGAL's choice in this mode."""
+        return self.mode == ofext.SELECT_MODE_UGAL and bool(self.classes >> prio & 1)
+
+    @property
+    def ugal(self) -> bool:
+        return self.mode == ofext.SELECT_MODE_UGAL
 
     def describe(self) -> dict:
         """The mode as management answers give it."""
@@ -60,6 +75,12 @@ class SelectMode:
             return {"mode": "flowlet", "gap_s": self.gap_s}
         if self.mode == ofext.SELECT_MODE_ADAPTIVE:
             return {"mode": "adaptive", "classes": ofext.classes_of(self.classes)}
+        if self.mode == ofext.SELECT_MODE_UGAL:
+            return {
+                "mode": "ugal",
+                "classes": ofext.classes_of(self.classes),
+                "bias_bytes": self.bias_bytes,
+            }
         return {"mode": "hash"}
 
 
@@ -73,14 +94,15 @@ def _check(req: ofext.SetSelectMode) -> SelectMode:
             ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE, f"unknown select mode {req.mode}"
         )
     flowlet = req.mode == ofext.SELECT_MODE_FLOWLET
-    if flowlet != (req.flowlet_gap_us != 0):
+    ugal = req.mode == ofext.SELECT_MODE_UGAL
+    if not ugal and flowlet != (req.flowlet_gap_us != 0):
         raise OFError(
             ofp.OFPET_GROUP_MOD_FAILED,
             ofp.OFPGMFC_BAD_BUCKET,
-            "flowlet mode needs a gap > 0; the other modes a gap of 0",
+            "flowlet mode needs a gap > 0; hash and adaptive modes a gap of 0",
         )
-    adaptive = req.mode == ofext.SELECT_MODE_ADAPTIVE
-    if req.classes > ofext.CLASSES_ALL or (req.classes and not adaptive):
+    per_packet = req.mode in ofext.CLASS_MODES
+    if req.classes > ofext.CLASSES_ALL or (req.classes and not per_packet):
         raise OFError(
             ofext.OFPET_EXPERIMENTER,
             ofext.SELECT_ERR_BAD_CLASSES,
@@ -88,8 +110,9 @@ def _check(req: ofext.SetSelectMode) -> SelectMode:
         )
     if flowlet:
         return SelectMode(req.mode, gap_s=req.gap_s)
-    if adaptive:
-        return SelectMode(req.mode, classes=req.classes or ofext.CLASSES_ALL)
+    if per_packet:
+        classes = req.classes or ofext.CLASSES_ALL
+        return SelectMode(req.mode, classes=classes, bias_bytes=req.bias_bytes if ugal else 0)
     return HASH
 
 
@@ -156,7 +179,11 @@ def packet_prio(frame: bytes, queue_id: Optional[int], dscp_to_prio: Sequence[in
 
 
 class AdaptiveRouter:
-    """The per-packet choice of adaptive SELECT groups and its counters.
+    """The per-packet choice of adaptive and UGAL SELECT groups and its counters.
+
+    An option is (bucket index, egress port or None, compiled bucket, bucket
+    counter) and, for a UGAL group, its path length in hops (the bucket's
+    weight) fifth.
 
     Args:
         egress: the queues' view (`EgressView`); None: every queue empty, no pause.
@@ -168,12 +195,19 @@ class AdaptiveRouter:
         self.paused_skips = 0  # paused ports passed over
         self.all_paused = 0  # decisions where every candidate was paused
         self.picks: dict[int, int] = {}  # egress port -> packets sent there
+        self.ugal_decisions = 0  # packets a UGAL group placed
+        self.ugal_nonminimal = 0  # ... on a bucket longer than the group's shortest live one
 
-    def rank(self, prio: int, options: Sequence[tuple], now: float) -> tuple[list, int, bool]:
+    def rank(
+        self, prio: int, options: Sequence[tuple], now: float, bias: Optional[int] = None
+    ) -> tuple[list, int, bool]:
         """(the options tied best, paused options passed over, whether all were paused).
 
         `options` are (bucket index, egress port or None, ...) of the live
-        buckets, in bucket order; the ties keep that order.
+        buckets, in bucket order; the ties keep that order. With `bias` (a
+        UGAL group) each option's fifth field is its path length H: the cost
+        is the bytes queued x H, plus `bias` where H is above the least H of
+        `options`, and ties go to the least H before the hash.
         """
         egress = self.egress
         seen = []
@@ -184,14 +218,35 @@ class AdaptiveRouter:
         every_paused = not free
         if every_paused:
             free = seen
-        best = min(s[1] for s in free)
-        return [s[0] for s in free if s[1] == best], len(seen) - len(free), every_paused
+        if bias is None:
+            keys = [(s[1], 0) for s in free]
+        else:
+            h_min = min(o[4] for o in options)
+            keys = [(s[1] * s[0][4] + (bias if s[0][4] > h_min else 0), s[0][4]) for s in free]
+        best = min(keys)
+        ties = [s[0] for s, key in zip(free, keys) if key == best]
+        return ties, len(seen) - len(free), every_paused
 
     def choose(self, prio: int, flow_hash: int, options: Sequence[tuple], now: float) -> tuple:
-        """The option this packet takes, counted."""
-        ties, skipped, every_paused = self.rank(prio, options, now)
-        pick = ties[flow_hash % len(ties)]
+        """The option this packet takes (adaptive mode), counted."""
+        pick = self._pick(prio, flow_hash, options, now, None)
         self.decisions += 1
+        return pick
+
+    def choose_ugal(
+        self, prio: int, flow_hash: int, options: Sequence[tuple], bias: int, now: float
+    ) -> tuple:
+        """The option this packet takes (UGAL mode), counted."""
+        pick = self._pick(prio, flow_hash, options, now, bias)
+        self.ugal_decisions += 1
+        self.ugal_nonminimal += pick[4] > min(o[4] for o in options)
+        return pick
+
+    def _pick(
+        self, prio: int, flow_hash: int, options: Sequence[tuple], now: float, bias: Optional[int]
+    ) -> tuple:
+        ties, skipped, every_paused = self.rank(prio, options, now, bias)
+        pick = ties[flow_hash % len(ties)]
         self.paused_skips += skipped
         self.all_paused += every_paused
         port = pick[1]
@@ -199,21 +254,32 @@ class AdaptiveRouter:
             self.picks[port] = self.picks.get(port, 0) + 1
         return pick
 
-    def peek(self, prio: int, flow_hash: int, options: Sequence[tuple], now: float) -> dict:
-        """What `choose` would do now, touching no counter (the pipeline's trace)."""
-        ties, _skipped, every_paused = self.rank(prio, options, now)
+    def peek(
+        self,
+        prio: int,
+        flow_hash: int,
+        options: Sequence[tuple],
+        now: float,
+        bias: Optional[int] = None,
+    ) -> dict:
+        """What `choose` (or, with `bias`, `choose_ugal`) would do now, touching no
+        counter (the pipeline's trace)."""
+        ties, _skipped, every_paused = self.rank(prio, options, now, bias)
         paused = [
             o[1]
             for o in options
             if o[1] is not None and (v := self.egress(o[1], prio, now)) is not None and v[1]
         ]
-        return {
+        out = {
             "prio": prio,
             "ports": [o[1] for o in options],
             "paused": sorted(paused),
             "every_port_paused": every_paused,
             "takes": ties[flow_hash % len(ties)][1],
         }
+        if bias is not None:
+            out.update(mode="ugal", hops=[o[4] for o in options], bias_bytes=bias)
+        return out
 
     def counts(self) -> dict:
         """The counters, as management answers give them."""
@@ -222,4 +288,6 @@ class AdaptiveRouter:
             "paused_skips": self.paused_skips,
             "all_paused": self.all_paused,
             "picks": dict(sorted(self.picks.items())),
+            "ugal_decisions": self.ugal_decisions,
+            "ugal_nonminimal": self.ugal_nonminimal,
         }

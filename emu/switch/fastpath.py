@@ -25,7 +25,7 @@ frames. A meter a cached program names runs in C (fp_meter.c): its buckets
 and counters are pushed there after Python ran and pulled back before
 Python reads or applies meters again. A SELECT group in adaptive mode
 (adaptive.py) is cached as a per-packet choice among its buckets' programs
-(FP_OP_ADAPT, fp_ar.c), so adaptive routing decides each packet in C; each
+(FP_OP_ADAPT, fp_ar.c; a UGAL group FP_OP_UGAL), so adaptive routing decides each packet in C; each
 bucket's counter is a slot C counts in and Python takes back (`drain`), as
 meters' are, and C's decisions add to the pipeline's in `adaptive_counts`. A credit fabric (`flow_control="credit"`) runs the
 Python datapath: the credit loop is not in C.
@@ -58,7 +58,16 @@ from emu.switch.buffer import (
 from emu.switch.datapath import ETH_P_ALL, RING_FRAMES, RING_S, Datapath
 from emu.switch.loop import SwitchSelector
 from emu.switch.meter import Meter
-from emu.switch.pipeline import P_ADAPTIVE, P_DEAD, P_DECTTL, P_METER, P_OUT, P_SUB, P_XF
+from emu.switch.pipeline import (
+    P_ADAPTIVE,
+    P_DEAD,
+    P_DECTTL,
+    P_METER,
+    P_OUT,
+    P_SUB,
+    P_UGAL,
+    P_XF,
+)
 from emu.switch.scheduler import N_PRIORITIES, QueueCounters
 from emu.switch.watchdog import QueueView
 
@@ -141,18 +150,26 @@ def choice(credit: bool = False) -> str:
 
 
 def _adaptive_ops(op: tuple, ports: dict, meter_slot, arm_slot) -> Optional[list]:
-    """A P_ADAPTIVE op as C's FP_OP_ADAPT, its options' FP_OP_ARMs and their programs."""
-    _code, _gid, prio, flow_hash, options = op
+    """A P_ADAPTIVE op as C's FP_OP_ADAPT, its options' FP_OP_ARMs and their programs;
+    a P_UGAL op as FP_OP_UGAL (its bias in `port`), each ARM's path length in `queue`."""
+    ugal = op[0] == P_UGAL
+    prio, flow_hash, options = op[2], op[3], op[4]
     if arm_slot is None or len(options) > _fastpath.AR_MAX_OPTIONS:
         return None
     body: list = []
-    for _idx, port, sub, ctr in options:
+    for option in options:
+        _idx, port, sub, ctr = option[:4]
         compiled = program_ops(sub, ports, meter_slot, arm_slot)
         if compiled is None:
             return None
-        body.append((_fastpath.OP_ARM, port or 0, arm_slot(ctr), -1, 0, len(compiled)))
+        hops = option[4] if ugal else -1
+        body.append((_fastpath.OP_ARM, port or 0, arm_slot(ctr), hops, 0, len(compiled)))
         body.extend(compiled)
-    return [(_fastpath.OP_ADAPT, 0, flow_hash, prio, len(options), len(body)), *body]
+    if ugal:
+        head = (_fastpath.OP_UGAL, op[5], flow_hash, prio, len(options), len(body))
+    else:
+        head = (_fastpath.OP_ADAPT, 0, flow_hash, prio, len(options), len(body))
+    return [head, *body]
 
 
 def program_ops(prog: list, ports: dict, meter_slot=None, arm_slot=None) -> Optional[list]:
@@ -201,7 +218,7 @@ def _c_ops(op: tuple, ports: dict, meter_slot, arm_slot) -> Optional[list]:
     if code == P_SUB:
         sub = program_ops(op[1], ports, meter_slot, arm_slot)
         return None if sub is None else [(_fastpath.OP_SUB, 0, 0, -1, 0, len(sub)), *sub]
-    if code == P_ADAPTIVE:
+    if code == P_ADAPTIVE or code == P_UGAL:
         return _adaptive_ops(op, ports, meter_slot, arm_slot)
     return None
 
@@ -607,7 +624,13 @@ class FastDatapath(Datapath):
         if self.csw is None:
             return counts
         stats = self.csw.stats()
-        for name in ("decisions", "paused_skips", "all_paused"):
+        for name in (
+            "decisions",
+            "paused_skips",
+            "all_paused",
+            "ugal_decisions",
+            "ugal_nonminimal",
+        ):
             counts[name] += stats["ar_" + name]
         picks = counts["picks"]
         for n in self.ports:

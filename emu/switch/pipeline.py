@@ -348,8 +348,21 @@ class Table:
 # Replay program opcodes (P_FLOWLET: a per-packet bucket choice of a flowlet-mode group;
 # P_METER: a meter measures the packet and may drop or remark it; P_NORMAL: the
 # MAC table decides per packet, and learns; P_ADAPTIVE: the per-packet choice of
-# an adaptive-mode group, adaptive.py).
-P_OUT, P_XF, P_DECTTL, P_SUB, P_CTRL, P_DEAD, P_FLOWLET, P_METER, P_NORMAL, P_ADAPTIVE = range(10)
+# an adaptive-mode group, adaptive.py; P_UGAL: a UGAL-mode group's, the same op with
+# each option's path length and the group's bias).
+(
+    P_OUT,
+    P_XF,
+    P_DECTTL,
+    P_SUB,
+    P_CTRL,
+    P_DEAD,
+    P_FLOWLET,
+    P_METER,
+    P_NORMAL,
+    P_ADAPTIVE,
+    P_UGAL,
+) = range(11)
 
 
 class Pipeline:
@@ -474,7 +487,7 @@ class Pipeline:
                     return False
             elif code == P_SUB:
                 self._run(op[1], frame, in_port, outs, pins, now)
-            elif code == P_FLOWLET or code == P_ADAPTIVE:
+            elif code == P_FLOWLET or code == P_ADAPTIVE or code == P_UGAL:
                 self._run_chosen(op, frame, in_port, outs, pins, now)
             elif code == P_METER:
                 frame = self._metered(op[1], frame, now)
@@ -494,11 +507,15 @@ class Pipeline:
     def _run_chosen(
         self, op: tuple, frame: bytes, in_port: int, outs: list, pins: list, now: float
     ) -> None:
-        """A group that picks its bucket per packet (flowlet or adaptive): pick, count, run."""
+        """A group that picks its bucket per packet (flowlet, adaptive, UGAL): pick, count, run."""
         if op[0] == P_FLOWLET:
             _idx, _port, sub, ctr = self.flowlets.choose(op[1], op[2], op[3], op[4], now)
-        else:
+        elif op[0] == P_ADAPTIVE:
             _idx, _port, sub, ctr = self.adaptive.choose(op[2], op[3], op[4], now)
+        else:
+            _idx, _port, sub, ctr, _hops = self.adaptive.choose_ugal(
+                op[2], op[3], op[4], op[5], now
+            )
         ctr.packets += 1
         ctr.bytes += len(frame)
         ctr.used = now
@@ -533,7 +550,8 @@ class Pipeline:
              "adaptive": [per adaptive group this packet's class takes: {"group",
                  "prio", "ports" (its live buckets' ports), "paused" (those PFC
                  pauses for prio now), "every_port_paused", "takes" (the port a
-                 packet would take now)}: chosen per packet],
+                 packet would take now)}; a UGAL group's adds "mode": "ugal",
+                 "hops" (each port's path length) and "bias_bytes": chosen per packet],
              "adaptive_counts": the switch's adaptive counters (AdaptiveRouter.counts),
              "dropped": "port down" / "no recv" / "ttl" / "no match" or None}
         """
@@ -572,9 +590,10 @@ class Pipeline:
                     return
             elif code == P_SUB:
                 self._trace_prog(op[1], frame, out, in_port, now)
-            elif code == P_ADAPTIVE:
+            elif code == P_ADAPTIVE or code == P_UGAL:
+                bias = op[5] if code == P_UGAL else None
                 out["adaptive"].append(
-                    {"group": op[1], **self.adaptive.peek(op[2], op[3], op[4], now)}
+                    {"group": op[1], **self.adaptive.peek(op[2], op[3], op[4], now, bias)}
                 )
             elif code == P_FLOWLET:
                 out["flowlet"].append(
@@ -710,7 +729,8 @@ class Pipeline:
         depth: int,
     ) -> bool:
         """A SELECT group whose bucket is chosen per packet: its op appended, True;
-        False when it hashes (its mode, or this packet's class, says so)."""
+        False when it hashes (its mode, or this packet's class, says so; `_buckets`
+        then hashes a UGAL group over its minimal buckets only)."""
         mode = self.modes.of(group.group_id)
         if mode.gap_s is not None:
             options = self._options(group, st, in_port, entry, depth)
@@ -726,6 +746,15 @@ class Pipeline:
                 if options:
                     hashed = self.select_hash(st["key"])
                     prog.append((P_ADAPTIVE, group.group_id, prio, hashed, options))
+                return True
+            if mode.ugal_for(prio):
+                options = [
+                    o + (group.buckets[o[0]].weight,)
+                    for o in self._options(group, st, in_port, entry, depth)
+                ]
+                if options:
+                    hashed = self.select_hash(st["key"])
+                    prog.append((P_UGAL, group.group_id, prio, hashed, options, mode.bias_bytes))
                 return True
         return False
 
@@ -871,6 +900,11 @@ class Pipeline:
         live = [(i, group.buckets[i].weight) for i in self._live_select(group)]
         if not live:
             return []
+        if self.modes.of(group.group_id).ugal:
+            # A UGAL group's weights are path lengths: a packet that does not take
+            # UGAL's choice hashes, evenly, over the minimal (shortest live) buckets.
+            shortest = min(w for _, w in live)
+            live = [(i, 1) for i, w in live if w == shortest]
         total = sum(w for _, w in live)
         h = self.select_hash(key) % total
         for i, w in live:

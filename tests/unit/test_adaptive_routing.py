@@ -85,7 +85,14 @@ def test_each_packet_takes_the_least_queued_port_and_moves_when_it_grows() -> No
     q.depth[(4, 3)] = 50_000  # the next packet of the same flow moves at once
     assert egress(pl) == 3
     counts = pl.adaptive.counts()
-    assert counts == {"decisions": 2, "paused_skips": 0, "all_paused": 0, "picks": {3: 1, 4: 1}}
+    assert counts == {
+        "decisions": 2,
+        "paused_skips": 0,
+        "all_paused": 0,
+        "picks": {3: 1, 4: 1},
+        "ugal_decisions": 0,
+        "ugal_nonminimal": 0,
+    }
     assert [c.packets for c in pl.groups[1].bucket_ctrs] == [0, 1, 1, 0]
     assert pl.groups[1].ctr.packets == 2
 
@@ -265,7 +272,7 @@ BAD_CLASSES = (ofext.OFPET_EXPERIMENTER, ofext.SELECT_ERR_BAD_CLASSES)
         (_body(1, 0, 0, 100), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_BUCKET)),
         (_body(77, 2, 8, 0), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_UNKNOWN_GROUP)),
         (_body(2, 2, 8, 0), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)),  # not SELECT
-        (_body(1, 3, 8, 0), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)),  # no mode 3
+        (_body(1, 4, 8, 0), (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_TYPE)),  # no mode 4
         (experimenter(struct.pack("!IHHI", 1, 2, 8, 0) + b"\0"), (1, ofp.OFPBRC_BAD_LEN)),
         (experimenter(struct.pack("!IHH", 1, 2, 8)), (1, ofp.OFPBRC_BAD_LEN)),
     ],

@@ -9,7 +9,11 @@ ECN codepoint, TTLs down to 0), truncated frames and random bytes, in an
 incast that fills queues, marks ECN and sends and honours PAUSE. RoCEv2 to
 one host goes through a SELECT group in adaptive mode for priorities 0 and 3
 (emu/switch/adaptive.py; the other classes hash), so every such packet is
-placed by the queues and PAUSEs of that moment. They must send the same
+placed by the queues and PAUSEs of that moment; RoCEv2 to another goes
+through a UGAL group (two minimal buckets, two longer ones, a bias), so its
+packets of priorities 0 and 3 weigh each port's queue by its path length and
+take the long way when the short ones are deep, the other classes hash over
+the minimal buckets. They must send the same
 frames, in the same order, on the same ports, and end with the same port,
 queue, buffer, PFC, flow, group and adaptive-routing counters.
 
@@ -95,6 +99,25 @@ def install(pl) -> None:
         pl,
         {"eth_type": 0x0800, "ip_proto": 17, "udp_dst": 4791, "ipv4_dst": DIFF_HOSTS[2]},
         [p.OFPActionGroup(4)],
+        prio=12,
+    )
+    # UGAL: RoCEv2 to 10.0.0.5 through group 5, whose weights are path lengths:
+    # ports 2 and 6 minimal (2 hops), 3 and 5 non-minimal (4 and 3 hops), a bias
+    # of 3000 bytes on the long ones; port 6 is the incast's, so it fills.
+    hops = {2: 2, 3: 4, 5: 3, 6: 2}
+    group(
+        pl,
+        5,
+        ofp.OFPGT_SELECT,
+        [bucket([out(n)], weight=h, watch_port=n) for n, h in hops.items()],
+    )
+    pl.set_select_mode(
+        ofext.SetSelectMode(5, ofext.SELECT_MODE_UGAL, 3000, 0b1001)  # bias in the 32 bits
+    )
+    flow(
+        pl,
+        {"eth_type": 0x0800, "ip_proto": 17, "udp_dst": 4791, "ipv4_dst": DIFF_HOSTS[4]},
+        [p.OFPActionGroup(5)],
         prio=12,
     )
     # Meters (run in C for cached programs): UDP to 10.0.0.2 through a 2 Mbit/s
@@ -301,9 +324,12 @@ def test_random_valid_truncated_and_malformed_frames_leave_both_alike(pair) -> N
     # Both meters dropped frames, the remarking band remarked some, in C.
     bands = {mid: m.bands for mid, m in c.pipeline.meters.meters.items()}
     assert c.pipeline.dropped_meter > 0 and all(b.packets for b in bands[2]), bands
-    # Adaptive routing placed packets in C, passed paused ports over, used every port.
+    # Adaptive routing placed packets in C, passed paused ports over, used every port;
+    # UGAL sent packets both ways, in C too.
     ar = c.adaptive_counts()
-    assert stats["ar_decisions"] > 0 and ar["paused_skips"] > 0 and len(ar["picks"]) == 4, ar
+    assert stats["ar_decisions"] > 0 and ar["paused_skips"] > 0 and len(ar["picks"]) == 5, ar
+    assert stats["ar_ugal_decisions"] > 0 and stats["ar_ugal_nonminimal"] > 0, stats
+    assert 0 < ar["ugal_nonminimal"] < ar["ugal_decisions"], ar
 
 
 def test_the_comparison_fails_when_the_tables_differ(pair) -> None:
@@ -342,9 +368,11 @@ def malformed_corpus(rng: random.Random) -> list[bytes]:
     flows = [random_flow(rng, incast=False) | {"kind": k} for k in (0.1, 0.6, 0.87, 0.95)]
     flows[0]["frag"] = 0
     flows[1]["frag"] = 0
-    # RoCEv2 of priority 3 to 10.0.0.3: adaptive routing's group (install).
-    roce = {"kind": 0.1, "frag": 0, "ttl": 64, "dst": DIFF_HOSTS[2], "dport": 4791, "tos": 26 << 2}
-    flows.append(random_flow(rng, incast=False) | roce)
+    # RoCEv2 of priority 3 to 10.0.0.3 and 10.0.0.5: adaptive routing's and UGAL's
+    # groups (install).
+    for host in (DIFF_HOSTS[2], DIFF_HOSTS[4]):
+        roce = {"kind": 0.1, "frag": 0, "ttl": 64, "dst": host, "dport": 4791, "tos": 26 << 2}
+        flows.append(random_flow(rng, incast=False) | roce)
     whole = [flow_frame(rng, f) for f in flows]
     whole.append(random_frame(random.Random(2), flows))
     pause = headers.ethernet("01:80:c2:00:00:01", DIFF_MACS[0], 0x8808)
@@ -368,5 +396,6 @@ def test_a_malformed_frame_corpus_leaves_both_alike(pair) -> None:
     assert differences(py, c) == []
     assert c.fastpath_stats()["cache_hits"] > 0
     assert c.fastpath_stats()["ar_decisions"] > 0
+    assert c.fastpath_stats()["ar_ugal_decisions"] > 0
     fed = sum(c.ports[n].counters.rx_packets for n in DIFF_PORTS)
     assert fed == len(frames)

@@ -200,8 +200,12 @@ enum {
     FP_OP_ADAPT,   /* adaptive routing (fp_ar.c): value the flow hash, queue the
                     * packet's priority, field the number of options; sub_len ops
                     * follow, that many FP_OP_ARMs each with its program */
-    FP_OP_ARM,     /* one option of an FP_OP_ADAPT: port its egress (0: none),
-                    * value its bucket counter's slot; sub_len ops follow */
+    FP_OP_ARM,     /* one option of an FP_OP_ADAPT or FP_OP_UGAL: port its egress
+                    * (0: none), value its bucket counter's slot, queue its path
+                    * length in hops (UGAL: 1..65535; ADAPT: unused, -1); sub_len
+                    * ops follow */
+    FP_OP_UGAL,    /* UGAL (fp_ar.c): as FP_OP_ADAPT, and port the bias in bytes
+                    * a non-minimal option's cost carries */
     FP_OP_CODES
 };
 enum {
@@ -312,6 +316,7 @@ typedef struct fp_switch {
     fp_arm_ctr *arms;          /* adaptive ops' bucket counters, by slot (fp_ar.c) */
     uint32_t narms;
     uint64_t ar_decisions, ar_paused_skips, ar_all_paused;
+    uint64_t ar_ugal_decisions, ar_ugal_nonminimal;  /* UGAL ops: packets, non-minimal */
     emu_loopmon mon;
     int ready;                 /* a port of it was readable in this pass */
     int stopping;

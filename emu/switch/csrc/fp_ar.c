@@ -1,23 +1,27 @@
-/* Per-packet adaptive routing on the compiled path (InfiniBand AR, Spectrum-X).
+/* Per-packet adaptive routing on the compiled path (InfiniBand AR, Spectrum-X),
+ * and UGAL's non-minimal choice (Kim, Dally, Scott, Abts, ISCA 2008).
  *
- * Reference: emu/switch/adaptive.py (AdaptiveRouter.rank and choose) and
- * pipeline.py's P_ADAPTIVE. A SELECT group in adaptive mode, for a packet of
- * an enabled class, is compiled into one FP_OP_ADAPT followed by an FP_OP_ARM
- * per live bucket, each with the bucket's program:
+ * Reference: emu/switch/adaptive.py (AdaptiveRouter.rank, choose and
+ * choose_ugal) and pipeline.py's P_ADAPTIVE and P_UGAL. A SELECT group in
+ * adaptive (UGAL) mode, for a packet of an enabled class, is compiled into
+ * one FP_OP_ADAPT (FP_OP_UGAL) followed by an FP_OP_ARM per live bucket,
+ * each with the bucket's program:
  *
  *   ADAPT  value = the flow's select hash, queue = the packet's priority,
- *          field = options, sub_len = every op below
+ *          field = options, sub_len = every op below (UGAL: port = the bias)
  *   ARM    port = the bucket's egress port (0: none), value = its counter
- *          slot, sub_len = its program's ops
+ *          slot, queue = its path length (UGAL only), sub_len = its program's ops
  *   ...    the program
  *   ARM    ...
  *
  * Per packet: a port PFC-paused for the priority is passed over unless all
  * are; among the rest, the fewest bytes queued at the priority and above
  * (what strict priority sends before the packet); ties broken by the hash,
- * in bucket order. The chosen bucket's counter (a slot Python assigned, as
- * meters have) counts the packet; fp_module.c hands the slots' counts to
- * Python (`arm_drain`).
+ * in bucket order. UGAL weighs the bytes by the path length H and adds the
+ * bias where H is above the least H of the options (a non-minimal path);
+ * the least cost wins, then the least H, then the hash. The chosen bucket's
+ * counter (a slot Python assigned, as meters have) counts the packet;
+ * fp_module.c hands the slots' counts to Python (`arm_drain`).
  *
  * fp_ar_check proves a list's shape before it is installed (an upcall);
  * fp_ar_exec checks the bounds again before it reads an option.
@@ -28,17 +32,20 @@
 #include <string.h>
 
 /* 1 when `opts[0..span)` is exactly op->field ARM options, each with a valid
- * program, and the ADAPT's priority is one of the eight. */
+ * program (and, under a UGAL op, a path length of 1..65535), and the op's
+ * priority is one of the eight. */
 int
 fp_ar_check(const fp_op *op, const fp_op *opts, uint32_t span, int depth)
 {
     if (op->queue < 0 || op->queue >= FP_PRIOS || op->field == 0 ||
         op->field > FP_AR_MAX_OPTIONS || depth > 16)
         return 0;
+    int ugal = op->code == FP_OP_UGAL;
     uint32_t n = 0, k = 0;
     while (k < span) {
         const fp_op *arm = &opts[k];
         if (arm->code != FP_OP_ARM || arm->sub_len > span - k - 1 ||
+            (ugal && (arm->queue < 1 || arm->queue > 0xFFFF)) ||
             !fp_ops_check(arm + 1, arm->sub_len, depth + 1))
             return 0;
         n++;
@@ -101,23 +108,32 @@ fp_arms_free(fp_switch *sw)
     sw->narms = 0;
 }
 
-/* AdaptiveRouter.choose for one packet, then the chosen bucket's program. */
-void
-fp_ar_exec(fp_switch *sw, uint32_t in_port, const fp_op *op, const fp_op *opts, uint32_t span,
-           const uint8_t *f, size_t len, double now, int depth)
-{
+/* One decision's options as adaptive routing sees them. */
+typedef struct {
     const fp_op *arm[FP_AR_MAX_OPTIONS];
     fp_port *port[FP_AR_MAX_OPTIONS];
-    int64_t ahead[FP_AR_MAX_OPTIONS];
+    int64_t cost[FP_AR_MAX_OPTIONS];
+    int32_t hops[FP_AR_MAX_OPTIONS];
     uint8_t paused[FP_AR_MAX_OPTIONS];
-    int prio = op->queue;
-    if (prio < 0 || prio >= FP_PRIOS || depth > 16)
-        return;
-    uint32_t n = 0, free_n = 0;
+    uint32_t n, free_n;
+    int32_t h_min;
+} ar_view;
+
+/* Read the ARMs of `opts`: each one's port, cost (bytes at prio and above, or
+ * UGAL's bytes x H + bias) and pause; 0 on a malformed list. */
+static int
+ar_read(fp_switch *sw, const fp_op *op, const fp_op *opts, uint32_t span, double now,
+        ar_view *v)
+{
+    int prio = op->queue, ugal = op->code == FP_OP_UGAL;
+    v->n = v->free_n = 0;
+    v->h_min = INT32_MAX;
     for (uint32_t k = 0; k < span; k += 1 + (uint32_t)opts[k].sub_len) {
-        if (opts[k].code != FP_OP_ARM || n >= FP_AR_MAX_OPTIONS || opts[k].sub_len > span - k - 1)
-            return;
         const fp_op *o = &opts[k];
+        if (o->code != FP_OP_ARM || v->n >= FP_AR_MAX_OPTIONS || o->sub_len > span - k - 1)
+            return 0;
+        if (ugal && (o->queue < 1 || o->queue > 0xFFFF))
+            return 0;
         fp_port *p = o->port ? fp_port_get(sw, o->port) : NULL;
         int64_t bytes = 0;
         int stopped = 0;
@@ -126,44 +142,79 @@ fp_ar_exec(fp_switch *sw, uint32_t in_port, const fp_op *op, const fp_op *opts, 
                 bytes += p->sched.depth[q];
             stopped = p->sched.paused_until[prio] > now;
         }
-        arm[n] = o;
-        port[n] = p;
-        ahead[n] = bytes;
-        paused[n] = (uint8_t)stopped;
-        free_n += !stopped;
-        n++;
+        uint32_t i = v->n++;
+        v->arm[i] = o;
+        v->port[i] = p;
+        v->hops[i] = ugal ? o->queue : 0;
+        v->cost[i] = ugal ? bytes * o->queue : bytes;
+        v->paused[i] = (uint8_t)stopped;
+        v->free_n += !stopped;
+        if (v->hops[i] < v->h_min)
+            v->h_min = v->hops[i];
     }
-    if (n == 0)
-        return;
-    int every = free_n == 0;
+    if (ugal)
+        for (uint32_t i = 0; i < v->n; i++)
+            if (v->hops[i] > v->h_min)
+                v->cost[i] += (int64_t)op->port;
+    return v->n > 0;
+}
+
+/* The option AdaptiveRouter.rank ties best and the hash picks among them. */
+static uint32_t
+ar_pick(const ar_view *v, uint64_t flow_hash)
+{
+    int every = v->free_n == 0;
     int64_t best = INT64_MAX;
-    for (uint32_t i = 0; i < n; i++)
-        if ((every || !paused[i]) && ahead[i] < best)
-            best = ahead[i];
+    int32_t best_h = INT32_MAX;
+    for (uint32_t i = 0; i < v->n; i++) {
+        if (!every && v->paused[i])
+            continue;
+        if (v->cost[i] < best || (v->cost[i] == best && v->hops[i] < best_h)) {
+            best = v->cost[i];
+            best_h = v->hops[i];
+        }
+    }
     uint32_t ties = 0;
-    for (uint32_t i = 0; i < n; i++)
-        ties += (every || !paused[i]) && ahead[i] == best;
-    uint64_t nth = op->value % ties;
-    uint32_t pick = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if ((every || !paused[i]) && ahead[i] == best) {
-            if (nth == 0) {
-                pick = i;
-                break;
-            }
+    for (uint32_t i = 0; i < v->n; i++)
+        ties += (every || !v->paused[i]) && v->cost[i] == best && v->hops[i] == best_h;
+    uint64_t nth = flow_hash % ties;
+    for (uint32_t i = 0; i < v->n; i++) {
+        if ((every || !v->paused[i]) && v->cost[i] == best && v->hops[i] == best_h) {
+            if (nth == 0)
+                return i;
             nth--;
         }
     }
-    sw->ar_decisions++;
-    sw->ar_paused_skips += every ? 0 : n - free_n;
+    return 0;
+}
+
+/* AdaptiveRouter.choose (choose_ugal) for one packet, then the chosen bucket's program. */
+void
+fp_ar_exec(fp_switch *sw, uint32_t in_port, const fp_op *op, const fp_op *opts, uint32_t span,
+           const uint8_t *f, size_t len, double now, int depth)
+{
+    ar_view v;
+    if (op->queue < 0 || op->queue >= FP_PRIOS || depth > 16)
+        return;
+    if (!ar_read(sw, op, opts, span, now, &v))
+        return;
+    uint32_t pick = ar_pick(&v, op->value);
+    int every = v.free_n == 0;
+    if (op->code == FP_OP_UGAL) {
+        sw->ar_ugal_decisions++;
+        sw->ar_ugal_nonminimal += v.hops[pick] > v.h_min;
+    } else {
+        sw->ar_decisions++;
+    }
+    sw->ar_paused_skips += every ? 0 : v.n - v.free_n;
     sw->ar_all_paused += (uint64_t)every;
-    if (port[pick])
-        port[pick]->ar_picks++;
-    fp_arm_ctr *c = fp_arm_get(sw, arm[pick]->value);
+    if (v.port[pick])
+        v.port[pick]->ar_picks++;
+    fp_arm_ctr *c = fp_arm_get(sw, v.arm[pick]->value);
     if (c) {
         c->packets++;
         c->bytes += len;
         c->last_used = now;
     }
-    fp_exec(sw, in_port, arm[pick] + 1, arm[pick]->sub_len, f, len, now, depth + 1);
+    fp_exec(sw, in_port, v.arm[pick] + 1, v.arm[pick]->sub_len, f, len, now, depth + 1);
 }

@@ -156,6 +156,7 @@ fp_ops_check(const fp_op *ops, uint32_t n, int depth)
             i += op->sub_len;
             break;
         case FP_OP_ADAPT:
+        case FP_OP_UGAL:
             if (op->sub_len > n - i - 1 || !fp_ar_check(op, op + 1, op->sub_len, depth))
                 return 0;
             i += op->sub_len;
@@ -239,7 +240,8 @@ fp_exec(fp_switch *sw, uint32_t in_port, const fp_op *ops, uint32_t n, const uin
             i += sub;
             break;
         }
-        case FP_OP_ADAPT: {
+        case FP_OP_ADAPT:
+        case FP_OP_UGAL: {
             /* a bucket chosen per packet; it runs on the frame as it is now, as a SUB */
             uint32_t span = op->sub_len;
             if (span > n - i - 1)

@@ -497,13 +497,14 @@ static PyObject *
 Switch_stats(fp_switch *sw, PyObject *Py_UNUSED(ignored))
 {
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:n,s:K,s:d,s:K,s:K,s:K}", "cache_hits", sw->hits,
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:n,s:K,s:d,s:K,s:K,s:K,s:K,s:K}", "cache_hits", sw->hits,
         "cache_misses", sw->misses, "upcalls", sw->upcalls, "malformed_frames", sw->malformed,
         "watchdog_drops", sw->watchdog_drops, "pool_drops", sw->pool_drops, "upcall_errors",
         sw->upcall_errors, "cache_entries", sw->cache.count, "pool_slots",
         (Py_ssize_t)sw->pool.slots, "pool_slot_bytes", (unsigned long long)sw->pool.slot_bytes,
         "tx_due", sw->tx_due, "ar_decisions", sw->ar_decisions, "ar_paused_skips",
-        sw->ar_paused_skips, "ar_all_paused", sw->ar_all_paused);
+        sw->ar_paused_skips, "ar_all_paused", sw->ar_all_paused, "ar_ugal_decisions",
+        sw->ar_ugal_decisions, "ar_ugal_nonminimal", sw->ar_ugal_nonminimal);
 }
 
 static PyObject *
@@ -1000,6 +1001,7 @@ PyInit__fastpath(void)
         PyModule_AddIntConstant(m, "OP_METER", FP_OP_METER) < 0 ||
         PyModule_AddIntConstant(m, "OP_ADAPT", FP_OP_ADAPT) < 0 ||
         PyModule_AddIntConstant(m, "OP_ARM", FP_OP_ARM) < 0 ||
+        PyModule_AddIntConstant(m, "OP_UGAL", FP_OP_UGAL) < 0 ||
         PyModule_AddIntConstant(m, "AR_MAX_OPTIONS", FP_AR_MAX_OPTIONS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_FRAME", FP_MAX_FRAME) < 0) {
         Py_DECREF(m);
