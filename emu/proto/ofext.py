@@ -70,21 +70,25 @@ Routing in Interconnection Networks", PhD thesis, Stanford 2005; as Kim,
 Dally, Scott, Abts run it on a dragonfly, "Technology-Driven,
 Highly-Scalable Dragonfly Topology", ISCA 2008): the group's buckets are a
 destination's minimal next hops *and* its non-minimal (Valiant) ones, and
-**each bucket's weight is the length of the path through it** in hops
-(1..65535; 0 is a dead bucket, as OpenFlow's weight 0 is). Every packet of
-an enabled class is placed as in adaptive mode (the same candidates, paused
-ports passed over unless all are, bytes queued at the packet's priority and
-above), but on the queue weighted by path length, UGAL's q x H:
+**each bucket's weight says the path through it**: ``2 x H`` for a
+minimal bucket, ``2 x H + 1`` for a non-minimal one, H its length in hops
+(weights 2..65535; 0 is a dead bucket, as OpenFlow's weight 0 is). The
+flag is needed because path length alone does not say which path is
+minimal: a Valiant path can be as short as the minimal one, or shorter
+(through a third group, two global hops, against local-global-local).
+Every packet of an enabled class is placed as in adaptive mode (the same
+candidates, paused ports passed over unless all are, bytes queued at the
+packet's priority and above), but on the queue weighted by path length,
+UGAL's q x H:
 
-- cost = q x H, plus the bias (bytes) when H is above the group's least
-  live H (a non-minimal bucket); the packet takes the least cost, then the
-  least H, so an idle switch, equal products and empty queues all send it
-  minimally; remaining ties go by the flow hash, as in adaptive mode;
-- the least live H is what "minimal" means: when the minimal buckets die,
-  the shortest survivors are;
+- cost = q x H, plus the bias (bytes) for a non-minimal bucket; the packet
+  takes the least cost, then a minimal bucket over a non-minimal one, then
+  the least H, so an idle switch and empty queues send it minimally, as do
+  equal products; remaining ties go by the flow hash, as in adaptive mode;
+- when no minimal bucket is live, the live ones of the least H stand for
+  the minimal path (no bias on them);
 - a packet of a class that is not enabled hashes over the minimal buckets
-  only (those of the least live H, weights otherwise ignored): UGAL never
-  sends it the long way.
+  only (weights otherwise ignored): UGAL never sends it the long way.
 
 Kim et al. compare the minimal path with one random non-minimal path; a
 UGAL group compares all of them with its minimal ones and takes the least
@@ -217,6 +221,21 @@ class SetSelectMode:
         return self.flowlet_gap_us
 
 
+def ugal_weight(hops: int, minimal: bool) -> int:
+    """A UGAL bucket's weight: 2 x its path length in hops, plus 1 off the minimal path.
+
+    Examples:
+        >>> ugal_weight(2, True), ugal_weight(3, False)
+        (4, 7)
+
+    Raises:
+        ExtensionError: a length outside 1..32767 (the weight is 16 bits).
+    """
+    if not 1 <= hops <= 0x7FFF:
+        raise ExtensionError(f"a UGAL path of {hops} hops: 1..32767")
+    return 2 * hops + (0 if minimal else 1)
+
+
 def pack_set_select_mode(
     group_id: int, mode: int, flowlet_gap_us: int = 0, classes: int = 0, bias_bytes: int = 0
 ) -> bytes:
@@ -331,6 +350,81 @@ def parse_adaptive_spec(text: str) -> dict[Optional[int], int]:
         if dpid in out:
             raise ExtensionError(f"{text!r}: {'every switch' if dpid is None else dpid} twice")
         out[dpid] = 0 if classes.strip().lower() == "none" else classes_mask(classes)
+    return out
+
+
+#: How a dragonfly routes between groups (the UGAL extension, controllers/ugal.py):
+#: routing's shortest paths, UGAL's choice per packet, or always Valiant's.
+DRAGONFLY_ROUTINGS = ("minimal", "ugal", "valiant")
+
+
+@dataclass(frozen=True)
+class DragonflyRouting:
+    """A dragonfly's routing between groups, as `parse_dragonfly_routing` reads it.
+
+    `classes` and `bias_bytes` are UGAL mode's (the priorities a UGAL group
+    places per packet, the bias of its non-minimal buckets).
+    """
+
+    mode: str = "minimal"
+    classes: int = CLASSES_ALL
+    bias_bytes: int = 0
+
+    def spec(self) -> str:
+        """The text `parse_dragonfly_routing` reads back."""
+        if self.mode != "ugal":
+            return self.mode
+        classes = ",".join(map(str, classes_of(self.classes)))
+        return f"ugal:{'all' if self.classes == CLASSES_ALL else classes}:{self.bias_bytes}"
+
+
+def parse_dragonfly_routing(text: str) -> DragonflyRouting:
+    """``minimal``, ``valiant`` or ``ugal[:CLASSES[:BIAS_BYTES]]`` (CLASSES as
+    `classes_mask` reads them; default all classes, bias 0).
+
+    Examples:
+        >>> parse_dragonfly_routing("ugal")
+        DragonflyRouting(mode='ugal', classes=255, bias_bytes=0)
+        >>> parse_dragonfly_routing("ugal:0,3:3000")
+        DragonflyRouting(mode='ugal', classes=9, bias_bytes=3000)
+
+    Raises:
+        ExtensionError: another mode, classes or bias, named with what is allowed.
+    """
+    mode, *rest = [part.strip() for part in text.strip().lower().split(":")]
+    if mode not in DRAGONFLY_ROUTINGS or (rest and mode != "ugal") or len(rest) > 2:
+        raise ExtensionError(
+            f"dragonfly routing {text!r}: expected minimal, valiant or "
+            "ugal[:CLASSES[:BIAS_BYTES]] (e.g. ugal, ugal:3, ugal:all:3000)"
+        )
+    classes = classes_mask(rest[0]) if rest else CLASSES_ALL
+    bias = rest[1] if len(rest) > 1 else "0"
+    if not bias.isdigit() or int(bias) > 0xFFFFFFFF:
+        raise ExtensionError(f"dragonfly routing {text!r}: bias {bias!r} is not 0..2^32-1 bytes")
+    return DragonflyRouting(mode, classes, int(bias))
+
+
+def parse_dragonfly_groups(text: str) -> dict[int, int]:
+    """Which dragonfly group each router is in: ``DPID=GROUP,...`` (DPID decimal or
+    0x-hex) -> {dpid: group}.
+
+    Examples:
+        >>> parse_dragonfly_groups("0x10101=1, 0x10102=1,66049=2")
+        {65793: 1, 65794: 1, 66049: 2}
+
+    Raises:
+        ExtensionError: an entry that is not DPID=GROUP, or a router named twice.
+    """
+    out: dict[int, int] = {}
+    for entry in text.split(","):
+        who, sep, group = entry.strip().partition("=")
+        try:
+            dpid, number = int(who.strip(), 0), int(group.strip(), 0)
+        except ValueError:
+            raise ExtensionError(f"dragonfly groups: {entry!r} is not DPID=GROUP") from None
+        if not sep or dpid in out or not 0 <= dpid < 2**64:
+            raise ExtensionError(f"dragonfly groups: {entry!r} (each router once, DPID=GROUP)")
+        out[dpid] = number
     return out
 
 

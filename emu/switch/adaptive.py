@@ -12,8 +12,9 @@ Owns two things the emu OpenFlow extension (`emu/proto/ofext.py`) sets:
   above, a port PFC-paused for that priority passed over unless all are,
   ties broken by the flow hash; the choice a UGAL group makes (UGAL-L, Kim
   et al. ISCA 2008): the same, on the queue times the bucket's path length
-  (its weight) plus a bias for non-minimal buckets, ties to the shorter path,
-  then by hash; and their counters (decisions, picks per port, paused ports
+  plus a bias for non-minimal buckets (its weight says both: `ugal_weight`),
+  ties to a minimal bucket, then the shorter path, then the hash; and their
+  counters (decisions, picks per port, paused ports
   passed over, decisions where every port was paused, UGAL's decisions and
   the packets it sent non-minimally).
 
@@ -163,6 +164,19 @@ class SelectModes:
         return [m.gap_s for m in modes if m.gap_s is not None]
 
 
+#: A UGAL bucket's weight from its path (emu/proto/ofext.py owns the encoding).
+ugal_weight = ofext.ugal_weight
+
+
+def ugal_minimal(weights: Sequence[int]) -> list[bool]:
+    """Which of a UGAL group's live buckets (their weights) stand for the minimal path:
+    the minimal ones (even weights), or when none is live, those of the least length."""
+    if any(w & 1 == 0 for w in weights):
+        return [w & 1 == 0 for w in weights]
+    shortest = min(w >> 1 for w in weights)
+    return [w >> 1 == shortest for w in weights]
+
+
 def packet_prio(frame: bytes, queue_id: Optional[int], dscp_to_prio: Sequence[int]) -> int:
     """The priority a switch queues `frame` at: datapath._enqueue's rule (and fp_switch_enqueue's).
 
@@ -182,8 +196,7 @@ class AdaptiveRouter:
     """The per-packet choice of adaptive and UGAL SELECT groups and its counters.
 
     An option is (bucket index, egress port or None, compiled bucket, bucket
-    counter) and, for a UGAL group, its path length in hops (the bucket's
-    weight) fifth.
+    counter) and, for a UGAL group, the bucket's weight fifth (`ugal_weight`).
 
     Args:
         egress: the queues' view (`EgressView`); None: every queue empty, no pause.
@@ -205,9 +218,10 @@ class AdaptiveRouter:
 
         `options` are (bucket index, egress port or None, ...) of the live
         buckets, in bucket order; the ties keep that order. With `bias` (a
-        UGAL group) each option's fifth field is its path length H: the cost
-        is the bytes queued x H, plus `bias` where H is above the least H of
-        `options`, and ties go to the least H before the hash.
+        UGAL group) each option's fifth field is its weight, 2 H (+1 if not
+        minimal): the cost is the bytes queued x H, plus `bias` off the
+        minimal path (`ugal_minimal`), and ties go to a minimal option, then
+        the least H, before the hash.
         """
         egress = self.egress
         seen = []
@@ -219,10 +233,13 @@ class AdaptiveRouter:
         if every_paused:
             free = seen
         if bias is None:
-            keys = [(s[1], 0) for s in free]
+            keys = [(s[1], 0, 0) for s in free]
         else:
-            h_min = min(o[4] for o in options)
-            keys = [(s[1] * s[0][4] + (bias if s[0][4] > h_min else 0), s[0][4]) for s in free]
+            minimal = dict(zip([o[0] for o in options], ugal_minimal([o[4] for o in options])))
+            keys = []
+            for opt, queued, _paused in free:
+                off = not minimal[opt[0]]
+                keys.append((queued * (opt[4] >> 1) + (bias if off else 0), off, opt[4] >> 1))
         best = min(keys)
         ties = [s[0] for s, key in zip(free, keys) if key == best]
         return ties, len(seen) - len(free), every_paused
@@ -239,7 +256,8 @@ class AdaptiveRouter:
         """The option this packet takes (UGAL mode), counted."""
         pick = self._pick(prio, flow_hash, options, now, bias)
         self.ugal_decisions += 1
-        self.ugal_nonminimal += pick[4] > min(o[4] for o in options)
+        minimal = ugal_minimal([o[4] for o in options])
+        self.ugal_nonminimal += not next(m for o, m in zip(options, minimal) if o is pick)
         return pick
 
     def _pick(
@@ -278,7 +296,13 @@ class AdaptiveRouter:
             "takes": ties[flow_hash % len(ties)][1],
         }
         if bias is not None:
-            out.update(mode="ugal", hops=[o[4] for o in options], bias_bytes=bias)
+            minimal = ugal_minimal([o[4] for o in options])
+            out.update(
+                mode="ugal",
+                hops=[o[4] >> 1 for o in options],
+                minimal=[o[1] for o, m in zip(options, minimal) if m],
+                bias_bytes=bias,
+            )
         return out
 
     def counts(self) -> dict:

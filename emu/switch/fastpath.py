@@ -151,7 +151,7 @@ def choice(credit: bool = False) -> str:
 
 def _adaptive_ops(op: tuple, ports: dict, meter_slot, arm_slot) -> Optional[list]:
     """A P_ADAPTIVE op as C's FP_OP_ADAPT, its options' FP_OP_ARMs and their programs;
-    a P_UGAL op as FP_OP_UGAL (its bias in `port`), each ARM's path length in `queue`."""
+    a P_UGAL op as FP_OP_UGAL (its bias in `port`), each ARM's bucket weight in `queue`."""
     ugal = op[0] == P_UGAL
     prio, flow_hash, options = op[2], op[3], op[4]
     if arm_slot is None or len(options) > _fastpath.AR_MAX_OPTIONS:
@@ -162,8 +162,8 @@ def _adaptive_ops(op: tuple, ports: dict, meter_slot, arm_slot) -> Optional[list
         compiled = program_ops(sub, ports, meter_slot, arm_slot)
         if compiled is None:
             return None
-        hops = option[4] if ugal else -1
-        body.append((_fastpath.OP_ARM, port or 0, arm_slot(ctr), hops, 0, len(compiled)))
+        weight = option[4] if ugal else -1
+        body.append((_fastpath.OP_ARM, port or 0, arm_slot(ctr), weight, 0, len(compiled)))
         body.extend(compiled)
     if ugal:
         head = (_fastpath.OP_UGAL, op[5], flow_hash, prio, len(options), len(body))

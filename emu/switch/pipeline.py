@@ -37,7 +37,13 @@ from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
 from emu.proto.ofext import AGG_PORT
 from emu.switch import parse, rewrite
-from emu.switch.adaptive import AdaptiveRouter, EgressView, SelectModes, packet_prio
+from emu.switch.adaptive import (
+    AdaptiveRouter,
+    EgressView,
+    SelectModes,
+    packet_prio,
+    ugal_minimal,
+)
 from emu.switch.flowlet import FlowletTable
 from emu.switch.l2 import MacTable
 from emu.switch.match import (  # noqa: F401 - OFError/convert_match are re-exported
@@ -747,7 +753,7 @@ class Pipeline:
                     hashed = self.select_hash(st["key"])
                     prog.append((P_ADAPTIVE, group.group_id, prio, hashed, options))
                 return True
-            if mode.ugal_for(prio):
+            if mode.ugal_for(prio):  # each option's fifth field: its bucket's weight
                 options = [
                     o + (group.buckets[o[0]].weight,)
                     for o in self._options(group, st, in_port, entry, depth)
@@ -901,10 +907,10 @@ class Pipeline:
         if not live:
             return []
         if self.modes.of(group.group_id).ugal:
-            # A UGAL group's weights are path lengths: a packet that does not take
-            # UGAL's choice hashes, evenly, over the minimal (shortest live) buckets.
-            shortest = min(w for _, w in live)
-            live = [(i, 1) for i, w in live if w == shortest]
+            # A UGAL group's weights say paths, not shares: a packet that does not take
+            # UGAL's choice hashes, evenly, over the minimal buckets (adaptive.py).
+            minimal = ugal_minimal([w for _, w in live])
+            live = [(i, 1) for (i, _w), m in zip(live, minimal) if m]
         total = sum(w for _, w in live)
         h = self.select_hash(key) % total
         for i, w in live:

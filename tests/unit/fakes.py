@@ -39,6 +39,10 @@ opens a socket or reads the clock. It provides, by owner:
   test_adaptive, test_tagger and test_routing_extensions.
 - `fidelity_record`, one process's fidelity record as a fabric writes it.
   Used by test_fidelity and test_labs.
+- Adaptive routing and UGAL in one switch: `ROCE` (DSCP 26's TOS), `Queues` (an
+  egress view the test sets), `experimenter` (emu's SET_SELECT_MODE by os-ken's
+  encoder), `pause_frame`, `roce_frame`, `ports_taken` (the port each frame was
+  queued on). Used by test_adaptive_routing and test_ugal_switch.
 - `CounterFabric`, a running fabric as the measurements in emu/traffic see it,
   without one: a builder's graph, typed port statistics from counters the
   test moves, and the calls it scripts (ping, trace, start, set_link, the
@@ -963,3 +967,70 @@ class CounterFabric:
 
     def controller_status(self) -> dict:
         return self.status
+
+
+# ----- adaptive routing and UGAL in one switch --------------------------------------
+
+ROCE = 26 << 2  # DSCP 26: priority 3
+
+
+class Queues:
+    """An egress view the test sets: bytes per (port, prio), paused (port, prio)s."""
+
+    def __init__(self) -> None:
+        self.depth: dict[tuple[int, int], int] = collections.Counter()
+        self.paused: set[tuple[int, int]] = set()
+
+    def __call__(self, port_no: int, prio: int, now: float):
+        if port_no not in (2, 3, 4, 5):
+            return None
+        ahead = sum(self.depth[(port_no, q)] for q in range(prio, 8))
+        return ahead, (port_no, prio) in self.paused
+
+
+def experimenter(data: bytes) -> bytes:
+    """Built by os-ken's own encoder: an independent check of our wire format."""
+    return encode(
+        p.OFPExperimenter(
+            None,
+            experimenter=ofext.EMU_EXPERIMENTER_ID,
+            exp_type=ofext.EXP_SET_SELECT_MODE,
+            data=data,
+        )
+    )
+
+
+PFC_DST = "01:80:c2:00:00:01"
+
+
+def pause_frame(prios: int, quanta: int = 0xFFFF) -> bytes:
+    """An 802.1Qbb PAUSE for the priorities of the mask `prios` (their queues stop)."""
+    body = struct.pack("!HH8H", 0x0101, prios, *[quanta if prios >> i & 1 else 0 for i in range(8)])
+    return headers.ethernet(PFC_DST, "02:00:00:00:00:77", 0x8808) + body + bytes(26)
+
+
+def roce_frame(sport: int, tos: int = ROCE, size: int = 1000, dst: str = "10.0.0.9") -> bytes:
+    """A RoCEv2-port UDP frame of `size` payload bytes."""
+    return bytes(
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / IP(src="10.0.0.1", dst=dst, tos=tos)
+        / UDP(sport=sport, dport=4791)
+        / bytes(size)
+    )
+
+
+def enqueued(dp) -> dict[int, int]:
+    return {n: sum(c.enqueued_packets for c in dp.schedulers[n].counters) for n in (2, 3, 4, 5)}
+
+
+def ports_taken(dp, frames: list[bytes], now: float) -> list[int]:
+    """The port each frame was queued on, fed one after another at `now` (faster than any
+    port sends, so queues build)."""
+    taken = []
+    for frame in frames:
+        before = enqueued(dp)
+        dp.feed(1, frame, now)
+        after = enqueued(dp)
+        [port] = [n for n in after if after[n] != before[n]]
+        taken.append(port)
+    return taken

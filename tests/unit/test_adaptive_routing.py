@@ -17,8 +17,6 @@ import struct
 import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as p
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
 from emu.proto import headers, ofext
 from emu.switch import _fastpath, fastpath
@@ -27,37 +25,28 @@ from emu.switch.pipeline import P_ADAPTIVE, P_OUT, Pipeline
 from emu.switch.scheduler import dscp_table
 
 from .fakes import (
+    ROCE,
     CSwitch,
     PythonSwitch,
+    Queues,
     bucket,
     decode,
     encode,
     errors,
+    experimenter,
     flow,
     group,
     make_switch,
     mkports,
     out,
+    pause_frame,
+    ports_taken,
+    roce_frame,
     session,
     udp,
 )
 
-ROCE = 26 << 2  # DSCP 26: priority 3
 ADAPTIVE_3 = ofext.SetSelectMode(ofext.OFPG_ALL, ofext.SELECT_MODE_ADAPTIVE, 0, 1 << 3)
-
-
-class Queues:
-    """An egress view the test sets: bytes per (port, prio), paused (port, prio)s."""
-
-    def __init__(self) -> None:
-        self.depth: dict[tuple[int, int], int] = collections.Counter()
-        self.paused: set[tuple[int, int]] = set()
-
-    def __call__(self, port_no: int, prio: int, now: float):
-        if port_no not in (2, 3, 4, 5):
-            return None
-        ahead = sum(self.depth[(port_no, q)] for q in range(prio, 8))
-        return ahead, (port_no, prio) in self.paused
 
 
 def ar_pipeline(mode: ofext.SetSelectMode = ADAPTIVE_3) -> tuple[Pipeline, Queues, dict]:
@@ -219,18 +208,6 @@ def test_mode_records_describe_themselves() -> None:
 # ----- the message -----------------------------------------------------------------------
 
 
-def experimenter(data: bytes) -> bytes:
-    """Built by os-ken's own encoder: an independent check of our wire format."""
-    return encode(
-        p.OFPExperimenter(
-            None,
-            experimenter=ofext.EMU_EXPERIMENTER_ID,
-            exp_type=ofext.EXP_SET_SELECT_MODE,
-            data=data,
-        )
-    )
-
-
 def with_groups(s) -> None:
     pl = s.model.pipeline
     group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(i)]) for i in (2, 3)])
@@ -330,25 +307,6 @@ def test_bad_adaptive_specs_are_named(text: str) -> None:
 # ----- both data planes ----------------------------------------------------------------
 
 
-PFC_DST = "01:80:c2:00:00:01"
-
-
-def pause_frame(prios: int, quanta: int = 0xFFFF) -> bytes:
-    """An 802.1Qbb PAUSE for the priorities of the mask `prios` (their queues stop)."""
-    body = struct.pack("!HH8H", 0x0101, prios, *[quanta if prios >> i & 1 else 0 for i in range(8)])
-    return headers.ethernet(PFC_DST, "02:00:00:00:00:77", 0x8808) + body + bytes(26)
-
-
-def roce(sport: int, tos: int = ROCE, size: int = 1000, dst: str = "10.0.0.9") -> bytes:
-    """A RoCEv2-port UDP frame of `size` payload bytes."""
-    return bytes(
-        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
-        / IP(src="10.0.0.1", dst=dst, tos=tos)
-        / UDP(sport=sport, dport=4791)
-        / bytes(size)
-    )
-
-
 @pytest.fixture(params=[PythonSwitch, CSwitch], ids=["python", "c"])
 def ar_switch(request, tmp_path):
     dp = make_switch(request.param, tmp_path)
@@ -361,25 +319,8 @@ def ar_switch(request, tmp_path):
     dp.close()
 
 
-def enqueued(dp) -> dict[int, int]:
-    return {n: sum(c.enqueued_packets for c in dp.schedulers[n].counters) for n in (2, 3, 4, 5)}
-
-
-def ports_taken(dp, frames: list[bytes], now: float) -> list[int]:
-    """The port each frame was queued on, fed one after another at `now` (faster than any
-    port sends, so queues build)."""
-    taken = []
-    for frame in frames:
-        before = enqueued(dp)
-        dp.feed(1, frame, now)
-        after = enqueued(dp)
-        [port] = [n for n in after if after[n] != before[n]]
-        taken.append(port)
-    return taken
-
-
 def test_a_flow_spreads_over_the_ports_as_their_queues_build(ar_switch) -> None:
-    taken = ports_taken(ar_switch, [roce(4000)] * 30, 1.0)
+    taken = ports_taken(ar_switch, [roce_frame(4000)] * 30, 1.0)
     assert collections.Counter(taken) == {2: 10, 3: 10, 4: 10}, taken
     counts = ar_switch.adaptive_counts()
     assert counts["decisions"] == 30 and counts["picks"] == {2: 10, 3: 10, 4: 10}
@@ -390,24 +331,24 @@ def test_a_flow_spreads_over_the_ports_as_their_queues_build(ar_switch) -> None:
 def test_a_paused_port_is_not_chosen_unless_every_port_is(ar_switch) -> None:
     ar_switch.feed(3, pause_frame(1 << 3), 1.0)  # port 3's priority 3 stops for 3.4 s
     ar_switch.feed(4, pause_frame(1 << 0), 1.0)  # port 4's priority 0 only: no matter
-    taken = ports_taken(ar_switch, [roce(4000)] * 20, 1.0)
+    taken = ports_taken(ar_switch, [roce_frame(4000)] * 20, 1.0)
     assert 3 not in taken and set(taken) == {2, 4}
     counts = ar_switch.adaptive_counts()
     assert counts["paused_skips"] == 20 and counts["all_paused"] == 0
     ar_switch.feed(2, pause_frame(1 << 3), 1.0)
     ar_switch.feed(4, pause_frame(1 << 3), 1.0)
     # Every port paused: the packet waits where the least waits, the empty port 3.
-    assert ports_taken(ar_switch, [roce(4000)] * 3, 1.0)[0] == 3
+    assert ports_taken(ar_switch, [roce_frame(4000)] * 3, 1.0)[0] == 3
     assert ar_switch.adaptive_counts()["all_paused"] == 3
 
 
 def test_a_lossy_backlog_does_not_push_the_lossless_class_away(ar_switch) -> None:
-    lossy = roce(9, tos=0, size=1400, dst="10.0.0.8")
+    lossy = roce_frame(9, tos=0, size=1400, dst="10.0.0.8")
     for _ in range(20):
         ar_switch.feed(1, lossy, 1.0)  # priority 0 piles up on port 4
     assert ar_switch.schedulers[4].depth_bytes[0] > 10_000
     # Flows whose hash picks port 4 on an idle switch still take it.
-    first = {s: ports_taken(ar_switch, [roce(s)], 1.0)[0] for s in range(5000, 5030)}
+    first = {s: ports_taken(ar_switch, [roce_frame(s)], 1.0)[0] for s in range(5000, 5030)}
     assert 4 in first.values()
 
 
@@ -428,7 +369,7 @@ def test_both_data_planes_take_the_same_ports(tmp_path) -> None:
                 dp.feed(2 + i % 4, pause_frame(1 << 3, quanta=200 + i), now)
             now += 0.0004 if i % 7 else 0.002
             dp.step(now)
-            seq += ports_taken(dp, [roce(1000 + i % 13, tos=(ROCE, 0, 48 << 2)[i % 3])], now)
+            seq += ports_taken(dp, [roce_frame(1000 + i % 13, tos=(ROCE, 0, 48 << 2)[i % 3])], now)
         taken[cls.__name__] = seq
         if isinstance(dp, CSwitch):
             dp.drain()
@@ -478,7 +419,7 @@ def test_c_installs_no_malformed_adaptive_program(tmp_path, name) -> None:
     dp = make_switch(CSwitch, tmp_path)
     dp._slow_path = lambda *args: (1, list(MALFORMED_PROGRAMS[name]))
     for _ in range(3):
-        dp.csw.feed(1, roce(1), 1.0)
+        dp.csw.feed(1, roce_frame(1), 1.0)
     stats = dp.fastpath_stats()
     assert stats["cache_entries"] == 0 and stats["ar_decisions"] == 0, stats
     dp.close()
@@ -489,7 +430,7 @@ def test_c_runs_a_well_formed_adaptive_program(tmp_path) -> None:
     program = [_adapt(4, options=2), _arm(1, 2, 0), OUT2, _arm(1, 3, 1), OUT2[:1] + (3,) + OUT2[2:]]
     dp._slow_path = lambda *args: (1, program)
     for _ in range(5):
-        dp.csw.feed(1, roce(1), 1.0)
+        dp.csw.feed(1, roce_frame(1), 1.0)
     stats = dp.fastpath_stats()
     assert stats["cache_entries"] == 1 and stats["ar_decisions"] == 4, stats
     drained = dp.csw.arm_drain()

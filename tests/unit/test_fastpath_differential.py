@@ -101,15 +101,16 @@ def install(pl) -> None:
         [p.OFPActionGroup(4)],
         prio=12,
     )
-    # UGAL: RoCEv2 to 10.0.0.5 through group 5, whose weights are path lengths:
-    # ports 2 and 6 minimal (2 hops), 3 and 5 non-minimal (4 and 3 hops), a bias
-    # of 3000 bytes on the long ones; port 6 is the incast's, so it fills.
-    hops = {2: 2, 3: 4, 5: 3, 6: 2}
+    # UGAL: RoCEv2 to 10.0.0.5 through group 5, whose weights say paths (2 x hops,
+    # + 1 off the minimal path): ports 2 and 6 minimal (2 hops), 3 and 5 non-minimal
+    # (4 and 3 hops), a bias of 3000 bytes on the long ones; port 6 is the incast's,
+    # so it fills.
+    weights = {2: 4, 3: 9, 5: 7, 6: 4}
     group(
         pl,
         5,
         ofp.OFPGT_SELECT,
-        [bucket([out(n)], weight=h, watch_port=n) for n, h in hops.items()],
+        [bucket([out(n)], weight=w, watch_port=n) for n, w in weights.items()],
     )
     pl.set_select_mode(
         ofext.SetSelectMode(5, ofext.SELECT_MODE_UGAL, 3000, 0b1001)  # bias in the 32 bits

@@ -547,6 +547,13 @@ def test_trace_gives_the_select_choice_process_makes_and_changes_nothing() -> No
         "controller": 0,
         "flowlet": [],
         "adaptive": [],
-        "adaptive_counts": {"decisions": 0, "paused_skips": 0, "all_paused": 0, "picks": {}},
+        "adaptive_counts": {
+            "decisions": 0,
+            "paused_skips": 0,
+            "all_paused": 0,
+            "picks": {},
+            "ugal_decisions": 0,
+            "ugal_nonminimal": 0,
+        },
         "dropped": "no match",
     }

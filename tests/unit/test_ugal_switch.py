@@ -20,14 +20,31 @@ from os_ken.ofproto import ofproto_v1_3_parser as p
 
 from emu.proto import ofext
 from emu.switch import _fastpath, fastpath
+from emu.switch.adaptive import ugal_minimal, ugal_weight
 from emu.switch.pipeline import P_UGAL, Pipeline
 
-from .fakes import CSwitch, PythonSwitch, bucket, flow, group, make_switch, mkports, out, session
+from .fakes import (
+    ROCE,
+    CSwitch,
+    PythonSwitch,
+    Queues,
+    bucket,
+    experimenter,
+    flow,
+    group,
+    make_switch,
+    mkports,
+    out,
+    pause_frame,
+    ports_taken,
+    roce_frame,
+    session,
+)
 from .fakes import udp as udp_frame
-from .test_adaptive_routing import ROCE, Queues, experimenter, pause_frame, ports_taken, roce
 
 # Ports 2 and 3 minimal (2 hops to the destination), 4 and 5 non-minimal (3 and 4).
 HOPS = {2: 2, 3: 2, 4: 3, 5: 4}
+WEIGHTS = {n: ugal_weight(h, n in (2, 3)) for n, h in HOPS.items()}  # 4, 4, 7, 9
 
 
 def ugal_mode(bias: int = 0, classes: int = 1 << 3, gid: int = 1) -> ofext.SetSelectMode:
@@ -38,7 +55,7 @@ def ugal_pipeline(bias: int = 0, classes: int = 1 << 3) -> tuple[Pipeline, Queue
     q = Queues()
     ports = mkports(5)
     pl = Pipeline(ports=ports, egress=q)
-    buckets = [bucket([out(n)], weight=h, watch_port=n) for n, h in HOPS.items()]
+    buckets = [bucket([out(n)], weight=w, watch_port=n) for n, w in WEIGHTS.items()]
     group(pl, 1, ofp.OFPGT_SELECT, buckets)
     flow(pl, {}, [p.OFPActionGroup(1)])
     pl.set_select_mode(ugal_mode(bias, classes))
@@ -67,7 +84,7 @@ def test_queue_weighted_by_path_length_decides() -> None:
     # Minimal: 2 x 3000 = 6000 (both). Port 4: 3 x 1900 = 5700 < 6000: it wins.
     q.depth.update({(2, 3): 3000, (3, 3): 3000, (4, 3): 1900, (5, 3): 10**6})
     assert egress(pl) == 4
-    # 3 x 2000 = 6000 = 2 x 3000: a tie goes to the shorter path.
+    # 3 x 2000 = 6000 = 2 x 3000: a tie goes to the minimal path.
     q.depth[(4, 3)] = 2000
     assert egress(pl) in (2, 3)
     counts = pl.adaptive.counts()
@@ -83,6 +100,23 @@ def test_the_bias_keeps_a_few_queued_bytes_from_sending_packets_the_long_way() -
     assert egress(pl) == 4
     q.depth[(4, 3)] = 100  # 1600 <= 300 + 1500
     assert egress(pl) in (2, 3)
+
+
+def test_a_valiant_path_as_short_as_the_minimal_one_waits_for_a_queue() -> None:
+    """Through a third group (two global hops) can be as short as local-global-local,
+    or shorter: the weight's low bit, not the length, says which path is minimal."""
+    q = Queues()
+    pl = Pipeline(ports=mkports(5), egress=q)
+    weights = {2: ugal_weight(3, True), 3: ugal_weight(2, False)}  # 6 and 5
+    group(pl, 1, ofp.OFPGT_SELECT, [bucket([out(n)], weight=w) for n, w in weights.items()])
+    flow(pl, {}, [p.OFPActionGroup(1)])
+    pl.set_select_mode(ugal_mode())
+    assert {egress(pl, s) for s in range(100)} == {2}  # empty queues: minimal
+    q.depth[(2, 3)] = q.depth[(3, 3)] = 1000  # 3 x 1000 > 2 x 1000: the shorter detour
+    assert egress(pl) == 3
+    assert {egress(pl, s, tos=0) for s in range(100)} == {2}  # other classes: minimal only
+    assert ugal_minimal([6, 5]) == [True, False]
+    assert ugal_minimal([7, 5, 9]) == [False, True, False]  # no minimal live: the shortest
 
 
 def test_only_bytes_at_the_packets_priority_and_above_count() -> None:
@@ -139,6 +173,7 @@ def test_trace_names_the_mode_the_path_lengths_and_the_choice() -> None:
             "takes": 4,
             "mode": "ugal",
             "hops": [2, 2, 3, 4],
+            "minimal": [2, 3],
             "bias_bytes": 100,
         }
     ]
@@ -152,14 +187,14 @@ def test_the_compiled_program_holds_each_path_length_and_the_bias() -> None:
     [op] = [op for op in pl.compiled(1, frame)[0] if op[0] == P_UGAL]
     _code, gid, prio, flow_hash, options, bias = op
     assert (gid, prio, bias) == (1, 3, 777)
-    assert [(port, hops) for _i, port, _s, _c, hops in options] == list(HOPS.items())
+    assert [(port, weight) for _i, port, _s, _c, weight in options] == list(WEIGHTS.items())
     slots = {id(o[3]): n for n, o in enumerate(options)}
     ops = fastpath.program_ops(
         [op], {n: None for n in range(1, 6)}, arm_slot=lambda c: slots[id(c)]
     )
     assert ops[0] == (_fastpath.OP_UGAL, 777, flow_hash, 3, 4, 8)
     assert [o for o in ops if o[0] == _fastpath.OP_ARM] == [
-        (_fastpath.OP_ARM, n, i, h, 0, 1) for i, (n, h) in enumerate(HOPS.items())
+        (_fastpath.OP_ARM, n, i, w, 0, 1) for i, (n, w) in enumerate(WEIGHTS.items())
     ]
 
 
@@ -213,7 +248,7 @@ def c_or_python(cls, tmp_path, bias: int = 0):
         pl,
         1,
         ofp.OFPGT_SELECT,
-        [bucket([out(n)], weight=h, watch_port=n) for n, h in HOPS.items() if n != 5],
+        [bucket([out(n)], weight=w, watch_port=n) for n, w in WEIGHTS.items() if n != 5],
     )
     flow(pl, {"eth_type": 0x0800, "ipv4_dst": "10.0.0.9"}, [p.OFPActionGroup(1)])
     pl.set_select_mode(ugal_mode(bias, 0b1001))
@@ -229,7 +264,7 @@ def ugal_switch(request, tmp_path):
 
 def test_a_flow_goes_the_long_way_once_the_short_queues_outweigh_it(ugal_switch) -> None:
     """Fed faster than ports send: minimal ports fill until 2 x q_min > 3 x q_port4."""
-    taken = ports_taken(ugal_switch, [roce(4000, size=1000)] * 50, 1.0)
+    taken = ports_taken(ugal_switch, [roce_frame(4000, size=1000)] * 50, 1.0)
     count = collections.Counter(taken)
     assert set(count) == {2, 3, 4}, count
     assert count[2] + count[3] > count[4] > 5, count  # 3 hops weigh more than 2
@@ -243,7 +278,7 @@ def test_a_flow_goes_the_long_way_once_the_short_queues_outweigh_it(ugal_switch)
 def test_a_paused_minimal_port_is_routed_around_in_both(ugal_switch) -> None:
     ugal_switch.feed(2, pause_frame(1 << 3), 1.0)
     ugal_switch.feed(3, pause_frame(1 << 3), 1.0)
-    taken = ports_taken(ugal_switch, [roce(4000)] * 5, 1.0)
+    taken = ports_taken(ugal_switch, [roce_frame(4000)] * 5, 1.0)
     assert set(taken) == {4}
     counts = ugal_switch.adaptive_counts()
     assert counts["paused_skips"] == 10 and counts["ugal_nonminimal"] == 5
@@ -261,7 +296,7 @@ def test_both_data_planes_take_the_same_ports(tmp_path) -> None:
             now += 0.0001 if i % 50 else 0.005
             dp.step(now)
             tos = (ROCE, 0, 48 << 2)[i % 3]
-            seq += ports_taken(dp, [roce(1000 + i % 11, tos=tos, size=200 + i % 900)], now)
+            seq += ports_taken(dp, [roce_frame(1000 + i % 11, tos=tos, size=200 + i % 900)], now)
         taken[cls.__name__] = seq
         if isinstance(dp, CSwitch):
             dp.drain()
@@ -285,16 +320,16 @@ def _ugal(span: int, options: int = 1, prio: int = 3, bias: int = 0):
     return (_fastpath.OP_UGAL, bias, 12345, prio, options, span)
 
 
-def _arm(span: int, port: int = 2, slot: int = 0, hops: int = 2):
-    return (_fastpath.OP_ARM, port, slot, hops, 0, span)
+def _arm(span: int, port: int = 2, slot: int = 0, weight: int = 4):
+    return (_fastpath.OP_ARM, port, slot, weight, 0, span)
 
 
 OUT2 = (_fastpath.OP_OUT, 2, 0, -1, 0, 0)
 
 MALFORMED_UGAL = {
-    "a path length of 0": [_ugal(2), _arm(1, hops=0), OUT2],
-    "a path length of -1": [_ugal(2), _arm(1, hops=-1), OUT2],
-    "a path length above 16 bits": [_ugal(2), _arm(1, hops=1 << 16), OUT2],
+    "a weight of 0": [_ugal(2), _arm(1, weight=0), OUT2],
+    "a weight of -1": [_ugal(2), _arm(1, weight=-1), OUT2],
+    "a weight above 16 bits": [_ugal(2), _arm(1, weight=1 << 16), OUT2],
     "fewer options than it says": [_ugal(2, options=2), _arm(1), OUT2],
     "priority 8": [_ugal(2, prio=8), _arm(1), OUT2],
     "no options": [_ugal(0, options=0)],
@@ -307,7 +342,7 @@ def test_c_installs_no_malformed_ugal_program(tmp_path, name) -> None:
     dp = make_switch(CSwitch, tmp_path)
     dp._slow_path = lambda *args: (1, list(MALFORMED_UGAL[name]))
     for _ in range(3):
-        dp.csw.feed(1, roce(1), 1.0)
+        dp.csw.feed(1, roce_frame(1), 1.0)
     stats = dp.fastpath_stats()
     assert stats["cache_entries"] == 0 and stats["ar_ugal_decisions"] == 0, stats
     dp.close()
@@ -316,10 +351,10 @@ def test_c_installs_no_malformed_ugal_program(tmp_path, name) -> None:
 def test_c_runs_a_well_formed_ugal_program(tmp_path) -> None:
     dp = make_switch(CSwitch, tmp_path)
     out3 = (_fastpath.OP_OUT, 3, 0, -1, 0, 0)
-    program = [_ugal(4, options=2, bias=0xFFFFFFFF), _arm(1, 2, 0, 1), OUT2, _arm(1, 3, 1, 9), out3]
+    program = [_ugal(4, options=2, bias=0xFFFFFFFF), _arm(1, 2, 0, 2), OUT2, _arm(1, 3, 1, 9), out3]
     dp._slow_path = lambda *args: (1, program)
     for _ in range(5):
-        dp.csw.feed(1, roce(1), 1.0)
+        dp.csw.feed(1, roce_frame(1), 1.0)
     stats = dp.fastpath_stats()
     assert stats["cache_entries"] == 1 and stats["ar_ugal_decisions"] == 4, stats
     assert stats["ar_ugal_nonminimal"] == 0  # the bias keeps the 9-hop option out

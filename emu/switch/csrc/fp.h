@@ -201,9 +201,9 @@ enum {
                     * packet's priority, field the number of options; sub_len ops
                     * follow, that many FP_OP_ARMs each with its program */
     FP_OP_ARM,     /* one option of an FP_OP_ADAPT or FP_OP_UGAL: port its egress
-                    * (0: none), value its bucket counter's slot, queue its path
-                    * length in hops (UGAL: 1..65535; ADAPT: unused, -1); sub_len
-                    * ops follow */
+                    * (0: none), value its bucket counter's slot, queue its bucket's
+                    * weight (UGAL: 2 x path length, + 1 off the minimal path,
+                    * 1..65535; ADAPT: unused, -1); sub_len ops follow */
     FP_OP_UGAL,    /* UGAL (fp_ar.c): as FP_OP_ADAPT, and port the bias in bytes
                     * a non-minimal option's cost carries */
     FP_OP_CODES

@@ -10,7 +10,8 @@
  *   ADAPT  value = the flow's select hash, queue = the packet's priority,
  *          field = options, sub_len = every op below (UGAL: port = the bias)
  *   ARM    port = the bucket's egress port (0: none), value = its counter
- *          slot, queue = its path length (UGAL only), sub_len = its program's ops
+ *          slot, queue = its weight (UGAL only: 2 x path length, + 1 off the
+ *          minimal path), sub_len = its program's ops
  *   ...    the program
  *   ARM    ...
  *
@@ -18,8 +19,9 @@
  * are; among the rest, the fewest bytes queued at the priority and above
  * (what strict priority sends before the packet); ties broken by the hash,
  * in bucket order. UGAL weighs the bytes by the path length H and adds the
- * bias where H is above the least H of the options (a non-minimal path);
- * the least cost wins, then the least H, then the hash. The chosen bucket's
+ * bias off the minimal path (odd weights; when no even weight is among the
+ * options, the least H stands for minimal); the least cost wins, then a
+ * minimal option, then the least H, then the hash. The chosen bucket's
  * counter (a slot Python assigned, as meters have) counts the packet;
  * fp_module.c hands the slots' counts to Python (`arm_drain`).
  *
@@ -32,7 +34,7 @@
 #include <string.h>
 
 /* 1 when `opts[0..span)` is exactly op->field ARM options, each with a valid
- * program (and, under a UGAL op, a path length of 1..65535), and the op's
+ * program (and, under a UGAL op, a weight of 1..65535), and the op's
  * priority is one of the eight. */
 int
 fp_ar_check(const fp_op *op, const fp_op *opts, uint32_t span, int depth)
@@ -114,10 +116,31 @@ typedef struct {
     fp_port *port[FP_AR_MAX_OPTIONS];
     int64_t cost[FP_AR_MAX_OPTIONS];
     int32_t hops[FP_AR_MAX_OPTIONS];
+    uint8_t off[FP_AR_MAX_OPTIONS];    /* UGAL: not on the minimal path */
     uint8_t paused[FP_AR_MAX_OPTIONS];
     uint32_t n, free_n;
-    int32_t h_min;
 } ar_view;
+
+/* UGAL (adaptive.ugal_minimal): odd weights are off the minimal path, unless
+ * none is even; then all but the shortest are. The bias is added off it. */
+static void
+ar_ugal_costs(ar_view *v, const fp_op *op)
+{
+    int any_min = 0;
+    int32_t h_min = INT32_MAX;
+    for (uint32_t i = 0; i < v->n; i++) {
+        int32_t w = v->arm[i]->queue;
+        any_min |= !(w & 1);
+        v->hops[i] = w >> 1;
+        if (v->hops[i] < h_min)
+            h_min = v->hops[i];
+    }
+    for (uint32_t i = 0; i < v->n; i++) {
+        int32_t w = v->arm[i]->queue;
+        v->off[i] = (uint8_t)(any_min ? (w & 1) : v->hops[i] != h_min);
+        v->cost[i] = v->cost[i] * v->hops[i] + (v->off[i] ? (int64_t)op->port : 0);
+    }
+}
 
 /* Read the ARMs of `opts`: each one's port, cost (bytes at prio and above, or
  * UGAL's bytes x H + bias) and pause; 0 on a malformed list. */
@@ -127,7 +150,6 @@ ar_read(fp_switch *sw, const fp_op *op, const fp_op *opts, uint32_t span, double
 {
     int prio = op->queue, ugal = op->code == FP_OP_UGAL;
     v->n = v->free_n = 0;
-    v->h_min = INT32_MAX;
     for (uint32_t k = 0; k < span; k += 1 + (uint32_t)opts[k].sub_len) {
         const fp_op *o = &opts[k];
         if (o->code != FP_OP_ARM || v->n >= FP_AR_MAX_OPTIONS || o->sub_len > span - k - 1)
@@ -145,18 +167,28 @@ ar_read(fp_switch *sw, const fp_op *op, const fp_op *opts, uint32_t span, double
         uint32_t i = v->n++;
         v->arm[i] = o;
         v->port[i] = p;
-        v->hops[i] = ugal ? o->queue : 0;
-        v->cost[i] = ugal ? bytes * o->queue : bytes;
+        v->hops[i] = 0;
+        v->off[i] = 0;
+        v->cost[i] = bytes;
         v->paused[i] = (uint8_t)stopped;
         v->free_n += !stopped;
-        if (v->hops[i] < v->h_min)
-            v->h_min = v->hops[i];
     }
-    if (ugal)
-        for (uint32_t i = 0; i < v->n; i++)
-            if (v->hops[i] > v->h_min)
-                v->cost[i] += (int64_t)op->port;
+    if (ugal && v->n)
+        ar_ugal_costs(v, op);
     return v->n > 0;
+}
+
+/* Option i's rank key (cost, off the minimal path, H) against j's: <0, 0, >0. */
+static int
+ar_cmp(const ar_view *v, uint32_t i, uint32_t j)
+{
+    if (v->cost[i] != v->cost[j])
+        return v->cost[i] < v->cost[j] ? -1 : 1;
+    if (v->off[i] != v->off[j])
+        return v->off[i] < v->off[j] ? -1 : 1;
+    if (v->hops[i] != v->hops[j])
+        return v->hops[i] < v->hops[j] ? -1 : 1;
+    return 0;
 }
 
 /* The option AdaptiveRouter.rank ties best and the hash picks among them. */
@@ -164,22 +196,16 @@ static uint32_t
 ar_pick(const ar_view *v, uint64_t flow_hash)
 {
     int every = v->free_n == 0;
-    int64_t best = INT64_MAX;
-    int32_t best_h = INT32_MAX;
-    for (uint32_t i = 0; i < v->n; i++) {
-        if (!every && v->paused[i])
-            continue;
-        if (v->cost[i] < best || (v->cost[i] == best && v->hops[i] < best_h)) {
-            best = v->cost[i];
-            best_h = v->hops[i];
-        }
-    }
+    uint32_t best = UINT32_MAX;
+    for (uint32_t i = 0; i < v->n; i++)
+        if ((every || !v->paused[i]) && (best == UINT32_MAX || ar_cmp(v, i, best) < 0))
+            best = i;
     uint32_t ties = 0;
     for (uint32_t i = 0; i < v->n; i++)
-        ties += (every || !v->paused[i]) && v->cost[i] == best && v->hops[i] == best_h;
+        ties += (every || !v->paused[i]) && ar_cmp(v, i, best) == 0;
     uint64_t nth = flow_hash % ties;
     for (uint32_t i = 0; i < v->n; i++) {
-        if ((every || !v->paused[i]) && v->cost[i] == best && v->hops[i] == best_h) {
+        if ((every || !v->paused[i]) && ar_cmp(v, i, best) == 0) {
             if (nth == 0)
                 return i;
             nth--;
@@ -202,7 +228,7 @@ fp_ar_exec(fp_switch *sw, uint32_t in_port, const fp_op *op, const fp_op *opts, 
     int every = v.free_n == 0;
     if (op->code == FP_OP_UGAL) {
         sw->ar_ugal_decisions++;
-        sw->ar_ugal_nonminimal += v.hops[pick] > v.h_min;
+        sw->ar_ugal_nonminimal += v.off[pick];
     } else {
         sw->ar_decisions++;
     }
