@@ -7,8 +7,10 @@ Usage::
         [--lldp-interval S] [--flowlet-gap-us US] [--adaptive-routing SPEC] \\
         [--poll-interval S] [--elephant-fraction F] \\
         [--agg-socket PATH] [--agg-slots-per-switch N] \\
-        [--extensions adaptive,tagger] [--verbose] \\
-        controllers.routing|controllers.adaptive|controllers.tagger [controllers.aggregation]
+        [--extensions adaptive,tagger,ugal] [--dragonfly-routing ugal[:CLASSES[:BIAS]]|valiant] \\
+        [--dragonfly-groups DPID=GROUP,...] [--verbose] \\
+        controllers.routing|controllers.adaptive|controllers.tagger|controllers.ugal \\
+        [controllers.aggregation]
 
 It owns the process around the apps: argument checking (bad arguments give a
 one-line message and exit status 2, never a traceback), logging, dying with
@@ -88,6 +90,8 @@ class AppOptions:
     agg_slots_per_switch: int = 1024
     next_hops: Optional[str] = None
     extensions: Tuple[str, ...] = ()
+    dragonfly_routing: Optional[str] = None
+    dragonfly_groups: Optional[str] = None
 
 
 def _emu_opts() -> list:
@@ -130,6 +134,12 @@ def _emu_opts() -> list:
             help="routing: a Python file whose next_hops(topology, switch, destination) "
             "chooses the ports (default: every shortest-path next hop)",
         ),
+        cfg.StrOpt(
+            "dragonfly-routing",
+            default=None,
+            help="ugal: ugal[:CLASSES[:BIAS_BYTES]] or valiant (emu/proto/ofext.py)",
+        ),
+        cfg.StrOpt("dragonfly-groups", default=None, help="ugal: DPID=GROUP,... of the routers"),
     ]
 
 
@@ -156,6 +166,8 @@ def app_options() -> AppOptions:
             agg_slots_per_switch=conf.agg_slots_per_switch,
             next_hops=conf.next_hops,
             extensions=tuple(conf.extensions or ()),
+            dragonfly_routing=conf.dragonfly_routing,
+            dragonfly_groups=conf.dragonfly_groups,
         )
     except (oslo_cfg.Error, AttributeError):
         return AppOptions()
@@ -207,6 +219,22 @@ def _gap_us(text: str) -> int:
 def _adaptive_spec(text: str) -> str:
     try:
         ofext.parse_adaptive_spec(text)
+    except ofext.ExtensionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _dragonfly_routing(text: str) -> str:
+    try:
+        ofext.parse_dragonfly_routing(text)
+    except ofext.ExtensionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _dragonfly_groups(text: str) -> str:
+    try:
+        ofext.parse_dragonfly_groups(text)
     except ofext.ExtensionError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -282,6 +310,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="controllers.routing: managers beside routing, in this order "
         f"({', '.join(ROUTING_EXTENSIONS)}; e.g. adaptive,tagger)",
     )
+    p.add_argument(
+        "--dragonfly-routing",
+        type=_dragonfly_routing,
+        metavar="SPEC",
+        help="controllers.routing on a dragonfly: minimal (one global hop a path, "
+        "controllers/dragonfly_next_hops.py), ugal[:CLASSES[:BIAS_BYTES]] (each source "
+        "router chooses per packet between minimal and Valiant next hops, "
+        "controllers/ugal.py) or valiant (always through a third group); ugal or "
+        "valiant attach the ugal extension",
+    )
+    p.add_argument(
+        "--dragonfly-groups",
+        type=_dragonfly_groups,
+        metavar="DPID=GROUP,...",
+        help="ugal: each router's dragonfly group (default: from the dragonfly builder's "
+        "dpids, 0x1GGRR)",
+    )
     p.add_argument("--verbose", action="store_true")
     p.add_argument("apps", nargs="+", metavar="APP", help="app module, e.g. controllers.routing")
     return p
@@ -304,6 +349,10 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except OSError as e:
         parser.error(
             f"cannot listen on {args.ofp_listen_host}:{args.ofp_tcp_listen_port}: {e.strerror}"
+        )
+    if args.next_hops is not None and args.dragonfly_routing is not None:
+        parser.error(
+            "--next-hops and --dragonfly-routing both choose routing's next hops: give one"
         )
     if args.next_hops is not None:
         from controllers.routing import load_next_hops
@@ -400,8 +449,15 @@ def _os_ken_args(args: argparse.Namespace) -> List[str]:
         out += ["--adaptive-routing", args.adaptive_routing]
     if args.next_hops is not None:
         out += ["--next-hops", os.path.abspath(args.next_hops)]
-    if args.extensions:
-        out += ["--extensions", ",".join(args.extensions)]
+    extensions = list(args.extensions)
+    if args.dragonfly_routing is not None:
+        out += ["--dragonfly-routing", args.dragonfly_routing]
+        if ofext.parse_dragonfly_routing(args.dragonfly_routing).mode != "minimal":
+            extensions += [] if "ugal" in extensions else ["ugal"]
+    if args.dragonfly_groups is not None:
+        out += ["--dragonfly-groups", args.dragonfly_groups]
+    if extensions:
+        out += ["--extensions", ",".join(extensions)]
     agg_socket = args.agg_socket or os.path.join(
         os.path.dirname(os.path.abspath(args.status_file)), "aggregation.sock"
     )

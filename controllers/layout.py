@@ -11,7 +11,7 @@ messages and the apps (``controllers/routing.py`` ...) decide what to install.
 Cookie layout (64 bit)::
 
     bits 63..60  app band    (0x1 = routing, 0x2 = adaptive, 0x3 = aggregation,
-                              0x4 = tagger)
+                              0x4 = tagger, 0x5 = ugal)
     bits 59..0   free for the app (routing keeps them 0)
 
 Routing (``controllers/routing.py``), table 0:
@@ -55,6 +55,18 @@ cookie ``TAGGER_COOKIE``, on every switch a tagged packet crosses:
                                           set_queue (its priority), routing's actions
     ==========================  ========  ==========================================
 
+UGAL on a dragonfly (``controllers/ugal.py``: attached to routing, adds these),
+table 0, cookie ``UGAL_COOKIE``, groups from ``UGAL_GROUP_BASE``, at every
+router with hosts, for every host of another group:
+
+    ==========================  ========  ==========================================
+    a host's packet to another  0x8300    eth_type=0x0800, in_port=host port,
+    group                                 ipv4_dst=H -> SELECT group in emu's UGAL
+                                          mode (minimal and Valiant next hops,
+                                          weights = path lengths; or, ``valiant``,
+                                          the Valiant ones hashed)
+    ==========================  ========  ==========================================
+
 Group ids of routing are ``ROUTING_GROUP_BASE + n`` (one SELECT group per
 distinct set of next-hop ports, per switch).  OpenFlow 1.3 groups carry no
 cookie, so a resync deletes groups with ``OFPG_ALL``: an app that shares a
@@ -91,6 +103,8 @@ AGGREGATION_COOKIE = 0x3000_0000_0000_0000
 
 #: Tagger (``controllers/tagger.py``): every flow it installs.
 TAGGER_COOKIE = 0x4000_0000_0000_0000
+#: UGAL on a dragonfly (``controllers/ugal.py``): every flow it installs.
+UGAL_COOKIE = 0x5000_0000_0000_0000
 
 #: Routing writes table 0 only (the first table every OpenFlow switch has).
 ROUTING_TABLE = 0
@@ -103,6 +117,9 @@ PRIO_HOST_ROUTE = 0x8000
 PRIO_PAIR_MONITOR = 0x8100
 #: Adaptive routing: an elephant pinned to its placed path, above its pair monitor.
 PRIO_ELEPHANT = 0x8200
+#: UGAL: a packet from a host port to another group's host (match in_port too): above
+#: routing's host route and an elephant's pinned hop (the source router decides).
+PRIO_UGAL = 0x8300
 #: Tagger: a hop of a tagged packet (match in_port and tag too): above every route.
 PRIO_TAGGER = 0x8400
 #: Aggregation frames of a job, steered to the switch's reduction engine: above every route.
@@ -121,6 +138,7 @@ ROUTING_GROUP_BASE = 0x1000_0000
 #: Group ids reserved for other apps start here.
 ADAPTIVE_GROUP_BASE = 0x2000_0000
 AGGREGATION_GROUP_BASE = 0x3000_0000
+UGAL_GROUP_BASE = 0x5000_0000
 
 
 @dataclass(frozen=True)

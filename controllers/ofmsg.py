@@ -344,6 +344,8 @@ def set_select_mode(
     group_id: Optional[int],
     flowlet_gap_us: Optional[int] = None,
     adaptive_classes: Optional[int] = None,
+    ugal_classes: Optional[int] = None,
+    bias_bytes: int = 0,
 ) -> Any:
     """Build emu's experimenter message setting a SELECT group's mode (emu/proto/ofext.py).
 
@@ -352,20 +354,24 @@ def set_select_mode(
         flowlet_gap_us: flowlet mode with this gap.
         adaptive_classes: per-packet adaptive routing for these priorities, a
             mask (bit p: priority p; ofext.CLASSES_ALL: all of them).
-        With neither: hash mode (OpenFlow's).
+        ugal_classes: UGAL mode for these priorities (the group's bucket
+            weights are path lengths), with `bias_bytes` on its non-minimal buckets.
+        With none of them: hash mode (OpenFlow's).
 
     Raises:
-        ValueError: both modes asked for; ofext.ExtensionError (a ValueError):
-            a gap or class mask out of range.
+        ValueError: several modes asked for; ofext.ExtensionError (a ValueError):
+            a gap, class mask or bias out of range.
     """
-    if flowlet_gap_us is not None and adaptive_classes is not None:
-        raise ValueError("a SELECT group runs in flowlet or in adaptive mode, not both")
+    asked = [x is not None for x in (flowlet_gap_us, adaptive_classes, ugal_classes)]
+    if sum(asked) > 1:
+        raise ValueError("a SELECT group runs in one mode: flowlet, adaptive or UGAL")
+    classes = adaptive_classes if adaptive_classes is not None else ugal_classes
+    if classes is not None and not 0 < classes <= ofext.CLASSES_ALL:
+        raise ofext.ExtensionError(f"classes={classes!r}: a mask of priorities 0..7, not empty")
     if adaptive_classes is not None:
-        if not 0 < adaptive_classes <= ofext.CLASSES_ALL:
-            raise ofext.ExtensionError(
-                f"adaptive_classes={adaptive_classes!r}: a mask of priorities 0..7, not empty"
-            )
         mode = ofext.SELECT_MODE_ADAPTIVE
+    elif ugal_classes is not None:
+        mode = ofext.SELECT_MODE_UGAL
     elif flowlet_gap_us is not None:
         mode = ofext.SELECT_MODE_FLOWLET
     else:
@@ -374,7 +380,8 @@ def set_select_mode(
         ofext.OFPG_ALL if group_id is None else group_id,
         mode,
         flowlet_gap_us or 0,
-        adaptive_classes or 0,
+        classes or 0,
+        bias_bytes,
     )
     return PARSER.OFPExperimenter(
         UNBOUND,

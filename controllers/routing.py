@@ -1051,6 +1051,21 @@ def build_extension(name: str, routing: RoutingManager, options: Any) -> Routing
     return module.routing_extension(routing, options)
 
 
+def next_hops_of(options: Any) -> Optional[NextHops]:
+    """The next-hop policy the launcher's options ask for: ``--next-hops FILE``'s, or on
+    a dragonfly (``--dragonfly-routing``) its minimal routing with one global hop
+    (controllers/dragonfly_next_hops.py, the routers' groups from
+    ``--dragonfly-groups`` or their dpids); None: every shortest-path next hop."""
+    if options.next_hops:
+        return load_next_hops(options.next_hops)
+    if getattr(options, "dragonfly_routing", None):
+        from controllers.dragonfly_next_hops import minimal_next_hops
+
+        groups = getattr(options, "dragonfly_groups", None)
+        return minimal_next_hops(ofext.parse_dragonfly_groups(groups) if groups else None)
+    return None
+
+
 def write_status(path: str, status: Mapping[str, Any]) -> None:
     """Write ``status`` as JSON atomically (tmp file in the same directory + os.replace)."""
     tmp = f"{path}.tmp.{os.getpid()}"
@@ -1097,7 +1112,7 @@ class RoutingApp(app_manager.OSKenApp):
                 expect_hosts=opts.expect_hosts,
                 flowlet_gap_us=opts.flowlet_gap_us,
                 adaptive_routing=opts.adaptive_routing,
-                next_hops=load_next_hops(opts.next_hops) if opts.next_hops else None,
+                next_hops=next_hops_of(opts),
             )
         )
         names = list(self.EXTENSIONS) + [n for n in opts.extensions if n not in self.EXTENSIONS]

@@ -292,8 +292,9 @@ FLOW_CONTROL_MODES = ("pfc", "credit")
 
 # The controller's managers that run beside routing (controllers/routing_api.py,
 # `--extensions`), in the order they are attached when several are named: adaptive
-# routing (controllers/adaptive.py) and Tagger (controllers/tagger.py).
-ROUTING_EXTENSIONS = ("adaptive", "tagger")
+# routing (controllers/adaptive.py), Tagger (controllers/tagger.py) and UGAL on a
+# dragonfly (controllers/ugal.py).
+ROUTING_EXTENSIONS = ("adaptive", "tagger", "ugal")
 
 
 def routing_extensions(names: Any) -> tuple[str, ...]:

@@ -112,6 +112,39 @@ def adaptive_routing_spec(graph: nx.Graph, classes: str | dict[str, str]) -> str
     return spec
 
 
+def dragonfly_routing_args(graph: nx.Graph, spec: str) -> tuple[str, ...]:
+    """`Fabric(dragonfly_routing=...)` as controllers.launch's options: the spec and
+    every router's group from the graph (``--dragonfly-groups``); () for minimal.
+
+    Examples:
+        >>> from emu.fabric import dragonfly
+        >>> dragonfly_routing_args(dragonfly(groups=2, routers_per_group=1), "ugal:3")
+        ('--dragonfly-routing', 'ugal:3', '--dragonfly-groups', '0x10101=1,0x10201=2')
+
+    Raises:
+        FabricError: a spec `emu.proto.ofext.parse_dragonfly_routing` refuses, or
+            UGAL or Valiant asked of a graph whose switches carry no dragonfly group.
+    """
+    try:
+        mode = ofext.parse_dragonfly_routing(spec).mode
+    except ofext.ExtensionError as exc:
+        raise FabricError(str(exc)) from None
+    if mode == "minimal":
+        return ()
+    routers = {
+        d["dpid"]: d["group"]
+        for _n, d in graph.nodes(data=True)
+        if d.get("kind") == "switch" and "group" in d
+    }
+    if not routers:
+        raise FabricError(
+            f"dragonfly_routing={spec!r}: {graph.graph.get('name', 'this fabric')} is not a "
+            "dragonfly (no switch carries a group; emu.fabric.dragonfly builds one)"
+        )
+    groups = ",".join(f"{dpid:#x}={group}" for dpid, group in sorted(routers.items()))
+    return ("--dragonfly-routing", spec, "--dragonfly-groups", groups)
+
+
 class Fabric:
     """A running emulated fabric (context manager).
 
@@ -150,9 +183,17 @@ class Fabric:
             (``--adaptive-routing``); None: hashing (or flowlets, as
             controller_args say).
         extensions: managers to run beside routing in the controller, in this
-            order (emu.config.ROUTING_EXTENSIONS: "adaptive", "tagger";
+            order (emu.config.ROUTING_EXTENSIONS: "adaptive", "tagger", "ugal";
             controllers/routing_api.py), added to whichever routing app `apps`
             names (``controllers.launch --extensions``).
+        dragonfly_routing: how a dragonfly routes between groups: "minimal"
+            (routing's shortest paths, as None), "ugal" (each source router
+            places each packet from its hosts on the minimal or a Valiant next
+            hop, whichever has the least queue x path length: emu's UGAL
+            groups, controllers/ugal.py), "ugal:CLASSES" or
+            "ugal:CLASSES:BIAS_BYTES" (those priorities only; the bias on the
+            long side), or "valiant" (always through a third group). The
+            routers' groups come from the graph (`emu.fabric.dragonfly`).
         switch_processes: N > 0 runs the switches in N processes, one event
             loop each (emu/switch/loop.py): switches that share a loop share
             its wake-ups, which is most of what a switch at tens of Mbit/s
@@ -179,6 +220,7 @@ class Fabric:
         flow_control: str = "pfc",
         extensions: tuple[str, ...] | str = (),
         adaptive_routing: str | dict[str, str] | None = None,
+        dragonfly_routing: str | None = None,
     ) -> None:
         fabric_mod.validate(graph)
         self.graph = graph
@@ -191,6 +233,9 @@ class Fabric:
             self.controller_args += ("--adaptive-routing", spec)
         if self.extensions:
             self.controller_args += ("--extensions", ",".join(self.extensions))
+        self.dragonfly_routing = dragonfly_routing
+        if dragonfly_routing is not None:
+            self.controller_args += dragonfly_routing_args(graph, dragonfly_routing)
         self.seed = seed
         self.log_level = log_level
         self.time_scale = float(graph.graph["time_scale"])

@@ -30,6 +30,17 @@ def test_a_bad_band_is_refused() -> None:
 
 
 def test_cookie_bands_and_group_bands_are_distinct() -> None:
-    cookies = [layout.ROUTING_COOKIE, layout.ADAPTIVE_COOKIE, layout.AGGREGATION_COOKIE]
-    assert len({c & layout.COOKIE_BAND_MASK for c in cookies}) == 3
-    assert layout.ROUTING_GROUP_BASE < layout.ADAPTIVE_GROUP_BASE < layout.AGGREGATION_GROUP_BASE
+    cookies = [
+        layout.ROUTING_COOKIE,
+        layout.ADAPTIVE_COOKIE,
+        layout.AGGREGATION_COOKIE,
+        layout.TAGGER_COOKIE,
+        layout.UGAL_COOKIE,
+    ]
+    assert len({c & layout.COOKIE_BAND_MASK for c in cookies}) == 5
+    assert (
+        layout.ROUTING_GROUP_BASE
+        < layout.ADAPTIVE_GROUP_BASE
+        < layout.AGGREGATION_GROUP_BASE
+        < layout.UGAL_GROUP_BASE
+    )
