@@ -13,7 +13,9 @@ the graph), `ecmp` (ECMP's collision model: random or traced shortest paths,
 max-min to RTT-weighted fairness, and the band measured runs are held to),
 `stats` (the significance tests those bands use: Student's t, chi-square,
 Welch-Satterthwaite), `wire` (what frames weigh on the wire: TCP segments, a ping
-stream, the scheduler's catch-up burst). A
+stream, the scheduler's catch-up burst), `dragonfly` (minimal, Valiant and UGAL
+routing's throughput on a dragonfly: Kim et al.'s closed forms and the fluid rates
+of the paths emu installs). A
 scenario imports a shared model from here, never from another scenario
 (tests/unit/test_seams.py).
 """
