@@ -114,7 +114,7 @@ def adaptive_routing_spec(graph: nx.Graph, classes: str | dict[str, str]) -> str
 
 def dragonfly_routing_args(graph: nx.Graph, spec: str) -> tuple[str, ...]:
     """`Fabric(dragonfly_routing=...)` as controllers.launch's options: the spec and
-    every router's group from the graph (``--dragonfly-groups``); () for minimal.
+    every router's group from the graph (``--dragonfly-groups``).
 
     Examples:
         >>> from emu.fabric import dragonfly
@@ -123,14 +123,12 @@ def dragonfly_routing_args(graph: nx.Graph, spec: str) -> tuple[str, ...]:
 
     Raises:
         FabricError: a spec `emu.proto.ofext.parse_dragonfly_routing` refuses, or
-            UGAL or Valiant asked of a graph whose switches carry no dragonfly group.
+            a graph whose switches carry no dragonfly group.
     """
     try:
-        mode = ofext.parse_dragonfly_routing(spec).mode
+        ofext.parse_dragonfly_routing(spec)
     except ofext.ExtensionError as exc:
         raise FabricError(str(exc)) from None
-    if mode == "minimal":
-        return ()
     routers = {
         d["dpid"]: d["group"]
         for _n, d in graph.nodes(data=True)
@@ -187,13 +185,16 @@ class Fabric:
             controllers/routing_api.py), added to whichever routing app `apps`
             names (``controllers.launch --extensions``).
         dragonfly_routing: how a dragonfly routes between groups: "minimal"
-            (routing's shortest paths, as None), "ugal" (each source router
+            (one global hop a path, the literature's minimal routing:
+            controllers/dragonfly_next_hops.py), "ugal" (each source router
             places each packet from its hosts on the minimal or a Valiant next
             hop, whichever has the least queue x path length: emu's UGAL
             groups, controllers/ugal.py), "ugal:CLASSES" or
             "ugal:CLASSES:BIAS_BYTES" (those priorities only; the bias on the
             long side), or "valiant" (always through a third group). The
             routers' groups come from the graph (`emu.fabric.dragonfly`).
+            None: routing's plain shortest paths in hops, which on the
+            builder's dragonflies often cross a third group.
         switch_processes: N > 0 runs the switches in N processes, one event
             loop each (emu/switch/loop.py): switches that share a loop share
             its wake-ups, which is most of what a switch at tens of Mbit/s

@@ -21,7 +21,7 @@ from scapy.layers.l2 import Ether
 
 from controllers import launch, layout
 from controllers.dragonfly_next_hops import builder_group, minimal_next_hops
-from controllers.routing import RoutingConfig, RoutingManager
+from controllers.routing import RoutingConfig, RoutingManager, next_hops_of
 from controllers.ugal import UgalConfig, UgalManager, config_from, route_hops
 from emu import fabric
 from emu.net import FabricError, dragonfly_routing_args
@@ -316,6 +316,24 @@ def test_a_dead_global_link_leaves_the_buckets() -> None:
 class Options:
     def __init__(self, routing=None, groups=None):
         self.dragonfly_routing, self.dragonfly_groups = routing, groups
+        self.next_hops = None
+
+
+def test_dragonfly_routing_makes_routing_route_with_one_global_hop() -> None:
+    assert next_hops_of(Options()) is None
+    topo = nx.DiGraph()
+    # g1r1 -(3)- g3r1 -(4)- g2r1 and g1r1 -(2)- g1r2 -(3)- g2r1: two hops either way.
+    for s_, sp, d in [
+        (0x10101, 2, 0x10102),
+        (0x10101, 3, 0x10301),
+        (0x10301, 4, 0x10201),
+        (0x10102, 3, 0x10201),
+    ]:
+        topo.add_edge(s_, d, port=sp)
+        topo.add_edge(d, s_, port=sp + 10)
+    for groups in (None, "0x10101=1,0x10102=1,0x10301=3,0x10201=2"):
+        policy = next_hops_of(Options("minimal", groups))
+        assert policy(topo, 0x10101, 0x10201) == {2}
 
 
 def test_the_launchers_options_make_the_config() -> None:
@@ -367,7 +385,7 @@ def test_the_fabric_passes_every_routers_group() -> None:
     assert args[:2] == ("--dragonfly-routing", "ugal")
     groups = ofext.parse_dragonfly_groups(args[3])
     assert len(groups) == 10 and set(groups.values()) == {1, 2, 3, 4, 5}
-    assert dragonfly_routing_args(graph(), "minimal") == ()
+    assert dragonfly_routing_args(graph(), "minimal")[:2] == ("--dragonfly-routing", "minimal")
     with pytest.raises(FabricError, match="not a dragonfly"):
         dragonfly_routing_args(fabric.leaf_spine(2, 2), "ugal")
     with pytest.raises(FabricError, match="expected minimal"):
