@@ -253,6 +253,35 @@ class Paths:
                 out.append((1 + self.dist(d)[mid], {**ends, **self.via(s, mid, d)}))
         return out
 
+    def minimal_paths(
+        self, src: str, dst: str, avoid: Optional[str] = None
+    ) -> list[tuple[float, list[str]]]:
+        """Router `src` to router `dst`: every minimal path with the share ECMP gives it
+        (split evenly at each hop), routers in order."""
+        if src == dst:
+            return [(1.0, [dst])]
+        hops = self.next_hops(src, dst, avoid)
+        return [
+            (share / len(hops), [src, *rest])
+            for nxt in hops
+            for share, rest in self.minimal_paths(nxt, dst)
+        ]
+
+    def paths(self, flow: Flow, routing: str) -> list[tuple[float, list[Link]]]:
+        """A flow's paths under fixed routing ("minimal" or "valiant") with their shares,
+        each as its links in order, host links included."""
+        s, d = self.router(flow[0]), self.router(flow[1])
+        mids = self.valiant_candidates(s, d) if routing == "valiant" else []
+        if routing == "valiant" and self.group(s) != self.group(d) and mids:
+            routes = [
+                (share / len(mids), [s, *rest])
+                for mid in mids
+                for share, rest in self.minimal_paths(mid, d, avoid=s)
+            ]
+        else:
+            routes = self.minimal_paths(s, d)
+        return [(share, list(zip([flow[0], *nodes], [*nodes, flow[1]]))) for share, nodes in routes]
+
     def minimal_split(self, flow: Flow) -> Split:
         return self.options(flow)[0][1]
 
@@ -302,6 +331,42 @@ def max_min_rates(
     return rates
 
 
+def lossy_rates(
+    subflows: Sequence[tuple[int, float, Sequence[Link]]],
+    capacity: Callable[[Link], float],
+    n_flows: int,
+    rounds: int = 200,
+) -> list[float]:
+    """Delivered rates of open-loop flows (UDP at a fixed rate) over drop-tail links: a
+    full link drops the same fraction of every flow that arrives at it, what is
+    dropped is gone for the links after it, so a flow that a later link will drop
+    still takes its share of the earlier ones (the bandwidth max-min fairness
+    would give another flow). Fixed point of each link's pass ratio, capacity /
+    arrivals (at most 1), iterated `rounds` times.
+
+    Args:
+        subflows: (flow index, offered bit/s, links in order) of each path of a flow.
+        capacity: a link's bit/s.
+        n_flows: how many flows (the result's length).
+    """
+    ratio: dict[Link, float] = {k: 1.0 for _i, _o, links in subflows for k in links}
+    for _ in range(rounds):
+        arriving: dict[Link, float] = dict.fromkeys(ratio, 0.0)
+        for _i, offered, links in subflows:
+            rate = offered
+            for link in links:
+                arriving[link] += rate
+                rate *= ratio[link]
+        ratio = {k: min(1.0, capacity(k) / a) if a > 0 else 1.0 for k, a in arriving.items()}
+    out = [0.0] * n_flows
+    for i, offered, links in subflows:
+        rate = offered
+        for link in links:
+            rate *= ratio[link]
+        out[i] += rate
+    return out
+
+
 def ugal_rates(
     paths: Paths,
     flows: Sequence[Flow],
@@ -314,8 +379,8 @@ def ugal_rates(
     a flow stops when every option it may take is full or it has its demand.
 
     `local`: a flow takes a Valiant option only once its minimal option's first
-    router link (the source router's own queue) is full: UGAL-L without
-    backpressure.
+    router link (the source router's own queue) cannot take the increment:
+    UGAL-L without backpressure.
     """
     options = [paths.options(f) for f in flows]
     delta = max(demands, default=0.0) / steps
@@ -330,8 +395,8 @@ def ugal_rates(
         for i in sorted(active):
             amount = min(delta, demands[i] - rates[i])
             allowed = options[i]
-            if local and worst(_first_router_link(paths, allowed[0][1]), 0.0) < 1 - 1e-9:
-                allowed = allowed[:1]
+            if local and worst(_first_router_link(paths, allowed[0][1]), amount) <= 1 + 1e-9:
+                allowed = allowed[:1]  # its own router's link has room: it stays minimal
             best = min(
                 allowed, key=lambda o: (round(_queue_cost(o[0], worst(o[1], amount)), 9), o[0])
             )
@@ -368,15 +433,28 @@ def routed_rates(
 ) -> list[float]:
     """Per flow, the rate `routing` ("minimal", "valiant", "ugal", "ugal-local") gets it
     on `graph`'s paths (fluid; max-min fair for the fixed splits); `minimal` as
-    `Paths` takes it."""
+    `Paths` takes it. "minimal-lossy" and "valiant-lossy": the same routes carrying
+    open-loop traffic at its demand over drop-tail links (`lossy_rates`): what
+    UDP at a fixed rate gets, less than max-min fairness where a flow crosses
+    two full links."""
     paths = Paths(graph, minimal)
+    if routing in ("minimal-lossy", "valiant-lossy"):
+        kind = routing.split("-")[0]
+        subflows = [
+            (i, demand * share, links)
+            for i, (flow, demand) in enumerate(zip(flows, demands))
+            for share, links in paths.paths(flow, kind)
+        ]
+        return lossy_rates(subflows, paths.capacity, len(flows))
     if routing == "minimal":
         return max_min_rates([paths.minimal_split(f) for f in flows], demands, paths.capacity)
     if routing == "valiant":
         return max_min_rates([paths.valiant_split(f) for f in flows], demands, paths.capacity)
     if routing in ("ugal", "ugal-local"):
         return ugal_rates(paths, flows, demands, local=routing == "ugal-local")
-    raise ValueError(f"routing {routing!r}: minimal, valiant, ugal or ugal-local")
+    raise ValueError(
+        f"routing {routing!r}: minimal, valiant, ugal, ugal-local, minimal-lossy or valiant-lossy"
+    )
 
 
 def global_links(graph: nx.Graph) -> list[Link]:

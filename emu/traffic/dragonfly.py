@@ -159,16 +159,18 @@ def destinations(graph: nx.Graph, pattern: str) -> dict[str, list[str]]:
     raise ValueError(f"pattern {pattern!r}: one of {', '.join(PATTERNS)}")
 
 
-def model_rates(graph: nx.Graph, pattern: str, rate_bps: float, routing: str) -> float:
+def model_rates(
+    graph: nx.Graph, pattern: str, rate_bps: float, routing: str, size_bytes: int = 1400
+) -> float:
     """The fluid model's delivered payload bit/s, all hosts together, for `pattern` at
-    `rate_bps` per host under `routing` (emu/models/dragonfly.py `routed_rates`).
-
-    The model's links carry payload at their rate: compare measured payload to it
-    scaled by what headers take (`wire_share`)."""
+    `rate_bps` of payload per host under `routing` (emu/models/dragonfly.py
+    `routed_rates`): the model's links carry frames, so the demand goes in with its
+    headers (`wire_share` of datagrams of `size_bytes`) and comes out without."""
+    share = wire_share(size_bytes)
     dests = destinations(graph, pattern)
     flows = [(s, d) for s, ds in dests.items() for d in ds]
-    demands = [rate_bps / len(dests[s]) for s, _d in flows]
-    return sum(model.routed_rates(graph, flows, demands, routing))
+    demands = [rate_bps / share / len(dests[s]) for s, _d in flows]
+    return share * sum(model.routed_rates(graph, flows, demands, routing))
 
 
 def wire_share(size_bytes: int) -> float:

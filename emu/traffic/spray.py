@@ -91,8 +91,9 @@ class Spray:
         """Send every datagram whose time has come (skip those more than LAG_S late)."""
         if not self.gap_s:
             return
-        if now - self.next_s > LAG_S:
-            missed = int((now - self.next_s) / self.gap_s)
+        late = min(now, self.end_s) - self.next_s
+        if late > LAG_S:
+            missed = int(late / self.gap_s)
             self.skipped += missed
             self.next_s += missed * self.gap_s
         while self.next_s <= now and self.next_s < self.end_s:

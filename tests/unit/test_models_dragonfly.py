@@ -195,3 +195,39 @@ def test_global_links_both_ways() -> None:
     G = graph()
     links = model.global_links(G)
     assert len(links) == 2 * 10 and ("g1r1", "g2r2") in links and ("g2r2", "g1r1") in links
+
+
+def test_lossy_links_waste_what_a_later_link_drops() -> None:
+    """A and B offer 10 each to L1 (10): half of each passes; A's 5 meet L2 (4), which
+    passes 4. 9 delivered, where max-min fairness would give B the 6 A cannot use."""
+    cap = {"L1": 10.0, "L2": 4.0}
+    sub = [(0, 10.0, [("x", "L1"), ("L1", "L2")]), (1, 10.0, [("x", "L1")])]
+    rates = model.lossy_rates(sub, lambda k: cap[k[1]], 2)
+    assert rates == pytest.approx([4.0, 5.0])
+    fair = model.max_min_rates(
+        [{("x", "L1"): 1.0, ("L1", "L2"): 1.0}, {("x", "L1"): 1.0}],
+        [10.0, 10.0],
+        lambda k: cap[k[1]],
+    )
+    assert fair == pytest.approx([4.0, 6.0])
+
+
+def test_paths_are_the_splits_in_order() -> None:
+    G = graph()
+    paths = model.Paths(G)
+    for routing in ("minimal", "valiant"):
+        for flow in adversarial(G):
+            routes = paths.paths(flow, routing)
+            assert sum(share for share, _links in routes) == pytest.approx(1.0)
+            for _share, links in routes:
+                assert links[0][0] == flow[0] and links[-1][1] == flow[1]
+                assert all(a[1] == b[0] for a, b in zip(links, links[1:]))
+            split = paths.minimal_split(flow) if routing == "minimal" else paths.valiant_split(flow)
+            summed: dict = {}
+            for share, links in routes:
+                for link in links:
+                    summed[link] = summed.get(link, 0.0) + share
+            assert summed == pytest.approx(split)
+    flows = adversarial(G)
+    lossy = sum(model.routed_rates(G, flows, [RATE] * 10, "minimal-lossy"))
+    assert lossy < sum(model.routed_rates(G, flows, [RATE] * 10, "minimal"))

@@ -45,11 +45,15 @@ def test_uniform_traffic_sends_to_every_other_host() -> None:
 
 def test_the_model_gives_the_adversarial_pattern_twice_minimal_under_ugal() -> None:
     g = graph()
-    minimal = workload.model_rates(g, "adversarial", 10**7, "minimal")
-    ugal = workload.model_rates(g, "adversarial", 10**7, "ugal")
-    assert minimal == pytest.approx(5 * 10**7)  # 5 global links for 10 hosts
-    assert ugal == pytest.approx(2 * minimal, rel=0.01)
+    payload = 10**7 * workload.wire_share(1400)  # what a 10 Mbit/s link carries of it
     assert workload.wire_share(1400) == pytest.approx(1400 / 1446)
+    minimal = workload.model_rates(g, "adversarial", payload, "minimal")
+    ugal = workload.model_rates(g, "adversarial", payload, "ugal")
+    assert minimal == pytest.approx(5 * payload)  # 5 global links for 10 hosts
+    assert ugal == pytest.approx(2 * minimal, rel=0.01)
+    # Open-loop UDP over drop-tail links: the first hops' losses waste later links.
+    lossy = workload.model_rates(g, "adversarial", 0.95 * payload, "minimal-lossy")
+    assert 0.7 * minimal < lossy < 0.85 * minimal
 
 
 def test_a_bad_load_is_refused() -> None:
@@ -111,6 +115,8 @@ def test_a_spray_behind_its_schedule_skips_rather_than_bursts() -> None:
     assert len(sent) == 1
     s.send_due(101.0)  # a second late: 999 skipped, not sent at once
     assert s.skipped >= 990 and len(sent) < 60
+    s.send_due(120.0)  # after the end: nothing is due, nothing is skipped
+    assert s.skipped < 10_000 and s.next_s <= s.end_s + s.gap_s
 
 
 # ----- a run from results and counters ---------------------------------------------------
