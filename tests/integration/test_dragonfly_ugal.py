@@ -105,10 +105,24 @@ def test_minimal_routing_shares_one_global_link_per_group(measured) -> None:
     run = measured["minimal"]["runs"]["adversarial"]
     assert measured["minimal"]["status"].get("ugal") is None  # no extension: routing's own
     judged(measured, "minimal's adversarial throughput")
-    # 5 global links for 10 hosts: at most half of what they offer (max-min); open-loop
-    # UDP gets less, the first links' losses wasting later ones (the lossy model).
+    # The one global link from each group to the next is full for the whole run...
+    g = graph()
+    paths = model.Paths(g)
+    direct = {
+        link
+        for pair in workload.adversarial_pairs(g)
+        for link in paths.minimal_split(pair)
+        if g.edges[link]["tier"] == "global"
+    }
+    assert len(direct) == 5
+    full_bytes = RATE_BPS / 8 * ADVERSARIAL.duration_s
+    assert all(run.global_bytes[link] > 0.85 * full_bytes for link in direct), run.global_bytes
+    # ... so 5 global links carry 10 hosts: at most half of what they offer (max-min);
+    # open-loop UDP gets less, the first links' losses wasting later ones (the lossy
+    # model, 37.8 Mbit/s here), and drop-tail shares follow the arrivals' bursts too:
+    # runs measured 27.0 to 36.2 Mbit/s (0.71 to 0.96 of the lossy model).
     assert run.delivered_bps < 1.05 * modelled("adversarial", "minimal")
-    assert run.delivered_bps == pytest.approx(modelled("adversarial", "minimal-lossy"), rel=0.15)
+    assert run.delivered_bps > 0.6 * modelled("adversarial", "minimal-lossy")
     assert run.nonminimal == 0 and valiant_link_bytes(run) < 0.02 * sum(run.global_bytes.values())
 
 
