@@ -231,13 +231,19 @@ class PfcState:
 class GroupMode:
     """A SELECT group's mode (emu/switch/adaptive.py `SelectMode.describe`)."""
 
-    mode: str  # "hash", "flowlet" or "adaptive"
+    mode: str  # "hash", "flowlet", "adaptive" or "ugal"
     gap_s: float | None = None  # flowlet mode's gap
-    classes: tuple[int, ...] = ()  # adaptive mode's priorities
+    classes: tuple[int, ...] = ()  # adaptive and UGAL modes' priorities
+    bias_bytes: int = 0  # UGAL mode's bias on the non-minimal side
 
     @classmethod
     def decode(cls, doc: dict) -> GroupMode:
-        return cls(_need(cls, doc, "mode"), doc.get("gap_s"), tuple(doc.get("classes", ())))
+        return cls(
+            _need(cls, doc, "mode"),
+            doc.get("gap_s"),
+            tuple(doc.get("classes", ())),
+            doc.get("bias_bytes", 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -251,6 +257,8 @@ class AdaptiveState:
     paused_skips: int  # ports passed over because PFC paused them for the packet's class
     all_paused: int  # decisions that found every port paused (and chose among all)
     picks: dict[int, int]  # egress port -> packets placed there
+    ugal_decisions: int  # packets a UGAL group placed (dragonfly, controllers/ugal.py)
+    ugal_nonminimal: int  # ... on a path longer than the minimal one (Valiant)
 
     @classmethod
     def decode(cls, doc: dict) -> AdaptiveState:

@@ -29,7 +29,7 @@ that builder's own keyword arguments, or `topo="file.yaml"` loads a topology
 file (emu/topofile.py; a relative path is looked up beside the test file,
 then in pytest's rootdir). The rest are the fabric's options (`FABRIC_OPTIONS`:
 qos, host_nic_pacing, switch_processes, apps, controller_args, flow_control,
-adaptive_routing, seed, converge_timeout_s, log_level). The shape goes through emu's one
+adaptive_routing, dragonfly_routing, seed, converge_timeout_s, log_level). The shape goes through emu's one
 validator (emu/scenario.py `fabric_graph`): an unknown topology, keyword or
 value fails the test in one line naming it, before anything is built, with
 or without root. docs/pytest-plugin.md has the examples, run as tests.
@@ -59,6 +59,7 @@ FABRIC_OPTIONS = (
     "controller_args",
     "flow_control",
     "adaptive_routing",
+    "dragonfly_routing",
     "seed",
     "converge_timeout_s",
     "log_level",

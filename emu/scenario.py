@@ -773,6 +773,15 @@ def fabric_params(
             "port skipped (emu/switch/adaptive.py); empty: hashing (ECMP)",
             check=_adaptive_classes,
         ),
+        "dragonfly_routing": Param(
+            "",
+            "how a dragonfly routes between groups: minimal (one global hop a path), ugal "
+            "(each source router sends each packet minimally or through a third group, "
+            "whichever has the least queue x hops; ugal:CLASSES or ugal:CLASSES:BIAS_BYTES), "
+            "valiant (always through a third group); empty: routing's shortest paths "
+            "(controllers/ugal.py)",
+            check=_dragonfly_routing,
+        ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
         "host_nic_pacing": Param(
             True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
@@ -793,6 +802,12 @@ def _adaptive_classes(text: str) -> None:
         ofext.classes_mask(text)  # ExtensionError is a ValueError
 
 
+def _dragonfly_routing(text: str) -> None:
+    """`dragonfly_routing` as the controller reads it."""
+    if text:
+        ofext.parse_dragonfly_routing(text)  # ExtensionError is a ValueError
+
+
 _FABRIC_PARAMS = fabric_params()
 
 
@@ -809,6 +824,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
         "flow_control": params.get("flow_control", "pfc"),
         "extensions": config.routing_extensions(params.get("extensions", "")),
         "adaptive_routing": params.get("adaptive_routing") or None,
+        "dragonfly_routing": params.get("dragonfly_routing") or None,
     }
 
 

@@ -302,14 +302,12 @@ def global_tx_bytes(fab: Fabric) -> dict[tuple[str, str], int]:
 
 
 def ugal_counts(fab: Fabric) -> dict[str, tuple[int, int]]:
-    """Router -> (packets its UGAL groups placed, those sent off the minimal path).
-
-    Read from the switch's `counters` answer; emu.answers.AdaptiveState does not
-    type these two yet (`ugal_decisions`, `ugal_nonminimal`)."""
+    """Router -> (packets its UGAL groups placed, those sent off the minimal path),
+    from its counters (emu.answers.AdaptiveState)."""
     out = {}
     for sw in sorted(n for n, d in fab.graph.nodes(data=True) if d["kind"] == "switch"):
-        adaptive = fab.switch_call(sw, "counters")["adaptive"]
-        out[sw] = (adaptive.get("ugal_decisions", 0), adaptive.get("ugal_nonminimal", 0))
+        adaptive = fab.counters(sw).adaptive
+        out[sw] = (adaptive.ugal_decisions, adaptive.ugal_nonminimal)
     return out
 
 

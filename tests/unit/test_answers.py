@@ -92,6 +92,8 @@ def test_switch_counters_decode_queues_and_ports_as_numbers():
                 "paused_skips": 3,
                 "all_paused": 1,
                 "picks": {1: 12, 2: 8},
+                "ugal_decisions": 5,
+                "ugal_nonminimal": 2,
             },
         }
     )
@@ -104,6 +106,7 @@ def test_switch_counters_decode_queues_and_ports_as_numbers():
     assert c.adaptive.default == answers.GroupMode("adaptive", None, (0, 3))
     assert c.adaptive.groups == {7: answers.GroupMode("flowlet", 1e-4, ())}
     assert c.adaptive.picks == {1: 12, 2: 8} and c.adaptive.paused_skips == 3
+    assert (c.adaptive.ugal_decisions, c.adaptive.ugal_nonminimal) == (5, 2)
     del doc["buffer"]["xoff_sent"]
     with pytest.raises(answers.AnswerError, match="BufferState: the answer has no 'xoff_sent'"):
         answers.SwitchCounters.decode(doc)

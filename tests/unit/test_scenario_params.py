@@ -147,3 +147,15 @@ def test_adaptive_routing_is_a_fabric_parameter_checked_before_anything_runs():
     assert scenario.fabric_options(params)["adaptive_routing"] is None  # hashing, as before
     params["adaptive_routing"] = "3"
     assert scenario.fabric_options(params)["adaptive_routing"] == "3"
+
+
+def test_dragonfly_routing_is_a_fabric_parameter_checked_before_anything_runs():
+    param = scenario.fabric_params()["dragonfly_routing"]
+    for good in ("minimal", "ugal", "ugal:3", "valiant"):
+        assert param.parse("dragonfly_routing", good) == good
+    with pytest.raises(ScenarioError, match=r"parameter dragonfly_routing='sideways': "):
+        param.parse("dragonfly_routing", "sideways")
+    params = {k: p.default for k, p in scenario.fabric_params().items()}
+    assert scenario.fabric_options(params)["dragonfly_routing"] is None
+    params["dragonfly_routing"] = "ugal"
+    assert scenario.fabric_options(params)["dragonfly_routing"] == "ugal"
