@@ -52,7 +52,7 @@ def test_a_bench_run_is_a_registry_run_and_its_teardown_removes_what_it_made(tmp
 
 BENCH_THAT_DIES = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys
     from pathlib import Path
     sys.path.insert(0, {repo!r})
     from bench import forwarding as fw
@@ -62,7 +62,7 @@ BENCH_THAT_DIES = textwrap.dedent(
     res.add_veth({a!r}, {b!r})
     res.start("sleeper", ["sleep", "60"], netns={ns!r})
     print(res.run.run_id, flush=True)
-    time.sleep(60)
+    signal.pause()  # alive, with what it made, until the test kills it
     """
 )
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import doctest
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -185,11 +184,15 @@ class FakeNics:
 def test_run_rings_runs_every_ring_at_once_with_its_seed_and_options(monkeypatch):
     seen = []
     started = threading.Barrier(2, timeout=5)  # both rings run at the same time
+    second_done = threading.Event()
 
     def run_allreduce(nics, hosts, sizes, dtype, algo, seed, rank_options):
         started.wait()
         seen.append((tuple(hosts), sizes, dtype, algo, seed, rank_options))
-        time.sleep(0.05 if hosts[0] == "a" else 0.0)  # the first ring ends last
+        if hosts[0] == "a":  # the first ring ends last: results still come in ring order
+            assert second_done.wait(5), "the second ring never finished"
+        else:
+            second_done.set()
         return [result(hosts, time_s=len(seen))]
 
     monkeypatch.setattr(collectives, "run_allreduce", run_allreduce)
