@@ -119,10 +119,21 @@ def test_ring_allreduce_4_hosts(fabric, tmp_path):
     small += run_allreduce(nics, hosts, [8, 4 * 4099], "float32", seed=2, slice_bytes=4096)
     check(small, 4)
     # Large enough to take a few seconds: 1.5 x 2 MiB per host at 10 Mbit/s.
+    window = FidelityWindow(fabric, nics, hosts)
     big = run_allreduce(nics, hosts, 2 << 20, "float32", seed=3)
+    found = window.close(tmp_path / "big")
     check(big, 4)
     print("\n" + nccl_table(small + big))
-    assert_busbw(big[0], 4)
+    print(found["text"])
+    # Measured here at 0.99 of goodput; CI once measured 0.847 in a run whose
+    # fidelity was not judged. As at 8 ranks, a miss is a failure only when the
+    # emulator kept up; otherwise it is xfail with the monitor's verdict.
+    try:
+        assert_busbw(big[0], 4, found["deficit"])
+    except AssertionError:
+        if found["verdict"].faithful:
+            raise
+        pytest.xfail(f"busbw below the model in an unfaithful run:\n{found['text']}")
 
 
 @rdma_fabric(leaves=2, hosts_per_leaf=4)
