@@ -192,6 +192,19 @@ def packet_prio(frame: bytes, queue_id: Optional[int], dscp_to_prio: Sequence[in
     return 0
 
 
+def tie_index(flow_hash: int, decisions: int) -> int:
+    """What picks among an adaptive group's tied options: the flow's hash plus the
+    switch's adaptive decisions so far, mod 2^64 (fp_ar.c adds them in a uint64_t).
+
+    By the hash alone a flow kept one port whenever the queues were equal, and
+    idle ports always are: on a k=4 fat-tree a cross-pod ring's flows then met
+    on the downlinks as under ECMP, where no upstream queue shows it, and
+    DCQCN held the ring to 0.49-0.79 of its goodput; rotated per packet, each
+    flow spreads over the tied ports as packet spraying does (Spectrum-X).
+    """
+    return (flow_hash + decisions) & 0xFFFFFFFFFFFFFFFF
+
+
 class AdaptiveRouter:
     """The per-packet choice of adaptive and UGAL SELECT groups and its counters.
 
@@ -210,6 +223,16 @@ class AdaptiveRouter:
         self.picks: dict[int, int] = {}  # egress port -> packets sent there
         self.ugal_decisions = 0  # packets a UGAL group placed
         self.ugal_nonminimal = 0  # ... on a bucket longer than the group's shortest live one
+        self._rotation = 0
+        # The tie rotation (`tie_index`): rotation(take) gives it, and with take
+        # counts a decision. The compiled path replaces it with C's counter, which
+        # its own decisions advance too (fastpath.py), so both paths rotate as one.
+        self.rotation: Callable[[bool], int] = self._local_rotation
+
+    def _local_rotation(self, take: bool) -> int:
+        now = self._rotation
+        self._rotation += take
+        return now
 
     def rank(
         self, prio: int, options: Sequence[tuple], now: float, bias: Optional[int] = None
@@ -245,8 +268,13 @@ class AdaptiveRouter:
         return ties, len(seen) - len(free), every_paused
 
     def choose(self, prio: int, flow_hash: int, options: Sequence[tuple], now: float) -> tuple:
-        """The option this packet takes (adaptive mode), counted."""
-        pick = self._pick(prio, flow_hash, options, now, None)
+        """The option this packet takes (adaptive mode), counted.
+
+        Ties go to the flow's hash rotated by the decisions made before
+        (`tie_index`): equal queues, which idle ports always are, spread a
+        flow's packets over the tied ports instead of pinning it to one.
+        """
+        pick = self._pick(prio, tie_index(flow_hash, self.rotation(True)), options, now, None)
         self.decisions += 1
         return pick
 
@@ -283,6 +311,8 @@ class AdaptiveRouter:
         """What `choose` (or, with `bias`, `choose_ugal`) would do now, touching no
         counter (the pipeline's trace)."""
         ties, _skipped, every_paused = self.rank(prio, options, now, bias)
+        if bias is None:
+            flow_hash = tie_index(flow_hash, self.rotation(False))
         paused = [
             o[1]
             for o in options

@@ -472,6 +472,8 @@ class FastDatapath(Datapath):
         model = self.buffer
         max_frame = max((r[1] for r in self._readers.values()), default=1522)
         self.csw = _fastpath.Switch(self.name, self._upcall, switch_config(self, model, max_frame))
+        # Upcalls' adaptive decisions rotate ties on C's counter, as C's own do.
+        self.pipeline.adaptive.rotation = self.csw.ar_rotation
 
         def add(port_no: int) -> None:
             sock, max_frame, frames, _ifname = self._readers[port_no]

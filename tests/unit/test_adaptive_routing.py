@@ -328,6 +328,21 @@ def test_a_flow_spreads_over_the_ports_as_their_queues_build(ar_switch) -> None:
         assert ar_switch.fastpath_stats()["ar_decisions"] == 29
 
 
+def test_a_flow_on_idle_ports_spreads_over_them_per_packet(ar_switch) -> None:
+    """Every queue empty at each packet (a port sends in 3.3 ms what it got, the packets
+    come 10 ms apart): all ports tie, and the rotation (adaptive.py tie_index) still
+    spreads the flow, where the flow's hash alone would pin it to one port."""
+    taken = []
+    now = 1.0
+    for _ in range(30):
+        ar_switch.step(now)
+        assert not any(sum(s.depth_bytes) for s in ar_switch.schedulers.values())
+        taken += ports_taken(ar_switch, [roce_frame(4000)], now)
+        now += 0.01
+    assert collections.Counter(taken) == {2: 10, 3: 10, 4: 10}, taken
+    assert ar_switch.adaptive_counts()["decisions"] == 30
+
+
 def test_a_paused_port_is_not_chosen_unless_every_port_is(ar_switch) -> None:
     ar_switch.feed(3, pause_frame(1 << 3), 1.0)  # port 3's priority 3 stops for 3.4 s
     ar_switch.feed(4, pause_frame(1 << 0), 1.0)  # port 4's priority 0 only: no matter

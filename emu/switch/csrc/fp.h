@@ -316,6 +316,9 @@ typedef struct fp_switch {
     fp_arm_ctr *arms;          /* adaptive ops' bucket counters, by slot (fp_ar.c) */
     uint32_t narms;
     uint64_t ar_decisions, ar_paused_skips, ar_all_paused;
+    /* Adaptive decisions of both paths: ties rotate by it (adaptive.py tie_index);
+     * Python's upcalls take from it too (`ar_rotate`). */
+    uint64_t ar_rotation;
     uint64_t ar_ugal_decisions, ar_ugal_nonminimal;  /* UGAL ops: packets, non-minimal */
     emu_loopmon mon;
     int ready;                 /* a port of it was readable in this pass */

@@ -17,8 +17,9 @@
  *
  * Per packet: a port PFC-paused for the priority is passed over unless all
  * are; among the rest, the fewest bytes queued at the priority and above
- * (what strict priority sends before the packet); ties broken by the hash,
- * in bucket order. UGAL weighs the bytes by the path length H and adds the
+ * (what strict priority sends before the packet); ties broken by the hash
+ * plus the switch's adaptive decisions before, Python's and C's
+ * (adaptive.py tie_index: a flow spreads over equal queues), in bucket order. UGAL weighs the bytes by the path length H and adds the
  * bias off the minimal path (odd weights; when no even weight is among the
  * options, the least H stands for minimal); the least cost wins, then a
  * minimal option, then the least H, then the hash. The chosen bucket's
@@ -224,7 +225,8 @@ fp_ar_exec(fp_switch *sw, uint32_t in_port, const fp_op *op, const fp_op *opts, 
         return;
     if (!ar_read(sw, op, opts, span, now, &v))
         return;
-    uint32_t pick = ar_pick(&v, op->value);
+    /* Adaptive ties rotate per packet (adaptive.py tie_index); UGAL's go by the hash. */
+    uint32_t pick = ar_pick(&v, op->code == FP_OP_UGAL ? op->value : op->value + sw->ar_rotation++);
     int every = v.free_n == 0;
     if (op->code == FP_OP_UGAL) {
         sw->ar_ugal_decisions++;

@@ -815,6 +815,18 @@ Switch_arms_clear(fp_switch *sw, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* The adaptive tie rotation now (`peek`) or taken by an upcall's decision (`take`). */
+static PyObject *
+Switch_ar_rotation(fp_switch *sw, PyObject *args)
+{
+    int take = 0;
+    if (!PyArg_ParseTuple(args, "|p", &take))
+        return NULL;
+    uint64_t now = sw->ar_rotation;
+    sw->ar_rotation += take ? 1 : 0;
+    return PyLong_FromUnsignedLongLong(now);
+}
+
 static PyObject *
 Switch_clear_cache(fp_switch *sw, PyObject *Py_UNUSED(ignored))
 {
@@ -877,6 +889,8 @@ static PyMethodDef Switch_methods[] = {
     {"loop_pass", (PyCFunction)Switch_loop_pass, METH_VARARGS, NULL},
     {"drain", (PyCFunction)Switch_drain, METH_NOARGS, NULL},
     {"clear_cache", (PyCFunction)Switch_clear_cache, METH_NOARGS, NULL},
+    {"ar_rotation", (PyCFunction)Switch_ar_rotation, METH_VARARGS,
+     "ar_rotation(take=False): the adaptive tie rotation; take: count a decision"},
     {"meter_set", (PyCFunction)Switch_meter_set, METH_VARARGS,
      "meter_set(slot, pktps, last, packets_in, bytes_in, [(type, rate, capacity, tokens, "
      "prec_level, packets, bytes)]): a meter's buckets and counters into a slot"},
