@@ -53,9 +53,12 @@ own, in the data plane, with no controller round trip:
   queued at its own priority and the priorities above it: under strict
   priority (emu/switch/scheduler.py) those are exactly the bytes that leave
   before it, so a deep lossy queue does not push the lossless class away
-  from a port on which it would not wait; ties (an idle switch) are broken
-  by the flow's 5-tuple hash, so an idle fabric keeps each flow on one path,
-  in order, as hash mode would, and packets spread only under load;
+  from a port on which it would not wait; ties (idle ports always tie) are
+  broken by the flow's 5-tuple hash plus the switch's adaptive decisions so
+  far (adaptive.py `tie_index`), so a flow's packets spread over equally
+  queued ports as packet spraying does: by the hash alone a flow stayed on
+  one path until a queue built, and flows that met on a fat-tree's downlinks
+  stayed met, as under ECMP, since no upstream queue shows it;
 - a packet's priority is the one its switch will queue it at: the queue a
   set_queue action before the group chose, else the DSCP of its IPv4 header
   (untagged or behind one 802.1Q tag) through the switch's DSCP map, else 0.
@@ -84,7 +87,8 @@ UGAL's q x H:
 - cost = q x H, plus the bias (bytes) for a non-minimal bucket; the packet
   takes the least cost, then a minimal bucket over a non-minimal one, then
   the least H, so an idle switch and empty queues send it minimally, as do
-  equal products; remaining ties go by the flow hash, as in adaptive mode;
+  equal products; remaining ties go by the flow hash (not rotated: a UGAL
+  group's ties are minimal paths of one length);
 - when no minimal bucket is live, the live ones of the least H stand for
   the minimal path (no bias on them);
 - a packet of a class that is not enabled hashes over the minimal buckets
