@@ -71,6 +71,7 @@ RESULTS_ORDER = (
     "sharp-allreduce",
     "straggler",
     "ecmp-vs-adaptive",
+    "adaptive-collectives",
     "rail-optimized",
 )
 

@@ -207,3 +207,57 @@ def model_band(
     return between(
         flat(measured), flat(on_paths["max-min"]), flat(on_paths["proportional"]), keys, reference
     )
+
+
+# ----- collectives: every flow paced by the slowest ---------------------------------
+
+
+def collision_share(paths: list[list[str]], weights: list[float] | None = None) -> float:
+    """A collective's throughput over a non-blocking switch's when its flows take `paths`.
+
+    A collective finishes when its most loaded link has carried its bytes: a
+    ring all-reduce moves the same bytes on every hop and each step waits for
+    the slowest (Patarasuk & Yuan, JPDC 2009), and an all-to-all is done
+    when its busiest link is. On a non-blocking switch the busiest links are
+    the hosts' own; in a fabric a link that m flows hash onto carries m
+    flows' bytes. So the share is the busiest host link's load over the
+    busiest link's, each direction a link of its own: 1/m for a ring whose
+    worst link carries m of its hops.
+
+    Args:
+        paths: the nodes each flow crosses, host to host.
+        weights: each flow's bytes (None: all equal).
+
+    Examples:
+        >>> collision_share([["h1", "e1", "a1", "e2", "h3"], ["h2", "e1", "a1", "e2", "h4"]])
+        0.5
+        >>> collision_share([["h1", "e1", "a1", "e2", "h3"], ["h2", "e1", "a2", "e2", "h4"]])
+        1.0
+    """
+    if not paths:
+        raise ValueError("collision_share: no flows")
+    weights = weights or [1.0] * len(paths)
+    load: dict[tuple[str, str], float] = {}
+    for nodes, w in zip(paths, weights):
+        for link in zip(nodes, nodes[1:]):
+            load[link] = load.get(link, 0.0) + w
+    ends = {link for nodes in paths for link in (tuple(nodes[:2]), tuple(nodes[-2:]))}
+    return max(load[link] for link in ends) / max(load.values())
+
+
+def collision_draws(
+    graph: nx.Graph,
+    flows: Flows,
+    samples: int,
+    rng: random.Random,
+    weights: list[float] | None = None,
+) -> list[float]:
+    """`collision_share` of `flows` over `samples` draws of uniformly random shortest paths:
+    what a hash that cannot tell the flows apart gives, draw by draw (its distribution,
+    not only its mean, is the model's band)."""
+    g = nx.Graph(fabric_mod.network(graph))
+    choices = {pair: list(nx.all_shortest_paths(g, *pair)) for pair in dict.fromkeys(flows)}
+    return [
+        collision_share([rng.choice(choices[pair]) for pair in flows], weights)
+        for _ in range(samples)
+    ]

@@ -272,8 +272,21 @@ def run_rings(
     return results
 
 
-def run_alltoall(nics: RdmaHosts, sends: Sequence[Send], timeout_s: float) -> float:
+def connect_sends(nics: RdmaHosts, sends: Sequence[Send]) -> list[tuple[str, int, int]]:
+    """A QP of its own for each (src, dst, bytes): (src, QP number, bytes) in order."""
+    return [(s, nics.connect(s, d), b) for s, d, b in sends]
+
+
+def run_alltoall(
+    nics: RdmaHosts,
+    sends: Sequence[Send],
+    timeout_s: float,
+    qps: Sequence[tuple[str, int, int]] | None = None,
+) -> float:
     """One SEND per (src, dst, bytes) on its own QP, all posted at once; returns completion time.
+
+    `qps`: the sends' QPs, connected beforehand (`connect_sends`) by a caller
+    that reads their counters or traces their paths; None: connected here.
 
     The slowest sender's time, from its first post to its last completion
     (the receiver's ACK), as nccl-tests times each rank from its own start:
@@ -285,7 +298,7 @@ def run_alltoall(nics: RdmaHosts, sends: Sequence[Send], timeout_s: float) -> fl
     Raises:
         FabricError: not every completion within `timeout_s` (emu/registry.py wait_for).
     """
-    qps = [(s, nics.connect(s, d), b) for s, d, b in sends]
+    qps = list(qps) if qps is not None else connect_sends(nics, sends)
     for s, q, b in qps:
         nics.post(s, q, b)
     done: dict[tuple[str, int], dict] = {}
