@@ -338,6 +338,20 @@ def _mean_figures(modes: tuple[str, ...]) -> tuple[Figure, ...]:
     )
 
 
+def _one_mode(suffix: str, mode: str, title: str, figures: tuple[Figure, ...]) -> Entry:
+    """A reproduction of one routing beside the non-blocking reference, no dragonfly."""
+    only = (f"modes={mode}", "dragonfly_routings=none")
+    return Entry(
+        f"adaptive-collectives-{suffix}",
+        "adaptive-collectives",
+        f"adaptive-collectives: {title}",
+        full=only,
+        quick=(*only, "seeds=2"),
+        figures=figures,
+        timeout_s=1800,
+    )
+
+
 # Flowlets are reproduced apart: a flowlet group runs every frame through the
 # switches' Python path (emu/switch/fastpath.py, "slow-path classes"), and at 10
 # Mbit/s its fabric alone fell behind in 3 of 3 full runs at d9d6c17 (its switch
@@ -366,22 +380,16 @@ REPRODUCE: tuple[Entry, ...] = (
     ),
     # The issue's acceptance of per-packet AR, alone beside its reference: two fabrics
     # instead of seven, so that a run is judged on what it measures.
-    Entry(
-        "adaptive-collectives-ar",
-        "adaptive-collectives",
-        "adaptive-collectives: per-packet AR with reordering NICs against non-blocking",
-        full=("modes=ar-selective", "dragonfly_routings=none"),
-        quick=("modes=ar-selective", "dragonfly_routings=none", "seeds=2"),
-        figures=_ar_figures(),
-        timeout_s=1800,
+    _one_mode(
+        "ar",
+        "ar-selective",
+        "per-packet AR with reordering NICs against non-blocking",
+        _ar_figures(),
     ),
-    Entry(
-        "adaptive-collectives-flowlet",
-        "adaptive-collectives",
-        "adaptive-collectives: switch-local flowlets with the strict NIC",
-        full=("modes=flowlet", "dragonfly_routings=none"),
-        quick=("modes=flowlet", "dragonfly_routings=none", "seeds=2"),
-        figures=_mean_figures(("flowlet",)),
-        timeout_s=1800,
+    _one_mode(
+        "flowlet",
+        "flowlet",
+        "switch-local flowlets with the strict NIC",
+        _mean_figures(("flowlet",)),
     ),
 )
