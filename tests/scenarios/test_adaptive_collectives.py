@@ -62,6 +62,9 @@ def test_bad_parameters_are_named():
     ):
         with pytest.raises(ScenarioError, match=said):
             ac.validate({**params, key: value})
+    with pytest.raises(ScenarioError, match="run nothing"):
+        ac.validate({**params, "modes": "none", "dragonfly_routings": "none"})
+    ac.validate({**params, "modes": "none"})  # the dragonfly alone
 
 
 class Recorder:
