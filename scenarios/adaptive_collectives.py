@@ -134,7 +134,7 @@ def measure_fat_tree(ctx: Context, modes: list[str]) -> None:
     )
     ctx.table(*report.fat_tree_table(runs, ring, a2a, expect))
     ctx.table(*report.queue_table(runs))
-    judge_fat_tree(ctx, runs, ring, a2a, ref)
+    judge_fat_tree(ctx, runs, ring, a2a, ref, expect)
     ctx.plots.append(report.plot(ctx.out_dir / "adaptive-collectives.png", ring, a2a, expect).name)
 
 
@@ -234,7 +234,10 @@ def measure_reference(ctx: Context, graph, hosts: list[str]) -> dict:
     return ref
 
 
-def judge_fat_tree(ctx: Context, runs: dict, ring: dict, a2a: dict, ref: dict) -> None:
+def judge_fat_tree(
+    ctx: Context, runs: dict, ring: dict, a2a: dict, ref: dict, expect: float
+) -> None:
+    """Each routing against its model; `expect` is ECMP's ring over every hash draw."""
     p = ctx.params
     if "ar-selective" in runs:
         for name, got in (("ring all-reduce", ring), ("all-to-all", a2a)):
@@ -267,6 +270,25 @@ def judge_fat_tree(ctx: Context, runs: dict, ring: dict, a2a: dict, ref: dict) -
         )
     if "ecmp" in runs:
         _check_ecmp_band(ctx, runs["ecmp"], ring["ecmp"], ref)
+    if "hedera" in runs:
+        got = statistics.mean(ring["hedera"])
+        ctx.check(
+            "hedera: the cross-pod ring above ECMP's expectation",
+            got > expect,
+            f"{got:.3f} of non-blocking",
+            f"> {expect:.3f} (the collision model over every hash draw: static hashing; "
+            "Hedera moves the elephants that collide)",
+        )
+    if "flowlet" in runs:
+        counts = [c for r, a in runs["flowlet"] for c in (r.counts, a.counts)]
+        moved, resent = sum(c.out_of_order for c in counts), sum(c.retransmitted for c in counts)
+        ctx.check(
+            "flowlet: a moved flowlet overtakes its flow (the strict NIC resends)",
+            moved > 0 and resent > 0,
+            f"{moved} packets out of order, {resent} resent",
+            "reordering and resends on a lossless fabric: a long RDMA flow's gaps are PFC "
+            "and DCQCN pauses, and its next flowlet takes a shorter queue past its packets",
+        )
 
 
 def _check_ecmp_band(ctx: Context, runs: list, measured: list[float], ref: dict) -> None:

@@ -125,7 +125,7 @@ def test_the_ar_checks_fail_on_a_slow_ring_a_nak_or_no_collapse():
         }
         ring = {m: [r.share for r, _a in p] for m, p in runs.items()}
         a2a = {m: [a.share for _r, a in p] for m, p in runs.items()}
-        ac.judge_fat_tree(c, runs, ring, a2a, REF)
+        ac.judge_fat_tree(c, runs, ring, a2a, REF, 0.4)
         return {name: passed for name, (passed, _v, _e) in c.checks.items()}
 
     good = judged(0.9, 0, 500, 0.3)
@@ -134,3 +134,16 @@ def test_the_ar_checks_fail_on_a_slow_ring_a_nak_or_no_collapse():
     assert not judged(0.9, 2, 500, 0.3)[CHECKS[2]]
     assert not judged(0.9, 0, 0, 0.3)[CHECKS[3]]  # nothing resent: no collapse shown
     assert not judged(0.9, 0, 500, 0.95)[CHECKS[3]]  # resent, but not slower
+
+
+def test_hedera_is_held_above_ecmp_s_expectation_and_flowlets_must_show_reordering():
+    def judged(mode, run):
+        c = Recorder()
+        ac.judge_fat_tree(c, {mode: [(run, _run(0.9))]}, {mode: [run.share]}, {}, REF, 0.4)
+        [(passed, _value, _expected)] = c.checks.values()
+        return passed
+
+    assert judged("hedera", _run(0.6)) and not judged("hedera", _run(0.39))
+    assert judged("flowlet", _run(0.4, resent=30, ooo=12))
+    assert not judged("flowlet", _run(0.4, resent=0, ooo=12))
+    assert not judged("flowlet", _run(0.4, resent=30, ooo=0))
