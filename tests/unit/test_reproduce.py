@@ -818,6 +818,7 @@ NOT_YET_REPRODUCED: set[str] = {
     "adaptive-collectives-hedera",
     "adaptive-collectives-flowlet",
     "adaptive-collectives-ar",
+    "adaptive-collectives-ar-strict",
     "adaptive-collectives-dragonfly",
 }  # new in issue 31; the rest at 9335358
 
