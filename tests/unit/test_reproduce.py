@@ -813,14 +813,7 @@ def test_readme_block_without_a_faithful_run_quotes_nothing(monkeypatch):
 # Registered after docs/results.md was written: their README tables are still
 # single runs. The reproduction that adds them to docs/results.md makes the test
 # below fail until their README blocks are added and this set emptied.
-NOT_YET_REPRODUCED: set[str] = {
-    "adaptive-collectives-ecmp",
-    "adaptive-collectives-hedera",
-    "adaptive-collectives-flowlet",
-    "adaptive-collectives-ar",
-    "adaptive-collectives-ar-strict",
-    "adaptive-collectives-dragonfly",
-}  # new in issue 31; the rest at 9335358
+NOT_YET_REPRODUCED: set[str] = set()  # every configuration has been reproduced
 
 
 def test_the_readme_quotes_docs_results_md_for_every_configuration():
