@@ -556,22 +556,27 @@ def merge_results(old: str, new: str, entries: tuple | None = None) -> str:
     sections = []
     for e in entries:
         if e.title in new_secs:
-            sections.append(new_secs[e.title])
+            sec = new_secs[e.title]
         elif e.title in old_secs:
             sec = old_secs[e.title]
             if not _MEASURED.search(sec):
                 title, _, rest = sec.partition("\n")
                 sec = f"{title}\n\n{old_measured}\n{rest}"
-            sections.append(sec)
+        else:
+            continue
+        # A blank line after each: a section that ends in a table (no plots) would
+        # otherwise take the next section's heading in as a row.
+        sections.append(sec.rstrip("\n") + "\n\n")
     table = "\n".join(rows[e.id] for e in entries if e.id in rows)
     head = _SUMMARY_ROW.sub("", new_head)
     head = re.sub(
         r"(\| --- \| --- \| --- \| --- \|\n)\n*", lambda m: m.group(1) + table + "\n\n", head
     )
-    head = re.sub(
-        r"^(- runs: .*)$", lambda m: m.group(1) + "\n" + MERGED_NOTE, head, count=1, flags=re.M
-    )
-    return head + "".join(sections)
+    if MERGED_NOTE not in head:
+        head = re.sub(
+            r"^(- runs: .*)$", lambda m: m.group(1) + "\n" + MERGED_NOTE, head, count=1, flags=re.M
+        )
+    return (head + "".join(sections)).rstrip("\n") + "\n"
 
 
 def _anchor(title: str) -> str:

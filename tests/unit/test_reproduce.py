@@ -803,6 +803,20 @@ def test_a_partial_reproduction_replaces_its_sections_and_keeps_the_others(monke
         reproduce.merge_results("# not ours\n", new)
 
 
+def test_a_merged_section_that_ends_in_a_table_keeps_the_next_heading_a_heading(monkeypatch):
+    """A new section without plots ends in its fidelity table; the old section after it
+    must start after a blank line, or markdown reads its heading as a table row."""
+    monkeypatch.setattr(reproduce, "ENTRIES", (TOY, TOY2))
+    old = two_toys("aaaaaaa", "day 1", {"toy": 1.0, "toy2": 2.0})
+    new = two_toys("bbbbbbb", "day 2", {"toy": 7.0}, ids=("toy",))
+    merged = reproduce.merge_results(old, new)
+    assert "|\n## " not in merged and "|\n\n## second toy" in merged
+    assert merged.endswith("|\n") and not merged.endswith("\n\n")
+    # Merging again changes nothing: one note, the same text.
+    assert reproduce.merge_results(merged, merged) == merged
+    assert merged.count(reproduce.MERGED_NOTE) == 1
+
+
 def test_readme_block_without_a_faithful_run_quotes_nothing(monkeypatch):
     monkeypatch.setattr(reproduce, "ENTRIES", (TOY,))
     text = toy_results([record(1, doc(2.0, False))])
