@@ -47,7 +47,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +55,8 @@ from typing import Callable, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emu import mgmt, ofctl, ovs, registry  # noqa: E402  (the repo on sys.path when run as a script)
-from emu.registry import FabricError, die_with_parent, free_tcp_port, wait_for  # noqa: E402
+from emu import mgmt, ovs, registry, rig  # noqa: E402  (the repo on sys.path when run as a script)
+from emu.registry import FabricError, die_with_parent, wait_for  # noqa: E402
 
 log = logging.getLogger("bench.forwarding")
 
@@ -150,18 +149,18 @@ class Resources:
     """Everything one bench run created, in emu's run registry before creation.
 
     The record is an `emu.registry.Run` (/run/emu/runs/bench-*.json), the same
-    manifest a fabric's run keeps: `emu clean`, and the next bench or fabric
-    run, remove what a bench that died (kill -9) left, by pid and start time,
-    never by name. `teardown` removes what was made so far and may be called
-    between measurements; `close` ends the record. Cleanup touches only what
-    is listed here and is idempotent.
+    manifest a fabric's run keeps, and the one list of what exists: the
+    switches a rig starts (emu/rig.py) record their processes and interfaces
+    there too. `emu clean`, and the next bench or fabric run, remove what a
+    bench that died (kill -9) left, by pid and start time, never by name.
+    `teardown` removes what was made so far and may be called between
+    measurements; `close` ends the record. Cleanup touches only what is
+    listed here and is idempotent.
     """
 
     run_dir: Path
     label: str = "bench"
     procs: list[Proc] = field(default_factory=list)
-    netns: list[str] = field(default_factory=list)
-    links: list[str] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)
     started_pids: list[int] = field(default_factory=list)
     all_links: set[str] = field(default_factory=set)
@@ -173,16 +172,25 @@ class Resources:
     def __post_init__(self) -> None:
         self.run = registry.Run.create(log_dir=str(self.run_dir / "logs"), label=self.label)
 
+    @property
+    def links(self) -> list[str]:
+        """Interfaces recorded (the run's list: a caller may append, then `save`)."""
+        return self.run.interfaces
+
+    @links.setter
+    def links(self, names: list[str]) -> None:
+        self.run.interfaces = list(names)
+
+    @property
+    def netns(self) -> list[str]:
+        return self.run.namespaces
+
     def save(self) -> None:
         """Write what exists now into the run's manifest (callers append to links and dirs)."""
         self.all_links.update(self.links)
-        live = {p.popen.pid for p in self.procs if p.popen.poll() is None}
-        run = self.run
-        run.pids = [e for e in run.pids if e["pid"] in live]
-        run.interfaces = list(self.links)
-        run.namespaces = list(self.netns)
-        run.paths = [run.sock_dir, *(str(d) for d in self.dirs)]
-        run.save()
+        self.started_pids += [e["pid"] for e in self.run.pids if e["pid"] not in self.started_pids]
+        self.run.paths = [self.run.sock_dir, *(str(d) for d in self.dirs)]
+        self.run.save()
 
     # -- creation -------------------------------------------------------
 
@@ -229,7 +237,7 @@ class Resources:
         return proc.popen.returncode, out
 
     def add_netns(self, name: str) -> None:
-        self.netns.append(name)
+        self.run.add_namespaces([name])
         self.save()
         _run(["ip", "netns", "add", name])
 
@@ -237,7 +245,7 @@ class Resources:
         for n in (a, b):
             if len(n) > 15:
                 raise BenchError(f"interface name {n!r} is longer than 15 characters")
-        self.links += [a, b]
+        self.run.add_interfaces([a, b])
         self.save()
         _run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
 
@@ -265,13 +273,25 @@ class Resources:
             self.procs.remove(proc)
             self.run.forget_pid(p.pid)
 
+    def stop_switches(self, switches: rig.Switches) -> None:
+        """Stop a rig's switches (its processes counted as ours); OVS's logs kept in logs/."""
+        self.started_pids += [p for p in switches.started.values() if p not in self.started_pids]
+        if isinstance(switches, rig.OvsBridges):
+            switches.stop(keep_logs_as=str(self.run_dir / "logs" / f"{Path(switches.dir).name}-"))
+        else:
+            switches.stop()
+
     def teardown(self) -> None:
         """Stop every process (newest first), delete namespaces, links, dirs."""
+        self.save()
         for proc in reversed(list(self.procs)):
             try:
                 self.stop(proc)
             except OSError as exc:
                 log.warning("stopping %s (pid %d): %s", proc.name, proc.popen.pid, exc)
+        # What a rig started and nobody stopped (a measurement that raised between).
+        self.stopped += len(registry.stop_pids(list(reversed(self.run.pids))))
+        self.run.pids.clear()
         for ns in list(self.netns):
             if registry.delete_namespace(ns):
                 self.removed_ns += 1
@@ -373,7 +393,11 @@ class Chain:
 
 
 def _wait(
-    cond: Callable[[], bool], what: str, timeout_s: float, procs: tuple[Proc, ...] = ()
+    cond: Callable[[], bool],
+    what: str,
+    timeout_s: float,
+    procs: tuple[Proc, ...] = (),
+    switches: Optional[rig.Switches] = None,
 ) -> None:
     """Poll `cond` until true; fail naming `what` and the logs of `procs` (emu's `wait_for`)."""
 
@@ -385,267 +409,73 @@ def _wait(
                     f"{p.name} exited with {p.popen.returncode} while waiting "
                     f"for {what}; log {p.log_path}: {' | '.join(tail)}"
                 )
+        if switches is not None:
+            switches.check_alive(f"while waiting for {what}")
         return cond()
 
-    logs = ", ".join(str(p.log_path) for p in procs) or "none"
+    logs = ", ".join(str(p.log_path) for p in procs) or str(
+        Path(switches.run.log_dir) if switches else "none"
+    )
     try:
         wait_for(done, timeout_s, what, interval_s=0.1, logs=logs)
-    except FabricError as exc:  # a row that cannot be measured is a BenchError
+    except FabricError as exc:  # a row that cannot be measured is a BenchError (a RigError too)
         raise BenchError(str(exc)) from None
 
 
-def _flows(target: str, env: Optional[dict[str, str]] = None) -> None:
-    for flow in ("in_port=1,actions=output:2", "in_port=2,actions=output:1"):
-        _ofctl(target, "add-flow", flow, env=env)
+FLOWS = ("in_port=1,actions=output:2", "in_port=2,actions=output:1")
 
 
-def _ofctl(target: str, *args: str, env: Optional[dict[str, str]] = None) -> None:
-    """ovs-ofctl through emu's one place for it (emu/ofctl.py); a failure is the bench's."""
-    try:
-        ofctl.run(target, args, env=env)
-    except ofctl.OfctlError as exc:
-        raise BenchError(str(exc)) from None
+def chain_switches(res: Resources, chain: Chain, variant: str, profile: bool) -> rig.Switches:
+    """The chain's switches of `variant` (emu/rig.py, the testbed's rig), started and programmed.
 
-
-def emu_switch_args(
-    name: str,
-    dpid: int,
-    mgmt_sock: str,
-    ports: list[tuple[str, int]],
-    of_listen: str = "127.0.0.1:0",
-    controller: Optional[str] = None,
-    rate_bps: int = EMU_RATE_BPS,
-) -> list[str]:
-    """Arguments of one `emu.switch.datapath` switch (without the interpreter and `-m`).
-
-    Args:
-        name: the switch's name (its log lines and management answers carry it).
-        dpid: datapath id.
-        mgmt_sock: path of its management Unix socket.
-        ports: (interface, OpenFlow port number) of every port.
-        of_listen: HOST:PORT of its passive OpenFlow listener (port 0: any free).
-        controller: `tcp:HOST:PORT` of a controller it connects to, if any.
-        rate_bps: every port's link rate (the default never limits forwarding).
-
-    Returns:
-        The argument list, e.g. for `[sys.executable, "-m", "emu.switch.worker", *args]`.
-    """
-    args = ["--name", name, "--dpid", hex(dpid), "--mgmt", mgmt_sock, "--of-listen", of_listen]
-    for ifname, port_no in ports:
-        args += ["--port", f"{ifname}:{port_no}:{rate_bps}"]
-    if controller:
-        args += ["--controller", controller]
-    return args
-
-
-def wait_emu_ready(name: str, mgmt_sock: str, proc: Proc) -> None:
-    """Wait until switch `name` answers 'info' on `mgmt_sock`.
+    emu: a process per switch; emu-shared: all in one process and one event
+    loop, as `Fabric(switch_processes=1)` runs them; emu-python: as emu with
+    EMU_DATAPATH=python; ovs-user: netdev bridges on our own OVS daemons.
 
     Raises:
-        BenchError: `proc` exited or did not answer within READY_TIMEOUT_S (names its log).
+        BenchError: a switch did not start, or refused the flows (names its log).
     """
-
-    def ready() -> bool:
-        try:
-            mgmt.call(mgmt_sock, "info", timeout_s=1.0)
-            return True
-        except mgmt.MgmtError:
-            return False
-
-    _wait(ready, f"{name} to answer 'info' on {mgmt_sock}", READY_TIMEOUT_S, (proc,))
-
-
-class EmuChain:
-    """N emu switches, each programmed through its passive OpenFlow port.
-
-    `shared`: all N in one process and one event loop (emu/switch/worker.py),
-    as `Fabric(switch_processes=1)` runs them; otherwise a process each.
-    """
-
-    def __init__(
-        self,
-        res: Resources,
-        chain: Chain,
-        profile: bool = False,
-        shared: bool = False,
-        datapath: str = "c",
-    ) -> None:
-        self.res, self.chain = res, chain
-        self.profile = profile
-        self.shared = shared
-        self.datapath = datapath  # EMU_DATAPATH: "c" (emu/switch/csrc) or "python"
-        self.switches: list[tuple[Proc, str]] = []
-
-    def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO), EMU_DATAPATH=self.datapath)
-        if self.profile:  # emu/profiling.py: one .prof per process when it stops
-            env["EMU_PROFILE_DIR"] = str(self.res.run_dir / "logs" / f"prof-{self.chain.hops}hop")
-        specs = []
-        for i in range(1, self.chain.hops + 1):
-            sock = str(self.res.run_dir / f"s{i}.sock")
-            of_port = free_tcp_port()
-            args = emu_switch_args(
-                f"s{i}",
-                i,
-                sock,
-                [(self.chain.port(i, 1), 1), (self.chain.port(i, 2), 2)],
-                of_listen=f"127.0.0.1:{of_port}",
-            )
-            specs.append((f"s{i}", sock, of_port, args))
-        if self.shared:
-            argv = [sys.executable, "-m", "emu.switch.worker", "--name", "switches-1"]
-            for _, _, _, args in specs:
-                argv += ["--switch", json.dumps(args)]
-            proc = self.res.start(f"emu-shared-{self.chain.hops}hop", argv, env=env)
-            procs = [proc] * len(specs)
-        else:
-            procs = [
-                self.res.start(
-                    f"emu-{self.chain.hops}hop-{name}",
-                    [sys.executable, "-m", "emu.switch.worker", *args],
-                    env=env,
-                )
-                for name, _, _, args in specs
-            ]
-        for (name, sock, of_port, _), proc in zip(specs, procs):
-            self.switches.append((proc, sock))
-            wait_emu_ready(name, sock, proc)
-            _flows(f"tcp:127.0.0.1:{of_port}")
-
-    def pids(self) -> list[int]:
-        return sorted({p.popen.pid for p, _ in self.switches})
-
-    def check_alive(self) -> None:
-        for p, _ in self.switches:
-            if p.popen.poll() is not None:
-                raise BenchError(f"{p.name} died (exit {p.popen.returncode}); log {p.log_path}")
-
-    def snapshot(self, label: str) -> None:
-        """Save each switch's counters next to its log, for post-mortems."""
-        for p, sock in self.switches:
-            try:
-                counters = mgmt.call(sock, "counters", timeout_s=3.0)
-            except mgmt.MgmtError as exc:
-                counters = {"error": str(exc)}
-            with open(p.log_path.with_suffix(".counters.jsonl"), "a") as f:
-                f.write(json.dumps({"after": label, "counters": counters}) + "\n")
-
-
-class OvsDaemons:
-    """Our own ovsdb-server + ovs-vswitchd in a temporary directory (the system's OVS
-    service is never used). `env` points ovs-vsctl and Mininet at them."""
-
-    def __init__(self, res: Resources, tag: str) -> None:
-        self.res, self.tag = res, tag
-        self.dir = Path(tempfile.mkdtemp(prefix="ovs-", dir=res.run_dir))
-        res.dirs.append(self.dir)
+    label = f"{variant}-{chain.hops}hop"
+    ports = [((chain.port(i, 1), 1), (chain.port(i, 2), 2)) for i in range(1, chain.hops + 1)]
+    switches: rig.Switches
+    if variant == "ovs-user":
+        specs = [rig.SwitchSpec(f"{PREFIX}b{i}", i, p) for i, p in enumerate(ports, 1)]
+        directory = res.run_dir / f"ovs-{label}"
+        res.dirs.append(directory)
         res.save()
-        self.db_sock = ovs.db_socket(self.dir)
-        self.env = ovs.env(self.dir)
-        self.db: Optional[Proc] = None
-        self.vswitchd: Optional[Proc] = None
-
-    def vsctl(self, *args: str) -> None:
-        _run(ovs.vsctl_argv(self.dir, *args), env=self.env)
-
-    def start(self) -> None:
-        d, tag = self.dir, self.tag
-        absent = ovs.missing()
-        if absent:
-            raise BenchError(absent)
-        # dpif-netdev keeps a persistent tap named after the datapath; one that
-        # exists already belongs to another OVS, which we must not touch.
-        if _ifexists(OVS_NETDEV_TAP):
-            raise BenchError(
-                f"interface {OVS_NETDEV_TAP} exists: another OVS userspace "
-                "datapath runs on this machine; not starting ours"
-            )
-        _run(ovs.create_db_argv(d), env=self.env)
-        self.db = self.res.start(f"{tag}-ovsdb-server", ovs.ovsdb_server_argv(d), env=self.env)
-        _wait(
-            lambda: ovs.db_ready(d),
-            f"ovsdb-server socket {d}/db.sock",
-            READY_TIMEOUT_S,
-            (self.db,),
+        switches = rig.OvsBridges(res.run, specs, directory)
+    else:
+        specs = [
+            rig.SwitchSpec(f"s{i}", i, p, rate_bps=EMU_RATE_BPS) for i, p in enumerate(ports, 1)
+        ]
+        env = {"EMU_DATAPATH": "python" if variant == "emu-python" else "c"}
+        if profile:  # emu/profiling.py: one .prof per process when it stops
+            env["EMU_PROFILE_DIR"] = str(res.run_dir / "logs" / f"prof-{chain.hops}hop")
+        switches = rig.EmuSwitches(
+            res.run, specs, shared=variant == "emu-shared", env=env, log_prefix=f"{label}-"
         )
-        self.vsctl("--no-wait", "init")
-        self.vswitchd = self.res.start(f"{tag}-ovs-vswitchd", ovs.vswitchd_argv(d), env=self.env)
-        self.res.links.append(OVS_NETDEV_TAP)
-        self.res.save()
-        _wait(
-            lambda: ovs.vswitchd_ready(d),
-            "ovs-vswitchd control socket",
-            READY_TIMEOUT_S,
-            (self.vswitchd,),
-        )
-
-    def add_bridge(self, br: str, ports: list[tuple[str, int]], *settings: str) -> str:
-        """Add netdev bridge `br` (emu.ovs.add_bridge_args) with `ports`; its management target.
-
-        Its internal port, a tap named like the bridge, is recorded before it exists.
-        """
-        self.res.links.append(br)
-        self.res.save()
-        self.vsctl(*ovs.add_bridge_args(br, ports, *settings))
-        _wait(
-            lambda: os.path.exists(f"{self.dir}/{br}.mgmt"),
-            f"{br}.mgmt",
-            READY_TIMEOUT_S,
-            (self.vswitchd,) if self.vswitchd else (),
-        )
-        return ovs.bridge_mgmt(self.dir, br)
-
-    def pids(self) -> list[int]:
-        return [p.popen.pid for p in (self.db, self.vswitchd) if p is not None]
-
-    def check_alive(self) -> None:
-        if self.vswitchd and self.vswitchd.popen.poll() is not None:
-            raise BenchError(f"ovs-vswitchd died; log {self.dir}/ovs-vswitchd.log")
-
-    def delete_bridges(self, bridges: list[str]) -> None:
-        """Delete our bridges while vswitchd still runs, and keep the daemons' logs."""
-        for br in bridges:
-            try:
-                self.vsctl("--if-exists", "del-br", br)
-            except BenchError as exc:
-                log.warning("%s", exc)
-        for name in ("ovs-vswitchd.log", "ovsdb-server.log"):
-            src = self.dir / name
-            if src.exists():
-                shutil.copy(src, self.res.run_dir / "logs" / f"{self.tag}-{name}")
+    try:
+        switches.start(READY_TIMEOUT_S)
+        for spec in specs:
+            for flow in FLOWS:
+                switches.ofctl(spec.name, "add-flow", flow)
+    except rig.RigError as exc:
+        raise BenchError(str(exc)) from None
+    return switches
 
 
-class OvsChain:
-    """N netdev bridges in a chain on our own OVS daemons (`OvsDaemons`)."""
-
-    def __init__(self, res: Resources, chain: Chain) -> None:
-        self.res, self.chain = res, chain
-        self.ovs = OvsDaemons(res, f"ovs-{chain.hops}hop")
-
-    def bridge(self, i: int) -> str:
-        return f"{PREFIX}b{i}"
-
-    def start(self) -> None:
-        self.ovs.start()
-        for i in range(1, self.chain.hops + 1):
-            mgmt_sock = self.ovs.add_bridge(
-                self.bridge(i), [(self.chain.port(i, 1), 1), (self.chain.port(i, 2), 2)]
-            )
-            _ofctl(mgmt_sock, "del-flows", env=self.ovs.env)
-            _flows(mgmt_sock, env=self.ovs.env)
-
-    def pids(self) -> list[int]:
-        # The switch's CPU is ovs-vswitchd's (ovsdb-server idles while forwarding).
-        return [self.ovs.vswitchd.popen.pid] if self.ovs.vswitchd else []
-
-    def check_alive(self) -> None:
-        self.ovs.check_alive()
-
-    def snapshot(self, label: str) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.ovs.delete_bridges([self.bridge(i) for i in range(1, self.chain.hops + 1)])
+def snapshot(switches: rig.Switches, label: str) -> None:
+    """Save each emu switch's counters next to its log, for post-mortems."""
+    if not isinstance(switches, rig.EmuSwitches):
+        return
+    for spec in switches.specs:
+        try:
+            counters = switches.call(spec.name, "counters", timeout_s=3.0)
+        except mgmt.MgmtError as exc:
+            counters = {"error": str(exc)}
+        path = Path(switches.log_paths[spec.name]).with_suffix(".counters.jsonl")
+        with open(path, "a") as f:
+            f.write(json.dumps({"after": label, "switch": spec.name, "counters": counters}) + "\n")
 
 
 # -- measurement --------------------------------------------------------------
@@ -700,22 +530,11 @@ def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool
     """Build one variant with `hops` switches, measure, tear it down."""
     row = Row(variant, hops)
     chain = Chain(hops)
-    switches: Optional[EmuChain | OvsChain] = None
+    switches: Optional[rig.Switches] = None
     try:
         chain.build(res)
-        if variant in ("emu", "emu-shared", "emu-python"):
-            switches = EmuChain(
-                res,
-                chain,
-                profile,
-                shared=variant == "emu-shared",
-                datapath="python" if variant == "emu-python" else "c",
-            )
-        elif variant == "ovs-user":
-            switches = OvsChain(res, chain)
-        if switches:
-            switches.start()
-        procs = tuple(p for p in res.procs)
+        if variant != "veth":
+            switches = chain_switches(res, chain, variant, profile)
 
         def pings() -> bool:
             return (
@@ -727,7 +546,10 @@ def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool
             )
 
         _wait(
-            pings, f"ping {H1_IP} -> {H2_IP} through {hops} {variant} hop(s)", PING_TIMEOUT_S, procs
+            pings,
+            f"ping {H1_IP} -> {H2_IP} through {hops} {variant} hop(s)",
+            PING_TIMEOUT_S,
+            switches=switches,
         )
         # Client on CPU 0, server on CPU 1 (iperf3 -A): without pinning the
         # 0-hop UDP ceiling varied 75k..270k frames/s between runs.
@@ -758,8 +580,8 @@ def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool
         row.tcp_mbps = tcp["end"]["sum_received"]["bits_per_second"] / 1e6
         row.tcp_retransmits = tcp["end"]["sum_sent"].get("retransmits")
         if switches:
-            switches.check_alive()
-            switches.snapshot("tcp")
+            switches.check_alive("during TCP")
+            snapshot(switches, "tcp")
 
         before, t0 = [_cpu_s(p) for p in pids], time.monotonic()
         udp = _iperf(
@@ -777,15 +599,15 @@ def measure(res: Resources, variant: str, hops: int, seconds: int, profile: bool
         row.udp_fps = received / recv["seconds"]
         row.udp_loss_pct = 100.0 * (1 - received / sent["packets"]) if sent["packets"] else None
         if switches:
-            switches.check_alive()
-            switches.snapshot("udp")
-    except BenchError as exc:
+            switches.check_alive("during UDP")
+            snapshot(switches, "udp")
+    except (BenchError, rig.RigError) as exc:
         row.error = str(exc)
     except (KeyError, ZeroDivisionError) as exc:
         row.error = f"unexpected iperf3 JSON: missing or zero {exc}"
     finally:
-        if isinstance(switches, OvsChain):
-            switches.stop()
+        if switches is not None:
+            res.stop_switches(switches)
         res.teardown()
     return row
 

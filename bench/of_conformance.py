@@ -32,8 +32,8 @@ frames and the userspace datapaths see whole frames):
 
 Each (target, category) runs on a fresh set-up: the controller first (a free
 port on 127.0.0.1), then our own `ovsdb-server` and `ovs-vswitchd` in a
-temporary directory (bench/forwarding.py's `OvsDaemons`; the system OVS
-service is never used), the tester bridge, the target. The controller is this
+temporary directory (emu/rig.py's `OvsBridges`, the testbed's rig; the
+system OVS service is never used), the tester bridge, the target. The controller is this
 file run with `--tester-app` (os-ken 4.x has no `osken-manager`): it does what
 Ryu's `ryu-manager` did (eventlet hub, `hub.patch(thread=False)`, parse the
 `--test-switch-*` options, run `os_ken.tests.switch.tester`). The tester needs
@@ -95,6 +95,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import forwarding as fw  # noqa: E402
+from emu import rig  # noqa: E402
 from emu.registry import free_tcp_port  # noqa: E402
 
 log = logging.getLogger("bench.of_conformance")
@@ -383,7 +384,11 @@ def _crash_line(path: Path) -> str:
 
 
 class Setup:
-    """Controller, OVS (tester, and the target when it is OVS), the emu target."""
+    """Controller, OVS (tester, and the target when it is OVS), the emu target.
+
+    The switches are emu/rig.py's, as the testbed's and the forwarding bench's:
+    the OVS bridges on our own daemons, emu's target in a process of its own.
+    """
 
     def __init__(
         self,
@@ -398,18 +403,15 @@ class Setup:
         self.ovs_flow_cache = ovs_flow_cache
         self.tag = f"{target}-{category}"
         self.results_log = res.run_dir / "logs" / f"{self.tag}-results.log"
-        self.ovs = fw.OvsDaemons(res, f"{self.tag}-ovs")
-        self.bridges: list[str] = []
+        self.ovs: Optional[rig.OvsBridges] = None
+        self.emu: Optional[rig.EmuSwitches] = None
         self.controller: Optional[fw.Proc] = None
-        self.emu: Optional[fw.Proc] = None
-        self.emu_argv: list[str] = []
-        self.emu_sock = str(res.run_dir / f"{self.tag}-target.sock")
         self.of_port = 0
 
     def start(self) -> None:
         wire(self.res)
         self.of_port = free_tcp_port()
-        ctl = f"tcp:127.0.0.1:{self.of_port}"
+        ctl = f"127.0.0.1:{self.of_port}"
         argv = [
             sys.executable, str(Path(__file__).resolve()), TESTER_APP_FLAG,
             "--ofp-listen-host", "127.0.0.1",
@@ -435,57 +437,75 @@ class Setup:
         self.controller = self.res.start(f"{self.tag}-controller", argv, env=env)
         fw._wait(
             lambda: _listening(self.of_port),
-            f"the tester app to listen on 127.0.0.1:{self.of_port}",
+            f"the tester app to listen on {ctl}",
             fw.READY_TIMEOUT_S,
             (self.controller,),
         )
-        self.ovs.start()
-        if not self.ovs_flow_cache:
-            # OVS applies a flow mod to its datapath flow cache asynchronously
-            # (revalidator threads; the barrier reply does not wait for them),
-            # and the tool sends its frame right after the barrier: with the
-            # cache, a case's frame can take the previous case's path. With a
-            # datapath flow limit of 0 every frame is looked up in the
-            # OpenFlow tables as they are (ovs-vswitchd.conf.db(5), flow-limit).
-            self.ovs.vsctl("set", "Open_vSwitch", ".", "other_config:flow-limit=0")
-        dp_settings = ("other-config:disable-in-band=true",)
-        tester_ports = [(TST_IF.format(n), n) for n in range(1, N_PORTS + 1)]
-        self.bridges.append(TESTER_BR)
-        self.ovs.add_bridge(
-            TESTER_BR,
-            tester_ports,
-            f"other-config:datapath-id={TESTER_DPID:016x}",
-            *dp_settings,
-        )
-        self.ovs.vsctl("set-controller", TESTER_BR, ctl)
-        target_ports = [(TGT_IF.format(n), n) for n in range(1, N_PORTS + 1)]
+        ports = tuple((TST_IF.format(n), n) for n in range(1, N_PORTS + 1))
+        bridges = [rig.SwitchSpec(TESTER_BR, TESTER_DPID, ports, controllers=(ctl,))]
+        target_ports = tuple((TGT_IF.format(n), n) for n in range(1, N_PORTS + 1))
+        target = rig.SwitchSpec(TARGET_BR, TARGET_DPID, target_ports, controllers=(ctl,))
         if self.target == "ovs-user":
-            self.bridges.append(TARGET_BR)
-            self.ovs.add_bridge(
-                TARGET_BR,
-                target_ports,
-                f"other-config:datapath-id={TARGET_DPID:016x}",
-                *dp_settings,
-            )
-            self.ovs.vsctl("set-controller", TARGET_BR, ctl)
-        else:
-            args = fw.emu_switch_args(
-                "target", TARGET_DPID, self.emu_sock, target_ports, controller=ctl
-            )
-            self.emu_argv = [sys.executable, "-m", "emu.switch.worker", *args]
-            self.start_emu()
+            bridges.append(target)
+        ovs_dir = self.res.run_dir / f"{self.tag}-ovs"
+        self.res.dirs.append(ovs_dir)
+        self.res.save()
+        # flow_cache: see the module's docstring (OVS brings its flow cache up to
+        # date asynchronously; the tool sends a case's frame right after the barrier).
+        self.ovs = rig.OvsBridges(self.res.run, bridges, ovs_dir, flow_cache=self.ovs_flow_cache)
+        try:
+            self.ovs.start(fw.READY_TIMEOUT_S)
+            if self.target != "ovs-user":
+                self.emu = rig.EmuSwitches(self.res.run, [target], log_prefix=f"{self.tag}-")
+                self.emu.start(fw.READY_TIMEOUT_S)
+        except rig.RigError as exc:
+            raise fw.BenchError(str(exc)) from None
         files = {c.file_desc for c in load_cases(of13_dir() / self.category)}
+
+        def joined() -> bool:
+            self.check_switches()
+            return parse_tool_log(self.read_results(), files).joined >= {"target", "tester"}
+
         fw._wait(
-            lambda: parse_tool_log(self.read_results(), files).joined >= {"target", "tester"},
+            joined,
             f"target and tester to join the tester app (log {self.results_log})",
             CONNECT_TIMEOUT_S,
-            tuple(p for p in (self.controller, self.emu, self.ovs.vswitchd) if p),
+            (self.controller,),
         )
 
-    def start_emu(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.emu = self.res.start(f"{self.tag}-emu-target", self.emu_argv, env=env)
-        fw.wait_emu_ready("target", self.emu_sock, self.emu)
+    def check_switches(self) -> None:
+        """Raise BenchError when OVS's daemons have exited (emu's target is restarted instead)."""
+        try:
+            if self.ovs is not None:
+                self.ovs.check_alive()
+        except rig.RigError as exc:
+            raise fw.BenchError(str(exc)) from None
+
+    def emu_exit(self) -> Optional[int]:
+        """The emu target's exit code if it has exited, else None."""
+        if self.emu is None:
+            return None
+        try:
+            self.emu.check_alive()
+        except rig.RigError:
+            ((proc, _),) = self.emu.procs.values()
+            return proc.returncode
+        return None
+
+    def restart_emu(self) -> None:
+        """Start a new emu target on the same ports (the tool reconnects to it)."""
+        assert self.emu is not None
+        spec = self.emu.specs[0]
+        self.res.stop_switches(self.emu)
+        self.emu = rig.EmuSwitches(self.res.run, [spec], log_prefix=f"{self.tag}-")
+        try:
+            self.emu.start(fw.READY_TIMEOUT_S)
+        except rig.RigError as exc:
+            raise fw.BenchError(str(exc)) from None
+
+    @property
+    def emu_log(self) -> str:
+        return "" if self.emu is None else self.emu.log_paths.get(TARGET_BR, "")
 
     def read_results(self) -> str:
         try:
@@ -496,9 +516,9 @@ class Setup:
     def stop(self) -> None:
         if self.controller is not None:
             self.res.stop(self.controller)
-        if self.emu is not None:
-            self.res.stop(self.emu)
-        self.ovs.delete_bridges(self.bridges)
+        for switches in (self.emu, self.ovs):
+            if switches is not None:
+                self.res.stop_switches(switches)
 
 
 def run_category(
@@ -537,18 +557,17 @@ def run_category(
                     raise fw.BenchError(
                         f"tester app stopped with {crash!r} at {running!r}; log {ctl.log_path}"
                     )
-            setup.ovs.check_alive()
-            if setup.emu is not None and setup.emu.popen.poll() is not None:
-                code = setup.emu.popen.returncode
+            setup.check_switches()
+            code = setup.emu_exit()
+            if code is not None:
                 crashes.append(f"exit {code} at {running!r}")
                 if len(crashes) > MAX_RESTARTS:
                     raise fw.BenchError(
                         f"emu target exited {len(crashes)} times ({'; '.join(crashes)}); "
-                        f"log {setup.emu.log_path}"
+                        f"log {setup.emu_log}"
                     )
                 log.warning("emu target exited with %s at %r; restarting it", code, running)
-                res.stop(setup.emu)
-                setup.start_emu()
+                setup.restart_emu()
                 row.restarts += 1
             now = time.monotonic()
             if now - t0 > timeout_s:

@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import forwarding as fw  # noqa: E402
 from emu import fabric as fabric_mod  # noqa: E402
+from emu import rig  # noqa: E402
 from emu.registry import FabricError  # noqa: E402
 
 FABRICS = {
@@ -181,7 +182,11 @@ def boot_mininet_ovs(name: str, graph, idle_s: float, res: fw.Resources) -> Row:
     res.links += [i for _u, _v, d in graph.edges(data=True) for i in d["intfs"].values()]
     res.links += bridges
     res.save()
-    ovs = fw.OvsDaemons(res, f"ovs-{name}")
+    # Our own daemons (emu/rig.py, the testbed's and benches' rig); Mininet adds the bridges.
+    ovs_dir = res.run_dir / f"ovs-{name}"
+    res.dirs.append(ovs_dir)
+    res.save()
+    ovs = rig.OvsBridges(res.run, [], ovs_dir, flow_cache=True)
     net = None
     saved_env = dict(os.environ)
     try:
@@ -214,9 +219,13 @@ def boot_mininet_ovs(name: str, graph, idle_s: float, res: fw.Resources) -> Row:
     finally:
         if net is not None:
             net.stop()  # Mininet's own stop: its shells, links and bridges, no `mn -c`
-        ovs.delete_bridges(bridges)
-        for proc in [p for p in res.procs if p.name.startswith(ovs.tag)]:
-            res.stop(proc)
+        if ovs.procs:
+            for br in bridges:  # what Mininet's stop did not delete
+                try:
+                    ovs.vsctl("--if-exists", "del-br", br)
+                except rig.RigError as exc:
+                    row.error = row.error or str(exc)
+        res.stop_switches(ovs)
         os.environ.clear()
         os.environ.update(saved_env)
     return row

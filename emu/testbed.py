@@ -2,8 +2,9 @@
 
 Owns the harness of tests that hold a single switch to account (the OpenFlow
 1.3 conformance suite, a user's own pytest): `SwitchTestbed` creates one veth
-pair per port in the root namespace, starts one `emu.switch.worker` process
-on the switch ends and keeps an AF_PACKET socket on each test end, so that a
+pair per port in the root namespace, starts one switch on the switch ends
+(emu's `emu.switch.worker`, or an Open vSwitch bridge to compare with, both
+through emu/rig.py, the benches' rig too) and keeps an AF_PACKET socket on each test end, so that a
 test programs the switch over OpenFlow 1.3 (`ofctl`, or `controller()`, an
 `OFClient` that sends os-ken message objects and returns decoded replies) and
 sends and receives real Ethernet frames on its ports (`send`, `receive`).
@@ -11,7 +12,8 @@ Every interface is recorded in an `emu.registry.Run` before it is created and
 the switch's pid right after it is spawned, so `close()`, or `emu clean` after
 the test process was killed, removes exactly what the testbed made.
 
-Does not own: the switch (emu/switch), the management protocol (emu/mgmt.py),
+Does not own: the switch (emu/switch), starting and stopping it (emu/rig.py),
+the management protocol (emu/mgmt.py),
 Mininet or namespaces (none are used: a registry run records interfaces and
 pids, and a namespace would hide both from it), nor the OpenFlow codec of the
 controller side: os-ken builds and parses every message here. Used by
@@ -39,19 +41,18 @@ import selectors
 import socket
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Literal, overload
 
 from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofpp
 
-from emu import mgmt, ofctl, ovs
-from emu.registry import FabricError, Run, free_tcp_port, interface_exists, stop_child, wait_for
+from emu import mgmt, ofctl
+from emu.registry import Run, interface_exists
+from emu.rig import EmuSwitches, OvsBridges, RigError, SwitchSpec
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ READY_TIMEOUT_S = 20.0
 OFCTL_TIMEOUT_S = 20.0
 OF_TIMEOUT_S = 5.0
 SEND_TIMEOUT_S = 1.0
-LOG_TAIL_LINES = 20
 
 ETH_P_ALL = 0x0003
 ETH_HLEN = 14
@@ -364,15 +364,12 @@ class SwitchTestbed:
         self.tag = ""
         # port_no -> (switch end, test end)
         self.pairs: dict[int, tuple[str, str]] = {}
-        self.proc: subprocess.Popen | None = None
+        self.rig: EmuSwitches | OvsBridges | None = None
         self.log_path = ""
         self.mgmt_path = ""
-        self.info: dict = {}
         self._socks: dict[int, socket.socket] = {}
         self._listener: socket.socket | None = None
         self._clients: list[OFClient] = []
-        self._ovs_dir = ""
-        self._ovs_db: subprocess.Popen | None = None
         self._opened = False
         self._closed = False
 
@@ -427,10 +424,7 @@ class SwitchTestbed:
             self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._listener.bind(("127.0.0.1", 0))
             self._listener.listen(4)
-        if self.switch == "ovs":
-            self._start_ovs()
-        else:
-            self._start_switch()
+        self._start_switch()
         self.drain()
 
     def _free_tag(self) -> str:
@@ -443,168 +437,40 @@ class SwitchTestbed:
             ):
                 return tag
 
-    def build_argv(self) -> list[str]:
-        """The switch's command line (a subclass may add to it, as p4-utils' P4Switch allows)."""
-        argv = [sys.executable, "-m", "emu.switch.worker", "--name", SWITCH_NAME]
-        argv += ["--dpid", f"{DPID:#x}"]
-        for port_no, (sw_end, _) in self.pairs.items():
-            argv += ["--port", f"{sw_end}:{port_no}:{self.rate_bps}"]
-        argv += ["--of-listen", f"127.0.0.1:{free_tcp_port()}"]
-        argv += ["--mgmt", self.mgmt_path, "--tables", str(self.tables)]
-        argv += ["--log-level", self.log_level]
+    def extra_args(self) -> list[str]:
+        """More arguments of emu's switch (a subclass may add some, as p4-utils' P4Switch allows)."""
+        return []
+
+    def _spec(self) -> SwitchSpec:
         controllers = list(self.controllers)
         if self._listener is not None:
             controllers.append("127.0.0.1:%d" % self._listener.getsockname()[1])
-        for addr in controllers:
-            argv += ["--controller", addr]
-        return argv
+        return SwitchSpec(
+            name=SWITCH_NAME,
+            dpid=DPID,
+            ports=tuple((sw_end, n) for n, (sw_end, _) in self.pairs.items()),
+            rate_bps=self.rate_bps,
+            controllers=tuple(controllers),
+            tables=self.tables,
+            log_level=self.log_level,
+            extra_args=tuple(self.extra_args()),
+        )
 
     def _start_switch(self) -> None:
-        self.mgmt_path = os.path.join(self.run.sock_dir, f"{SWITCH_NAME}.sock")
-        # Named per testbed: two testbeds may share an out_dir.
-        self.log_path = os.path.join(self.run.log_dir, f"{SWITCH_NAME}-{self.tag}.log")
-        argv = self.build_argv()
-        log.debug("testbed %s: %s", self.tag, " ".join(argv))
-        # The switch must run the emu that this process imported, installed or not.
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        self.proc = self.run.spawn(argv, str(self.log_path), "switch", env=env)
-
-        def answered() -> dict | None:
-            self._check_alive("during start-up")
-            try:
-                return mgmt.call(self.mgmt_path, "info", timeout_s=1.0)
-            except mgmt.MgmtError:
-                return None
-
-        def links_up() -> bool:
-            self._check_alive("during start-up")
-            try:
-                ports = mgmt.call(self.mgmt_path, "ports", timeout_s=1.0)
-            except mgmt.MgmtError:
-                return False
-            return all(p["link_up"] for p in ports)
-
+        """emu's switch or an OVS bridge on the switch ends (emu/rig.py), ready when it answers."""
+        if self.switch == "ovs":
+            # Named per testbed: two testbeds may share an out_dir.
+            directory = os.path.join(self.run.log_dir, f"ovs-{self.tag}")
+            self.rig = OvsBridges(self.run, [self._spec()], directory)
+            self.log_path = self.rig.log_path
+        else:
+            self.rig = EmuSwitches(self.run, [self._spec()], log_prefix=f"{self.tag}-")
+            self.log_path = os.path.join(self.run.log_dir, f"{self.tag}-{SWITCH_NAME}.log")
+            self.mgmt_path = self.rig.mgmt_paths[SWITCH_NAME]
         try:
-            self.info = wait_for(
-                answered,
-                READY_TIMEOUT_S,
-                f"switch {SWITCH_NAME} to answer on {self.mgmt_path}",
-                interval_s=0.05,
-                logs=self.log_path,
-            )
-            # A port whose carrier the switch has not seen yet drops what it is sent.
-            wait_for(
-                links_up,
-                READY_TIMEOUT_S,
-                f"switch {SWITCH_NAME} to see carrier on ports 1-{self.n_ports}",
-                interval_s=0.05,
-                logs=self.log_path,
-            )
-        except FabricError as exc:
-            raise TestbedError(f"{exc}\n{self._log_tail()}") from exc
-
-    def _start_ovs(self) -> None:
-        """Our own ovsdb-server and ovs-vswitchd, one netdev bridge on the switch ends."""
-        absent = ovs.missing()
-        if absent:
-            raise TestbedError(absent)
-        if interface_exists(ovs.NETDEV_TAP):
-            raise TestbedError(
-                f"interface {ovs.NETDEV_TAP} exists: another Open vSwitch userspace "
-                "datapath runs on this machine, and only one can"
-            )
-        self._ovs_dir = d = os.path.join(self.run.log_dir, f"ovs-{self.tag}")
-        os.makedirs(d, exist_ok=True)
-        self.log_path = os.path.join(d, "ovs-vswitchd.log")
-        env = ovs.env(d)
-        bridge = f"tb{self.tag}br"
-        # Its internal port and the datapath's tap appear with the bridge.
-        self.run.add_interfaces([bridge, ovs.NETDEV_TAP])
-        self._vsctl_or_fail(ovs.create_db_argv(d), env)
-        self._ovs_db = self.run.spawn(
-            ovs.ovsdb_server_argv(d), os.path.join(d, "ovsdb-server.out"), "ovsdb-server", env=env
-        )
-        try:
-            wait_for(
-                lambda: self._ovs_alive(self._ovs_db) and ovs.db_ready(d),
-                READY_TIMEOUT_S,
-                f"ovsdb-server to listen in {d}",
-                interval_s=0.05,
-                logs=os.path.join(d, "ovsdb-server.log"),
-            )
-            self._vsctl_or_fail(ovs.vsctl_argv(d, "--no-wait", "init"), env)
-            self.proc = self.run.spawn(
-                ovs.vswitchd_argv(d), os.path.join(d, "ovs-vswitchd.out"), "switch", env=env
-            )
-            wait_for(
-                lambda: self._ovs_alive(self.proc) and ovs.vswitchd_ready(d),
-                READY_TIMEOUT_S,
-                "ovs-vswitchd to start",
-                interval_s=0.05,
-                logs=self.log_path,
-            )
-            self._vsctl_or_fail(ovs.vsctl_argv(d, *ovs.FLOW_LIMIT_OFF), env)
-            ports = [(sw_end, n) for n, (sw_end, _) in self.pairs.items()]
-            settings = (
-                f"other-config:datapath-id={DPID:016x}",
-                "other-config:disable-in-band=true",
-            )
-            self._vsctl_or_fail(
-                ovs.vsctl_argv(d, *ovs.add_bridge_args(bridge, ports, *settings)), env
-            )
-            of_port = free_tcp_port()
-            targets = [f"ptcp:{of_port}:127.0.0.1"] + [f"tcp:{a}" for a in self.controllers]
-            if self._listener is not None:
-                targets.append("tcp:127.0.0.1:%d" % self._listener.getsockname()[1])
-            self._vsctl_or_fail(ovs.vsctl_argv(d, "set-controller", bridge, *targets), env)
-            self.info = {"of_listen": ["127.0.0.1", of_port], "switch": "ovs"}
-
-            def ports_live() -> bool:
-                self._check_alive("during start-up")
-                res = ofctl.run(self.of_addr, ("dump-ports-desc",), check=False, timeout_s=5.0)
-                return res.returncode == 0 and _ovs_live_ports(res.stdout) >= set(self.pairs)
-
-            wait_for(
-                ports_live,
-                READY_TIMEOUT_S,
-                f"ovs-vswitchd to answer on 127.0.0.1:{of_port} with {self.n_ports} live ports",
-                interval_s=0.1,
-                logs=self.log_path,
-            )
-        except FabricError as exc:
-            raise TestbedError(f"{exc}\n{self._log_tail()}") from exc
-
-    def _ovs_alive(self, proc: subprocess.Popen | None) -> bool:
-        if proc is None or proc.poll() is not None:
-            raise TestbedError(
-                f"Open vSwitch exited during start-up; logs in {self._ovs_dir}:\n{self._log_tail()}"
-            )
-        return True
-
-    def _vsctl_or_fail(self, argv: list[str], env: dict[str, str]) -> None:
-        try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
-        except subprocess.TimeoutExpired as exc:
-            raise TestbedError(f"{' '.join(argv)}: no answer in 30 s") from exc
-        if res.returncode != 0:
-            raise TestbedError(f"{' '.join(argv)}: {(res.stderr or res.stdout).strip()[-300:]}")
-
-    def _check_alive(self, when: str) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            code = None if self.proc is None else self.proc.returncode
-            raise TestbedError(
-                f"switch {SWITCH_NAME} exited (code {code}) {when}; "
-                f"log {self.log_path}:\n{self._log_tail()}"
-            )
-
-    def _log_tail(self) -> str:
-        try:
-            lines = Path(self.log_path).read_text(errors="replace").splitlines()
-        except OSError as exc:
-            return f"(no log: {exc})"
-        return "\n".join(lines[-LOG_TAIL_LINES:])
+            self.rig.start(READY_TIMEOUT_S)
+        except RigError as exc:
+            raise TestbedError(str(exc)) from exc
 
     def close(self) -> None:
         """Stop the switch (TERM, then KILL), close our sockets, delete every interface.
@@ -624,10 +490,8 @@ class SwitchTestbed:
         if self._listener is not None:
             self._listener.close()
         try:
-            if self.proc is not None:
-                stop_child(self.proc)
-            if self._ovs_db is not None:
-                stop_child(self._ovs_db)
+            if self.rig is not None:
+                self.rig.stop()
         finally:
             if self.run is not None:
                 self.run.teardown()
@@ -645,15 +509,17 @@ class SwitchTestbed:
     @property
     def pid(self) -> int | None:
         """The switch process's pid (None before `open`)."""
-        return None if self.proc is None else self.proc.pid
+        if self.rig is None:
+            return None
+        role = "ovs-vswitchd" if self.switch == "ovs" else f"switch {SWITCH_NAME}"
+        return self.rig.started.get(role)
 
     @property
     def of_addr(self) -> tuple[str, int]:
         """(host, port) of the switch's passive OpenFlow listener."""
-        if not self.info:
+        if self.rig is None or not self.rig.of_ports:
             raise TestbedError("the testbed is not open")
-        host, port = self.info["of_listen"]
-        return host, port
+        return self.rig.of_addr(SWITCH_NAME)
 
     @property
     def interfaces(self) -> list[str]:
@@ -820,18 +686,6 @@ class SwitchTestbed:
 
 
 # ----- helpers ----------------------------------------------------------------
-
-
-def _ovs_live_ports(ports_desc: str) -> set[int]:
-    """Port numbers that `ovs-ofctl dump-ports-desc` shows with state LIVE."""
-    live, port = set(), None
-    for line in ports_desc.splitlines():
-        head = line.strip().split("(", 1)[0]
-        if head.isdigit():
-            port = int(head)
-        elif line.strip().startswith("state:") and "LIVE" in line and port is not None:
-            live.add(port)
-    return live
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None) -> None:

@@ -151,8 +151,8 @@ def test_closing_leaves_no_interface_process_or_run(tmp_path, body_raises):
 
 
 class BadArgvTestbed(SwitchTestbed):
-    def build_argv(self) -> list[str]:
-        return super().build_argv() + ["--qos", "{not json"]
+    def extra_args(self) -> list[str]:
+        return super().extra_args() + ["--qos", "{not json"]
 
 
 def test_a_switch_that_exits_at_start_up_fails_open_with_its_log_and_leaves_nothing(tmp_path):

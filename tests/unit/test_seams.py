@@ -305,3 +305,52 @@ def test_the_raw_answer_checker_sees_switch_and_nic_answers(tmp_path: Path) -> N
     src = tmp_path / "mine.py"
     src.write_text('fab.switch_call("s1", "ports")\nnics.stats("h1")\nfab.counters("s1")\n')
     assert raw_answer_calls(src) == ["1: switch_call(...)", "2: stats(...)"]
+
+
+# Where switches are started outside a fabric: emu/rig.py (the testbed's and the
+# benches'); a fabric's are Mininet nodes (emu/switch/node.py).
+SWITCH_STARTERS = {"emu/rig.py", "emu/switch/node.py", "emu/ovs.py"}
+OVS_DAEMON_ARGV = {"ovsdb_server_argv", "vswitchd_argv"}
+
+
+def switches_started_by_hand(path: Path) -> list[str]:
+    """`line: what` for each switch worker command line or OVS daemon started in `path`."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List):
+            words = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            if "-m" in words and "emu.switch.worker" in words:
+                found.append(f"{node.lineno}: -m emu.switch.worker")
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in OVS_DAEMON_ARGV:
+                found.append(f"{node.lineno}: {name}(...)")
+    return found
+
+
+def _switch_starting_candidates() -> list[Path]:
+    return [
+        p
+        for top in ("emu", "bench", "tests", "labs", "scenarios")
+        for p in sorted((REPO / top).rglob("*.py"))
+        if str(p.relative_to(REPO)) not in SWITCH_STARTERS
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", _switch_starting_candidates(), ids=lambda p: str(p.relative_to(REPO))
+)
+def test_switches_outside_a_fabric_start_through_the_one_rig(path: Path) -> None:
+    """issue 30, one rig per job: the testbed, the benches and tests start emu's switches
+    and Open vSwitch's daemons through emu/rig.py, not command lines of their own."""
+    assert switches_started_by_hand(path) == [], path
+
+
+def test_the_rig_checker_sees_a_worker_and_the_ovs_daemons(tmp_path: Path) -> None:
+    src = tmp_path / "mine.py"
+    src.write_text(
+        "argv = [sys.executable, '-m', 'emu.switch.worker', '--name', 's1']\n"
+        "p = spawn(ovs.vswitchd_argv(d))\nEMU = ('emu.switch.worker',)\n"
+    )
+    assert switches_started_by_hand(src) == ["1: -m emu.switch.worker", "2: vswitchd_argv(...)"]
