@@ -16,6 +16,7 @@ Nothing is imported: a module that reads the clock through an alias
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -354,3 +355,92 @@ def test_the_rig_checker_sees_a_worker_and_the_ovs_daemons(tmp_path: Path) -> No
         "p = spawn(ovs.vswitchd_argv(d))\nEMU = ('emu.switch.worker',)\n"
     )
     assert switches_started_by_hand(src) == ["1: -m emu.switch.worker", "2: vswitchd_argv(...)"]
+
+
+# A function that is a model by its name: what a measurement is held to.
+MODEL_NAME = re.compile(r"model|_floor$|_ceiling$|_bound$")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def model_functions_outside_models(root: Path = REPO) -> dict[tuple[str, str], str]:
+    """(module, function) -> file of each public model function defined outside emu/models/."""
+    found = {}
+    for top in ("emu", "scenarios", "labs", "bench", "controllers"):
+        for p in sorted((root / top).rglob("*.py")):
+            if p.relative_to(root).parts[:2] == ("emu", "models"):
+                continue
+            for node in ast.parse(p.read_text(), str(p)).body:
+                if (
+                    isinstance(node, ast.FunctionDef)
+                    and not node.name.startswith("_")
+                    and MODEL_NAME.search(node.name)
+                ):
+                    found[(_module_name(p, root), node.name)] = str(p.relative_to(root))
+    return found
+
+
+def uses_of(path: Path, wanted: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which (module, function) of `wanted` the file at `path` imports and uses."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases: dict[str, str] = {}  # local name -> module it names
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                if (node.module, a.name) in wanted:
+                    used.add((node.module, a.name))
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            key = (aliases.get(node.value.id, ""), node.attr)
+            if key in wanted:
+                used.add(key)
+    return used
+
+
+def models_shared_outside_models(root: Path = REPO) -> list[str]:
+    """Model functions outside emu/models/ that two or more scenarios, labs or benches use."""
+    defined = model_functions_outside_models(root)
+    users: dict[tuple[str, str], set[str]] = {}
+    for top in ("scenarios", "labs", "bench"):
+        for p in sorted((root / top).rglob("*.py")):
+            for key in uses_of(p, set(defined)):
+                if defined[key] != str(p.relative_to(root)):
+                    users.setdefault(key, set()).add(str(p.relative_to(root)))
+    return sorted(
+        f"{defined[k]}: {k[1]} used by {', '.join(sorted(u))}"
+        for k, u in users.items()
+        if len(u) >= 2
+    )
+
+
+def test_a_model_the_scenarios_share_lives_in_emu_models() -> None:
+    """issue 30: a model that two scenarios, labs or benches hold measurements to is
+    in emu/models/ with its sources and unit tests, not in a workload module or a
+    scenario (no scenario imports another: the test above)."""
+    assert models_shared_outside_models() == []
+
+
+def test_the_shared_model_checker_sees_a_model_in_a_workload_module(tmp_path: Path) -> None:
+    for top in ("emu/traffic", "emu/models", "scenarios", "labs", "bench", "controllers"):
+        (tmp_path / top).mkdir(parents=True)
+    (tmp_path / "emu/traffic/incast.py").write_text("def queue_model(g):\n    return 1\n")
+    (tmp_path / "emu/models/dcqcn.py").write_text("def fluid_model(g):\n    return 1\n")
+    (tmp_path / "scenarios/a.py").write_text(
+        "from emu.traffic import incast\nfrom emu.models import dcqcn\n"
+        "x = incast.queue_model(1) + dcqcn.fluid_model(1)\n"
+    )
+    (tmp_path / "scenarios/b.py").write_text(
+        "from emu.traffic.incast import queue_model\nfrom emu.models.dcqcn import fluid_model\n"
+    )
+    assert models_shared_outside_models(tmp_path) == [
+        "emu/traffic/incast.py: queue_model used by scenarios/a.py, scenarios/b.py"
+    ]
