@@ -38,6 +38,7 @@ from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net'
     clean_dead_runs,
     free_tcp_port,
     live_runs,
+    signals_held,
     stop_child,
     stop_pids,
     wait_for,
@@ -385,12 +386,26 @@ class Fabric:
         self.boot_phases[name] = round(time.monotonic() - self.started_at, 3)
 
     def close(self) -> dict:
-        """Tear everything down; idempotent. Returns what the registry removed."""
+        """Tear everything down; idempotent. Returns what the registry removed.
+
+        A stop signal (TERM, INT, HUP) may cut short the collection of what the
+        fabric measured, never the teardown: one that comes during the teardown
+        is acted on when it is done (`registry.signals_held`). Cut short, it would
+        leave the fabric's interfaces to `emu clean`.
+        """
         removed: dict = {}
         if self.run is None:
             if self._faults is not None:
                 self._faults.cancel()
             return removed
+        try:
+            self._collect_before_teardown()
+        finally:
+            with signals_held():
+                removed = self._tear_down()
+        return removed
+
+    def _collect_before_teardown(self) -> None:
         # Read every process's records before the fault thread ends: a switch that
         # thread restarted dies with it (PR_SET_PDEATHSIG follows the parent thread).
         if self.out_dir and self.net is not None:
@@ -402,6 +417,8 @@ class Fabric:
                 telemetry.collect_switch_telemetry(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("telemetry not collected: %s", exc)
+
+    def _tear_down(self) -> dict:
         if self._faults is not None:
             self._faults.cancel()  # no scheduled fault may fire into a dying fabric
         workloads = [p for p in self.run.pids if p["role"].startswith("proc ")]

@@ -14,7 +14,8 @@ Also the one home of process hygiene (DESIGN.md, "Processes and cleanup"),
 used by emu.net, emu.switch.node, the switch and NIC agent processes,
 controllers/launch.py and the benches: `wait_for` (every wait has a timeout
 and, on expiry, names what it waited for and where the logs are),
-`free_tcp_port`, `die_with_parent`, `stop_on_signals` and `stop_child`; and
+`free_tcp_port`, `die_with_parent`, `stop_on_signals`, `signals_held` and
+`stop_child`; and
 `FabricError`, what a failed wait raises (emu.net re-exports it). It imports
 nothing of emu, so that any process, a controller included, may use it.
 """
@@ -32,6 +33,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -45,6 +48,8 @@ TERM_GRACE_S = 3.0
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PR_SET_TIMERSLACK = 29
 PR_GET_TIMERSLACK = 30
+# What stops emu (DESIGN.md, "SIGINT, SIGTERM and SIGHUP tear down within a bound").
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class FabricError(RuntimeError):
@@ -201,8 +206,63 @@ def stop_on_signals(loop) -> None:
     def stop(signum, frame):
         loop.stopping = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, stop)
+
+
+@contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Hold TERM, INT and HUP while the block runs; then deliver the first that came.
+
+    A teardown that a signal cuts short leaves a fabric's interfaces and its
+    manifest behind until `emu clean` (emu turns these signals into
+    KeyboardInterrupt, which would leave the teardown wherever it was). A signal
+    lands in a teardown when it arrives as a run ends, or is the second of two:
+    emu reproduce's one SIGTERM after the one a service manager sent every
+    process, a second Ctrl-C. So a teardown runs under this: such a signal is
+    noted, the block finishes, and the signal then goes to the handler that was
+    in place before, as if it had arrived just now. Yields the signals held so
+    far (a block may cut a wait short when one comes). Python runs handlers in
+    the main thread only: a block in another thread is never interrupted, and
+    runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    held: list[int] = []
+
+    def hold(signum, frame):
+        held.append(signum)
+
+    # None: a handler set outside Python, which could not be put back; leave it.
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS if signal.getsignal(s) is not None}
+    before = _set_handlers(dict.fromkeys(previous, hold))
+    try:
+        yield held
+    finally:
+        after = _set_handlers(previous)
+        if before is not None or after is not None:
+            raise before or after
+        if held:
+            signal.raise_signal(held[0])
+
+
+def _set_handlers(handlers: dict) -> BaseException | None:
+    """Set every handler; what a handler raised meanwhile is returned, not raised.
+
+    A signal that comes while they are being set may run a handler at once (and
+    emu's raise KeyboardInterrupt): the rest must still be set, and the caller
+    raises the exception when its block is done.
+    """
+    raised: BaseException | None = None
+    for sig, handler in handlers.items():
+        while True:
+            try:
+                signal.signal(sig, handler)
+                break
+            except BaseException as exc:  # noqa: BLE001 - the caller raises it
+                raised = raised or exc
+    return raised
 
 
 def interface_exists(name: str) -> bool:
@@ -334,18 +394,22 @@ class Run:
         self.save()
 
     def teardown(self) -> dict:
-        """Stop every recorded process, delete every recorded namespace, interface and path."""
-        # Newest first: scenario workloads, then switches, then host shells.
-        stopped = stop_pids(list(reversed(self.pids)))
-        for name in self.namespaces:  # takes the interfaces inside with it
-            delete_namespace(name)
-        deleted = [name for name in self.interfaces if delete_interface(name)]
-        for path in self.paths:
-            shutil.rmtree(path, ignore_errors=True)
-        try:
-            self.manifest_path.unlink()
-        except FileNotFoundError:
-            pass
+        """Stop every recorded process, delete every recorded namespace, interface and path.
+
+        A stop signal that arrives meanwhile waits until this is done (`signals_held`).
+        """
+        with signals_held():
+            # Newest first: scenario workloads, then switches, then host shells.
+            stopped = stop_pids(list(reversed(self.pids)))
+            for name in self.namespaces:  # takes the interfaces inside with it
+                delete_namespace(name)
+            deleted = [name for name in self.interfaces if delete_interface(name)]
+            for path in self.paths:
+                shutil.rmtree(path, ignore_errors=True)
+            try:
+                self.manifest_path.unlink()
+            except FileNotFoundError:
+                pass
         return {"run": self.run_id, "stopped_pids": stopped, "deleted_interfaces": deleted}
 
 

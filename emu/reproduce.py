@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from emu import realtime, scenario
+from emu import realtime, registry, scenario
 from emu.figures import OPS, WILDCARD, Entry, Figure, is_number
 from emu.scenario import ScenarioError
 
@@ -873,8 +873,10 @@ def run_once(
     """Run `argv` (an `emu run`), its output to `log_path`; read what it left in `out_dir`.
 
     A run past `timeout_s` gets SIGTERM (emu run tears its fabric down on it),
-    then SIGKILL after TERM_GRACE_S, then `after_kill` (emu clean). Ctrl-C or
-    SIGTERM here stops the child the same way before it propagates.
+    then SIGKILL after TERM_GRACE_S, then `after_kill` (emu clean). Ctrl-C,
+    SIGTERM or SIGHUP here (emu's main() makes each a KeyboardInterrupt) stops
+    the child the same way before it propagates; a second one while the child
+    tears down kills it at once, then `after_kill`.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -883,19 +885,24 @@ def run_once(
         stale.unlink()  # a previous reproduction's: never read it as this run's
     t0 = time.monotonic()
     note = ""
+    proc: subprocess.Popen | None = None
     with open(log_path, "w") as log_file:
-        # Its own session: a Ctrl-C at the terminal reaches only us, and we send the
-        # child exactly one SIGTERM (a second signal would interrupt its teardown).
-        proc = subprocess.Popen(
-            argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
         try:
+            # A signal while the child is being started is acted on once `proc` names
+            # it, so that the child is stopped too.
+            with registry.signals_held():
+                # Its own session: a Ctrl-C at the terminal reaches only us, and we
+                # send the child exactly one SIGTERM.
+                proc = subprocess.Popen(
+                    argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                )
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             code, note = None, f"timed out after {timeout_s:g} s; log {log_path}"
             _stop(proc, after_kill)
         except BaseException:
-            _stop(proc, after_kill)
+            if proc is not None:
+                _stop(proc, after_kill)
             raise
     doc, why = read_metrics(out_dir)
     if doc is None:
@@ -904,17 +911,30 @@ def run_once(
 
 
 def _stop(proc: subprocess.Popen, after_kill: Callable[[], None] | None) -> None:
+    """One SIGTERM to the run, then wait for it to tear its fabric down.
+
+    Under `registry.signals_held`: a signal to us while we wait must not leave
+    the run behind, tearing down on its own or hung. It ends the wait instead:
+    the run is killed, `after_kill` (emu clean) removes what it left, and the
+    signal is acted on afterwards.
+    """
     if proc.poll() is not None:
         return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-        return
-    except subprocess.TimeoutExpired:
+    with registry.signals_held() as held:
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        while not held and time.monotonic() < deadline:
+            try:
+                proc.wait(timeout=0.1)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is not None:
+            return
         proc.kill()
         proc.wait()
-    if after_kill is not None:
-        after_kill()
+        if after_kill is not None:
+            after_kill()
 
 
 def _emu_clean() -> None:

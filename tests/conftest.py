@@ -147,15 +147,58 @@ def _leak_check_each_module(request):
     check.report("left behind when the module's fixtures were torn down")
 
 
-def _interrupt(signum, frame):
-    # CI or a user stopping pytest with TERM/HUP: unwind like Ctrl-C so that
-    # every Fabric fixture tears its fabric down.
-    raise KeyboardInterrupt(f"signal {signum}")
+class _StopOnSignal:
+    """CI or a user stopping pytest with TERM or HUP: unwind like Ctrl-C, so that
+    every fixture's finalizer tears its fabric down.
+
+    Except while finalizers run: a KeyboardInterrupt raised out of one makes
+    pytest skip the finalizers after it on the same node (and a fabric stays
+    up), so there the session is asked to stop once they are done. A signal that
+    lands in a fabric's own teardown waits for it (registry.signals_held) and
+    comes here after it. Only the first signal counts: the teardown it started
+    finishes.
+    """
+
+    def __init__(self) -> None:
+        self.session: pytest.Session | None = None
+        self.tearing_down = False
+        self.stopping = False
+
+    def __call__(self, signum, frame) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        if self.tearing_down and self.session is not None:
+            self.session.shouldstop = f"signal {signum}"
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+
+_STOP = _StopOnSignal()
 
 
 def pytest_configure(config):
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    signal.signal(signal.SIGTERM, _STOP)
+    signal.signal(signal.SIGHUP, _STOP)
+
+
+def pytest_sessionstart(session):
+    _STOP.session = session
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    _STOP.tearing_down = True
+    try:
+        return (yield)
+    finally:
+        _STOP.tearing_down = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session):
+    _STOP.tearing_down = True  # what is still set up is torn down here
+    return (yield)
 
 
 def pytest_collection_modifyitems(config, items):

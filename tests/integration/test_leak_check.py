@@ -126,3 +126,62 @@ def test_a_fabric_held_by_a_fixture_is_checked_when_it_is_torn_down(
                 "{'interfaces': ['h96-eth0', 'h96-eth1']*",
             ]
         )
+
+
+STOPPED_DURING_TEARDOWN_TEST = '''
+import os
+import pathlib
+import signal
+import subprocess
+
+import pytest
+
+from emu import registry
+
+MARKS = pathlib.Path(os.environ["MARKS"])
+
+
+@pytest.fixture
+def fabric(tmp_path_factory):
+    """A stand-in fabric: a run of this session that records its veth pair first."""
+    run = registry.Run.create(log_dir=str(tmp_path_factory.mktemp("logs")), label="stand-in")
+    run.add_interfaces(["h94-eth0", "h94-eth1"])
+    subprocess.run(["ip", "link", "add", "h94-eth0", "type", "veth",
+                    "peer", "name", "h94-eth1"], check=True)
+    yield run
+    run.teardown()
+    (MARKS / "fabric torn down").touch()
+
+
+@pytest.fixture
+def traffic():
+    yield
+    os.kill(os.getpid(), signal.SIGTERM)  # CI's timeout, as the finalizers run
+    (MARKS / "traffic stopped").touch()
+
+
+def test_uses_the_fabric(fabric, traffic):  # traffic's finalizer runs first
+    assert registry.interface_exists("h94-eth0")
+
+
+def test_after_the_signal():
+    (MARKS / "ran after the signal").touch()
+'''
+
+
+def test_sigterm_during_finalizers_lets_every_one_run_then_stops(pytester, monkeypatch, tmp_path):
+    """Raised out of a finalizer, a KeyboardInterrupt cut it short and made pytest skip
+    the test's finalizers after it: the fabric's here stayed up past its test (the
+    module's leak check found it). The session stops once they are done instead."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("MARKS", str(marks))
+    try:
+        result = inner_session(pytester, monkeypatch, tmp_path, STOPPED_DURING_TEARDOWN_TEST)
+    finally:
+        delete("h94-eth0")
+    assert sorted(p.name for p in marks.iterdir()) == ["fabric torn down", "traffic stopped"]
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.assert_outcomes(passed=1)  # and no leak check failed
+    result.stdout.fnmatch_lines(["*Interrupted: signal 15*"])
+    assert "left behind" not in result.stdout.str() + result.stderr.str()

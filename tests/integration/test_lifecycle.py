@@ -74,6 +74,34 @@ def test_sigkilled_run_is_removed_by_emu_clean(no_leaks, tmp_path):
     wait_for(lambda: not any(leftovers().values()), 10, "the killed run's leftovers to go")
 
 
+def test_a_signal_during_teardown_is_acted_on_after_it(no_leaks, tmp_path):
+    """SIGTERM that lands while a fabric is being torn down (emu reproduce's one
+    SIGTERM as a run ends, a service manager's after it) waits for the teardown:
+    cut short, it left the interfaces and the manifest to `emu clean`."""
+    script = (
+        "import os, signal\n"
+        "from emu import cli, fabric\n"
+        "from emu.net import Fabric\n"
+        "signal.signal(signal.SIGTERM, cli._raise_interrupt)  # as emu run has it\n"
+        "fab = Fabric(fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1),\n"
+        f"             out_dir={str(tmp_path)!r})\n"
+        "try:\n"
+        "    with fab:\n"
+        "        stop = fab.net.stop\n"
+        "        def stop_as_a_signal_comes():\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "            stop()\n"
+        "        fab.net.stop = stop_as_a_signal_comes\n"
+        "except KeyboardInterrupt as exc:\n"
+        "    print(exc, 'after the teardown:', fab.run is None, flush=True)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.stdout.strip() == "signal 15 after the teardown: True", out.stderr
+    assert not any(leftovers().values())
+
+
 def test_a_second_fabric_of_the_same_names_is_refused_in_one_line_and_the_first_survives(
     no_leaks, tmp_path
 ):

@@ -1,6 +1,7 @@
 """The management protocol and the run registry (no root needed)."""
 
 import os
+import signal
 import subprocess
 import threading
 
@@ -205,3 +206,59 @@ def test_die_with_parent_ends_the_child_when_its_parent_dies(tmp_path):
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+@pytest.fixture
+def stop_handlers():
+    """The handlers of TERM, INT and HUP, put back after the test."""
+    saved = {sig: signal.getsignal(sig) for sig in registry.STOP_SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_a_signal_during_a_held_block_is_acted_on_after_it(stop_handlers):
+    """A teardown under signals_held finishes; the signal then reaches the handler
+    that was in place (emu's raises KeyboardInterrupt), as if it had just come."""
+    got = []
+
+    def interrupt(signum, frame):
+        got.append(signum)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in registry.STOP_SIGNALS:
+        signal.signal(sig, interrupt)
+    with pytest.raises(KeyboardInterrupt, match="signal 15"):
+        with registry.signals_held() as held:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGHUP)
+            registry.wait_for(lambda: len(held) == 2, 5, "both signals to be held")
+            got.append("teardown done")
+    assert got == ["teardown done", signal.SIGTERM]  # the first one, once
+    assert all(signal.getsignal(sig) is interrupt for sig in registry.STOP_SIGNALS)
+
+
+def test_a_held_block_without_a_signal_puts_every_handler_back(stop_handlers):
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    before = {sig: signal.getsignal(sig) for sig in registry.STOP_SIGNALS}
+    with registry.signals_held() as held:
+        assert signal.getsignal(signal.SIGTERM) is not interrupt
+    assert held == [] and {s: signal.getsignal(s) for s in registry.STOP_SIGNALS} == before
+
+
+def test_a_held_block_in_another_thread_runs_as_is(stop_handlers):
+    """Python delivers signals to the main thread only: nothing to hold elsewhere."""
+    seen = []
+
+    def block():
+        with registry.signals_held() as held:
+            seen.append((held, signal.getsignal(signal.SIGTERM)))
+
+    t = threading.Thread(target=block)
+    t.start()
+    t.join(timeout=5)
+    assert seen == [([], signal.getsignal(signal.SIGTERM))]

@@ -8,16 +8,21 @@ fabric and no root are needed.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from emu import cli, reproduce
+from emu import cli, registry, reproduce
 from emu.figures import Entry, Figure
 from emu.reproduce import RunRecord
 from emu.scenario import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOY = Entry(
     "toy",
@@ -675,6 +680,102 @@ def test_run_once_stops_a_run_past_its_timeout(tmp_path):
     )
     assert rec.exit_code is None and "timed out after 0.5 s" in rec.note
     assert rec.seconds < 30 and killed == []  # SIGTERM sufficed: nothing to clean
+
+
+# `emu reproduce` as a user runs it (emu.cli.main and the signal handlers it sets),
+# with a stand-in for `emu run` and for `emu clean`, each leaving a mark in STATE.
+REPRODUCE_AS_RUN = textwrap.dedent("""
+    import sys
+    from emu import cli, reproduce
+    run, state = sys.argv[1], sys.argv[2]
+    cli.need_root = lambda what: None
+    reproduce.emu_run_argv = lambda entry, overrides, out_dir: [sys.executable, "-c", run, state]
+    reproduce._emu_clean = lambda: open(f"{state}/cleaned", "w").close()
+    sys.exit(cli.main(["reproduce", "--only", "smoke", "--runs", "1",
+                       "--out", f"{state}/out", "--doc", f"{state}/results.md"]))
+""")
+
+# A run that notes every signal it gets, then tears down for a moment (for ever if
+# STATE/hang exists) before it exits, as emu run does on SIGTERM.
+RUN_THAT_TEARS_DOWN = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    state = pathlib.Path(sys.argv[1])
+
+    def tear_down(signum, frame):
+        with open(state / "signals", "a") as f:
+            f.write(f"{signum}\\n")
+        while (state / "hang").exists():
+            time.sleep(1)
+        time.sleep(0.5)  # the teardown's length: a parent that does not wait is gone by now
+        (state / "torn-down").touch()
+        sys.exit(130)
+
+    signal.signal(signal.SIGTERM, tear_down)
+    (state / "pid.new").write_text(str(os.getpid()))
+    os.replace(state / "pid.new", state / "pid")
+    time.sleep(120)
+""")
+
+
+def reproduce_with_a_running_run(state):
+    """`emu reproduce` in a subprocess, once its stand-in run is up; (process, run's pid)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", REPRODUCE_AS_RUN, RUN_THAT_TEARS_DOWN, str(state)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        registry.wait_for(
+            lambda: (state / "pid").exists() or parent.poll() is not None,
+            30,
+            "emu reproduce to start its run",
+        )
+    except BaseException:
+        parent.kill()
+        raise
+    assert parent.poll() is None, parent.communicate()
+    return parent, int((state / "pid").read_text())
+
+
+def gone(pid: int) -> bool:
+    return registry.proc_start_time(pid) is None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+def test_a_signal_to_reproduce_stops_its_run_with_one_sigterm_and_waits_for_it(tmp_path, sig):
+    parent, run_pid = reproduce_with_a_running_run(tmp_path)
+    try:
+        parent.send_signal(sig)
+        _, err = parent.communicate(timeout=60)
+    finally:
+        parent.kill()
+        if not gone(run_pid):
+            os.kill(run_pid, signal.SIGKILL)
+    assert parent.returncode == 130 and "emu: interrupted" in err, err
+    assert (tmp_path / "signals").read_text().split() == [str(int(signal.SIGTERM))]
+    # Waited for: torn down, and reaped by emu reproduce before it exited.
+    assert (tmp_path / "torn-down").exists() and gone(run_pid)
+    assert not (tmp_path / "cleaned").exists()  # SIGTERM sufficed: nothing to clean
+
+
+def test_a_second_signal_while_the_run_tears_down_kills_it_and_cleans_up(tmp_path):
+    (tmp_path / "hang").touch()
+    parent, run_pid = reproduce_with_a_running_run(tmp_path)
+    try:
+        parent.send_signal(signal.SIGTERM)
+        registry.wait_for(lambda: (tmp_path / "signals").exists(), 30, "the run's SIGTERM")
+        parent.send_signal(signal.SIGTERM)
+        _, err = parent.communicate(timeout=60)
+    finally:
+        parent.kill()
+        if not gone(run_pid):
+            os.kill(run_pid, signal.SIGKILL)
+    assert parent.returncode == 130, err
+    assert (tmp_path / "signals").read_text().split() == [str(int(signal.SIGTERM))]
+    assert gone(run_pid) and not (tmp_path / "torn-down").exists()  # killed, mid-teardown
+    assert (tmp_path / "cleaned").exists()  # and emu clean removed what it left
 
 
 def test_reproduce_writes_the_doc_and_copies_the_plots(tmp_path, monkeypatch):
