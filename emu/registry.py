@@ -196,10 +196,6 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         os._exit(0)
 
 
-def _die_with_parent() -> None:
-    die_with_parent()  # by another name: Run.spawn's argument `die_with_parent` shadows it
-
-
 def stop_on_signals(loop) -> None:
     """TERM, INT and HUP set `loop.stopping`: an event loop (switch, NIC agent) ends cleanly."""
 
@@ -353,13 +349,13 @@ class Run:
         log_path: str,
         role: str,
         env: dict | None = None,
-        die_with_parent: bool = False,
+        dies_with_parent: bool = False,
     ) -> subprocess.Popen:
         """Start `argv` with stdout and stderr appended to `log_path`; its pid recorded as `role`.
 
         The one way emu starts a long-lived child (switches, the controller, a
         testbed's switch): no terminal input, no inherited descriptors, and in
-        the manifest before anyone can miss it. `die_with_parent` for programs
+        the manifest before anyone can miss it. `dies_with_parent` for programs
         that do not ask for it themselves (Open vSwitch's daemons; emu's own
         processes call `die_with_parent` first thing).
         """
@@ -371,7 +367,7 @@ class Run:
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
                 env=env,
-                preexec_fn=_die_with_parent if die_with_parent else None,
+                preexec_fn=die_with_parent if dies_with_parent else None,
             )
         self.add_pid(proc.pid, role)
         return proc

@@ -159,7 +159,7 @@ class Switches:
             raise RigError(f"{exc}\n{log_tail(logs) if os.path.isfile(logs) else ''}") from None
 
     def _spawn(self, role: str, argv: list[str], log_path: str, env: dict[str, str]) -> None:
-        proc = self.run.spawn(argv, log_path, role, env=env, die_with_parent=True)
+        proc = self.run.spawn(argv, log_path, role, env=env, dies_with_parent=True)
         self.procs[role] = (proc, log_path)
         self.started[role] = proc.pid
 
