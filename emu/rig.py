@@ -330,7 +330,13 @@ class OvsBridges(Switches):
         # The datapath's tap and each bridge's internal port appear with the bridges.
         self.run.add_interfaces([ovs.NETDEV_TAP, *(s.name for s in self.specs)])
         d = self.dir
-        subprocess.run(ovs.create_db_argv(d), capture_output=True, env=self.env, check=False)
+        made = subprocess.run(
+            ovs.create_db_argv(d), capture_output=True, text=True, env=self.env, timeout=30
+        )
+        if made.returncode != 0:
+            raise RigError(
+                f"ovsdb-tool create in {d}: {(made.stderr or made.stdout).strip()[-300:]}"
+            )
         self._spawn(
             "ovsdb-server", ovs.ovsdb_server_argv(d), os.path.join(d, "ovsdb-server.out"), self.env
         )
@@ -397,14 +403,14 @@ class OvsBridges(Switches):
 
 
 def live_ports(ports_desc: str) -> set[int]:
-    """Port numbers that `ovs-ofctl dump-ports-desc` shows up with carrier (not LOCAL)."""
+    """Port numbers that `ovs-ofctl dump-ports-desc` shows with state LIVE (not LOCAL)."""
     live, current = set(), None
     for line in ports_desc.splitlines():
         head = line.strip().split("(", 1)[0]
         if head.isdigit():
             current = int(head)
         elif current is not None and line.strip().startswith("state:"):
-            if "LINK_DOWN" not in line:
+            if "LIVE" in line:
                 live.add(current)
             current = None
     return live
