@@ -29,7 +29,9 @@ LLDP and ARP to the controller, a default drop, and per known host an IPv4 route
 shortest path to H's switch (one group per distinct port set, watch_port = the
 output port), or ``set eth_dst, output`` at H's own switch.  After each
 topology change only the difference is sent, followed by a barrier per switch;
-the barrier replies tell which topology version is installed everywhere.
+the barrier replies tell which topology version is installed everywhere. A
+proxy ARP reply waits for that: a host is answered only once the routes that
+its question (or its target's answer) made are in place on every switch.
 
 Messages are built only by ``controllers/ofmsg.py``, without a datapath; the
 manager knows switches by dpid and the shim binds each message to its switch
@@ -282,6 +284,15 @@ class _Pending:
     expires_s: float
 
 
+@dataclass
+class _HeldReply:
+    """A proxy ARP reply waiting for the routes it makes usable (see ``_reply_when_routed``)."""
+
+    version: int  # the topology version that must be installed on every switch
+    message: Tuple[int, Any]
+    expires_s: float
+
+
 def _host_match(ip: str) -> Dict[str, Any]:
     return {"eth_type": ofmsg.ETH_TYPE_IPV4, "ipv4_dst": ip}
 
@@ -314,6 +325,7 @@ class RoutingManager:
         self._damped: Dict[PortKey, float] = {}  # port -> out of rotation until
         self._hosts: Dict[str, Host] = {}
         self._pending: Dict[str, List[_Pending]] = {}
+        self._held_replies: List[_HeldReply] = []
         self._flooded_s: Dict[str, float] = {}
         self._next_xid = layout.ROUTING_BARRIER_XIDS.first
         self._events: Deque[Dict[str, Any]] = collections.deque(maxlen=self.config.max_events)
@@ -528,7 +540,8 @@ class RoutingManager:
                 self._remove_link(src, now)
         self._event(now, "switch_leave", dpid=dpid)
         LOG.info("switch %016x left", dpid)
-        return self.resync(now)
+        # A switch that left owes no barrier: replies held for it may go now.
+        return self.resync(now) + self._release_replies(now)
 
     def port_desc(self, dpid: int, ports: Iterable[PortInfo], now: float) -> Msgs:
         """A PortDesc reply (part): update the live ports, LLDP on new ones, drop links on dead ones."""
@@ -579,7 +592,7 @@ class RoutingManager:
         if not sw.barriers:
             version = max(version, sw.quiet_version)
         sw.acked_version = max(sw.acked_version, version)
-        return []
+        return self._release_replies(now)
 
     # ------------------------------------------------------------------ packet-ins
 
@@ -695,8 +708,7 @@ class RoutingManager:
         requester = Host(info.src_ip, info.src_mac, dpid, in_port)
         target = self._hosts.get(info.dst_ip)
         if target is not None:
-            msgs.append(self._arp_reply(requester, target))
-            return msgs
+            return msgs + self._reply_when_routed(requester, target, now)
         self._pending.setdefault(info.dst_ip, []).append(
             _Pending(requester, now + self.config.arp_pending_timeout_s)
         )
@@ -718,9 +730,42 @@ class RoutingManager:
             msgs += self.resync(now)
         for pending in self._pending.pop(host.ip, []):
             if pending.expires_s >= now and pending.requester.dpid in self._switches:
-                msgs.append(self._arp_reply(pending.requester, host))
+                msgs += self._reply_when_routed(pending.requester, host, now)
         self._flooded_s.pop(host.ip, None)
         return msgs
+
+    def _reply_when_routed(self, requester: Host, target: Host, now: float) -> Msgs:
+        """The proxy ARP reply to ``requester`` once every switch has acknowledged the
+        routes of the current topology version: now if they have, else when the
+        barrier replies say so (``_release_replies``).
+
+        A host sends its first packet as soon as it has its answer; answered while
+        the routes that learning a host (the target, or the requester itself) sent
+        are still on their way, that packet meets a table miss and is lost. Mininet's
+        pingall under emu's routing lost such a first echo (h1 to h3: the echo left
+        h1 right after the reply, and no switch on its way forwarded it) on a loaded
+        machine.
+        A reply not released within the ARP wait (``arp_pending_timeout_s``) is
+        dropped: the host has asked again by then.
+        """
+        reply = self._arp_reply(requester, target)
+        if self.installed_version() >= self.topology_version:
+            return [reply]
+        self._held_replies.append(
+            _HeldReply(self.topology_version, reply, now + self.config.arp_pending_timeout_s)
+        )
+        return []
+
+    def _release_replies(self, now: float) -> Msgs:
+        """Held proxy ARP replies whose routes are now installed everywhere."""
+        if not self._held_replies:
+            return []
+        installed = self.installed_version()
+        ready = [h.message for h in self._held_replies if h.version <= installed]
+        self._held_replies = [
+            h for h in self._held_replies if h.version > installed and h.expires_s >= now
+        ]
+        return [m for m in ready if m[0] in self._switches]
 
     def _arp_reply(self, requester: Host, target: Host) -> Tuple[int, Any]:
         frame = ofmsg.arp_frame(
@@ -782,6 +827,7 @@ class RoutingManager:
             else:
                 del self._pending[ip]
                 self._flooded_s.pop(ip, None)
+        msgs += self._release_replies(now)
         for extension in self._extensions:
             msgs += extension.tick(now)
         return msgs

@@ -256,7 +256,7 @@ class SimFabric:
     def release_barriers(self) -> None:
         held, self.held = self.held, []
         for dpid, xid in held:
-            self.mgr.barrier_reply(dpid, xid, self.now)
+            self.deliver(self.mgr.barrier_reply(dpid, xid, self.now))
 
     def host_arp(self, host: str, target_ip: str, nvlink: bool = False) -> None:
         """Host ``host`` sends an ARP request for ``target_ip`` (from its NVLink port)."""

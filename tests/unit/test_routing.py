@@ -335,6 +335,57 @@ def test_unknown_target_floods_edge_ports_only_and_answers_later() -> None:
     assert {h.ip for h in mgr.hosts} == {"10.0.0.1", "10.0.0.4"}
 
 
+def _replies_to(fab: SimFabric, host: str) -> list:
+    """The ARP replies that reached ``host`` (LLDP reaches it too)."""
+    frames = [Ether(data) for d, p, data in fab.to_hosts if (d, p) == fab.host_loc[host]]
+    return [f for f in frames if ARP in f and f[ARP].op == 2]
+
+
+def test_a_proxy_arp_reply_waits_for_the_routes_it_makes_usable() -> None:
+    """Learning h4 (from its answer to the probe) sends every switch routes to it; h1
+    is answered only when every switch has acknowledged them, so h1's first packet
+    to h4 cannot meet a table miss (Mininet's pingall lost such an echo under load)."""
+    mgr = RoutingManager(RoutingConfig())
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    fab.to_hosts.clear()
+    fab.hold_barriers = True
+    fab.host_arp("h1", "10.0.0.4")
+    assert "10.0.0.4" in {h.ip for h in mgr.hosts}  # h4 answered the probe: learned
+    assert mgr.installed_version() < mgr.topology_version
+    assert _replies_to(fab, "h1") == []  # the routes to h4 are not acknowledged yet
+    *first, last = fab.held
+    fab.held = [last]
+    for dpid, xid in first:
+        fab.deliver(mgr.barrier_reply(dpid, xid, fab.now))
+    assert _replies_to(fab, "h1") == []  # one switch still owes its barrier reply
+    fab.hold_barriers = False
+    fab.release_barriers()
+    assert mgr.installed_version() == mgr.topology_version
+    assert [(r[ARP].op, r[ARP].psrc) for r in _replies_to(fab, "h1")] == [(2, "10.0.0.4")]
+    # Once the routes are in place, a known target is answered at once.
+    fab.to_hosts.clear()
+    fab.host_arp("h2", "10.0.0.4")
+    assert [(r[ARP].op, r[ARP].psrc) for r in _replies_to(fab, "h2")] == [(2, "10.0.0.4")]
+
+
+def test_a_held_proxy_arp_reply_expires_with_the_question() -> None:
+    """A reply whose routes are still not acknowledged when the requester has asked
+    again (arp_pending_timeout_s) is dropped, not sent late."""
+    mgr = RoutingManager(RoutingConfig(arp_pending_timeout_s=5.0))
+    fab = SimFabric(leaf_spine(), mgr)
+    fab.start()
+    fab.settle()
+    fab.to_hosts.clear()
+    fab.hold_barriers = True
+    fab.host_arp("h1", "10.0.0.4")
+    fab.now += 5.5
+    fab.deliver(mgr.tick(fab.now))
+    fab.release_barriers()
+    assert _replies_to(fab, "h1") == []
+
+
 def test_a_switch_that_connects_after_a_flood_gets_the_next_one_at_once() -> None:
     mgr = RoutingManager(RoutingConfig(arp_flood_holddown_s=0.5))
     fab = SimFabric(leaf_spine(), mgr)
