@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,13 +307,62 @@ def _switches(fab) -> list[str]:
 
 
 def reset_fidelity(fab) -> None:
-    """Start every switch's fidelity window now (after boot and convergence)."""
+    """Start every switch's and NIC agent's fidelity window now (after boot and
+    convergence, or where a test's measured stretch begins)."""
     fab.fidelity_machine_start = fidelity.machine_sample()
-    for sw in _switches(fab):
+    for path in fidelity_sockets(fab).values():
         try:
-            fab.switch_call(sw, "fidelity_reset")
+            mgmt.call(path, "fidelity_reset")
         except mgmt.MgmtError:
-            pass  # a switch that does not answer shows up when fidelity is collected
+            pass  # a process that does not answer shows up when fidelity is collected
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A fabric's fidelity over a window, judged, and what the machine did meanwhile."""
+
+    verdict: fidelity.Verdict
+    machine: dict  # fidelity.machine_window: steal_s, idle_share, cpu_pressure_share
+
+    @property
+    def faithful(self) -> bool:
+        return self.verdict.faithful
+
+    @property
+    def steal_share(self) -> float:
+        """The share of the machine's CPU time over the window that the VM's host took."""
+        window_s = self.machine.get("window_s") or 0.0
+        if window_s <= 0:
+            return 0.0
+        return self.machine.get("steal_s", 0.0) / (window_s * (os.cpu_count() or 1))
+
+    def reasons(self) -> str:
+        """Where the emulator fell behind and by how much, in one line."""
+        text = "; ".join(f.text for f in self.verdict.failures())
+        if self.machine.get("steal_s", 0.0) >= 0.01:
+            # A busy VM host takes the CPU from every process now and then: name it.
+            text += (
+                f"; the hypervisor took {self.machine['steal_s']:.2f} s of CPU "
+                f"({self.steal_share:.0%} of the machine's, steal)"
+            )
+        return text.lstrip("; ")
+
+
+def judge_fidelity(fab, out_dir: Path) -> Judged:
+    """The fabric's fidelity since its window began (`reset_fidelity`), judged
+    (emu/fidelity.py `judge`); the records are written to `out_dir`.
+
+    A process that did not answer fails the verdict as the scenarios' check
+    does: a run is not faithful on processes nobody could ask.
+    """
+    document = collect_fidelity(fab, out_dir)
+    verdict = fidelity.judge(fidelity.records_of([("", document)]))
+    if document["missing"]:
+        names = ", ".join(document["missing"])
+        verdict.worst["missing"] = fidelity.Finding(
+            "missing", names, len(document["missing"]), 0, False, f"no fidelity record from {names}"
+        )
+    return Judged(verdict, document["machine"])
 
 
 def collect_fidelity(fab, out_dir: Path) -> dict:

@@ -5,28 +5,19 @@ from __future__ import annotations
 import pytest
 
 from controllers import layout
-from emu import fidelity, telemetry
 from emu.net import wait_for
+from emu.pytest_plugin import xfail_if_unfaithful
 from emu.traffic import iperf
 
 
 @pytest.mark.emu_fabric(controller_args=("--flowlet-gap-us", "2000"))
-def test_flowlet_groups_carry_traffic_and_start_flowlets(fabric, tmp_path):
-    doc = iperf.run(fabric, "h1", "h3", 3, omit_s=1)
+def test_flowlet_groups_carry_traffic_and_start_flowlets(fabric):
     rate = fabric.graph.edges["h1", "leaf1"]["rate_bps"]
-    received = doc["end"]["sum_received"]["bits_per_second"]
-    if received <= 0.8 * rate:
-        # As the scenarios' tests: a run in which the emulator fell behind its links is
-        # no evidence either way (DESIGN.md); CI's busiest runs read 0.76 of the link so.
-        verdict = fidelity.judge(
-            fidelity.records_of([("", telemetry.collect_fidelity(fabric, tmp_path))])
-        )
-        if not verdict.faithful:
-            reasons = "; ".join(f.text for f in verdict.failures())
-            pytest.xfail(
-                f"TCP at {received / rate:.2f} of the link in an unfaithful run: {reasons}"
-            )
-    assert received > 0.8 * rate
+    # As the scenarios' tests: a run in which the emulator fell behind its links is
+    # no evidence either way (DESIGN.md); CI's busiest runs read 0.76 of the link so.
+    with xfail_if_unfaithful(fabric, hosts_tolerance=0.2):
+        doc = iperf.run(fabric, "h1", "h3", 3, omit_s=1)
+        assert doc["end"]["sum_received"]["bits_per_second"] > 0.8 * rate
     groups = fabric.switch_call("leaf1", "groups")
     assert groups and all(
         g["mode"] == {"mode": "flowlet", "gap_s": 0.002} for g in groups if g["type"] == "select"

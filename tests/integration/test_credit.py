@@ -20,7 +20,8 @@ from emu import fabric
 from emu.credit_audit import audit
 from emu.net import Fabric, wait_for
 from emu.proto.layers import IBFlowControl
-from emu.telemetry import start_capture
+from emu.pytest_plugin import xfail_if_judged_unfaithful
+from emu.telemetry import judge_fidelity, start_capture
 from emu.traffic.rdma import RdmaHosts
 
 RATE_BPS = 10_000_000
@@ -59,7 +60,9 @@ def slow_receiver(tmp_path_factory):
         macs = {p["name"]: p["hw_addr"] for p in fab.switch_call("s1", "ports")}
         for proc in caps.values():
             fab.stop_proc(proc)
+        judged = judge_fidelity(fab, out / "judged")
         yield {
+            "judged": judged,
             "graph": g,
             "done": done,
             "msg": msg,
@@ -92,8 +95,12 @@ def test_the_slow_receiver_backs_up_to_the_sender_through_credits(slow_receiver)
     r = slow_receiver
     links = r["counters"]["credit"]["links"]
     # The switch's port to h2 waited for h2's credit; h1's NIC waited for the switch's.
-    assert links["2"]["3"]["blocked_s"] > 0.1, links["2"]
-    assert r["stats"]["h1"]["credit"]["3"]["blocked_s"] > 0.1, r["stats"]["h1"]["credit"]
+    # How long depends on h1's NIC sending at the link rate (about 0.17 s: it sends
+    # 600 kB at 10 Mbit/s while the last 192 KiB of buffer on the path fill at the
+    # 5 Mbit/s drain), so a NIC agent that fell behind is no evidence here.
+    with xfail_if_judged_unfaithful(r["judged"]):
+        assert links["2"]["3"]["blocked_s"] > 0.1, links["2"]
+        assert r["stats"]["h1"]["credit"]["3"]["blocked_s"] > 0.1, r["stats"]["h1"]["credit"]
     for port in ("1", "2"):
         assert links[port]["3"]["overruns"] == 0
     assert r["stats"]["h2"]["credit"]["3"]["overruns"] == 0

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import pytest
 
-from emu import fabric, fidelity, telemetry
+from emu import fabric, telemetry
 from emu.models import dragonfly as model
 from emu.net import Fabric
 from emu.traffic import dragonfly as workload
@@ -60,10 +60,8 @@ def measure(out_dir, routing: str) -> dict:
             "adversarial": workload.run(fab, "adversarial", ADVERSARIAL),
             "uniform": workload.run(fab, "uniform", UNIFORM),
         }
-        verdict = fidelity.judge(
-            fidelity.records_of([("", telemetry.collect_fidelity(fab, out_dir))])
-        )
-    return {"runs": runs, "verdict": verdict, "status": status}
+        judged = telemetry.judge_fidelity(fab, out_dir)
+    return {"runs": runs, "judged": judged, "status": status}
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +81,8 @@ def measured(tmp_path_factory) -> dict:
 def judged(measured: dict, what: str) -> None:
     """xfail, naming why, when either run's emulator was not faithful."""
     for routing, m in measured.items():
-        if not m["verdict"].faithful:
-            reasons = "; ".join(f.text for f in m["verdict"].failures())
+        if not m["judged"].faithful:
+            reasons = m["judged"].reasons()
             pytest.xfail(f"{what}: the {routing} run was unfaithful: {reasons}")
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from emu.faults import FaultError
+from emu.pytest_plugin import xfail_if_unfaithful
 from emu.registry import wait_for
 
 
@@ -116,21 +117,22 @@ def test_slow_host_sends_and_receives_at_a_fraction_of_its_link(fabric):
         assert result.ok, result.error
         return result.received_mbps
 
-    healthy = mbps("h1", "h2")
-    fabric.faults.slow_host("h2", factor=4)
-    into_slow, out_of_slow = mbps("h1", "h2"), mbps("h2", "h1")
-    fabric.faults.slow_host("h2", factor=1)
-    again = mbps("h1", "h2")
-    link = fabric.graph.edges["h2", "leaf2"]["rate_bps"] / 1e6
-    assert healthy > 0.8 * link
-    assert 0.15 * link < into_slow < 0.3 * link
-    assert 0.15 * link < out_of_slow < 0.3 * link
-    assert again > 0.8 * link
-    assert [e["factor"] for e in fabric.faults.events if e["kind"] == "slow_host"] == [4, 1]
     with pytest.raises(FaultError, match="unknown host 'h9'"):
         fabric.faults.slow_host("h9", factor=2)
     with pytest.raises(FaultError, match="factor=0.5"):
         fabric.faults.slow_host("h1", factor=0.5)
+    with xfail_if_unfaithful(fabric, hosts_tolerance=0.2):
+        healthy = mbps("h1", "h2")
+        fabric.faults.slow_host("h2", factor=4)
+        into_slow, out_of_slow = mbps("h1", "h2"), mbps("h2", "h1")
+        fabric.faults.slow_host("h2", factor=1)
+        again = mbps("h1", "h2")
+        assert [e["factor"] for e in fabric.faults.events if e["kind"] == "slow_host"] == [4, 1]
+        link = fabric.graph.edges["h2", "leaf2"]["rate_bps"] / 1e6
+        assert healthy > 0.8 * link
+        assert 0.15 * link < into_slow < 0.3 * link
+        assert 0.15 * link < out_of_slow < 0.3 * link
+        assert again > 0.8 * link
 
 
 def test_nic_faults_start_the_agents_they_need_and_take_at(fabric):

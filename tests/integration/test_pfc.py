@@ -17,7 +17,8 @@ import pytest
 
 from emu import fabric
 from emu.net import Fabric
-from emu.telemetry import start_capture
+from emu.pytest_plugin import xfail_if_judged_unfaithful
+from emu.telemetry import judge_fidelity, start_capture
 from emu.traffic import iperf
 
 DSCP26_TOS = 26 << 2
@@ -55,7 +56,9 @@ def incast(tmp_path_factory):
                 macs[p["name"]] = p["hw_addr"]
         for _, proc in caps.values():
             fab.stop_proc(proc)
+        judged = judge_fidelity(fab, out / "judged")
         yield {
+            "judged": judged,
             "graph": g,
             "caps": {frozenset(k): v[0] for k, v in caps.items()},
             "results": results,
@@ -122,17 +125,21 @@ def test_pfc_frames_never_travel_more_than_one_hop(incast):
 
 def test_fabric_between_switches_is_lossless_and_counts_agree(incast):
     spine = incast["counters"]["spine1"]
-    assert spine["buffer"]["drops"] == {}, spine["buffer"]["drops"]
     assert sum(spine["pfc"]["pfc_tx_frames"].values()) > 0
     for leaf in ("leaf1", "leaf2"):
         c = incast["counters"][leaf]
         uplink = incast["graph"].edges[leaf, "spine1"]["ports"][leaf]
         assert c["pfc"]["pause_rx"].get(f"{uplink}:3", 0) > 0
         assert c["pfc"]["paused_s"][str(uplink)][3] > 0
-    # The bottleneck is shared: both senders get through at about half the link rate.
     rates = [
         r["end"]["sum"]["bits_per_second"] * (1 - r["end"]["sum"]["lost_percent"] / 100)
         for r in incast["results"]
     ]
     link = incast["graph"].edges["spine1", "leaf3"]["rate_bps"]
-    assert sum(rates) >= 0.85 * link and min(rates) >= 0.3 * link, rates
+    # A switch that stalled past its PFC headroom drops, and one that fell behind its
+    # links delivers less, where the network it emulates would not (emu/fidelity.py).
+    with xfail_if_judged_unfaithful(incast["judged"]):
+        assert spine["buffer"]["drops"] == {}, spine["buffer"]["drops"]
+    # The bottleneck is shared: both senders get through at about half the link rate.
+    with xfail_if_judged_unfaithful(incast["judged"], hosts_tolerance=0.15):
+        assert sum(rates) >= 0.85 * link and min(rates) >= 0.3 * link, rates

@@ -28,6 +28,7 @@ from emu import fabric
 from emu.config import parse_qos
 from emu.host.rto import path_rtt_bound_s
 from emu.net import Fabric
+from emu.pytest_plugin import xfail_if_unfaithful
 from emu.traffic.collectives import run_allreduce
 from emu.traffic.rdma import RdmaHosts
 
@@ -59,13 +60,16 @@ def test_ring_allreduce_at_the_builders_defaults_never_times_out(tmp_path):
         print(f"\n16 ranks, {SIZE_BYTES} B: {res.time_s:.2f} s, RTO {info['rto_s']:.3f} s")
         assert res.wrong == 0, f"{res.wrong} wrong elements"
         assert res.digests_agree, "ranks ended with different bytes"
-        # A lossless fabric loses nothing: any resend would have been spurious.
-        for sw in fabric.switches(graph):
-            drops = fab.switch_call(sw, "counters")["buffer"]["drops"]
-            assert not any(drops.values()), f"{sw} dropped frames: {drops}"
-        for h in hosts:
-            for qpn, qp in nics.stats(h)["send"].items():
-                assert (qp["timeouts"], qp["retransmitted"], qp["naks"]) == (0, 0, 0), (
-                    f"{h} QP {qpn}: {qp['timeouts']} timeouts, {qp['retransmitted']} "
-                    f"packets resent, {qp['naks']} NAKs"
-                )
+        # A lossless fabric loses nothing: any resend would have been spurious. A switch
+        # that stalled past its PFC headroom (a busy host took its CPU) drops, though the
+        # network it emulates would not: that run's fidelity says so (emu/fidelity.py).
+        with xfail_if_unfaithful(fab, reset=False):
+            for sw in fabric.switches(graph):
+                drops = fab.switch_call(sw, "counters")["buffer"]["drops"]
+                assert not any(drops.values()), f"{sw} dropped frames: {drops}"
+            for h in hosts:
+                for qpn, qp in nics.stats(h)["send"].items():
+                    assert (qp["timeouts"], qp["retransmitted"], qp["naks"]) == (0, 0, 0), (
+                        f"{h} QP {qpn}: {qp['timeouts']} timeouts, {qp['retransmitted']} "
+                        f"packets resent, {qp['naks']} NAKs"
+                    )

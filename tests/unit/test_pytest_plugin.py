@@ -7,6 +7,7 @@ file with a bad marker, in a subprocess, and read what a user would see.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -154,3 +155,127 @@ def test_a_tests_own_marker_does_not_silently_miss_the_module_fabric(tmp_path):
     assert "takes `fabric` or `module_fabric`, not both" in res.stdout
     assert "never reached" not in res.stdout
     assert "2 error" in res.stdout
+
+
+# ----- xfail_if_unfaithful: a rate check counts only when the emulator kept up -----
+
+
+def _judged(faithful: bool, steal_s: float = 0.0):
+    from emu import fidelity, telemetry
+
+    finding = fidelity.Finding(
+        "deficit", "leaf1 port 2", 0.031, 0.01, faithful, "leaf1 port 2 lost 91 ms of link time"
+    )
+    machine = {"window_s": 4.0, "steal_s": steal_s}
+    return telemetry.Judged(fidelity.Verdict(worst={"deficit": finding}), machine)
+
+
+class _Fab:
+    def log_dir(self) -> str:
+        return "/nonexistent"
+
+
+@pytest.fixture
+def judging(monkeypatch):
+    """Record what xfail_if_unfaithful asks of emu.telemetry; answer with `judging.answer`."""
+    from emu import telemetry
+
+    class Calls:
+        resets = 0
+        judged = 0
+        answer = None
+
+    def reset(fab):
+        Calls.resets += 1
+
+    def judge(fab, out_dir):
+        Calls.judged += 1
+        return Calls.answer
+
+    monkeypatch.setattr(telemetry, "reset_fidelity", reset)
+    monkeypatch.setattr(telemetry, "judge_fidelity", judge)
+    return Calls
+
+
+def test_a_passing_rate_check_is_never_judged(judging):
+    from emu.pytest_plugin import xfail_if_unfaithful
+
+    with xfail_if_unfaithful(_Fab()):
+        assert 19e6 > 0.8 * 20e6
+    assert (judging.resets, judging.judged) == (1, 0)
+
+
+def test_a_failed_check_in_an_unfaithful_run_is_xfail_naming_why(judging):
+    from emu.pytest_plugin import xfail_if_unfaithful
+
+    judging.answer = _judged(faithful=False, steal_s=2.86)
+    with pytest.raises(pytest.xfail.Exception) as info:
+        with xfail_if_unfaithful(_Fab(), reset=False):
+            assert 10e6 > 0.8 * 20e6, "TCP below the link"
+    assert (judging.resets, judging.judged) == (0, 1)
+    reason = str(info.value)
+    assert "TCP below the link" in reason and "in an unfaithful run: " in reason
+    assert "leaf1 port 2 lost 91 ms of link time" in reason
+    assert "the hypervisor took 2.86 s of CPU" in reason
+
+
+def test_a_failed_check_in_a_faithful_run_fails(judging):
+    from emu.pytest_plugin import xfail_if_judged_unfaithful, xfail_if_unfaithful
+
+    judging.answer = _judged(faithful=True)
+    with pytest.raises(AssertionError, match="TCP below the link"):
+        with xfail_if_unfaithful(_Fab()):
+            assert 10e6 > 0.8 * 20e6, "TCP below the link"
+    with pytest.raises(AssertionError, match="TCP below the link"):
+        with xfail_if_judged_unfaithful(_judged(faithful=True)):
+            assert 10e6 > 0.8 * 20e6, "TCP below the link"
+    with pytest.raises(pytest.xfail.Exception):
+        with xfail_if_judged_unfaithful(_judged(faithful=False)):
+            assert 10e6 > 0.8 * 20e6, "TCP below the link"
+
+
+def test_an_error_that_is_not_a_failed_check_is_never_excused(judging):
+    from emu.pytest_plugin import xfail_if_unfaithful
+
+    judging.answer = _judged(faithful=False)
+    with pytest.raises(KeyError):
+        with xfail_if_unfaithful(_Fab()):
+            {}["sum_received"]
+    assert judging.judged == 0
+
+
+def test_a_process_that_gave_no_record_makes_the_window_unfaithful(monkeypatch, tmp_path):
+    """As the scenarios' check: a run is not faithful on processes nobody could ask."""
+    from emu import telemetry
+
+    document = {"processes": [], "missing": ["leaf1"], "machine": {"steal_s": 0.0}}
+    monkeypatch.setattr(telemetry, "collect_fidelity", lambda fab, out_dir: document)
+    judged = telemetry.judge_fidelity(_Fab(), tmp_path)
+    assert not judged.faithful
+    assert judged.reasons() == "no fidelity record from leaf1"
+
+
+def test_hosts_tolerance_excuses_a_miss_only_when_the_hypervisor_took_that_much(judging):
+    """The hosts' kernels are not judged: a TCP check that lets 10% go is excused in a
+    run whose switches kept up only when steal took at least 10% of the CPU time."""
+    from emu import fidelity, telemetry
+    from emu.pytest_plugin import xfail_if_unfaithful
+
+    cpus = os.cpu_count() or 1
+
+    def faithful_with_steal(share: float):
+        machine = {"window_s": 4.0, "steal_s": share * 4.0 * cpus}
+        return telemetry.Judged(fidelity.Verdict(), machine)
+
+    judging.answer = faithful_with_steal(0.37)
+    with pytest.raises(pytest.xfail.Exception, match="took 37% of the machine's CPU time"):
+        with xfail_if_unfaithful(_Fab(), hosts_tolerance=0.1):
+            assert 14.7e6 >= 0.9 * 20e6
+    judging.answer = faithful_with_steal(0.02)  # a quiet VM: the miss stands
+    with pytest.raises(AssertionError):
+        with xfail_if_unfaithful(_Fab(), hosts_tolerance=0.1):
+            assert 14.7e6 >= 0.9 * 20e6
+    judging.answer = faithful_with_steal(0.37)  # without a tolerance the hosts excuse nothing
+    with pytest.raises(AssertionError):
+        with xfail_if_unfaithful(_Fab()):
+            assert 14.7e6 >= 0.9 * 20e6
