@@ -341,17 +341,23 @@ def _replies_to(fab: SimFabric, host: str) -> list:
     return [f for f in frames if ARP in f and f[ARP].op == 2]
 
 
-def test_a_proxy_arp_reply_waits_for_the_routes_it_makes_usable() -> None:
-    """Learning h4 (from its answer to the probe) sends every switch routes to it; h1
-    is answered only when every switch has acknowledged them, so h1's first packet
-    to h4 cannot meet a table miss (Mininet's pingall lost such an echo under load)."""
-    mgr = RoutingManager(RoutingConfig())
+def _h1_asks_for_h4_while_barriers_wait(config: RoutingConfig) -> Tuple[RoutingManager, SimFabric]:
+    """A discovered leaf/spine whose switches hold their barrier replies; h1 asks for h4."""
+    mgr = RoutingManager(config)
     fab = SimFabric(leaf_spine(), mgr)
     fab.start()
     fab.settle()
     fab.to_hosts.clear()
     fab.hold_barriers = True
     fab.host_arp("h1", "10.0.0.4")
+    return mgr, fab
+
+
+def test_a_proxy_arp_reply_waits_for_the_routes_it_makes_usable() -> None:
+    """Learning h4 (from its answer to the probe) sends every switch routes to it; h1
+    is answered only when every switch has acknowledged them, so h1's first packet
+    to h4 cannot meet a table miss (Mininet's pingall lost such an echo under load)."""
+    mgr, fab = _h1_asks_for_h4_while_barriers_wait(RoutingConfig())
     assert "10.0.0.4" in {h.ip for h in mgr.hosts}  # h4 answered the probe: learned
     assert mgr.installed_version() < mgr.topology_version
     assert _replies_to(fab, "h1") == []  # the routes to h4 are not acknowledged yet
@@ -373,13 +379,7 @@ def test_a_proxy_arp_reply_waits_for_the_routes_it_makes_usable() -> None:
 def test_a_held_proxy_arp_reply_expires_with_the_question() -> None:
     """A reply whose routes are still not acknowledged when the requester has asked
     again (arp_pending_timeout_s) is dropped, not sent late."""
-    mgr = RoutingManager(RoutingConfig(arp_pending_timeout_s=5.0))
-    fab = SimFabric(leaf_spine(), mgr)
-    fab.start()
-    fab.settle()
-    fab.to_hosts.clear()
-    fab.hold_barriers = True
-    fab.host_arp("h1", "10.0.0.4")
+    mgr, fab = _h1_asks_for_h4_while_barriers_wait(RoutingConfig(arp_pending_timeout_s=5.0))
     fab.now += 5.5
     fab.deliver(mgr.tick(fab.now))
     fab.release_barriers()
