@@ -457,6 +457,54 @@ def cmd_topo_show(args) -> int:
     return 0
 
 
+def cmd_topo_place(args) -> int:
+    """Where each node would run over `--servers`, and which links become tunnels."""
+    from emu import placement
+
+    graph = topofile.load(args.file)
+    names = [s.strip() for s in args.servers.split(",")] if args.servers else []
+    try:
+        placed = placement.place(graph, names)
+    except placement.PlacementError as exc:
+        raise ScenarioError(str(exc)) from None
+    print(placement_summary(graph, placed))
+    return 0
+
+
+def placement_summary(graph, placed) -> str:
+    """`emu topo place`'s report: per server its units and counts, then the tunnels."""
+    from emu.placement import natural_key
+    from emu.topopick import rate_text
+
+    links = graph.number_of_edges()
+    head = (
+        f"fabric {graph.graph['name']} over {len(placed.servers)} servers: "
+        f"{len(placed.cut)} of {links} links cross between servers (tunnels), "
+        f"{rate_text(placed.cut_bps)}bit/s at their line rates"
+    )
+    rows = []
+    for server in placed.servers:
+        nodes = placed.nodes_on(server)
+        units = sorted({placed.unit_of[n] for n in nodes}, key=natural_key)
+        rows.append(
+            [
+                server,
+                sum(1 for n in nodes if graph.nodes[n]["kind"] == "switch"),
+                sum(1 for n in nodes if graph.nodes[n]["kind"] == "host"),
+                " ".join(units),
+            ]
+        )
+    tunnels = [
+        [u, placed.server_of[u], v, placed.server_of[v], rate_text(graph.edges[u, v]["rate_bps"])]
+        for u, v in placed.cut
+    ]
+    tables = [
+        scenario.Table("servers", ["server", "switches", "hosts", "kept together"], rows),
+        scenario.Table("tunnels", ["a", "on", "b", "on", "bit/s"], tunnels),
+    ]
+    return "\n\n".join([head] + [t.render() for t in tables if t.rows])
+
+
 def topology_summary(graph) -> str:
     """The fabric as `emu topo show` prints it: a headline, switches, hosts, switch links."""
     counts = fabric.expected_counts(graph)
@@ -1058,10 +1106,10 @@ def _add_web_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_topo_parser(sub: argparse._SubParsersAction) -> None:
-    """`emu topo validate|show|export|schema`."""
+    """`emu topo validate|show|export|place|schema`."""
     s = sub.add_parser(
         "topo",
-        help="topology files: validate, show, export, schema",
+        help="topology files: validate, show, export, place, schema",
         description="Fabrics from a file (emu/topofile.py; schema: `emu topo schema`).",
     )
     topo = s.add_subparsers(dest="topo_command", required=True)
@@ -1085,6 +1133,18 @@ def _add_topo_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("params", nargs="*", metavar="KEY=VALUE")
     t.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     t.set_defaults(func=cmd_topo_export)
+    t = topo.add_parser(
+        "place",
+        help="spread a file's fabric over servers: what runs where, which links cross",
+        description="Pods, dragonfly groups, rails and leaves with their hosts stay on one "
+        "server; the links between servers (tunnels) are as few and as slow as the "
+        "balance allows (emu/placement.py).",
+    )
+    t.add_argument("file", metavar="FILE")
+    t.add_argument(
+        "--servers", required=True, metavar="A,B[,C...]", help="server names, comma-separated"
+    )
+    t.set_defaults(func=cmd_topo_place)
     t = topo.add_parser("schema", help="print the JSON schema of topology files")
     t.set_defaults(func=cmd_topo_schema)
 
