@@ -142,6 +142,11 @@ class RoutingConfig:
             are cables (a cable counts when both directions were discovered).
         arp_flood_holddown_s: minimum time between two floods for the same unknown target.
         arp_pending_timeout_s: how long a requester waits for an unknown target.
+        arp_route_wait_s: how long a proxy ARP reply waits for every switch to
+            acknowledge the routes it makes usable; then it goes anyway. One
+            retransmit interval of a Linux host's ARP (1 s, `retrans_time_ms`):
+            a switch that never answers its barrier (hung, or its reply lost)
+            costs a host one retry, not its answer.
         max_events: how many recent events the status keeps.
         flap_threshold, flap_window_s, damp_hold_s: a port that goes down
             `flap_threshold` times within `flap_window_s` is damped: its link
@@ -173,6 +178,7 @@ class RoutingConfig:
     expect_hosts: Optional[int] = None
     arp_flood_holddown_s: float = 0.5
     arp_pending_timeout_s: float = 5.0
+    arp_route_wait_s: float = 1.0
     max_events: int = 200
     set_eth_dst: bool = True
     flowlet_gap_us: Optional[int] = None
@@ -182,7 +188,12 @@ class RoutingConfig:
     next_hops: Optional["NextHops"] = None
 
     def __post_init__(self) -> None:
-        for name in ("lldp_interval_s", "lldp_burst_interval_s", "arp_pending_timeout_s"):
+        for name in (
+            "lldp_interval_s",
+            "lldp_burst_interval_s",
+            "arp_pending_timeout_s",
+            "arp_route_wait_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be > 0")
         if self.link_timeout_intervals < 1:
@@ -290,7 +301,7 @@ class _HeldReply:
 
     version: int  # the topology version that must be installed on every switch
     message: Tuple[int, Any]
-    expires_s: float
+    send_by_s: float  # then it goes whatever the barriers say (arp_route_wait_s)
 
 
 def _host_match(ip: str) -> Dict[str, Any]:
@@ -502,7 +513,11 @@ class RoutingManager:
         select_mode = self.config.select_mode(dpid)
         if select_mode is not None:
             msgs.append((dpid, select_mode))
-        msgs.append((dpid, self._barrier(dpid, self.topology_version)))
+        # The entry's barriers say nothing about a topology version: a switch whose
+        # flush is acknowledged has empty tables. It counts as installed from the
+        # resync below (its barrier, or `_quiet` once these are answered), so a
+        # held proxy ARP reply never waits on a switch that has no routes yet.
+        msgs.append((dpid, self._barrier(dpid, 0)))
         common = dict(cookie=layout.ROUTING_COOKIE, table_id=layout.ROUTING_TABLE)
         to_ctrl = (ofmsg.ACTION_OUTPUT, ofmsg.OFPP_CONTROLLER)
         # (priority, match, actions) of the flows every switch gets on connect.
@@ -522,7 +537,7 @@ class RoutingManager:
         ]
         # The barrier above orders the flush before the adds; this one is what says
         # the base flows are in: the resync below may send this switch nothing.
-        msgs.append((dpid, self._barrier(dpid, self.topology_version)))
+        msgs.append((dpid, self._barrier(dpid, 0)))
         msgs.append((dpid, ofmsg.port_desc_request()))
         msgs += self._lldp_out(dpid, sorted(sw.ports))
         sw.next_lldp_s = now + self.config.lldp_burst_interval_s
@@ -745,27 +760,34 @@ class RoutingManager:
         pingall under emu's routing lost such a first echo (h1 to h3: the echo left
         h1 right after the reply, and no switch on its way forwarded it) on a loaded
         machine.
-        A reply not released within the ARP wait (``arp_pending_timeout_s``) is
-        dropped: the host has asked again by then.
+        A reply still held after ``arp_route_wait_s`` goes anyway: one switch
+        that never answers its barrier must not leave every host unanswered.
         """
         reply = self._arp_reply(requester, target)
         if self.installed_version() >= self.topology_version:
             return [reply]
         self._held_replies.append(
-            _HeldReply(self.topology_version, reply, now + self.config.arp_pending_timeout_s)
+            _HeldReply(self.topology_version, reply, now + self.config.arp_route_wait_s)
         )
         return []
 
     def _release_replies(self, now: float) -> Msgs:
-        """Held proxy ARP replies whose routes are now installed everywhere."""
+        """Held proxy ARP replies whose routes are now installed everywhere, or whose
+        wait is over. One whose requester's switch is not connected waits for it
+        (a reconnect that overtook the old connection's teardown) until its time."""
         if not self._held_replies:
             return []
         installed = self.installed_version()
-        ready = [h.message for h in self._held_replies if h.version <= installed]
-        self._held_replies = [
-            h for h in self._held_replies if h.version > installed and h.expires_s >= now
-        ]
-        return [m for m in ready if m[0] in self._switches]
+        out: Msgs = []
+        held: List[_HeldReply] = []
+        for h in self._held_replies:
+            due = h.version <= installed or now >= h.send_by_s
+            if due and h.message[0] in self._switches:
+                out.append(h.message)
+            elif now < h.send_by_s:
+                held.append(h)
+        self._held_replies = held
+        return out
 
     def _arp_reply(self, requester: Host, target: Host) -> Tuple[int, Any]:
         frame = ofmsg.arp_frame(
