@@ -478,7 +478,7 @@ def placement_summary(graph, placed) -> str:
 
     links = graph.number_of_edges()
     head = (
-        f"fabric {graph.graph['name']} over {len(placed.servers)} servers: "
+        f"fabric {graph.graph.get('name', '')} over {len(placed.servers)} servers: "
         f"{len(placed.cut)} of {links} links cross between servers (tunnels), "
         f"{rate_text(placed.cut_bps)}bit/s at their line rates"
     )
@@ -495,7 +495,13 @@ def placement_summary(graph, placed) -> str:
             ]
         )
     tunnels = [
-        [u, placed.server_of[u], v, placed.server_of[v], rate_text(graph.edges[u, v]["rate_bps"])]
+        [
+            u,
+            placed.server_of[u],
+            v,
+            placed.server_of[v],
+            rate_text(graph.edges[u, v].get("rate_bps", 0)),
+        ]
         for u, v in placed.cut
     ]
     tables = [

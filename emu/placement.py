@@ -137,9 +137,10 @@ def _partition(graph: nx.Graph, names: tuple[str, ...], unit_of: dict) -> Placem
             partition=(start, set(nodes) - start),
             weight="weight",
         )
-        # KL swaps pairs, so each side keeps its size, but networkx 3.6 returns
-        # the sides in the other order: take back the one that began as `start`.
-        if len(a) != size or (len(a) == len(b) and len(a & start) < len(b & start)):
+        # KL swaps pairs, so each side keeps its size, but which side networkx
+        # returns first is its own affair: the first servers take the side of
+        # `size` nodes, or, when both sides are that size, the one with the first node.
+        if len(a) != size or (len(a) == len(b) and nodes[0] not in a):
             a, b = b, a
         parts += [(first, _in_order(nodes, a)), (second, _in_order(nodes, b))]
     server_of = {n: servers[0] for servers, nodes in parts for n in nodes}
@@ -150,18 +151,18 @@ def _partition(graph: nx.Graph, names: tuple[str, ...], unit_of: dict) -> Placem
     for n in graph:
         members.setdefault(unit_of[n], []).append(n)
     rank = {name: i for i, name in enumerate(names)}
+    if len(names) > len(members):
+        raise PlacementError(
+            f"servers: {len(names)} servers for {len(members)} "
+            f"unit{'s' if len(members) > 1 else ''} of this fabric (pods, "
+            "groups, rails, or leaves with their hosts, kept whole): each server needs one"
+        )
     for nodes_of_unit in members.values():
         held = [server_of[n] for n in nodes_of_unit]
         home = min(set(held), key=lambda s: (-held.count(s), rank[s]))
         for n in nodes_of_unit:
             server_of[n] = home
-    empty = [s for s in names if s not in set(server_of.values())]
-    if empty:
-        raise PlacementError(
-            f"servers: {len(names)} servers for {len(members)} units of this fabric "
-            f"(pods, groups, rails or leaves with their hosts): {', '.join(empty)} would "
-            "run nothing"
-        )
+    _fill_empty_servers(server_of, members, names)
     cut = tuple(sorted((u, v) for u, v in graph.edges() if server_of[u] != server_of[v]))
     return Placement(
         servers=names,
@@ -170,6 +171,24 @@ def _partition(graph: nx.Graph, names: tuple[str, ...], unit_of: dict) -> Placem
         cut=cut,
         cut_bps=float(sum(graph.edges[u, v].get("rate_bps", 0.0) for u, v in cut)),
     )
+
+
+def _fill_empty_servers(server_of: dict, members: dict, names: tuple[str, ...]) -> None:
+    """A server that moving units whole left empty takes the smallest unit of the
+    most loaded server that has more than one (there is one: units >= servers)."""
+    for server in names:
+        if server in server_of.values():
+            continue
+        units_on: dict[str, list[str]] = {}
+        for unit, nodes in members.items():
+            units_on.setdefault(server_of[nodes[0]], []).append(unit)
+        donor = max(
+            (s for s in names if len(units_on.get(s, [])) > 1),
+            key=lambda s: (sum(len(members[u]) for u in units_on[s]), -names.index(s)),
+        )
+        smallest = min(units_on[donor], key=lambda u: (len(members[u]), natural_key(u)))
+        for n in members[smallest]:
+            server_of[n] = server
 
 
 def _weighted(graph: nx.Graph, unit_of: dict) -> nx.Graph:

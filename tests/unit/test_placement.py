@@ -100,6 +100,23 @@ def test_a_rail_fabric_keeps_what_crosses_the_cheaper_of_rails_and_gpu_servers()
     assert p.cut_bps == 12 * graph.edges["h1", "rail1"]["rate_bps"]
 
 
+@pytest.mark.parametrize(
+    "graph, n",
+    [
+        (fabric.leaf_spine(leaves=1, spines=3, hosts_per_leaf=5), 3),
+        (fabric.leaf_spine(leaves=1, spines=3, hosts_per_leaf=5), 4),
+        (fabric.fat_tree(k=4), 7),
+        (fabric.fat_tree(k=4), 8),
+        (fabric.dragonfly(groups=5, routers_per_group=2, global_links_per_router=2), 5),
+    ],
+)
+def test_as_many_servers_as_units_each_get_one(graph, n):
+    """Units moved whole after the bisection could leave a server empty (found in
+    review: 3 servers for a leaf and 3 spines said "would run nothing")."""
+    p = place(graph, servers(n))
+    assert set(p.server_of.values()) == set(servers(n))
+
+
 def test_one_server_runs_everything_and_cuts_nothing():
     graph = fabric.fat_tree(k=4)
     p = place(graph, ["local"])
