@@ -476,8 +476,9 @@ def machine_sample() -> MachineSample:
 
 
 def machine_window(start: MachineSample, end: MachineSample) -> dict:
-    """What the machine did between two samples: {"window_s", "steal_s", "idle_share",
-    "cpu_pressure_share"} (the last None without PSI)."""
+    """What the machine did between two samples: {"window_s", "steal_s", "steal_share",
+    "idle_share", "cpu_pressure_share"} (the last None without PSI; the shares of
+    the CPU time /proc/stat counted over every CPU, None if it counted none)."""
     window = max(end.at - start.at, 1e-9)
     total = end.total_s - start.total_s
     pressure = None
@@ -486,6 +487,7 @@ def machine_window(start: MachineSample, end: MachineSample) -> dict:
     return {
         "window_s": round(window, 3),
         "steal_s": round(end.steal_s - start.steal_s, 3),
+        "steal_share": round((end.steal_s - start.steal_s) / total, 4) if total > 0 else None,
         "idle_share": round((end.idle_s - start.idle_s) / total, 4) if total > 0 else None,
         "cpu_pressure_share": pressure,
     }

@@ -891,6 +891,12 @@ class Fabric:
     def log_dir(self) -> str:
         return self.run.log_dir if self.run else ""
 
+    def reset_fidelity(self) -> None:
+        """Start every switch's and NIC agent's fidelity window now (emu/fidelity.py):
+        what a test measures next is judged alone (emu.pytest_plugin.xfail_if_unfaithful).
+        The record this fabric collects as it closes then covers the same window."""
+        telemetry.reset_fidelity(self)
+
 
 def switch_seed(fabric_seed: int, name: str) -> int:
     """The SELECT hash seed of switch `name` in a fabric seeded with `fabric_seed`."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,14 +330,14 @@ class Judged:
     @property
     def steal_share(self) -> float:
         """The share of the machine's CPU time over the window that the VM's host took."""
-        window_s = self.machine.get("window_s") or 0.0
-        if window_s <= 0:
-            return 0.0
-        return self.machine.get("steal_s", 0.0) / (window_s * (os.cpu_count() or 1))
+        return self.machine.get("steal_share") or 0.0
 
-    def reasons(self) -> str:
-        """Where the emulator fell behind and by how much, in one line."""
-        text = "; ".join(f.text for f in self.verdict.failures())
+    def reasons(self, measures=None) -> str:
+        """Where the emulator fell behind and by how much, in one line (the
+        failed findings of `measures`, default every measure)."""
+        text = "; ".join(
+            f.text for f in self.verdict.failures() if measures is None or f.measure in measures
+        )
         if self.machine.get("steal_s", 0.0) >= 0.01:
             # A busy VM host takes the CPU from every process now and then: name it.
             text += (
@@ -389,7 +388,7 @@ def collect_fidelity(fab, out_dir: Path) -> dict:
     machine = (
         fidelity.machine_window(start, end)
         if start is not None
-        else {"steal_s": 0.0, "idle_share": None, "cpu_pressure_share": None}
+        else {"steal_s": 0.0, "steal_share": None, "idle_share": None, "cpu_pressure_share": None}
     )
     document = {"processes": records, "missing": missing, "machine": machine}
     path.write_text(json.dumps(document, indent=1))

@@ -121,18 +121,18 @@ def test_slow_host_sends_and_receives_at_a_fraction_of_its_link(fabric):
         fabric.faults.slow_host("h9", factor=2)
     with pytest.raises(FaultError, match="factor=0.5"):
         fabric.faults.slow_host("h1", factor=0.5)
+    healthy = mbps("h1", "h2")
+    fabric.faults.slow_host("h2", factor=4)
+    into_slow, out_of_slow = mbps("h1", "h2"), mbps("h2", "h1")
+    fabric.faults.slow_host("h2", factor=1)
+    again = mbps("h1", "h2")
+    assert [e["factor"] for e in fabric.faults.events if e["kind"] == "slow_host"] == [4, 1]
+    link = fabric.graph.edges["h2", "leaf2"]["rate_bps"] / 1e6
+    # A busy machine only ever slows a host: the slow host's ceiling holds regardless.
+    assert into_slow < 0.3 * link and out_of_slow < 0.3 * link, (into_slow, out_of_slow)
     with xfail_if_unfaithful(fabric, hosts_tolerance=0.2):
-        healthy = mbps("h1", "h2")
-        fabric.faults.slow_host("h2", factor=4)
-        into_slow, out_of_slow = mbps("h1", "h2"), mbps("h2", "h1")
-        fabric.faults.slow_host("h2", factor=1)
-        again = mbps("h1", "h2")
-        assert [e["factor"] for e in fabric.faults.events if e["kind"] == "slow_host"] == [4, 1]
-        link = fabric.graph.edges["h2", "leaf2"]["rate_bps"] / 1e6
-        assert healthy > 0.8 * link
-        assert 0.15 * link < into_slow < 0.3 * link
-        assert 0.15 * link < out_of_slow < 0.3 * link
-        assert again > 0.8 * link
+        assert healthy > 0.8 * link and again > 0.8 * link, (healthy, again)
+        assert into_slow > 0.15 * link and out_of_slow > 0.15 * link, (into_slow, out_of_slow)
 
 
 def test_nic_faults_start_the_agents_they_need_and_take_at(fabric):

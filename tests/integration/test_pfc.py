@@ -17,7 +17,7 @@ import pytest
 
 from emu import fabric
 from emu.net import Fabric
-from emu.pytest_plugin import xfail_if_judged_unfaithful
+from emu.pytest_plugin import LOSSLESS_MEASURES, xfail_if_judged_unfaithful
 from emu.telemetry import judge_fidelity, start_capture
 from emu.traffic import iperf
 
@@ -138,7 +138,7 @@ def test_fabric_between_switches_is_lossless_and_counts_agree(incast):
     link = incast["graph"].edges["spine1", "leaf3"]["rate_bps"]
     # A switch that stalled past its PFC headroom drops, and one that fell behind its
     # links delivers less, where the network it emulates would not (emu/fidelity.py).
-    with xfail_if_judged_unfaithful(incast["judged"]):
+    with xfail_if_judged_unfaithful(incast["judged"], measures=LOSSLESS_MEASURES):
         assert spine["buffer"]["drops"] == {}, spine["buffer"]["drops"]
     # The bottleneck is shared: both senders get through at about half the link rate.
     with xfail_if_judged_unfaithful(incast["judged"], hosts_tolerance=0.15):

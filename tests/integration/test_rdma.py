@@ -6,6 +6,7 @@ import pytest
 
 from emu import fabric
 from emu.net import Fabric, wait_for
+from emu.pytest_plugin import xfail_if_unfaithful
 from emu.traffic.rdma import RdmaHosts
 
 
@@ -60,18 +61,22 @@ def test_the_nic_model_bypasses_the_hosts_qdisc(rdma):
     try:
         before = tbf_sent_bytes(fab, "h1")
         qp = nics.connect("h1", "h2")
-        [write] = nics.post_write("h1", qp, 500_000, remote_va=0x7F000000, rkey=7)
         done = []
 
         def completed():
             done.extend(nics.poll_completions("h1", qp))
             return done
 
+        fab.reset_fidelity()  # the write's own stretch, judged below
+        [write] = nics.post_write("h1", qp, 500_000, remote_va=0x7F000000, rkey=7)
         wait_for(completed, 20, "the write to complete")
         assert done[0]["msg_id"] == write
-        at_link_s = 500_000 * 8 / link_bps
-        assert done[0]["latency_s"] < 2 * at_link_s  # through the tbf: 20 x at_link_s
         assert tbf_sent_bytes(fab, "h1") - before < 50_000  # ARP and the like, not 500 kB
+        # The write's time is the NIC agents' to keep: an agent that fell behind
+        # its link (a busy machine) is no evidence either way.
+        with xfail_if_unfaithful(fab):
+            at_link_s = 500_000 * 8 / link_bps
+            assert done[0]["latency_s"] < 2 * at_link_s  # through the tbf: 20 x at_link_s
     finally:
         fab.set_host_tx_rate("h1", None)
 

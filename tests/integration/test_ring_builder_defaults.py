@@ -28,7 +28,7 @@ from emu import fabric
 from emu.config import parse_qos
 from emu.host.rto import path_rtt_bound_s
 from emu.net import Fabric
-from emu.pytest_plugin import xfail_if_unfaithful
+from emu.pytest_plugin import LOSSLESS_MEASURES, xfail_if_unfaithful
 from emu.traffic.collectives import run_allreduce
 from emu.traffic.rdma import RdmaHosts
 
@@ -63,7 +63,7 @@ def test_ring_allreduce_at_the_builders_defaults_never_times_out(tmp_path):
         # A lossless fabric loses nothing: any resend would have been spurious. A switch
         # that stalled past its PFC headroom (a busy host took its CPU) drops, though the
         # network it emulates would not: that run's fidelity says so (emu/fidelity.py).
-        with xfail_if_unfaithful(fab, reset=False):
+        with xfail_if_unfaithful(fab, measures=LOSSLESS_MEASURES):
             for sw in fabric.switches(graph):
                 drops = fab.switch_call(sw, "counters")["buffer"]["drops"]
                 assert not any(drops.values()), f"{sw} dropped frames: {drops}"

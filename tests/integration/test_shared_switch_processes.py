@@ -43,14 +43,14 @@ def test_four_switches_in_two_processes_forward_between_every_pair(fabric):
 def test_a_tcp_flow_through_switches_of_one_process_reaches_the_link_rate(fabric):
     """h1 -> h2 crosses leaf1, a spine and leaf2, all served by one loop."""
     rate_bps = fabric.graph.edges["h1", "leaf1"]["rate_bps"]
-    # The check lets 10% go: as much CPU taken from the hosts' TCP can explain a miss.
+    doc = iperf.run(fabric, "h1", "h2", 4.0, port=5601)
+    assert "error" not in doc, doc.get("error")
+    goodput = doc["end"]["sum_received"]["bits_per_second"]
+    mss = doc["start"].get("tcp_mss_default", 1448) or 1448
+    wire = goodput * (mss + 66) / mss  # frame bits on the wire per goodput bit
+    # The smoke scenario's check: TCP reaches >= 0.9 of the link rate (DESIGN.md). It
+    # lets 10% go: as much CPU taken from the hosts' TCP could explain a miss.
     with xfail_if_unfaithful(fabric, hosts_tolerance=0.1):
-        doc = iperf.run(fabric, "h1", "h2", 4.0, port=5601)
-        assert "error" not in doc, doc.get("error")
-        goodput = doc["end"]["sum_received"]["bits_per_second"]
-        mss = doc["start"].get("tcp_mss_default", 1448) or 1448
-        wire = goodput * (mss + 66) / mss  # frame bits on the wire per goodput bit
-        # The smoke scenario's check: TCP reaches >= 0.9 of the link rate (DESIGN.md).
         assert wire >= 0.9 * rate_bps, (wire, rate_bps)
 
 

@@ -326,6 +326,7 @@ def test_the_machine_window_weights_idle_and_pressure_by_window(tmp_path):
     assert window == {
         "window_s": 10.0,
         "steal_s": 0.02,
+        "steal_share": 0.001,
         "idle_share": 0.2,
         "cpu_pressure_share": 0.3,
     }
