@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -274,6 +275,8 @@ class Fabric:
         # What `close` collected: every process's fidelity record (emu/telemetry.py
         # collect_fidelity), for the run that opened this fabric (emu/runs.py).
         self.fidelity_document: dict | None = None
+        # Each host NIC's drops when a test last began a fidelity window (`reset_fidelity`).
+        self.host_nic_drops_at_reset: dict[str, int] = {}
         # The NIC agents of the hosts' NIC ports (an emu.traffic.rdma.RdmaHosts) that
         # workloads and NIC faults share: the first set started on this fabric's NIC
         # ports, or the one the first collective or NIC fault starts. Their processes
@@ -895,7 +898,27 @@ class Fabric:
         """Start every switch's and NIC agent's fidelity window now (emu/fidelity.py):
         what a test measures next is judged alone (emu.pytest_plugin.xfail_if_unfaithful).
         The record this fabric collects as it closes then covers the same window."""
+        self.host_nic_drops_at_reset = self.host_nic_drops()
         telemetry.reset_fidelity(self)
+
+    def host_nic_drops(self) -> dict[str, int]:
+        """Frames of its own traffic each host's NIC token bucket has dropped
+        (`host_nic_pacing`; `set_host_tx_rate`), by host; {} without pacing.
+
+        A real NIC holds what its host sends (the kernel's qdisc queues 1000
+        frames, `txqueuelen`); emu's bucket queues 16 and drops the rest
+        (docs/performance.md, "The host NIC's queue"): a drop there is the
+        emulator's, not the network's.
+        """
+        if not self.host_nic_pacing:
+            return {}
+        drops = {}
+        for host in fabric_mod.hosts(self.graph):
+            intf = self.graph.edges[host, self.graph.nodes[host]["leaf"]]["intfs"][host]
+            out = self.host_run(host, ["tc", "-s", "qdisc", "show", "dev", intf]).stdout
+            found = re.search(r"qdisc tbf .*?dropped (\d+)", out, re.S)
+            drops[host] = int(found.group(1)) if found else 0
+        return drops
 
 
 def switch_seed(fabric_seed: int, name: str) -> int:

@@ -171,8 +171,17 @@ def _judged(faithful: bool, steal_s: float = 0.0):
 
 
 class _Fab:
+    """What xfail_if_unfaithful asks of a fabric, with its host NICs' drop counters."""
+
+    def __init__(self, drops_at_reset=None, drops=None):
+        self.host_nic_drops_at_reset = drops_at_reset or {}
+        self.drops = drops or {}
+
     def log_dir(self) -> str:
         return "/nonexistent"
+
+    def host_nic_drops(self) -> dict:
+        return dict(self.drops)
 
 
 @pytest.fixture
@@ -317,3 +326,24 @@ def test_a_failure_to_judge_leaves_the_checks_own_failure(monkeypatch):
         with xfail_if_unfaithful(_Fab()):
             raise AssertionError("TCP below the link")
     assert isinstance(info.value.__cause__, OSError)
+
+
+def test_frames_a_host_nic_dropped_in_the_window_excuse_a_tcp_miss(judging):
+    """A real NIC holds what its host sends; emu's 16-frame token bucket drops the
+    rest, and TCP then resends thousands (CI: 6046 resent, 0.73 of the link, every
+    switch faithful). Drops before the window, or no tolerance given, excuse nothing."""
+    from emu import fidelity, telemetry
+    from emu.pytest_plugin import xfail_if_unfaithful
+
+    judging.answer = telemetry.Judged(fidelity.Verdict(), {"steal_share": 0.02})
+    fab = _Fab(drops_at_reset={"h1": 100, "h2": 0}, drops={"h1": 9210, "h2": 0})
+    with pytest.raises(pytest.xfail.Exception, match=r"dropped 9110 frames .*\(h1 9110\)"):
+        with xfail_if_unfaithful(fab, hosts_tolerance=0.2):
+            raise AssertionError("TCP below the link")
+    before = _Fab(drops_at_reset={"h1": 9210}, drops={"h1": 9210})
+    with pytest.raises(AssertionError):
+        with xfail_if_unfaithful(before, hosts_tolerance=0.2):
+            raise AssertionError("TCP below the link")
+    with pytest.raises(AssertionError):
+        with xfail_if_unfaithful(fab):
+            raise AssertionError("TCP below the link")
