@@ -473,7 +473,7 @@ def cmd_topo_place(args) -> int:
 
 def placement_summary(graph, placed) -> str:
     """`emu topo place`'s report: per server its units and counts, then the tunnels."""
-    from emu.placement import natural_key
+    from emu.fabric import natural_key
     from emu.topopick import rate_text
 
     links = graph.number_of_edges()

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import networkx as nx
 from networkx.algorithms.community import kernighan_lin_bisection
 
+from emu.fabric import natural_key
+
 
 class PlacementError(ValueError):
     """Servers a fabric cannot be placed on; the message names the problem."""
@@ -237,13 +239,6 @@ def _in_order(nodes: list[str], chosen: set) -> list[str]:
 
 def _sorted(nodes) -> list[str]:
     return sorted(nodes, key=natural_key)
-
-
-def natural_key(name: str) -> tuple:
-    """'leaf10' after 'leaf9': names compared by their text and numbers."""
-    import re
-
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name)))
 
 
 def placer_class(placement: Placement):

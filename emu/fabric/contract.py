@@ -156,6 +156,11 @@ def host_port(G: nx.Graph, host: str, kind: str = "nic") -> HostPort:
     )
 
 
+def natural_key(name: str) -> tuple:
+    """'leaf10' after 'leaf9': node names compared by their text and numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
 def switches(G: nx.Graph) -> List[str]:
     """Return the switch names of `G`, in insertion order."""
     return [n for n, kind in G.nodes(data="kind") if kind == "switch"]

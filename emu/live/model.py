@@ -12,12 +12,12 @@ checks it.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 import networkx as nx
 
 from emu import fabric as fabric_mod
+from emu.fabric import natural_key
 
 MODEL_VERSION = 1
 # A port whose egress was paused for at least this share of the last interval
@@ -26,11 +26,6 @@ MODEL_VERSION = 1
 PAUSED_SHARE = 0.5
 # Utilisation above 1 is measuring noise (two clocks, frames in flight): clamp.
 MAX_UTILISATION = 1.0
-
-
-def natural_key(name: str) -> tuple:
-    """'leaf10' after 'leaf9': names compared by their text and numbers."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def link_id(u: str, v: str) -> str:

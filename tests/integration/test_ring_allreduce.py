@@ -217,9 +217,7 @@ class FidelityWindow:
 
     def __init__(self, fab, nics, hosts):
         self.fab, self.nics, self.hosts = fab, nics, hosts
-        reset_fidelity(fab)
-        for h in hosts:
-            nics.nics[h].call("fidelity_reset")
+        reset_fidelity(fab)  # every switch and NIC agent
         self.marks0 = self._marks()
         self.nic0 = {h: nics.stats(h) for h in hosts}
         self.cpu0 = _machine_cpu()

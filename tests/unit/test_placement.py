@@ -32,7 +32,7 @@ def servers(n: int) -> list[str]:
 def stock_cut(graph, names: list[str], placer: str) -> int:
     """Links between servers when one of the cluster edition's placers places `graph`."""
     cluster = pytest.importorskip("mininet.examples.cluster")
-    from emu.placement import natural_key
+    from emu.fabric import natural_key
 
     hosts = sorted(fabric.hosts(graph), key=natural_key)
     switches = sorted(fabric.switches(graph), key=natural_key)
