@@ -34,6 +34,7 @@ from emu import (
 from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
+from emu.servers import ServerError
 
 EXIT_CHECKS_FAILED = 1
 EXIT_USAGE = 2
@@ -87,16 +88,26 @@ class _RunHelp(argparse.Action):
         parser.exit(0)
 
 
+SERVERS_HELP = (
+    "run the fabric over these servers (local is this machine; a NAME as ssh knows it, "
+    "docs/cluster.md); the same as --set servers=..."
+)
+
+
 def _with_topo(args) -> list[str]:
-    """`--set` overrides with `--topo FILE` added as the `topo` parameter."""
-    return args.set + ([f"topo={args.topo}"] if args.topo else [])
+    """`--set` overrides with `--topo FILE` and `--servers` added as parameters."""
+    extra = [f"topo={args.topo}"] if args.topo else []
+    if getattr(args, "servers", None):
+        extra.append(f"servers={args.servers}")
+    return args.set + extra
 
 
 def cmd_run(args) -> int:
     args.set = _with_topo(args)
     module = scenario.load(args.name)
-    scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
+    params = scenario.resolve_params(module, args.set)  # fail fast on bad input, before root checks
     need_root(f"emu run {args.name}")
+    _check_servers(params)
     if not args.web:
         ctx = _run_scenario(args)
         print(scenario.render_report(ctx))
@@ -109,6 +120,15 @@ def cmd_run(args) -> int:
         view.finished(ctx.out_dir)
         _linger(view, args.web_linger)
     return run_status(ctx)
+
+
+def _check_servers(params: dict) -> None:
+    """A bad server (`--servers`) is one line and exit status 2 before anything starts
+    (the fabric checks again as it opens: emu.net serves scripts too)."""
+    if params.get("servers"):
+        from emu import servers
+
+        servers.preflight(servers.parse_servers(params["servers"]), servers.ssh_config_path())
 
 
 def _run_scenario(args):
@@ -320,6 +340,7 @@ def cmd_cli(args) -> int:
 
     params = scenario.resolve_params(Module, _with_topo(args))
     need_root("emu cli")
+    _check_servers(params)
     graph = scenario.build_fabric_graph(params)
     fab = Fabric(graph, **scenario.fabric_options(params))
     with contextlib.ExitStack() as stack:
@@ -940,6 +961,15 @@ def cmd_ps(args) -> int:
 
 def cmd_clean(args) -> int:
     need_root("emu clean")
+    from emu import servers
+
+    # The servers of the dead runs (a run over several servers recorded them): each
+    # is asked to clean too, after this machine (a server's agent normally removed
+    # its part when the run's connection went; this is for one that could not).
+    remote = {}
+    for run in registry.load_runs():
+        if not registry.same_process(run.owner_pid, run.owner_start):
+            remote.update(run.info.get("servers") or {})
     removed = registry.clean_dead_runs()
     if not removed:
         print("nothing to clean: no dead runs recorded")
@@ -948,6 +978,8 @@ def cmd_clean(args) -> int:
             f"{r['run']}: stopped {len(r['stopped_pids'])} processes, "
             f"deleted {len(r['deleted_interfaces'])} interfaces"
         )
+    for name, info in remote.items():
+        print(servers.clean_server(name, info))
     live = registry.live_runs()
     if live:
         print(
@@ -1085,6 +1117,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--out", help="results directory (default results/NAME)")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
+    s.add_argument("--servers", metavar="local,NAME,...", help=SERVERS_HELP)
     _add_web_options(s, linger=True)
     s.set_defaults(func=cmd_run)
 
@@ -1094,6 +1127,7 @@ def _add_cli_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("cli", help="Mininet CLI on a running fabric")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
+    s.add_argument("--servers", metavar="local,NAME,...", help=SERVERS_HELP)
     _add_web_options(s, linger=False)
     s.set_defaults(func=cmd_cli)
 
@@ -1372,6 +1406,7 @@ def main(argv: list[str] | None = None) -> int:
         mgmt.MgmtError,
         realtime.RealtimeError,
         labs.LabError,
+        ServerError,
     ) as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -44,6 +44,7 @@ from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net'
     stop_pids,
     wait_for,
 )
+from emu.servers import parse_servers, remote_servers
 from emu.traffic import iperf
 from emu.traffic.ping import PingJob
 
@@ -202,6 +203,14 @@ class Fabric:
             its wake-ups, which is most of what a switch at tens of Mbit/s
             costs. 0 runs each switch in a process of its own. None (the
             default): one process per CPU (`default_switch_processes`).
+            With `servers`, each server's switches share that many processes.
+        servers: run the fabric over these servers ("local,b" or a list; "local"
+            is this machine, any other name is what `ssh` connects to, e.g. a
+            Host of ~/.ssh/config or of the file `EMU_SSH_CONFIG` names).
+            emu.placement decides which node runs where; links between servers
+            become tunnels (emu/cluster.py; docs/cluster.md). Every server is
+            checked before anything starts (emu.servers.preflight): a bad one
+            is a ServerError naming it. None or only "local": this machine.
 
     Example:
         >>> with Fabric(leaf_spine(leaves=2, spines=2)) as fab:   # doctest: +SKIP
@@ -224,8 +233,18 @@ class Fabric:
         extensions: tuple[str, ...] | str = (),
         adaptive_routing: str | dict[str, str] | None = None,
         dragonfly_routing: str | None = None,
+        servers: str | list[str] | None = None,
     ) -> None:
         fabric_mod.validate(graph)
+        self.servers = parse_servers(servers)
+        if not remote_servers(self.servers):
+            self.servers = []  # "local" alone is the one-machine fabric
+        # With servers: which node runs where (emu.placement), the servers' SSH
+        # connections and agents (emu.cluster.ClusterRun), and what was read of
+        # the servers and tunnels as the fabric closed (`servers_report`).
+        self.placement = None
+        self.cluster = None
+        self.servers_document: dict | None = None
         self.graph = graph
         self.apps = tuple(apps)
         self.extensions = routing_extensions(extensions)
@@ -308,17 +327,33 @@ class Fabric:
 
         from emu.switch.node import EmuSwitch, disable_offloads
 
+        self.started_at = time.monotonic()
+        preflight = None
+        if self.servers:  # every server checked before anything is made
+            from emu import placement, servers
+
+            preflight = servers.preflight(self.servers, servers.ssh_config_path())
+            self.placement = placement.place(self.graph, self.servers)
+            self._boot_phase("servers checked")
         clean_dead_runs()
         self._refuse_taken_interfaces()
-        self.started_at = time.monotonic()
         log_dir = os.path.join(self.out_dir, "logs") if self.out_dir else None
         self.run = Run.create(log_dir=log_dir, label=self.graph.graph.get("name", "fabric"))
         self.run.info["graph"] = self.graph.graph.get("name")
         # The topology for tools outside this process (`emu path` follows its links).
         Path(self.run.sock_dir, GRAPH_FILE).write_text(json.dumps(nx.node_link_data(self.graph)))
-        self.run.add_interfaces(self._interface_names())
+        self.run.add_interfaces(self._interface_names(local_only=True))
         self._start_controller()
         self._boot_phase("controller listening")
+        if self.servers:
+            from emu.cluster import ClusterRun
+
+            self.cluster = ClusterRun(self.servers, self.run, preflight)
+            self.cluster.connect(self.controller_port)
+            self._refuse_taken_remote_interfaces()
+            for server, agent in self.cluster.agents.items():  # recorded there before made
+                agent.call("interfaces", names=self._interface_names(server=server))
+            self._boot_phase("servers connected")
         setLogLevel("warning")
         rates = {}
         for u, v, data in self.graph.edges(data=True):
@@ -335,7 +370,7 @@ class Fabric:
             qos=self.qos,
             switch_processes=self.switch_processes,
         )
-        self.net = Mininet(
+        options = dict(
             topo=fabric_mod.to_mininet(self.graph),
             switch=switch_cls,
             host=Host,
@@ -344,6 +379,10 @@ class Fabric:
             autoSetMacs=False,
             waitConnected=False,
         )
+        if self.cluster is None:
+            self.net = Mininet(**options)
+        else:
+            self.net = self._cluster_mininet(options, rates)
         self.net.build()
         self._boot_phase("namespaces and links")
         for node in self.net.hosts + self.net.switches:
@@ -367,13 +406,74 @@ class Fabric:
         self._boot_phase("routing converged")
         telemetry.reset_fidelity(self)  # judge the experiment, not the boot
 
+    def _cluster_mininet(self, options: dict, rates: dict):
+        """Mininet's cluster edition with emu's classes (emu/cluster.py) and placement."""
+        from emu import cluster, placement
+
+        c = self.cluster
+        switch_cls = functools.partial(
+            _SeededSwitch,
+            cluster.RemoteEmuSwitch,
+            cluster=c,
+            run=self.run,
+            port_rates=rates,
+            fabric_seed=self.seed,
+            log_level=self.log_level,
+            qos=self.qos,
+            switch_processes=self.switch_processes,
+        )
+        names = [cluster.mininet_name(s) for s in self.servers]
+        return cluster.EmuCluster(
+            **dict(
+                options,
+                switch=switch_cls,
+                host=functools.partial(cluster.RemoteEmuHost, cluster=c),
+                link=functools.partial(cluster.EmuTunnelLink, cluster=c),
+            ),
+            servers=names,
+            serverIP={cluster.mininet_name(s): c.addresses[s] for s in self.servers},
+            placement=placement.placer_class(self._mininet_placement()),
+        )
+
+    def _mininet_placement(self):
+        """The placement with the cluster edition's server names ("localhost" for local)."""
+        from dataclasses import replace
+
+        from emu.cluster import mininet_name
+
+        p = self.placement
+        return replace(
+            p,
+            servers=tuple(mininet_name(s) for s in p.servers),
+            server_of={n: mininet_name(s) for n, s in p.server_of.items()},
+        )
+
+    def server_of(self, node: str) -> str:
+        """The server `node` runs on ("local": this machine)."""
+        if self.placement is None:
+            return "local"
+        return self.placement.server_of[node]
+
+    def _refuse_taken_remote_interfaces(self) -> None:
+        """As `_refuse_taken_interfaces`, on every other server (through its agent)."""
+        for server, agent in self.cluster.agents.items():
+            there = set(agent.run(["ls", "/sys/class/net"])["stdout"].split())
+            taken = sorted(there & set(self._interface_names(server=server)))
+            if taken:
+                raise FabricError(
+                    f"server {server}: {len(taken)} of this fabric's interfaces already exist "
+                    f"there ({', '.join(taken[:3])}{', ...' if len(taken) > 3 else ''}): one "
+                    "fabric of these names runs at a time on a server (`emu clean` there)"
+                )
+
     def _refuse_taken_interfaces(self) -> None:
         """A fabric whose interface names already exist (another fabric of the same
         names is running: interfaces live in the root namespace) is refused before
         anything is built. Built, Mininet would fail on the first one ("RTNETLINK
         answers: File exists"), and this fabric's teardown would delete the other's
         interfaces, which its manifest would list as its own."""
-        taken = [n for n in self._interface_names() if os.path.exists(f"/sys/class/net/{n}")]
+        names = self._interface_names(local_only=True)
+        taken = [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
         if not taken:
             return
         owners = [r.run_id for r in live_runs() if set(taken) & set(r.interfaces)]
@@ -420,6 +520,15 @@ class Fabric:
                 telemetry.collect_switch_telemetry(self, self.out_dir)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("telemetry not collected: %s", exc)
+        if self.cluster is not None and self.net is not None:
+            try:
+                self.servers_document = self.servers_report()
+                self.cluster.fetch_logs(self.run.log_dir)
+                if self.out_dir:
+                    path = os.path.join(self.out_dir, "servers.json")
+                    Path(path).write_text(json.dumps(self.servers_document, indent=1))
+            except Exception as exc:  # noqa: BLE001 - teardown must go on
+                log.warning("servers not reported: %s", exc)
 
     def _tear_down(self) -> dict:
         if self._faults is not None:
@@ -432,6 +541,12 @@ class Fabric:
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("Mininet stop failed (%s); falling back to the registry", exc)
             self.net = None
+        if self.cluster is not None:
+            try:
+                self.cluster.close()
+            except Exception as exc:  # noqa: BLE001 - teardown must go on
+                log.warning("servers not closed (emu clean will): %s", exc)
+            self.cluster = None
         if self.controller is not None:
             stop_child(self.controller, grace_s=5)
             self.controller = None
@@ -439,10 +554,16 @@ class Fabric:
         self.run = None
         return removed
 
-    def _interface_names(self) -> list[str]:
+    def _interface_names(self, local_only: bool = False, server: str | None = None) -> list[str]:
+        """The fabric's interface names; those of one server's nodes with `server`
+        ("local" with `local_only`: the ones in this machine's root namespace)."""
+        if local_only:
+            server = "local"
         names = []
         for _, _, data in self.graph.edges(data=True):
-            names.extend(data["intfs"].values())
+            for node, intf in data["intfs"].items():
+                if server is None or self.server_of(node) == server:
+                    names.append(intf)
         return names
 
     # ----- controller -------------------------------------------------------
@@ -506,21 +627,65 @@ class Fabric:
         neighbours see carrier loss and fail over at once.
         """
         self.switch(name).crash()
-        for intf in self._switch_intfs(name):
-            subprocess.run(["ip", "link", "set", "dev", intf, "down"], check=True)
+        for node, intf in self._switch_ends(name):
+            self._switch_link_state(node, intf, "down")
 
     def restart_switch(self, name: str) -> None:
         """Start a crashed switch again: empty tables until the controller resynchronises it."""
         sw = self.switch(name)
         if sw.running():
             raise FabricError(f"switch {name} is still running")
-        for intf in self._switch_intfs(name):
-            subprocess.run(["ip", "link", "set", "dev", intf, "up"], check=True)
+        for node, intf in self._switch_ends(name):
+            self._switch_link_state(node, intf, "up")
         sw.start([])
         sw.wait_ready()
 
     def _switch_intfs(self, name: str) -> list[str]:
         return [data["intfs"][name] for _, _, data in self.graph.edges(name, data=True)]
+
+    def _switch_ends(self, name: str) -> list[tuple[str, str]]:
+        """(node, interface) of switch `name`'s ports, and of the far end of each
+        link to another server: a tunnel has no carrier to lose when its peer dies."""
+        ends = []
+        for u, v, data in self.graph.edges(name, data=True):
+            peer = v if u == name else u
+            ends.append((name, data["intfs"][name]))
+            if self.server_of(peer) != self.server_of(name):
+                ends.append((peer, data["intfs"][peer]))
+        return ends
+
+    def _switch_link_state(self, node: str, intf: str, state: str) -> None:
+        """`ip link set INTF STATE` of a switch port, on the server the switch runs on."""
+        argv = ["ip", "link", "set", "dev", intf, state]
+        if self.cluster is None:
+            subprocess.run(argv, check=True)
+        else:
+            from emu.cluster import mininet_name
+
+            self.cluster.run_on(mininet_name(self.server_of(node)), argv)
+
+    def servers_report(self) -> dict:
+        """Which node runs where, and what crossed each tunnel (device counters at both
+        ends); {} for a fabric on one machine."""
+        if self.cluster is None:
+            return {}
+        kind = self.graph.nodes
+        on = {s: self.placement.nodes_on(s) for s in self.servers}
+        return {
+            "servers": self.servers,
+            "tunnel_kind": self.cluster.tunnel_kind,
+            "switches": {s: [n for n in on[s] if kind[n]["kind"] == "switch"] for s in on},
+            "hosts": {s: [n for n in on[s] if kind[n]["kind"] != "switch"] for s in on},
+            "tunnels": self.cluster.tunnel_counters(),
+            "underlay_rtt": self.cluster.underlay_rtt(),
+            # The slowest link a tunnel carries: its frame time bounds the delay a
+            # tunnel may add unnoticed (emu.scenario add_servers).
+            "tunnel_link_rates_bps": {
+                f"{u}-{v}": d["rate_bps"]
+                for u, v in self.placement.cut
+                for d in [self.graph.edges[u, v]]
+            },
+        }
 
     def kill_controller(self) -> None:
         """Crash the controller (SIGKILL); switches keep forwarding with their flows."""
@@ -887,7 +1052,7 @@ class Fabric:
         state = "up" if up else "down"
         for node, intf in self.graph.edges[u, v]["intfs"].items():
             if self.graph.nodes[node]["kind"] == "switch":
-                subprocess.run(["ip", "link", "set", "dev", intf, state], check=True)
+                self._switch_link_state(node, intf, state)
             else:
                 self.host_run(node, ["ip", "link", "set", "dev", intf, state], check=True)
 

@@ -64,6 +64,7 @@ FABRIC_OPTIONS = (
     "seed",
     "converge_timeout_s",
     "log_level",
+    "servers",
 )
 
 

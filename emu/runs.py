@@ -30,6 +30,8 @@ class RunFabrics:
         self.out_dir = Path(out_dir)
         # (label, fidelity document) of every fabric that closed, in the order they did.
         self.documents: list[tuple[str, dict]] = []
+        # (label, Fabric.servers_report()) of every fabric run over several servers.
+        self.servers_documents: list[tuple[str, dict]] = []
         self._labels: dict[int, str] = {}  # id(fabric) -> label, while it is up
 
     def start(self, graph, label: str = "", **options) -> Fabric:
@@ -53,6 +55,8 @@ class RunFabrics:
             label = self._labels.pop(id(fab), "")
             if fab.fidelity_document is not None:
                 self.documents.append((label, fab.fidelity_document))
+            if getattr(fab, "servers_document", None):  # a fabric over several servers
+                self.servers_documents.append((label, fab.servers_document))
 
     @contextmanager
     def open(self, graph, label: str = "", **options) -> Iterator[Fabric]:

@@ -630,6 +630,58 @@ def add_fidelity(ctx: Context) -> None:
     }
 
 
+def add_servers(ctx: Context) -> None:
+    """For a fabric over several servers (`servers`): which switch ran where, what
+    crossed each tunnel, and two checks that the tunnels kept up (emu/servers.py)."""
+    from emu import servers
+
+    for label, doc in ctx.fabrics.servers_documents:
+        where = f" ({label})" if label else ""
+        ctx.table(
+            f"servers{where}: which node ran where (emu/placement.py)",
+            ["server", "switches", "hosts"],
+            servers.placement_rows(doc),
+        )
+        ctx.table(
+            f"tunnels{where} ({doc['tunnel_kind']}): frames by the tunnel devices' counters",
+            ["link", "from", "to", "frames in", "frames out", "lost"],
+            servers.tunnel_rows(doc),
+        )
+        lost = sum(row[-1] for row in servers.tunnel_rows(doc) if isinstance(row[-1], int))
+        unread = sum(1 for row in servers.tunnel_rows(doc) if not isinstance(row[-1], int))
+        ctx.check(
+            f"tunnels{where}: every frame sent into a tunnel came out",
+            lost == 0 and unread == 0,
+            f"{lost} lost of {servers.tunnel_frames(doc) + lost}"
+            + (f"; {unread} directions unread" if unread else ""),
+            "0 lost (a tunnel stands for a wire)",
+            fidelity=True,
+        )
+        limit = servers.tunnel_delay_limit_s(doc)
+        rtts = doc.get("underlay_rtt", {})
+        worst = max(
+            ((r.get("avg_ms"), s) for s, r in rtts.items()),
+            key=lambda x: -1 if x[0] is None else x[0],
+            default=(None, None),
+        )
+        if limit is not None and worst[1] is not None:
+            one_way_s = None if worst[0] is None else worst[0] / 2e3
+            ctx.check(
+                f"tunnels{where}: the underlay adds less than one frame time",
+                one_way_s is not None and one_way_s < limit,
+                f"{one_way_s * 1e6:.0f} µs one way to {worst[1]} (RTT/2)"
+                if one_way_s is not None
+                else f"no RTT to {worst[1]}: {rtts[worst[1]].get('error')}",
+                f"< {limit * 1e6:.0f} µs (a 1514-byte frame at the slowest tunnelled link's rate)",
+                fidelity=True,
+            )
+        ctx.metrics.setdefault("servers", []).append(
+            {"label": label, **{k: doc[k] for k in ("servers", "switches", "tunnel_kind")},
+             "tunnel_frames": servers.tunnel_frames(doc), "tunnel_lost": lost,
+             "underlay_rtt": rtts}
+        )  # fmt: skip
+
+
 def write_results(ctx: Context) -> None:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -669,11 +721,13 @@ def run(
     except BaseException as exc:
         ctx.check("scenario completed", False, f"{type(exc).__name__}: {exc}", "no error")
         add_fidelity(ctx)
+        add_servers(ctx)
         write_results(ctx)
         raise
     if not ctx.checks:
         ctx.check("scenario produced checks", False, 0, ">= 1 check")
     add_fidelity(ctx)
+    add_servers(ctx)
     write_results(ctx)
     return ctx
 
@@ -793,7 +847,23 @@ def fabric_params(
             min=0,
             max=64,
         ),
+        "servers": Param(
+            "",
+            "run the fabric over these servers: local,NAME[,NAME...] (NAME as ssh knows it; "
+            "docs/cluster.md); empty: this machine alone; also --servers",
+            check=_servers,
+        ),
     }
+
+
+def _servers(text: str) -> None:
+    """`servers` as emu.servers reads it (names only: the servers are checked at the start)."""
+    from emu.servers import ServerError, parse_servers
+
+    try:
+        parse_servers(text)
+    except ServerError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _adaptive_classes(text: str) -> None:
@@ -825,6 +895,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
         "extensions": config.routing_extensions(params.get("extensions", "")),
         "adaptive_routing": params.get("adaptive_routing") or None,
         "dragonfly_routing": params.get("dragonfly_routing") or None,
+        "servers": params.get("servers") or None,
     }
 
 

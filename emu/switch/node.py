@@ -210,6 +210,10 @@ class EmuSwitch(Switch):
         self.proc: subprocess.Popen | None = None
         self.mgmt_path = os.path.join(self.run.sock_dir, f"{name}.sock")
         self.log_path = os.path.join(self.run.log_dir, f"{name}.log")
+        # Where the worker serves its management socket and writes its log: here,
+        # the same as above; a switch on another server (emu.cluster) differs.
+        self.worker_mgmt_path = self.mgmt_path
+        self.worker_log_dir = self.run.log_dir
 
     def addIntf(self, intf, *args, **kwargs) -> None:  # noqa: N802 (Mininet's API)
         # A drop-in switch records its ports as Mininet adds them, so that the
@@ -220,8 +224,11 @@ class EmuSwitch(Switch):
         super().addIntf(intf, *args, **kwargs)
 
     # argv, in pieces a subclass can override
+    # The python that runs the worker: this one's (a remote switch's: its server's).
+    worker_python = sys.executable
+
     def datapath_command(self) -> list[str]:
-        return [sys.executable, "-m", "emu.switch.worker"]
+        return [self.worker_python, "-m", "emu.switch.worker"]
 
     def port_args(self) -> list[str]:
         args = []
@@ -245,7 +252,7 @@ class EmuSwitch(Switch):
             "--dpid",
             f"0x{self.dpid}",
             "--mgmt",
-            self.mgmt_path,
+            self.worker_mgmt_path,
             "--seed",
             str(self.seed),
             "--log-level",
@@ -268,10 +275,7 @@ class EmuSwitch(Switch):
         self.mininet_controllers = tuple(f"{c.IP()}:{c.port}" for c in controllers or ())
         if self.drop_in and self not in DropInRuns.members:
             self._rejoin()  # started again after a stop that ended the drop-in run
-        ports = [intf.name for intf in self.intfList() if intf.name != "lo"]
-        disable_ipv6(*ports)
-        for name in ports:
-            disable_offloads(name)
+        self.prepare_ports([intf.name for intf in self.intfList() if intf.name != "lo"])
         if self.drop_in:
             self.disable_peer_offloads()
         self.crashed = False
@@ -284,12 +288,34 @@ class EmuSwitch(Switch):
         self.shares_process = False
         argv = self.build_argv()
         log.debug("%s: %s", self.name, " ".join(argv))
-        self.proc = self.run.spawn(argv, self.log_path, f"switch {self.name}")
+        self.proc = self.spawn_process(argv, self.log_path, f"switch {self.name}")
+        self.switch_started()
+
+    # Where the switch's ports and process live, in pieces a subclass overrides
+    # (emu.cluster's RemoteEmuSwitch runs them on another server).
+    def prepare_ports(self, ports: list[str]) -> None:
+        """No IPv6 and no offloads on the switch's ports, before its worker opens them."""
+        disable_ipv6(*ports)
+        for name in ports:
+            disable_offloads(name)
+
+    def spawn_process(self, argv: list[str], log_path: str, role: str):
+        """Start a worker process; a `subprocess.Popen`, or what stands for one."""
+        return self.run.spawn(argv, log_path, role)
+
+    def switch_started(self) -> None:
+        """Called once this switch's worker has been spawned."""
+
+    def sockets_closed(self) -> bool:
+        """This switch's management socket is gone (after a crash)."""
+        return not os.path.exists(self.mgmt_path)
 
     def _rejoin(self) -> None:
         self.run = DropInRuns.acquire(self)
         self.mgmt_path = os.path.join(self.run.sock_dir, f"{self.name}.sock")
         self.log_path = os.path.join(self.run.log_dir, f"{self.name}.log")
+        self.worker_mgmt_path = self.mgmt_path
+        self.worker_log_dir = self.run.log_dir
         self.run.add_interfaces([i.name for i in self.intfList() if i.name != "lo"])
 
     def disable_peer_offloads(self) -> None:
@@ -340,19 +366,20 @@ class EmuSwitch(Switch):
 
     def spawn_shared(self, process_name: str, group: list) -> None:
         """Start one `emu.switch.worker` process that runs every switch of `group`."""
-        argv = [sys.executable, "-m", "emu.switch.worker", "--name", process_name]
+        argv = [*self.datapath_command(), "--name", process_name]
         argv += ["--rt-priority", str(realtime.configured_priority())]
         argv += ["--log-level", self.log_level]
         for sw in group:
             argv += ["--switch", json.dumps(sw.build_argv()[len(sw.datapath_command()) :])]
-        log_path = os.path.join(self.run.log_dir, f"{process_name}.log")
+        log_path = os.path.join(self.worker_log_dir, f"{process_name}.log")
         names = ",".join(sw.name for sw in group)
-        proc = self.run.spawn(argv, log_path, f"switches {process_name}: {names}")
+        proc = self.spawn_process(argv, log_path, f"switches {process_name}: {names}")
         for sw in group:
             sw.proc = proc
             sw.log_path = log_path
             sw.deferred = False
             sw.shares_process = True
+            sw.switch_started()
 
     def running(self) -> bool:
         """Its process runs and it has not crashed (another switch of the process may have)."""
@@ -376,7 +403,7 @@ class EmuSwitch(Switch):
             return
         self.call("crash", timeout_s=timeout_s)
         wait_for(
-            lambda: not os.path.exists(self.mgmt_path),
+            self.sockets_closed,
             timeout_s,
             f"switch {self.name} to close its sockets after a crash",
             interval_s=0.01,

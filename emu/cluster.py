@@ -1,0 +1,484 @@
+"""One fabric over several servers, built with Mininet's cluster edition (issue 32).
+
+Owns the Mininet classes of a fabric that `Fabric(graph, servers=[...])`
+spreads over servers (docs/cluster.md), each a subclass of the cluster
+edition's own (Debian's mininet package, mininet/examples/cluster.py):
+
+- `EmuRemoteMixin` (its `RemoteMixin`): a node on another server is a shell
+  there, started over the run's SSH master (emu.servers.Connection); no
+  `sudo` (emu is root on every server, the preflight checks it), no agent
+  forwarding, and every command a remote node `popen`s runs under
+  `python -m emu.remote guard`, which ends it when its SSH session ends.
+- `RemoteEmuHost`, `RemoteEmuSwitch`: emu's host and switch on the server
+  `server=` names; the switch's worker is started by that server's agent
+  (recorded in the server's own manifest), its management socket is
+  forwarded here (so `mgmt.call`, telemetry and `emu ctl` work unchanged),
+  and it reaches the controller through a port the SSH master forwards.
+- `EmuTunnelLink` (its `RemoteGRELink`): a link whose ends are on two
+  servers becomes a tunnel (VXLAN, or gretap where every kernel has it)
+  whose two ends carry the graph's interface names, so each is an ordinary
+  emu switch port, paced at the link's rate. MTU 1500 as every emu link,
+  not the cluster edition's 1450: the underlay must carry 1550-byte packets.
+- `EmuCluster` (its `MininetCluster`): emu's preflight (emu.servers)
+  instead of `precheck` (which `sys.exit`s and calls sudo), emu's placement
+  (emu.placement) instead of `SwitchBinPlacer`.
+- `ClusterRun`: the servers of one run, their connections and agents, the
+  tunnels made, and what was read of them when the run closed.
+
+`ClusterCleanup` (which runs `mn -c` over SSH) is never used: each server's
+agent removes what its manifest lists, and `emu clean` asks each server of a
+dead run to do the same.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+import weakref
+import zlib
+
+from mininet.examples.cluster import MininetCluster, RemoteGRELink, RemoteMixin
+from mininet.link import Link
+from mininet.node import Host
+
+from emu import registry
+from emu import servers as srv
+from emu.registry import FabricError, Run, wait_for
+from emu.remote import tunnel_argv
+from emu.switch.node import OFFLOADS_OFF, EmuSwitch
+
+log = logging.getLogger(__name__)
+
+MININET_LOCAL = "localhost"  # the cluster edition's name for this machine
+TUNNEL_MTU = 1500  # every emu link's: a 1514-byte frame
+
+
+def mininet_name(server: str) -> str:
+    return MININET_LOCAL if server == srv.LOCAL else server
+
+
+class ClusterRun:
+    """The servers of one run: SSH masters, agents, controller forwards, tunnels."""
+
+    def __init__(self, servers: list[str], run: Run, preflight: dict) -> None:
+        self.servers = list(servers)
+        self.run = run
+        self.config = srv.ssh_config_path()
+        self.python = srv.remote_python()
+        self.tunnel_kind = preflight["tunnel"]
+        self.addresses = {s: srv.server_address(s, self.config) for s in self.servers}
+        self.conns: dict[str, srv.Connection] = {}
+        self.agents: dict[str, srv.Agent] = {}
+        self.controller_addrs: dict[str, str] = {}
+        self.tunnels: list[dict] = []
+        # stdin pipes of remote commands still running whose Popen was dropped (release_stdin)
+        self.held_stdin: list[int] = []
+        self._key = zlib.crc32(run.run_id.encode()) & 0xFFF000 or 0x1000
+        run.info["servers"] = {
+            s: {"address": self.addresses[s], "ssh_config": self.config, "python": self.python}
+            for s in srv.remote_servers(self.servers)
+        }
+        run.save()
+
+    def connect(self, controller_port: int) -> None:
+        """A master and an agent on every remote server; the controller reachable from each."""
+        self.controller_addrs[MININET_LOCAL] = f"127.0.0.1:{controller_port}"
+        for i, name in enumerate(srv.remote_servers(self.servers)):
+            conn = srv.Connection(name, i, self.run, self.config)
+            self.conns[name] = conn
+            conn.start()
+            agent = srv.Agent(conn, self.python)
+            self.agents[name] = agent
+            self.run.info["servers"][name]["run_id"] = agent.run_id
+            self.run.save()
+            self.controller_addrs[name] = f"127.0.0.1:{conn.forward_port_here(controller_port)}"
+
+    def server_ip(self, server: str) -> str:
+        """The address of `server` (a Mininet server name) that we connect to."""
+        return self.addresses[srv.LOCAL if server == MININET_LOCAL else server]
+
+    def tunnel_address(self, server: str, peer: str) -> str:
+        """The address of `server` on the underlay between it and `peer`: its own
+        address for a remote server; for this machine, where its route to `peer` leaves."""
+        if server == MININET_LOCAL:
+            return srv.local_address_towards(self.server_ip(peer))
+        return self.server_ip(server)
+
+    def run_on(self, server: str, argv: list[str], check: bool = True) -> dict:
+        """`argv` in `server`'s root namespace (a Mininet server name)."""
+        if server == MININET_LOCAL:
+            res = subprocess.run(argv, capture_output=True, text=True, check=False)
+            out = {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr}
+            if check and res.returncode != 0:
+                raise FabricError(f"{' '.join(argv)}: {res.stderr.strip()}")
+            return out
+        return self.agents[server].run(argv, check=check)
+
+    def release_stdin(self, fd: int, pid: int) -> None:
+        """A guarded remote command's Popen is gone: close the stdin we held for it
+        if its ssh has ended; if it still runs, hold it until the run closes (a
+        command nobody waits for runs on, as a local one would)."""
+        if registry.proc_start_time(pid) is not None and not _zombie(pid):
+            self.held_stdin.append(fd)
+        else:
+            os.close(fd)
+
+    def record_interfaces(self, server: str, names: list[str]) -> None:
+        """Into the manifest of the server that will hold them, before they are made."""
+        if server == MININET_LOCAL:
+            self.run.add_interfaces(names)
+        else:
+            self.agents[server].call("interfaces", names=names)
+
+    def next_key(self) -> int:
+        """A tunnel key (VNI) of this run: run-derived, so two runs between the same
+        servers do not share one (the cluster edition counts from 1 in every process)."""
+        self._key += 1
+        return self._key & 0xFFFFFF or 1
+
+    def _end_stats(self, server: str, intf: str) -> dict | None:
+        res = self.run_on(server, ["ip", "-s", "-j", "link", "show", "dev", intf], check=False)
+        try:
+            return json.loads(res["stdout"])[0]["stats64"]
+        except (ValueError, IndexError, KeyError, TypeError):
+            return None
+
+    def tunnel_counters(self, settle_s: float = 1.0) -> list[dict]:
+        """What crossed each tunnel, each way: frames and bytes sent into it (the
+        sending end's tx, read first), frames that came out (the other end's rx,
+        read once every frame sent has had `settle_s` to arrive), and the ends'
+        drop and error counters."""
+        sent = {}
+        for t in self.tunnels:
+            for end in ("a", "b"):
+                sent[t["link"], end] = self._end_stats(t[f"server_{end}"], t[f"intf_{end}"])
+
+        def received() -> dict:
+            return {
+                (t["link"], end): self._end_stats(t[f"server_{end}"], t[f"intf_{end}"])
+                for t in self.tunnels
+                for end in ("a", "b")
+            }
+
+        def caught_up(now: dict) -> bool:
+            for t in self.tunnels:
+                for src, dst in (("a", "b"), ("b", "a")):
+                    tx, rx = sent[t["link"], src], now[t["link"], dst]
+                    if tx and rx and rx["rx"]["packets"] < tx["tx"]["packets"]:
+                        return False
+            return True
+
+        last = received()
+
+        def settled() -> bool:
+            nonlocal last
+            if not caught_up(last):
+                last = received()
+            return caught_up(last)
+
+        try:
+            wait_for(
+                settled, settle_s, "every frame sent into a tunnel to come out", interval_s=0.05
+            )
+        except FabricError:
+            pass  # what never came out is lost: reported
+        rows = []
+        for t in self.tunnels:
+            row = dict(t)
+            for src, dst in (("a", "b"), ("b", "a")):
+                tx, rx = sent[t["link"], src], last[t["link"], dst]
+                row[f"{src}_to_{dst}"] = (
+                    None
+                    if not (tx and rx)
+                    else {
+                        "sent": tx["tx"]["packets"],
+                        "sent_bytes": tx["tx"]["bytes"],
+                        "received": rx["rx"]["packets"],
+                        "lost": max(0, tx["tx"]["packets"] - rx["rx"]["packets"]),
+                        "tx_dropped": tx["tx"]["dropped"],
+                        "tx_errors": tx["tx"]["errors"],
+                        "rx_errors": rx["rx"]["errors"],
+                    }
+                )
+            rows.append(row)
+        return rows
+
+    def underlay_rtt(self, count: int = 20) -> dict[str, dict]:
+        """Round-trip time from this machine to each remote server on the underlay the
+        tunnels cross (`ping`, `count` packets 10 ms apart): {server: {"avg_ms", "max_ms"}}."""
+        out = {}
+        for name in srv.remote_servers(self.servers):
+            res = subprocess.run(
+                ["ping", "-q", "-n", "-c", str(count), "-i", "0.01", "-s", "1472",
+                 "-M", "do", self.addresses[name]],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            found = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/", res.stdout)
+            out[name] = (
+                {"avg_ms": float(found.group(2)), "max_ms": float(found.group(3))}
+                if found and res.returncode == 0
+                else {"error": (res.stdout + res.stderr).strip().splitlines()[-1:]}
+            )
+        return out
+
+    def fetch_logs(self, dest: str) -> list[str]:
+        """Copy every remote server's logs of this run into dest/<server>/; the paths written."""
+        written = []
+        for name, agent in self.agents.items():
+            try:
+                files = agent.call("logs")
+                os.makedirs(os.path.join(dest, name), exist_ok=True)
+                for f in files:
+                    text = agent.call("read", name=f)
+                    if text is None:
+                        continue
+                    path = os.path.join(dest, name, f)
+                    with open(path, "w") as out:
+                        out.write(text)
+                    written.append(path)
+            except srv.ServerError as exc:
+                log.warning("logs of server %s not fetched: %s", name, exc)
+        return written
+
+    def close(self) -> dict:
+        """Each agent removes what the run made on its server; then the masters go."""
+        removed = {}
+        for name, agent in self.agents.items():
+            removed[name] = agent.close()
+        self.agents = {}
+        for conn in self.conns.values():
+            conn.stop()
+        self.conns = {}
+        for fd in self.held_stdin:
+            os.close(fd)
+        self.held_stdin = []
+        return removed
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class EmuRemoteMixin(RemoteMixin):
+    """RemoteMixin over the run's SSH master, without sudo, its commands guarded.
+
+    Args (besides the node's own):
+        server: the Mininet server name ("localhost": this machine, as a plain node).
+        cluster: the run's `ClusterRun`.
+    """
+
+    def __init__(self, name, server=MININET_LOCAL, cluster=None, serverIP=None, **kwargs):  # noqa: N803
+        # RemoteMixin.__init__ is not called: it builds `sudo -E -u USER ssh ...`
+        # and registers ClusterCleanup (mn -c over SSH); the attributes it sets are set here.
+        self.server = server or MININET_LOCAL
+        self.cluster = cluster
+        self.serverIP = serverIP  # noqa: N815 (the cluster edition's name)
+        self.user = "root"
+        self.controlPath = None  # noqa: N815
+        self.splitInit = False  # noqa: N815
+        self.isRemote = self.server != MININET_LOCAL  # noqa: N815
+        if self.isRemote:
+            conn = cluster.conns[self.server]
+            self.dest = self.server
+            self.sshcmd = conn.ssh(tty=True)
+            self.sshcmd_notty = conn.ssh(tty=False)
+        else:
+            self.dest = None
+            self.sshcmd = []
+        self.shell, self.pid = None, None
+        super(RemoteMixin, self).__init__(name, **kwargs)
+
+    def _popen(self, cmd, sudo=True, tt=True, **params):
+        if not self.isRemote:
+            return super(RemoteMixin, self)._popen(cmd, **params)
+        if isinstance(cmd, str):
+            cmd = cmd.split()
+        held = None
+        if tt:  # the node's shell: a terminal there, which ends with its session
+            cmd = self.sshcmd + cmd
+        else:
+            guard = [self.cluster.python, "-m", "emu.remote", "guard", "--"]
+            cmd = self.sshcmd_notty + [shlex.join(guard + [str(c) for c in cmd])]
+            # The guard ends the command when its stdin ends: its ssh gives it ours,
+            # a pipe whose write end this process holds while the Popen lives.
+            if params.get("stdin") in (None, subprocess.DEVNULL):
+                held = os.pipe()  # neither end is inherited by other children (PEP 446)
+                params["stdin"] = held[0]
+        params.update(preexec_fn=os.setpgrp)
+        popen = super(RemoteMixin, self)._popen(cmd, **params)
+        if held is not None:
+            os.close(held[0])
+            weakref.finalize(popen, self.cluster.release_stdin, held[1], popen.pid)
+        return popen
+
+
+class RemoteEmuHost(EmuRemoteMixin, Host):
+    """An emu host (a Mininet host) on the server its `server` names."""
+
+
+class RemoteEmuSwitch(EmuRemoteMixin, EmuSwitch):
+    """An emu switch on the server its `server` names; its worker started there by the agent."""
+
+    def __init__(self, name, server=MININET_LOCAL, cluster=None, **params):
+        params["controller_addrs"] = (cluster.controller_addrs[server or MININET_LOCAL],)
+        super().__init__(name, server=server, cluster=cluster, **params)
+        if self.isRemote:
+            agent = cluster.agents[self.server]
+            self.worker_mgmt_path = os.path.join(agent.sock_dir, f"{name}.sock")
+            self.worker_log_dir = agent.log_dir
+            self.worker_python = cluster.python
+            self.log_path = f"{self.server}:{os.path.join(agent.log_dir, name + '.log')}"
+
+    def prepare_ports(self, ports: list[str]) -> None:
+        if not self.isRemote:
+            return super().prepare_ports(ports)
+        agent = self.cluster.agents[self.server]
+        keys = [f"net.ipv6.conf.{p}.disable_ipv6=1" for p in ports]
+        agent.run(["sh", "-c", "sysctl -qw " + " ".join(keys) + " 2>/dev/null; true"])
+        every = [w for feature in OFFLOADS_OFF for w in (feature, "off")]
+        for p in ports:
+            agent.run(["ethtool", "-K", p, *every], check=False)
+
+    def spawn_process(self, argv: list[str], log_path: str, role: str):
+        if not self.isRemote:
+            return super().spawn_process(argv, log_path, role)
+        agent = self.cluster.agents[self.server]
+        remote_log = os.path.join(agent.log_dir, os.path.basename(log_path))
+        pid = agent.call("spawn", argv=argv, log=remote_log, role=role)["pid"]
+        return srv.RemoteProcess(agent, pid, role)
+
+    def switch_started(self) -> None:
+        """Forward the worker's management socket here, once it is spawned."""
+        if self.isRemote:
+            self.cluster.conns[self.server].forward_socket(self.mgmt_path, self.worker_mgmt_path)
+
+    def sockets_closed(self) -> bool:
+        if not self.isRemote:
+            return super().sockets_closed()
+        try:
+            self.call("info", timeout_s=0.5)
+        except Exception:  # noqa: BLE001 - any failure: the switch no longer answers
+            return True
+        return False
+
+    @classmethod
+    def batchStartup(cls, switches) -> list:  # noqa: N802 (Mininet's API)
+        """Each server's switches share that server's processes, never another's."""
+        by_server: dict[str, list] = {}
+        for sw in switches:
+            by_server.setdefault(sw.server, []).append(sw)
+        for group in by_server.values():
+            EmuSwitch.batchStartup.__func__(cls, group)
+        return list(switches)
+
+
+class EmuTunnelLink(RemoteGRELink):
+    """A link inside a server is a veth pair; across servers, a tunnel (VXLAN or gretap).
+
+    The tunnel ends are named as the graph's interfaces and stay in their
+    server's root namespace (switch ports); they are recorded in that
+    server's manifest before they are made.
+    """
+
+    def __init__(self, node1, node2, cluster=None, **kwargs):
+        self.cluster = cluster
+        self.tunnel = None
+        super().__init__(node1, node2, **kwargs)
+
+    def makeIntfPair(  # noqa: N802 (Mininet's API)
+        self,
+        intfname1,
+        intfname2,
+        addr1=None,
+        addr2=None,
+        node1=None,
+        node2=None,
+        deleteIntfs=True,  # noqa: N803
+    ):
+        node1 = self.node1 if node1 is None else node1
+        node2 = self.node2 if node2 is None else node2
+        s1 = getattr(node1, "server", MININET_LOCAL)
+        s2 = getattr(node2, "server", MININET_LOCAL)
+        if s1 == s2:  # without the cluster edition's MTU 1450
+            return Link.makeIntfPair(
+                intfname1, intfname2, addr1, addr2, node1, node2, deleteIntfs=False
+            )
+        self.makeTunnel(node1, node2, intfname1, intfname2, addr1, addr2)
+        self.tunnel = 1
+        return None
+
+    def makeTunnel(self, node1, node2, intfname1, intfname2, addr1=None, addr2=None):  # noqa: N802
+        for node in (node1, node2):
+            if not isinstance(node, EmuSwitch):
+                raise FabricError(
+                    f"link {node1.name}-{node2.name} crosses servers at host {node.name}: "
+                    "a host runs on its switch's server (emu.placement keeps them together)"
+                )
+        c = self.cluster
+        key = c.next_key()
+        kind = c.tunnel_kind
+        ends = [(node1, intfname1, addr1, node2), (node2, intfname2, addr2, node1)]
+        for node, intf, addr, peer in ends:
+            c.record_interfaces(node.server, [intf])
+            here = c.tunnel_address(node.server, peer.server)
+            there = c.tunnel_address(peer.server, node.server)
+            c.run_on(node.server, tunnel_argv(kind, intf, key, here, there))
+            link_set = ["ip", "link", "set", "dev", intf, "mtu", str(TUNNEL_MTU)]
+            if addr:
+                link_set += ["address", addr]
+            c.run_on(node.server, link_set + ["up"])
+        c.tunnels.append(
+            {
+                "kind": kind,
+                "key": key,
+                "server_a": node1.server,
+                "intf_a": intfname1,
+                "server_b": node2.server,
+                "intf_b": intfname2,
+                "link": f"{node1.name}-{node2.name}",
+            }
+        )
+
+    def stop(self):
+        if self.tunnel:  # each end in its server's root namespace
+            for intf in (self.intf1, self.intf2):
+                self.cluster.run_on(intf.node.server, ["ip", "link", "del", intf.name], check=False)
+            self.tunnel = None
+        else:
+            Link.stop(self)
+
+
+class EmuCluster(MininetCluster):
+    """MininetCluster without its precheck (emu.servers.preflight ran before) or mn -c."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["precheck"] = False
+        kwargs.setdefault("user", "root")
+        super().__init__(*args, **kwargs)
+
+
+def wait_forwarded(switch, timeout_s: float) -> None:
+    """The forwarded management socket of `switch` exists here (ssh made it)."""
+    wait_for(
+        lambda: os.path.exists(switch.mgmt_path),
+        timeout_s,
+        f"the forward of {switch.name}'s management socket",
+        interval_s=0.05,
+    )
+
+
+def node_servers(net) -> dict[str, str]:
+    """{node: the server it runs on ("local" for this machine)}."""
+    out = {}
+    for node in net.hosts + net.switches:
+        server = getattr(node, "server", MININET_LOCAL)
+        out[node.name] = srv.LOCAL if server == MININET_LOCAL else server
+    return out

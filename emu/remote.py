@@ -1,0 +1,269 @@
+"""What emu runs on a server that holds part of a fabric (issue 32; docs/cluster.md).
+
+Three commands, each started over SSH by emu.servers on the machine that runs
+the fabric (its "origin"):
+
+- ``python -m emu.remote preflight`` prints one JSON line: this server's emu
+  version, whether it is root, whether ``mnexec`` is on its PATH and which
+  tunnel kinds its kernel makes. emu.servers reads it before anything starts.
+- ``python -m emu.remote serve --origin RUN`` is the server's agent for one
+  run: it owns the server's run manifest (emu.registry, on this server's own
+  /run/emu), starts the switch workers it is asked for, records their pids,
+  makes the tunnel ends and runs the root-namespace commands of that part of
+  the fabric. Requests and answers are JSON lines on stdin and stdout. When
+  its stdin ends (the run closed it, the run died and its SSH connection with
+  it), it removes everything its manifest lists and exits: nothing the run
+  made on this server outlives the run's connection.
+- ``python -m emu.remote guard -- ARGV`` runs ARGV (a command in a host's
+  namespace, started by a remote node's ``popen``) and ends it when its own
+  stdin ends. sshd does not signal a command without a terminal when the
+  connection that started it goes; the guard does.
+
+Imports only the standard library and emu.registry at start: the guard
+starts once for each command a remote host runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+# Kinds of tunnel emu makes between servers, in the order it prefers them:
+# VXLAN (UDP, so an underlay's ECMP spreads tunnels) and gretap (Mininet's
+# cluster edition's RemoteGRELink). A kernel without one lacks its module.
+TUNNEL_KINDS = ("vxlan", "gretap")
+VXLAN_PORT = 4789
+
+
+def package_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("emu")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def tunnel_argv(kind: str, name: str, key: int, local_ip: str, remote_ip: str) -> list[str]:
+    """`ip link add` of one end of a tunnel between two servers.
+
+    Raises:
+        ValueError: an unknown kind, or a key a tunnel header cannot carry (24 bits).
+    """
+    if not 0 < key < 1 << 24:
+        raise ValueError(f"tunnel key {key}: expected 1..{(1 << 24) - 1}")
+    if kind == "vxlan":
+        return [
+            "ip", "link", "add", name, "type", "vxlan", "id", str(key),
+            "local", local_ip, "remote", remote_ip, "dstport", str(VXLAN_PORT), "nolearning",
+        ]  # fmt: skip
+    if kind == "gretap":
+        return [
+            "ip", "link", "add", name, "type", "gretap",
+            "local", local_ip, "remote", remote_ip, "ttl", "64", "key", str(key),
+        ]  # fmt: skip
+    raise ValueError(f"tunnel kind {kind!r}: expected one of {', '.join(TUNNEL_KINDS)}")
+
+
+def tunnel_kinds_here() -> list[str]:
+    """The tunnel kinds this kernel makes: each tried on a throw-away device."""
+    kinds = []
+    for kind in TUNNEL_KINDS:
+        name = f"emuprobe{os.getpid() % 100000}"
+        argv = tunnel_argv(kind, name, 1, "127.0.0.1", "127.0.0.2")
+        if subprocess.run(argv, capture_output=True, check=False).returncode == 0:
+            kinds.append(kind)
+            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+    return kinds
+
+
+def preflight() -> dict:
+    return {
+        "version": package_version(),
+        "python": sys.executable,
+        "root": os.geteuid() == 0,
+        "mnexec": shutil.which("mnexec") is not None,
+        "tunnels": tunnel_kinds_here() if os.geteuid() == 0 else [],
+    }
+
+
+class Agent:
+    """One run's part on this server: its manifest, its processes, its tunnel ends."""
+
+    def __init__(self, origin: str) -> None:
+        from emu import registry
+
+        self.registry = registry
+        registry.clean_dead_runs()  # what an earlier run's agent could not remove
+        self.run = registry.Run.create(label="part")
+        self.run.info["origin_run"] = origin
+        self.run.info["made_by"] = "emu.remote serve"
+        # The logs go with the run: the origin copies them first (emu.cluster.ClusterRun).
+        self.run.paths.append(self.run.log_dir)
+        self.run.save()
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def hello(self) -> dict:
+        return {
+            "run_id": self.run.run_id,
+            "sock_dir": self.run.sock_dir,
+            "log_dir": self.run.log_dir,
+            "version": package_version(),
+            "python": sys.executable,
+        }
+
+    def handle(self, req: dict):
+        op = req.get("op")
+        if op == "spawn":
+            proc = self.run.spawn(list(req["argv"]), req["log"], str(req["role"]))
+            self.procs[proc.pid] = proc
+            return {"pid": proc.pid}
+        if op == "poll":
+            proc = self.procs.get(int(req["pid"]))
+            return None if proc is None else proc.poll()
+        if op == "signal":
+            proc = self.procs.get(int(req["pid"]))
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(int(req["sig"]))
+            return None
+        if op == "reap":  # the process has ended: forget it
+            proc = self.procs.pop(int(req["pid"]), None)
+            if proc is not None:
+                proc.wait()
+                self.run.forget_pid(proc.pid)
+            return None
+        if op == "interfaces":  # recorded before they are made
+            self.run.add_interfaces(list(req["names"]))
+            return None
+        if op == "run":
+            res = subprocess.run(
+                list(req["argv"]),
+                capture_output=True,
+                text=True,
+                timeout=float(req.get("limit_s", 30.0)),
+                check=False,
+            )
+            return {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr}
+        if op == "machine":
+            from dataclasses import asdict
+
+            from emu import fidelity
+
+            return asdict(fidelity.machine_sample())
+        if op == "read":  # a log file, for the origin's out directory
+            path = os.path.join(self.run.log_dir, os.path.basename(str(req["name"])))
+            try:
+                with open(path, errors="replace") as f:
+                    return f.read()
+            except OSError:
+                return None
+        if op == "logs":
+            return sorted(os.listdir(self.run.log_dir))
+        raise ValueError(f"unknown op {op!r}")
+
+    def teardown(self) -> dict:
+        return self.run.teardown()
+
+
+def serve(origin: str) -> int:
+    """Answer requests until stdin ends, then remove what this run made here."""
+    from emu.registry import die_with_parent
+
+    die_with_parent()  # the sshd session that started it
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing but answers on the channel
+    agent = Agent(origin)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        out.write(json.dumps({"ok": True, "result": agent.hello()}) + "\n")
+        out.flush()
+        for line in sys.stdin:
+            try:
+                req = json.loads(line)
+                if req.get("op") == "teardown":
+                    result = agent.teardown()
+                    out.write(json.dumps({"ok": True, "result": result}) + "\n")
+                    out.flush()
+                    return 0
+                answer = {"ok": True, "result": agent.handle(req)}
+            except Exception as exc:  # noqa: BLE001 - every request gets an answer
+                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            out.write(json.dumps(answer) + "\n")
+            out.flush()
+        return 0
+    finally:
+        agent.teardown()  # idempotent: a second teardown finds nothing
+
+
+def guard(argv: list[str]) -> int:
+    """Run `argv` until it exits or stdin ends; then end it (its whole session)."""
+    # Not a session or group leader of its own: Mininet's `mnexec -d` forks into the
+    # background when it is one (and makes its own session when it is not).
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+
+    def signal_all(sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)  # the command's own session, if it made one
+        except (ProcessLookupError, PermissionError):
+            os.kill(proc.pid, sig)
+
+    def watch_stdin() -> None:
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        if proc.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, None)):
+                try:
+                    signal_all(sig)
+                except ProcessLookupError:
+                    return
+                try:
+                    proc.wait(timeout=wait_s)
+                    return
+                except subprocess.TimeoutExpired:
+                    continue
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
+    rc = proc.wait()
+    return rc if rc >= 0 else 128 - rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emu.remote", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("preflight")
+    s = sub.add_parser("serve")
+    s.add_argument("--origin", required=True, help="the run id on the machine that runs the fabric")
+    g = sub.add_parser("guard")
+    g.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.cmd == "preflight":
+        print(json.dumps(preflight()))
+        return 0
+    if args.cmd == "serve":
+        return serve(args.origin)
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not command:
+        parser.error("guard: no command")
+    return guard(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""One fabric over two servers (issue 32): the second a loop server made here.
+
+The second server (emu.testserver.LoopServer) is a network namespace with its
+own address, its own sshd and a key made for the test; emu reaches it only
+through ssh, as a real server. What a test asserts comes from the packets
+and counters: smoke's checks over the split fabric, the tunnel devices'
+counters, and what is left on either server after a SIGKILL and `emu clean`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from emu import registry
+from emu.registry import wait_for
+from emu.testserver import SSHD, LoopServer
+
+from ..conftest import leftovers
+from ..scenarios import assert_checks
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(SSHD), reason="openssh-server is not installed (scripts/bootstrap does it)"
+)
+
+
+@pytest.fixture(scope="module")
+def second():
+    """The second server, reachable by its name in this process too (EMU_SSH_CONFIG)."""
+    before = os.environ.get("EMU_SSH_CONFIG")
+    with LoopServer("second") as server:
+        os.environ.update(server.env())
+        try:
+            yield server
+        finally:
+            if before is None:
+                os.environ.pop("EMU_SSH_CONFIG", None)
+            else:
+                os.environ["EMU_SSH_CONFIG"] = before
+
+
+def emu(server, *args, env=None, timeout_s=600):
+    return subprocess.run(
+        [sys.executable, "-m", "emu.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout_s,
+        env={**os.environ, **server.env(), **(env or {})},
+    )
+
+
+def assert_nothing_left(server) -> None:
+    """Nothing of a run on the second server (waited for: sshd ends sessions on its own time)."""
+    try:
+        wait_for(lambda: server.leftovers() == {"runs": [], "interfaces": [], "processes": []}, 15.0,
+                 "the second server to be empty")  # fmt: skip
+    except registry.FabricError:
+        pytest.fail(f"left on the second server: {server.leftovers()}")
+
+
+def test_smoke_split_over_two_servers(second, tmp_path, no_leaks):
+    out = tmp_path / "out"
+    res = emu(second, "run", "smoke", "--servers", "local,second", "--out", str(out),
+              "--set", "iperf_s=3", "--set", "ecmp_flows=8")  # fmt: skip
+    doc = json.loads((out / "metrics.json").read_text())
+    assert_checks(res, doc)
+    (split,) = doc["metrics"]["servers"]
+    # Switches ran on both servers, and the report says which.
+    assert split["switches"]["local"] and split["switches"]["second"], split
+    assert "servers: which node ran where" in res.stdout
+    # Frames crossed every tunnel, by the tunnel devices' own counters at both ends.
+    servers_doc = json.loads((out / "servers.json").read_text())
+    assert servers_doc["tunnels"], "the placement cut no link"
+    for t in servers_doc["tunnels"]:
+        for way in ("a_to_b", "b_to_a"):
+            assert t[way]["sent"] > 0 and t[way]["received"] == t[way]["sent"], t
+    assert split["tunnel_frames"] == sum(
+        t[w]["received"] for t in servers_doc["tunnels"] for w in ("a_to_b", "b_to_a")
+    )
+    # The second server's switch logs came back with the run.
+    assert any((out / "logs" / "second").iterdir())
+    assert_nothing_left(second)
+
+
+def test_sigkilled_split_run_is_removed_by_emu_clean(second, tmp_path, no_leaks):
+    script = (
+        "import os, signal, json\n"
+        "from emu import fabric\n"
+        "from emu.net import Fabric\n"
+        "fab = Fabric(fabric.leaf_spine(leaves=2, spines=2, hosts_per_leaf=1),\n"
+        f"             out_dir={str(tmp_path)!r}, servers='local,second')\n"
+        "fab.open()\n"
+        "remote = [h for h in ('h1', 'h2') if fab.server_of(h) == 'second'][0]\n"
+        "fab.popen(remote, ['sleep', '3001'])\n"
+        "print(json.dumps({'remote_host': remote, 'pid': fab.host(remote).pid}), flush=True)\n"
+        "signal.pause()  # until the test kills this process\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, **second.env()),
+    )
+    try:
+        line = proc.stdout.readline()
+        started = json.loads(line)  # the child did not bring its fabric up if this fails
+        assert second.leftovers()["runs"], "the run's part should be registered on the server"
+        wait_for(lambda: any("sleep 3001" in p for p in second.processes()), 10.0,
+                 "the remote host's sleep to start")  # fmt: skip
+        assert registry.proc_start_time(started["pid"]), "the remote host's shell should be alive"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    res = emu(second, "clean")
+    assert res.returncode == 0, res.stderr
+    assert "server second:" in res.stdout, res.stdout
+    assert_nothing_left(second)
+    assert not any("sleep 3001" in p for p in second.processes())
+    assert leftovers(held=[second.run]) == {"interfaces": [], "processes": [], "runs": []}
+
+
+@pytest.fixture
+def fake_python(second, tmp_path):
+    """A 'python' on the second server that answers the preflight with another version."""
+    path = tmp_path / "python"
+    path.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"version": "0.0.1", "root": true, "mnexec": true, "tunnels": ["vxlan"]}\'\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("unreachable", "server nowhere: unreachable"),
+        ("no key", "server second: no key accepted"),
+        ("no emu", "server second: no /nonexistent/python there"),
+        ("wrong version", "server second: emu 0.0.1 there"),
+        ("small MTU", "server second: the network to"),
+    ],
+)
+def test_a_bad_server_is_one_line_and_exit_2(
+    second, tmp_path, fake_python, case, expected, request, no_leaks
+):
+    env, name = {}, "second"
+    if case == "unreachable":  # an address with nothing listening on ssh's port
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            open(second.ssh_config).read()
+            + f"Host nowhere\n  HostName {second.address}\n  Port 2\n"
+        )
+        env, name = {"EMU_SSH_CONFIG": str(config)}, "nowhere"
+    elif case == "no key":  # a key the server does not know
+        key = tmp_path / "other"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        config = tmp_path / "ssh_config"
+        text = open(second.ssh_config).read().replace(f"{second.dir}/id\n", f"{key}\n")
+        config.write_text(text)
+        env = {"EMU_SSH_CONFIG": str(config)}
+    elif case == "small MTU":  # a tunnelled full frame (1550 bytes) would not pass
+        subprocess.run(["ip", "link", "set", "dev", second.veth, "mtu", "1500"], check=True)
+        request.addfinalizer(
+            lambda: subprocess.run(
+                ["ip", "link", "set", "dev", second.veth, "mtu", "1600"], check=True
+            )
+        )
+    elif case == "no emu":
+        env = {"EMU_REMOTE_PYTHON": "/nonexistent/python"}
+    else:
+        env = {"EMU_REMOTE_PYTHON": fake_python}
+    runs_before = sorted(r.run_id for r in registry.load_runs())
+    res = emu(second, "run", "smoke", "--servers", f"local,{name}", "--out", str(tmp_path / "o"),
+              env=env, timeout_s=60)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"emu: {expected}"), res.stderr
+    assert "Traceback" not in res.stderr
+    # Nothing started: no run recorded here, nothing on the server.
+    assert sorted(r.run_id for r in registry.load_runs()) == runs_before
+    assert second.leftovers() == {"runs": [], "interfaces": [], "processes": []}
+
+
+@pytest.mark.emu_fabric(servers="local,second", leaves=4, spines=2, hosts_per_leaf=1)
+def test_the_pytest_fixture_runs_a_split_fabric_and_its_faults(second, fabric):
+    fab = fabric
+    switches = {s: fab.server_of(s) for s in ("leaf1", "leaf2", "leaf3", "leaf4")}
+    assert set(switches.values()) == {"local", "second"}, switches
+    crossing = [(u, v) for u, v in fab.placement.cut]
+    assert crossing, "the placement cut no link"
+    u, v = crossing[0]
+    # A link between servers is a tunnel: taking it down must reach both ends,
+    # on both servers (a tunnel has no carrier to lose), and the controller must see it.
+    fab.set_link(u, v, up=False)
+    wait_for(
+        lambda: len(fab.controller_status()["links"]) == 2 * (8 - 1), 10, "LLDP to drop the link"
+    )
+    hosts = ["h1", "h2", "h3", "h4"]
+    for src in hosts:
+        for dst in hosts:
+            if src != dst:
+                assert fab.ping(src, dst, count=1) == (1, 1), (src, dst)
+    fab.set_link(u, v, up=True)
+    wait_for(lambda: len(fab.controller_status()["links"]) == 2 * 8, 10, "LLDP to find it again")
