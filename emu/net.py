@@ -332,8 +332,16 @@ class Fabric:
         if self.servers:  # every server checked before anything is made
             from emu import placement, servers
 
-            preflight = servers.preflight(self.servers, servers.ssh_config_path())
-            self.placement = placement.place(self.graph, self.servers)
+            try:
+                self.placement = placement.place(self.graph, self.servers)
+            except placement.PlacementError as exc:
+                raise servers.ServerError(f"servers {','.join(self.servers)}: {exc}") from None
+            need = {}
+            for s in self.servers:
+                on = self.placement.nodes_on(s)
+                hosts = [n for n in on if self.graph.nodes[n]["kind"] != "switch"]
+                need[s] = servers.sessions_needed(len(on), len(hosts))
+            preflight = servers.preflight(self.servers, servers.ssh_config_path(), sessions=need)
             self._boot_phase("servers checked")
         clean_dead_runs()
         self._refuse_taken_interfaces()

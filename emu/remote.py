@@ -83,6 +83,45 @@ def tunnel_kinds_here() -> list[str]:
     return kinds
 
 
+def sshd_config_of_session() -> str | None:
+    """The config file of the sshd that serves this session: the `-f` of the
+    listening sshd among this process's ancestors, else sshd's default."""
+    pid = os.getppid()
+    for _ in range(16):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = b" ".join(f.read().split(b"\0")).decode(errors="replace").split()
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        # The listener retitles itself "sshd: /usr/sbin/sshd -D -f FILE [listener] ...".
+        if words and os.path.basename(words[0]) in ("sshd", "sshd:"):
+            if "-f" in words[:-1]:
+                return words[words.index("-f") + 1]
+            if "[listener]" in words or os.path.basename(words[0]) == "sshd":
+                return "/etc/ssh/sshd_config"
+        if ppid <= 1:
+            return None
+        pid = ppid
+    return None
+
+
+def max_sessions() -> int | None:
+    """How many sessions this server's sshd allows on one connection (MaxSessions,
+    `sshd -T`): every node of a fabric there is one session of the run's connection."""
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    config = sshd_config_of_session()
+    if config is None or not os.path.exists(sshd):
+        return None
+    res = subprocess.run([sshd, "-T", "-f", config], capture_output=True, text=True, check=False)
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "maxsessions" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def preflight() -> dict:
     return {
         "version": package_version(),
@@ -90,6 +129,7 @@ def preflight() -> dict:
         "root": os.geteuid() == 0,
         "mnexec": shutil.which("mnexec") is not None,
         "tunnels": tunnel_kinds_here() if os.geteuid() == 0 else [],
+        "max_sessions": max_sessions() if os.geteuid() == 0 else None,
     }
 
 

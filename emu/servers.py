@@ -116,7 +116,9 @@ def ssh_failure(name: str, stderr: str) -> str:
     return f"server {name}: unreachable ({last})"
 
 
-def check_server(name: str, config: str | None, python: str, version: str) -> dict:
+def check_server(
+    name: str, config: str | None, python: str, version: str, sessions: int | None = None
+) -> dict:
     """Ask `name` what it has (`python -m emu.remote preflight`); ServerError if unfit."""
     argv = ssh_base(config) + ["-o", "ControlPath=none", name]
     argv += [shlex.join([python, "-m", "emu.remote", "preflight"])]
@@ -163,7 +165,21 @@ def check_server(name: str, config: str | None, python: str, version: str) -> di
         raise ServerError(f"server {name}: no mnexec there (install Debian's mininet package)")
     if not info.get("tunnels"):
         raise ServerError(f"server {name}: its kernel makes neither VXLAN nor gretap tunnels")
+    allowed = info.get("max_sessions")
+    if sessions and allowed is not None and allowed < sessions:
+        raise ServerError(
+            f"server {name}: its sshd allows {allowed} sessions on a connection (MaxSessions) "
+            f"and the fabric needs {sessions} there: set MaxSessions 1000 in its sshd_config "
+            "(docs/cluster.md)"
+        )
     return info
+
+
+def sessions_needed(nodes: int, hosts: int) -> int:
+    """Sessions a server's share of a fabric opens on the run's one connection: a
+    shell per node, a command or two at a time per host (ping, iperf3, tc), the
+    agent, and room for a scenario's own."""
+    return nodes + 2 * hosts + 10
 
 
 # A full frame (1514 bytes) in a VXLAN tunnel: outer IPv4 20 + UDP 8 + VXLAN 8 +
@@ -185,11 +201,18 @@ def check_underlay(name: str, address: str) -> None:
         )
 
 
-def preflight(servers: list[str], config: str | None = None, python: str | None = None) -> dict:
+def preflight(
+    servers: list[str],
+    config: str | None = None,
+    python: str | None = None,
+    sessions: dict[str, int] | None = None,
+) -> dict:
     """Check every remote server at once, before anything is made.
 
-    Returns {server: its preflight answer} and, under "tunnel", the tunnel
-    kind this machine and every server make.
+    `sessions`: how many ssh sessions the fabric will open on each server
+    (`sessions_needed`), checked against its sshd's MaxSessions; None: not
+    checked. Returns {"servers": {server: its preflight answer}, "tunnel":
+    the tunnel kind this machine and every server make}.
 
     Raises:
         ServerError: the first server (in the order given) that cannot take part.
@@ -198,7 +221,10 @@ def preflight(servers: list[str], config: str | None = None, python: str | None 
     version = remote.package_version()
     names = remote_servers(servers)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        futures = {n: pool.submit(check_server, n, config, python, version) for n in names}
+        futures = {
+            n: pool.submit(check_server, n, config, python, version, (sessions or {}).get(n))
+            for n in names
+        }
     infos = {n: futures[n].result() for n in names}  # raises the first in the order given
     if LOCAL in servers:
         for n in names:

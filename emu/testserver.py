@@ -46,10 +46,11 @@ class LoopServer:
     installs openssh-server).
     """
 
-    def __init__(self, name: str = "second") -> None:
+    def __init__(self, name: str = "second", max_sessions: int = 1000) -> None:
         if not os.path.exists(SSHD):
             raise FabricError(f"{SSHD} is missing: install openssh-server (scripts/bootstrap)")
         self.name = name
+        self.max_sessions = max_sessions
         self.run: Run | None = None
         self.sshd: subprocess.Popen | None = None
 
@@ -158,7 +159,7 @@ class LoopServer:
             "StrictModes no\n"
             "UseDNS no\n"
             # One session for each node of the fabric there, and a few more.
-            "MaxSessions 1000\n"
+            f"MaxSessions {self.max_sessions}\n"
             "MaxStartups 200\n"
             "AllowTcpForwarding yes\n"
             "AllowStreamLocalForwarding yes\n"

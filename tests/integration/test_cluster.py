@@ -17,8 +17,10 @@ import sys
 
 import pytest
 
-from emu import registry
+from emu import fabric, registry
+from emu.net import Fabric
 from emu.registry import wait_for
+from emu.servers import ServerError
 from emu.testserver import SSHD, LoopServer
 
 from ..conftest import leftovers
@@ -213,3 +215,15 @@ def test_the_pytest_fixture_runs_a_split_fabric_and_its_faults(second, fabric):
                 assert fab.ping(src, dst, count=1) == (1, 1), (src, dst)
     fab.set_link(u, v, up=True)
     wait_for(lambda: len(fab.controller_status()["links"]) == 2 * 8, 10, "LLDP to find it again")
+
+
+def test_a_server_whose_sshd_allows_too_few_sessions_is_refused_before_anything_starts(
+    monkeypatch, no_leaks
+):
+    # sshd's default MaxSessions is 10; every node there is one session (mininet issue #1078).
+    graph = fabric.leaf_spine(leaves=4, spines=2, hosts_per_leaf=2)
+    with LoopServer("small", max_sessions=10) as small:
+        monkeypatch.setenv("EMU_SSH_CONFIG", small.ssh_config)
+        with pytest.raises(ServerError, match=r"server small: its sshd allows 10 sessions"):
+            Fabric(graph, servers="local,small").open()
+        assert small.leftovers() == {"runs": [], "interfaces": [], "processes": []}

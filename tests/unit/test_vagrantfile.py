@@ -9,6 +9,7 @@ no `.vagrant/` in the repository and needs no writable HOME.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,8 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 VAGRANTFILE = REPO / "Vagrantfile"
 
 
-@pytest.mark.skipif(shutil.which("vagrant") is None, reason="vagrant is not on PATH")
-def test_vagrant_validate(tmp_path):
+def _vagrant(tmp_path, *args, **env_extra):
     env = dict(
         os.environ,
         HOME=str(tmp_path),
@@ -30,9 +30,10 @@ def test_vagrant_validate(tmp_path):
         VAGRANT_DOTFILE_PATH=str(tmp_path / "dotfile"),
         VAGRANT_CHECKPOINT_DISABLE="1",  # no version check over the network
         VAGRANT_CWD=str(REPO),
+        **env_extra,
     )
-    result = subprocess.run(
-        ["vagrant", "validate", "--ignore-provider"],
+    return subprocess.run(
+        ["vagrant", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -40,8 +41,76 @@ def test_vagrant_validate(tmp_path):
         timeout=120,
         check=False,
     )
+
+
+@pytest.mark.skipif(shutil.which("vagrant") is None, reason="vagrant is not on PATH")
+def test_vagrant_validate(tmp_path):
+    result = _vagrant(tmp_path, "validate", "--ignore-provider")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "validated successfully" in result.stdout
+    assert not (tmp_path / "dotfile" / "emu-cluster-key").exists()  # one VM: no cluster key
+
+
+# The Vagrantfile evaluated by plain Ruby under a recorder that stands for Vagrant's
+# config object: which machines it defines and what it calls on them, with no
+# provider (`vagrant status` needs one) and no box.
+RECORDER = r"""
+require "json"
+class Rec
+  def initialize(path, log) @path, @log = path, log end
+  def method_missing(name, *args, **kw, &blk)
+    @log << {"on" => @path, "call" => name.to_s, "args" => args.map(&:to_s),
+             "kw" => kw.map { |k, v| [k.to_s, v.to_s] }.to_h}
+    blk.call(Rec.new(name == :define ? "machine #{args[0]}" : "#{@path}.#{name}", @log)) if blk
+    Rec.new("#{@path}.#{name}", @log)
+  end
+  def respond_to_missing?(*) true end
+end
+module Vagrant
+  def self.configure(_version)
+    log = []
+    yield Rec.new("config", log)
+    puts JSON.dump(log)
+  end
+end
+load ARGV[0]
+"""
+
+
+def _recorded(tmp_path, **env_extra) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    env = dict(os.environ, VAGRANT_DOTFILE_PATH=str(tmp_path / "dotfile"), **env_extra)
+    res = subprocess.run(
+        ["ruby", "-e", RECORDER, str(VAGRANTFILE)], capture_output=True, text=True, env=env,
+        timeout=60, check=False,
+    )  # fmt: skip
+    return res, (json.loads(res.stdout) if res.returncode == 0 else [])
+
+
+@pytest.mark.skipif(shutil.which("ruby") is None, reason="ruby (vagrant's) is not on PATH")
+def test_emu_servers_makes_a_cluster_of_vms(tmp_path):
+    """EMU_SERVERS=3: VMs emu, emu2, emu3 on the private network, one key for the
+    cluster, MTU 1600 at every boot (docs/cluster.md); EMU_SERVERS unset: one VM."""
+    res, one = _recorded(tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert not [c for c in one if c["call"] == "define"]
+    assert not (tmp_path / "dotfile" / "emu-cluster-key").exists()
+    res, log = _recorded(tmp_path, EMU_SERVERS="3")
+    assert res.returncode == 0, res.stderr
+    assert [c["args"][0] for c in log if c["call"] == "define"] == ["emu", "emu2", "emu3"]
+    ips = {c["on"]: c["kw"].get("ip") for c in log if c["call"] == "network"}
+    assert ips == {"machine emu.vm": "192.168.56.11", "machine emu2.vm": "192.168.56.12",
+                   "machine emu3.vm": "192.168.56.13"}  # fmt: skip
+    assert (tmp_path / "dotfile" / "emu-cluster-key.pub").exists()
+    cluster = [c for c in log if c["call"] == "provision" and c["kw"].get("name") == "cluster"]
+    assert len(cluster) == 3
+    script = cluster[0]["kw"]["inline"]
+    assert "Host emu2" in script and "Host emu3" in script and "MaxSessions 1000" in script
+    mtu = [c for c in log if c["call"] == "provision" and c["kw"].get("name") == "mtu"]
+    assert len(mtu) == 3 and all(c["kw"]["run"] == "always" for c in mtu)
+    assert "mtu 1600" in mtu[0]["kw"]["inline"]
+    bad, _ = _recorded(tmp_path, EMU_SERVERS="nine")
+    assert bad.returncode != 0
+    assert "EMU_SERVERS=nine: expected a number of VMs from 1 to 8" in bad.stderr
 
 
 def _provision_script() -> str:
