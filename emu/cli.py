@@ -903,6 +903,8 @@ def running_fabrics(run_id: str | None = None) -> list[dict]:
             graph = nx.node_link_graph(json.loads(graph_path.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             graph = None  # still booting, or a run without a fabric (a testbed)
+        # A fabric over several servers recorded where each node runs (emu.net).
+        placed = run.info.get("server_of") or {}
         if graph is not None:
             name = graph.graph.get("name", name)
             for node, d in graph.nodes(data=True):
@@ -913,6 +915,7 @@ def running_fabrics(run_id: str | None = None) -> list[dict]:
                         "kind": d.get("kind"),
                         "role": d.get("role"),
                         "address": d.get("ip") or f"dpid {d.get('dpid', 0):#x}",
+                        "server": placed.get(node, "local"),
                         "up": os.path.exists(os.path.join(run.sock_dir, sock)),
                     }
                 )
@@ -947,9 +950,11 @@ def cmd_ps(args) -> int:
             f"{f['hosts']} hosts; owner pid {f['owner_pid']}, started {f['started']}; "
             f"logs in {f['logs']}"
         )
-        rows = [["name", "kind", "role", "address", "mgmt"]]
+        split = any(n["server"] != "local" for n in f["nodes"])
+        rows = [["name", "kind", "role", "address", "mgmt"] + (["server"] if split else [])]
         rows += [
             [n["name"], n["kind"], n["role"], n["address"], "up" if n["up"] else "-"]
+            + ([n["server"]] if split else [])
             for n in f["nodes"]
         ]
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]

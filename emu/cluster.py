@@ -38,6 +38,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import weakref
 import zlib
 
@@ -118,6 +119,28 @@ class ClusterRun:
             return out
         return self.agents[server].run(argv, check=check)
 
+    def python_on(self, server: str) -> str:
+        return sys.executable if server == MININET_LOCAL else self.python
+
+    def path_on(self, server: str, local_path: str) -> str:
+        """The run's file `local_path` (in its socket or log directory here) on `server`:
+        the same name in the server's part's directory."""
+        if server == MININET_LOCAL:
+            return local_path
+        agent = self.agents[server]
+        there = agent.sock_dir if local_path.startswith(self.run.sock_dir) else agent.log_dir
+        return os.path.join(there, os.path.basename(local_path))
+
+    def forward_here(self, server: str, local_path: str) -> None:
+        if server != MININET_LOCAL:
+            self.conns[server].forward_socket(local_path, self.path_on(server, local_path))
+
+    def write_there(self, server: str, local_path: str, text: str) -> str:
+        there = self.path_on(server, local_path)
+        if server != MININET_LOCAL:
+            self.agents[server].call("write", name=os.path.basename(there), text=text)
+        return there
+
     def release_stdin(self, fd: int, pid: int) -> None:
         """A guarded remote command's Popen is gone: close the stdin we held for it
         if its ssh has ended; if it still runs, hold it until the run closes (a
@@ -148,10 +171,12 @@ class ClusterRun:
             return None
 
     def tunnel_counters(self, settle_s: float = 1.0) -> list[dict]:
-        """What crossed each tunnel, each way: frames and bytes sent into it (the
-        sending end's tx, read first), frames that came out (the other end's rx,
-        read once every frame sent has had `settle_s` to arrive), and the ends'
-        drop and error counters."""
+        """What crossed each tunnel, each way, by the tunnel devices' counters: frames
+        sent into it (the sending end's tx) and out of it (the other end's rx), read
+        once every frame sent before a first reading has come out or `settle_s`
+        has passed; the frames of that first reading still not out are lost;
+        what was sent later and not yet out is in flight. With the ends' drop
+        and error counters."""
         sent = {}
         for t in self.tunnels:
             for end in ("a", "b"):
@@ -190,20 +215,23 @@ class ClusterRun:
         for t in self.tunnels:
             row = dict(t)
             for src, dst in (("a", "b"), ("b", "a")):
-                tx, rx = sent[t["link"], src], last[t["link"], dst]
-                row[f"{src}_to_{dst}"] = (
-                    None
-                    if not (tx and rx)
-                    else {
-                        "sent": tx["tx"]["packets"],
-                        "sent_bytes": tx["tx"]["bytes"],
-                        "received": rx["rx"]["packets"],
-                        "lost": max(0, tx["tx"]["packets"] - rx["rx"]["packets"]),
-                        "tx_dropped": tx["tx"]["dropped"],
-                        "tx_errors": tx["tx"]["errors"],
-                        "rx_errors": rx["rx"]["errors"],
-                    }
-                )
+                first, tx, rx = sent[t["link"], src], last[t["link"], src], last[t["link"], dst]
+                if not (first and tx and rx):
+                    row[f"{src}_to_{dst}"] = None
+                    continue
+                # Lost: sent before the first reading and still not out at the last
+                # (what was sent since may be what came out meanwhile, so not more).
+                lost = max(0, first["tx"]["packets"] - rx["rx"]["packets"])
+                row[f"{src}_to_{dst}"] = {
+                    "sent": tx["tx"]["packets"],  # both at the last reading
+                    "received": rx["rx"]["packets"],
+                    "in_flight": max(0, tx["tx"]["packets"] - rx["rx"]["packets"] - lost),
+                    "lost": lost,
+                    "sent_bytes": tx["tx"]["bytes"],
+                    "tx_dropped": tx["tx"]["dropped"],
+                    "tx_errors": tx["tx"]["errors"],
+                    "rx_errors": rx["rx"]["errors"],
+                }
             rows.append(row)
         return rows
 

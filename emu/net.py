@@ -356,6 +356,7 @@ class Fabric:
         if self.servers:
             from emu.cluster import ClusterRun
 
+            self.run.info["server_of"] = dict(self.placement.server_of)  # for `emu ps`
             self.cluster = ClusterRun(self.servers, self.run, preflight)
             self.cluster.connect(self.controller_port)
             self._refuse_taken_remote_interfaces()
@@ -461,6 +462,43 @@ class Fabric:
         if self.placement is None:
             return "local"
         return self.placement.server_of[node]
+
+    # Where a node's processes find emu, their sockets and their files: this
+    # machine's for a local node; its server's for one on another server (the
+    # socket then forwarded here, so that every caller keeps the local path).
+    def python_on(self, node: str) -> str:
+        """The python that runs emu where `node` runs."""
+        return (
+            sys.executable
+            if self.cluster is None
+            else self.cluster.python_on(self._mn_server(node))
+        )
+
+    def path_on(self, node: str, local_path: str) -> str:
+        """Where the file this fabric names `local_path` (in its socket or log
+        directory) lives on `node`'s server."""
+        if self.cluster is None:
+            return local_path
+        return self.cluster.path_on(self._mn_server(node), local_path)
+
+    def serve_here(self, node: str, local_path: str) -> None:
+        """Make the Unix socket a process of `node` serves at `path_on(node, local_path)`
+        reachable here at `local_path` (ssh forwards it for a node on another server)."""
+        if self.cluster is not None:
+            self.cluster.forward_here(self._mn_server(node), local_path)
+
+    def write_on(self, node: str, local_path: str, text: str) -> str:
+        """Write `text` to `local_path` here and, for a node on another server, to
+        `path_on(node, local_path)` there; returns the path on `node`'s server."""
+        Path(local_path).write_text(text)
+        if self.cluster is None:
+            return local_path
+        return self.cluster.write_there(self._mn_server(node), local_path, text)
+
+    def _mn_server(self, node: str) -> str:
+        from emu.cluster import mininet_name
+
+        return mininet_name(self.server_of(node))
 
     def _refuse_taken_remote_interfaces(self) -> None:
         """As `_refuse_taken_interfaces`, on every other server (through its agent)."""

@@ -203,6 +203,11 @@ class Agent:
                     return f.read()
             except OSError:
                 return None
+        if op == "write":  # a file a process here reads (a NIC group's spec)
+            path = os.path.join(self.run.log_dir, os.path.basename(str(req["name"])))
+            with open(path, "w") as f:
+                f.write(str(req["text"]))
+            return path
         if op == "logs":
             return sorted(os.listdir(self.run.log_dir))
         raise ValueError(f"unknown op {op!r}")

@@ -644,7 +644,7 @@ def add_servers(ctx: Context) -> None:
         )
         ctx.table(
             f"tunnels{where} ({doc['tunnel_kind']}): frames by the tunnel devices' counters",
-            ["link", "from", "to", "frames in", "frames out", "lost"],
+            ["link", "from", "to", "frames in", "frames out", "in flight", "lost"],
             servers.tunnel_rows(doc),
         )
         lost = sum(row[-1] for row in servers.tunnel_rows(doc) if isinstance(row[-1], int))

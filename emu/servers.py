@@ -505,7 +505,7 @@ def placement_rows(doc: dict) -> list[list]:
 
 
 def tunnel_rows(doc: dict) -> list[list]:
-    """[link, from, to, frames sent, frames out, lost] per tunnel and direction."""
+    """[link, from, to, frames in, frames out, in flight, lost] per tunnel and direction."""
     rows = []
     for t in doc["tunnels"]:
         for src, dst in (("a", "b"), ("b", "a")):
@@ -513,9 +513,12 @@ def tunnel_rows(doc: dict) -> list[list]:
             ends = [f"{t[f'server_{e}']}:{t[f'intf_{e}']}" for e in (src, dst)]
             ends = [e.replace("localhost:", "local:") for e in ends]
             if way is None:
-                rows.append([t["link"], *ends, "?", "?", "?"])
+                rows.append([t["link"], *ends, "?", "?", "?", "?"])
             else:
-                rows.append([t["link"], *ends, way["sent"], way["received"], tunnel_lost(way)])
+                rows.append(
+                    [t["link"], *ends, way["sent"], way["received"], way["in_flight"],
+                     tunnel_lost(way)]
+                )  # fmt: skip
     return rows
 
 

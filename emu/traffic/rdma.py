@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -141,9 +140,14 @@ class RdmaHosts:
         except fabric_mod.FabricSpecError as exc:
             raise ValueError(str(exc)) from None
         if self.nic_processes > 0 and self.can_share() and new:
-            groups = [new[k :: self.nic_processes] for k in range(self.nic_processes)]
-            for group in (g for g in groups if g):
-                _start_shared(self.fab, [(self, h) for h in group])
+            # A process's agents share its server (a fabric over several servers).
+            by_server: dict[str, list[str]] = {}
+            for h in new:
+                by_server.setdefault(self.fab.server_of(h), []).append(h)
+            for on_server in by_server.values():
+                groups = [on_server[k :: self.nic_processes] for k in range(self.nic_processes)]
+                for group in (g for g in groups if g):
+                    _start_shared(self.fab, [(self, h) for h in group])
         else:
             for h in new:
                 self.nics[h] = self._start_agent(h)
@@ -180,7 +184,7 @@ class RdmaHosts:
             # What the switches can hold on the NIC's paths: the floor of its RTO.
             repr(path_rtt_bound_s(fab.graph, h, parse_qos(fab.qos), self.port)),
             "--mgmt",
-            path,
+            fab.path_on(h, path),
             "--rt-priority",
             str(realtime.configured_priority()),
             "--loss-recovery",
@@ -197,9 +201,10 @@ class RdmaHosts:
     def _start_agent(self, h: str) -> Nic:
         name, path, args = self._agent_args(h)
         log = open(os.path.join(self.fab.run.log_dir, f"{name}.nic.log"), "ab")
-        argv = [sys.executable, "-m", "emu.host.agent", *args]
+        argv = [self.fab.python_on(h), "-m", "emu.host.agent", *args]
         proc = self.fab.popen(h, argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        self.fab.serve_here(h, path)  # on another server: its socket forwarded here
         return Nic(h, path, proc)
 
     def _wait_ready(self, h: str, nic: Nic) -> None:
@@ -329,14 +334,14 @@ def _start_shared(fab: Fabric, members: list[tuple[RdmaHosts, str]]) -> None:
     first_set, first = members[0]
     first_name = nics[first, first_set.port][0]
     spec_path = os.path.join(fab.run.log_dir, f"{first_name}.nics.json")
-    with open(spec_path, "w") as f:
-        json.dump(specs, f)
+    spec_there = fab.write_on(first, spec_path, json.dumps(specs))
     log = open(os.path.join(fab.run.log_dir, f"{first_name}.nics.log"), "ab")
-    argv = [sys.executable, "-m", "emu.host.agent", "--group", spec_path]
+    argv = [fab.python_on(first), "-m", "emu.host.agent", "--group", spec_there]
     argv += ["--rt-priority", str(realtime.configured_priority())]
     proc = fab.popen(first, argv, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     for nic_set, h in members:
+        fab.serve_here(h, nics[h, nic_set.port][1])
         nic_set.nics[h] = Nic(h, nics[h, nic_set.port][1], proc)
 
 

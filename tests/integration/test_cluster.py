@@ -22,6 +22,7 @@ from emu.net import Fabric
 from emu.registry import wait_for
 from emu.servers import ServerError
 from emu.testserver import SSHD, LoopServer
+from emu.traffic.rdma import RdmaHosts
 
 from ..conftest import leftovers
 from ..scenarios import assert_checks
@@ -84,7 +85,9 @@ def test_smoke_split_over_two_servers(second, tmp_path, no_leaks):
     assert servers_doc["tunnels"], "the placement cut no link"
     for t in servers_doc["tunnels"]:
         for way in ("a_to_b", "b_to_a"):
-            assert t[way]["sent"] > 0 and t[way]["received"] == t[way]["sent"], t
+            w = t[way]
+            assert w["received"] > 0 and w["lost"] == 0, t
+            assert w["received"] + w["in_flight"] == w["sent"], t
     assert split["tunnel_frames"] == sum(
         t[w]["received"] for t in servers_doc["tunnels"] for w in ("a_to_b", "b_to_a")
     )
@@ -214,6 +217,13 @@ def test_the_pytest_fixture_runs_a_split_fabric_and_its_faults(second, fabric):
             if src != dst:
                 assert fab.ping(src, dst, count=1) == (1, 1), (src, dst)
     fab.set_link(u, v, up=True)
+    # `emu ps` says which server each node runs on, and every switch's socket answers here.
+    ps = emu(second, "ps", "--json", "--run", fab.run.run_id, timeout_s=60)
+    (shown,) = json.loads(ps.stdout)
+    assert {n["name"]: n["server"] for n in shown["nodes"]} == {
+        n: fab.server_of(n) for n in fab.graph.nodes
+    }
+    assert all(n["up"] for n in shown["nodes"] if n["kind"] == "switch")
     wait_for(lambda: len(fab.controller_status()["links"]) == 2 * 8, 10, "LLDP to find it again")
 
 
@@ -227,3 +237,34 @@ def test_a_server_whose_sshd_allows_too_few_sessions_is_refused_before_anything_
         with pytest.raises(ServerError, match=r"server small: its sshd allows 10 sessions"):
             Fabric(graph, servers="local,small").open()
         assert small.leftovers() == {"runs": [], "interfaces": [], "processes": []}
+
+
+def test_rdma_between_servers_and_every_nic_reports_its_fidelity(second, tmp_path, no_leaks):
+    """NIC agents start on their host's server; their sockets and records reach the run."""
+    graph = fabric.leaf_spine(leaves=2, spines=2, hosts_per_leaf=1, modelled_rate_bps=25e9)
+    with Fabric(graph, out_dir=str(tmp_path), servers="local,second") as fab:
+        assert {fab.server_of("h1"), fab.server_of("h2")} == {"local", "second"}
+        nics = RdmaHosts(fab, ["h1", "h2"])
+        remote = "h1" if fab.server_of("h1") == "second" else "h2"
+        assert nics.nics[remote].call("info")["engine"] == "c"
+        assert any(f"{remote}.nic.sock" in p for p in _agent_files(second))
+        qp = nics.connect("h1", "h2")
+        writes = nics.post_write("h1", qp, 250_000, remote_va=0x7F000000, rkey=7)
+        done = []
+
+        def all_done():
+            done.extend(nics.poll_completions("h1", qp))
+            return len(done) == 1
+
+        wait_for(all_done, 20, "the write to complete across the tunnel")
+        assert [c["msg_id"] for c in done] == writes
+        assert nics.stats("h2")["recv"][str(qp)]["rx_bytes"] == 250_000
+    names = {rec["name"] for rec in fab.fidelity_document["processes"]}
+    assert {"h1", "h2"} <= names and not fab.fidelity_document["missing"]
+    assert_nothing_left(second)
+
+
+def _agent_files(server) -> list[str]:
+    """The files in the run's part's socket directory on the server (its private /run/emu)."""
+    root = f"/proc/{server.sshd.pid}/root/run/emu"
+    return [f for d in os.listdir(root) if d != "runs" for f in os.listdir(os.path.join(root, d))]

@@ -74,9 +74,10 @@ def test_tunnel_commands():
             remote.tunnel_argv("vxlan", "x", key, "a", "b")
 
 
-def _way(sent, received, dropped=0):
-    return {"sent": sent, "sent_bytes": 0, "received": received, "lost": max(0, sent - received),
-            "tx_dropped": dropped, "tx_errors": 0, "rx_errors": 0}  # fmt: skip
+def _way(sent, received, lost=0, dropped=0):
+    return {"sent": sent, "sent_bytes": 0, "received": received, "lost": lost,
+            "in_flight": sent - received - lost, "tx_dropped": dropped, "tx_errors": 0,
+            "rx_errors": 0}  # fmt: skip
 
 
 DOC = {
@@ -86,7 +87,7 @@ DOC = {
     "hosts": {"local": ["h1"], "b": ["h2", "h3"]},
     "tunnels": [
         {"link": "spine1-leaf2", "server_a": "localhost", "intf_a": "spine1-eth2",
-         "server_b": "b", "intf_b": "leaf2-eth2", "a_to_b": _way(10, 10), "b_to_a": _way(7, 5, 1)},
+         "server_b": "b", "intf_b": "leaf2-eth2", "a_to_b": _way(10, 9), "b_to_a": _way(7, 5, lost=2, dropped=1)},
     ],
     "tunnel_link_rates_bps": {"spine1-leaf2": 40e6, "x-y": 20e6},
 }  # fmt: skip
@@ -95,10 +96,10 @@ DOC = {
 def test_the_report_counts_what_crossed_and_what_was_lost():
     assert servers.placement_rows(DOC) == [["local", "leaf1, spine1", 1], ["b", "leaf2", 2]]
     assert servers.tunnel_rows(DOC) == [
-        ["spine1-leaf2", "local:spine1-eth2", "b:leaf2-eth2", 10, 10, 0],
-        ["spine1-leaf2", "b:leaf2-eth2", "local:spine1-eth2", 7, 5, 3],  # 2 never out, 1 dropped
+        ["spine1-leaf2", "local:spine1-eth2", "b:leaf2-eth2", 10, 9, 1, 0],  # 1 in flight
+        ["spine1-leaf2", "b:leaf2-eth2", "local:spine1-eth2", 7, 5, 0, 3],  # 2 never out, 1 dropped
     ]
-    assert servers.tunnel_frames(DOC) == 15
+    assert servers.tunnel_frames(DOC) == 14
     # One 1514-byte frame at the slowest tunnelled link: 20 Mbit/s.
     assert servers.tunnel_delay_limit_s(DOC) == pytest.approx(1514 * 8 / 20e6)
     assert servers.tunnel_delay_limit_s({}) is None
@@ -190,6 +191,6 @@ def test_the_agent_removes_what_it_started_when_its_stdin_ends(tmp_path):
 def test_preflight_names_what_this_machine_has():
     info = remote.preflight()
     assert info["version"] == remote.package_version()
-    assert set(info) == {"version", "python", "root", "mnexec", "tunnels"}
+    assert set(info) == {"version", "python", "root", "mnexec", "tunnels", "max_sessions"}
     assert set(info["tunnels"]) <= set(remote.TUNNEL_KINDS)
     assert not [n for n in os.listdir("/sys/class/net") if n.startswith("emuprobe")]
