@@ -971,10 +971,10 @@ def cmd_clean(args) -> int:
     # The servers of the dead runs (a run over several servers recorded them): each
     # is asked to clean too, after this machine (a server's agent normally removed
     # its part when the run's connection went; this is for one that could not).
-    remote = {}
+    remote = []
     for run in registry.load_runs():
         if not registry.same_process(run.owner_pid, run.owner_start):
-            remote.update(run.info.get("servers") or {})
+            remote += [(s, info, run.run_id) for s, info in (run.info.get("servers") or {}).items()]
     removed = registry.clean_dead_runs()
     if not removed:
         print("nothing to clean: no dead runs recorded")
@@ -983,8 +983,8 @@ def cmd_clean(args) -> int:
             f"{r['run']}: stopped {len(r['stopped_pids'])} processes, "
             f"deleted {len(r['deleted_interfaces'])} interfaces"
         )
-    for name, info in remote.items():
-        print(servers.clean_server(name, info))
+    for name, info, origin in remote:
+        print(servers.clean_server(name, info, origin))
     live = registry.live_runs()
     if live:
         print(

@@ -39,21 +39,24 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import weakref
 import zlib
 
 from mininet.examples.cluster import MininetCluster, RemoteGRELink, RemoteMixin
 from mininet.link import Link
+from mininet.net import Mininet
 from mininet.node import Host
 
 from emu import registry
 from emu import servers as srv
 from emu.registry import FabricError, Run, wait_for
-from emu.remote import tunnel_argv
-from emu.switch.node import OFFLOADS_OFF, EmuSwitch
+from emu.remote import HEARTBEAT_S, tunnel_argv
+from emu.switch.node import EmuSwitch, disable_offloads
 
 log = logging.getLogger(__name__)
 
+QUIET_S = 0.1  # no frame in or out of any tunnel this long: nothing is in flight
 MININET_LOCAL = "localhost"  # the cluster edition's name for this machine
 TUNNEL_MTU = 1500  # every emu link's: a 1514-byte frame
 
@@ -76,6 +79,12 @@ class ClusterRun:
         self.agents: dict[str, srv.Agent] = {}
         self.controller_addrs: dict[str, str] = {}
         self.tunnels: list[dict] = []
+        # Links between servers that a fault took down (emu.net set_link, kill_switch):
+        # what they lost then is the fault's, not the tunnel's.
+        self.faulted: set[str] = set()
+        self._baseline: dict | None = None  # the tunnels' counters at `mark_tunnels`
+        self._baseline_quiet: dict[str, bool] = {}  # by tunnel: read with nothing in flight
+        self._heart: threading.Thread | None = None
         # stdin pipes of remote commands still running whose Popen was dropped (release_stdin)
         self.held_stdin: list[int] = []
         self._key = zlib.crc32(run.run_id.encode()) & 0xFFF000 or 0x1000
@@ -97,6 +106,19 @@ class ClusterRun:
             self.run.info["servers"][name]["run_id"] = agent.run_id
             self.run.save()
             self.controller_addrs[name] = f"127.0.0.1:{conn.forward_port_here(controller_port)}"
+        self._beating = threading.Event()
+        self._heart = threading.Thread(
+            target=self._heartbeats, name="agent-heartbeats", daemon=True
+        )
+        self._heart.start()
+
+    def _heartbeats(self) -> None:
+        """A word to every agent every `remote.HEARTBEAT_S`: an agent that hears none for
+        `remote.ORIGIN_SILENCE_S` takes the run for dead (its machine crashed without
+        closing the connection) and removes its part."""
+        while not self._beating.wait(HEARTBEAT_S):
+            for agent in list(self.agents.values()):
+                agent.heartbeat()
 
     def server_ip(self, server: str) -> str:
         """The address of `server` (a Mininet server name) that we connect to."""
@@ -170,67 +192,94 @@ class ClusterRun:
         except (ValueError, IndexError, KeyError, TypeError):
             return None
 
-    def tunnel_counters(self, settle_s: float = 1.0) -> list[dict]:
-        """What crossed each tunnel, each way, by the tunnel devices' counters: frames
-        sent into it (the sending end's tx) and out of it (the other end's rx), read
-        once every frame sent before a first reading has come out or `settle_s`
-        has passed; the frames of that first reading still not out are lost;
-        what was sent later and not yet out is in flight. With the ends' drop
-        and error counters."""
-        sent = {}
-        for t in self.tunnels:
-            for end in ("a", "b"):
-                sent[t["link"], end] = self._end_stats(t[f"server_{end}"], t[f"intf_{end}"])
+    def _read_tunnels(self) -> dict:
+        return {
+            (t["link"], end): self._end_stats(t[f"server_{end}"], t[f"intf_{end}"])
+            for t in self.tunnels
+            for end in ("a", "b")
+        }
 
-        def received() -> dict:
-            return {
-                (t["link"], end): self._end_stats(t[f"server_{end}"], t[f"intf_{end}"])
-                for t in self.tunnels
-                for end in ("a", "b")
-            }
+    def _quiet_reading(self, timeout_s: float) -> tuple[dict, dict]:
+        """Each tunnel's ends' counters at a moment when no frame had entered or left
+        that tunnel for `QUIET_S` (two readings that far apart agree): every frame
+        sent into it by then has had that long to come out. Returns (reading,
+        {link: quiet}); a tunnel whose traffic never paused within `timeout_s`:
+        its last reading, not quiet."""
+        last = self._read_tunnels()
+        kept = dict(last)
+        quiet = {t["link"]: False for t in self.tunnels}
 
-        def caught_up(now: dict) -> bool:
-            for t in self.tunnels:
-                for src, dst in (("a", "b"), ("b", "a")):
-                    tx, rx = sent[t["link"], src], now[t["link"], dst]
-                    if tx and rx and rx["rx"]["packets"] < tx["tx"]["packets"]:
-                        return False
-            return True
-
-        last = received()
+        def counts(reading: dict, link: str):
+            ends = [reading.get((link, e)) for e in ("a", "b")]
+            if not all(ends):
+                return None
+            return [(d["tx"]["packets"], d["rx"]["packets"]) for d in ends]
 
         def settled() -> bool:
             nonlocal last
-            if not caught_up(last):
-                last = received()
-            return caught_up(last)
+            now = self._read_tunnels()
+            for link in quiet:
+                if quiet[link]:
+                    continue
+                c = counts(now, link)
+                if c is not None and c == counts(last, link):
+                    quiet[link] = True
+                for e in ("a", "b"):
+                    kept[link, e] = now[link, e]
+            last = now
+            return all(quiet.values())
 
         try:
-            wait_for(
-                settled, settle_s, "every frame sent into a tunnel to come out", interval_s=0.05
-            )
+            wait_for(settled, timeout_s, "a pause in each tunnel's traffic", interval_s=QUIET_S)
         except FabricError:
-            pass  # what never came out is lost: reported
+            pass
+        return kept, quiet
+
+    def mark_tunnels(self) -> None:
+        """Begin the tunnels' window (the fabric's fidelity window): what they carry
+        from now is what `tunnel_counters` accounts for."""
+        self._baseline, self._baseline_quiet = self._quiet_reading(3.0)
+
+    def tunnel_counters(self, timeout_s: float = 3.0) -> list[dict]:
+        """What crossed each tunnel each way since `mark_tunnels`, by the tunnel
+        devices' counters: frames into it (the sending end's tx) and out of it
+        (the other end's rx) and their difference, lost; read at a quiet moment
+        (`_quiet_reading`), so nothing is in flight. Without one within
+        `timeout_s`, frames in flight cannot be told from frames lost: "exact"
+        is then False and `lost` counts only what went in before the first
+        reading and had not come out at the last (a lower bound). Tunnels a
+        fault took down (`faulted`) are reported and marked."""
+        first = self._read_tunnels()
+        last, quiet = self._quiet_reading(timeout_s)
+        base = self._baseline or {}
         rows = []
         for t in self.tunnels:
-            row = dict(t)
+            row = dict(t, faulted=t["link"] in self.faulted)
             for src, dst in (("a", "b"), ("b", "a")):
-                first, tx, rx = sent[t["link"], src], last[t["link"], src], last[t["link"], dst]
-                if not (first and tx and rx):
+                ends = [d.get((t["link"], e)) for d, e in ((first, src), (last, src), (last, dst))]
+                if not all(ends):
                     row[f"{src}_to_{dst}"] = None
                     continue
-                # Lost: sent before the first reading and still not out at the last
-                # (what was sent since may be what came out meanwhile, so not more).
-                lost = max(0, first["tx"]["packets"] - rx["rx"]["packets"])
+                tx0, tx, rx = ends
+                b_tx = (base.get((t["link"], src)) or {"tx": {"packets": 0, "bytes": 0}})["tx"]
+                b_rx = (base.get((t["link"], dst)) or {"rx": {"packets": 0}})["rx"]
+                sent = tx["tx"]["packets"] - b_tx["packets"]
+                received = rx["rx"]["packets"] - b_rx["packets"]
+                exact = quiet[t["link"]] and (not base or self._baseline_quiet.get(t["link"]))
+                if exact:
+                    lost = max(0, sent - received)
+                else:
+                    lost = max(0, tx0["tx"]["packets"] - b_tx["packets"] - received)
                 row[f"{src}_to_{dst}"] = {
-                    "sent": tx["tx"]["packets"],  # both at the last reading
-                    "received": rx["rx"]["packets"],
-                    "in_flight": max(0, tx["tx"]["packets"] - rx["rx"]["packets"] - lost),
+                    "sent": sent,
+                    "received": received,
+                    "in_flight": max(0, sent - received - lost),
                     "lost": lost,
-                    "sent_bytes": tx["tx"]["bytes"],
-                    "tx_dropped": tx["tx"]["dropped"],
-                    "tx_errors": tx["tx"]["errors"],
-                    "rx_errors": rx["rx"]["errors"],
+                    "exact": bool(exact),
+                    "sent_bytes": tx["tx"]["bytes"] - b_tx["bytes"],
+                    "tx_dropped": tx["tx"]["dropped"] - b_tx.get("dropped", 0),
+                    "tx_errors": tx["tx"]["errors"] - b_tx.get("errors", 0),
+                    "rx_errors": rx["rx"]["errors"] - b_rx.get("errors", 0),
                 }
             rows.append(row)
         return rows
@@ -275,6 +324,10 @@ class ClusterRun:
     def close(self) -> dict:
         """Each agent removes what the run made on its server; then the masters go."""
         removed = {}
+        if self._heart is not None:
+            self._beating.set()
+            self._heart.join()
+            self._heart = None
         for name, agent in self.agents.items():
             removed[name] = agent.close()
         self.agents = {}
@@ -332,14 +385,17 @@ class EmuRemoteMixin(RemoteMixin):
         held = None
         if tt:  # the node's shell: a terminal there, which ends with its session
             cmd = self.sshcmd + cmd
+        elif params.get("stdin") not in (None, subprocess.DEVNULL):
+            # A command that reads input (Mininet's pexec, stdin=PIPE): its stdin is
+            # the caller's, so no guard; it ends when its input does, or it finishes.
+            cmd = self.sshcmd_notty + [shlex.join([str(c) for c in cmd])]
         else:
             guard = [self.cluster.python, "-m", "emu.remote", "guard", "--"]
             cmd = self.sshcmd_notty + [shlex.join(guard + [str(c) for c in cmd])]
             # The guard ends the command when its stdin ends: its ssh gives it ours,
             # a pipe whose write end this process holds while the Popen lives.
-            if params.get("stdin") in (None, subprocess.DEVNULL):
-                held = os.pipe()  # neither end is inherited by other children (PEP 446)
-                params["stdin"] = held[0]
+            held = os.pipe()  # neither end is inherited by other children (PEP 446)
+            params["stdin"] = held[0]
         params.update(preexec_fn=os.setpgrp)
         popen = super(RemoteMixin, self)._popen(cmd, **params)
         if held is not None:
@@ -363,17 +419,25 @@ class RemoteEmuSwitch(EmuRemoteMixin, EmuSwitch):
             self.worker_mgmt_path = os.path.join(agent.sock_dir, f"{name}.sock")
             self.worker_log_dir = agent.log_dir
             self.worker_python = cluster.python
-            self.log_path = f"{self.server}:{os.path.join(agent.log_dir, name + '.log')}"
+            # Where its log is copied as the run closes (the server's copy goes then).
+            self.log_path = os.path.join(self.run.log_dir, self.server, f"{name}.log")
 
     def prepare_ports(self, ports: list[str]) -> None:
         if not self.isRemote:
             return super().prepare_ports(ports)
         agent = self.cluster.agents[self.server]
-        keys = [f"net.ipv6.conf.{p}.disable_ipv6=1" for p in ports]
-        agent.run(["sh", "-c", "sysctl -qw " + " ".join(keys) + " 2>/dev/null; true"])
-        every = [w for feature in OFFLOADS_OFF for w in (feature, "off")]
+        # As disable_ipv6 does here: a port without an IPv6 entry has none to turn off.
+        script = (
+            "set --; for p in " + " ".join(ports) + "; do [ -e /proc/sys/net/ipv6/conf/$p ] && "
+        )
+        script += (
+            'set -- "$@" net.ipv6.conf.$p.disable_ipv6=1; done; [ $# -eq 0 ] || sysctl -qw "$@"'
+        )
+        res = agent.run(["sh", "-c", script], check=False)
+        if res["rc"] != 0:
+            raise RuntimeError(f"disabling IPv6 on {', '.join(ports)}: {res['stderr'].strip()}")
         for p in ports:
-            agent.run(["ethtool", "-K", p, *every], check=False)
+            disable_offloads(p, run_in=lambda argv: agent.run(argv, check=False)["rc"])
 
     def spawn_process(self, argv: list[str], log_path: str, role: str):
         if not self.isRemote:
@@ -462,7 +526,14 @@ class EmuTunnelLink(RemoteGRELink):
             link_set = ["ip", "link", "set", "dev", intf, "mtu", str(TUNNEL_MTU)]
             if addr:
                 link_set += ["address", addr]
-            c.run_on(node.server, link_set + ["up"])
+            c.run_on(node.server, link_set)
+            # No IPv6 before it is up: the kernel's own MLD report and router
+            # solicitation would go into a tunnel whose far end may not exist yet.
+            c.run_on(
+                node.server, ["sysctl", "-qw", f"net.ipv6.conf.{intf}.disable_ipv6=1"], check=False
+            )
+        for node, intf, _, _ in ends:
+            c.run_on(node.server, ["ip", "link", "set", "dev", intf, "up"])
         c.tunnels.append(
             {
                 "kind": kind,
@@ -478,29 +549,34 @@ class EmuTunnelLink(RemoteGRELink):
     def stop(self):
         if self.tunnel:  # each end in its server's root namespace
             for intf in (self.intf1, self.intf2):
-                self.cluster.run_on(intf.node.server, ["ip", "link", "del", intf.name], check=False)
+                try:
+                    self.cluster.run_on(
+                        intf.node.server, ["ip", "link", "del", intf.name], check=False
+                    )
+                except srv.ServerError as exc:  # its agent's teardown removes it
+                    log.warning("tunnel end %s not deleted now: %s", intf.name, exc)
             self.tunnel = None
         else:
             Link.stop(self)
 
 
 class EmuCluster(MininetCluster):
-    """MininetCluster without its precheck (emu.servers.preflight ran before) or mn -c."""
+    """MininetCluster with emu's classes, its placement and servers given.
 
-    def __init__(self, *args, **kwargs):
-        kwargs["precheck"] = False
-        kwargs.setdefault("user", "root")
-        super().__init__(*args, **kwargs)
+    Its `__init__` is not MininetCluster's: that one runs `precheck` (sudo over
+    ssh, `sys.exit(1)` on failure; emu.servers.preflight ran before anything
+    started), looks servers up with getent (emu passes their addresses) and
+    makes ~/.ssh/mn, which nothing uses and nothing would remove. Its
+    `placeNodes` and `buildFromTopo` are the edition's own.
+    """
 
-
-def wait_forwarded(switch, timeout_s: float) -> None:
-    """The forwarded management socket of `switch` exists here (ssh made it)."""
-    wait_for(
-        lambda: os.path.exists(switch.mgmt_path),
-        timeout_s,
-        f"the forward of {switch.name}'s management socket",
-        interval_s=0.05,
-    )
+    def __init__(self, *args, servers, serverIP, placement, **kwargs):  # noqa: N803
+        self.servers = list(servers)
+        self.serverIP = dict(serverIP)  # noqa: N815 (the edition's names)
+        self.user = "root"
+        self.connections = {}
+        self.placement = placement
+        Mininet.__init__(self, *args, **kwargs)
 
 
 def node_servers(net) -> dict[str, str]:

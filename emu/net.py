@@ -673,6 +673,7 @@ class Fabric:
         neighbours see carrier loss and fail over at once.
         """
         self.switch(name).crash()
+        self._mark_faulted(name)
         for node, intf in self._switch_ends(name):
             self._switch_link_state(node, intf, "down")
 
@@ -699,6 +700,17 @@ class Fabric:
             if self.server_of(peer) != self.server_of(name):
                 ends.append((peer, data["intfs"][peer]))
         return ends
+
+    def _mark_faulted(self, u: str, v: str | None = None) -> None:
+        """Links between servers that a fault takes down (u-v, or every link of switch
+        u): the frames they lose then are the fault's, and the tunnels' check of the
+        report leaves them out (emu.scenario add_servers)."""
+        if self.cluster is None:
+            return
+        links = [(u, v)] if v is not None else list(self.graph.edges(u))
+        for a, b in links:
+            if self.server_of(a) != self.server_of(b):
+                self.cluster.faulted.update({f"{a}-{b}", f"{b}-{a}"})
 
     def _switch_link_state(self, node: str, intf: str, state: str) -> None:
         """`ip link set INTF STATE` of a switch port, on the server the switch runs on."""
@@ -1096,6 +1108,7 @@ class Fabric:
         if not self.graph.has_edge(u, v):
             raise FabricError(f"no link between {u!r} and {v!r}")
         state = "up" if up else "down"
+        self._mark_faulted(u, v)
         for node, intf in self.graph.edges[u, v]["intfs"].items():
             if self.graph.nodes[node]["kind"] == "switch":
                 self._switch_link_state(node, intf, state)

@@ -39,6 +39,10 @@ import threading
 # cluster edition's RemoteGRELink). A kernel without one lacks its module.
 TUNNEL_KINDS = ("vxlan", "gretap")
 VXLAN_PORT = 4789
+# How long an agent waits for a word from its run (the run sends one every
+# `HEARTBEAT_S`) before it takes the run for dead and removes its part.
+ORIGIN_SILENCE_S = 60.0
+HEARTBEAT_S = 5.0
 
 
 def package_version() -> str:
@@ -48,6 +52,25 @@ def package_version() -> str:
         return metadata.version("emu")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def source_fingerprint() -> str:
+    """A hash of emu's own source here (every .py, .c and .h of the package): two
+    servers run the same emu only if theirs match (the version in setup.cfg does
+    not change with every commit)."""
+    import hashlib
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith((".py", ".c", ".h")):
+                path = os.path.join(dirpath, name)
+                digest.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()[:12]
 
 
 def tunnel_argv(kind: str, name: str, key: int, local_ip: str, remote_ip: str) -> list[str]:
@@ -72,15 +95,26 @@ def tunnel_argv(kind: str, name: str, key: int, local_ip: str, remote_ip: str) -
 
 
 def tunnel_kinds_here() -> list[str]:
-    """The tunnel kinds this kernel makes: each tried on a throw-away device."""
-    kinds = []
+    """The tunnel kinds this kernel makes, tried on a throw-away device: the first
+    that works (trying gretap loads ip_gre, whose fallback devices gre0, gretap0
+    and erspan0 would then stay in every namespace)."""
+    import uuid
+
     for kind in TUNNEL_KINDS:
-        name = f"emuprobe{os.getpid() % 100000}"
+        name = f"emuprobe{uuid.uuid4().hex[:6]}"
         argv = tunnel_argv(kind, name, 1, "127.0.0.1", "127.0.0.2")
         if subprocess.run(argv, capture_output=True, check=False).returncode == 0:
-            kinds.append(kind)
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-    return kinds
+            return [kind]
+    return []
+
+
+def ipv4_addresses() -> list[str]:
+    """This server's IPv4 addresses (`ip -o -4 addr`)."""
+    out = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=False)
+    return [
+        line.split()[3].split("/")[0] for line in out.stdout.splitlines() if len(line.split()) > 3
+    ]
 
 
 def sshd_config_of_session() -> str | None:
@@ -130,6 +164,8 @@ def preflight() -> dict:
         "mnexec": shutil.which("mnexec") is not None,
         "tunnels": tunnel_kinds_here() if os.geteuid() == 0 else [],
         "max_sessions": max_sessions() if os.geteuid() == 0 else None,
+        "source": source_fingerprint(),
+        "addresses": ipv4_addresses(),
     }
 
 
@@ -203,6 +239,8 @@ class Agent:
                     return f.read()
             except OSError:
                 return None
+        if op == "ping":
+            return "pong"
         if op == "write":  # a file a process here reads (a NIC group's spec)
             path = os.path.join(self.run.log_dir, os.path.basename(str(req["name"])))
             with open(path, "w") as f:
@@ -216,41 +254,80 @@ class Agent:
         return self.run.teardown()
 
 
-def serve(origin: str) -> int:
-    """Answer requests until stdin ends, then remove what this run made here."""
+def serve(origin: str, silence_s: float = 0.0) -> int:
+    """Answer requests until stdin ends (or the run has been silent `silence_s`),
+    then remove what this run made here."""
+    import select
+
     from emu.registry import die_with_parent
 
     die_with_parent()  # the sshd session that started it
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing but answers on the channel
     agent = Agent(origin)
-    stop = threading.Event()
+    silence_s = silence_s or ORIGIN_SILENCE_S
 
     def on_signal(signum, frame):
-        stop.set()
         raise SystemExit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, on_signal)
-    try:
-        out.write(json.dumps({"ok": True, "result": agent.hello()}) + "\n")
+
+    def answer(doc: dict) -> None:
+        out.write(json.dumps(doc) + "\n")
         out.flush()
-        for line in sys.stdin:
-            try:
-                req = json.loads(line)
-                if req.get("op") == "teardown":
-                    result = agent.teardown()
-                    out.write(json.dumps({"ok": True, "result": result}) + "\n")
-                    out.flush()
-                    return 0
-                answer = {"ok": True, "result": agent.handle(req)}
-            except Exception as exc:  # noqa: BLE001 - every request gets an answer
-                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            out.write(json.dumps(answer) + "\n")
-            out.flush()
-        return 0
+
+    try:
+        answer({"ok": True, "result": agent.hello()})
+        buf = b""
+        while True:
+            # A run whose machine died without closing its connection (a crash, a
+            # partition) says nothing more: its heartbeats stop, and the part ends.
+            if not select.select([0], [], [], silence_s)[0]:
+                print(f"no word from the run in {silence_s:g} s: removing its part", flush=True)
+                return 1
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                return 0
+            buf += chunk
+            while b"\n" in buf:
+                line, _, buf = buf.partition(b"\n")
+                req = {}
+                try:
+                    req = json.loads(line)
+                    if req.get("op") == "teardown":
+                        answer({"ok": True, "result": agent.teardown(), "id": req.get("id")})
+                        return 0
+                    doc = {"ok": True, "result": agent.handle(req)}
+                except Exception as exc:  # noqa: BLE001 - every request gets an answer
+                    doc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                doc["id"] = req.get("id") if isinstance(req, dict) else None
+                answer(doc)
     finally:
         agent.teardown()  # idempotent: a second teardown finds nothing
+
+
+def end_part(origin: str, timeout_s: float = 30.0) -> list[str]:
+    """End the agents of `origin`'s parts on this server (their manifests name them,
+    by pid and start time), then remove what any of them left; returns the run ids."""
+    from emu import registry
+
+    ended = []
+    for run in registry.load_runs():
+        if run.info.get("origin_run") != origin:
+            continue
+        if registry.same_process(run.owner_pid, run.owner_start):
+            os.kill(run.owner_pid, signal.SIGTERM)  # the agent tears its part down
+            try:
+                registry.wait_for(
+                    lambda r=run: not r.manifest_path.exists(), timeout_s, "the agent's teardown"
+                )
+            except registry.FabricError:
+                pass  # removed below
+        if run.manifest_path.exists():
+            run.teardown()
+        ended.append(run.run_id)
+    return ended
 
 
 def guard(argv: list[str]) -> int:
@@ -296,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("preflight")
     s = sub.add_parser("serve")
     s.add_argument("--origin", required=True, help="the run id on the machine that runs the fabric")
+    s.add_argument("--silence-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    e = sub.add_parser("end", help="end a dead run's part on this server")
+    e.add_argument("--origin", required=True)
     g = sub.add_parser("guard")
     g.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -303,7 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(preflight()))
         return 0
     if args.cmd == "serve":
-        return serve(args.origin)
+        return serve(args.origin, args.silence_s)
+    if args.cmd == "end":
+        ended = end_part(args.origin)
+        print(f"ended {len(ended)} part(s) of run {args.origin}: {', '.join(ended) or 'none'}")
+        return 0
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         parser.error("guard: no command")

@@ -630,6 +630,30 @@ def add_fidelity(ctx: Context) -> None:
     }
 
 
+def add_underlay_check(ctx: Context, doc: dict, where: str) -> None:
+    """The underlay's one-way delay to every server (RTT/2 from here) under one frame
+    time of the slowest tunnelled link; a server it could not measure fails it."""
+    from emu import servers
+
+    limit = servers.tunnel_delay_limit_s(doc)
+    rtts = doc.get("underlay_rtt", {})
+    if limit is None or not rtts:
+        return
+    measured = [(r["avg_ms"], s) for s, r in rtts.items() if r.get("avg_ms") is not None]
+    unmeasured = sorted(s for s, r in rtts.items() if r.get("avg_ms") is None)
+    worst = max(measured) if measured else None
+    one_way_s = None if worst is None else worst[0] / 2e3
+    parts = [f"{one_way_s * 1e6:.0f} µs one way to {worst[1]} (RTT/2)"] if worst else []
+    parts += [f"no RTT to {s} ({rtts[s].get('error')})" for s in unmeasured]
+    ctx.check(
+        f"tunnels{where}: the underlay adds less than one frame time",
+        not unmeasured and one_way_s is not None and one_way_s < limit,
+        "; ".join(parts),
+        f"< {limit * 1e6:.0f} µs (a 1514-byte frame at the slowest tunnelled link's rate)",
+        fidelity=True,
+    )
+
+
 def add_servers(ctx: Context) -> None:
     """For a fabric over several servers (`servers`): which switch ran where, what
     crossed each tunnel, and two checks that the tunnels kept up (emu/servers.py)."""
@@ -647,38 +671,30 @@ def add_servers(ctx: Context) -> None:
             ["link", "from", "to", "frames in", "frames out", "in flight", "lost"],
             servers.tunnel_rows(doc),
         )
-        lost = sum(row[-1] for row in servers.tunnel_rows(doc) if isinstance(row[-1], int))
-        unread = sum(1 for row in servers.tunnel_rows(doc) if not isinstance(row[-1], int))
+        judged = servers.tunnel_rows(doc, judged_only=True)
+        lost = sum(row[-1] for row in judged if isinstance(row[-1], int))
+        unread = sum(1 for row in judged if not isinstance(row[-1], int))
+        faulted = {t["link"] for t in doc["tunnels"] if t.get("faulted")}
+        value = f"{lost} lost of {servers.tunnel_frames(doc, judged_only=True) + lost}"
+        if unread:
+            value += f"; {unread} directions unread"
+        if not servers.tunnels_exact(doc):
+            value += " (at least: traffic never paused for a reading with nothing in flight)"
+        if faulted:
+            value += f"; not judged, taken down by a fault: {', '.join(sorted(faulted))}"
         ctx.check(
             f"tunnels{where}: every frame sent into a tunnel came out",
             lost == 0 and unread == 0,
-            f"{lost} lost of {servers.tunnel_frames(doc) + lost}"
-            + (f"; {unread} directions unread" if unread else ""),
+            value,
             "0 lost (a tunnel stands for a wire)",
             fidelity=True,
         )
-        limit = servers.tunnel_delay_limit_s(doc)
-        rtts = doc.get("underlay_rtt", {})
-        worst = max(
-            ((r.get("avg_ms"), s) for s, r in rtts.items()),
-            key=lambda x: -1 if x[0] is None else x[0],
-            default=(None, None),
-        )
-        if limit is not None and worst[1] is not None:
-            one_way_s = None if worst[0] is None else worst[0] / 2e3
-            ctx.check(
-                f"tunnels{where}: the underlay adds less than one frame time",
-                one_way_s is not None and one_way_s < limit,
-                f"{one_way_s * 1e6:.0f} µs one way to {worst[1]} (RTT/2)"
-                if one_way_s is not None
-                else f"no RTT to {worst[1]}: {rtts[worst[1]].get('error')}",
-                f"< {limit * 1e6:.0f} µs (a 1514-byte frame at the slowest tunnelled link's rate)",
-                fidelity=True,
-            )
+        add_underlay_check(ctx, doc, where)
         ctx.metrics.setdefault("servers", []).append(
             {"label": label, **{k: doc[k] for k in ("servers", "switches", "tunnel_kind")},
              "tunnel_frames": servers.tunnel_frames(doc), "tunnel_lost": lost,
-             "underlay_rtt": rtts}
+             "tunnels_exact": servers.tunnels_exact(doc), "faulted": sorted(faulted),
+             "underlay_rtt": doc.get("underlay_rtt", {})}
         )  # fmt: skip
 
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import os
 import re
 import select
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +34,8 @@ import time
 
 from emu import remote
 from emu.registry import FabricError, Run, die_with_parent, stop_child, wait_for
+
+log = logging.getLogger(__name__)
 
 LOCAL = "local"
 LOCAL_ALIASES = (LOCAL, "localhost")
@@ -155,9 +159,10 @@ def check_server(
             f"server {name}: {python} -m emu.remote preflight answered "
             f"{res.stdout.strip()[:80]!r}, not emu's preflight"
         ) from None
-    if there != version:
+    if there != version or info.get("source") != remote.source_fingerprint():
         raise ServerError(
-            f"server {name}: emu {there} there, {version} here (install the same emu on every server)"
+            f"server {name}: emu {there} (source {info.get('source')}) there, {version} "
+            f"(source {remote.source_fingerprint()}) here: install the same emu on every server"
         )
     if not info.get("root"):
         raise ServerError(f"server {name}: emu needs root there (log in as root: User root)")
@@ -190,10 +195,18 @@ TUNNEL_PACKET_BYTES = 1550
 def check_underlay(name: str, address: str) -> None:
     """The network to `name` carries a tunnelled full frame unfragmented (ping with DF
     set); else ServerError: the tunnel would drop every full frame without a word."""
-    payload = TUNNEL_PACKET_BYTES - 28  # IPv4 20 + ICMP 8
-    argv = ["ping", "-q", "-n", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", str(payload)]
-    res = subprocess.run(argv + [address], capture_output=True, text=True, check=False)
-    if res.returncode != 0:
+
+    def ping(payload: int) -> bool:
+        argv = ["ping", "-q", "-n", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s"]
+        res = subprocess.run(argv + [str(payload), address], capture_output=True, check=False)
+        return res.returncode == 0
+
+    if not ping(56):
+        raise ServerError(
+            f"server {name}: no answer to ping from {address} (emu measures the path to a "
+            "server with ping: let ICMP echo through)"
+        )
+    if not ping(TUNNEL_PACKET_BYTES - 28):  # IPv4 20 + ICMP 8
         raise ServerError(
             f"server {name}: the network to {address} does not carry {TUNNEL_PACKET_BYTES}-byte "
             "packets, a tunnelled full frame: raise the MTU of the interfaces between the "
@@ -219,6 +232,9 @@ def preflight(
     """
     python = python or remote_python()
     version = remote.package_version()
+    for tool in ("ssh", "ping"):
+        if shutil.which(tool) is None:
+            raise ServerError(f"no {tool} on this machine: scripts/bootstrap installs it")
     names = remote_servers(servers)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         futures = {
@@ -226,9 +242,16 @@ def preflight(
             for n in names
         }
     infos = {n: futures[n].result() for n in names}  # raises the first in the order given
-    if LOCAL in servers:
-        for n in names:
-            check_underlay(n, server_address(n, config))
+    for n in names:
+        address = server_address(n, config)
+        if address not in infos[n].get("addresses", []):
+            raise ServerError(
+                f"server {n}: ssh reaches it at {address}, which is not one of its addresses "
+                f"({', '.join(infos[n].get('addresses', [])) or 'none'}): a ProxyJump or a "
+                "forwarded port; tunnels need the server's own address as HostName"
+            )
+        if LOCAL in servers:
+            check_underlay(n, address)
     kinds = [k for k in remote.TUNNEL_KINDS if all(k in infos[n]["tunnels"] for n in names)]
     if LOCAL in servers:
         here = remote.tunnel_kinds_here()
@@ -321,7 +344,12 @@ class Connection:
 
     def _control(self, args: list[str]) -> subprocess.CompletedProcess:
         argv = ssh_base(self.config) + ["-S", self.control_path, *args, self.name]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+        except subprocess.TimeoutExpired:
+            raise ServerError(
+                f"server {self.name}: ssh {' '.join(args)} gave no answer within 20 s"
+            ) from None
 
     def forward_socket(self, local_path: str, remote_path: str) -> None:
         """`local_path` here reaches the Unix socket `remote_path` there (ssh -L)."""
@@ -349,6 +377,14 @@ class Connection:
         self.master = None
 
 
+class AgentGone(ServerError):
+    """The agent's process (its ssh) has exited: what it started there has gone with it."""
+
+
+class AgentTimeout(ServerError):
+    """The agent did not answer in time; it may still be running."""
+
+
 class Agent:
     """The run's agent on one server (`python -m emu.remote serve`), through its connection."""
 
@@ -357,6 +393,7 @@ class Agent:
         self.conn = conn
         self._lock = threading.Lock()
         self._buf = b""
+        self._next_id = 0
         log_path = os.path.join(conn.run.log_dir, f"agent-{conn.name}.log")
         command = [python, "-m", "emu.remote", "serve", "--origin", conn.run.run_id]
         with open(log_path, "ab") as logf:
@@ -389,14 +426,29 @@ class Agent:
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 
-    def _answer(self, what: str, timeout_s: float):
-        line = self._readline(timeout_s)
-        if not line:
-            raise ServerError(
-                f"server {self.name}: its agent gave no answer to {what} within {timeout_s:g} s "
-                f"(see {self.log_path})"
-            )
-        answer = json.loads(line)
+    def _answer(self, what: str, timeout_s: float, want_id: int | None = None):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            line = self._readline(max(0.0, deadline - time.monotonic()))
+            if not line:
+                if self.proc.poll() is not None:
+                    raise AgentGone(
+                        f"server {self.name}: its agent has exited (see {self.log_path})"
+                    )
+                raise AgentTimeout(
+                    f"server {self.name}: its agent gave no answer to {what} within "
+                    f"{timeout_s:g} s (see {self.log_path})"
+                )
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                raise ServerError(
+                    f"server {self.name}: its agent wrote {line[:80]!r}, not an answer "
+                    "(does a login script there print to stdout?)"
+                ) from None
+            # An answer to an earlier request that timed out is not this one's.
+            if want_id is None or answer.get("id") == want_id:
+                break
         if not answer.get("ok"):
             raise ServerError(f"server {self.name}: {what}: {answer.get('error')}")
         return answer.get("result")
@@ -404,13 +456,23 @@ class Agent:
     def call(self, op: str, timeout_s: float = AGENT_TIMEOUT_S, **args):
         with self._lock:
             if self.proc.poll() is not None:
-                raise ServerError(f"server {self.name}: its agent has exited (see {self.log_path})")
+                raise AgentGone(f"server {self.name}: its agent has exited (see {self.log_path})")
+            self._next_id += 1
             try:
-                self.proc.stdin.write(json.dumps(dict(args, op=op)).encode() + b"\n")
+                req = dict(args, op=op, id=self._next_id)
+                self.proc.stdin.write(json.dumps(req).encode() + b"\n")
                 self.proc.stdin.flush()
-            except BrokenPipeError:
-                raise ServerError(f"server {self.name}: its agent has gone") from None
-            return self._answer(op, timeout_s)
+            except (BrokenPipeError, OSError):
+                raise AgentGone(f"server {self.name}: its agent has gone") from None
+            return self._answer(op, timeout_s, want_id=self._next_id)
+
+    def heartbeat(self) -> None:
+        """Tell the agent the run is alive (it ends the run's part after
+        `remote.ORIGIN_SILENCE_S` without a word from the run)."""
+        try:
+            self.call("ping", timeout_s=10.0)
+        except ServerError as exc:
+            log.warning("%s", exc)
 
     def run(self, argv: list[str], check: bool = True, timeout_s: float = 30.0) -> dict:
         """Run `argv` in the server's root namespace; its {"rc", "stdout", "stderr"}."""
@@ -448,8 +510,10 @@ class RemoteProcess:
         if self.returncode is None:
             try:
                 rc = self.agent.call("poll", pid=self.pid)
-            except ServerError:
-                rc = -9  # the agent (and with it this process) has gone
+            except AgentGone:
+                rc = -9  # the agent, and with it this process, has gone
+            except AgentTimeout:
+                return None  # not known to have ended
             if rc is not None:
                 self.returncode = rc
                 try:
@@ -477,11 +541,15 @@ class RemoteProcess:
         return self.returncode
 
 
-def clean_server(name: str, info: dict) -> str:
-    """`emu clean` on server `name` for a dead run that used it (`info`: what the run's
-    manifest recorded of the server); one line saying what it did or why it could not."""
+def clean_server(name: str, info: dict, origin: str) -> str:
+    """On server `name`, end the part of the dead run `origin` (its agent may live on
+    if the run's machine died without closing the connection) and `emu clean` there;
+    `info`: what the run's manifest recorded of the server. One line saying what
+    it did or why it could not."""
+    python = info.get("python") or remote_python()
     argv = ssh_base(info.get("ssh_config")) + ["-o", "ControlPath=none", name]
-    argv += [shlex.join([info.get("python") or remote_python(), "-m", "emu.cli", "clean"])]
+    end = shlex.join([python, "-m", "emu.remote", "end", "--origin", origin])
+    argv += [end + " && " + shlex.join([python, "-m", "emu.cli", "clean"])]
     try:
         res = subprocess.run(
             argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False
@@ -504,21 +572,24 @@ def placement_rows(doc: dict) -> list[list]:
     return [[s, ", ".join(doc["switches"][s]) or "-", len(doc["hosts"][s])] for s in doc["servers"]]
 
 
-def tunnel_rows(doc: dict) -> list[list]:
-    """[link, from, to, frames in, frames out, in flight, lost] per tunnel and direction."""
+def tunnel_rows(doc: dict, judged_only: bool = False) -> list[list]:
+    """[link, from, to, frames in, frames out, in flight, lost] per tunnel and direction
+    (the link marked "(fault)" where a fault took it down); `judged_only`: without those."""
     rows = []
     for t in doc["tunnels"]:
+        if judged_only and t.get("faulted"):
+            continue
+        link = t["link"] + (" (fault)" if t.get("faulted") else "")
         for src, dst in (("a", "b"), ("b", "a")):
             way = t.get(f"{src}_to_{dst}")
             ends = [f"{t[f'server_{e}']}:{t[f'intf_{e}']}" for e in (src, dst)]
             ends = [e.replace("localhost:", "local:") for e in ends]
             if way is None:
-                rows.append([t["link"], *ends, "?", "?", "?", "?"])
+                rows.append([link, *ends, "?", "?", "?", "?"])
             else:
                 rows.append(
-                    [t["link"], *ends, way["sent"], way["received"], way["in_flight"],
-                     tunnel_lost(way)]
-                )  # fmt: skip
+                    [link, *ends, way["sent"], way["received"], way["in_flight"], tunnel_lost(way)]
+                )
     return rows
 
 
@@ -527,9 +598,22 @@ def tunnel_lost(way: dict) -> int:
     return way["lost"] + way["tx_dropped"] + way["tx_errors"] + way["rx_errors"]
 
 
-def tunnel_frames(doc: dict) -> int:
-    """Frames that came out of every tunnel, both ways."""
-    return sum(t[w]["received"] for t in doc["tunnels"] for w in ("a_to_b", "b_to_a") if t.get(w))
+def tunnel_frames(doc: dict, judged_only: bool = False) -> int:
+    """Frames that came out of every tunnel (`judged_only`: no fault took it down), both ways."""
+    return sum(
+        t[w]["received"]
+        for t in doc["tunnels"]
+        for w in ("a_to_b", "b_to_a")
+        if t.get(w) and not (judged_only and t.get("faulted"))
+    )
+
+
+def tunnels_exact(doc: dict) -> bool:
+    """Every count was read at a quiet moment: nothing was in flight, so what did
+    not come out was lost (else `lost` is a lower bound)."""
+    return all(
+        t[w].get("exact", False) for t in doc["tunnels"] for w in ("a_to_b", "b_to_a") if t.get(w)
+    )
 
 
 def tunnel_delay_limit_s(doc: dict) -> float | None:

@@ -309,6 +309,8 @@ def reset_fidelity(fab) -> None:
     """Start every switch's and NIC agent's fidelity window now (after boot and
     convergence, or where a test's measured stretch begins)."""
     fab.fidelity_machine_start = fidelity.machine_sample()
+    if getattr(fab, "cluster", None) is not None:  # over several servers: the tunnels too
+        fab.cluster.mark_tunnels()
     for path in fidelity_sockets(fab).values():
         try:
             mgmt.call(path, "fidelity_reset")

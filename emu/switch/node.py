@@ -398,7 +398,8 @@ class EmuSwitch(Switch):
         if not self.shares_process:
             self.proc.kill()
             self.proc.wait()
-            self.run.forget_pid(self.proc.pid)
+            if isinstance(self.proc, subprocess.Popen):  # one of this machine's pids
+                self.run.forget_pid(self.proc.pid)
             self.proc = None
             return
         self.call("crash", timeout_s=timeout_s)

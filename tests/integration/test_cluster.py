@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from emu import fabric, registry
+from emu import fabric, registry, remote
 from emu.net import Fabric
 from emu.registry import wait_for
 from emu.servers import ServerError
@@ -134,14 +134,12 @@ def test_sigkilled_split_run_is_removed_by_emu_clean(second, tmp_path, no_leaks)
     assert leftovers(held=[second.run]) == {"interfaces": [], "processes": [], "runs": []}
 
 
-@pytest.fixture
-def fake_python(second, tmp_path):
-    """A 'python' on the second server that answers the preflight with another version."""
+def fake_python(tmp_path, version: str, source: str) -> str:
+    """A 'python' on the second server that answers the preflight as another emu would."""
     path = tmp_path / "python"
-    path.write_text(
-        "#!/bin/sh\n"
-        'echo \'{"version": "0.0.1", "root": true, "mnexec": true, "tunnels": ["vxlan"]}\'\n'
-    )
+    answer = {"version": version, "source": source, "root": True, "mnexec": True,
+              "tunnels": ["vxlan"], "max_sessions": 1000, "addresses": []}  # fmt: skip
+    path.write_text(f"#!/bin/sh\necho '{json.dumps(answer)}'\n")
     path.chmod(0o755)
     return str(path)
 
@@ -152,13 +150,15 @@ def fake_python(second, tmp_path):
         ("unreachable", "server nowhere: unreachable"),
         ("no key", "server second: no key accepted"),
         ("no emu", "server second: no /nonexistent/python there"),
-        ("wrong version", "server second: emu 0.0.1 there"),
+        ("wrong version", "server second: emu 0.0.1 (source 000000000000) there"),
+        (
+            "other source",
+            f"server second: emu {remote.package_version()} (source 000000000000) there",
+        ),
         ("small MTU", "server second: the network to"),
     ],
 )
-def test_a_bad_server_is_one_line_and_exit_2(
-    second, tmp_path, fake_python, case, expected, request, no_leaks
-):
+def test_a_bad_server_is_one_line_and_exit_2(second, tmp_path, case, expected, request, no_leaks):
     env, name = {}, "second"
     if case == "unreachable":  # an address with nothing listening on ssh's port
         config = tmp_path / "ssh_config"
@@ -183,8 +183,10 @@ def test_a_bad_server_is_one_line_and_exit_2(
         )
     elif case == "no emu":
         env = {"EMU_REMOTE_PYTHON": "/nonexistent/python"}
-    else:
-        env = {"EMU_REMOTE_PYTHON": fake_python}
+    elif case == "wrong version":
+        env = {"EMU_REMOTE_PYTHON": fake_python(tmp_path, "0.0.1", "000000000000")}
+    else:  # the same version number, other code (another commit)
+        env = {"EMU_REMOTE_PYTHON": fake_python(tmp_path, remote.package_version(), "000000000000")}
     runs_before = sorted(r.run_id for r in registry.load_runs())
     res = emu(second, "run", "smoke", "--servers", f"local,{name}", "--out", str(tmp_path / "o"),
               env=env, timeout_s=60)  # fmt: skip

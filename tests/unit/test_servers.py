@@ -74,10 +74,10 @@ def test_tunnel_commands():
             remote.tunnel_argv("vxlan", "x", key, "a", "b")
 
 
-def _way(sent, received, lost=0, dropped=0):
+def _way(sent, received, lost=0, dropped=0, exact=True):
     return {"sent": sent, "sent_bytes": 0, "received": received, "lost": lost,
             "in_flight": sent - received - lost, "tx_dropped": dropped, "tx_errors": 0,
-            "rx_errors": 0}  # fmt: skip
+            "rx_errors": 0, "exact": exact}  # fmt: skip
 
 
 DOC = {
@@ -172,7 +172,7 @@ def test_the_agent_removes_what_it_started_when_its_stdin_ends(tmp_path):
         assert json.loads(manifest.read_text())["info"]["origin_run"] == "run-x"
         log = os.path.join(hello["log_dir"], "sleep.log")
         pid = ask(op="spawn", argv=["sleep", "300"], log=log, role="sleep")["result"]["pid"]
-        assert ask(op="poll", pid=pid) == {"ok": True, "result": None}
+        assert ask(op="poll", pid=pid, id=7) == {"ok": True, "result": None, "id": 7}
         assert [e["pid"] for e in json.loads(manifest.read_text())["pids"]] == [pid]
         assert ask(op="run", argv=["sh", "-c", "echo hi; exit 4"])["result"] == {
             "rc": 4, "stdout": "hi\n", "stderr": ""}  # fmt: skip
@@ -191,6 +191,107 @@ def test_the_agent_removes_what_it_started_when_its_stdin_ends(tmp_path):
 def test_preflight_names_what_this_machine_has():
     info = remote.preflight()
     assert info["version"] == remote.package_version()
-    assert set(info) == {"version", "python", "root", "mnexec", "tunnels", "max_sessions"}
+    assert set(info) == {
+        "version", "python", "root", "mnexec", "tunnels", "max_sessions", "source", "addresses"
+    }  # fmt: skip
+    assert info["source"] == remote.source_fingerprint() and "127.0.0.1" in info["addresses"]
     assert set(info["tunnels"]) <= set(remote.TUNNEL_KINDS)
     assert not [n for n in os.listdir("/sys/class/net") if n.startswith("emuprobe")]
+
+
+def _checks(tmp_path, doc) -> dict:
+    from emu.scenario import Context, add_servers
+
+    ctx = Context(name="t", params={}, out_dir=tmp_path)
+    ctx.fabrics.servers_documents.append(("", doc))
+    add_servers(ctx)
+    return {c.name.split(": ", 1)[1]: c for c in ctx.checks}
+
+
+def _doc(tunnels, rtt=None):
+    return dict(DOC, tunnels=tunnels, underlay_rtt=rtt or {"b": {"avg_ms": 0.04, "max_ms": 0.1}})
+
+
+def _tunnel(a_to_b, b_to_a, **extra):
+    return {"link": "spine1-leaf2", "server_a": "localhost", "intf_a": "spine1-eth2",
+            "server_b": "b", "intf_b": "leaf2-eth2", "a_to_b": a_to_b, "b_to_a": b_to_a,
+            **extra}  # fmt: skip
+
+
+def test_the_tunnel_check_fails_on_a_lost_frame_and_passes_on_none(tmp_path):
+    ok = _checks(tmp_path, _doc([_tunnel(_way(10, 10), _way(7, 7))]))
+    assert ok["every frame sent into a tunnel came out"].passed
+    assert ok["every frame sent into a tunnel came out"].value == "0 lost of 17"
+    assert ok["the underlay adds less than one frame time"].passed  # 20 µs < 606 µs
+    bad = _checks(tmp_path, _doc([_tunnel(_way(10, 9, lost=1), _way(7, 7))]))
+    assert not bad["every frame sent into a tunnel came out"].passed
+    dropped = _checks(tmp_path, _doc([_tunnel(_way(10, 10, dropped=1), _way(7, 7))]))
+    assert not dropped["every frame sent into a tunnel came out"].passed
+    unread = _checks(tmp_path, _doc([_tunnel(None, _way(7, 7))]))
+    assert not unread["every frame sent into a tunnel came out"].passed
+
+
+def test_a_tunnel_a_fault_took_down_is_reported_not_judged(tmp_path):
+    faulted = _tunnel(_way(10, 8, lost=2), _way(7, 7), faulted=True)
+    check = _checks(tmp_path, _doc([faulted]))["every frame sent into a tunnel came out"]
+    assert check.passed and "taken down by a fault: spine1-leaf2" in check.value
+
+
+def test_a_reading_with_frames_in_flight_says_its_count_is_a_lower_bound(tmp_path):
+    doc = _doc([_tunnel(_way(10, 9, exact=False), _way(7, 7, exact=False))])
+    check = _checks(tmp_path, doc)["every frame sent into a tunnel came out"]
+    assert "at least" in check.value
+
+
+def test_the_underlay_check_fails_for_a_server_it_could_not_measure(tmp_path):
+    rtt = {"b": {"avg_ms": 0.05, "max_ms": 0.1}, "c": {"error": ["100% packet loss"]}}
+    check = _checks(tmp_path, _doc([_tunnel(_way(1, 1), _way(1, 1))], rtt))
+    check = check["the underlay adds less than one frame time"]
+    assert not check.passed and "no RTT to c" in check.value
+    slow = {"b": {"avg_ms": 2.0, "max_ms": 3.0}}  # 1 ms one way > 606 µs at 20 Mbit/s
+    assert not _checks(tmp_path, _doc([_tunnel(_way(1, 1), _way(1, 1))], slow))[
+        "the underlay adds less than one frame time"
+    ].passed
+
+
+def _agent(tmp_path, *extra):
+    env = dict(os.environ, EMU_REGISTRY_DIR=str(tmp_path / "reg"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emu.remote", "serve", "--origin", "run-y", *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    hello = json.loads(proc.stdout.readline())["result"]
+    log = os.path.join(hello["log_dir"], "sleep.log")
+    req = {"op": "spawn", "argv": ["sleep", "300"], "log": log, "role": "sleep", "id": 1}
+    proc.stdin.write(json.dumps(req) + "\n")
+    proc.stdin.flush()
+    pid = json.loads(proc.stdout.readline())["result"]["pid"]
+    return proc, env, pid, tmp_path / "reg" / "runs" / f"{hello['run_id']}.json"
+
+
+def test_an_agent_whose_run_falls_silent_removes_its_part(tmp_path):
+    # The run's machine died without closing the connection: no heartbeat comes.
+    agent, _, pid, manifest = _agent(tmp_path, "--silence-s", "1")
+    try:
+        assert agent.wait(timeout=20) == 1  # stdin still open: it gave up on the run
+        assert not _alive(pid) and not manifest.exists()
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def test_emu_remote_end_ends_a_runs_part_by_its_manifest(tmp_path):
+    agent, env, pid, manifest = _agent(tmp_path)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "emu.remote", "end", "--origin", "run-y"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 0 and "ended 1 part(s) of run run-y" in res.stdout, res.stderr
+        assert agent.wait(timeout=20) == 128 + signal.SIGTERM  # its handler ended it
+        assert not _alive(pid) and not manifest.exists()
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
