@@ -368,16 +368,20 @@ class Fabric:
         for u, v, data in self.graph.edges(data=True):
             for node in (u, v):
                 rates[data["intfs"][node]] = data["rate_bps"]
-        switch_cls = functools.partial(
-            _SeededSwitch,
-            EmuSwitch,
+        # What every switch gets, wherever it runs.
+        switch_args = dict(
             run=self.run,
             port_rates=rates,
-            controller_addrs=(f"127.0.0.1:{self.controller_port}",),
             fabric_seed=self.seed,
             log_level=self.log_level,
             qos=self.qos,
             switch_processes=self.switch_processes,
+        )
+        switch_cls = functools.partial(
+            _SeededSwitch,
+            EmuSwitch,
+            controller_addrs=(f"127.0.0.1:{self.controller_port}",),
+            **switch_args,
         )
         options = dict(
             topo=fabric_mod.to_mininet(self.graph),
@@ -391,7 +395,7 @@ class Fabric:
         if self.cluster is None:
             self.net = Mininet(**options)
         else:
-            self.net = self._cluster_mininet(options, rates)
+            self.net = self._cluster_mininet(options, switch_args)
         self.net.build()
         self._boot_phase("namespaces and links")
         for node in self.net.hosts + self.net.switches:
@@ -415,21 +419,14 @@ class Fabric:
         self._boot_phase("routing converged")
         telemetry.reset_fidelity(self)  # judge the experiment, not the boot
 
-    def _cluster_mininet(self, options: dict, rates: dict):
-        """Mininet's cluster edition with emu's classes (emu/cluster.py) and placement."""
+    def _cluster_mininet(self, options: dict, switch_args: dict):
+        """Mininet's cluster edition with emu's classes (emu/cluster.py) and placement;
+        each switch reaches the controller through its server's forward."""
         from emu import cluster, placement
 
         c = self.cluster
         switch_cls = functools.partial(
-            _SeededSwitch,
-            cluster.RemoteEmuSwitch,
-            cluster=c,
-            run=self.run,
-            port_rates=rates,
-            fabric_seed=self.seed,
-            log_level=self.log_level,
-            qos=self.qos,
-            switch_processes=self.switch_processes,
+            _SeededSwitch, cluster.RemoteEmuSwitch, cluster=c, **switch_args
         )
         names = [cluster.mininet_name(s) for s in self.servers]
         return cluster.EmuCluster(

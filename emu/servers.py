@@ -324,16 +324,9 @@ class Connection:
             self.name,
         ]  # fmt: skip
         log_path = os.path.join(self.run.log_dir, f"ssh-{self.name}.log")
-        with open(log_path, "ab") as logf:
-            self.master = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                close_fds=True,
-                preexec_fn=die_with_parent,
-            )
-        self.run.add_pid(self.master.pid, f"ssh master {self.name}")
+        self.master = self.run.spawn(
+            argv, log_path, f"ssh master {self.name}", dies_with_parent=True
+        )
 
         def up() -> bool:
             if self.master.poll() is not None:
