@@ -40,6 +40,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 import weakref
 import zlib
 
@@ -84,9 +85,10 @@ class ClusterRun:
         self.faulted: set[str] = set()
         self._baseline: dict | None = None  # the tunnels' counters at `mark_tunnels`
         self._baseline_quiet: dict[str, bool] = {}  # by tunnel: read with nothing in flight
+        self._marked_at = time.monotonic()
         self._heart: threading.Thread | None = None
-        # stdin pipes of remote commands still running whose Popen was dropped (release_stdin)
-        self.held_stdin: list[int] = []
+        # The write end of each guarded remote command's stdin, by its ssh's pid.
+        self._stdin_of: dict[int, int] = {}
         self._key = zlib.crc32(run.run_id.encode()) & 0xFFF000 or 0x1000
         run.info["servers"] = {
             s: {"address": self.addresses[s], "ssh_config": self.config, "python": self.python}
@@ -163,14 +165,39 @@ class ClusterRun:
             self.agents[server].call("write", name=os.path.basename(there), text=text)
         return there
 
-    def release_stdin(self, fd: int, pid: int) -> None:
-        """A guarded remote command's Popen is gone: close the stdin we held for it
-        if its ssh has ended; if it still runs, hold it until the run closes (a
-        command nobody waits for runs on, as a local one would)."""
-        if registry.proc_start_time(pid) is not None and not _zombie(pid):
-            self.held_stdin.append(fd)
-        else:
-            os.close(fd)
+    def guarded_popen(self, server: str, argv: list[str], **params) -> subprocess.Popen:
+        """Start `argv` on `server` (its root namespace; `mnexec -a PID ...` for a
+        node's) over the run's connection, under `python -m emu.remote guard`,
+        which ends it when its ssh session ends. Its stdin is a pipe whose write
+        end this process holds while the Popen lives (`release_stdin`)."""
+        guard = [self.python, "-m", "emu.remote", "guard", "--"]
+        cmd = self.conns[server].argv(guard + [str(c) for c in argv])
+        held = os.pipe()  # neither end is inherited by other children (PEP 446)
+        params.update(stdin=held[0], preexec_fn=os.setpgrp)
+        try:
+            popen = subprocess.Popen(cmd, **params)
+        finally:
+            os.close(held[0])
+        self._stdin_of[popen.pid] = held[1]
+        weakref.finalize(popen, self.release_stdin, popen.pid)
+        return popen
+
+    def end_input(self, pid: int) -> bool:
+        """End the input of the guarded command whose ssh is `pid`: its guard then
+        stops it (TERM), it finishes its output (a capture its last packets), and
+        its ssh exits. False if `pid` is not one of them."""
+        fd = self._stdin_of.pop(pid, None)
+        if fd is None:
+            return False
+        os.close(fd)
+        return True
+
+    def release_stdin(self, pid: int) -> None:
+        """A guarded remote command's Popen is gone: end its input if its ssh has
+        ended; if it still runs, keep it until the run closes (a command nobody
+        waits for runs on, as a local one would)."""
+        if registry.proc_start_time(pid) is None or _zombie(pid):
+            self.end_input(pid)
 
     def record_interfaces(self, server: str, names: list[str]) -> None:
         """Into the manifest of the server that will hold them, before they are made."""
@@ -239,6 +266,7 @@ class ClusterRun:
         """Begin the tunnels' window (the fabric's fidelity window): what they carry
         from now is what `tunnel_counters` accounts for."""
         self._baseline, self._baseline_quiet = self._quiet_reading(3.0)
+        self._marked_at = time.monotonic()
 
     def tunnel_counters(self, timeout_s: float = 3.0) -> list[dict]:
         """What crossed each tunnel each way since `mark_tunnels`, by the tunnel
@@ -251,6 +279,7 @@ class ClusterRun:
         fault took down (`faulted`) are reported and marked."""
         first = self._read_tunnels()
         last, quiet = self._quiet_reading(timeout_s)
+        window_s = max(time.monotonic() - self._marked_at, 1e-9)
         base = self._baseline or {}
         rows = []
         for t in self.tunnels:
@@ -277,6 +306,10 @@ class ClusterRun:
                     "lost": lost,
                     "exact": bool(exact),
                     "sent_bytes": tx["tx"]["bytes"] - b_tx["bytes"],
+                    # The tunnel's mean rate that way over the window (payload and
+                    # inner headers: what the emulated link carried).
+                    "mbps": round((tx["tx"]["bytes"] - b_tx["bytes"]) * 8 / window_s / 1e6, 3),
+                    "window_s": round(window_s, 3),
                     "tx_dropped": tx["tx"]["dropped"] - b_tx.get("dropped", 0),
                     "tx_errors": tx["tx"]["errors"] - b_tx.get("errors", 0),
                     "rx_errors": rx["rx"]["errors"] - b_rx.get("errors", 0),
@@ -334,9 +367,8 @@ class ClusterRun:
         for conn in self.conns.values():
             conn.stop()
         self.conns = {}
-        for fd in self.held_stdin:
-            os.close(fd)
-        self.held_stdin = []
+        for pid in list(self._stdin_of):
+            self.end_input(pid)
         return removed
 
 
@@ -382,7 +414,6 @@ class EmuRemoteMixin(RemoteMixin):
             return super(RemoteMixin, self)._popen(cmd, **params)
         if isinstance(cmd, str):
             cmd = cmd.split()
-        held = None
         if tt:  # the node's shell: a terminal there, which ends with its session
             cmd = self.sshcmd + cmd
         elif params.get("stdin") not in (None, subprocess.DEVNULL):
@@ -390,18 +421,9 @@ class EmuRemoteMixin(RemoteMixin):
             # the caller's, so no guard; it ends when its input does, or it finishes.
             cmd = self.sshcmd_notty + [shlex.join([str(c) for c in cmd])]
         else:
-            guard = [self.cluster.python, "-m", "emu.remote", "guard", "--"]
-            cmd = self.sshcmd_notty + [shlex.join(guard + [str(c) for c in cmd])]
-            # The guard ends the command when its stdin ends: its ssh gives it ours,
-            # a pipe whose write end this process holds while the Popen lives.
-            held = os.pipe()  # neither end is inherited by other children (PEP 446)
-            params["stdin"] = held[0]
+            return self.cluster.guarded_popen(self.server, cmd, **params)
         params.update(preexec_fn=os.setpgrp)
-        popen = super(RemoteMixin, self)._popen(cmd, **params)
-        if held is not None:
-            os.close(held[0])
-            weakref.finalize(popen, self.cluster.release_stdin, held[1], popen.pid)
-        return popen
+        return super(RemoteMixin, self)._popen(cmd, **params)
 
 
 class RemoteEmuHost(EmuRemoteMixin, Host):

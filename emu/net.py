@@ -328,21 +328,7 @@ class Fabric:
         from emu.switch.node import EmuSwitch, disable_offloads
 
         self.started_at = time.monotonic()
-        preflight = None
-        if self.servers:  # every server checked before anything is made
-            from emu import placement, servers
-
-            try:
-                self.placement = placement.place(self.graph, self.servers)
-            except placement.PlacementError as exc:
-                raise servers.ServerError(f"servers {','.join(self.servers)}: {exc}") from None
-            need = {}
-            for s in self.servers:
-                on = self.placement.nodes_on(s)
-                hosts = [n for n in on if self.graph.nodes[n]["kind"] != "switch"]
-                need[s] = servers.sessions_needed(len(on), len(hosts))
-            preflight = servers.preflight(self.servers, servers.ssh_config_path(), sessions=need)
-            self._boot_phase("servers checked")
+        preflight = self._place_and_check_servers() if self.servers else None
         clean_dead_runs()
         self._refuse_taken_interfaces()
         log_dir = os.path.join(self.out_dir, "logs") if self.out_dir else None
@@ -418,6 +404,24 @@ class Fabric:
         self.wait_converged()
         self._boot_phase("routing converged")
         telemetry.reset_fidelity(self)  # judge the experiment, not the boot
+
+    def _place_and_check_servers(self) -> dict:
+        """Which node runs where (emu.placement), then every server checked before
+        anything is made (emu.servers.preflight); its answer."""
+        from emu import placement, servers
+
+        try:
+            self.placement = placement.place(self.graph, self.servers)
+        except placement.PlacementError as exc:
+            raise servers.ServerError(f"servers {','.join(self.servers)}: {exc}") from None
+        need = {}
+        for s in self.servers:
+            on = self.placement.nodes_on(s)
+            hosts = [n for n in on if self.graph.nodes[n]["kind"] != "switch"]
+            need[s] = servers.sessions_needed(len(on), len(hosts))
+        answer = servers.preflight(self.servers, servers.ssh_config_path(), sessions=need)
+        self._boot_phase("servers checked")
+        return answer
 
     def _cluster_mininet(self, options: dict, switch_args: dict):
         """Mininet's cluster edition with emu's classes (emu/cluster.py) and placement;
@@ -897,16 +901,37 @@ class Fabric:
         return proc
 
     def stop_proc(self, proc: subprocess.Popen, timeout_s: float = 3.0) -> None:
-        """Stop a process started with `popen` (TERM, then KILL) and forget it."""
+        """Stop a process started with `popen` or `popen_root` (TERM, then KILL) and
+        forget it. One on another server is ended by its guard first (its input
+        ends), so that it finishes its output (a capture's last packets) before
+        its ssh goes."""
+        if self.cluster is not None and self.cluster.end_input(proc.pid):
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
         stop_child(proc, grace_s=timeout_s)
         self.run.forget_pid(proc.pid)
 
-    def popen_root(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
-        """Start `argv` in the root namespace (e.g. tcpdump on a switch port); registered."""
-        kwargs.setdefault("stdin", subprocess.DEVNULL)
-        proc = subprocess.Popen(argv, **kwargs)
+    def popen_root(self, argv: list[str], server: str = "local", **kwargs: Any) -> subprocess.Popen:
+        """Start `argv` in the root namespace of `server` (e.g. tcpdump on a switch
+        port: `switch_server` says where its switch runs); registered."""
+        if server == "local" or self.cluster is None:
+            kwargs.setdefault("stdin", subprocess.DEVNULL)
+            proc = subprocess.Popen(argv, **kwargs)
+        else:
+            kwargs.pop("stdin", None)
+            proc = self.cluster.guarded_popen(server, argv, **kwargs)
         self.run.add_pid(proc.pid, f"proc root {argv[0]}")
         return proc
+
+    def switch_server(self, intf: str) -> str:
+        """The server of the switch whose port `intf` is ("local": this machine)."""
+        for _, _, data in self.graph.edges(data=True):
+            for node, name in data["intfs"].items():
+                if name == intf:
+                    return self.server_of(node)
+        raise FabricError(f"no interface {intf!r} in the fabric")
 
     def host_run(
         self, host: str, argv: list[str], timeout_s: float = 30.0, check: bool = False

@@ -668,12 +668,10 @@ def add_servers(ctx: Context) -> None:
         )
         ctx.table(
             f"tunnels{where} ({doc['tunnel_kind']}): frames by the tunnel devices' counters",
-            ["link", "from", "to", "frames in", "frames out", "in flight", "lost"],
+            ["link", "from", "to", "frames in", "frames out", "in flight", "lost", "mean Mbit/s"],
             servers.tunnel_rows(doc),
         )
-        judged = servers.tunnel_rows(doc, judged_only=True)
-        lost = sum(row[-1] for row in judged if isinstance(row[-1], int))
-        unread = sum(1 for row in judged if not isinstance(row[-1], int))
+        lost, unread = servers.tunnels_lost(doc, judged_only=True)
         faulted = {t["link"] for t in doc["tunnels"] if t.get("faulted")}
         value = f"{lost} lost of {servers.tunnel_frames(doc, judged_only=True) + lost}"
         if unread:

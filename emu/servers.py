@@ -566,7 +566,7 @@ def placement_rows(doc: dict) -> list[list]:
 
 
 def tunnel_rows(doc: dict, judged_only: bool = False) -> list[list]:
-    """[link, from, to, frames in, frames out, in flight, lost] per tunnel and direction
+    """[link, from, to, frames in, frames out, in flight, lost, Mbit/s] per tunnel and direction
     (the link marked "(fault)" where a fault took it down); `judged_only`: without those."""
     rows = []
     for t in doc["tunnels"]:
@@ -578,12 +578,24 @@ def tunnel_rows(doc: dict, judged_only: bool = False) -> list[list]:
             ends = [f"{t[f'server_{e}']}:{t[f'intf_{e}']}" for e in (src, dst)]
             ends = [e.replace("localhost:", "local:") for e in ends]
             if way is None:
-                rows.append([link, *ends, "?", "?", "?", "?"])
+                rows.append([link, *ends, "?", "?", "?", "?", "?"])
             else:
                 rows.append(
-                    [link, *ends, way["sent"], way["received"], way["in_flight"], tunnel_lost(way)]
-                )
+                    [link, *ends, way["sent"], way["received"], way["in_flight"],
+                     tunnel_lost(way), way.get("mbps", "?")]
+                )  # fmt: skip
     return rows
+
+
+def tunnels_lost(doc: dict, judged_only: bool = False) -> tuple[int, int]:
+    """(frames lost in every tunnel, both ways; directions that could not be read)."""
+    ways = [
+        t.get(w)
+        for t in doc["tunnels"]
+        for w in ("a_to_b", "b_to_a")
+        if not (judged_only and t.get("faulted"))
+    ]
+    return sum(tunnel_lost(w) for w in ways if w), sum(1 for w in ways if not w)
 
 
 def tunnel_lost(way: dict) -> int:

@@ -205,10 +205,17 @@ def start_capture(fab, intf: str, path: Path, bpf: str = "", timeout_s: float = 
     nothing sent afterwards is missed. Stop it with `fab.stop_proc(proc)`.
     """
     path = Path(path)
-    argv = ["tcpdump", "-i", intf, "-w", str(path), "-U", "--immediate-mode", "-s", "256"]
+    server = fab.switch_server(intf) if getattr(fab, "cluster", None) is not None else "local"
+    # On another server, tcpdump writes to its stdout, which ssh brings to `path` here.
+    target = str(path) if server == "local" else "-"
+    argv = ["tcpdump", "-i", intf, "-w", target, "-U", "--immediate-mode", "-s", "256"]
     if bpf:
         argv += bpf.split()
-    proc = fab.popen_root(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if server == "local":
+        proc = fab.popen_root(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        with open(path, "wb") as out:
+            proc = fab.popen_root(argv, server=server, stdout=out, stderr=subprocess.DEVNULL)
     wait_for(
         lambda: path.exists() and path.stat().st_size >= 24,
         timeout_s,

@@ -16,8 +16,9 @@ import subprocess
 import sys
 
 import pytest
+from scapy.all import ICMP, IP, rdpcap
 
-from emu import fabric, registry, remote
+from emu import fabric, registry, remote, telemetry
 from emu.net import Fabric
 from emu.registry import wait_for
 from emu.servers import ServerError
@@ -219,6 +220,7 @@ def test_the_pytest_fixture_runs_a_split_fabric_and_its_faults(second, fabric):
             if src != dst:
                 assert fab.ping(src, dst, count=1) == (1, 1), (src, dst)
     fab.set_link(u, v, up=True)
+    wait_for(lambda: len(fab.controller_status()["links"]) == 2 * 8, 10, "LLDP to find it again")
     # `emu ps` says which server each node runs on, and every switch's socket answers here.
     ps = emu(second, "ps", "--json", "--run", fab.run.run_id, timeout_s=60)
     (shown,) = json.loads(ps.stdout)
@@ -226,7 +228,25 @@ def test_the_pytest_fixture_runs_a_split_fabric_and_its_faults(second, fabric):
         n: fab.server_of(n) for n in fab.graph.nodes
     }
     assert all(n["up"] for n in shown["nodes"] if n["kind"] == "switch")
-    wait_for(lambda: len(fab.controller_status()["links"]) == 2 * 8, 10, "LLDP to find it again")
+
+
+@pytest.mark.emu_fabric(servers="local,second", leaves=2, spines=2, hosts_per_leaf=1)
+def test_a_capture_on_a_remote_switch_port_comes_back_whole(second, fabric, tmp_path):
+    """tcpdump on a port of a switch on the second server writes into a pcap here."""
+    fab = fabric
+    (far,) = [h for h in ("h1", "h2") if fab.server_of(h) == "second"]
+    near = "h1" if far == "h2" else "h2"
+    leaf = fab.graph.nodes[far]["leaf"]
+    intf = fab.graph.edges[far, leaf]["intfs"][leaf]  # the switch's side of the host's link
+    assert fab.switch_server(intf) == "second"
+    pcap = tmp_path / "far.pcap"
+    cap = telemetry.start_capture(fab, intf, pcap, bpf="icmp")
+    assert fab.ping(near, far, count=5, interval_s=0.05) == (5, 5)
+    fab.stop_proc(cap)  # its input ends: tcpdump ends and its last packets come out
+    echoes = [p for p in rdpcap(str(pcap)) if p.haslayer(ICMP)]
+    far_ip = fab.graph.nodes[far]["ip"]
+    assert sum(p[ICMP].type == 8 and p[IP].dst == far_ip for p in echoes) == 5, echoes
+    assert sum(p[ICMP].type == 0 and p[IP].src == far_ip for p in echoes) == 5, echoes
 
 
 def test_a_server_whose_sshd_allows_too_few_sessions_is_refused_before_anything_starts(

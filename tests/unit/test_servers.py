@@ -96,8 +96,17 @@ DOC = {
 def test_the_report_counts_what_crossed_and_what_was_lost():
     assert servers.placement_rows(DOC) == [["local", "leaf1, spine1", 1], ["b", "leaf2", 2]]
     assert servers.tunnel_rows(DOC) == [
-        ["spine1-leaf2", "local:spine1-eth2", "b:leaf2-eth2", 10, 9, 1, 0],  # 1 in flight
-        ["spine1-leaf2", "b:leaf2-eth2", "local:spine1-eth2", 7, 5, 0, 3],  # 2 never out, 1 dropped
+        ["spine1-leaf2", "local:spine1-eth2", "b:leaf2-eth2", 10, 9, 1, 0, "?"],  # 1 in flight
+        [
+            "spine1-leaf2",
+            "b:leaf2-eth2",
+            "local:spine1-eth2",
+            7,
+            5,
+            0,
+            3,
+            "?",
+        ],  # 2 never out, 1 dropped
     ]
     assert servers.tunnel_frames(DOC) == 14
     # One 1514-byte frame at the slowest tunnelled link: 20 Mbit/s.
