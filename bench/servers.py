@@ -96,7 +96,8 @@ def measure(name: str, rate_mbps: float, split: bool, with_ping: bool) -> dict:
     row["faithful"] = None if verdict is None else verdict.faithful
     if fab.servers_document:
         row["tunnel_frames"] = servers.tunnel_frames(fab.servers_document)
-        row["tunnel_lost"] = servers.tunnels_lost(fab.servers_document)[0]
+        count = servers.tunnels_lost(fab.servers_document)
+        row["tunnel_lost"] = count["lost"] if count["judged"] else "not judged"
         row["tunnels"] = len(fab.servers_document["tunnels"])
         row["switches_per_server"] = {
             s: len(v) for s, v in fab.servers_document["switches"].items()

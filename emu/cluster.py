@@ -99,6 +99,12 @@ class ClusterRun:
     def connect(self, controller_port: int) -> None:
         """A master and an agent on every remote server; the controller reachable from each."""
         self.controller_addrs[MININET_LOCAL] = f"127.0.0.1:{controller_port}"
+        # Beating from the first agent on: the later servers' connects take time.
+        self._beating = threading.Event()
+        self._heart = threading.Thread(
+            target=self._heartbeats, name="agent-heartbeats", daemon=True
+        )
+        self._heart.start()
         for i, name in enumerate(srv.remote_servers(self.servers)):
             conn = srv.Connection(name, i, self.run, self.config)
             self.conns[name] = conn
@@ -108,11 +114,6 @@ class ClusterRun:
             self.run.info["servers"][name]["run_id"] = agent.run_id
             self.run.save()
             self.controller_addrs[name] = f"127.0.0.1:{conn.forward_port_here(controller_port)}"
-        self._beating = threading.Event()
-        self._heart = threading.Thread(
-            target=self._heartbeats, name="agent-heartbeats", daemon=True
-        )
-        self._heart.start()
 
     def _heartbeats(self) -> None:
         """A word to every agent every `remote.HEARTBEAT_S`: an agent that hears none for
@@ -120,7 +121,7 @@ class ClusterRun:
         closing the connection) and removes its part."""
         while not self._beating.wait(HEARTBEAT_S):
             for agent in list(self.agents.values()):
-                agent.heartbeat()
+                agent.heartbeat()  # logs, never raises: one agent's trouble stops no other's
 
     def server_ip(self, server: str) -> str:
         """The address of `server` (a Mininet server name) that we connect to."""
@@ -176,28 +177,36 @@ class ClusterRun:
         params.update(stdin=held[0], preexec_fn=os.setpgrp)
         try:
             popen = subprocess.Popen(cmd, **params)
+        except BaseException:
+            os.close(held[1])
+            raise
         finally:
             os.close(held[0])
-        self._stdin_of[popen.pid] = held[1]
-        weakref.finalize(popen, self.release_stdin, popen.pid)
+        # By the Popen's id, not its pid (a pid is reused): the entry goes, by
+        # `release_stdin`, before the object and so its id can.
+        self._stdin_of[id(popen)] = held[1]
+        weakref.finalize(popen, self.release_stdin, id(popen), popen.pid)
         return popen
 
-    def end_input(self, pid: int) -> bool:
-        """End the input of the guarded command whose ssh is `pid`: its guard then
-        stops it (TERM), it finishes its output (a capture its last packets), and
-        its ssh exits. False if `pid` is not one of them."""
-        fd = self._stdin_of.pop(pid, None)
+    def end_input(self, popen: subprocess.Popen) -> bool:
+        """End the input of a guarded command (`guarded_popen`): its guard then stops
+        it (TERM), it finishes its output (a capture its last packets), and its ssh
+        exits. False if `popen` is not one."""
+        return self._close_stdin(id(popen))
+
+    def _close_stdin(self, key: int) -> bool:
+        fd = self._stdin_of.pop(key, None)
         if fd is None:
             return False
         os.close(fd)
         return True
 
-    def release_stdin(self, pid: int) -> None:
+    def release_stdin(self, key: int, pid: int) -> None:
         """A guarded remote command's Popen is gone: end its input if its ssh has
         ended; if it still runs, keep it until the run closes (a command nobody
         waits for runs on, as a local one would)."""
         if registry.proc_start_time(pid) is None or _zombie(pid):
-            self.end_input(pid)
+            self._close_stdin(key)
 
     def record_interfaces(self, server: str, names: list[str]) -> None:
         """Into the manifest of the server that will hold them, before they are made."""
@@ -212,27 +221,32 @@ class ClusterRun:
         self._key += 1
         return self._key & 0xFFFFFF or 1
 
-    def _end_stats(self, server: str, intf: str) -> dict | None:
-        res = self.run_on(server, ["ip", "-s", "-j", "link", "show", "dev", intf], check=False)
-        try:
-            return json.loads(res["stdout"])[0]["stats64"]
-        except (ValueError, IndexError, KeyError, TypeError):
-            return None
-
     def _read_tunnels(self) -> dict:
+        """{(link, end): that tunnel end's stats64}, one `ip -s -j link` per server;
+        None for an end that could not be read (its server's agent did not answer)."""
+        by_server: dict[str, dict] = {}
+        for server in {t[f"server_{e}"] for t in self.tunnels for e in ("a", "b")}:
+            try:
+                res = self.run_on(server, ["ip", "-s", "-j", "link", "show"], check=False)
+                by_server[server] = {
+                    d["ifname"]: d.get("stats64") for d in json.loads(res["stdout"])
+                }
+            except (srv.ServerError, ValueError, KeyError, TypeError) as exc:
+                log.warning("tunnel counters on %s not read: %s", server, exc)
+                by_server[server] = {}
         return {
-            (t["link"], end): self._end_stats(t[f"server_{end}"], t[f"intf_{end}"])
+            (t["link"], e): by_server[t[f"server_{e}"]].get(t[f"intf_{e}"])
             for t in self.tunnels
-            for end in ("a", "b")
+            for e in ("a", "b")
         }
 
     def _quiet_reading(self, timeout_s: float) -> tuple[dict, dict]:
         """Each tunnel's ends' counters at a moment when no frame had entered or left
-        that tunnel for `QUIET_S` (two readings that far apart agree): every frame
-        sent into it by then has had that long to come out. Returns (reading,
-        {link: quiet}); a tunnel whose traffic never paused within `timeout_s`:
-        its last reading, not quiet."""
-        last = self._read_tunnels()
+        that tunnel for `QUIET_S` (two readings at least that far apart agree):
+        every frame sent into it by then has had that long to come out. Returns
+        (reading, {link: quiet}); a tunnel whose traffic never paused within
+        `timeout_s`: its last reading, not quiet."""
+        last, last_at = self._read_tunnels(), time.monotonic()
         kept = dict(last)
         quiet = {t["link"]: False for t in self.tunnels}
 
@@ -243,8 +257,10 @@ class ClusterRun:
             return [(d["tx"]["packets"], d["rx"]["packets"]) for d in ends]
 
         def settled() -> bool:
-            nonlocal last
-            now = self._read_tunnels()
+            nonlocal last, last_at
+            if time.monotonic() - last_at < QUIET_S:
+                return False  # two readings less than QUIET_S apart prove nothing
+            now, now_at = self._read_tunnels(), time.monotonic()
             for link in quiet:
                 if quiet[link]:
                     continue
@@ -253,7 +269,7 @@ class ClusterRun:
                     quiet[link] = True
                 for e in ("a", "b"):
                     kept[link, e] = now[link, e]
-            last = now
+            last, last_at = now, now_at
             return all(quiet.values())
 
         try:
@@ -271,48 +287,41 @@ class ClusterRun:
     def tunnel_counters(self, timeout_s: float = 3.0) -> list[dict]:
         """What crossed each tunnel each way since `mark_tunnels`, by the tunnel
         devices' counters: frames into it (the sending end's tx) and out of it
-        (the other end's rx) and their difference, lost; read at a quiet moment
-        (`_quiet_reading`), so nothing is in flight. Without one within
-        `timeout_s`, frames in flight cannot be told from frames lost: "exact"
-        is then False and `lost` counts only what went in before the first
-        reading and had not come out at the last (a lower bound). Tunnels a
-        fault took down (`faulted`) are reported and marked."""
-        first = self._read_tunnels()
+        (the other end's rx), and the frames lost: their difference, plus what
+        either end dropped or got wrong. Judged (`exact`) only where both the
+        window's start and its end were read at a quiet moment (`_quiet_reading`),
+        with nothing in flight; else `lost` is None: frames in flight cannot be
+        told from frames lost. Tunnels a fault took down (`faulted`) are marked."""
         last, quiet = self._quiet_reading(timeout_s)
         window_s = max(time.monotonic() - self._marked_at, 1e-9)
         base = self._baseline or {}
         rows = []
         for t in self.tunnels:
             row = dict(t, faulted=t["link"] in self.faulted)
+            exact = quiet[t["link"]] and bool(self._baseline_quiet.get(t["link"]))
             for src, dst in (("a", "b"), ("b", "a")):
-                ends = [d.get((t["link"], e)) for d, e in ((first, src), (last, src), (last, dst))]
-                if not all(ends):
+                tx, rx = last.get((t["link"], src)), last.get((t["link"], dst))
+                b_tx, b_rx = base.get((t["link"], src)), base.get((t["link"], dst))
+                if not (tx and rx and b_tx and b_rx):
                     row[f"{src}_to_{dst}"] = None
                     continue
-                tx0, tx, rx = ends
-                b_tx = (base.get((t["link"], src)) or {"tx": {"packets": 0, "bytes": 0}})["tx"]
-                b_rx = (base.get((t["link"], dst)) or {"rx": {"packets": 0}})["rx"]
-                sent = tx["tx"]["packets"] - b_tx["packets"]
-                received = rx["rx"]["packets"] - b_rx["packets"]
-                exact = quiet[t["link"]] and (not base or self._baseline_quiet.get(t["link"]))
-                if exact:
-                    lost = max(0, sent - received)
-                else:
-                    lost = max(0, tx0["tx"]["packets"] - b_tx["packets"] - received)
+                sent = tx["tx"]["packets"] - b_tx["tx"]["packets"]
+                received = rx["rx"]["packets"] - b_rx["rx"]["packets"]
+                sent_bytes = tx["tx"]["bytes"] - b_tx["tx"]["bytes"]
                 row[f"{src}_to_{dst}"] = {
                     "sent": sent,
                     "received": received,
-                    "in_flight": max(0, sent - received - lost),
-                    "lost": lost,
-                    "exact": bool(exact),
-                    "sent_bytes": tx["tx"]["bytes"] - b_tx["bytes"],
+                    "lost": max(0, sent - received) if exact else None,
+                    "exact": exact,
+                    "sent_bytes": sent_bytes,
                     # The tunnel's mean rate that way over the window (payload and
                     # inner headers: what the emulated link carried).
-                    "mbps": round((tx["tx"]["bytes"] - b_tx["bytes"]) * 8 / window_s / 1e6, 3),
+                    "mbps": round(sent_bytes * 8 / window_s / 1e6, 3),
                     "window_s": round(window_s, 3),
-                    "tx_dropped": tx["tx"]["dropped"] - b_tx.get("dropped", 0),
-                    "tx_errors": tx["tx"]["errors"] - b_tx.get("errors", 0),
-                    "rx_errors": rx["rx"]["errors"] - b_rx.get("errors", 0),
+                    "tx_dropped": tx["tx"]["dropped"] - b_tx["tx"]["dropped"],
+                    "tx_errors": tx["tx"]["errors"] - b_tx["tx"]["errors"],
+                    "rx_dropped": rx["rx"]["dropped"] - b_rx["rx"]["dropped"],
+                    "rx_errors": rx["rx"]["errors"] - b_rx["rx"]["errors"],
                 }
             rows.append(row)
         return rows
@@ -367,8 +376,8 @@ class ClusterRun:
         for conn in self.conns.values():
             conn.stop()
         self.conns = {}
-        for pid in list(self._stdin_of):
-            self.end_input(pid)
+        for key in list(self._stdin_of):
+            self._close_stdin(key)
         return removed
 
 

@@ -570,12 +570,16 @@ class Fabric:
         if self.cluster is not None and self.net is not None:
             try:
                 self.servers_document = self.servers_report()
-                self.cluster.fetch_logs(self.run.log_dir)
-                if self.out_dir:
-                    path = os.path.join(self.out_dir, "servers.json")
-                    Path(path).write_text(json.dumps(self.servers_document, indent=1))
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 log.warning("servers not reported: %s", exc)
+                self.servers_document = {"servers": self.servers, "error": str(exc)}
+            if self.out_dir:
+                path = os.path.join(self.out_dir, "servers.json")
+                Path(path).write_text(json.dumps(self.servers_document, indent=1))
+            try:
+                self.cluster.fetch_logs(self.run.log_dir)
+            except Exception as exc:  # noqa: BLE001 - teardown must go on
+                log.warning("servers' logs not fetched: %s", exc)
 
     def _tear_down(self) -> dict:
         if self._faults is not None:
@@ -905,7 +909,7 @@ class Fabric:
         forget it. One on another server is ended by its guard first (its input
         ends), so that it finishes its output (a capture's last packets) before
         its ssh goes."""
-        if self.cluster is not None and self.cluster.end_input(proc.pid):
+        if self.cluster is not None and self.cluster.end_input(proc):
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -1130,7 +1134,8 @@ class Fabric:
         if not self.graph.has_edge(u, v):
             raise FabricError(f"no link between {u!r} and {v!r}")
         state = "up" if up else "down"
-        self._mark_faulted(u, v)
+        if not up:
+            self._mark_faulted(u, v)
         for node, intf in self.graph.edges[u, v]["intfs"].items():
             if self.graph.nodes[node]["kind"] == "switch":
                 self._switch_link_state(node, intf, state)

@@ -54,23 +54,29 @@ def package_version() -> str:
         return "unknown"
 
 
-def source_fingerprint() -> str:
-    """A hash of emu's own source here (every .py, .c and .h of the package): two
-    servers run the same emu only if theirs match (the version in setup.cfg does
-    not change with every commit)."""
+def source_fingerprint(suffixes=(".py",), root: str | None = None) -> str | None:
+    """A hash of emu's own files here that end in `suffixes`: two servers run the
+    same emu only if theirs match (setup.cfg's version is the same for every
+    commit). Python files by default, which every installation has; the C
+    sources (".c", ".h") only a checkout has (None without any)."""
     import hashlib
 
-    root = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
+    root = root or os.path.dirname(os.path.abspath(__file__))
+    digest, found = hashlib.sha256(), False
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
-            if name.endswith((".py", ".c", ".h")):
-                path = os.path.join(dirpath, name)
-                digest.update(os.path.relpath(path, root).encode() + b"\0")
+            if not name.endswith(suffixes) or name.startswith(".#"):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
                 with open(path, "rb") as f:
-                    digest.update(f.read())
-    return digest.hexdigest()[:12]
+                    text = f.read()
+            except OSError:
+                continue  # an editor's lock file, a file going away
+            digest.update(os.path.relpath(path, root).encode() + b"\0" + text)
+            found = True
+    return digest.hexdigest()[:12] if found else None
 
 
 def tunnel_argv(kind: str, name: str, key: int, local_ip: str, remote_ip: str) -> list[str]:
@@ -94,13 +100,13 @@ def tunnel_argv(kind: str, name: str, key: int, local_ip: str, remote_ip: str) -
     raise ValueError(f"tunnel kind {kind!r}: expected one of {', '.join(TUNNEL_KINDS)}")
 
 
-def tunnel_kinds_here() -> list[str]:
-    """The tunnel kinds this kernel makes, tried on a throw-away device: the first
-    that works (trying gretap loads ip_gre, whose fallback devices gre0, gretap0
-    and erspan0 would then stay in every namespace)."""
+def tunnel_kinds_here(kinds=TUNNEL_KINDS) -> list[str]:
+    """The first of `kinds` this kernel makes, tried on a throw-away device ([] if
+    none): not every kind, since trying gretap loads ip_gre, whose fallback
+    devices gre0, gretap0 and erspan0 then stay in every namespace."""
     import uuid
 
-    for kind in TUNNEL_KINDS:
+    for kind in kinds:
         name = f"emuprobe{uuid.uuid4().hex[:6]}"
         argv = tunnel_argv(kind, name, 1, "127.0.0.1", "127.0.0.2")
         if subprocess.run(argv, capture_output=True, check=False).returncode == 0:
@@ -165,6 +171,7 @@ def preflight() -> dict:
         "tunnels": tunnel_kinds_here() if os.geteuid() == 0 else [],
         "max_sessions": max_sessions() if os.geteuid() == 0 else None,
         "source": source_fingerprint(),
+        "c_source": source_fingerprint((".c", ".h")),
         "addresses": ipv4_addresses(),
     }
 
@@ -220,6 +227,7 @@ class Agent:
         if op == "run":
             res = subprocess.run(
                 list(req["argv"]),
+                stdin=subprocess.DEVNULL,  # the agent's stdin is the run's requests
                 capture_output=True,
                 text=True,
                 timeout=float(req.get("limit_s", 30.0)),
@@ -317,7 +325,10 @@ def end_part(origin: str, timeout_s: float = 30.0) -> list[str]:
         if run.info.get("origin_run") != origin:
             continue
         if registry.same_process(run.owner_pid, run.owner_start):
-            os.kill(run.owner_pid, signal.SIGTERM)  # the agent tears its part down
+            try:
+                os.kill(run.owner_pid, signal.SIGTERM)  # the agent tears its part down
+            except ProcessLookupError:
+                pass  # it ended meanwhile
             try:
                 registry.wait_for(
                     lambda r=run: not r.manifest_path.exists(), timeout_s, "the agent's teardown"
@@ -376,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--silence-s", type=float, default=0.0, help=argparse.SUPPRESS)
     e = sub.add_parser("end", help="end a dead run's part on this server")
     e.add_argument("--origin", required=True)
+    pr = sub.add_parser("probe", help="which of these tunnel kinds this kernel makes")
+    pr.add_argument("kinds", nargs="+", choices=TUNNEL_KINDS)
     g = sub.add_parser("guard")
     g.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -384,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "serve":
         return serve(args.origin, args.silence_s)
+    if args.cmd == "probe":
+        print(json.dumps(tunnel_kinds_here(args.kinds)))
+        return 0
     if args.cmd == "end":
         ended = end_part(args.origin)
         print(f"ended {len(ended)} part(s) of run {args.origin}: {', '.join(ended) or 'none'}")

@@ -661,6 +661,9 @@ def add_servers(ctx: Context) -> None:
 
     for label, doc in ctx.fabrics.servers_documents:
         where = f" ({label})" if label else ""
+        if "error" in doc:  # the fabric could not read its servers as it closed
+            ctx.check(f"servers{where}: reported", False, doc["error"], "a report", fidelity=True)
+            continue
         ctx.table(
             f"servers{where}: which node ran where (emu/placement.py)",
             ["server", "switches", "hosts"],
@@ -668,30 +671,29 @@ def add_servers(ctx: Context) -> None:
         )
         ctx.table(
             f"tunnels{where} ({doc['tunnel_kind']}): frames by the tunnel devices' counters",
-            ["link", "from", "to", "frames in", "frames out", "in flight", "lost", "mean Mbit/s"],
+            ["link", "from", "to", "frames in", "frames out", "lost", "mean Mbit/s"],
             servers.tunnel_rows(doc),
         )
-        lost, unread = servers.tunnels_lost(doc, judged_only=True)
-        faulted = {t["link"] for t in doc["tunnels"] if t.get("faulted")}
-        value = f"{lost} lost of {servers.tunnel_frames(doc, judged_only=True) + lost}"
-        if unread:
-            value += f"; {unread} directions unread"
-        if not servers.tunnels_exact(doc):
-            value += " (at least: traffic never paused for a reading with nothing in flight)"
+        count = servers.tunnels_lost(doc)
+        faulted = sorted(t["link"] for t in doc["tunnels"] if t.get("faulted"))
+        value = f"{count['lost']} lost in {count['judged']} tunnel directions"
+        if count["unjudged"]:
+            value += f"; {count['unjudged']} not judged (traffic never paused for a reading)"
+        if count["unread"]:
+            value += f"; {count['unread']} unread"
         if faulted:
-            value += f"; not judged, taken down by a fault: {', '.join(sorted(faulted))}"
+            value += f"; taken down by a fault, not judged: {', '.join(faulted)}"
         ctx.check(
             f"tunnels{where}: every frame sent into a tunnel came out",
-            lost == 0 and unread == 0,
+            count["lost"] == 0 and count["unread"] == 0 and count["judged"] > 0,
             value,
-            "0 lost (a tunnel stands for a wire)",
+            "0 lost, every tunnel read (a tunnel stands for a wire)",
             fidelity=True,
         )
         add_underlay_check(ctx, doc, where)
         ctx.metrics.setdefault("servers", []).append(
             {"label": label, **{k: doc[k] for k in ("servers", "switches", "tunnel_kind")},
-             "tunnel_frames": servers.tunnel_frames(doc), "tunnel_lost": lost,
-             "tunnels_exact": servers.tunnels_exact(doc), "faulted": sorted(faulted),
+             "tunnel_frames": servers.tunnel_frames(doc), "tunnels": count, "faulted": faulted,
              "underlay_rtt": doc.get("underlay_rtt", {})}
         )  # fmt: skip
 

@@ -159,10 +159,17 @@ def check_server(
             f"server {name}: {python} -m emu.remote preflight answered "
             f"{res.stdout.strip()[:80]!r}, not emu's preflight"
         ) from None
-    if there != version or info.get("source") != remote.source_fingerprint():
+    here = remote.source_fingerprint()
+    if there != version or info.get("source") != here:
         raise ServerError(
             f"server {name}: emu {there} (source {info.get('source')}) there, {version} "
-            f"(source {remote.source_fingerprint()}) here: install the same emu on every server"
+            f"(source {here}) here: install the same emu on every server"
+        )
+    here_c, there_c = remote.source_fingerprint((".c", ".h")), info.get("c_source")
+    if here_c and there_c and here_c != there_c:  # two checkouts: their C sources too
+        raise ServerError(
+            f"server {name}: emu's C sources differ ({there_c} there, {here_c} here): "
+            "install the same emu on every server"
         )
     if not info.get("root"):
         raise ServerError(f"server {name}: emu needs root there (log in as root: User root)")
@@ -252,16 +259,42 @@ def preflight(
             )
         if LOCAL in servers:
             check_underlay(n, address)
-    kinds = [k for k in remote.TUNNEL_KINDS if all(k in infos[n]["tunnels"] for n in names)]
-    if LOCAL in servers:
-        here = remote.tunnel_kinds_here()
-        kinds = [k for k in kinds if k in here]
+    kinds = common_tunnel_kind(servers, infos, config, python)
     if not kinds:
         raise ServerError(
             "servers " + ",".join(servers) + ": no tunnel kind (VXLAN, gretap) that all their "
             "kernels make"
         )
     return {"servers": infos, "tunnel": kinds[0]}
+
+
+def common_tunnel_kind(servers: list[str], infos: dict, config: str | None, python: str) -> list:
+    """[the tunnel kind every machine of the run makes] or []. Each preflight probed
+    only the first kind its kernel makes (VXLAN where it can); where they differ,
+    the machines that named another are asked about the rest (`emu.remote probe`)."""
+    made = {n: list(infos[n]["tunnels"]) for n in remote_servers(servers)}
+    if LOCAL in servers:
+        made[LOCAL] = remote.tunnel_kinds_here()
+    for kind in remote.TUNNEL_KINDS:
+        if all(kind in k for k in made.values()):
+            return [kind]
+    for kind in remote.TUNNEL_KINDS[1:]:  # the fallback, asked of those that did not say it
+        for n, ks in made.items():
+            if kind in ks:
+                continue
+            if n == LOCAL:
+                ks += remote.tunnel_kinds_here((kind,))
+                continue
+            argv = ssh_base(config) + ["-o", "ControlPath=none", n]
+            argv += [shlex.join([python, "-m", "emu.remote", "probe", kind])]
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            try:
+                ks += json.loads(res.stdout)
+            except ValueError:
+                pass
+        if all(kind in k for k in made.values()):
+            return [kind]
+    return []
 
 
 def server_address(name: str, config: str | None) -> str:
@@ -461,11 +494,14 @@ class Agent:
 
     def heartbeat(self) -> None:
         """Tell the agent the run is alive (it ends the run's part after
-        `remote.ORIGIN_SILENCE_S` without a word from the run)."""
+        `remote.ORIGIN_SILENCE_S` without a word from the run); an agent busy with a
+        request hears from the run already, and is skipped."""
+        if self._lock.locked():
+            return
         try:
             self.call("ping", timeout_s=10.0)
-        except ServerError as exc:
-            log.warning("%s", exc)
+        except Exception as exc:  # noqa: BLE001 - the heartbeat must go on for the others
+            log.warning("heartbeat to %s: %s", self.name, exc)
 
     def run(self, argv: list[str], check: bool = True, timeout_s: float = 30.0) -> dict:
         """Run `argv` in the server's root namespace; its {"rc", "stdout", "stderr"}."""
@@ -542,7 +578,7 @@ def clean_server(name: str, info: dict, origin: str) -> str:
     python = info.get("python") or remote_python()
     argv = ssh_base(info.get("ssh_config")) + ["-o", "ControlPath=none", name]
     end = shlex.join([python, "-m", "emu.remote", "end", "--origin", origin])
-    argv += [end + " && " + shlex.join([python, "-m", "emu.cli", "clean"])]
+    argv += [end + "; " + shlex.join([python, "-m", "emu.cli", "clean"])]
     try:
         res = subprocess.run(
             argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False
@@ -550,7 +586,10 @@ def clean_server(name: str, info: dict, origin: str) -> str:
     except subprocess.TimeoutExpired:
         return f"server {name}: emu clean did not finish within 120 s"
     if res.returncode == 255:
-        return ssh_failure(name, res.stderr) + "; run `emu clean` there"
+        return (
+            ssh_failure(name, res.stderr)
+            + f"; there, run `{python} -m emu.remote end --origin {origin}` and `emu clean`"
+        )
     out = (res.stdout + res.stderr).strip().replace("\n", "; ")
     return f"server {name}: {out}"
 
@@ -565,60 +604,63 @@ def placement_rows(doc: dict) -> list[list]:
     return [[s, ", ".join(doc["switches"][s]) or "-", len(doc["hosts"][s])] for s in doc["servers"]]
 
 
-def tunnel_rows(doc: dict, judged_only: bool = False) -> list[list]:
-    """[link, from, to, frames in, frames out, in flight, lost, Mbit/s] per tunnel and direction
-    (the link marked "(fault)" where a fault took it down); `judged_only`: without those."""
+def tunnel_rows(doc: dict) -> list[list]:
+    """[link, from, to, frames in, frames out, lost, mean Mbit/s] per tunnel and
+    direction; lost "-" where it was not judged (traffic never paused for a reading
+    with nothing in flight), the link marked "(fault)" where a fault took it down."""
     rows = []
     for t in doc["tunnels"]:
-        if judged_only and t.get("faulted"):
-            continue
         link = t["link"] + (" (fault)" if t.get("faulted") else "")
         for src, dst in (("a", "b"), ("b", "a")):
             way = t.get(f"{src}_to_{dst}")
             ends = [f"{t[f'server_{e}']}:{t[f'intf_{e}']}" for e in (src, dst)]
             ends = [e.replace("localhost:", "local:") for e in ends]
             if way is None:
-                rows.append([link, *ends, "?", "?", "?", "?", "?"])
+                rows.append([link, *ends, "?", "?", "?", "?"])
             else:
+                lost = tunnel_lost(way)
                 rows.append(
-                    [link, *ends, way["sent"], way["received"], way["in_flight"],
-                     tunnel_lost(way), way.get("mbps", "?")]
+                    [link, *ends, way["sent"], way["received"], "-" if lost is None else lost,
+                     way.get("mbps", "?")]
                 )  # fmt: skip
     return rows
 
 
-def tunnels_lost(doc: dict, judged_only: bool = False) -> tuple[int, int]:
-    """(frames lost in every tunnel, both ways; directions that could not be read)."""
-    ways = [
-        t.get(w)
-        for t in doc["tunnels"]
-        for w in ("a_to_b", "b_to_a")
-        if not (judged_only and t.get("faulted"))
-    ]
-    return sum(tunnel_lost(w) for w in ways if w), sum(1 for w in ways if not w)
+def tunnels_lost(doc: dict) -> dict:
+    """Over the tunnels no fault took down, each way: {"lost": frames lost where
+    judged, "judged": ways judged, "unjudged": ways read but never at a quiet
+    moment, "unread": ways that could not be read}."""
+    out = {"lost": 0, "judged": 0, "unjudged": 0, "unread": 0}
+    for t in doc["tunnels"]:
+        if t.get("faulted"):
+            continue
+        for w in ("a_to_b", "b_to_a"):
+            way = t.get(w)
+            lost = None if way is None else tunnel_lost(way)
+            if way is None:
+                out["unread"] += 1
+            elif lost is None:
+                out["unjudged"] += 1
+            else:
+                out["judged"] += 1
+                out["lost"] += lost
+    return out
 
 
-def tunnel_lost(way: dict) -> int:
-    """Frames a tunnel lost one way: sent and never out, or dropped or errored at an end."""
-    return way["lost"] + way["tx_dropped"] + way["tx_errors"] + way["rx_errors"]
+def tunnel_lost(way: dict) -> int | None:
+    """Frames a tunnel lost one way: sent and never out, or dropped or errored at an
+    end; None where it could not be judged."""
+    if way.get("lost") is None:
+        return None
+    return (
+        way["lost"] + way["tx_dropped"] + way["tx_errors"] + way.get("rx_dropped", 0)
+        + way["rx_errors"]
+    )  # fmt: skip
 
 
-def tunnel_frames(doc: dict, judged_only: bool = False) -> int:
-    """Frames that came out of every tunnel (`judged_only`: no fault took it down), both ways."""
-    return sum(
-        t[w]["received"]
-        for t in doc["tunnels"]
-        for w in ("a_to_b", "b_to_a")
-        if t.get(w) and not (judged_only and t.get("faulted"))
-    )
-
-
-def tunnels_exact(doc: dict) -> bool:
-    """Every count was read at a quiet moment: nothing was in flight, so what did
-    not come out was lost (else `lost` is a lower bound)."""
-    return all(
-        t[w].get("exact", False) for t in doc["tunnels"] for w in ("a_to_b", "b_to_a") if t.get(w)
-    )
+def tunnel_frames(doc: dict) -> int:
+    """Frames that came out of every tunnel, both ways."""
+    return sum(t[w]["received"] for t in doc["tunnels"] for w in ("a_to_b", "b_to_a") if t.get(w))
 
 
 def tunnel_delay_limit_s(doc: dict) -> float | None:

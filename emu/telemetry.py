@@ -316,13 +316,13 @@ def reset_fidelity(fab) -> None:
     """Start every switch's and NIC agent's fidelity window now (after boot and
     convergence, or where a test's measured stretch begins)."""
     fab.fidelity_machine_start = fidelity.machine_sample()
-    if getattr(fab, "cluster", None) is not None:  # over several servers: the tunnels too
-        fab.cluster.mark_tunnels()
     for path in fidelity_sockets(fab).values():
         try:
             mgmt.call(path, "fidelity_reset")
         except mgmt.MgmtError:
             pass  # a process that does not answer shows up when fidelity is collected
+    if getattr(fab, "cluster", None) is not None:  # over several servers: the tunnels too
+        fab.cluster.mark_tunnels()  # an unreadable end is reported as such at the close
 
 
 @dataclass(frozen=True)

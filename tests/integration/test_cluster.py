@@ -87,8 +87,9 @@ def test_smoke_split_over_two_servers(second, tmp_path, no_leaks):
     for t in servers_doc["tunnels"]:
         for way in ("a_to_b", "b_to_a"):
             w = t[way]
-            assert w["received"] > 0 and w["lost"] == 0, t
-            assert w["received"] + w["in_flight"] == w["sent"], t
+            assert w["received"] > 0, t
+            if not t["faulted"]:  # smoke's link cut may be a tunnel: its losses are the cut's
+                assert w["exact"] and w["lost"] == 0 and w["received"] == w["sent"], t
     assert split["tunnel_frames"] == sum(
         t[w]["received"] for t in servers_doc["tunnels"] for w in ("a_to_b", "b_to_a")
     )
