@@ -608,12 +608,3 @@ class EmuCluster(MininetCluster):
         self.connections = {}
         self.placement = placement
         Mininet.__init__(self, *args, **kwargs)
-
-
-def node_servers(net) -> dict[str, str]:
-    """{node: the server it runs on ("local" for this machine)}."""
-    out = {}
-    for node in net.hosts + net.switches:
-        server = getattr(node, "server", MININET_LOCAL)
-        out[node.name] = srv.LOCAL if server == MININET_LOCAL else server
-    return out
