@@ -58,6 +58,10 @@ GRAPH_FILE = "graph.json"  # in the run's socket directory
 
 # The largest frame a host's kernel sends (offloads are off): 1500 + Ethernet header.
 HOST_NIC_FRAME_BYTES = 1514
+# The hosts' TCP congestion control: Linux's default since 2.6.19 (and Debian's
+# and Ubuntu's), so that a fabric's TCP is the same on any machine.
+DEFAULT_HOST_TCP_CONGESTION = "cubic"
+TCP_AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 
 
 def default_switch_processes() -> int:
@@ -170,6 +174,14 @@ class Fabric:
             a real NIC. The RDMA NIC model (emu/host/agent.py) paces itself
             and skips this qdisc (PACKET_QDISC_BYPASS), so PAUSE stops it at
             once either way.
+        host_tcp_congestion: the TCP congestion control of every host's
+            kernel ("cubic", Linux's default, by default; "bbr", "dctcp",
+            "reno", any this kernel has or can load). A network namespace
+            inherits the machine's own default otherwise, and the machine's
+            default is not a property of the fabric: BBR against the host
+            NIC's 16-frame bucket resends tens of thousands of segments a run
+            where CUBIC resends tens (docs/architecture.md). None: the
+            machine's default. iperf3's -C still picks one flow's.
         flow_control: the lossless class's link-level flow control on every
             link: "pfc" (802.1Qbb, as `qos` says) or "credit" (InfiniBand-style
             credits per virtual lane, emu/credit.py; PFC off): switches and the
@@ -228,6 +240,7 @@ class Fabric:
         qos: dict | None = None,
         controller_args: tuple[str, ...] = (),
         host_nic_pacing: bool = True,
+        host_tcp_congestion: str | None = DEFAULT_HOST_TCP_CONGESTION,
         switch_processes: int | None = None,
         flow_control: str = "pfc",
         extensions: tuple[str, ...] | str = (),
@@ -268,6 +281,12 @@ class Fabric:
         self.flow_control = flow_control
         self.qos = _with_time_scale(qos, self.time_scale)
         self.host_nic_pacing = host_nic_pacing
+        if host_tcp_congestion is not None:
+            try:
+                check_tcp_congestion(host_tcp_congestion)
+            except ValueError as exc:
+                raise FabricError(f"host_tcp_congestion: {exc}") from None
+        self.host_tcp_congestion = host_tcp_congestion
         if switch_processes is None:
             switch_processes = default_switch_processes()
         if not isinstance(switch_processes, int) or switch_processes < 0:
@@ -389,6 +408,8 @@ class Fabric:
             self.run.add_pid(node.shell.pid, f"shell {node.name}", group=True, sig=signal.SIGHUP)
         for host in self.net.hosts:
             self.host_run(host.name, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            if self.host_tcp_congestion:
+                self._set_tcp_congestion(host.name)
             for intf in host.intfList():
                 disable_offloads(
                     intf.name, run_in=lambda argv, h=host.name: self.host_run(h, argv).returncode
@@ -958,6 +979,16 @@ class Fabric:
             raise FabricError(f"{host}: {' '.join(argv)} failed: {result.stderr.strip()}")
         return result
 
+    def _set_tcp_congestion(self, host: str) -> None:
+        """`host`'s kernel uses `host_tcp_congestion` (a per-namespace sysctl)."""
+        name = self.host_tcp_congestion
+        res = self.host_run(host, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={name}"])
+        if res.returncode != 0:
+            raise FabricError(
+                f"host_tcp_congestion={name!r}: {host}'s kernel refused it "
+                f"({res.stderr.strip()}); it has: {', '.join(tcp_congestion_controls())}"
+            )
+
     def set_host_tx_rate(self, host: str, rate_bps: float | None = None) -> None:
         """Pace what `host`'s kernel sends at `rate_bps` (None: as the fabric was built).
 
@@ -1170,6 +1201,25 @@ class Fabric:
             found = re.search(r"qdisc tbf .*?dropped (\d+)", out, re.S)
             drops[host] = int(found.group(1)) if found else 0
         return drops
+
+
+def tcp_congestion_controls() -> list[str]:
+    """The TCP congestion controls this kernel has, or can load as a module."""
+    have = set(Path(TCP_AVAILABLE).read_text().split()) if Path(TCP_AVAILABLE).exists() else set()
+    modules = Path("/lib/modules", os.uname().release, "kernel/net/ipv4")
+    if modules.is_dir():
+        have |= {f.name.split(".")[0][len("tcp_") :] for f in modules.glob("tcp_*.ko*")}
+    return sorted(have - {"diag"})
+
+
+def check_tcp_congestion(name: str) -> None:
+    """Raise ValueError naming `name` unless this kernel has or can load it."""
+    have = tcp_congestion_controls()
+    if name not in have:
+        raise ValueError(
+            f"this kernel has no TCP congestion control named {name!r} "
+            f"(it has: {', '.join(have) or 'none listed'})"
+        )
 
 
 def switch_seed(fabric_seed: int, name: str) -> int:

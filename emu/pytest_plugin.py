@@ -28,7 +28,7 @@ per leaf; fat_tree, dragonfly, torus, rail_optimized, single_switch) with
 that builder's own keyword arguments, or `topo="file.yaml"` loads a topology
 file (emu/topofile.py; a relative path is looked up beside the test file,
 then in pytest's rootdir). The rest are the fabric's options (`FABRIC_OPTIONS`:
-qos, host_nic_pacing, switch_processes, apps, controller_args, flow_control,
+qos, host_nic_pacing, host_tcp_congestion, switch_processes, apps, controller_args, flow_control,
 adaptive_routing, dragonfly_routing, seed, converge_timeout_s, log_level). The shape goes through emu's one
 validator (emu/scenario.py `fabric_graph`): an unknown topology, keyword or
 value fails the test in one line naming it, before anything is built, with
@@ -55,6 +55,7 @@ DEFAULT_FABRIC = {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}
 FABRIC_OPTIONS = (
     "qos",
     "host_nic_pacing",
+    "host_tcp_congestion",
     "switch_processes",
     "apps",
     "controller_args",

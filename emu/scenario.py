@@ -51,7 +51,7 @@ from typing import Any, Callable
 import scenarios
 from emu import config, fabric, fidelity, topofile
 from emu.config import ConfigError
-from emu.net import default_switch_processes
+from emu.net import check_tcp_congestion, default_switch_processes
 from emu.proto import ofext
 from emu.runs import RunFabrics
 
@@ -856,6 +856,12 @@ def fabric_params(
         "host_nic_pacing": Param(
             True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
         ),
+        "host_tcp_congestion": Param(
+            "cubic",
+            "hosts' TCP congestion control (cubic: Linux's default; bbr, dctcp, reno, any "
+            "this kernel has); empty: the machine's own default",
+            check=_tcp_congestion,
+        ),
         "switch_processes": Param(
             default_switch_processes(),
             "processes that run the switches, one event loop each (0: a process per "
@@ -880,6 +886,12 @@ def _servers(text: str) -> None:
         parse_servers(text)
     except ServerError as exc:
         raise ValueError(str(exc)) from None
+
+
+def _tcp_congestion(text: str) -> None:
+    """`host_tcp_congestion`: one this kernel has or can load."""
+    if text:
+        check_tcp_congestion(text)
 
 
 def _adaptive_classes(text: str) -> None:
@@ -907,6 +919,7 @@ def fabric_options(params: dict[str, Any]) -> dict[str, Any]:
         "seed": params["seed"],
         "switch_processes": params["switch_processes"],
         "host_nic_pacing": params["host_nic_pacing"],
+        "host_tcp_congestion": params.get("host_tcp_congestion", "cubic") or None,
         "flow_control": params.get("flow_control", "pfc"),
         "extensions": config.routing_extensions(params.get("extensions", "")),
         "adaptive_routing": params.get("adaptive_routing") or None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from emu.net import wait_for
 from emu.pytest_plugin import xfail_if_unfaithful
 from emu.traffic import iperf
 
@@ -52,3 +53,32 @@ def test_an_unpaced_host_gets_a_link_per_destination(fabric):
     with xfail_if_unfaithful(fabric, hosts_tolerance=0.25):  # 1.5 of the 2 links it would get
         assert got > 1.5 * link_mbps(fabric)
     assert "tbf" not in fabric.host_run("h1", ["tc", "qdisc", "show", "dev", "h1-eth0"]).stdout
+
+
+def tcp_congestion(fabric, host: str) -> str:
+    argv = ["sysctl", "-n", "net.ipv4.tcp_congestion_control"]
+    return fabric.host_run(host, argv, check=True).stdout.strip()
+
+
+@pytest.mark.emu_fabric(leaves=2, spines=1, hosts_per_leaf=1)
+def test_hosts_run_cubic_whatever_the_machine_default(fabric):
+    # A namespace inherits the machine's default (BBR on some machines, which
+    # against the 16-frame bucket resent 13,000-21,000 segments of a 3 s flow):
+    # the fabric pins Linux's default instead, so its TCP is the same anywhere.
+    assert [tcp_congestion(fabric, h) for h in ("h1", "h2")] == ["cubic", "cubic"]
+
+
+@pytest.mark.emu_fabric(leaves=2, spines=1, hosts_per_leaf=1, host_tcp_congestion="reno")
+def test_hosts_run_the_congestion_control_asked_for(fabric):
+    assert [tcp_congestion(fabric, h) for h in ("h1", "h2")] == ["reno", "reno"]
+    # A flow's own socket says which it used (ss -i names it).
+    client = iperf.start_many(fabric, [("h1", "h2")], 3, first_port=5710)[0]
+
+    def flow_socket() -> str:
+        out = fabric.host_run("h1", ["ss", "-tin", "dport", "=", ":5710"]).stdout
+        return out if any(cc in out for cc in ("reno", "cubic", "bbr")) else ""
+
+    seen = wait_for(flow_socket, 10, "h1's iperf3 socket in ss", interval_s=0.05)
+    doc = iperf.finish(fabric, client, timeout_s=30)
+    assert "error" not in doc
+    assert " reno " in f" {seen} " and "cubic" not in seen

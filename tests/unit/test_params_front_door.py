@@ -85,6 +85,12 @@ def one_line_usage_error(status: int, out: str, err: str) -> str:
         (["k=3"], "parameter k: topology=leaf_spine does not use it"),
         (["topology=fat_tree", "leaves=3"], "parameter leaves: topology=fat_tree does not use it"),
         (["topology=torus", "groups=4"], "parameter groups: topology=torus does not use it"),
+        # A congestion control the kernel lacks would fail every host's sysctl.
+        (
+            ["host_tcp_congestion=vegas2"],
+            "parameter host_tcp_congestion='vegas2': this kernel has no TCP congestion "
+            "control named 'vegas2'",
+        ),
     ],
 )
 def test_bad_set_is_one_line_and_exit_2(capsys, sets, words):

@@ -55,12 +55,18 @@ def test_the_leaf_spine_defaults_fill_in_only_what_the_marker_leaves_out():
 
 def test_fabric_options_pass_through_to_the_fabric():
     _, options = fabric_spec(
-        {"switch_processes": 0, "apps": ["controllers.adaptive"], "host_nic_pacing": False}
+        {
+            "switch_processes": 0,
+            "apps": ["controllers.adaptive"],
+            "host_nic_pacing": False,
+            "host_tcp_congestion": "reno",
+        }
     )
     assert options == {
         "switch_processes": 0,
         "apps": ("controllers.adaptive",),
         "host_nic_pacing": False,
+        "host_tcp_congestion": "reno",
     }
 
 
@@ -92,6 +98,7 @@ def test_a_topology_file_is_found_beside_the_test_then_in_the_rootdir(tmp_path):
         ({"switch_processes": -1}, "switch_processes=-1"),
         ({"apps": "controllers.adaptive"}, "apps="),
         ({"flow_control": "xon"}, "xon"),
+        ({"host_tcp_congestion": "vegas2"}, "host_tcp_congestion: this kernel has no"),
         ({"topo": "no-such-file.yaml"}, "no-such-file.yaml"),
         ({"topo": 42}, "topo=42"),
         ({"topo": str(TOPOLOGIES / "ring4.yaml"), "leaves": 2}, "leaves"),
