@@ -39,7 +39,7 @@ schema cannot say (names in links, one link per host, duplicates, ports,
 connectivity). PyYAML keeps the last of two equal keys silently; this module
 reads the composed nodes and rejects the second.
 
-What a file may hold is bounded before anything walks it: MAX_FILE_BYTES of
+What a file may hold is bounded before anything walks it (emu.yamlfile): MAX_FILE_BYTES of
 text, MAX_DEPTH levels of nesting and MAX_VALUES values with aliases expanded
 (so an alias that contains itself, `a: &a [*a]`, or a billion-laughs document is
 one error, not a RecursionError or a hang). Its values are held to the bounds
@@ -60,11 +60,18 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import networkx as nx
-import yaml
 
 from emu import config, fabric
-from emu.config import ConfigError
 from emu.fabric import FabricSpecError
+from emu.yamlfile import (
+    FileError,
+    Marks,
+    Path_,
+    field_name,
+    parse,
+    schema_error,
+    show,
+)
 
 __all__ = [
     "SCHEMA_FILE",
@@ -102,183 +109,10 @@ _LINK_TIER = {
 NODE_KEYS = ("pod", "rail", "node", "group", "coords")
 INHERITED_KEYS = ("pod", "rail")
 
-Path_ = Tuple[Union[str, int], ...]
 
-# What a file may hold (module docstring): an exported k=8 fat-tree is 30 KB,
-# 5 levels deep and 3,000 values.
-MAX_FILE_BYTES = 1 << 20
-MAX_DEPTH = 32
-MAX_VALUES = 100_000
-
-
-class TopoFileError(FabricSpecError, ConfigError):
-    """A topology file that cannot be read into a fabric.
-
-    Its text is one line, ``FILE:LINE: FIELD: what is wrong``, e.g.
-    ``topo.yaml:14: links[3].b: unknown node 'leaf9'``.
-
-    Attributes:
-        filename: the file as the user named it.
-        line: 1-based line, or None when the error is about the whole file.
-        field: the field's path (``links[3].b``, ``nodes.leaf1.kind``), or "".
-        problem: what is wrong with it.
-    """
-
-    def __init__(self, filename: str, line: Optional[int], field_path: str, problem: str):
-        self.filename, self.line, self.field, self.problem = filename, line, field_path, problem
-        where = filename if line is None else f"{filename}:{line}"
-        super().__init__(
-            f"{where}: {field_path}: {problem}" if field_path else f"{where}: {problem}"
-        )
-
-
-def field_name(path: Path_) -> str:
-    """``("links", 3, "b")`` -> ``links[3].b``; the empty path is the top level."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "top level"
-
-
-# ---------------------------------------------------------------- YAML with line marks
-
-
-class _Marks:
-    """Line numbers of a composed YAML document, looked up by field path."""
-
-    def __init__(self, root: yaml.Node):
-        self.root = root
-
-    def _walk(self, path: Path_) -> Tuple[yaml.Node, Optional[yaml.Node]]:
-        """The deepest node on `path` and, when the last step is a mapping key, its key node."""
-        node, key_node = self.root, None
-        for part in path:
-            if isinstance(node, yaml.MappingNode):
-                found = [(k, v) for k, v in node.value if k.value == part]
-                if not found:
-                    return node, None
-                key_node, node = found[-1]
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-                if part >= len(node.value):
-                    return node, None
-                key_node, node = None, node.value[part]
-            else:
-                return node, None
-        return node, key_node
-
-    def value_line(self, path: Path_) -> int:
-        """1-based line of the value at `path` (or of the nearest enclosing one)."""
-        return self._walk(path)[0].start_mark.line + 1
-
-    def key_line(self, path: Path_) -> int:
-        """1-based line of the key that names `path` (its value's line for a list item)."""
-        node, key_node = self._walk(path)
-        return (key_node or node).start_mark.line + 1
-
-
-def _first_duplicate_key(node: yaml.Node, path: Path_ = ()) -> Optional[Tuple[Path_, int, int]]:
-    """(path, line, first line) of the first key given twice in one mapping, in file order."""
-    if isinstance(node, yaml.MappingNode):
-        seen: Dict[Any, int] = {}
-        for key, value in node.value:
-            line = key.start_mark.line + 1
-            if isinstance(key, yaml.ScalarNode):  # a list or mapping as a key: the schema's
-                if key.value in seen:
-                    return path + (key.value,), line, seen[key.value]
-                seen[key.value] = line
-            found = _first_duplicate_key(value, path + (str(key.value),))
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found = _first_duplicate_key(item, path + (i,))
-            if found:
-                return found
-    return None
-
-
-def _check_size(root: yaml.Node, filename: str) -> None:
-    """Refuse a document nested deeper than MAX_DEPTH or of more than MAX_VALUES values.
-
-    Walks the composed nodes with aliases expanded, without recursion, and
-    stops at the first bound it passes: an alias that contains itself is too
-    deep, an alias bomb too many.
-    """
-    stack = [(root, 1)]
-    values = 0
-    while stack:
-        node, depth = stack.pop()
-        values += 1
-        if depth > MAX_DEPTH:
-            raise TopoFileError(
-                filename,
-                node.start_mark.line + 1,
-                "",
-                f"nested deeper than {MAX_DEPTH} levels (an alias that contains itself?)",
-            )
-        if values > MAX_VALUES:
-            raise TopoFileError(
-                filename, None, "", f"more than {MAX_VALUES} values (aliases expanded)"
-            )
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                stack += [(key, depth + 1), (value, depth + 1)]
-        elif isinstance(node, yaml.SequenceNode):
-            stack += [(item, depth + 1) for item in node.value]
-
-
-def _parse_yaml(text: str, filename: str) -> Tuple[Any, _Marks]:
-    if len(text) > MAX_FILE_BYTES:
-        raise TopoFileError(
-            filename,
-            None,
-            "",
-            f"{len(text)} characters; a topology file has at most {MAX_FILE_BYTES}",
-        )
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            root = loader.get_single_node()
-            if root is None:
-                raise TopoFileError(
-                    filename, 1, "", "the file is empty; expected name, nodes and links"
-                )
-            _check_size(root, filename)
-            duplicate = _first_duplicate_key(root)
-            if duplicate:
-                path, line, first = duplicate
-                what = "node" if len(path) == 2 and path[0] == "nodes" else "key"
-                raise TopoFileError(
-                    filename, line, field_name(path), f"duplicate {what} (first at line {first})"
-                )
-            doc = loader.construct_document(root)
-        finally:
-            loader.dispose()
-    except TopoFileError:
-        raise
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        column = f" (column {mark.column + 1})" if mark else ""
-        problem = f"YAML syntax: {exc.problem or exc.context or 'not YAML'}{column}"
-        if exc.problem and exc.context and exc.context_mark:
-            # An unclosed bracket is noticed far below: say where it was opened.
-            problem += f", {exc.context} that starts at line {exc.context_mark.line + 1}"
-        raise TopoFileError(filename, line, "", problem) from None
-    except yaml.YAMLError as exc:  # a reader error (bad bytes) carries no problem mark
-        raise TopoFileError(filename, None, "", f"YAML: {_one_line(exc)}") from None
-    except RecursionError:  # PyYAML composes nested collections recursively
-        raise TopoFileError(
-            filename, None, "", f"YAML: nested too deep (at most {MAX_DEPTH} levels)"
-        ) from None
-    except (ValueError, TypeError, OverflowError) as exc:
-        # A tagged or implicit value PyYAML cannot build (`2001-13-01` as a date).
-        raise TopoFileError(filename, None, "", f"YAML: a value cannot be read: {exc}") from None
-    return doc, _Marks(root)
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
+class TopoFileError(FabricSpecError, FileError):
+    """A topology file that cannot be read into a fabric, in one line
+    (``topo.yaml:14: links[3].b: unknown node 'leaf9'``; emu.yamlfile.FileError)."""
 
 
 # ---------------------------------------------------------------- schema
@@ -292,86 +126,6 @@ def schema() -> Dict[str, Any]:
 def schema_path() -> Path:
     """The schema file as installed (for an editor's ``$schema=`` line)."""
     return Path(str(resources.files("emu").joinpath("data", SCHEMA_FILE)))
-
-
-def _schema_error(doc: Any, marks: _Marks, filename: str) -> Optional[TopoFileError]:
-    """The schema error that comes first in the file, as a TopoFileError; None if valid."""
-    import jsonschema  # only here: the graph-only paths of emu import without it
-
-    validator = jsonschema.Draft7Validator(
-        schema(), format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
-    )
-    errors = [_describe(e, doc, marks, filename) for e in validator.iter_errors(doc)]
-    return min(errors, key=lambda e: (e.line or 0, e.field)) if errors else None
-
-
-def _describe(error, doc: Any, marks: _Marks, filename: str) -> TopoFileError:
-    path: Path_ = tuple(error.absolute_path)
-    here = field_name(path)
-    value = error.instance
-    message = error.schema.get("x-emu-message") if isinstance(error.schema, dict) else None
-    if "propertyNames" in error.absolute_schema_path:  # a node name: the key itself is wrong
-        message = message or "is not an allowed name"
-        return TopoFileError(
-            filename,
-            marks.key_line(path + (value,)),
-            field_name(path + (value,)),
-            f"{value!r} {message}",
-        )
-    if message:
-        # A bound's words (emu.config.Bound.allowed) follow the value as `--set`'s do.
-        sep = ": " if message.startswith("must be") else " "
-        return TopoFileError(
-            filename, marks.value_line(path), here, f"{_show(value)}{sep}{message}"
-        )
-    if error.validator == "required":
-        missing = error.message.split("'")[1]
-        return TopoFileError(
-            filename, marks.value_line(path), field_name(path + (missing,)), "missing field"
-        )
-    if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(value) - set(allowed), key=str)[0]
-        return TopoFileError(
-            filename,
-            marks.key_line(path + (extra,)),
-            field_name(path + (extra,)),
-            f"unknown field; allowed: {', '.join(allowed)}",
-        )
-    if error.validator == "enum":
-        allowed = ", ".join(str(v) for v in error.validator_value)
-        return TopoFileError(
-            filename, marks.value_line(path), here, f"{_show(value)} is not one of {allowed}"
-        )
-    if error.validator == "type":
-        return TopoFileError(
-            filename,
-            marks.value_line(path),
-            here,
-            f"{_show(value)} is not {_a(error.validator_value)}",
-        )
-    if error.validator == "format":
-        return TopoFileError(
-            filename, marks.value_line(path), here, f"{_show(value)} is not an IPv4 address"
-        )
-    if error.validator in ("minProperties", "minItems") and not value:
-        return TopoFileError(filename, marks.value_line(path), here, "is empty")
-    return TopoFileError(filename, marks.value_line(path), here, error.message)
-
-
-def _show(value: Any, limit: int = 40) -> str:
-    """The value as the file spelled it, cut to `limit` characters (one readable line)."""
-    try:
-        text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
-    except (ValueError, TypeError, RecursionError):  # a key json cannot write, a loop
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _a(json_type: Any) -> str:
-    names = {"object": "a mapping", "array": "a list", "string": "a string"}
-    names.update({"integer": "an integer", "number": "a number", "boolean": "true or false"})
-    return names.get(json_type, str(json_type))
 
 
 # ---------------------------------------------------------------- units
@@ -451,7 +205,7 @@ class _Link:
 class _Reader:
     """Turns a schema-valid document into a fabric graph, checking what the schema cannot."""
 
-    def __init__(self, doc: Dict[str, Any], marks: _Marks, filename: str):
+    def __init__(self, doc: Dict[str, Any], marks: Marks, filename: str):
         self.doc, self.marks, self.filename = doc, marks, filename
 
     def fail(self, path: Path_, problem: str, on_key: bool = False) -> TopoFileError:
@@ -463,9 +217,9 @@ class _Reader:
         try:
             rate = parse_rate(value)
         except (ValueError, OverflowError):
-            raise self.fail(path, f"{_show(value)} is not a rate (e.g. 100M, 10G, 25e9)") from None
+            raise self.fail(path, f"{show(value)} is not a rate (e.g. 100M, 10G, 25e9)") from None
         if not bound.contains(rate):
-            raise self.fail(path, f"{_show(value)}: {bound.allowed}")
+            raise self.fail(path, f"{show(value)}: {bound.allowed}")
         return rate
 
     def delay(self, path: Path_, value: Any) -> float:
@@ -473,9 +227,9 @@ class _Reader:
         try:
             delay = parse_delay(value)
         except (ValueError, OverflowError):
-            raise self.fail(path, f"{_show(value)} is not a delay (e.g. 0, 100us, 1ms)") from None
+            raise self.fail(path, f"{show(value)} is not a delay (e.g. 0, 100us, 1ms)") from None
         if not config.LINK_DELAY_S.contains(delay):
-            raise self.fail(path, f"{_show(value)}: {config.LINK_DELAY_S.allowed}")
+            raise self.fail(path, f"{show(value)}: {config.LINK_DELAY_S.allowed}")
         return delay
 
     def read(self) -> nx.Graph:
@@ -532,9 +286,7 @@ class _Reader:
             not isinstance(spec["hosts"], int)  # JSON Schema's integer takes 2.0 too
             or not config.HOSTS_PER_SWITCH.contains(spec["hosts"])
         ):
-            raise self.fail(
-                hosts_path, f"{_show(spec['hosts'])}: {config.HOSTS_PER_SWITCH.allowed}"
-            )
+            raise self.fail(hosts_path, f"{show(spec['hosts'])}: {config.HOSTS_PER_SWITCH.allowed}")
         links: List[_Link] = []
         for _ in range(spec.get("hosts", 0)):
             host_count += 1
@@ -588,7 +340,7 @@ class _Reader:
         )
         ports = tuple(spec["ports"]) if "ports" in spec else None
         if ports is not None and not all(isinstance(p, int) for p in ports):
-            raise self.fail(path + ("ports",), f"{_show(spec['ports'])}: ports are integers")
+            raise self.fail(path + ("ports",), f"{show(spec['ports'])}: ports are integers")
         return _Link(spec["a"], spec["b"], rate, delay, ports, path)
 
     def attach_hosts(self, nodes: Dict[str, _Node], links: List[_Link]) -> None:
@@ -753,7 +505,7 @@ class _Reader:
         ]
         given_scale = doc.get("time_scale", 1.0)
         if not config.TIME_SCALE.contains(given_scale):
-            raise self.fail(("time_scale",), f"{_show(given_scale)}: {config.TIME_SCALE.allowed}")
+            raise self.fail(("time_scale",), f"{show(given_scale)}: {config.TIME_SCALE.allowed}")
         time_scale = float(given_scale)
         if "modelled_rate" in doc:
             if "time_scale" in doc:
@@ -959,8 +711,8 @@ def loads(text: str, filename: str = "<string>") -> nx.Graph:
     Raises:
         TopoFileError: the first thing wrong, in one line (FILE:LINE: FIELD: problem).
     """
-    doc, marks = _parse_yaml(text, filename)
-    error = _schema_error(doc, marks, filename)
+    doc, marks = parse(text, filename, TopoFileError)
+    error = schema_error(doc, marks, filename, schema(), TopoFileError)
     if error:
         raise error
     return _Reader(doc, marks, filename).read()
