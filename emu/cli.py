@@ -95,10 +95,12 @@ SERVERS_HELP = (
 
 
 def _with_topo(args) -> list[str]:
-    """`--set` overrides with `--topo FILE` and `--servers` added as parameters."""
+    """`--set` overrides with `--topo FILE`, `--servers` and `--compare` added as parameters."""
     extra = [f"topo={args.topo}"] if args.topo else []
     if getattr(args, "servers", None):
         extra.append(f"servers={args.servers}")
+    if getattr(args, "compare", None):
+        extra.append(f"compare={args.compare}")
     return args.set + extra
 
 
@@ -463,6 +465,96 @@ def cmd_topo_validate(args) -> int:
             f"{counts['switch_links']} switch links)"
         )
     return EXIT_USAGE if failed else 0
+
+
+def _load_job_or_trace(path: str):
+    """A job (YAML, or an example's name) or a trace (.json); ScenarioError in one line."""
+    from emu import job as job_mod
+    from emu import schedule as sched
+
+    try:
+        if path.endswith(".json"):
+            return sched.load_trace(path)
+        return job_mod.load(path)
+    except (job_mod.JobFileError, sched.TraceError) as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def cmd_job_validate(args) -> int:
+    """Each file checked: ok lines on stdout, one line per bad file on stderr, exit 2 if any was."""
+    failed = 0
+    for path in args.files:
+        try:
+            got = _load_job_or_trace(path)
+        except ScenarioError as exc:
+            print(f"emu: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        if hasattr(got, "ops"):
+            print(f"{path}: ok (a trace of {len(got.ops)} operations on {got.ranks} ranks)")
+        else:
+            print(
+                f"{path}: ok ({got.gpus} GPUs: dp={got.dp} x tp={got.tp} x pp={got.pp}, "
+                f"ep={got.ep}; {got.layers} layers, {got.micro_batches} micro-batches)"
+            )
+    return EXIT_USAGE if failed else 0
+
+
+def cmd_job_show(args) -> int:
+    from emu import job as job_mod
+    from emu import schedule as sched
+    from emu.models import step
+
+    module = scenario.load("training-step")
+    params = scenario.resolve_params(module, [*args.set, f"job={args.file}"])
+    graph = scenario.build_fabric_graph(params)
+    job = _load_job_or_trace(args.file)
+    s = sched.from_job(job)
+    s.hosts = job_mod.place(job, graph)
+    model = step.comm_model_s(s, graph)
+    tl = sched.timeline(s, model)
+    print(f"{job.name}: {job.description or ''}".rstrip(": "))
+    print(f"GPUs: dp={job.dp} x tp={job.tp} x pp={job.pp} (ep={job.ep}), placement {job.placement}")
+    for stage in range(job.pp):
+        for d in range(job.dp):
+            ranks = [job.rank(stage, d, t) for t in range(job.tp)]
+            print(
+                f"  stage {stage}, replica {d}: "
+                + ", ".join(f"rank {r} {s.hosts[r]}" for r in ranks)
+            )
+    per = {}
+    for op in s.ops:
+        if op.step == 0:
+            per[op.phase, op.kind] = per.get((op.phase, op.kind), 0) + 1
+    print(
+        "operations per step: " + ", ".join(f"{n} {ph} {k}" for (ph, k), n in sorted(per.items()))
+    )
+    steps = ", ".join(f"{x * 1000:.0f}" for x in tl.step_s(s))
+    print(
+        f"alpha-beta model (emu/models/step.py) on {graph.graph['name']}: steps {steps} ms, "
+        f"exposed communication {sched.exposed_s(s, model) * 1000:.0f} ms in {s.steps} steps"
+    )
+    return 0
+
+
+def cmd_job_trace(args) -> int:
+    from emu import schedule as sched
+
+    job = _load_job_or_trace(args.file)
+    s = sched.from_job(job)
+    try:
+        sched.dump_trace(s, args.out)
+    except OSError as exc:
+        raise ScenarioError(f"--out {args.out}: {exc.strerror}") from None
+    print(f"wrote {args.out}: {len(s.ops)} operations on {s.ranks} ranks")
+    return 0
+
+
+def cmd_job_schema(args) -> int:
+    from emu import job as job_mod
+
+    print(json.dumps(job_mod.schema(), indent=2))
+    return 0
 
 
 def cmd_topo_show(args) -> int:
@@ -1076,6 +1168,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_cli_parser,
         _add_web_parser,
         _add_topo_parser,
+        _add_job_parser,
         _add_ctl_parser,
         _add_ofctl_parser,
         _add_path_parser,
@@ -1123,6 +1216,13 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", help="results directory (default results/NAME)")
     s.add_argument("--topo", metavar="FILE", help="the fabric from a topology file (YAML)")
     s.add_argument("--servers", metavar="local,NAME,...", help=SERVERS_HELP)
+    s.add_argument(
+        "--compare",
+        metavar="KEY=A,B",
+        help="variants side by side, for a scenario that has the compare parameter "
+        "(training-step: placement=rail,crossing, sharp=off,on, overlap=off,on); "
+        "the same as --set compare=...",
+    )
     _add_web_options(s, linger=True)
     s.set_defaults(func=cmd_run)
 
@@ -1192,6 +1292,44 @@ def _add_topo_parser(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=cmd_topo_place)
     t = topo.add_parser("schema", help="print the JSON schema of topology files")
     t.set_defaults(func=cmd_topo_schema)
+
+
+def _add_job_parser(sub: argparse._SubParsersAction) -> None:
+    """`emu job validate|show|trace|schema`."""
+    s = sub.add_parser(
+        "job",
+        help="training jobs and traces: validate, show, write as a trace, schema",
+        description="Training jobs (emu/job.py; schema: `emu job schema`; examples in jobs/) "
+        "and JSON traces (emu/schedule.py) for `emu run training-step`.",
+    )
+    job = s.add_subparsers(dest="job_command", required=True)
+    t = job.add_parser(
+        "validate",
+        help="check job files (.yaml) and traces (.json) without starting anything "
+        "(exit 2 if one is bad)",
+    )
+    t.add_argument("files", nargs="+", metavar="FILE")
+    t.set_defaults(func=cmd_job_validate)
+    t = job.add_parser(
+        "show",
+        help="a job's placement on training-step's fabric, its operations and the "
+        "alpha-beta model's step time",
+    )
+    t.add_argument("file", metavar="FILE|EXAMPLE")
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="training-step's fabric parameters (nodes, gpus_per_node, rate_mbps...)",
+    )
+    t.set_defaults(func=cmd_job_show)
+    t = job.add_parser("trace", help="write a job's schedule as a JSON trace")
+    t.add_argument("file", metavar="FILE|EXAMPLE")
+    t.add_argument("--out", required=True, metavar="FILE.json")
+    t.set_defaults(func=cmd_job_trace)
+    t = job.add_parser("schema", help="print the JSON schema of job files")
+    t.set_defaults(func=cmd_job_schema)
 
 
 def _add_ctl_parser(sub: argparse._SubParsersAction) -> None:

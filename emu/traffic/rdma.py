@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -122,6 +123,7 @@ class RdmaHosts:
         self._qpn = 100
         self._ring_qps: dict[tuple[str, str], int] = {}  # (src, dst) -> the ring's QP
         self._jobs = 0  # collective jobs named so far
+        self._names = threading.Lock()  # new_job's count
         if port == "nic" and getattr(fab, "nics", None) is None:
             fab.nics = self  # the fabric's NIC agents: its NIC faults and collectives use these
         self.add(hosts)
@@ -269,9 +271,13 @@ class RdmaHosts:
         return qps
 
     def new_job(self, kind: str) -> str:
-        """A collective job's name, unique on these agents: "<kind>-<n>-<ms>"."""
-        self._jobs += 1
-        return f"{kind}-{self._jobs}-{int(time.time() * 1000) % 10**9}"
+        """A collective job's name, unique on these agents: "<kind>-<n>-<ms>".
+
+        Safe from several threads (a training step runs its collectives at once).
+        """
+        with self._names:
+            self._jobs += 1
+            return f"{kind}-{self._jobs}-{int(time.time() * 1000) % 10**9}"
 
     def post(self, src: str, qpn: int, size_bytes: int, count: int = 1) -> list[int]:
         """post_send: `count` SENDs of `size_bytes`; returns their message ids."""
