@@ -853,15 +853,7 @@ def fabric_params(
             check=_dragonfly_routing,
         ),
         "seed": Param(0, "base of the per-switch ECMP hash seeds"),
-        "host_nic_pacing": Param(
-            True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
-        ),
-        "host_tcp_congestion": Param(
-            "cubic",
-            "hosts' TCP congestion control (cubic: Linux's default; bbr, dctcp, reno, any "
-            "this kernel has); empty: the machine's own default",
-            check=_tcp_congestion,
-        ),
+        **host_params(),
         "switch_processes": Param(
             default_switch_processes(),
             "processes that run the switches, one event loop each (0: a process per "
@@ -886,6 +878,21 @@ def _servers(text: str) -> None:
         parse_servers(text)
     except ServerError as exc:
         raise ValueError(str(exc)) from None
+
+
+def host_params() -> dict[str, Param]:
+    """The hosts' kernel settings among `fabric_params`: their NIC's pacing, their TCP."""
+    return {
+        "host_nic_pacing": Param(
+            True, "hosts' kernels send at their link rate (a tc token bucket), as a real NIC does"
+        ),
+        "host_tcp_congestion": Param(
+            "cubic",
+            "hosts' TCP congestion control (cubic: Linux's default; bbr, dctcp, reno, any "
+            "this kernel has); empty: the machine's own default",
+            check=_tcp_congestion,
+        ),
+    }
 
 
 def _tcp_congestion(text: str) -> None:
