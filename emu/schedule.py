@@ -488,3 +488,36 @@ def timeline(schedule: Schedule, comm_s: Mapping[str, float]) -> Timeline:
 def exposed_s(schedule: Schedule, comm_s: Mapping[str, float]) -> float:
     """The communication the compute does not hide: the step with `comm_s` less the step without."""
     return timeline(schedule, comm_s).total_s - timeline(schedule, {}).total_s
+
+
+def with_straggler(schedule: Schedule, rank: int, factor: float) -> Schedule:
+    """The same schedule with rank `rank` computing `factor` times as long.
+
+    An op whose group holds the rank starts its communication when its
+    slowest member has computed: its compute becomes factor x its own.
+
+    Raises:
+        ValueError: a rank outside the schedule, or a factor below 1.
+    """
+    if not 0 <= rank < schedule.ranks:
+        raise ValueError(f"rank {rank}: the schedule's ranks are 0..{schedule.ranks - 1}")
+    if not factor >= 1.0:
+        raise ValueError(f"factor {factor}: a straggler computes at least as long (>= 1)")
+    ops = [
+        Op(**{**op.__dict__, "compute_s": op.compute_s * factor}) if rank in op.group else op
+        for op in schedule.ops
+    ]
+    return Schedule(schedule.name, schedule.ranks, ops, dict(schedule.hosts))
+
+
+def parse_straggler(text: str) -> tuple[int, float]:
+    """`gpu5:1.3` or `5:1.3` -> (5, 1.3); ValueError naming the text otherwise."""
+    rank_text, _, factor_text = text.strip().partition(":")
+    rank_text = rank_text.removeprefix("gpu").removeprefix("rank")
+    try:
+        rank, factor = int(rank_text), float(factor_text)
+    except ValueError:
+        raise ValueError(f"{text!r}: expected RANK:FACTOR, e.g. gpu5:1.3") from None
+    if not 1.0 <= factor <= 100.0:
+        raise ValueError(f"{text!r}: the factor is in 1..100")
+    return rank, factor

@@ -54,7 +54,7 @@ from emu.scenario import (
     fabric_params,
 )
 from emu.telemetry import Panel, save_panels
-from emu.traffic import training
+from emu.traffic import rail, training
 from emu.traffic.rdma import gpu_ports
 
 DESCRIPTION = (
@@ -70,6 +70,7 @@ COMPARE = {
     "placement": ("placement", {"rail": "rail", "crossing": "crossing"}),
     "sharp": ("dp_algorithm", {"off": "ring", "on": "sharp"}),
     "overlap": ("overlap", {"off": False, "on": True}),
+    "straggler": ("", {}),  # off, or RANK:FACTOR: that rank computes FACTOR x as long
 }
 MS = 1000.0
 
@@ -85,8 +86,13 @@ PARAMS = {
     "steps": Param(0, "steps to run (0: the job's own)", min=0, max=100),
     "compare": Param(
         "",
-        "variants side by side: placement=rail,crossing, sharp=off,on or overlap=off,on "
-        "(also emu run training-step --compare ...)",
+        "variants side by side: placement=rail,crossing, sharp=off,on, overlap=off,on or "
+        "straggler=off,RANK:FACTOR (also emu run training-step --compare ...)",
+    ),
+    "straggler": Param(
+        "",
+        "a rank that computes longer, RANK:FACTOR (gpu5:1.3: rank 5 takes 1.3 x its compute "
+        "time), in every variant; also a compare key (straggler=off,gpu5:1.3)",
     ),
     "tolerance": Param(
         0.10,
@@ -103,7 +109,9 @@ def validate(params: dict) -> None:
             f"parameter topology={params['topology']!r}: this scenario runs on rail_optimized only"
         )
     job = load_job(params)
-    variants(params, job)
+    for _, _, straggler in variants(params, job):
+        if straggler and sched.parse_straggler(straggler)[0] >= job.gpus:
+            raise ScenarioError(f"straggler {straggler!r}: the job's ranks are 0..{job.gpus - 1}")
     if not params["trace"]:
         try:
             job_mod.place(job, build_fabric_graph(params))
@@ -126,11 +134,15 @@ def load_job(params: dict) -> job_mod.Job:
     return job.with_(steps=params["steps"]) if params["steps"] else job
 
 
-def variants(params: dict, job: job_mod.Job) -> list[tuple[str, job_mod.Job]]:
-    """(label, job) for each variant `compare` asks for; one, the job itself, without."""
+def variants(params: dict, job: job_mod.Job) -> list[tuple[str, job_mod.Job, str]]:
+    """(label, job, straggler) for each variant `compare` asks for; one without.
+
+    A straggler is "" (none) or RANK:FACTOR (`straggler`, or compare's values).
+    """
+    straggler = _straggler(params, params["straggler"], "straggler")
     text = params["compare"].strip()
     if not text:
-        return [("", job)]
+        return [("", job, straggler)]
     key, _, values = text.partition("=")
     if key not in COMPARE or not values:
         raise ScenarioError(
@@ -139,34 +151,51 @@ def variants(params: dict, job: job_mod.Job) -> list[tuple[str, job_mod.Job]]:
     field_name, allowed = COMPARE[key]
     out = []
     for value in [v.strip() for v in values.split(",") if v.strip()]:
-        if value not in allowed:
+        if key == "straggler":
+            out.append((f"straggler={value}", job, _straggler(params, value, "compare")))
+        elif value not in allowed:
             raise ScenarioError(
                 f"parameter compare={text!r}: {key} takes {', '.join(allowed)}, not {value!r}"
             )
-        out.append((f"{key}={value}", job.with_(**{field_name: allowed[value]})))
+        else:
+            out.append((f"{key}={value}", job.with_(**{field_name: allowed[value]}), straggler))
     return out
 
 
-def schedule_of(params: dict, job: job_mod.Job, graph) -> sched.Schedule:
-    """The variant's schedule, placed: from the job, or the trace on the job's placement."""
+def _straggler(params: dict, text: str, key: str) -> str:
+    """`text` checked as RANK:FACTOR ("" and "off": none); ScenarioError naming `key`."""
+    if text in ("", "off"):
+        return ""
+    try:
+        sched.parse_straggler(text)
+    except ValueError as exc:
+        raise ScenarioError(f"parameter {key}={params[key]!r}: {exc}") from None
+    return text
+
+
+def schedule_of(params: dict, job: job_mod.Job, graph, straggler: str) -> sched.Schedule:
+    """The variant's schedule, placed: the job's (or the trace, its rank r on the fabric's
+    r-th GPU in node order), with its straggler."""
     if params["trace"]:
         try:
             schedule = sched.load_trace(params["trace"])
         except sched.TraceError as exc:
             raise ScenarioError(f"parameter trace: {exc}") from None
-        gpus = [
-            h
-            for k in sorted(fabric_mod.nvlink_domains(graph))
-            for h in fabric_mod.nvlink_domains(graph)[k]
-        ]
+        domains = fabric_mod.nvlink_domains(graph)
+        gpus = [h for k in sorted(domains) for h in domains[k]]
         if schedule.ranks > len(gpus):
             raise ScenarioError(
                 f"parameter trace: {schedule.ranks} ranks, the fabric has {len(gpus)} GPUs"
             )
         schedule.hosts = dict(enumerate(gpus))
-        return schedule
-    schedule = sched.from_job(job)
-    schedule.hosts = job_mod.place(job, graph)
+    else:
+        schedule = sched.from_job(job)
+        schedule.hosts = job_mod.place(job, graph)
+    if straggler:
+        try:
+            schedule = sched.with_straggler(schedule, *sched.parse_straggler(straggler))
+        except ValueError as exc:
+            raise ScenarioError(f"parameter straggler: {exc}") from None
     return schedule
 
 
@@ -179,6 +208,7 @@ class Variant:
     schedule: sched.Schedule
     run: training.TrainingRun
     model: dict[str, float]
+    spine_bytes: int  # what the spines received while it ran (their port counters)
     packets: sched.Timeline = field(init=False)
     modelled: sched.Timeline = field(init=False)
 
@@ -192,42 +222,44 @@ def run(ctx: Context) -> None:
     graph = build_fabric_graph(p)
     job = load_job(p)
     done: list[Variant] = []
+    spines = [sw for sw in fabric_mod.switches(graph) if graph.nodes[sw]["role"] == "spine"]
     with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
         hosts = fabric_mod.hosts(graph)
         # No DCQCN: NVLink has no end-to-end congestion control, and the rails need none
         # (as rail-optimized); a GPU's NIC and NVLink port are one process.
         nics, nv = gpu_ports(fab, hosts, dcqcn=False)
-        for label, vjob in variants(p, job):
-            schedule = schedule_of(p, vjob, graph)
+        for label, vjob, straggler in variants(p, job):
+            schedule = schedule_of(p, vjob, graph, straggler)
             model = step_model.comm_model_s(schedule, graph)
             limit = 60 + 20 * max(model.values(), default=0.0)
             ctx.log(f"training-step: {label or vjob.name}: {len(schedule.ops)} operations")
+            before = rail.rx_bytes(fab, spines)
             result = training.run_schedule(fab, schedule, nics, nv, limit)
-            done.append(Variant(label or "run", vjob, schedule, result, model))
+            spine_bytes = rail.rx_bytes(fab, spines) - before
+            done.append(Variant(label or "run", vjob, schedule, result, model, spine_bytes))
             if result.errors:
                 break
         ctx.events.extend(fab.faults.events)
-    report(ctx, done)
+    report(ctx, done, graph)
 
 
 # ----------------------------------------------------------------- the report
 
 
-def report(ctx: Context, done: list[Variant]) -> None:
+def report(ctx: Context, done: list[Variant], graph) -> None:
     tol = ctx.params["tolerance"]
     rows = []
     for v in done:
         pk, md = v.packets.step_s(v.schedule), v.modelled.step_s(v.schedule)
-        ex_p = sched.exposed_s(v.schedule, v.run.comm_s)
-        ex_m = sched.exposed_s(v.schedule, v.model)
         rows.append(
             [
                 v.label,
-                " / ".join(f"{s * MS:.0f}" for s in pk),
-                " / ".join(f"{s * MS:.0f}" for s in md),
+                " / ".join(f"{x * MS:.0f}" for x in pk),
+                " / ".join(f"{x * MS:.0f}" for x in md),
                 f"{(v.packets.total_s / v.modelled.total_s - 1) * 100:+.1f}%",
-                f"{ex_p * MS:.0f}",
-                f"{ex_m * MS:.0f}",
+                f"{sched.exposed_s(v.schedule, v.run.comm_s) * MS:.0f}",
+                f"{sched.exposed_s(v.schedule, v.model) * MS:.0f}",
+                f"{v.spine_bytes / 1e3:.0f}",
                 f"{v.run.wall_s * MS:.0f}",
             ]
         )
@@ -238,63 +270,111 @@ def report(ctx: Context, done: list[Variant]) -> None:
             errors or f"{v.run.wrong} wrong elements",
             "no error, 0 wrong",
         )
-        _check_ops(ctx, v, tol)
+        if not v.run.errors:
+            _check_ops(ctx, v, tol, graph)
     ctx.table(
-        "step time per variant (ms; packets: each collective as its NICs timed it, "
-        "composed along the schedule)",
-        ["variant", "packets", "model", "difference", "exposed packets", "exposed model", "wall"],
+        "step time per variant (ms per step; packets: each collective as its NICs timed it, "
+        "composed along the schedule; exposed: over all steps; spines: kB they received)",
+        [
+            "variant",
+            "packets",
+            "model",
+            "difference",
+            "exposed packets",
+            "exposed model",
+            "spines kB",
+            "wall",
+        ],
         rows,
     )
     for v in done:
         _phase_table(ctx, v)
+    _check_comparison(ctx, done, tol)
     ctx.metrics["variants"] = {v.label: _metrics(v) for v in done}
     ctx.plots.append(_plot(ctx.out_dir / "training-step.png", done).name)
 
 
-def _check_ops(ctx: Context, v: Variant, tol: float) -> None:
-    """Each op that shared no link while it ran within `tol` of its model; the step too when none did."""
-    shared = training.shared_links(v.schedule, v.run, ctx_graph(ctx))
+def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
+    """Each collective that shared no link while it ran within `tol` of its model; the
+    step too when none shared one; and where the others part from it, with why."""
+    shared = training.shared_links(v.schedule, v.run, graph)
     alone = [i for i in v.run.comm_s if not shared.get(i) and v.model.get(i)]
-    off = [i for i in alone if abs(v.run.comm_s[i] / v.model[i] - 1) > tol]
-    worst = max(alone, key=lambda i: abs(v.run.comm_s[i] / v.model[i] - 1), default=None)
+
+    def ratio(i: str) -> float:
+        return v.run.comm_s[i] / v.model[i]
+
+    off = [i for i in alone if abs(ratio(i) - 1) > tol]
+    worst = max(alone, key=lambda i: abs(ratio(i) - 1), default=None)
     ctx.check(
         f"{v.label}: every collective that shared no link within {tol:.0%} of its model",
         bool(alone) and not off,
         f"{len(off)} of {len(alone)} off"
-        + (f"; worst {worst} {v.run.comm_s[worst] / v.model[worst]:.2f}x" if worst else ""),
+        + (f"; worst {worst} {ratio(worst):.2f}x" if worst else ""),
         f"within {tol:.0%} (Hockney's alpha-beta, inputs from the graph)",
     )
     if not any(shared.values()):
-        ratio = v.packets.total_s / v.modelled.total_s
+        total = v.packets.total_s / v.modelled.total_s
         ctx.check(
             f"{v.label}: step time within {tol:.0%} of the model (no link shared)",
-            abs(ratio - 1) <= tol,
-            f"{ratio:.3f}x",
+            abs(total - 1) <= tol,
+            f"{total:.3f}x",
             f"1 +- {tol}",
         )
-    parted = sorted(
-        (i for i in v.run.comm_s if v.model.get(i) and v.run.comm_s[i] > (1 + tol) * v.model[i]),
-        key=lambda i: -v.run.comm_s[i] / v.model[i],
-    )
+    parted = sorted((i for i in v.run.comm_s if v.model.get(i) and ratio(i) > 1 + tol), key=ratio)
     if parted:
         ctx.table(
-            f"{v.label}: where packets and model part (collectives over {tol:.0%} above their model)",
-            ["operation", "packets ms", "model ms", "x", "shared a link with (link)"],
+            f"{v.label}: where packets and model part (collectives over {tol:.0%} above "
+            "their model, and what shared a link with them while they ran)",
+            ["operation", "packets ms", "model ms", "x", "shared with (link)"],
             [
                 [
                     i,
                     f"{v.run.comm_s[i] * MS:.1f}",
                     f"{v.model[i] * MS:.1f}",
-                    f"{v.run.comm_s[i] / v.model[i]:.2f}",
-                    ", ".join(f"{o} ({link})" for o, link in shared.get(i, [])[:3]) or "none",
+                    f"{ratio(i):.2f}",
+                    ", ".join(f"{o} ({link})" for o, link in shared.get(i, [])[:2]) or "none",
                 ]
-                for i in parted[:12]
+                for i in reversed(parted[-12:])
             ],
         )
 
 
-def ctx_graph(ctx: Context):
-    return build_fabric_graph(ctx.params)
+def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
+    """What each comparison must show, against its model (module docstring)."""
+    by = {v.label: v for v in done if not v.run.errors}
+    rail_v, crossing = by.get("placement=rail"), by.get("placement=crossing")
+    if rail_v and crossing:
+        ctx.check(
+            "rail-aligned placement keeps the gradients off the spines",
+            crossing.spine_bytes > 0 and rail_v.spine_bytes <= tol * crossing.spine_bytes,
+            f"{rail_v.spine_bytes / 1e3:.0f} kB vs crossing {crossing.spine_bytes / 1e3:.0f} kB",
+            f"<= {tol:.0%} of crossing's",
+        )
+    ring, sharp = by.get("sharp=off"), by.get("sharp=on")
+    if ring and sharp:
+        got = _phase_s(ring, "dp", ring.run.comm_s) / _phase_s(sharp, "dp", sharp.run.comm_s)
+        want = _phase_s(ring, "dp", ring.model) / _phase_s(sharp, "dp", sharp.model)
+        ctx.check(
+            "in-network aggregation shortens the gradients' all-reduce as its model says",
+            abs(got / want - 1) <= tol,
+            f"ring / sharp {got:.2f}",
+            f"{want:.2f} +- {tol:.0%} (2(n-1)/n in frames, emu/traffic/model.py)",
+        )
+    healthy = by.get("straggler=off")
+    for v in by.values():
+        if healthy and v.label.startswith("straggler=") and v is not healthy:
+            got = v.packets.total_s - healthy.packets.total_s
+            want = v.modelled.total_s - healthy.modelled.total_s
+            ctx.check(
+                f"{v.label} delays the steps by its compute excess",
+                abs(got - want) <= tol * healthy.modelled.total_s,
+                f"+{got * MS:.0f} ms",
+                f"+{want * MS:.0f} ms (the model's critical path) +- {tol:.0%} of the steps",
+            )
+
+
+def _phase_s(v: Variant, phase: str, times: dict[str, float]) -> float:
+    return sum(t for i, t in times.items() if v.schedule.by_id()[i].phase == phase)
 
 
 def _phase_table(ctx: Context, v: Variant) -> None:
