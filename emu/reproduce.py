@@ -73,6 +73,7 @@ RESULTS_ORDER = (
     "ecmp-vs-adaptive",
     "adaptive-collectives",
     "rail-optimized",
+    "training-step",
 )
 
 

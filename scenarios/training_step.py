@@ -44,6 +44,7 @@ from pathlib import Path
 from emu import fabric as fabric_mod
 from emu import job as job_mod
 from emu import schedule as sched
+from emu.figures import Entry, per_key
 from emu.models import step as step_model
 from emu.scenario import (
     Context,
@@ -423,6 +424,9 @@ def _metrics(v: Variant) -> dict:
         "ops": len(v.schedule.ops),
         "step_s": v.packets.step_s(v.schedule),
         "model_step_s": v.modelled.step_s(v.schedule),
+        "mean_step_s": v.packets.total_s / v.schedule.steps,
+        "model_mean_step_s": v.modelled.total_s / v.schedule.steps,
+        "spine_bytes": v.spine_bytes,
         "exposed_s": sched.exposed_s(v.schedule, v.run.comm_s),
         "model_exposed_s": sched.exposed_s(v.schedule, v.model),
         "wall_s": v.run.wall_s,
@@ -441,3 +445,31 @@ def _plot(path: Path, done: list[Variant]) -> Path:
         bars[f"{v.label} model"] = v.modelled.total_s / v.schedule.steps * MS
     panel = Panel("step time per variant", "", "ms per step", bars=bars)
     return save_panels(path, [panel], "training-step")
+
+
+# The figures `emu reproduce` measures again for the docs (emu/figures.py): per
+# placement, the step on packets and in the model, and what the spines received.
+REPRODUCE: tuple[Entry, ...] = (
+    Entry(
+        "training-step",
+        "training-step",
+        "training-step: the dense job's step on packets against its model, rail vs crossing",
+        full=("compare=placement=rail,crossing",),
+        quick=("compare=placement=rail,crossing", "steps=1"),
+        figures=per_key(
+            ("placement=rail", "placement=crossing"),
+            ("variants",),
+            (
+                ("step on packets (ms)", ("mean_step_s",), {"scale": MS}),
+                ("step in the model (ms)", ("model_mean_step_s",), {"scale": MS}),
+                (
+                    "packets / model",
+                    ("mean_step_s",),
+                    {"op": "ratio", "other": ("model_mean_step_s",)},
+                ),
+                ("spines received (kB)", ("spine_bytes",), {"scale": 1e-3}),
+            ),
+        ),
+        timeout_s=900,
+    ),
+)
