@@ -185,25 +185,33 @@ def test_the_timeline_follows_the_dependencies_and_names_the_critical_path():
 GRAPH = fabric.rail_optimized(nodes=4, gpus_per_node=2, spines=2, host_rate_bps=2_000_000)
 
 
+FRAME_S = 1082 * 8 / 2e6  # one full RoCEv2 frame at the NICs' 2 Mbit/s
+
+
 def test_the_model_of_each_kind_is_hockneys_with_emus_frames():
     hosts = {0: "h1", 1: "h3", 2: "h5", 3: "h7", 4: "h2"}
+    # No link delay: alpha is minus one frame a round (a round ends as its last frame
+    # starts on the last link), beta the frames emu sends, ACKs included.
     ring = Op("r", "allreduce", (0, 1, 2, 3), 65536, phase="dp")
     assert step.op_model_s(ring, hosts, GRAPH) == pytest.approx(
-        model.ring_allreduce(65536, 4, 2e6).time_s  # no link delay: alpha is 0
+        model.ring_allreduce(65536, 4, 2e6).time_s - 2 * 3 * FRAME_S
     )
     sharp = Op("s", "allreduce", (0, 1, 2, 3), 65536, phase="dp", algo="sharp")
     assert step.op_model_s(sharp, hosts, GRAPH) == pytest.approx(
-        model.sharp_allreduce(65536, 4, 2e6).time_s
+        model.sharp_allreduce(65536, 4, 2e6).time_s - 2 * FRAME_S
     )
     half = Op("h", "reduce_scatter", (0, 1, 2, 3), 65536, phase="dp")
     assert step.op_model_s(half, hosts, GRAPH) == pytest.approx(
         step.op_model_s(ring, hosts, GRAPH) / 2
     )
+    # A send: its data frames one way (32 of 1082 bytes); its ACKs go the other way.
+    send = Op("p", "send", (0, 1), 32768, phase="pp")
+    assert step.op_model_s(send, hosts, GRAPH) == pytest.approx(31 * FRAME_S)
     # Two GPUs of one node: the NVLink ports' rate (9 x the NIC's).
     tp = Op("t", "allreduce", (0, 4), 4096, phase="tp")
     assert step.port_of(GRAPH, ["h1", "h2"]) == "nvlink"
     assert step.op_model_s(tp, hosts, GRAPH) == pytest.approx(
-        model.ring_allreduce(4096, 2, 18e6).time_s
+        model.ring_allreduce(4096, 2, 18e6).time_s - 2 * FRAME_S / 9
     )
     assert step.op_model_s(Op("c", "compute", (0,), compute_s=1.0), hosts, GRAPH) == 0.0
 
