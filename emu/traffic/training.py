@@ -267,6 +267,14 @@ def op_links(op: Op, members: list[str], graph) -> set[str]:
     downlinks as a whole ("rail1 uplinks"): which spine a flow takes is
     ECMP's choice, so two such hops may share a link there.
     """
+    if op.algo == "sharp" and op.kind == "allreduce":
+        # Up the aggregation tree from every member and down again; a tree over
+        # several leaves also runs through their uplinks (the spine at its root).
+        leaves = {fabric_mod.host_port(graph, m, "nic").switch for m in members}
+        links = {f"{m} {way}" for m in members for way in ("up", "down")}
+        if len(leaves) > 1:
+            links |= {f"{leaf} {way}" for leaf in leaves for way in ("uplinks", "downlinks")}
+        return links
     links: set[str] = set()
     for src, dst in _hops(op, members):
         port = port_of(graph, [src, dst])
@@ -281,12 +289,9 @@ def op_links(op: Op, members: list[str], graph) -> set[str]:
 
 
 def _hops(op: Op, members: list[str]) -> list[tuple[str, str]]:
-    """Where an op's data goes: a ring's hops, a send's or an all-to-all's pairs; in-network
-    aggregation goes up from every member and down to it (its leaf's uplinks stand for the tree)."""
+    """Where an op's data goes: a send's or an all-to-all's pairs, else a ring's hops."""
     if op.kind in ("send", "alltoall"):
         return _pairs(op, members)
-    if op.algo == "sharp":
-        return [(m, m) for m in members]
     return list(zip(members, members[1:] + members[:1]))
 
 

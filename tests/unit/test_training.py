@@ -45,6 +45,11 @@ def test_an_operations_links_are_its_nics_and_the_leaves_uplinks_between_rails()
     assert {"rail1 uplinks", "rail2 downlinks", "rail2 uplinks", "rail1 downlinks"} <= crossing
     send = Op("p", "send", (0, 1), 64, phase="pp")
     assert training.op_links(send, ["h1", "h2"], GRAPH) == {"h1 nvlink up", "h2 nvlink down"}
+    # In-network aggregation: every member's NIC link both ways, and the leaves' uplinks
+    # when the tree spans leaves (a rail's peers' tree is its leaf alone).
+    sharp = Op("s", "allreduce", (0, 1), 64, phase="dp", algo="sharp")
+    assert training.op_links(sharp, ["h1", "h3"], GRAPH) == {"h1 up", "h1 down", "h3 up", "h3 down"}
+    assert "rail2 uplinks" in training.op_links(sharp, ["h1", "h4"], GRAPH)
 
 
 def test_two_operations_share_a_link_only_if_their_communication_overlapped_in_time():
