@@ -95,12 +95,14 @@ SERVERS_HELP = (
 
 
 def _with_topo(args) -> list[str]:
-    """`--set` overrides with `--topo FILE`, `--servers` and `--compare` added as parameters."""
+    """`--set` overrides with `--topo FILE`, `--servers`, `--compare` and `--fault` as parameters."""
     extra = [f"topo={args.topo}"] if args.topo else []
     if getattr(args, "servers", None):
         extra.append(f"servers={args.servers}")
     if getattr(args, "compare", None):
         extra.append(f"compare={args.compare}")
+    if getattr(args, "fault", None):
+        extra.append(f"fault={args.fault}")
     return args.set + extra
 
 
@@ -1222,6 +1224,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         help="variants side by side, for a scenario that has the compare parameter "
         "(training-step: placement=rail,crossing, sharp=off,on, overlap=off,on); "
         "the same as --set compare=...",
+    )
+    s.add_argument(
+        "--fault",
+        metavar="SPEC",
+        help="a fault from each variant's start, for a scenario that has the fault parameter "
+        "(training-step: 'link spine1-rail1 flap at 2s'); the same as --set fault=...",
     )
     _add_web_options(s, linger=True)
     s.set_defaults(func=cmd_run)

@@ -40,13 +40,16 @@ Run:  emu run training-step [--set job=moe-alltoall] [--compare placement=rail,c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from emu import fabric as fabric_mod
 from emu import job as job_mod
 from emu import schedule as sched
 from emu.figures import Entry, per_key
+from emu.host.rnic import GO_BACK_N, SELECTIVE
 from emu.models import step as step_model
 from emu.scenario import (
     Context,
@@ -74,7 +77,17 @@ COMPARE = {
     "sharp": ("dp_algorithm", {"off": "ring", "on": "sharp"}),
     "overlap": ("overlap", {"off": False, "on": True}),
     "straggler": ("", {}),  # off, or RANK:FACTOR: that rank computes FACTOR x as long
+    "routing": ("", {"ecmp": "ecmp", "adaptive": "adaptive"}),  # a fabric of its own each
+    "fault": ("", {"off": "", "on": "on"}),  # without and with the `fault` parameter's
 }
+FAULT_SYNTAX = "link A-B down|flap at Ts [every Ps] [count N]"
+_FAULT_RE = re.compile(
+    r"^link (\S+)-(\S+) (down|flap) at ([0-9.]+)s?(?: every ([0-9.]+)s?)?(?: count ([0-9]+))?$"
+)
+# Per-packet adaptive routing (emu/switch/adaptive.py) of the RoCE class (DSCP 26,
+# priority 3), with the NIC that adaptive-routing fabrics pair with: it places
+# reordered packets and resends only what is lost (emu/host/reorder.py).
+ADAPTIVE_CLASSES = "3"
 MS = 1000.0
 
 PARAMS = {
@@ -89,8 +102,26 @@ PARAMS = {
     "steps": Param(0, "steps to run (0: the job's own)", min=0, max=100),
     "compare": Param(
         "",
-        "variants side by side: placement=rail,crossing, sharp=off,on, overlap=off,on or "
-        "straggler=off,RANK:FACTOR (also emu run training-step --compare ...)",
+        "variants side by side: placement=rail,crossing, sharp=off,on, overlap=off,on, "
+        "routing=ecmp,adaptive or straggler=off,RANK:FACTOR (also emu run training-step "
+        "--compare ...)",
+    ),
+    "placement": Param(
+        "",
+        "rail or crossing: the data-parallel peers' placement, over the job's own (emu/job.py)",
+        choices=("", "rail", "crossing"),
+    ),
+    "routing": Param(
+        "ecmp",
+        "ecmp (the switches hash each flow onto a path) or adaptive (per-packet adaptive "
+        "routing of the RoCE class, with reordering NICs); also a compare key",
+        choices=("ecmp", "adaptive"),
+    ),
+    "fault": Param(
+        "",
+        f"a fault in every variant, from its start: {FAULT_SYNTAX} (a flap: down and up "
+        "every P s, 0.6 by default, N times, 3 by default); also emu run training-step "
+        "--fault ...; compare=fault=off,on runs without and with it",
     ),
     "straggler": Param(
         "",
@@ -112,14 +143,49 @@ def validate(params: dict) -> None:
             f"parameter topology={params['topology']!r}: this scenario runs on rail_optimized only"
         )
     job = load_job(params)
-    for _, _, straggler in variants(params, job):
-        if straggler and sched.parse_straggler(straggler)[0] >= job.gpus:
-            raise ScenarioError(f"straggler {straggler!r}: the job's ranks are 0..{job.gpus - 1}")
-    if not params["trace"]:
-        try:
-            job_mod.place(job, build_fabric_graph(params))
-        except job_mod.PlacementError as exc:
-            raise ScenarioError(f"parameter job={params['job']!r}: {exc}") from None
+    graph = build_fabric_graph(params)
+    if params["fault"]:
+        parse_fault(params["fault"], graph)
+    for spec in variants(params, job):
+        if spec.straggler and sched.parse_straggler(spec.straggler)[0] >= job.gpus:
+            raise ScenarioError(
+                f"straggler {spec.straggler!r}: the job's ranks are 0..{job.gpus - 1}"
+            )
+        if not params["trace"]:
+            try:
+                job_mod.place(spec.job, graph)
+            except job_mod.PlacementError as exc:
+                raise ScenarioError(f"parameter job={params['job']!r}: {exc}") from None
+
+
+def parse_fault(text: str, graph) -> tuple[str, str, str, float, float, int]:
+    """(u, v, "down" or "flap", at_s, period_s, count) of FAULT_SYNTAX; ScenarioError otherwise."""
+    m = _FAULT_RE.match(text.strip())
+    if not m:
+        raise ScenarioError(f"parameter fault={text!r}: expected {FAULT_SYNTAX}")
+    u, v, kind, at, period, count = m.groups()
+    for node in (u, v):
+        if node not in graph:
+            raise ScenarioError(f"parameter fault={text!r}: unknown node {node!r}")
+    if not graph.has_edge(u, v):
+        raise ScenarioError(f"parameter fault={text!r}: no link {u}-{v} in the fabric")
+    try:
+        numbers = float(at), float(period or 0.6), int(count or 3)
+    except ValueError:
+        raise ScenarioError(f"parameter fault={text!r}: expected {FAULT_SYNTAX}") from None
+    if not (numbers[1] > 0 and numbers[2] >= 1):
+        raise ScenarioError(f"parameter fault={text!r}: a period > 0 and a count >= 1")
+    return u, v, kind, *numbers
+
+
+def inject(fab, text: str) -> Callable[[], None]:
+    """Schedule the fault `text` on `fab` from now; returns what heals it (a downed link)."""
+    u, v, kind, at, period, count = parse_fault(text, fab.graph)
+    if kind == "flap":
+        fab.faults.flap(u, v, period, count, at=at)
+        return lambda: None
+    fab.faults.link_down(u, v, at=at)
+    return lambda: fab.faults.link_up(u, v)
 
 
 def load_job(params: dict) -> job_mod.Job:
@@ -137,15 +203,26 @@ def load_job(params: dict) -> job_mod.Job:
     return job.with_(steps=params["steps"]) if params["steps"] else job
 
 
-def variants(params: dict, job: job_mod.Job) -> list[tuple[str, job_mod.Job, str]]:
-    """(label, job, straggler) for each variant `compare` asks for; one without.
+@dataclass(frozen=True)
+class Spec:
+    """One variant to run: its label, job, straggler ("" or RANK:FACTOR) and routing."""
 
-    A straggler is "" (none) or RANK:FACTOR (`straggler`, or compare's values).
-    """
+    label: str
+    job: job_mod.Job
+    straggler: str = ""
+    routing: str = "ecmp"
+    fault: str = ""  # FAULT_SYNTAX, from the variant's start
+
+
+def variants(params: dict, job: job_mod.Job) -> list[Spec]:
+    """The variants `compare` asks for; one, the parameters' own, without."""
+    if params["placement"]:
+        job = job.with_(placement=params["placement"])
     straggler = _straggler(params, params["straggler"], "straggler")
+    base = Spec("", job, straggler, params["routing"], params["fault"])
     text = params["compare"].strip()
     if not text:
-        return [("", job, straggler)]
+        return [base]
     key, _, values = text.partition("=")
     if key not in COMPARE or not values:
         raise ScenarioError(
@@ -154,14 +231,21 @@ def variants(params: dict, job: job_mod.Job) -> list[tuple[str, job_mod.Job, str
     field_name, allowed = COMPARE[key]
     out = []
     for value in [v.strip() for v in values.split(",") if v.strip()]:
+        label = f"{key}={value}"
         if key == "straggler":
-            out.append((f"straggler={value}", job, _straggler(params, value, "compare")))
+            out.append(replace(base, label=label, straggler=_straggler(params, value, "compare")))
         elif value not in allowed:
             raise ScenarioError(
                 f"parameter compare={text!r}: {key} takes {', '.join(allowed)}, not {value!r}"
             )
+        elif key == "routing":
+            out.append(replace(base, label=label, routing=value))
+        elif key == "fault":
+            if not params["fault"]:
+                raise ScenarioError(f"parameter compare={text!r}: give the fault with --fault")
+            out.append(replace(base, label=label, fault=params["fault"] if value == "on" else ""))
         else:
-            out.append((f"{key}={value}", job.with_(**{field_name: allowed[value]}), straggler))
+            out.append(replace(base, label=label, job=job.with_(**{field_name: allowed[value]})))
     return out
 
 
@@ -225,25 +309,45 @@ def run(ctx: Context) -> None:
     graph = build_fabric_graph(p)
     job = load_job(p)
     done: list[Variant] = []
+    specs = variants(p, job)
+    for routing in dict.fromkeys(spec.routing for spec in specs):  # a fabric per routing
+        if not _run_on_fabric(ctx, graph, [sp for sp in specs if sp.routing == routing], done):
+            break
+    report(ctx, done, graph)
+
+
+def _run_on_fabric(ctx: Context, graph, specs: list[Spec], done: list[Variant]) -> bool:
+    """`specs` (one routing) on a fabric of their own, appended to `done`; False on an error."""
+    p, routing = ctx.params, specs[0].routing
     spines = [sw for sw in fabric_mod.switches(graph) if graph.nodes[sw]["role"] == "spine"]
-    with ctx.fabric(graph, "fabric", **fabric_options(p), apps=APPS) as fab:
-        hosts = fabric_mod.hosts(graph)
+    options = dict(fabric_options(p), apps=APPS)
+    if routing == "adaptive":
+        options["adaptive_routing"] = ADAPTIVE_CLASSES
+    label = "fabric" if routing == "ecmp" else f"fabric-{routing}"
+    with ctx.fabric(graph, label, **options) as fab:
         # No DCQCN: NVLink has no end-to-end congestion control, and the rails need none
         # (as rail-optimized); a GPU's NIC and NVLink port are one process.
-        nics, nv = gpu_ports(fab, hosts, dcqcn=False)
-        for label, vjob, straggler in variants(p, job):
-            schedule = schedule_of(p, vjob, graph, straggler)
+        recovery = SELECTIVE if routing == "adaptive" else GO_BACK_N
+        nics, nv = gpu_ports(fab, fabric_mod.hosts(graph), dcqcn=False, loss_recovery=recovery)
+        for spec in specs:
+            schedule = schedule_of(p, spec.job, graph, spec.straggler)
             model = step_model.comm_model_s(schedule, graph)
             limit = 60 + 20 * max(model.values(), default=0.0)
-            ctx.log(f"training-step: {label or vjob.name}: {len(schedule.ops)} operations")
+            ctx.log(f"training-step: {spec.label or spec.job.name}: {len(schedule.ops)} operations")
             before = rail.rx_bytes(fab, spines)
-            result = training.run_schedule(fab, schedule, nics, nv, limit)
+            heal = inject(fab, spec.fault) if spec.fault else (lambda: None)
+            try:
+                result = training.run_schedule(fab, schedule, nics, nv, limit)
+            finally:
+                heal()
             spine_bytes = rail.rx_bytes(fab, spines) - before
-            done.append(Variant(label or "run", vjob, schedule, result, model, spine_bytes))
+            done.append(
+                Variant(spec.label or "run", spec.job, schedule, result, model, spine_bytes)
+            )
             if result.errors:
-                break
+                return False
         ctx.events.extend(fab.faults.events)
-    report(ctx, done, graph)
+    return True
 
 
 # ----------------------------------------------------------------- the report
@@ -376,6 +480,17 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
             abs(got / want - 1) <= tol,
             f"ring / sharp {got:.2f}",
             f"{want:.2f} +- {tol:.0%} (2(n-1)/n in frames, emu/traffic/model.py)",
+        )
+    ecmp, adaptive = by.get("routing=ecmp"), by.get("routing=adaptive")
+    if ecmp and adaptive:
+        got_e = ecmp.packets.total_s / ecmp.modelled.total_s
+        got_a = adaptive.packets.total_s / adaptive.modelled.total_s
+        ctx.check(
+            "adaptive routing keeps the step at its model where ECMP's flows may collide",
+            abs(got_a - 1) <= tol and adaptive.packets.total_s <= ecmp.packets.total_s * (1 + tol),
+            f"adaptive {got_a:.3f}x the model, ECMP {got_e:.3f}x",
+            f"adaptive 1 +- {tol} (every packet on the least-queued spine: no collision), "
+            "and not slower than ECMP",
         )
     healthy = by.get("straggler=off")
     for v in by.values():

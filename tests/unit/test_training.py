@@ -89,6 +89,12 @@ def no_runs(monkeypatch):
         (["--compare", "straggler=off,gpu1"], "expected RANK:FACTOR"),
         (["--set", "nodes=2"], "need 4 nodes of 2 GPUs; the fabric has 2"),
         (["--set", "topology=leaf_spine"], "this scenario runs on rail_optimized only"),
+        (["--compare", "routing=ecmp,bgp"], "routing takes ecmp, adaptive, not 'bgp'"),
+        (["--fault", "link spine9-rail1 flap at 2s"], "unknown node 'spine9'"),
+        (["--fault", "link h1-h3 down at 1s"], "no link h1-h3 in the fabric"),
+        (["--fault", "link spine1-rail1 wobble at 2s"], "expected link A-B down|flap at Ts"),
+        (["--compare", "fault=off,on"], "give the fault with --fault"),
+        (["--set", "placement=diagonal"], "placement"),
     ],
 )
 def test_bad_parameters_are_one_line_and_exit_2(no_runs, capsys, argv, words):
