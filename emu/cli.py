@@ -469,6 +469,13 @@ def cmd_topo_validate(args) -> int:
     return EXIT_USAGE if failed else 0
 
 
+def _load_job(path: str):
+    """A job (YAML, or an example's name) for `emu job show|trace`; a trace is refused."""
+    if path.endswith(".json"):
+        raise ScenarioError(f"{path} is a trace, not a job: `emu job validate` reads it")
+    return _load_job_or_trace(path)
+
+
 def _load_job_or_trace(path: str):
     """A job (YAML, or an example's name) or a trace (.json); ScenarioError in one line."""
     from emu import job as job_mod
@@ -507,10 +514,10 @@ def cmd_job_show(args) -> int:
     from emu import schedule as sched
     from emu.models import step
 
+    job = _load_job(args.file)
     module = scenario.load("training-step")
     params = scenario.resolve_params(module, [*args.set, f"job={args.file}"])
     graph = scenario.build_fabric_graph(params)
-    job = _load_job_or_trace(args.file)
     s = sched.from_job(job)
     s.hosts = job_mod.place(job, graph)
     model = step.comm_model_s(s, graph)
@@ -542,7 +549,7 @@ def cmd_job_show(args) -> int:
 def cmd_job_trace(args) -> int:
     from emu import schedule as sched
 
-    job = _load_job_or_trace(args.file)
+    job = _load_job(args.file)
     s = sched.from_job(job)
     try:
         sched.dump_trace(s, args.out)
@@ -1222,8 +1229,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "--compare",
         metavar="KEY=A,B",
         help="variants side by side, for a scenario that has the compare parameter "
-        "(training-step: placement=rail,crossing, sharp=off,on, overlap=off,on); "
-        "the same as --set compare=...",
+        "(training-step: placement=rail,crossing, sharp=off,on, overlap=off,on, "
+        "routing=ecmp,adaptive, straggler=off,gpu5:1.3, fault=off,on); the same as "
+        "--set compare=...",
     )
     s.add_argument(
         "--fault",

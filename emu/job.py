@@ -56,6 +56,10 @@ PLACEMENTS = ("rail", "crossing")
 DP_ALGORITHMS = ("ring", "sharp")
 # The collectives' elements: float32, as the rail and straggler scenarios run them.
 ITEMSIZE = 4
+# A collective's bytes per GPU and a compute time: far beyond what an emulated link
+# moves in a run (1 GiB is over an hour at 2 Mbit/s), and bounds for a file's typos.
+MAX_BYTES = 1 << 30
+MAX_TIME_S = 3600.0
 
 _SIZE_RE = re.compile(r"^([0-9]+)([KMG]?)$")
 _SIZE_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -175,21 +179,28 @@ def examples() -> list[str]:
 
 
 def parse_size(value: int | str) -> int:
-    """Bytes from 64K / 1M / 4096 (binary suffixes); ValueError otherwise."""
-    match = _SIZE_RE.match(str(value).strip())
+    """Bytes from 64K / 1M / 4096 (binary suffixes), 0..MAX_BYTES; ValueError otherwise."""
+    match = _SIZE_RE.match(str(value).strip()) if not isinstance(value, float) else None
     if not match:
         raise ValueError(value)
-    return int(match.group(1)) * _SIZE_SUFFIX[match.group(2)]
+    size = int(match.group(1)) * _SIZE_SUFFIX[match.group(2)]
+    if size > MAX_BYTES:
+        raise ValueError(value)
+    return size
 
 
 def parse_time(value: int | float | str) -> float:
-    """Seconds from 2ms / 500us / 0.01s or a number of seconds; ValueError otherwise."""
+    """Seconds from 2ms / 500us / 0.01s or a number of seconds, 0..MAX_TIME_S; ValueError otherwise."""
     if isinstance(value, str):
         match = _TIME_RE.match(value.strip())
         if not match:
             raise ValueError(value)
-        return round(float(match.group(1)) * _TIME_UNIT[match.group(2)], 12)
-    return float(value)
+        seconds = round(float(match.group(1)) * _TIME_UNIT[match.group(2)], 12)
+    else:
+        seconds = float(value)
+    if not 0 <= seconds <= MAX_TIME_S:  # also NaN and infinity
+        raise ValueError(value)
+    return seconds
 
 
 def _read(doc: dict, marks: Marks, filename: str) -> Job:
@@ -205,8 +216,19 @@ def _read(doc: dict, marks: Marks, filename: str) -> Job:
     layers = doc.get("layers", pp)
     if layers % pp:
         raise fail(("layers",), f"{layers} layers do not split evenly over pp={pp} stages")
-    times = {k: parse_time(doc["compute"][k]) for k in ("forward", "backward")}
-    sizes = {k: parse_size(v) for k, v in doc["messages"].items()}
+    times, sizes = {}, {}
+    for key in ("forward", "backward"):
+        try:
+            times[key] = parse_time(doc["compute"][key])
+        except ValueError:
+            raise fail(
+                ("compute", key), f"{show(doc['compute'][key])}: a time in 0..{MAX_TIME_S:g} s"
+            ) from None
+    for key, value in doc["messages"].items():
+        try:
+            sizes[key] = parse_size(value)
+        except ValueError:
+            raise fail(("messages", key), f"{show(value)}: a size in 0..1G bytes") from None
     overlap = doc.get("overlap", False)
     # Each collective's share of a GPU's bytes must be whole float32 elements.
     parts = {"tp": 1, "pp": 1, "dp": layers // pp if overlap else 1, "ep": 1}
@@ -218,6 +240,8 @@ def _read(doc: dict, marks: Marks, filename: str) -> Job:
                 f"{show(doc['messages'][key])} = {size} B: not whole {ITEMSIZE}-byte "
                 f"elements{what}",
             )
+    if not any(times.values()) and not any(sizes.values()):
+        raise fail(("compute",), "the step neither computes nor communicates: nothing to run")
     moe_every = doc.get("moe", {}).get("every", 0)
     if moe_every > layers:
         raise fail(("moe", "every"), f"{moe_every} is more than the job's {layers} layers")

@@ -49,6 +49,9 @@ TRACE_FORMAT = "emu-training-trace"
 TRACE_VERSION = 1
 # What a trace may hold: a step of a 64-GPU job with 8 micro-batches is ~10,000 ops.
 MAX_TRACE_OPS = 200_000
+# An operation's bytes per rank and a trace's steps (a job file's bounds: emu/job.py).
+MAX_BYTES = 1 << 30
+MAX_STEPS = 100
 
 
 class TraceError(ConfigError):
@@ -350,6 +353,8 @@ def from_trace(doc: Any, name: str = "<trace>") -> Schedule:
         op = _trace_op(rec, f"ops[{i}]", ranks, seen, fail)
         seen.add(op.id)
         out.append(op)
+    if not any(op.compute_s or op.communicates for op in out):
+        raise fail("ops", "no operation computes or moves a byte: nothing to run")
     return Schedule(str(doc.get("name", name)), ranks, out)
 
 
@@ -392,15 +397,15 @@ def _trace_op(rec: Any, where: str, ranks: int, seen: set[str], fail) -> Op:
 def _trace_values(rec: dict, where: str, kind: str, seen: set[str], fail) -> tuple:
     """A record's bytes, deps, compute_ms, phase, algo and step, each checked."""
     size = rec.get("bytes", 0)
-    if not _is_int(size) or size < 0 or (kind != "compute" and size % 4):
-        raise fail(f"{where}.bytes", f"{size!r}: expected whole 4-byte elements, >= 0")
+    if not _is_int(size) or not 0 <= size <= MAX_BYTES or (kind != "compute" and size % 4):
+        raise fail(f"{where}.bytes", f"{size!r}: expected whole 4-byte elements, 0..{MAX_BYTES}")
     if kind == "compute" and size:
         raise fail(f"{where}.bytes", "a compute moves no bytes")
     deps = rec.get("deps", [])
     if not isinstance(deps, list):
         raise fail(f"{where}.deps", "expected a list of earlier operations' ids")
     for j, dep in enumerate(deps):
-        if dep not in seen:
+        if not isinstance(dep, str) or dep not in seen:
             raise fail(f"{where}.deps[{j}]", f"{dep!r} is not an earlier operation's id")
     compute_ms = rec.get("compute_ms", 0)
     if (
@@ -416,8 +421,8 @@ def _trace_values(rec: dict, where: str, kind: str, seen: set[str], fail) -> tup
     if algo not in ("ring", "sharp") or (algo == "sharp" and kind != "allreduce"):
         raise fail(f"{where}.algo", f"{algo!r}: ring, or sharp for an allreduce")
     step = rec.get("step", 0)
-    if not _is_int(step) or step < 0:
-        raise fail(f"{where}.step", f"{step!r}: expected an integer >= 0")
+    if not _is_int(step) or not 0 <= step <= MAX_STEPS:
+        raise fail(f"{where}.step", f"{step!r}: expected an integer in 0..{MAX_STEPS}")
     return size, deps, compute_ms, phase, algo, step
 
 
@@ -461,20 +466,31 @@ def timeline(schedule: Schedule, comm_s: Mapping[str, float]) -> Timeline:
     """Each op started when its deps had ended, then computed, then communicated.
 
     `comm_s[id]`: the op's communication time (missing: 0, a compute). A
-    rank's ops are ordered by their deps (from_job chains a group's ops),
-    so this is the schedule's time on an ideal machine with those times.
+    communicator (the ops of one group) runs one collective at a time, in
+    the schedule's order, as NCCL runs a communicator's on one stream and as
+    emu/traffic/training.py runs them: an op's communication starts when its
+    compute is done and the communicator's previous op has ended. So this is
+    the schedule's time on an ideal machine with those times; `critical`
+    follows whichever of the two came last.
     """
     start: dict[str, float] = {}
     end: dict[str, float] = {}
     parent: dict[str, str | None] = {}
+    busy: dict[tuple[int, ...], str] = {}  # communicator -> its latest op
     for op in schedule.ops:
         ready, last = 0.0, None
         for dep in op.deps:
             if last is None or end[dep] > ready:
                 ready, last = end[dep], dep
         start[op.id] = ready
-        end[op.id] = ready + op.compute_s + comm_s.get(op.id, 0.0)
+        begin = ready + op.compute_s
+        before = busy.get(op.group) if op.communicates else None
+        if before is not None and end[before] > begin:
+            begin, last = end[before], before
+        end[op.id] = begin + comm_s.get(op.id, 0.0)
         parent[op.id] = last
+        if op.communicates:
+            busy[op.group] = op.id
     if not end:
         return Timeline(start, end, ())
     node: str | None = max(end, key=lambda i: end[i])
@@ -518,6 +534,8 @@ def parse_straggler(text: str) -> tuple[int, float]:
         rank, factor = int(rank_text), float(factor_text)
     except ValueError:
         raise ValueError(f"{text!r}: expected RANK:FACTOR, e.g. gpu5:1.3") from None
+    if rank < 0:
+        raise ValueError(f"{text!r}: a rank is >= 0")
     if not 1.0 <= factor <= 100.0:
         raise ValueError(f"{text!r}: the factor is in 1..100")
     return rank, factor

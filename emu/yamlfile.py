@@ -213,9 +213,13 @@ def schema_error(
     """The `schema` error that comes first in the file, as an `error`; None if valid."""
     import jsonschema  # only here: the graph-only paths of emu import without it
 
-    validator = jsonschema.Draft7Validator(
-        schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
+    # Draft 7 counts 2.0 as an integer; a reader that then uses it as a count would
+    # fail far from the file, so here an integer is what YAML reads as one.
+    checker = jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
+    strict = jsonschema.validators.extend(jsonschema.Draft7Validator, type_checker=checker)
+    validator = strict(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
     errors = [_describe(e, marks, filename, error) for e in validator.iter_errors(doc)]
     return min(errors, key=lambda e: (e.line or 0, e.field)) if errors else None
 

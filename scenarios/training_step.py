@@ -41,6 +41,7 @@ Run:  emu run training-step [--set job=moe-alltoall] [--compare placement=rail,c
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -51,6 +52,7 @@ from emu import schedule as sched
 from emu.figures import Entry, per_key
 from emu.host.rnic import GO_BACK_N, SELECTIVE
 from emu.models import step as step_model
+from emu.net import wait_for
 from emu.scenario import (
     Context,
     Param,
@@ -80,6 +82,8 @@ COMPARE = {
     "routing": ("", {"ecmp": "ecmp", "adaptive": "adaptive"}),  # a fabric of its own each
     "fault": ("", {"off": "", "on": "on"}),  # without and with the `fault` parameter's
 }
+# The compare keys that change the job (a trace has none to change).
+JOB_KEYS = ("placement", "sharp", "overlap")
 FAULT_SYNTAX = "link A-B down|flap at Ts [every Ps] [count N]"
 _FAULT_RE = re.compile(
     r"^link (\S+)-(\S+) (down|flap) at ([0-9.]+)s?(?: every ([0-9.]+)s?)?(?: count ([0-9]+))?$"
@@ -146,16 +150,40 @@ def validate(params: dict) -> None:
     graph = build_fabric_graph(params)
     if params["fault"]:
         parse_fault(params["fault"], graph)
-    for spec in variants(params, job):
-        if spec.straggler and sched.parse_straggler(spec.straggler)[0] >= job.gpus:
+    specs = variants(params, job)
+    ranks = job.gpus
+    if params["trace"]:
+        ranks = _trace_ranks(params, graph)
+        key = params["compare"].partition("=")[0]
+        if key in JOB_KEYS or params["placement"]:
             raise ScenarioError(
-                f"straggler {spec.straggler!r}: the job's ranks are 0..{job.gpus - 1}"
+                f"parameter {'placement' if params['placement'] else 'compare'}: a trace "
+                "fixes its own operations; with trace, compare routing, straggler or fault"
             )
+    for spec in specs:
+        if spec.straggler and sched.parse_straggler(spec.straggler)[0] >= ranks:
+            raise ScenarioError(f"straggler {spec.straggler!r}: the ranks are 0..{ranks - 1}")
         if not params["trace"]:
             try:
                 job_mod.place(spec.job, graph)
             except job_mod.PlacementError as exc:
                 raise ScenarioError(f"parameter job={params['job']!r}: {exc}") from None
+    if params["compare"].startswith("sharp=") and not (job.dp > 1 and job.dp_bytes):
+        raise ScenarioError(
+            "parameter compare=sharp=...: the job all-reduces no gradients (dp=1 or no dp bytes)"
+        )
+
+
+def _trace_ranks(params: dict, graph) -> int:
+    """The trace's ranks, checked against the fabric's GPUs; ScenarioError naming the trace."""
+    try:
+        trace = sched.load_trace(params["trace"])
+    except sched.TraceError as exc:
+        raise ScenarioError(f"parameter trace: {exc}") from None
+    gpus = sum(len(v) for v in fabric_mod.nvlink_domains(graph).values())
+    if trace.ranks > gpus:
+        raise ScenarioError(f"parameter trace: {trace.ranks} ranks, the fabric has {gpus} GPUs")
+    return trace.ranks
 
 
 def parse_fault(text: str, graph) -> tuple[str, str, str, float, float, int]:
@@ -179,13 +207,27 @@ def parse_fault(text: str, graph) -> tuple[str, str, str, float, float, int]:
 
 
 def inject(fab, text: str) -> Callable[[], None]:
-    """Schedule the fault `text` on `fab` from now; returns what heals it (a downed link)."""
+    """Schedule the fault `text` on `fab` from now; returns what ends it after the run.
+
+    That waits until the fault has played out (a down link taken down, a flap's
+    last period over) and brings a downed link back, so that the next
+    variant starts on the whole fabric.
+    """
     u, v, kind, at, period, count = parse_fault(text, fab.graph)
+    now = time.monotonic()
     if kind == "flap":
         fab.faults.flap(u, v, period, count, at=at)
-        return lambda: None
-    fab.faults.link_down(u, v, at=at)
-    return lambda: fab.faults.link_up(u, v)
+        over_at = now + at + period * count
+    else:
+        fab.faults.link_down(u, v, at=at)
+        over_at = now + at
+
+    def end() -> None:
+        wait_for(lambda: time.monotonic() >= over_at, over_at - now + 5, f"the fault {text!r}")
+        if kind == "down":
+            fab.faults.link_up(u, v)
+
+    return end
 
 
 def load_job(params: dict) -> job_mod.Job:
@@ -332,7 +374,8 @@ def _run_on_fabric(ctx: Context, graph, specs: list[Spec], done: list[Variant]) 
         for spec in specs:
             schedule = schedule_of(p, spec.job, graph, spec.straggler)
             model = step_model.comm_model_s(schedule, graph)
-            limit = 60 + 20 * max(model.values(), default=0.0)
+            # The run's limit: its model's time, thrice, and a minute for the driver.
+            limit = 60 + 3 * sched.timeline(schedule, model).total_s
             ctx.log(f"training-step: {spec.label or spec.job.name}: {len(schedule.ops)} operations")
             before = rail.rx_bytes(fab, spines)
             heal = inject(fab, spec.fault) if spec.fault else (lambda: None)
@@ -363,7 +406,7 @@ def report(ctx: Context, done: list[Variant], graph) -> None:
                 v.label,
                 " / ".join(f"{x * MS:.0f}" for x in pk),
                 " / ".join(f"{x * MS:.0f}" for x in md),
-                f"{(v.packets.total_s / v.modelled.total_s - 1) * 100:+.1f}%",
+                f"{(_ratio(v.packets.total_s, v.modelled.total_s) - 1) * 100:+.1f}%",
                 f"{sched.exposed_s(v.schedule, v.run.comm_s) * MS:.0f}",
                 f"{sched.exposed_s(v.schedule, v.model) * MS:.0f}",
                 f"{v.spine_bytes / 1e3:.0f}",
@@ -420,7 +463,7 @@ def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
         f"within {tol:.0%} (Hockney's alpha-beta, inputs from the graph)",
     )
     on_path = [i for i in v.packets.critical if shared.get(i)]
-    total = v.packets.total_s / v.modelled.total_s
+    total = _ratio(v.packets.total_s, v.modelled.total_s)
     if not on_path:  # the model's step is its critical path, which no shared link slowed
         ctx.check(
             f"{v.label}: step time within {tol:.0%} of the model (no link shared on its "
@@ -473,8 +516,8 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
         )
     ring, sharp = by.get("sharp=off"), by.get("sharp=on")
     if ring and sharp:
-        got = _phase_s(ring, "dp", ring.run.comm_s) / _phase_s(sharp, "dp", sharp.run.comm_s)
-        want = _phase_s(ring, "dp", ring.model) / _phase_s(sharp, "dp", sharp.model)
+        got = _ratio(_phase_s(ring, "dp", ring.run.comm_s), _phase_s(sharp, "dp", sharp.run.comm_s))
+        want = _ratio(_phase_s(ring, "dp", ring.model), _phase_s(sharp, "dp", sharp.model))
         ctx.check(
             "in-network aggregation shortens the gradients' all-reduce as its model says",
             abs(got / want - 1) <= tol,
@@ -483,8 +526,8 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
         )
     ecmp, adaptive = by.get("routing=ecmp"), by.get("routing=adaptive")
     if ecmp and adaptive:
-        got_e = ecmp.packets.total_s / ecmp.modelled.total_s
-        got_a = adaptive.packets.total_s / adaptive.modelled.total_s
+        got_e = _ratio(ecmp.packets.total_s, ecmp.modelled.total_s)
+        got_a = _ratio(adaptive.packets.total_s, adaptive.modelled.total_s)
         ctx.check(
             "adaptive routing keeps the step at its model where ECMP's flows may collide",
             abs(got_a - 1) <= tol and adaptive.packets.total_s <= ecmp.packets.total_s * (1 + tol),
@@ -503,6 +546,11 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
                 f"+{got * MS:.0f} ms",
                 f"+{want * MS:.0f} ms (the model's critical path) +- {tol:.0%} of the steps",
             )
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b, NaN when b is 0 (a check on it then fails, and a table shows nan)."""
+    return a / b if b else float("nan")
 
 
 def _phase_s(v: Variant, phase: str, times: dict[str, float]) -> float:
@@ -527,13 +575,13 @@ def _phase_table(ctx: Context, v: Variant) -> None:
                 len(ids),
                 f"{sum(v.run.comm_s.get(i, 0.0) for i in ids) * MS:.0f}",
                 f"{sum(v.model.get(i, 0.0) for i in ids) * MS:.0f}",
-                f"{on_p / v.packets.total_s:.0%}",
-                f"{on_m / v.modelled.total_s:.0%}",
+                f"{_ratio(on_p, v.packets.total_s):.0%}",
+                f"{_ratio(on_m, v.modelled.total_s):.0%}",
                 f"{min(busbw) * 8 / 1e6:.2f}" if busbw else "",
             ]
         )
     compute_p = sum(ops[i].compute_s for i in v.packets.critical)
-    rows.append(["compute", "", "", "", f"{compute_p / v.packets.total_s:.0%}", "", ""])
+    rows.append(["compute", "", "", "", f"{_ratio(compute_p, v.packets.total_s):.0%}", "", ""])
     ctx.table(
         f"{v.label}: phases (communication ms summed over operations; share of the critical path)",
         [

@@ -71,36 +71,48 @@ def path_delay_s(graph: nx.Graph, a: str, b: str, port: str) -> float:
     return sum(float(graph.edges[u, v].get("delay_s", 0.0)) for u, v in hops)
 
 
+def op_port(op: Op, members: Sequence[str], graph: nx.Graph) -> str:
+    """Which port `op` runs on: in-network aggregation on the NICs (the network's switches
+    aggregate), anything else as `port_of` says."""
+    return "nic" if op.algo == "sharp" else port_of(graph, members)
+
+
 def op_model_s(op: Op, hosts: Mapping[int, str], graph: nx.Graph) -> float:
     """`op`'s communication time in the alpha-beta model (module docstring); 0 for a compute.
 
-    `hosts`: each rank's GPU (emu/job.py `place`).
+    `hosts`: each rank's GPU (emu/job.py `place`). Never below 0: a message of
+    less than a frame is its one frame, whose start ends the round.
     """
     if not op.communicates:
         return 0.0
     members = [hosts[r] for r in op.group]
-    port = port_of(graph, members)
+    port = op_port(op, members, graph)
     rate = _rate_bps(graph, members, port)
     p = len(members)
     ring = list(zip(members, members[1:] + members[:1]))
-    alpha = max(path_delay_s(graph, a, b, port) for a, b in ring) - _frame_s(rate)
+    delay = max(path_delay_s(graph, a, b, port) for a, b in ring)
     if op.kind == "send":
         _, nbytes, _ = model.roce_message_frames(op.bytes)
-        return alpha + nbytes * 8 / rate
+        return max(0.0, delay - _last_frame_s(op.bytes, rate) + nbytes * 8 / rate)
     if op.kind == "alltoall":
         return _alltoall_s(op, members, graph)
     if op.algo == "sharp":
-        return 2 * alpha + model.sharp_allreduce(op.bytes, p, rate).time_s
+        alpha = delay - _last_frame_s(op.bytes, rate)
+        return max(0.0, 2 * alpha + model.sharp_allreduce(op.bytes, p, rate).time_s)
+    alpha = delay - _last_frame_s(op.bytes // p, rate)  # a ring step moves a chunk, S/p
     ring_s = model.ring_allreduce(op.bytes, p, rate).time_s
     if op.kind == "allreduce":
-        return 2 * (p - 1) * alpha + ring_s
-    return (p - 1) * alpha + ring_s / 2  # a reduce-scatter or all-gather: half the ring's rounds
+        return max(0.0, 2 * (p - 1) * alpha + ring_s)
+    # A reduce-scatter or all-gather: half the ring's rounds.
+    return max(0.0, (p - 1) * alpha + ring_s / 2)
 
 
-def _frame_s(rate_bps: float) -> float:
-    """One full frame's time at `rate_bps`: a RoCEv2 SEND packet's or an aggregation frame's
-    (1024 bytes of data behind 58 of headers, emu/traffic/model.py)."""
-    return (DEFAULT_MTU_PAYLOAD + model.ROCE_SEND_OVERHEAD_BYTES) * 8 / rate_bps
+def _last_frame_s(message_bytes: int, rate_bps: float) -> float:
+    """The time of a message's last frame at `rate_bps`: its last packet of up to 1024
+    bytes of data behind 58 of headers (a RoCEv2 SEND's or an aggregation frame's,
+    emu/traffic/model.py); a round ends as that frame starts on the last link."""
+    tail = message_bytes % DEFAULT_MTU_PAYLOAD or min(message_bytes, DEFAULT_MTU_PAYLOAD)
+    return (tail + model.ROCE_SEND_OVERHEAD_BYTES) * 8 / rate_bps
 
 
 def _alltoall_s(op: Op, members: list[str], graph: nx.Graph) -> float:
@@ -116,9 +128,10 @@ def _alltoall_s(op: Op, members: list[str], graph: nx.Graph) -> float:
         if pairs:
             hosts = sorted({h for s, d, _ in pairs for h in (s, d)})
             rate = _rate_bps(graph, hosts, port)
-            alpha = max(path_delay_s(graph, s, d, port) for s, d, _ in pairs) - _frame_s(rate)
+            delay = max(path_delay_s(graph, s, d, port) for s, d, _ in pairs)
+            alpha = delay - _last_frame_s(op.bytes, rate)
             worst = max(worst, alpha + alltoall_link_s(pairs, rate))
-    return worst
+    return max(0.0, worst)
 
 
 def comm_model_s(schedule: Schedule, graph: nx.Graph) -> dict[str, float]:

@@ -14,8 +14,9 @@ on one port run one after the other, as NCCL runs a communicator's on one
 stream; everything else runs at once, each operation in a thread of its own.
 
 What it measures (`TrainingRun`): each operation's communication time as
-its ranks' NICs timed it (an all-reduce from its first rank's first post to
-its last rank's last receive, a send from post to completion, an
+its ranks' NICs timed it (an all-reduce as nccl-tests times it: the slowest
+rank's time from its own first post to its last receive, a send from post to
+completion, an
 all-to-all from the first post to the last completion of its slowest
 sender) and the wall-clock times the driver saw. The step time on packets
 is emu/schedule.py's `timeline` over the measured times: the orchestration
@@ -32,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from emu import fabric as fabric_mod
-from emu.models.step import port_of
-from emu.net import wait_for
+from emu.models.step import op_port, port_of
+from emu.net import FabricError, wait_for
 from emu.schedule import Op, Schedule
 from emu.traffic import collectives, rail
 from emu.traffic.rdma import RdmaHosts
@@ -51,6 +52,8 @@ class TrainingRun:
     Attributes:
         comm_s: op id -> its communication time as the NICs timed it.
         wall: op id -> (start, end) on the driver's clock, from the run's start.
+        comm_wall: op id -> (its communicator acquired, end) on that clock: a window
+            that holds its communication (and the driver's calls around it).
         ports: op id -> "nic" or "nvlink".
         busbw: op id -> an all-reduce's bus bandwidth (bytes/s, nccl-tests' factor).
         wrong: elements the ranks found wrong in their all-reduce results.
@@ -59,6 +62,7 @@ class TrainingRun:
 
     comm_s: dict[str, float] = field(default_factory=dict)
     wall: dict[str, tuple[float, float]] = field(default_factory=dict)
+    comm_wall: dict[str, tuple[float, float]] = field(default_factory=dict)
     ports: dict[str, str] = field(default_factory=dict)
     busbw: dict[str, float] = field(default_factory=dict)
     wrong: int = 0
@@ -87,7 +91,7 @@ class _Runner:
         self.left = len(schedule.ops)
         self.running = 0  # op threads not yet returned
         self.t0 = 0.0
-        self.qps: dict[tuple[str, str, str], int] = {}
+        self.qps: dict[tuple[str, str, str, str], int] = {}  # (port, src, dst, kind) -> QP
 
     def hosts(self, op: Op) -> list[str]:
         return [self.schedule.hosts[r] for r in op.group]
@@ -99,14 +103,14 @@ class _Runner:
             if not op.communicates:
                 continue
             members = self.hosts(op)
-            port = port_of(self.graph, members)
+            port = op_port(op, members, self.graph)
             self.result.ports[op.id] = port
             if op.kind in ("allreduce", "reduce_scatter", "all_gather") and op.algo == "ring":
                 self.sets[port].ring_qps(members)
-            for src, dst in _pairs(op, members):
-                pport = port_of(self.graph, [src, dst])
-                if (pport, src, dst) not in self.qps:
-                    self.qps[pport, src, dst] = self.sets[pport].connect(src, dst)
+            for src, dst in _pairs(op, members):  # a QP per pair and kind: no two ops poll one
+                key = (port_of(self.graph, [src, dst]), src, dst, op.kind)
+                if key not in self.qps:
+                    self.qps[key] = self.sets[key[0]].connect(src, dst)
 
     def start(self) -> None:
         self.t0 = time.monotonic()
@@ -134,7 +138,11 @@ class _Runner:
             if op.communicates:
                 members = self.hosts(op)
                 with self.comm_locks[self.result.ports[op.id], tuple(members)]:
+                    if self.abort.is_set():  # stopped while it waited for its communicator
+                        return
+                    acquired = time.monotonic() - self.t0
                     self.communicate(op, members)
+                    self.result.comm_wall[op.id] = (acquired, time.monotonic() - self.t0)
         except Exception as exc:  # reported with the op it came from; the run stops
             with self.lock:
                 self.result.errors.setdefault(op.id, f"{type(exc).__name__}: {exc}")
@@ -174,7 +182,7 @@ class _Runner:
     def send(self, op: Op, members: list[str]) -> float:
         src, dst = members
         port = self.result.ports[op.id]
-        nic_set, qpn = self.sets[port], self.qps[port, src, dst]
+        nic_set, qpn = self.sets[port], self.qps[port, src, dst, "send"]
         (msg,) = nic_set.post(src, qpn, op.bytes)
         got: dict = {}
 
@@ -191,7 +199,7 @@ class _Runner:
         by_port: dict[str, list] = defaultdict(list)
         for src, dst in _pairs(op, members):
             pport = port_of(self.graph, [src, dst])
-            by_port[pport].append((src, self.qps[pport, src, dst], op.bytes))
+            by_port[pport].append((src, self.qps[pport, src, dst, "alltoall"], op.bytes))
         times: dict[str, float] = {}
         errors: list[str] = []
 
@@ -236,11 +244,10 @@ def run_schedule(
     running finish or time out) and returns with `errors` set.
 
     Raises:
-        FabricError: the schedule did not end within `timeout_s` for an op.
+        FabricError: the schedule did not end within `timeout_s` (the whole
+            run's limit; an op's send waits at most as long).
     """
     runner = _Runner(fab.graph, schedule, nics, nv, timeout_s)
-    runner.connect()
-    runner.start()
     total = len(schedule.ops)
 
     def finished() -> bool:
@@ -249,12 +256,15 @@ def run_schedule(
         return runner.left == 0 or runner.abort.is_set()
 
     try:
-        wait_for(
-            finished, timeout_s * max(1, schedule.steps), f"{schedule.name}'s {total} ops", 0.2
-        )
+        runner.connect()
+        runner.start()
+        wait_for(finished, timeout_s, f"{schedule.name}'s {total} ops", 0.2)
     finally:
         runner.abort.set()  # nothing new starts; the ops talking to the agents finish first
-        wait_for(lambda: runner.running == 0, timeout_s, "the running operations to stop")
+        try:
+            wait_for(lambda: runner.running == 0, timeout_s, "the running operations to stop")
+        except FabricError as exc:  # kept beside the first error, which it must not hide
+            runner.result.errors.setdefault("(stopping)", str(exc))
     return runner.result
 
 
@@ -301,9 +311,11 @@ def shared_links(schedule: Schedule, run: TrainingRun, graph) -> dict[str, list[
     comm = {}
     for op in schedule.ops:
         if op.id in run.comm_s and op.id in run.wall:
-            end = run.wall[op.id][1]  # it ended then, after comm_s on the wire
+            # From its communicator acquired to its end: its communication lies within,
+            # so two ops that shared a link while both communicated always overlap here.
+            begun, end = run.comm_wall.get(op.id, run.wall[op.id])
             members = [schedule.hosts[r] for r in op.group]
-            comm[op.id] = (end - run.comm_s[op.id], end, op_links(op, members, graph))
+            comm[op.id] = (begun, end, op_links(op, members, graph))
     out: dict[str, list[tuple[str, str]]] = {}
     ids = list(comm)
     for i, a in enumerate(ids):

@@ -67,6 +67,9 @@ def test_the_schema_is_a_valid_draft_7_schema():
             ("layers: 4", "layers: 4\nplacement: diagonal"),
             "placement: 'diagonal' is not one of rail",
         ),
+        (("dp: 2, tp", "dp: 2.0, tp"), "j.yaml:2: parallel.dp: 2.0: must be an integer in 1..64"),
+        (("backward: 0.04", "backward: .inf"), "compute.backward: Infinity: a time in 0..3600 s"),
+        (("dp: 128K", "dp: 4000G"), "messages.dp: '4000G': a size in 0..1G bytes"),
         (("layers: 4", "layers: 4\noverlap: true\n"), None),
     ],
 )
@@ -152,3 +155,9 @@ def test_a_job_that_does_not_fit_says_why(j, words):
 def test_a_fabric_without_nvlink_domains_is_refused():
     with pytest.raises(PlacementError, match="no NVLink domains"):
         job.place(Job("j", dp=2), fabric.leaf_spine(leaves=2, spines=1))
+
+
+def test_a_job_that_neither_computes_nor_communicates_is_refused():
+    text = "name: j\nparallel: {dp: 2}\ncompute: {forward: 0, backward: 0}\nmessages: {dp: 0}\n"
+    with pytest.raises(JobFileError, match="compute: the step neither computes nor communicates"):
+        job.loads(text, "j.yaml")

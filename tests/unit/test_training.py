@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from emu import cli, fabric, scenario
+from emu import job as job_mod
 from emu import schedule as sched
 from emu.schedule import Op, Schedule
 from emu.traffic import training
@@ -85,7 +86,8 @@ def no_runs(monkeypatch):
             ["--compare", "placement=rail,diagonal"],
             "placement takes rail, crossing, not 'diagonal'",
         ),
-        (["--set", "straggler=gpu9:1.5"], "the job's ranks are 0..7"),
+        (["--set", "straggler=gpu9:1.5"], "the ranks are 0..7"),
+        (["--set", "straggler=gpu-1:1.5"], "a rank is >= 0"),
         (["--compare", "straggler=off,gpu1"], "expected RANK:FACTOR"),
         (["--set", "nodes=2"], "need 4 nodes of 2 GPUs; the fabric has 2"),
         (["--set", "topology=leaf_spine"], "this scenario runs on rail_optimized only"),
@@ -116,3 +118,30 @@ def test_a_bad_job_file_or_trace_through_the_cli_is_one_line(tmp_path, capsys):
         f"emu: {tmp_path / 'j.yaml'}:2: parallel.ep: 3 does not divide dp=2",
         f"emu: {tmp_path / 't.json'}: ops[0].group: a send needs exactly 2 ranks",
     ]
+
+
+def test_a_trace_refuses_the_comparisons_that_change_a_job_and_is_read_before_a_fabric(
+    no_runs, capsys, tmp_path
+):
+    trace = tmp_path / "t.json"
+    sched.dump_trace(sched.from_job(job_mod.load("dense-dp-tp-pp")), trace)
+    status = cli.main(
+        ["run", "training-step", "--set", f"trace={trace}", "--compare", "sharp=off,on"]
+    )
+    assert status == 2 and "a trace fixes its own operations" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        '{"format": "emu-training-trace", "version": 1, "ranks": 2, "ops": '
+        '[{"id": "a", "kind": "send", "group": [0, 1], "bytes": 4, "deps": [["x"]]}]}'
+    )
+    status = cli.main(["run", "training-step", "--set", f"trace={bad}"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "ops[0].deps[0]" in err and "\n" not in err
+
+
+def test_emu_job_show_and_trace_say_a_trace_is_not_a_job(capsys, tmp_path):
+    trace = tmp_path / "t.json"
+    sched.dump_trace(sched.from_job(job_mod.load("moe-alltoall")), trace)
+    for argv in (["job", "show", str(trace)], ["job", "trace", str(trace), "--out", "x.json"]):
+        assert cli.main(argv) == 2
+        assert "is a trace, not a job" in capsys.readouterr().err
