@@ -7,8 +7,6 @@ scenario's are (an unfaithful run's failed check is xfail, naming why).
 
 from __future__ import annotations
 
-import pytest
-
 from . import assert_checks, emu_run, require_faithful
 
 
@@ -26,15 +24,32 @@ def test_dense_job_rail_against_crossing(tmp_path, no_leaks):
             "rail-aligned placement keeps the gradients off the spines",
         ],
     )
-    rail = doc["metrics"]["variants"]["placement=rail"]
-    # The schedule's operations all ran, each timed by its NICs, on 8 GPUs.
-    assert rail["ops"] == 52 and len(rail["comm_s"]) == 52 - 0
+    variants = doc["metrics"]["variants"]
+    rail, crossing = variants["placement=rail"], variants["placement=crossing"]
+    # Every operation of the schedule communicated and was timed by its NICs, on 8 GPUs:
+    # 32 tensor-parallel all-reduces, 16 pipeline sends, 4 gradient all-reduces.
+    assert rail["ops"] == 52 and len(rail["comm_s"]) == 52
     assert rail["critical_path"][0].startswith("s0.m0.c0.l0.fwd")
-    assert "step time per variant" in res.stdout and "phases" in res.stdout
+    # The model shares no link, so it gives both placements the same step; the packets
+    # make crossing's longer (its gradients' rings cross the spines).
+    assert rail["model_step_s"] == crossing["model_step_s"]
+    require_faithful(res, doc, "crossing against rail")
+    assert crossing["step_s"][0] > rail["step_s"][0]
+    assert "where packets and model part" in res.stdout and "phases" in res.stdout
 
 
-@pytest.mark.slow
-def test_moe_job_with_a_straggler(tmp_path, no_leaks):
+def test_moe_job_in_network_aggregation_shortens_the_gradients(tmp_path, no_leaks):
+    res, doc = emu_run(
+        tmp_path / "out", "training-step", "job=moe-alltoall", "steps=1", "compare=sharp=off,on"
+    )
+    assert_checks(
+        res, doc, ["in-network aggregation shortens the gradients' all-reduce as its model says"]
+    )
+    ops = doc["metrics"]["variants"]["sharp=on"]["comm_s"]
+    assert any(".alltoall" in i or "dispatch" in i for i in ops)  # the MoE all-to-alls ran
+
+
+def test_a_straggler_delays_the_step_by_its_compute_excess(tmp_path, no_leaks):
     res, doc = emu_run(
         tmp_path / "out",
         "training-step",
@@ -42,7 +57,17 @@ def test_moe_job_with_a_straggler(tmp_path, no_leaks):
         "steps=1",
         "compare=straggler=off,gpu3:2",
     )
-    assert_checks(res, doc)
-    require_faithful(res, doc, "the straggler's delay")
-    v = doc["metrics"]["variants"]
-    assert v["straggler=gpu3:2"]["step_s"][0] > v["straggler=off"]["step_s"][0]
+    assert_checks(res, doc, ["straggler=gpu3:2 delays the steps by its compute excess"])
+
+
+def test_adaptive_routing_against_ecmp_where_the_gradients_cross_the_spines(tmp_path, no_leaks):
+    res, doc = emu_run(
+        tmp_path / "out",
+        "training-step",
+        "steps=1",
+        "placement=crossing",
+        "compare=routing=ecmp,adaptive",
+    )
+    assert_checks(
+        res, doc, ["adaptive routing keeps the step at its model where ECMP's flows may collide"]
+    )
