@@ -306,8 +306,18 @@ def _straggler_task(n: int, once_s: float, ring_s: float, ring_model_s: float) -
 
 def read_predictions(lab: LabRun) -> dict[str, float | None]:
     """Each task's predicted seconds, None where blank; a LabError names a bad key or value."""
+    return read_times(lab, [t.key for t in tasks()])
+
+
+def read_times(lab: LabRun, keys: list[str]) -> dict[str, float | None]:
+    """The times in seconds under `keys` of predictions.yaml, None where blank.
+
+    Shared with every lab whose student predicts times (labs/step_time).
+
+    Raises:
+        LabError: a key that is not one of `keys`, or a value that is not a time.
+    """
     answers = lab.answers("predictions.yaml")
-    keys = [t.key for t in tasks()]
     unknown = sorted(set(answers) - set(keys))
     if unknown:
         raise LabError(
@@ -387,7 +397,7 @@ def check(lab: LabRun) -> None:
     predictions = read_predictions(lab)
     if all(v is None for v in predictions.values()):
         for task in all_tasks:
-            _blank(lab, task)
+            blank_prediction(lab, task)
         return
     measured: dict[str, collectives.AllReduceResult] = {}
     with fabric(lab) as fab:
@@ -416,7 +426,7 @@ def grade(
         r, got_s = measured[task.key]
         predicted = predictions[task.key]
         if predicted is None:
-            _blank(lab, task)
+            blank_prediction(lab, task)
             right = False
         else:
             right = abs(predicted - got_s) <= task.prediction_tolerance_s
@@ -436,7 +446,8 @@ def grade(
         _measurement(lab, task, r, got_s, note, shown=right)
 
 
-def _blank(lab: LabRun, task: Task) -> None:
+def blank_prediction(lab: LabRun, task: Task) -> None:
+    """A blank prediction, graded as failed with the formula to start from."""
     lab.grade(
         f"{task.title}: your prediction",
         False,
@@ -481,8 +492,12 @@ def _measurement(
 
 def offline(lab: LabRun) -> None:
     """`emu lab test collectives`: predictions.yaml reads, one time per task."""
-    predictions = read_predictions(lab)  # a LabError names a bad key or value
-    for task in tasks():
+    offline_times(lab, tasks(), read_predictions(lab), "collectives")
+
+
+def offline_times(lab: LabRun, all_tasks, predictions: dict, name: str) -> None:
+    """`emu lab test NAME` of a lab of predicted times: one check per task that it is a time."""
+    for task in all_tasks:
         value = predictions[task.key]
         lab.check(
             f"{task.key} is a time in seconds",
@@ -490,5 +505,5 @@ def offline(lab: LabRun) -> None:
             "(blank)" if value is None else f"{value:.3f} s",
             "a positive number",
             f"predict it before measuring: {task.formula}; whether it is right is graded on "
-            "packets: sudo emu lab check collectives",
+            f"packets: sudo emu lab check {name}",
         )

@@ -26,7 +26,6 @@ without a fabric.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from emu import fabric as fabric_mod
@@ -36,7 +35,21 @@ from emu.labs import LabError, LabRun
 from emu.models import step as step_model
 from emu.traffic import model, training
 from emu.traffic.rdma import RdmaHosts
-from labs.collectives import DATA_BYTES, FRAME_BYTES, emulator_share, fidelity_note
+from labs.collectives import (
+    DATA_BYTES,
+    FRAME_BYTES,
+    HOSTS_PER_LEAF,
+    LEAVES,
+    RATE_BPS,
+    Mistake,
+    blank_prediction,
+    emulator_share,
+    fidelity_note,
+    graph,
+    mistake_hint,
+    offline_times,
+    read_times,
+)
 
 TITLE = "Where does my step time go? A data-parallel step with and without overlap"
 MINUTES = 45
@@ -48,24 +61,12 @@ GRADES = (
 FILES = ("predictions.yaml",)
 
 # The setting, as the handout and predictions.yaml state it: the collectives lab's
-# fabric (4 ranks, 5 Mbit/s: what the 2-core machine keeps up with).
-LEAVES, SPINES, HOSTS_PER_LEAF = 2, 2, 2
-RATE_BPS = 5_000_000
-MODELLED_RATE_BPS = 25e9
+# fabric (`graph`: 4 ranks on 2 leaves and 2 spines at 5 Mbit/s, what the 2-core
+# machine keeps up with), a model of 2 layers.
 GRADIENT_BYTES = 256 * 1024
 LAYERS = 2
 FORWARD_S, BACKWARD_S = 0.1, 0.2
 APPS = ("controllers.routing",)
-
-
-def graph():
-    return fabric_mod.leaf_spine(
-        leaves=LEAVES,
-        spines=SPINES,
-        hosts_per_leaf=HOSTS_PER_LEAF,
-        host_rate_bps=RATE_BPS,
-        modelled_rate_bps=MODELLED_RATE_BPS,
-    )
 
 
 def job(overlap: bool) -> Job:
@@ -90,12 +91,6 @@ def schedule(overlap: bool) -> sched.Schedule:
 
 
 # ----------------------------------------------------------------- the three tasks
-
-
-@dataclass(frozen=True)
-class Mistake:
-    value_s: float
-    hint: str
 
 
 @dataclass(frozen=True)
@@ -219,31 +214,7 @@ def tasks() -> list[Task]:
 
 def read_predictions(lab: LabRun) -> dict[str, float | None]:
     """Each task's predicted seconds, None where blank; a LabError names a bad key or value."""
-    keys = tuple(t.key for t in tasks())
-    answers = lab.answers("predictions.yaml", keys=keys)
-    out: dict[str, float | None] = {}
-    for key in keys:
-        value = answers.get(key)
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not 0 < value < math.inf
-        ):
-            raise LabError(
-                f"{lab.path('predictions.yaml')}: {key}: {value!r} is not a time in seconds "
-                "(a positive number, e.g. 1.25)"
-            )
-        out[key] = None if value is None else float(value)
-    return out
-
-
-def hint(task: Task, predicted_s: float) -> str:
-    near = [m for m in task.mistakes if abs(predicted_s - m.value_s) <= task.prediction_tolerance_s]
-    if near:
-        best = min(near, key=lambda m: abs(predicted_s - m.value_s))
-        return f"{best.hint}. {task.formula}"
-    way = "long" if predicted_s > task.model_s else "short"
-    return f"too {way}; {task.formula}"
+    return read_times(lab, [t.key for t in tasks()])
 
 
 # ----------------------------------------------------------------- measuring
@@ -287,7 +258,7 @@ def check(lab: LabRun) -> None:
     predictions = read_predictions(lab)
     if all(v is None for v in predictions.values()):
         for task in tasks():
-            _blank(lab, task)
+            blank_prediction(lab, task)
         return
     with lab.fabric(graph(), apps=APPS) as fab:
         nics = RdmaHosts(fab, fabric_mod.hosts(fab.graph), dcqcn=False)
@@ -298,7 +269,7 @@ def check(lab: LabRun) -> None:
         predicted = predictions[task.key]
         right = False
         if predicted is None:
-            _blank(lab, task)
+            blank_prediction(lab, task)
         else:
             right = abs(predicted - got) <= task.prediction_tolerance_s
             lab.grade(
@@ -308,7 +279,7 @@ def check(lab: LabRun) -> None:
                 f"more than {task.prediction_tolerance_s * 1000:.0f} ms from the step measured "
                 f"({task.left_out_s * 1000:.0f} ms the formulas leave out, the ring's ACKs, + "
                 f"{task.emulator_s * 1000:.0f} ms the emulator may add)",
-                hint(task, predicted),
+                mistake_hint(task, predicted),
             )
         agrees = abs(got - task.model_s) <= task.emulator_s
         lab.check(
@@ -326,28 +297,9 @@ def check(lab: LabRun) -> None:
         )
 
 
-def _blank(lab: LabRun, task: Task) -> None:
-    lab.grade(
-        f"{task.title}: your prediction",
-        False,
-        None,
-        f"{task.key} is blank",
-        f"predict it before measuring: {task.formula} (the handout's Background)",
-    )
-
-
 def offline(lab: LabRun) -> None:
     """`emu lab test step-time`: predictions.yaml reads, one time per task."""
-    predictions = read_predictions(lab)
-    for task in tasks():
-        value = predictions[task.key]
-        lab.check(
-            f"{task.key} is a time in seconds",
-            value is not None,
-            "(blank)" if value is None else f"{value:.3f} s",
-            "a positive number",
-            f"predict it before measuring: {task.formula}",
-        )
+    offline_times(lab, tasks(), read_predictions(lab), "step-time")
 
 
 assert model.ROCE_SEND_OVERHEAD_BYTES + DATA_BYTES == FRAME_BYTES
