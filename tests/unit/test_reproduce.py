@@ -368,6 +368,7 @@ def test_entries_are_unique_and_cover_every_scenario_the_readme_quotes():
         "livelock",
         "pfc-deadlock",
         "rail-optimized",
+        "training-step",
     }
     for e in reproduce.ENTRIES:
         labels = [f.label for f in e.figures]
