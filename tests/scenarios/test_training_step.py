@@ -71,3 +71,23 @@ def test_adaptive_routing_against_ecmp_where_the_gradients_cross_the_spines(tmp_
     assert_checks(
         res, doc, ["adaptive routing keeps the step at its model where ECMP's flows may collide"]
     )
+
+
+def test_a_link_flapping_mid_step_costs_time_and_no_data(tmp_path, no_leaks):
+    res, doc = emu_run(
+        tmp_path / "out",
+        "training-step",
+        "steps=1",
+        "placement=crossing",
+        "fault=link spine1-rail1 flap at 0.5s every 0.4s count 3",
+        "compare=fault=off,on",
+    )
+    assert_checks(
+        res, doc, ["fault=on: every operation ran, every all-reduce's sum right on every rank"]
+    )
+    # The flap happened during the faulted variant only: three downs, three ups.
+    kinds = [e["kind"] for e in doc["events"] if e.get("link") == "spine1-rail1"]
+    assert kinds.count("link_down") == 3 and kinds.count("link_up") == 3
+    require_faithful(res, doc, "the flap's cost")
+    v = doc["metrics"]["variants"]
+    assert v["fault=on"]["step_s"][0] > v["fault=off"]["step_s"][0]
