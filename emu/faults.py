@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -43,6 +44,40 @@ class FaultError(ValueError):
 def _set_nic(nic, **change: Any) -> None:
     """Change a NIC agent's settings; its answer (its whole state) is not the event's."""
     nic.call("set", **change)
+
+
+#: A link fault written as text (`emu run training-step --fault ...`), parsed by
+#: `parse_link_fault` and run by `scripted_link_fault`.
+LINK_FAULT_SYNTAX = "link A-B down|flap at Ts [every Ps] [count N]"
+_LINK_FAULT_RE = re.compile(
+    r"^link (\S+)-(\S+) (down|flap) at ([0-9.]+)s?(?: every ([0-9.]+)s?)?(?: count ([0-9]+))?$"
+)
+
+
+def parse_link_fault(text: str, graph) -> tuple[str, str, str, float, float, int]:
+    """(u, v, "down" or "flap", at_s, period_s, count) of LINK_FAULT_SYNTAX on `graph`.
+
+    A flap's period is 0.6 s and its count 3 unless the text says.
+
+    Raises:
+        FaultError: not the syntax, an unknown node, no such link, a bad number.
+    """
+    m = _LINK_FAULT_RE.match(text.strip())
+    if not m:
+        raise FaultError(f"expected {LINK_FAULT_SYNTAX}")
+    u, v, kind, at, period, count = m.groups()
+    for node in (u, v):
+        if node not in graph:
+            raise FaultError(f"unknown node {node!r}")
+    if not graph.has_edge(u, v):
+        raise FaultError(f"no link {u}-{v} in the fabric")
+    try:
+        numbers = float(at), float(period or 0.6), int(count or 3)
+    except ValueError:
+        raise FaultError(f"expected {LINK_FAULT_SYNTAX}") from None
+    if not (numbers[1] > 0 and numbers[2] >= 1):
+        raise FaultError("a period > 0 and a count >= 1")
+    return u, v, kind, *numbers
 
 
 class Faults:
@@ -470,3 +505,30 @@ def check_at(at: Any) -> None:
         return
     if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at < 0:
         raise FaultError(f"at={at!r}: must be a number of seconds >= 0 from now (None: now)")
+
+
+def scripted_link_fault(faults: Faults, text: str) -> Callable[[], None]:
+    """Schedule the link fault `text` (LINK_FAULT_SYNTAX) on `faults` from now; returns
+    what ends it.
+
+    That waits until the fault has played out (the link taken down, a flap's
+    last period over) and brings a downed link back, so that what runs next
+    starts on the whole fabric.
+    """
+    from emu.registry import wait_for
+
+    u, v, kind, at, period, count = parse_link_fault(text, faults.fab.graph)
+    now = time.monotonic()
+    if kind == "flap":
+        faults.flap(u, v, period, count, at=at)
+        over_at = now + at + period * count
+    else:
+        faults.link_down(u, v, at=at)
+        over_at = now + at
+
+    def end() -> None:
+        wait_for(lambda: time.monotonic() >= over_at, over_at - now + 5, f"the fault {text!r}")
+        if kind == "down":
+            faults.link_up(u, v)
+
+    return end

@@ -325,3 +325,16 @@ def place(job: Job, graph: nx.Graph) -> dict[int, str]:
             for t in range(job.tp):
                 out[job.rank(stage, d, t)] = domains[node][(slot * job.tp + t + turn) % gpus]
     return out
+
+
+def place_trace(schedule, graph: nx.Graph) -> None:
+    """A trace's rank r on the rail-optimized fabric's r-th GPU in node order (its `hosts`).
+
+    Raises:
+        PlacementError: the trace has more ranks than the fabric has GPUs.
+    """
+    domains = fabric_mod.nvlink_domains(graph)
+    gpus = [h for k in sorted(domains) for h in domains[k]]
+    if schedule.ranks > len(gpus):
+        raise PlacementError(f"{schedule.ranks} ranks, the fabric has {len(gpus)} GPUs")
+    schedule.hosts = dict(enumerate(gpus))

@@ -16,15 +16,11 @@ Hockney's alpha-beta model of each collective (emu/models/step.py), its
 inputs from the fabric graph (port rates, path delays, the frames emu
 sends).
 
-The report gives, per step, the step time on packets (the schedule composed
-from each collective's time as its ranks' NICs measured it), the model's,
-and their difference; the communication the compute did not hide
-(exposed); each phase's share (tp, pp, dp, ep) and each all-reduce's bus
-bandwidth; the critical path; and every operation that took more than
-`tolerance` over its model, with the operations that shared one of its
-links while it ran (emu/traffic/training.py `shared_links`: the NIC links
-of its ranks, and the spine layer for hops between rails, where ECMP
-chooses the spine).
+The report (emu/traffic/training_report.py) gives each step on packets (each
+collective as its NICs timed it, composed along the schedule) and in the
+model, the exposed communication, each phase's share of the critical path,
+and every operation over `tolerance` above its model with what shared one of
+its links while it ran (emu/traffic/training.py `shared_links`).
 
 Checks: every all-reduce's sum right on every rank; on every operation that
 shared no link while it ran, packets within `tolerance` (10%, issue 33's
@@ -40,19 +36,16 @@ Run:  emu run training-step [--set job=moe-alltoall] [--compare placement=rail,c
 
 from __future__ import annotations
 
-import re
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from emu import fabric as fabric_mod
 from emu import job as job_mod
 from emu import schedule as sched
+from emu.faults import LINK_FAULT_SYNTAX, FaultError, parse_link_fault, scripted_link_fault
 from emu.figures import Entry, per_key
 from emu.host.rnic import GO_BACK_N, SELECTIVE
 from emu.models import step as step_model
-from emu.net import wait_for
 from emu.scenario import (
     Context,
     Param,
@@ -61,9 +54,9 @@ from emu.scenario import (
     fabric_options,
     fabric_params,
 )
-from emu.telemetry import Panel, save_panels
-from emu.traffic import rail, training
+from emu.traffic import rail, training, training_report
 from emu.traffic.rdma import gpu_ports
+from emu.traffic.training_report import MS, Variant, phase_s, ratio
 
 DESCRIPTION = (
     "a training job's steps on packets (TP, PP, DP, MoE all-to-all) beside an alpha-beta "
@@ -84,15 +77,10 @@ COMPARE = {
 }
 # The compare keys that change the job (a trace has none to change).
 JOB_KEYS = ("placement", "sharp", "overlap")
-FAULT_SYNTAX = "link A-B down|flap at Ts [every Ps] [count N]"
-_FAULT_RE = re.compile(
-    r"^link (\S+)-(\S+) (down|flap) at ([0-9.]+)s?(?: every ([0-9.]+)s?)?(?: count ([0-9]+))?$"
-)
 # Per-packet adaptive routing (emu/switch/adaptive.py) of the RoCE class (DSCP 26,
 # priority 3), with the NIC that adaptive-routing fabrics pair with: it places
 # reordered packets and resends only what is lost (emu/host/reorder.py).
 ADAPTIVE_CLASSES = "3"
-MS = 1000.0
 
 PARAMS = {
     # 2 Mbit/s NICs and 18 Mbit/s NVLink ports for 8 GPUs: what the 2-core machine
@@ -123,7 +111,7 @@ PARAMS = {
     ),
     "fault": Param(
         "",
-        f"a fault in every variant, from its start: {FAULT_SYNTAX} (a flap: down and up "
+        f"a fault in every variant, from its start: {LINK_FAULT_SYNTAX} (a flap: down and up "
         "every P s, 0.6 by default, N times, 3 by default); also emu run training-step "
         "--fault ...; compare=fault=off,on runs without and with it",
     ),
@@ -149,11 +137,14 @@ def validate(params: dict) -> None:
     job = load_job(params)
     graph = build_fabric_graph(params)
     if params["fault"]:
-        parse_fault(params["fault"], graph)
+        try:
+            parse_link_fault(params["fault"], graph)
+        except FaultError as exc:
+            raise ScenarioError(f"parameter fault={params['fault']!r}: {exc}") from None
     specs = variants(params, job)
     ranks = job.gpus
     if params["trace"]:
-        ranks = _trace_ranks(params, graph)
+        ranks = _trace(params, graph).ranks
         key = params["compare"].partition("=")[0]
         if key in JOB_KEYS or params["placement"]:
             raise ScenarioError(
@@ -174,60 +165,14 @@ def validate(params: dict) -> None:
         )
 
 
-def _trace_ranks(params: dict, graph) -> int:
-    """The trace's ranks, checked against the fabric's GPUs; ScenarioError naming the trace."""
+def _trace(params: dict, graph) -> sched.Schedule:
+    """The trace, placed on the fabric's GPUs; ScenarioError naming it."""
     try:
-        trace = sched.load_trace(params["trace"])
-    except sched.TraceError as exc:
+        schedule = sched.load_trace(params["trace"])
+        job_mod.place_trace(schedule, graph)
+    except (sched.TraceError, job_mod.PlacementError) as exc:
         raise ScenarioError(f"parameter trace: {exc}") from None
-    gpus = sum(len(v) for v in fabric_mod.nvlink_domains(graph).values())
-    if trace.ranks > gpus:
-        raise ScenarioError(f"parameter trace: {trace.ranks} ranks, the fabric has {gpus} GPUs")
-    return trace.ranks
-
-
-def parse_fault(text: str, graph) -> tuple[str, str, str, float, float, int]:
-    """(u, v, "down" or "flap", at_s, period_s, count) of FAULT_SYNTAX; ScenarioError otherwise."""
-    m = _FAULT_RE.match(text.strip())
-    if not m:
-        raise ScenarioError(f"parameter fault={text!r}: expected {FAULT_SYNTAX}")
-    u, v, kind, at, period, count = m.groups()
-    for node in (u, v):
-        if node not in graph:
-            raise ScenarioError(f"parameter fault={text!r}: unknown node {node!r}")
-    if not graph.has_edge(u, v):
-        raise ScenarioError(f"parameter fault={text!r}: no link {u}-{v} in the fabric")
-    try:
-        numbers = float(at), float(period or 0.6), int(count or 3)
-    except ValueError:
-        raise ScenarioError(f"parameter fault={text!r}: expected {FAULT_SYNTAX}") from None
-    if not (numbers[1] > 0 and numbers[2] >= 1):
-        raise ScenarioError(f"parameter fault={text!r}: a period > 0 and a count >= 1")
-    return u, v, kind, *numbers
-
-
-def inject(fab, text: str) -> Callable[[], None]:
-    """Schedule the fault `text` on `fab` from now; returns what ends it after the run.
-
-    That waits until the fault has played out (a down link taken down, a flap's
-    last period over) and brings a downed link back, so that the next
-    variant starts on the whole fabric.
-    """
-    u, v, kind, at, period, count = parse_fault(text, fab.graph)
-    now = time.monotonic()
-    if kind == "flap":
-        fab.faults.flap(u, v, period, count, at=at)
-        over_at = now + at + period * count
-    else:
-        fab.faults.link_down(u, v, at=at)
-        over_at = now + at
-
-    def end() -> None:
-        wait_for(lambda: time.monotonic() >= over_at, over_at - now + 5, f"the fault {text!r}")
-        if kind == "down":
-            fab.faults.link_up(u, v)
-
-    return end
+    return schedule
 
 
 def load_job(params: dict) -> job_mod.Job:
@@ -253,7 +198,7 @@ class Spec:
     job: job_mod.Job
     straggler: str = ""
     routing: str = "ecmp"
-    fault: str = ""  # FAULT_SYNTAX, from the variant's start
+    fault: str = ""  # LINK_FAULT_SYNTAX, from the variant's start
 
 
 def variants(params: dict, job: job_mod.Job) -> list[Spec]:
@@ -306,17 +251,7 @@ def schedule_of(params: dict, job: job_mod.Job, graph, straggler: str) -> sched.
     """The variant's schedule, placed: the job's (or the trace, its rank r on the fabric's
     r-th GPU in node order), with its straggler."""
     if params["trace"]:
-        try:
-            schedule = sched.load_trace(params["trace"])
-        except sched.TraceError as exc:
-            raise ScenarioError(f"parameter trace: {exc}") from None
-        domains = fabric_mod.nvlink_domains(graph)
-        gpus = [h for k in sorted(domains) for h in domains[k]]
-        if schedule.ranks > len(gpus):
-            raise ScenarioError(
-                f"parameter trace: {schedule.ranks} ranks, the fabric has {len(gpus)} GPUs"
-            )
-        schedule.hosts = dict(enumerate(gpus))
+        schedule = _trace(params, graph)
     else:
         schedule = sched.from_job(job)
         schedule.hosts = job_mod.place(job, graph)
@@ -326,24 +261,6 @@ def schedule_of(params: dict, job: job_mod.Job, graph, straggler: str) -> sched.
         except ValueError as exc:
             raise ScenarioError(f"parameter straggler: {exc}") from None
     return schedule
-
-
-@dataclass
-class Variant:
-    """One variant's run and its model."""
-
-    label: str
-    job: job_mod.Job
-    schedule: sched.Schedule
-    run: training.TrainingRun
-    model: dict[str, float]
-    spine_bytes: int  # what the spines received while it ran (their port counters)
-    packets: sched.Timeline = field(init=False)
-    modelled: sched.Timeline = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.packets = sched.timeline(self.schedule, self.run.comm_s)
-        self.modelled = sched.timeline(self.schedule, self.model)
 
 
 def run(ctx: Context) -> None:
@@ -378,7 +295,7 @@ def _run_on_fabric(ctx: Context, graph, specs: list[Spec], done: list[Variant]) 
             limit = 60 + 3 * sched.timeline(schedule, model).total_s
             ctx.log(f"training-step: {spec.label or spec.job.name}: {len(schedule.ops)} operations")
             before = rail.rx_bytes(fab, spines)
-            heal = inject(fab, spec.fault) if spec.fault else (lambda: None)
+            heal = scripted_link_fault(fab.faults, spec.fault) if spec.fault else (lambda: None)
             try:
                 result = training.run_schedule(fab, schedule, nics, nv, limit)
             finally:
@@ -398,21 +315,7 @@ def _run_on_fabric(ctx: Context, graph, specs: list[Spec], done: list[Variant]) 
 
 def report(ctx: Context, done: list[Variant], graph) -> None:
     tol = ctx.params["tolerance"]
-    rows = []
     for v in done:
-        pk, md = v.packets.step_s(v.schedule), v.modelled.step_s(v.schedule)
-        rows.append(
-            [
-                v.label,
-                " / ".join(f"{x * MS:.0f}" for x in pk),
-                " / ".join(f"{x * MS:.0f}" for x in md),
-                f"{(_ratio(v.packets.total_s, v.modelled.total_s) - 1) * 100:+.1f}%",
-                f"{sched.exposed_s(v.schedule, v.run.comm_s) * MS:.0f}",
-                f"{sched.exposed_s(v.schedule, v.model) * MS:.0f}",
-                f"{v.spine_bytes / 1e3:.0f}",
-                f"{v.run.wall_s * MS:.0f}",
-            ]
-        )
         errors = "; ".join(f"{k}: {e}" for k, e in list(v.run.errors.items())[:2])
         ctx.check(
             f"{v.label}: every operation ran, every all-reduce's sum right on every rank",
@@ -422,26 +325,12 @@ def report(ctx: Context, done: list[Variant], graph) -> None:
         )
         if not v.run.errors:
             _check_ops(ctx, v, tol, graph)
-    ctx.table(
-        "step time per variant (ms per step; packets: each collective as its NICs timed it, "
-        "composed along the schedule; exposed: over all steps; spines: kB they received)",
-        [
-            "variant",
-            "packets",
-            "model",
-            "difference",
-            "exposed packets",
-            "exposed model",
-            "spines kB",
-            "wall",
-        ],
-        rows,
-    )
+    training_report.step_table(ctx, done)
     for v in done:
-        _phase_table(ctx, v)
+        training_report.phase_table(ctx, v)
     _check_comparison(ctx, done, tol)
-    ctx.metrics["variants"] = {v.label: _metrics(v) for v in done}
-    ctx.plots.append(_plot(ctx.out_dir / "training-step.png", done).name)
+    ctx.metrics["variants"] = {v.label: training_report.metrics(v) for v in done}
+    ctx.plots.append(training_report.plot(ctx.out_dir / "training-step.png", done).name)
 
 
 def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
@@ -463,7 +352,7 @@ def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
         f"within {tol:.0%} (Hockney's alpha-beta, inputs from the graph)",
     )
     on_path = [i for i in v.packets.critical if shared.get(i)]
-    total = _ratio(v.packets.total_s, v.modelled.total_s)
+    total = ratio(v.packets.total_s, v.modelled.total_s)
     if not on_path:  # the model's step is its critical path, which no shared link slowed
         ctx.check(
             f"{v.label}: step time within {tol:.0%} of the model (no link shared on its "
@@ -516,8 +405,8 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
         )
     ring, sharp = by.get("sharp=off"), by.get("sharp=on")
     if ring and sharp:
-        got = _ratio(_phase_s(ring, "dp", ring.run.comm_s), _phase_s(sharp, "dp", sharp.run.comm_s))
-        want = _ratio(_phase_s(ring, "dp", ring.model), _phase_s(sharp, "dp", sharp.model))
+        got = ratio(phase_s(ring, "dp", ring.run.comm_s), phase_s(sharp, "dp", sharp.run.comm_s))
+        want = ratio(phase_s(ring, "dp", ring.model), phase_s(sharp, "dp", sharp.model))
         ctx.check(
             "in-network aggregation shortens the gradients' all-reduce as its model says",
             abs(got / want - 1) <= tol,
@@ -526,8 +415,8 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
         )
     ecmp, adaptive = by.get("routing=ecmp"), by.get("routing=adaptive")
     if ecmp and adaptive:
-        got_e = _ratio(ecmp.packets.total_s, ecmp.modelled.total_s)
-        got_a = _ratio(adaptive.packets.total_s, adaptive.modelled.total_s)
+        got_e = ratio(ecmp.packets.total_s, ecmp.modelled.total_s)
+        got_a = ratio(adaptive.packets.total_s, adaptive.modelled.total_s)
         ctx.check(
             "adaptive routing keeps the step at its model where ECMP's flows may collide",
             abs(got_a - 1) <= tol and adaptive.packets.total_s <= ecmp.packets.total_s * (1 + tol),
@@ -546,84 +435,6 @@ def _check_comparison(ctx: Context, done: list[Variant], tol: float) -> None:
                 f"+{got * MS:.0f} ms",
                 f"+{want * MS:.0f} ms (the model's critical path) +- {tol:.0%} of the steps",
             )
-
-
-def _ratio(a: float, b: float) -> float:
-    """a / b, NaN when b is 0 (a check on it then fails, and a table shows nan)."""
-    return a / b if b else float("nan")
-
-
-def _phase_s(v: Variant, phase: str, times: dict[str, float]) -> float:
-    return sum(t for i, t in times.items() if v.schedule.by_id()[i].phase == phase)
-
-
-def _phase_table(ctx: Context, v: Variant) -> None:
-    """Each phase's communication and its share of the critical path, packets and model."""
-    crit_p, crit_m = set(v.packets.critical), set(v.modelled.critical)
-    ops = v.schedule.by_id()
-    rows = []
-    for phase in sched.PHASES:
-        ids = [i for i, op in ops.items() if op.phase == phase and op.communicates]
-        if not ids:
-            continue
-        on_p = sum(v.run.comm_s.get(i, 0.0) for i in ids if i in crit_p)
-        on_m = sum(v.model.get(i, 0.0) for i in ids if i in crit_m)
-        busbw = [v.run.busbw[i] for i in ids if i in v.run.busbw]
-        rows.append(
-            [
-                phase,
-                len(ids),
-                f"{sum(v.run.comm_s.get(i, 0.0) for i in ids) * MS:.0f}",
-                f"{sum(v.model.get(i, 0.0) for i in ids) * MS:.0f}",
-                f"{_ratio(on_p, v.packets.total_s):.0%}",
-                f"{_ratio(on_m, v.modelled.total_s):.0%}",
-                f"{min(busbw) * 8 / 1e6:.2f}" if busbw else "",
-            ]
-        )
-    compute_p = sum(ops[i].compute_s for i in v.packets.critical)
-    rows.append(["compute", "", "", "", f"{_ratio(compute_p, v.packets.total_s):.0%}", "", ""])
-    ctx.table(
-        f"{v.label}: phases (communication ms summed over operations; share of the critical path)",
-        [
-            "phase",
-            "ops",
-            "packets ms",
-            "model ms",
-            "on path packets",
-            "on path model",
-            "min busbw Mb/s",
-        ],
-        rows,
-    )
-
-
-def _metrics(v: Variant) -> dict:
-    return {
-        "job": v.job.name,
-        "ops": len(v.schedule.ops),
-        "step_s": v.packets.step_s(v.schedule),
-        "model_step_s": v.modelled.step_s(v.schedule),
-        "mean_step_s": v.packets.total_s / v.schedule.steps,
-        "model_mean_step_s": v.modelled.total_s / v.schedule.steps,
-        "spine_bytes": v.spine_bytes,
-        "exposed_s": sched.exposed_s(v.schedule, v.run.comm_s),
-        "model_exposed_s": sched.exposed_s(v.schedule, v.model),
-        "wall_s": v.run.wall_s,
-        "critical_path": list(v.packets.critical),
-        "comm_s": v.run.comm_s,
-        "model_s": v.model,
-        "errors": v.run.errors,
-        "wrong": v.run.wrong,
-    }
-
-
-def _plot(path: Path, done: list[Variant]) -> Path:
-    bars: dict[str, float] = {}
-    for v in done:
-        bars[f"{v.label} packets"] = v.packets.total_s / v.schedule.steps * MS
-        bars[f"{v.label} model"] = v.modelled.total_s / v.schedule.steps * MS
-    panel = Panel("step time per variant", "", "ms per step", bars=bars)
-    return save_panels(path, [panel], "training-step")
 
 
 # The figures `emu reproduce` measures again for the docs (emu/figures.py): per

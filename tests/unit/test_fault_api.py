@@ -8,6 +8,7 @@ The faults' effect on real packets is tested in tests/integration/
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from emu import fabric
-from emu.faults import FaultError, Faults
+from emu.faults import FaultError, Faults, parse_link_fault
 from emu.traffic import rdma
 
 FAULTS = [
@@ -161,3 +162,24 @@ def test_a_fault_that_fails_later_is_kept_as_an_error_not_lost():
     assert done.wait(5)
     faults.cancel()
     assert faults.errors == ["RuntimeError: switch gone"] and faults.events == []
+
+
+def test_a_link_fault_in_words_is_read_against_the_graph():
+    graph = fabric.leaf_spine(leaves=2, spines=2)
+    assert parse_link_fault("link spine1-leaf1 flap at 2s", graph) == (
+        "spine1",
+        "leaf1",
+        "flap",
+        2.0,
+        0.6,
+        3,
+    )
+    assert parse_link_fault("link leaf1-spine2 down at 0.5", graph)[2:4] == ("down", 0.5)
+    for text, words in [
+        ("link spine9-leaf1 down at 1s", "unknown node 'spine9'"),
+        ("link leaf1-leaf2 down at 1s", "no link leaf1-leaf2"),
+        ("link spine1-leaf1 wobble at 1s", "expected link A-B down|flap"),
+        ("link spine1-leaf1 flap at 1s every 0s", "a period > 0"),
+    ]:
+        with pytest.raises(FaultError, match=re.escape(words)):
+            parse_link_fault(text, graph)
