@@ -339,16 +339,16 @@ def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
     shared = training.shared_links(v.schedule, v.run, graph)
     alone = [i for i in v.run.comm_s if not shared.get(i) and v.model.get(i)]
 
-    def ratio(i: str) -> float:
+    def over(i: str) -> float:  # packets / model of op i
         return v.run.comm_s[i] / v.model[i]
 
-    off = [i for i in alone if abs(ratio(i) - 1) > tol]
-    worst = max(alone, key=lambda i: abs(ratio(i) - 1), default=None)
+    off = [i for i in alone if abs(over(i) - 1) > tol]
+    worst = max(alone, key=lambda i: abs(over(i) - 1), default=None)
     ctx.check(
         f"{v.label}: every collective that shared no link within {tol:.0%} of its model",
         bool(alone) and not off,
         f"{len(off)} of {len(alone)} off"
-        + (f"; worst {worst} {ratio(worst):.2f}x" if worst else ""),
+        + (f"; worst {worst} {over(worst):.2f}x" if worst else ""),
         f"within {tol:.0%} (Hockney's alpha-beta, inputs from the graph)",
     )
     on_path = [i for i in v.packets.critical if shared.get(i)]
@@ -373,7 +373,7 @@ def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
             "first": first,
             "with": list(shared[first][0]),
         }
-    parted = sorted((i for i in v.run.comm_s if v.model.get(i) and ratio(i) > 1 + tol), key=ratio)
+    parted = sorted((i for i in v.run.comm_s if v.model.get(i) and over(i) > 1 + tol), key=over)
     if parted:
         ctx.table(
             f"{v.label}: where packets and model part (collectives over {tol:.0%} above "
@@ -384,7 +384,7 @@ def _check_ops(ctx: Context, v: Variant, tol: float, graph) -> None:
                     i,
                     f"{v.run.comm_s[i] * MS:.1f}",
                     f"{v.model[i] * MS:.1f}",
-                    f"{ratio(i):.2f}",
+                    f"{over(i):.2f}",
                     ", ".join(f"{o} ({link})" for o, link in shared.get(i, [])[:2]) or "none",
                 ]
                 for i in reversed(parted[-12:])
