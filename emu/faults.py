@@ -518,6 +518,7 @@ def scripted_link_fault(faults: Faults, text: str) -> Callable[[], None]:
     from emu.registry import wait_for
 
     u, v, kind, at, period, count = parse_link_fault(text, faults.fab.graph)
+    seen = len(faults.events)
     now = time.monotonic()
     if kind == "flap":
         faults.flap(u, v, period, count, at=at)
@@ -525,9 +526,17 @@ def scripted_link_fault(faults: Faults, text: str) -> Callable[[], None]:
     else:
         faults.link_down(u, v, at=at)
         over_at = now + at
+    # Played out: its own events logged (each is logged once its action is done), the
+    # link's down for a down fault, every up of a flap.
+    last, times = ("link_down", 1) if kind == "down" else ("link_up", count)
+
+    def played() -> bool:
+        done = [e for e in faults.events[seen:] if e.get("link") == f"{u}-{v}"]
+        return sum(e.get("kind") == last for e in done) >= times
 
     def end() -> None:
-        wait_for(lambda: time.monotonic() >= over_at, over_at - now + 5, f"the fault {text!r}")
+        limit = max(0.0, over_at - time.monotonic()) + 5
+        wait_for(played, limit, f"the fault {text!r} to play out", interval_s=0.02)
         if kind == "down":
             faults.link_up(u, v)
 

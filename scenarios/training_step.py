@@ -305,9 +305,9 @@ def _run_on_fabric(ctx: Context, graph, specs: list[Spec], done: list[Variant]) 
                 Variant(spec.label or "run", spec.job, schedule, result, model, spine_bytes)
             )
             if result.errors:
-                return False
-        ctx.events.extend(fab.faults.events)
-    return True
+                break
+        ctx.events.extend(fab.faults.events)  # a failed variant's fault explains it
+    return not done[-1].run.errors
 
 
 # ----------------------------------------------------------------- the report

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from emu import fabric
-from emu.faults import FaultError, Faults, parse_link_fault
+from emu.faults import FaultError, Faults, parse_link_fault, scripted_link_fault
 from emu.traffic import rdma
 
 FAULTS = [
@@ -183,3 +183,18 @@ def test_a_link_fault_in_words_is_read_against_the_graph():
     ]:
         with pytest.raises(FaultError, match=re.escape(words)):
             parse_link_fault(text, graph)
+
+
+@pytest.mark.parametrize(
+    "text", ["link spine1-leaf1 down at 0.2s", "link spine1-leaf1 flap at 0.1s every 0.1s count 2"]
+)
+def test_a_scripted_link_fault_ends_only_once_it_has_played_out(text):
+    """Ended early (a short run), a down fault still goes down first, then comes back up:
+    the heal waits for the fault's own events, not for a clock that the worker may lag."""
+    calls = []
+    faults = Faults(recording_fabric(calls, slow_s=0.01))
+    end = scripted_link_fault(faults, text)
+    end()  # at once: before the fault's moment
+    links = [c[2]["up"] for c in calls if c[0] == "set_link"]
+    assert links == ([False, True] if "down" in text else [False, True, False, True])
+    faults.cancel()
