@@ -96,14 +96,8 @@ SERVERS_HELP = (
 
 def _with_topo(args) -> list[str]:
     """`--set` overrides with `--topo FILE`, `--servers`, `--compare` and `--fault` as parameters."""
-    extra = [f"topo={args.topo}"] if args.topo else []
-    if getattr(args, "servers", None):
-        extra.append(f"servers={args.servers}")
-    if getattr(args, "compare", None):
-        extra.append(f"compare={args.compare}")
-    if getattr(args, "fault", None):
-        extra.append(f"fault={args.fault}")
-    return args.set + extra
+    given = {key: getattr(args, key, None) for key in ("topo", "servers", "compare", "fault")}
+    return args.set + [f"{key}={value}" for key, value in given.items() if value]
 
 
 def cmd_run(args) -> int:

@@ -278,7 +278,7 @@ def run(ctx: Context) -> None:
 def _run_on_fabric(ctx: Context, graph, specs: list[Spec], done: list[Variant]) -> bool:
     """`specs` (one routing) on a fabric of their own, appended to `done`; False on an error."""
     p, routing = ctx.params, specs[0].routing
-    spines = [sw for sw in fabric_mod.switches(graph) if graph.nodes[sw]["role"] == "spine"]
+    spines = rail.RailLayout.of(graph).spines
     options = dict(fabric_options(p), apps=APPS)
     if routing == "adaptive":
         options["adaptive_routing"] = ADAPTIVE_CLASSES

@@ -83,7 +83,9 @@ def ratio(a: float, b: float) -> float:
 
 
 def phase_s(v: Variant, phase: str, times: dict[str, float]) -> float:
-    return sum(t for i, t in times.items() if v.schedule.by_id()[i].phase == phase)
+    """The summed `times` of `v`'s ops of `phase`."""
+    ops = v.schedule.by_id()
+    return sum(t for i, t in times.items() if ops[i].phase == phase)
 
 
 def phase_table(ctx: Report, v: Variant) -> None:
