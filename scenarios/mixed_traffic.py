@@ -46,7 +46,7 @@ PARAMS = {
     # 10 Mbit/s, not twice that: at 20 the VM's host stopping both vCPUs for
     # 8-14 ms (steal; perf sched showed an idle CPU not waking a NIC whose timer
     # was due) exceeded the 10-frame stall limit in 3 of 5 runs (docs/performance.md).
-    **fabric_params(rate_mbps=10.0, modelled_gbps=1.0),
+    **fabric_params(rate_mbps=20.0, modelled_gbps=1.0),
     "leaves": Param(2, "leaf switches", min=2, max=32),
     "spines": Param(1, "spine switches", min=1, max=16),
     "hosts_per_leaf": Param(2, "hosts per leaf", min=2, max=32),
