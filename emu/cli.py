@@ -41,6 +41,44 @@ EXIT_USAGE = 2
 # Every check of the emulated network passed, but the emulator fell behind its
 # links' clocks (emu/fidelity.py): the results are not to be quoted.
 EXIT_UNFAITHFUL = 3
+# emu's own code failed (a bug, not the network nor the input): one line naming
+# the error and the file that holds its traceback.
+EXIT_INTERNAL = 4
+# Errors that name bad input (exit status 2, one line).
+INPUT_ERRORS = (
+    ScenarioError,
+    FabricSpecError,
+    mgmt.MgmtError,
+    realtime.RealtimeError,
+    labs.LabError,
+    ServerError,
+)
+
+
+class InternalError(Exception):
+    """An unexpected exception in emu's own code, its traceback already written to `path`."""
+
+    def __init__(self, exc: BaseException, path: Path):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.path = path
+
+
+def write_traceback(exc: BaseException, directory: Path | None = None) -> Path:
+    """`exc`'s traceback in `directory`/traceback.txt (a new file under the temporary
+    directory when None), so a bug is one line for the user and whole for its report."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    if directory is not None:
+        with contextlib.suppress(OSError):
+            path = directory / "traceback.txt"
+            path.write_text(text)
+            return path
+    fd, name = tempfile.mkstemp(prefix="emu-traceback-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return Path(name)
 
 
 def _raise_interrupt(signum, frame):
@@ -133,14 +171,26 @@ def _run_scenario(args):
     """`scenario.run`; when the fabric fails it mid-run (a condition that never came,
     a process that died), the report written so far is printed before the error
     propagates: what did happen, and whether the emulator kept up meanwhile (a
-    timeout in a run where it fell behind may be the machine's, not the network's)."""
+    timeout in a run where it fell behind may be the machine's, not the network's).
+    Any other exception is a bug: the same report, then InternalError with the
+    traceback in the results directory."""
+    out = scenario.results_dir(args.name, args.out)
     try:
         return scenario.run(args.name, args.set, args.out)
     except FabricError:
-        report = scenario.results_dir(args.name, args.out) / "report.txt"
-        if report.is_file():
-            print(report.read_text(), end="", flush=True)
+        _print_report_so_far(out)
         raise
+    except INPUT_ERRORS:
+        raise  # bad input: the one line main() prints is the whole answer
+    except Exception as exc:  # a bug in the scenario or emu: its report, then one line
+        _print_report_so_far(out)
+        raise InternalError(exc, write_traceback(exc, out)) from exc
+
+
+def _print_report_so_far(out: Path) -> None:
+    report = out / "report.txt"
+    if report.is_file():
+        print(report.read_text(), end="", flush=True)
 
 
 def _live_view(fab, args):
@@ -1553,14 +1603,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         realtime.configured_priority()  # a bad EMU_RT_PRIORITY is named before anything starts
         return args.func(args)
-    except (
-        ScenarioError,
-        FabricSpecError,
-        mgmt.MgmtError,
-        realtime.RealtimeError,
-        labs.LabError,
-        ServerError,
-    ) as exc:
+    except INPUT_ERRORS as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -1569,6 +1612,16 @@ def main(argv: list[str] | None = None) -> int:
     except FabricError as exc:  # named errors from the fabric (emu.net.FabricError)
         print(f"emu: {exc}", file=sys.stderr)
         return EXIT_CHECKS_FAILED
+    except Exception as exc:  # noqa: BLE001 - a bug is one line here, whole in its file
+        error = exc if isinstance(exc, InternalError) else InternalError(exc, write_traceback(exc))
+        if args.verbose:
+            print(error.path.read_text(), end="", file=sys.stderr)
+        print(
+            f"emu: internal error: {error} (a bug in emu, not in your input or network; "
+            f"its traceback is in {error.path}, please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
