@@ -21,7 +21,7 @@ Data: rank r's input is `rank_input(seed, r, count, dtype)` (numpy's
 default_rng seeded with (seed, r)): int32 over its whole range (sums wrap
 modulo 2**32, which is exact whatever the order), float32 uniform in [-1, 1).
 Every rank regenerates all inputs, one array at a time, to know the exact
-sum; int32 must match bit for bit, float32 within the recursive-summation
+sum (once per process: ranks whose NICs share a process share it); int32 must match bit for bit, float32 within the recursive-summation
 bound gamma_{n-1} * sum_i |x_i| (Higham, Accuracy and Stability of Numerical
 Algorithms, 2nd ed., eq. 4.4; gamma_k = k u / (1 - k u), u = 2**-24): the ring
 adds each element's n terms in float32, in an order that depends on the
@@ -33,6 +33,8 @@ for bit in either type.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -143,13 +145,33 @@ def expected_sum(seed: int, nranks: int, count: int, dtype: str) -> ExpectedSum:
     return _exact_sum([(seed, r) for r in range(nranks)], count, dtype)
 
 
+#: Sums being held by some rank of this process, by what they sum: the ranks
+#: whose NICs share a process (emu/traffic/rdma.py `nic_processes`) check
+#: against one regeneration of every input instead of one each (at 8 ranks
+#: that regeneration was half of the process's CPU, docs/performance.md); a
+#: sum no rank holds any more is freed, as before.
+_HELD_SUMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_HELD_SUMS_LOCK = threading.Lock()  # ranks build on their agents' worker threads
+
+
 def _exact_sum(inputs: list[tuple[int, int]], count: int, dtype: str) -> ExpectedSum:
-    """The exact sum of the inputs `rank_input(seed, rank)` for (seed, rank) in `inputs`."""
+    """The exact sum of the inputs `rank_input(seed, rank)` for (seed, rank) in `inputs`,
+    shared with every rank of this process that holds the same one (read only)."""
+    key = (tuple(inputs), int(count), dtype_name(dtype))
+    with _HELD_SUMS_LOCK:
+        held = _HELD_SUMS.get(key)
+        if held is None:
+            held = _HELD_SUMS[key] = _regenerate_sum(inputs, count, dtype)
+    return held
+
+
+def _regenerate_sum(inputs: list[tuple[int, int]], count: int, dtype: str) -> ExpectedSum:
     name = dtype_name(dtype)
     if name == "int32":
         acc = np.zeros(count, dtype=np.int32)
         for seed, r in inputs:
             acc += rank_input(seed, r, count, name)
+        acc.flags.writeable = False
         return ExpectedSum(acc, None)
     acc = np.zeros(count, dtype=np.float64)
     mag = np.zeros(count, dtype=np.float64)
@@ -158,7 +180,9 @@ def _exact_sum(inputs: list[tuple[int, int]], count: int, dtype: str) -> Expecte
         acc += x
         mag += np.abs(x)
     k = max(len(inputs) - 1, 0) * FLOAT32_UNIT_ROUNDOFF
-    return ExpectedSum(acc, mag * (k / (1 - k)))
+    tolerance = mag * (k / (1 - k))
+    acc.flags.writeable = tolerance.flags.writeable = False
+    return ExpectedSum(acc, tolerance)
 
 
 def expected_hierarchical(

@@ -819,3 +819,29 @@ def test_nvlink_agents_need_nvlink_ports_and_say_so_before_starting_anything():
     fab = SimpleNamespace(graph=fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=1))
     with pytest.raises(ValueError, match=r"host h1: no 'nvlink' port .*rail_optimized"):
         RdmaHosts(fab, ["h1"], port="nvlink")
+
+
+def test_ranks_of_one_process_share_one_regeneration_of_the_exact_sum(monkeypatch):
+    """Ranks whose NICs share a process regenerate every input once between them, not
+    once each; the shared sum is read only, and freed when no rank holds it."""
+    import gc
+
+    from emu.host import data
+
+    calls = []
+    real = data.rank_input
+    monkeypatch.setattr(data, "rank_input", lambda *a: calls.append(a) or real(*a))
+    def spec(rank, seed=11):
+        return CollectiveSpec(job="j", rank=rank, nranks=4, dtype="float32", count=1000, seed=seed)
+
+    ranks = [RankData.build(spec(r)) for r in range(4)]
+    assert sorted(c[1] for c in calls if c[2] == 1000) == [0, 1, 2, 3]  # every input once
+    assert all(r.expected is ranks[0].expected for r in ranks)
+    with pytest.raises(ValueError):
+        ranks[0].expected.exact[0] = 0.0
+    other = RankData.build(spec(0, seed=12))
+    assert other.expected is not ranks[0].expected
+    assert other.expected.wrong(ranks[0].expected.exact) > 0
+    del ranks, other
+    gc.collect()
+    assert not [k for k in data._HELD_SUMS.keys() if k[1] == 1000]
