@@ -831,6 +831,7 @@ def test_ranks_of_one_process_share_one_regeneration_of_the_exact_sum(monkeypatc
     calls = []
     real = data.rank_input
     monkeypatch.setattr(data, "rank_input", lambda *a: calls.append(a) or real(*a))
+
     def spec(rank, seed=11):
         return CollectiveSpec(job="j", rank=rank, nranks=4, dtype="float32", count=1000, seed=seed)
 
