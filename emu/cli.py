@@ -18,6 +18,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from emu import (
@@ -175,22 +176,26 @@ def _run_scenario(args):
     Any other exception is a bug: the same report, then InternalError with the
     traceback in the results directory."""
     out = scenario.results_dir(args.name, args.out)
+    started = time.time()
     try:
         return scenario.run(args.name, args.set, args.out)
     except FabricError:
-        _print_report_so_far(out)
+        _print_report_so_far(out, started)
         raise
     except INPUT_ERRORS:
         raise  # bad input: the one line main() prints is the whole answer
     except Exception as exc:  # a bug in the scenario or emu: its report, then one line
-        _print_report_so_far(out)
+        _print_report_so_far(out, started)
+        out.mkdir(parents=True, exist_ok=True)
         raise InternalError(exc, write_traceback(exc, out)) from exc
 
 
-def _print_report_so_far(out: Path) -> None:
+def _print_report_so_far(out: Path, started: float) -> None:
+    """The report this run wrote, if it got that far (not an earlier run's in the same place)."""
     report = out / "report.txt"
-    if report.is_file():
-        print(report.read_text(), end="", flush=True)
+    with contextlib.suppress(OSError):
+        if report.stat().st_mtime >= started - 1.0:  # coarse file clocks
+            print(report.read_text(), end="", flush=True)
 
 
 def _live_view(fab, args):

@@ -91,3 +91,19 @@ def test_an_interrupt_is_not_a_bug(tmp_path, monkeypatch, capsys):
     status = cli.main(["run", "broken", "--out", str(tmp_path / "out")])
     assert status == 130
     assert "internal error" not in capsys.readouterr().err
+
+
+def test_an_earlier_runs_report_is_not_shown_as_this_ones(tmp_path, monkeypatch, capsys):
+    """A run that breaks before writing its report prints none, not the last run's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.txt").write_text("[PASS] an earlier run\n")
+    os.utime(out / "report.txt", (1e9, 1e9))
+    fake_scenario(monkeypatch, report_breaks)
+    monkeypatch.setattr(scenario, "write_results", lambda ctx: 1 / 0)
+    status = cli.main(["run", "broken", "--out", str(out)])
+    out_text, err = capsys.readouterr()
+    assert status == cli.EXIT_INTERNAL
+    assert "an earlier run" not in out_text
+    assert err.startswith("emu: internal error: ZeroDivisionError")
+    assert (out / "traceback.txt").is_file()
