@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -18,7 +19,6 @@ import re
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 from emu import (
@@ -32,6 +32,7 @@ from emu import (
     topofile,
     topowrite,
 )
+from emu.config import ConfigError
 from emu.fabric import FabricSpecError
 from emu.registry import FabricError
 from emu.scenario import ScenarioError
@@ -47,7 +48,7 @@ EXIT_UNFAITHFUL = 3
 EXIT_INTERNAL = 4
 # Errors that name bad input (exit status 2, one line).
 INPUT_ERRORS = (
-    ScenarioError,
+    ConfigError,  # ScenarioError, TopoFileError, job and trace files: every refused value
     FabricSpecError,
     mgmt.MgmtError,
     realtime.RealtimeError,
@@ -56,17 +57,23 @@ INPUT_ERRORS = (
 )
 
 
+# What the machine refused, not emu (a full disk, a read-only one): one line, exit 1.
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 class InternalError(Exception):
     """An unexpected exception in emu's own code, its traceback already written to `path`."""
 
-    def __init__(self, exc: BaseException, path: Path):
-        super().__init__(f"{type(exc).__name__}: {exc}")
+    def __init__(self, exc: BaseException, path: Path | None):
+        lines = str(exc).strip().splitlines()
+        super().__init__(type(exc).__name__ + (f": {lines[0]}" if lines else ""))
         self.path = path
 
 
-def write_traceback(exc: BaseException, directory: Path | None = None) -> Path:
+def write_traceback(exc: BaseException, directory: Path | None = None) -> Path | None:
     """`exc`'s traceback in `directory`/traceback.txt (a new file under the temporary
-    directory when None), so a bug is one line for the user and whole for its report."""
+    directory when None or not writable), so a bug is one line for the user and whole
+    for its report; None when no file could be written."""
     import tempfile
     import traceback
 
@@ -76,10 +83,12 @@ def write_traceback(exc: BaseException, directory: Path | None = None) -> Path:
             path = directory / "traceback.txt"
             path.write_text(text)
             return path
-    fd, name = tempfile.mkstemp(prefix="emu-traceback-", suffix=".txt")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    return Path(name)
+    with contextlib.suppress(OSError):
+        fd, name = tempfile.mkstemp(prefix="emu-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return Path(name)
+    return None
 
 
 def _raise_interrupt(signum, frame):
@@ -176,26 +185,29 @@ def _run_scenario(args):
     Any other exception is a bug: the same report, then InternalError with the
     traceback in the results directory."""
     out = scenario.results_dir(args.name, args.out)
-    started = time.time()
+    for stale in ("report.txt", "traceback.txt"):  # an earlier run's, in the same place
+        with contextlib.suppress(OSError):
+            (out / stale).unlink()
     try:
         return scenario.run(args.name, args.set, args.out)
-    except FabricError:
-        _print_report_so_far(out, started)
+    except FabricError:  # the fabric's failure (a ServerError mid-run too): report, line
+        _print_report_so_far(out)
         raise
     except INPUT_ERRORS:
         raise  # bad input: the one line main() prints is the whole answer
+    except OSError as exc:
+        if exc.errno in MACHINE_ERRNOS:
+            _print_report_so_far(out)
+        raise
     except Exception as exc:  # a bug in the scenario or emu: its report, then one line
-        _print_report_so_far(out, started)
-        out.mkdir(parents=True, exist_ok=True)
+        _print_report_so_far(out)
         raise InternalError(exc, write_traceback(exc, out)) from exc
 
 
-def _print_report_so_far(out: Path, started: float) -> None:
-    """The report this run wrote, if it got that far (not an earlier run's in the same place)."""
-    report = out / "report.txt"
+def _print_report_so_far(out: Path) -> None:
+    """The report this run wrote, if it got that far."""
     with contextlib.suppress(OSError):
-        if report.stat().st_mtime >= started - 1.0:  # coarse file clocks
-            print(report.read_text(), end="", flush=True)
+        print((out / "report.txt").read_text(), end="", flush=True)
 
 
 def _live_view(fab, args):
@@ -1000,9 +1012,15 @@ def cmd_path(args) -> int:
     runs = [r for r in runs if os.path.exists(os.path.join(r.sock_dir, GRAPH_FILE))]
     if not runs:
         raise ScenarioError("no running fabric found (start one with `emu run` or `emu cli`)")
-    graphs = [
-        (r, nx.node_link_graph(json.loads(Path(r.sock_dir, GRAPH_FILE).read_text()))) for r in runs
-    ]
+    try:
+        graphs = [
+            (r, nx.node_link_graph(json.loads(Path(r.sock_dir, GRAPH_FILE).read_text())))
+            for r in runs
+        ]
+    except (OSError, ValueError, KeyError) as exc:  # a fabric starting or stopping meanwhile
+        raise ScenarioError(
+            f"a running fabric's graph could not be read ({exc}); try again"
+        ) from None
     # Of several fabrics, the one with both hosts; otherwise the first names the error.
     run, graph = next(((r, g) for r, g in graphs if args.src in g and args.dst in g), graphs[0])
 
@@ -1598,14 +1616,16 @@ def _add_report_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGHUP, _raise_interrupt)
+    verbose = False
     try:
+        args = build_parser().parse_args(argv)  # `run NAME --help` imports the scenario
+        verbose = args.verbose
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.WARNING,
+            format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        )
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        signal.signal(signal.SIGHUP, _raise_interrupt)
         realtime.configured_priority()  # a bad EMU_RT_PRIORITY is named before anything starts
         return args.func(args)
     except INPUT_ERRORS as exc:
@@ -1617,16 +1637,33 @@ def main(argv: list[str] | None = None) -> int:
     except FabricError as exc:  # named errors from the fabric (emu.net.FabricError)
         print(f"emu: {exc}", file=sys.stderr)
         return EXIT_CHECKS_FAILED
+    except BrokenPipeError:  # `emu ... | head`: the reader has gone, so has the output
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.errno not in MACHINE_ERRNOS:
+            return _internal_error(exc, verbose)
+        print(f"emu: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return EXIT_CHECKS_FAILED
     except Exception as exc:  # noqa: BLE001 - a bug is one line here, whole in its file
-        error = exc if isinstance(exc, InternalError) else InternalError(exc, write_traceback(exc))
-        if args.verbose:
-            print(error.path.read_text(), end="", file=sys.stderr)
-        print(
-            f"emu: internal error: {error} (a bug in emu, not in your input or network; "
-            f"its traceback is in {error.path}, please report it)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+        return _internal_error(exc, verbose)
+
+
+def _internal_error(exc: Exception, verbose: bool) -> int:
+    """A bug: one line naming it and the file that holds its traceback; exit status 4."""
+    error = exc if isinstance(exc, InternalError) else InternalError(exc, write_traceback(exc))
+    if verbose or error.path is None:
+        import traceback
+
+        traceback.print_exception(exc.__cause__ if isinstance(exc, InternalError) else exc)
+    where = f"its traceback is in {error.path}" if error.path else "its traceback is above"
+    print(
+        f"emu: internal error: {error} (a bug in emu, not in your input or network; "
+        f"{where}, please report it)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

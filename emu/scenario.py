@@ -730,7 +730,10 @@ def run(
     module = load(name)
     params = resolve_params(module, overrides)
     out = results_dir(name, out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(f"--out {out}: {exc.strerror}") from None
     ctx = Context(name=name, params=params, out_dir=out, log=log)
     try:
         module.run(ctx)

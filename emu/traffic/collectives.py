@@ -42,7 +42,7 @@ from emu.host.rnic import DEFAULT_MTU_PAYLOAD
 from emu.mgmt import MgmtError
 from emu.net import Fabric
 from emu.proto import roce
-from emu.registry import wait_for
+from emu.registry import FabricError, wait_for
 from emu.traffic.rdma import RdmaHosts, fabric_nics
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,9 @@ ALGORITHM_NAMES = ALLREDUCE_NAMES + ("reduce_scatter", "all_gather")
 _COLLECTIVE = {"reduce_scatter": "reduce-scatter", "all_gather": "all-gather"}
 
 
-class CollectiveError(RuntimeError):
-    """A collective could not run or finish: names the job, the rank and why."""
+class CollectiveError(FabricError):
+    """A collective could not run or finish: names the job, the rank and why (what the
+    fabric did, not a bug: `emu run` prints the report and the line, exit status 1)."""
 
 
 # ----------------------------------------------------------------- orchestration

@@ -63,7 +63,7 @@ from emu.models.collective import (
     sends_frame_bytes,
 )
 from emu.net import Fabric
-from emu.registry import wait_for
+from emu.registry import FabricError, wait_for
 from emu.telemetry import start_capture
 from emu.traffic import collectives
 from emu.traffic.collectives import AllReduceResult
@@ -241,12 +241,13 @@ def run_rings(
         One result per ring, in order.
 
     Raises:
-        RuntimeError: a ring failed; names every ring that did and why.
+        collectives.CollectiveError: a ring failed; names every ring that did and why.
+        Anything else a ring raised (a bug) is raised as it is.
     """
     for ring in rings:
         nics.ring_qps(ring)  # connected here, one at a time: RdmaHosts hands out QP numbers
     results: list = [None] * len(rings)
-    errors: list = []
+    errors: list[tuple[tuple, Exception]] = []
 
     def one(i: int) -> None:
         try:
@@ -260,15 +261,18 @@ def run_rings(
                 rank_options={h: rank_options[h] for h in rings[i]} if rank_options else None,
             )
         except Exception as exc:  # reported below, with the ring it came from
-            errors.append(f"ring {list(rings[i])}: {exc}")
+            errors.append((tuple(rings[i]), exc))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(rings))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    for _, exc in errors:
+        if not isinstance(exc, FabricError):
+            raise exc
     if errors:
-        raise RuntimeError("; ".join(errors))
+        raise collectives.CollectiveError("; ".join(f"ring {list(r)}: {e}" for r, e in errors))
     return results
 
 
@@ -452,7 +456,7 @@ def run_hierarchical(
     all-gather spreads.
 
     Raises:
-        RuntimeError: a phase's ring failed (`run_rings`).
+        collectives.CollectiveError: a phase's ring failed (`run_rings`).
     """
     nodes = sorted(domains)
     gpus = len(domains[nodes[0]])

@@ -832,11 +832,19 @@ def test_ranks_of_one_process_share_one_regeneration_of_the_exact_sum(monkeypatc
     real = data.rank_input
     monkeypatch.setattr(data, "rank_input", lambda *a: calls.append(a) or real(*a))
 
-    def spec(rank, seed=11):
-        return CollectiveSpec(job="j", rank=rank, nranks=4, dtype="float32", count=1000, seed=seed)
+    def spec(rank, seed=11, algo="ring"):
+        return CollectiveSpec(
+            job="j", rank=rank, nranks=4, dtype="float32", count=1000, seed=seed, algo=algo
+        )
 
     ranks = [RankData.build(spec(r)) for r in range(4)]
     assert sorted(c[1] for c in calls if c[2] == 1000) == [0, 1, 2, 3]  # every input once
+    # A reduce-scatter's rank checks a chunk of the same sum: still regenerated once.
+    calls.clear()
+    scattered = [RankData.build(spec(r, seed=13, algo="reduce_scatter")) for r in range(4)]
+    assert sorted(c[1] for c in calls if c[2] == 1000) == [0, 1, 2, 3]
+    assert all(s.expected.whole is scattered[0].expected.whole for s in scattered)
+    del scattered
     assert all(r.expected is ranks[0].expected for r in ranks)
     with pytest.raises(ValueError):
         ranks[0].expected.exact[0] = 0.0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import types
 
+import pytest
+
 from emu import cli, scenario
 from emu.scenario import ScenarioError
 
@@ -107,3 +109,74 @@ def test_an_earlier_runs_report_is_not_shown_as_this_ones(tmp_path, monkeypatch,
     assert "an earlier run" not in out_text
     assert err.startswith("emu: internal error: ZeroDivisionError")
     assert (out / "traceback.txt").is_file()
+
+
+def test_an_out_that_is_a_file_is_bad_input(tmp_path, monkeypatch, capsys):
+    fake_scenario(monkeypatch, report_breaks)
+    (tmp_path / "taken").write_text("")
+    status = cli.main(["run", "broken", "--out", str(tmp_path / "taken")])
+    out, err = capsys.readouterr()
+    assert status == cli.EXIT_USAGE and out == ""
+    assert err == f"emu: --out {tmp_path / 'taken'}: File exists\n"
+
+
+def test_a_collective_the_fabric_failed_is_the_fabrics_failure_not_a_bug(
+    tmp_path, monkeypatch, capsys
+):
+    from emu.traffic.collectives import CollectiveError
+
+    def tree_resets(ctx):
+        ctx.check("traffic started", True, 4, "4 flows")
+        raise CollectiveError("job ar1: aggregation tree reset 3 times; gave up")
+
+    fake_scenario(monkeypatch, tree_resets)
+    status = cli.main(["run", "broken", "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == cli.EXIT_CHECKS_FAILED
+    assert "[FAIL] scenario completed: CollectiveError: job ar1" in out
+    assert err == "emu: job ar1: aggregation tree reset 3 times; gave up\n"
+
+
+@pytest.mark.parametrize(
+    "exc, says",
+    [
+        (RuntimeError("first\nsecond"), "RuntimeError: first ("),
+        (AssertionError(), "AssertionError ("),
+    ],
+)
+def test_the_line_is_one_line_whatever_the_message(tmp_path, monkeypatch, capsys, exc, says):
+    def breaks(ctx):
+        raise exc
+
+    fake_scenario(monkeypatch, breaks)
+    assert cli.main(["run", "broken", "--out", str(tmp_path / "out")]) == cli.EXIT_INTERNAL
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"emu: internal error: {says}"), line
+
+
+def test_a_full_disk_is_the_machines_refusal_in_one_line(monkeypatch, capsys):
+    import errno
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/out/report.txt")
+
+    monkeypatch.setattr(cli, "cmd_ps", full)
+    assert cli.main(["ps"]) == cli.EXIT_CHECKS_FAILED
+    assert capsys.readouterr().err == "emu: No space left on device: /tmp/out/report.txt\n"
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
+    def reader_gone(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_ps", reader_gone)
+    monkeypatch.setattr(cli.os, "dup2", lambda *a: None)  # keep pytest's stdout
+    assert cli.main(["ps"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_bad_input_of_any_kind_is_exit_2():
+    from emu.config import ConfigError
+
+    assert issubclass(ScenarioError, ConfigError)
+    assert ConfigError in cli.INPUT_ERRORS

@@ -513,3 +513,27 @@ def test_the_hierarchical_part_is_the_whole_with_its_phases_times(monkeypatch, l
 def test_the_docstrings_examples_hold():
     got = doctest.testmod(rail)
     assert got.attempted >= 4 and got.failed == 0
+
+
+def test_a_failed_ring_is_a_collective_error_and_a_bug_in_one_is_raised_as_it_is(monkeypatch):
+    nics = SimpleNamespace(ring_qps=lambda ring: None)
+
+    def fabric_fails(nics, hosts, sizes, **kw):
+        if hosts[0] == "h3":
+            raise collectives.CollectiveError("rank 1 failed: NAK storm")
+        return [f"result of {hosts[0]}"]
+
+    monkeypatch.setattr(collectives, "run_allreduce", fabric_fails)
+    with pytest.raises(collectives.CollectiveError, match=r"ring \['h3', 'h4'\]: rank 1 failed"):
+        rail.run_rings(nics, [["h1", "h2"], ["h3", "h4"]], 1024, "float32")
+
+    def has_a_bug(nics, hosts, sizes, **kw):
+        if hosts[0] == "h3":
+            raise TypeError("unsupported operand")
+        raise collectives.CollectiveError("rank 0 failed")
+
+    monkeypatch.setattr(collectives, "run_allreduce", has_a_bug)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        rail.run_rings(nics, [["h1", "h2"], ["h3", "h4"]], 1024, "float32")
+    monkeypatch.setattr(collectives, "run_allreduce", fabric_fails)
+    assert rail.run_rings(nics, [["h1", "h2"]], 1024, "float32") == ["result of h1"]
