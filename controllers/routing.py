@@ -335,6 +335,11 @@ class RoutingManager:
         self._flaps: Dict[PortKey, List[float]] = {}
         self._damped: Dict[PortKey, float] = {}  # port -> out of rotation until
         self._hosts: Dict[str, Host] = {}
+        # Each switch's ECMP ports towards each host switch, for the links and
+        # switches they were computed on: learning a host changes neither, and
+        # recomputing them per learned host was most of a k=8 fabric's boot.
+        self._next_hops_for: Optional[Tuple[FrozenSet, FrozenSet]] = None
+        self._next_hops_to: Dict[int, Dict[int, FrozenSet[int]]] = {}
         self._pending: Dict[str, List[_Pending]] = {}
         self._held_replies: List[_HeldReply] = []
         self._flooded_s: Dict[str, float] = {}
@@ -942,34 +947,41 @@ class RoutingManager:
         """Desired route per switch per host IP: ECMP over every shortest-path next hop."""
         if self.config.next_hops is not None:
             return self._routes_by(self.config.next_hops)
-        g = self._graph()
-        rev = g.reverse(copy=False)
-        out_links: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
-        for (s, sp), (d, _dp) in self._links.items():
-            out_links[s].append((sp, d))
-        dist_to: Dict[int, Dict[int, int]] = {}
+        state = (frozenset(self._links.items()), frozenset(self._switches))
+        if state != self._next_hops_for:
+            self._next_hops_for, self._next_hops_to = state, {}
         result: Dict[int, Dict[str, Route]] = {dpid: {} for dpid in self._switches}
         for host in self._hosts.values():
             if host.dpid not in self._switches:
                 continue
-            dist = dist_to.get(host.dpid)
-            if dist is None:
-                dist = dist_to[host.dpid] = nx.single_source_shortest_path_length(rev, host.dpid)
-            for dpid in self._switches:
-                if dpid == host.dpid:
-                    result[dpid][host.ip] = ("local", host.port, host.mac)
-                    continue
-                if dpid not in dist:
-                    continue
-                ports = frozenset(
-                    sp for sp, d in out_links[dpid] if d in dist and dist[d] == dist[dpid] - 1
-                )
-                if not ports:
-                    raise RoutingInvariantError(
-                        f"switch {dpid:016x} at distance {dist[dpid]} has no next hop"
-                    )
+            towards = self._next_hops_to.get(host.dpid)
+            if towards is None:
+                towards = self._next_hops_to[host.dpid] = self._ports_towards(host.dpid)
+            for dpid, ports in towards.items():
                 result[dpid][host.ip] = ("ecmp", ports)
+            result[host.dpid][host.ip] = ("local", host.port, host.mac)
         return result
+
+    def _ports_towards(self, target: int) -> Dict[int, FrozenSet[int]]:
+        """Every other switch's ports on a shortest path to switch `target` (ECMP's set)."""
+        rev = self._graph().reverse(copy=False)
+        out_links: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
+        for (s, sp), (d, _dp) in self._links.items():
+            out_links[s].append((sp, d))
+        dist = nx.single_source_shortest_path_length(rev, target)
+        towards: Dict[int, FrozenSet[int]] = {}
+        for dpid in self._switches:
+            if dpid == target or dpid not in dist:
+                continue
+            ports = frozenset(
+                sp for sp, d in out_links[dpid] if d in dist and dist[d] == dist[dpid] - 1
+            )
+            if not ports:
+                raise RoutingInvariantError(
+                    f"switch {dpid:016x} at distance {dist[dpid]} has no next hop"
+                )
+            towards[dpid] = ports
+        return towards
 
     def _routes_by(self, next_hops: "NextHops") -> Dict[int, Dict[str, Route]]:
         """`routes()` with another policy: it names the ports, routing checks them."""
