@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -39,7 +38,6 @@ from emu.registry import (  # noqa: F401 - FabricError and wait_for are emu.net'
     Run,
     clean_dead_runs,
     free_tcp_port,
-    in_netns,
     live_runs,
     signals_held,
     stop_child,
@@ -150,19 +148,6 @@ def dragonfly_routing_args(graph: nx.Graph, spec: str) -> tuple[str, ...]:
         )
     groups = ",".join(f"{dpid:#x}={group}" for dpid, group in sorted(routers.items()))
     return ("--dragonfly-routing", spec, "--dragonfly-groups", groups)
-
-
-def gratuitous_arp(mac: str, ip: str) -> bytes:
-    """The unsolicited ARP request `arping -U` sends: who-has `ip` tell `ip`, broadcast.
-
-    Examples:
-        >>> frame = gratuitous_arp("02:00:00:00:00:01", "10.0.0.1")
-        >>> len(frame), frame[:6].hex(), frame[12:14].hex(), frame[28:32] == frame[38:42]
-        (42, 'ffffffffffff', '0806', True)
-    """
-    hw, addr = bytes.fromhex(mac.replace(":", "")), socket.inet_aton(ip)
-    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + hw + addr + bytes(6) + addr
-    return b"\xff" * 6 + hw + b"\x08\x06" + arp
 
 
 class Fabric:
@@ -904,20 +889,9 @@ class Fabric:
     def announce(self, host: str, port: str = "nic") -> None:
         """Make `host` send an unsolicited ARP so that the controller learns where it is.
 
-        `port` "nvlink": from a GPU's NVLink port, which its NVSwitch learns. A
-        host on this machine sends it from a socket made in its namespace (what
-        `arping -U` sends, without a process: at k=8, 128 arping processes
-        forked one after another from this one were 5 s of the boot); a host on
-        another server runs arping there.
+        `port` "nvlink": from a GPU's NVLink port, which its NVSwitch learns.
         """
         where = fabric_mod.host_port(self.graph, host, port)
-        if self.server_of(host) == "local":
-            with in_netns(f"/proc/{self.host(host).pid}/ns/net"):
-                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-            with sock:
-                sock.bind((where.intf, 0))
-                sock.send(gratuitous_arp(where.mac, where.ip))
-            return
         self.popen(
             host,
             ["arping", "-q", "-U", "-c", "1", "-I", where.intf, where.ip],

@@ -14,8 +14,8 @@ Also the one home of process hygiene (DESIGN.md, "Processes and cleanup"),
 used by emu.net, emu.switch.node, the switch and NIC agent processes,
 controllers/launch.py and the benches: `wait_for` (every wait has a timeout
 and, on expiry, names what it waited for and where the logs are),
-`free_tcp_port`, `die_with_parent`, `stop_on_signals`, `signals_held`,
-`stop_child` and `in_netns`; and
+`free_tcp_port`, `die_with_parent`, `stop_on_signals`, `signals_held` and
+`stop_child`; and
 `FabricError`, what a failed wait raises (emu.net re-exports it). It imports
 nothing of emu, so that any process, a controller included, may use it.
 """
@@ -168,36 +168,6 @@ def _prctl(option: int, arg: int) -> int:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0))
     except (OSError, AttributeError):
         return -1
-
-
-CLONE_NEWNET = 0x40000000  # linux/sched.h
-
-
-def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
-@contextmanager
-def in_netns(path: str) -> Iterator[None]:
-    """This thread in the network namespace `path` names (/proc/PID/ns/net) for the
-    block, and back in its own after (setns(2) is per thread): a socket made inside
-    belongs to that namespace for its life, wherever it is used."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        ns = os.open(path, os.O_RDONLY)
-        try:
-            _setns(ns)
-            try:
-                yield
-            finally:
-                _setns(home)
-        finally:
-            os.close(ns)
-    finally:
-        os.close(home)
 
 
 def set_timer_slack_ns(ns: int) -> bool:

@@ -23,9 +23,11 @@ Run in a host: `python -m emu.host.agent --name h1 --intf h1-eth0 --mac ... --ip
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import math
+import os
 import selectors
 import socket
 import struct
@@ -43,7 +45,7 @@ from emu.mgmt import Deferred, MgmtServer
 from emu.proto import credit, pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
-from emu.registry import die_with_parent, in_netns, stop_on_signals
+from emu.registry import die_with_parent, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -784,6 +786,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+CLONE_NEWNET = 0x40000000  # linux/sched.h
+
+
+def _setns(fd: int) -> None:
+    """Move this thread into the network namespace `fd` refers to (setns(2))."""
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
 class _Group:
     """The agents of one process: a signal stops them all (registry.stop_on_signals)."""
 
@@ -820,11 +835,20 @@ def group_main(path: str, rt_priority: int) -> int:
         specs = json.load(f)
     parser = _parser()
     die_with_parent()
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
     agents = []
-    for spec in specs:
-        args = parser.parse_args(spec["argv"])
-        with in_netns(spec["netns"]):
-            agents.append(Agent(args))
+    try:
+        for spec in specs:
+            args = parser.parse_args(spec["argv"])
+            ns = os.open(spec["netns"], os.O_RDONLY)
+            try:
+                _setns(ns)
+                agents.append(Agent(args))
+            finally:
+                _setns(home)
+                os.close(ns)
+    finally:
+        os.close(home)
     for a in agents:
         if not isinstance(a.rnic, nicpath.CRnic):
             raise SystemExit(f"{a.name}: a shared NIC process needs the C engine (EMU_NIC=c)")
