@@ -271,6 +271,7 @@ class SimFabric:
         )
         dpid, port = (self.nvlink_loc if nvlink else self.host_loc)[host]
         self.deliver(self.mgr.packet_in(dpid, port, frame, self.now))
+        self.deliver(self.mgr.tick(self.now))  # the app ticks every 50 ms (RoutingApp.TICK_S)
 
     def deliver(self, msgs: List[Tuple[int, Any]]) -> None:
         queue = collections.deque(msgs)

@@ -36,9 +36,11 @@ def test_the_boot_converges_with_every_switch_cable_and_host(per_tick) -> None:
     assert (r.switches, r.cables, r.hosts) == (SWITCHES, CABLES, HOSTS)
     assert (r.seen_switches, r.seen_cables, r.seen_hosts) == (SWITCHES, CABLES, HOSTS)
     assert per_tick.mgr.converged()
-    # A version per switch entered, per link direction discovered, per host learned:
-    # one more would be a link lost and found again during the boot.
-    assert r.versions == SWITCHES + 2 * CABLES + HOSTS
+    # A version per switch entered and per link direction discovered, and two for the
+    # hosts: announced 1 ms apart, all are learned between two ticks, whose resync
+    # sends their routes at once (the version moves at the first and at the resync).
+    # One more would be a link lost and found again during the boot.
+    assert r.versions == SWITCHES + 2 * CABLES + 2
     assert r.barriers > 0 and r.calls["barrier_reply"] == r.barriers  # every one answered
 
 
