@@ -970,23 +970,30 @@ class RoutingManager:
         if state != self._next_hops_for:
             self._next_hops_for, self._next_hops_to = state, {}
         result: Dict[int, Dict[str, Route]] = {dpid: {} for dpid in self._switches}
+        fabric = None  # the reversed graph and each switch's out-links, once a call
         for host in self._hosts.values():
             if host.dpid not in self._switches:
                 continue
             towards = self._next_hops_to.get(host.dpid)
             if towards is None:
-                towards = self._next_hops_to[host.dpid] = self._ports_towards(host.dpid)
+                fabric = fabric or self._reversed_fabric()
+                towards = self._next_hops_to[host.dpid] = self._ports_towards(host.dpid, *fabric)
             for dpid, ports in towards.items():
                 result[dpid][host.ip] = ("ecmp", ports)
             result[host.dpid][host.ip] = ("local", host.port, host.mac)
         return result
 
-    def _ports_towards(self, target: int) -> Dict[int, FrozenSet[int]]:
-        """Every other switch's ports on a shortest path to switch `target` (ECMP's set)."""
-        rev = self._graph().reverse(copy=False)
+    def _reversed_fabric(self) -> Tuple[nx.DiGraph, Dict[int, List[Tuple[int, int]]]]:
+        """The switch graph reversed, and each switch's (port, peer) out-links."""
         out_links: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
         for (s, sp), (d, _dp) in self._links.items():
             out_links[s].append((sp, d))
+        return self._graph().reverse(copy=False), out_links
+
+    def _ports_towards(
+        self, target: int, rev: nx.DiGraph, out_links: Mapping[int, List[Tuple[int, int]]]
+    ) -> Dict[int, FrozenSet[int]]:
+        """Every other switch's ports on a shortest path to switch `target` (ECMP's set)."""
         dist = nx.single_source_shortest_path_length(rev, target)
         towards: Dict[int, FrozenSet[int]] = {}
         for dpid in self._switches:

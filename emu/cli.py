@@ -195,12 +195,10 @@ def _run_scenario(args):
         raise
     except INPUT_ERRORS:
         raise  # bad input: the one line main() prints is the whole answer
-    except OSError as exc:
-        if exc.errno in MACHINE_ERRNOS:
-            _print_report_so_far(out)
-        raise
-    except Exception as exc:  # a bug in the scenario or emu: its report, then one line
+    except Exception as exc:  # a full disk, or a bug in the scenario or emu: report, line
         _print_report_so_far(out)
+        if isinstance(exc, OSError) and exc.errno in MACHINE_ERRNOS:
+            raise
         raise InternalError(exc, write_traceback(exc, out)) from exc
 
 
