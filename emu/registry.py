@@ -48,6 +48,8 @@ TERM_GRACE_S = 3.0
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PR_SET_TIMERSLACK = 29
 PR_GET_TIMERSLACK = 30
+PR_SET_THP_DISABLE = 41
+PR_GET_THP_DISABLE = 42
 # What stops emu (DESIGN.md, "SIGINT, SIGTERM and SIGHUP tear down within a bound").
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -179,6 +181,17 @@ def set_timer_slack_ns(ns: int) -> bool:
 def timer_slack_ns() -> int:
     """This thread's timer slack (PR_GET_TIMERSLACK), in ns; -1 where unknown."""
     return _prctl(PR_GET_TIMERSLACK, 0)
+
+
+def disable_huge_pages() -> bool:
+    """Give this process 4 KB pages only, whatever madvise(MADV_HUGEPAGE) asks
+    (PR_SET_THP_DISABLE, Linux 3.15; inherited by children). False where refused."""
+    return _prctl(PR_SET_THP_DISABLE, 1) == 0
+
+
+def huge_pages_disabled() -> bool:
+    """Whether PR_SET_THP_DISABLE is set for this process."""
+    return _prctl(PR_GET_THP_DISABLE, 0) == 1
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:

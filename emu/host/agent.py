@@ -45,7 +45,7 @@ from emu.mgmt import Deferred, MgmtServer
 from emu.proto import credit, pfc, roce
 from emu.proto.agg import AGG_UDP_PORT
 from emu.proto.roce import ROCEV2_UDP_PORT
-from emu.registry import die_with_parent, stop_on_signals
+from emu.registry import die_with_parent, disable_huge_pages, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -659,6 +659,25 @@ class Agent:
         return read
 
 
+def keep_page_faults_small() -> None:
+    """Touch a collective's new arrays in 4 KB pages, not 2 MB ones, in this process.
+
+    numpy asks for transparent huge pages on arrays of 4 MB and more
+    (madvise(MADV_HUGEPAGE), NUMPY_MADVISE_HUGEPAGE). The first write to
+    such a page zeroes all 2 MB of it at once: 6.6 ms of the loop's thread in
+    the sharp-allreduce ring on the 2-core VM (a 64 KB slice reduced into a
+    fresh result array), and with the eight ranks of one process finishing a
+    step together, 48-83 ms in one pass, 40-68 frame times of every NIC in the
+    process stalled (`EMU_NIC_PROCESSES=1 emu run sharp-allreduce --set
+    rate_mbps=10`, 3 runs at b1902d5, all unfaithful). With 4 KB pages the
+    same zeroing is spread over the slices as they arrive: 12/12 checks and
+    faithful. A NIC's reassembly and a rank's data are not worth a stall for
+    the TLB's sake.
+    """
+    if not disable_huge_pages():
+        log.info("PR_SET_THP_DISABLE refused: a 2 MB page's first touch may stall the loop")
+
+
 def run_agents(agents: list[Agent]) -> None:
     """Serve the C engines of `agents` from one loop (emu/host/csrc/nic_loop.c) until one stops.
 
@@ -835,6 +854,7 @@ def group_main(path: str, rt_priority: int) -> int:
         specs = json.load(f)
     parser = _parser()
     die_with_parent()
+    keep_page_faults_small()
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
     agents = []
     try:
@@ -881,6 +901,7 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     die_with_parent()
+    keep_page_faults_small()
     sched = realtime.apply(args.rt_priority)
     # The management worker (a collective's setup, emu/mgmt.py) shares the GIL
     # with the loop; numpy releases it for large arrays, and between those the

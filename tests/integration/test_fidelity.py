@@ -49,6 +49,10 @@ def test_a_stopped_switch_is_named_by_the_fidelity_verdict(tmp_path, monkeypatch
         live = fab.switch_call("spine1", "fidelity")
         assert live["kind"] == "switch" and live["window_s"] < 60
         nics = RdmaHosts(fab, ["h1", "h2"])
+        # A process per NIC, the default: 4 KB pages only there too
+        # (agent.keep_page_faults_small), as /proc shows.
+        with open(f"/proc/{nics.nics['h1'].proc.pid}/status") as f:
+            assert "THP_enabled:\t0\n" in f.read()
         qp = nics.connect("h1", "h2")
         nics.post("h1", qp, 2_000_000)  # 0.8 s at 20 Mbit/s
         before = tx_packets(fab, "leaf1")

@@ -18,6 +18,12 @@ from emu.traffic.rdma import RdmaHosts
 pytestmark = pytest.mark.skipif(nicpath._nicpath is None, reason="emu.host._nicpath not built")
 
 
+def thp_enabled(pid: int) -> str:
+    """The THP_enabled line of /proc/PID/status: "0" once PR_SET_THP_DISABLE is set."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith("THP_enabled:"))
+
+
 def test_four_nics_in_one_process_carry_rdma_across_the_fabric(tmp_path, monkeypatch):
     monkeypatch.delenv("EMU_NIC", raising=False)
     g = fabric.leaf_spine(leaves=2, spines=1, hosts_per_leaf=2, modelled_rate_bps=25e9)
@@ -25,6 +31,8 @@ def test_four_nics_in_one_process_carry_rdma_across_the_fabric(tmp_path, monkeyp
         hosts = ["h1", "h2", "h3", "h4"]
         nics = RdmaHosts(fab, hosts, nic_processes=1)
         assert len({nics.nics[h].proc.pid for h in hosts}) == 1
+        # No 2 MB page zeroed on a collective's first touch (agent.keep_page_faults_small).
+        assert thp_enabled(nics.nics["h1"].proc.pid) == "0"
         infos = {h: nics.nics[h].call("info") for h in hosts}
         assert {i["engine"] for i in infos.values()} == {"c"}
         assert [infos[h]["ip"] for h in hosts] == [fab.graph.nodes[h]["ip"] for h in hosts]
