@@ -36,12 +36,7 @@ from __future__ import annotations
 
 from emu.figures import Entry, per_key
 from emu.models.dcqcn import DATA_FRAME_BYTES, dcqcn_model
-from emu.scenario import (
-    Context,
-    Param,
-    build_fabric_graph,
-    choices,
-)
+from emu.scenario import Context, Param, build_fabric_graph, choices, fabric_params
 from emu.telemetry import Panel, save_panels
 from emu.traffic import incast as workload
 from emu.traffic.incast import SAMPLE_S, incast_hosts
@@ -60,6 +55,8 @@ MODES = ("lossy", "pfc", "dcqcn")
 # pause-storm scenario is where the watchdog is shown.
 PARAMS = {
     **workload.PARAMS,  # the fabric and the incast (emu/traffic/incast.py)
+    # 1 Gbit/s NICs over 20 Mbit/s (x50), since the NIC runs in C (issue 29; docs/results.md).
+    **fabric_params(rate_mbps=20.0, modelled_gbps=1.0),
     "modes": Param(",".join(MODES), "which of lossy,pfc,dcqcn to run"),
 }
 

@@ -50,17 +50,12 @@ APPS = ("controllers.routing", "controllers.aggregation")
 # it (emu/topopick.py, collective_misfit).
 TOPOLOGY_FILE = True
 
-# 5 Mbit/s: what the 2-core VM emulates faithfully with 8 NIC agents and 6
-# switches all busy. At 10 Mbit/s the switches waited for a CPU 45-48% of the
-# run, 16-21% of the frames left more than a frame time late, and the link time
-# lost to the late emulator left standing queues on the ring's fully loaded
-# ports whose ECN marks cut DCQCN's rate: ring busbw 0.67-0.86 of goodput, and
-# 0.91 with DCQCN off (docs/performance.md, "Wake-ups"). At 5 Mbit/s:
-# busbw 0.95, SHARP/ring 1.83, 99.1% of frames on time, 0.4% link time lost.
-# Raise it with the capacity work (bench/fabric_cpu.py measures it).
+# 10 Mbit/s since the per-frame paths run in C (issues 27, 29; docs/results.md).
+# With Python's it was 5: at 10 the switches waited for a CPU 45-48% of the run
+# and ECN marks on their late queues cut DCQCN (docs/performance.md, "Wake-ups").
 PARAMS = {
     # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:5000.
-    **fabric_params(rate_mbps=5.0, modelled_gbps=25.0),
+    **fabric_params(rate_mbps=10.0, modelled_gbps=25.0),
     "sizes": Param("1K:16M", "message sizes, MIN:MAX (nccl-tests -b/-e), bytes per rank"),
     "factor": Param(4, "size step factor (nccl-tests -f)", min=2, max=16),
     "dtype": Param("float32", "float32 or int32", choices=("float32", "int32")),

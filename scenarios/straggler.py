@@ -18,7 +18,7 @@ T_comm is predicted from first principles, never taken from the measurement
 rate. Ring: 2(n-1) steps, each one chunk of S/n in RoCEv2 SENDs of 1024-byte
 packets (58 bytes of headers each) plus a 62-byte ACK every 4 packets; SHARP:
 S up and S down in 1 KiB aggregation frames (58 bytes of headers each). At
-the defaults (5 Mbit/s, 256 KiB, 8 ranks): ring 787 ms, SHARP 443 ms. No
+the defaults (10 Mbit/s, 256 KiB, 8 ranks): ring 393 ms, SHARP 222 ms. No
 fixed overhead is added, and none is hidden: iteration times are taken on
 the agents' clocks (from a rank's compute start to its last result; the
 slowest rank's, averaged over iterations), so the driver's start lead and
@@ -40,24 +40,26 @@ T_comm at s = 1 is reported next to the prediction.
 DCQCN is off by default (`dcqcn`): with it, the queue that the NIC
 straggler's slow link builds draws CNPs that cut its upstream neighbour below
 the straggler's own rate, and the ring ends later than its slowest link
-allows (measured: 841 instead of 787 ms at f = 2), an effect the
+allows (measured at 5 Mbit/s: 841 instead of 787 ms at f = 2), an effect the
 slowest-link model does not describe. Compute stragglers draw no CNPs.
 
 The backlog behind a slow NIC link keeps the spine's port towards h1's leaf
 paused while it drains at rate / f. The PFC watchdog runs on the fabric's
-clock (emu/fabric/, "The time scale"): at 25 Gbit/s over 5 Mbit/s (x5000)
-its 200 ms detection lasts 1000 s, so that pause is congestion, not a storm,
+clock (emu/fabric/, "The time scale"): at 25 Gbit/s over 10 Mbit/s (x2500)
+its 200 ms detection lasts 500 s, so that pause is congestion, not a storm,
 as on the hardware modelled. While the watchdog ran on emulated time (200
 ms), f = 2 drew 2 storms, 214 retransmitted packets and +18%. Every point
 still reports the storms the switches declared during it, so a failure there
 would name this cause.
 
-The rate is 5 Mbit/s because that is what the 2-core VM keeps up with when all
-8 NICs and 5 switches aggregate at once (as sharp-allreduce): at 10 Mbit/s a
+The rate is 10 Mbit/s since the switches' and NICs' per-frame paths run in C
+(issues 27 and 29; faithful with every check passing in `emu reproduce --runs
+5`, docs/results.md). With the Python paths it was 5 Mbit/s, what the 2-core
+VM kept up with when all 8 NICs and 5 switches aggregate at once: at 10 a
 SHARP all-reduce took 225 ms while the main threads used 530 ms of CPU over
-the call on 2 cores (/proc schedstat), the NICs sent 1.2-2.1% of their frames more than a
-frame time late and lost 1.0-1.7% of their link time, and the exposed
-all-reduce came out 6-27% long.
+the call on 2 cores (/proc schedstat), the NICs sent 1.2-2.1% of their frames
+more than a frame time late and lost 1.0-1.7% of their link time, and the
+exposed all-reduce came out 6-27% long.
 
 Report: a table of every point (measured, model, the exposed communication
 against its prediction, per iteration), the model's byte counts, and a plot
@@ -105,7 +107,7 @@ TOPOLOGY_FILE = True
 
 PARAMS = {
     # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:5000.
-    **fabric_params(rate_mbps=5.0, modelled_gbps=25.0),
+    **fabric_params(rate_mbps=10.0, modelled_gbps=25.0),
     "factors": Param(
         "1,1.5,2,3,4", "the straggler's compute slowdowns s (1 = healthy; must include 1)"
     ),
