@@ -56,7 +56,7 @@ MODES = ("lossy", "pfc", "dcqcn")
 PARAMS = {
     **workload.PARAMS,  # the fabric and the incast (emu/traffic/incast.py)
     # 1 Gbit/s NICs over 20 Mbit/s (x50), since the NIC runs in C (issue 29; docs/results.md).
-    **fabric_params(rate_mbps=20.0, modelled_gbps=1.0),
+    "rate_mbps": fabric_params(rate_mbps=20.0)["rate_mbps"],
     "modes": Param(",".join(MODES), "which of lossy,pfc,dcqcn to run"),
 }
 
