@@ -31,7 +31,7 @@ from emu.traffic import incast
 DESCRIPTION = "storage-tuned vs training-tuned ECN thresholds under a DCQCN incast"
 
 PARAMS = {
-    # The incast's fabric and workload (emu/traffic/incast.py), as the incast scenario's.
+    # The incast's fabric and workload (emu/traffic/incast.py) at its 10 Mbit/s.
     **incast.PARAMS,
     "warmup_s": Param(2.0, "start of the measurement window", min=0.0, max=60.0),
     "training_kmin_frames": Param(2, "training-tuned Kmin, in full frames", min=0, max=1000),

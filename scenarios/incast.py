@@ -18,7 +18,7 @@ The same fabric and workload run three times, each a fresh fabric:
   "ECN or Delay", CoNEXT 2016), run with this scenario's
   parameters (emu/models/dcqcn.py): its fixed point lies between Kmin and Kmax, but
   the switch marks at enqueue, so a mark reaches the receiver only after the
-  queue's own delay; at the defaults that loop delay (about 20 ms, 4 CNP
+  queue's own delay; at the defaults that loop delay (about 10 ms, 4 CNP
   intervals) makes the fixed point unstable and the model, like the fabric,
   cycles between an empty queue and a peak just above Kmax. The start of the
   incast (every sender at line rate until its first CNPs) is a transient,
@@ -49,9 +49,9 @@ DESCRIPTION = "N RDMA senders to one receiver: lossy vs PFC vs PFC+ECN/DCQCN"
 
 MODES = ("lossy", "pfc", "dcqcn")
 # The PFC watchdog is off here: an incast legitimately keeps a queue paused
-# for long (a PAUSE of 0xFFFF quanta lasts 3.4 s at 10 Mbit/s), and a
+# for long (a PAUSE of 0xFFFF quanta lasts 1.7 s at 20 Mbit/s), and a
 # watchdog on a shorter clock would take the congestion for a storm. (At the
-# default time scale, x100, its 200 ms last 20 s: longer than the run.) The
+# default time scale, x50, its 200 ms last 10 s: the whole run.) The
 # pause-storm scenario is where the watchdog is shown.
 PARAMS = {
     **workload.PARAMS,  # the fabric and the incast (emu/traffic/incast.py)

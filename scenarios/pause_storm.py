@@ -56,9 +56,9 @@ TOPOLOGY_FILE = True
 PARAMS = {
     # Time scale 1 (modelled_gbps 0: the link rate itself): the storm and the
     # watchdog live on SONiC's 200 ms scale, which a faster modelled NIC would
-    # stretch past the run (x2500 at 25 Gbit/s: 500 s). The NICs' retransmit
+    # stretch past the run (x1250 at 25 Gbit/s: 250 s). The NICs' retransmit
     # timeout is then the IB local ACK timeout of 67 ms or, longer here, the
-    # fabric's lossless buffer bound (emu/host/rto.py, 2.2 s on this fabric):
+    # fabric's lossless buffer bound (emu/host/rto.py, 1.1 s on this fabric):
     # queue pairs held by the storm for longer time out and send again once
     # released, as a NIC stalled by a real storm does.
     # 20 Mbit/s since the NIC's transport runs in C (issue 29; docs/results.md).

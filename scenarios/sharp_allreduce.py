@@ -54,7 +54,7 @@ TOPOLOGY_FILE = True
 # With Python's it was 5: at 10 the switches waited for a CPU 45-48% of the run
 # and ECN marks on their late queues cut DCQCN (docs/performance.md, "Wake-ups").
 PARAMS = {
-    # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:5000.
+    # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:2500.
     **fabric_params(rate_mbps=10.0, modelled_gbps=25.0),
     "sizes": Param("1K:16M", "message sizes, MIN:MAX (nccl-tests -b/-e), bytes per rank"),
     "factor": Param(4, "size step factor (nccl-tests -f)", min=2, max=16),

@@ -40,7 +40,7 @@ T_comm at s = 1 is reported next to the prediction.
 DCQCN is off by default (`dcqcn`): with it, the queue that the NIC
 straggler's slow link builds draws CNPs that cut its upstream neighbour below
 the straggler's own rate, and the ring ends later than its slowest link
-allows (measured at 5 Mbit/s: 841 instead of 787 ms at f = 2), an effect the
+allows (measured: 841 instead of 787 ms at f = 2), an effect the
 slowest-link model does not describe. Compute stragglers draw no CNPs.
 
 The backlog behind a slow NIC link keeps the spine's port towards h1's leaf
@@ -106,7 +106,7 @@ APPS = ("controllers.routing", "controllers.aggregation")
 TOPOLOGY_FILE = True
 
 PARAMS = {
-    # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:5000.
+    # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations) at 1:2500.
     **fabric_params(rate_mbps=10.0, modelled_gbps=25.0),
     "factors": Param(
         "1,1.5,2,3,4", "the straggler's compute slowdowns s (1 = healthy; must include 1)"

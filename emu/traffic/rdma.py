@@ -34,11 +34,12 @@ if TYPE_CHECKING:
 
 AGENT_READY_TIMEOUT_S = 20.0
 NIC_PROCESSES_ENV = "EMU_NIC_PROCESSES"
-# A process per NIC by default. Every NIC of a set in one process spent 24 us and
-# 0.13 wake-ups per frame in the ring at 10 Mbit/s, against 41 us and 1.02
-# (docs/performance.md, "The NIC agent in C"), but the ecn_tuning lab's grader,
-# polling eight NICs of one process, saw a sender lose 1.2% of its link time
-# (limit 1%) in CI at 9940b69: one loop runs every NIC's Python work in turn.
+# A process per NIC by default. Every NIC of a set in one process spent 13 us
+# and 0.13 wake-ups per frame in the ring at 10 Mbit/s, against 34 us and 0.89
+# a process per NIC (without the ranks' data work; 088f64c, 8ac55c4;
+# docs/performance.md, "The NIC agent in C"), but one loop serves its NICs in
+# turn: sixteen busy ones (per-packet AR on the k=4 fat-tree) lost 2.1% of a
+# link's time (limit 1%) at c26266e, where a process per NIC keeps up.
 DEFAULT_NIC_PROCESSES = 0
 
 

@@ -36,7 +36,7 @@ def test_compute_and_nic_stragglers_take_the_predicted_time(tmp_path, no_leaks):
     m = doc["metrics"]
     # The prediction comes from the link rate and the bytes, never from the run.
     for algo in ("ring", "sharp"):
-        want = model.predict_allreduce(algo, 256 << 10, 8, 5e6).time_s
+        want = model.predict_allreduce(algo, 256 << 10, 8, m["link_rate_bps"]).time_s
         assert m["t_comm_predicted_s"][algo] == want
         assert m["t_comm_s"][algo] > 0  # measured at s = 1, reported beside it
         pts = {(p["kind"], p["factor"]): p for p in m["points"] if p["algo"] == algo}

@@ -18,10 +18,11 @@ def model(**overrides) -> tuple[dict, dict]:
 
 
 def test_defaults_fixed_point_between_kmin_and_kmax_but_the_queue_cycles():
-    """At 1 Gbit/s modelled the CNP interval is 5 ms, and marking at enqueue puts the
-    queue's own ~17 ms into the loop: the fixed point is unstable, as on the fabric."""
+    """At 1 Gbit/s modelled over 20 Mbit/s the CNP interval is 2.5 ms, and marking at
+    enqueue puts the queue's own ~10 ms into the loop: the fixed point is unstable,
+    as on the fabric."""
     _, m = model()
-    kmin, kmax = 6056, 24224  # 4 and 16 full frames: the floors at 10 Mbit/s
+    kmin, kmax = 6056, 24224  # 4 and 16 full frames: the thresholds' floors
     assert kmin < m["fixed_point"]["queue_bytes"] < kmax
     assert m["loop_delay_at_fixed_point_s"] > 4 * m["cnp_interval_s"]
     assert m["queue_p50_bytes"] == 0 and m["queue_empty_share"] > 0.3

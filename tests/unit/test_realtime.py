@@ -59,3 +59,19 @@ def test_the_report_says_how_each_process_was_scheduled():
         == "normal (real-time 10 refused: Operation not permitted)"
     )
     assert realtime.describe(None) == "unknown"
+
+
+def test_a_nic_agent_s_arrays_get_4_kb_pages_only():
+    # In a child, as an agent (emu/host/agent.py keep_page_faults_small): numpy
+    # advises huge pages from 4 MB, and a 2 MB page's first write stalled the loop.
+    code = (
+        "import re, numpy as np; from emu import registry; "
+        "from emu.host.agent import keep_page_faults_small; "
+        "print(registry.huge_pages_disabled()); keep_page_faults_small(); "
+        "print(registry.huge_pages_disabled()); a = np.empty(1 << 21); a[:] = 1; "
+        "print(sum(map(int, re.findall(r'AnonHugePages:\\s+(\\d+)', open('/proc/self/smaps').read()))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.splitlines()
+    assert out == ["False", "True", "0"]  # 16 MB written, not one huge page
