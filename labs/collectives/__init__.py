@@ -44,9 +44,10 @@ GRADES = (
 FILES = ("predictions.yaml",)
 
 # The setting, as the handout and predictions.yaml state it. 5 Mbit/s is the
-# rate at which emu's docs (README, scenarios/straggler.py) record the 2-core
-# machine keeping up with 8 ranks and 6 switches all busy; this lab's 4 ranks
-# and 4 switches load it less.
+# rate at which the 2-core machine kept up with 8 ranks and 6 switches all busy
+# while the switches' and NICs' per-frame paths ran in Python (measured for
+# scenarios/straggler.py and sharp_allreduce.py, whose default is 10 Mbit/s
+# since those paths run in C); this lab's 4 ranks and 4 switches load it less.
 LEAVES, SPINES, HOSTS_PER_LEAF = 2, 2, 2
 RATE_BPS = 5_000_000
 MODELLED_RATE_BPS = 25e9  # 25 Gbit/s NICs (HPCC/DCQCN ns-3 configurations), as the scenarios

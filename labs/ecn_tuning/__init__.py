@@ -1,15 +1,17 @@
 """Lab ecn_tuning: choose ECN's Kmin/Kmax/Pmax so that a DCQCN incast keeps a short queue
 and a full link.
 
-Owns the lab's incast (the fabric and workload of scenarios/incast.py: three
-leaves of three hosts, two spines, 10 Mbit/s links standing for 1 Gbit/s
-NICs, h1..h8 sending RoCEv2 with DCQCN to h9), the targets it sets, and the
-grading. The student's `ecn.yaml` gives the RED-style marking thresholds of
-every switch's lossless class (emu/config.py's EcnSpec: Kmin, Kmax, Pmax at
-the emulated rate). The check builds the fabric with them, runs the incast
-once, and reads the bottleneck (leaf3's port towards h9) from the switch's
-own telemetry, which it samples every 100 ms: the queue's 99th percentile
-and the link's utilisation over the steady state, each against its target.
+Owns the lab's incast (the fabric and workload of emu/traffic/incast.py, as
+the ecn-thresholds scenario runs them: three leaves of three hosts, two
+spines, 10 Mbit/s links standing for 1 Gbit/s NICs, h1..h8 sending RoCEv2
+with DCQCN to h9; the incast scenario runs them at 20 Mbit/s), the targets
+it sets, and the grading. The student's `ecn.yaml` gives the RED-style
+marking thresholds of every switch's lossless class (emu/config.py's
+EcnSpec: Kmin, Kmax, Pmax at the emulated rate). The check builds the fabric
+with them, runs the incast once, and reads the bottleneck (leaf3's port
+towards h9) from the switch's own telemetry, which it samples every 100 ms:
+the queue's 99th percentile and the link's utilisation over the steady
+state, each against its target.
 
 The targets, and where they come from:
 
@@ -60,7 +62,8 @@ ORDER = 4
 GRADES = "the bottleneck queue's p99 and the link's utilisation in a DCQCN incast, 8 to 1"
 FILES = ("ecn.yaml",)
 
-# The incast scenario's fabric (scenarios/incast.py): 10 Mbit/s links standing for
+# The incast workload's fabric (emu/traffic/incast.py, as ecn-thresholds runs it;
+# the incast scenario runs it at 20 Mbit/s): 10 Mbit/s links standing for
 # 1 Gbit/s NICs (time scale 100), so that DCQCN converges within seconds.
 RATE_BPS = 10_000_000
 MODELLED_RATE_BPS = 1e9
@@ -68,7 +71,7 @@ SENDERS = 8
 MESSAGE_BYTES = 65536
 DURATION_S = 12.0
 # The start-up transient (every sender at line rate until its first CNPs) is over
-# within about 1.5 s at these rates (scenarios/incast.py measures it); the window
+# within about 1.5 s at these rates (emu/traffic/incast.py measures it); the window
 # starts after it, so it grades the steady state.
 WARMUP_S = 2.0
 LIVE_S = 3600.0  # `emu lab start`: the incast runs until the CLI is left

@@ -44,8 +44,9 @@ GRADES = (
 FILES = ("config.yaml", "answers.yaml")
 
 RATE_BPS = 10_000_000
-# As scenarios/incast.py: 10 Mbit/s links stand for 1 Gbit/s NICs (time scale
-# x100), so the NICs' retransmit timeout is 6.7 s, far above any queueing
+# As the incast workload (emu/traffic/incast.py; the incast scenario runs it at
+# 20 Mbit/s): 10 Mbit/s links stand for 1 Gbit/s NICs (time scale x100), so the
+# NICs' retransmit timeout is 6.7 s, far above any queueing
 # delay PFC causes here: every retransmission is a real loss, never a timeout
 # that a paused queue provoked.
 MODELLED_RATE_BPS = 1e9
