@@ -100,8 +100,8 @@ TAPS = {
 _SHARED = ("rate_mbps", "modelled_gbps", "seed", "host_nic_pacing", "switch_processes")
 PARAMS = {
     # As the incast scenario: DCQCN's timers and the RTO on a 1 Gbit/s clock over
-    # 20 Mbit/s links (x50), so that DCQCN converges within a run of seconds.
-    **{k: v for k, v in fabric_params(rate_mbps=20.0, modelled_gbps=1.0).items() if k in _SHARED},
+    # 10 Mbit/s links (x100), so that DCQCN converges within a run of seconds.
+    **{k: v for k, v in fabric_params(rate_mbps=10.0, modelled_gbps=1.0).items() if k in _SHARED},
     "duration_s": Param(8.0, "how long the senders send", min=2.0, max=600.0),
     "warmup_s": Param(2.0, "start of the measurement window", min=0.0, max=60.0),
     "message_bytes": Param(65536, "size of each SEND", min=1024, max=16 << 20),

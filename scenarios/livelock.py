@@ -72,8 +72,8 @@ REMOTE_VA, RKEY = 0x7F000000, 7
 PARAMS = {
     # Time scale 1 (modelled_gbps 0): the NICs' retransmit timeout is the IB
     # local ACK timeout of 67 ms or the fabric's lossless buffer bound
-    # (emu/host/rto.py), whichever is longer, short beside the run.
-    **fabric_params(rate_mbps=40.0),
+    # (emu/host/rto.py), whichever is longer: 0.38 s here, short beside the run.
+    **fabric_params(rate_mbps=20.0),
     "leaves": Param(2, "leaf switches (leaf_spine)", min=1, max=32),
     "spines": Param(1, "spine switches (leaf_spine)", min=1, max=16),
     "hosts_per_leaf": Param(1, "hosts per leaf (leaf_spine)", min=1, max=32),

@@ -53,8 +53,8 @@ still reports the storms the switches declared during it, so a failure there
 would name this cause.
 
 The rate is 10 Mbit/s since the switches' and NICs' per-frame paths run in C
-(issues 27 and 29; faithful with every check passing in `emu reproduce --runs
-5`, docs/results.md). With the Python paths it was 5 Mbit/s, what the 2-core
+(issues 27 and 29; `emu reproduce --runs 5` at 2e8fd43: faithful with every
+check passing in 4 of 5, the fifth stopped whole by the VM). With the Python paths it was 5 Mbit/s, what the 2-core
 VM kept up with when all 8 NICs and 5 switches aggregate at once: at 10 a
 SHARP all-reduce took 225 ms while the main threads used 530 ms of CPU over
 the call on 2 cores (/proc schedstat), the NICs sent 1.2-2.1% of their frames
