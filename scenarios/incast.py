@@ -34,9 +34,11 @@ Run:  emu run incast
 
 from __future__ import annotations
 
+import dataclasses
+
 from emu.figures import Entry, per_key
 from emu.models.dcqcn import DATA_FRAME_BYTES, dcqcn_model
-from emu.scenario import Context, Param, build_fabric_graph, choices, fabric_params
+from emu.scenario import Context, Param, build_fabric_graph, choices
 from emu.telemetry import Panel, save_panels
 from emu.traffic import incast as workload
 from emu.traffic.incast import SAMPLE_S, incast_hosts
@@ -56,7 +58,7 @@ MODES = ("lossy", "pfc", "dcqcn")
 PARAMS = {
     **workload.PARAMS,  # the fabric and the incast (emu/traffic/incast.py)
     # 1 Gbit/s NICs over 20 Mbit/s (x50), since the NIC runs in C (issue 29; docs/results.md).
-    "rate_mbps": fabric_params(rate_mbps=20.0)["rate_mbps"],
+    "rate_mbps": dataclasses.replace(workload.PARAMS["rate_mbps"], default=20.0),
     "modes": Param(",".join(MODES), "which of lossy,pfc,dcqcn to run"),
 }
 

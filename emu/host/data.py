@@ -22,7 +22,8 @@ default_rng seeded with (seed, r)): int32 over its whole range (sums wrap
 modulo 2**32, which is exact whatever the order), float32 uniform in [-1, 1).
 Every rank regenerates all inputs, one array at a time, to know the exact
 sum (once per process: ranks whose NICs share a process share it); int32
-must match bit for bit, float32 within the recursive-summation bound gamma_{n-1} * sum_i |x_i| (Higham, Accuracy and Stability of Numerical
+must match bit for bit, float32 within the recursive-summation bound
+gamma_{n-1} * sum_i |x_i| (Higham, Accuracy and Stability of Numerical
 Algorithms, 2nd ed., eq. 4.4; gamma_k = k u / (1 - k u), u = 2**-24): the ring
 adds each element's n terms in float32, in an order that depends on the
 element's chunk, so results differ from a numpy sum in the last bits but
