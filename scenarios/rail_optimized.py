@@ -89,7 +89,7 @@ DESCRIPTION = (
 )
 APPS = ("controllers.routing",)
 
-_fab = fabric_params(topology="rail_optimized", rate_mbps=2.0, modelled_gbps=400.0)
+_fab = fabric_params(topology="rail_optimized", rate_mbps=3.0, modelled_gbps=400.0)
 # The parts by parameter name, and the cases each reports: ring placements, the
 # hierarchical all-reduce, all-to-all without and with PXN.
 PARTS = {
@@ -105,11 +105,10 @@ _fab["nodes"] = replace(_fab["nodes"], default=4)
 CROSSING = ("crossing ring", "flat ring", "all-to-all without PXN")
 
 PARAMS = {
-    # 2 Mbit/s NICs, so 18 Mbit/s NVLink ports: what the 2-core machine emulates
-    # faithfully with 8 GPUs. At 5 Mbit/s (45 Mbit/s NVLink, 8 NVLink ports and 4
-    # NVSwitches at once) the run was unfaithful: h8-eth1 sent 65.9% of its frames
-    # within a frame time of their slot (fidelity's limit 99%); at 2 Mbit/s, 99.72%
-    # (`emu run rail-optimized --set rate_mbps=5|2`, this VM, 2026-11-27). The links
+    # 3 Mbit/s NICs, so 27 Mbit/s NVLink ports: what the 2-core machine emulates
+    # faithfully with 8 GPUs (`bench/rate_sweep.py --scenario rail-optimized`, NIC
+    # in C, 2026-12-07: 3 Mbit/s 5 of 5 faithful, 4 Mbit/s 2 of 3, 5 and 6 none; the
+    # NVLink phases then need both CPUs whole, docs/performance.md). The links
     # stand for 400 Gbit/s ConnectX-7 NICs (the builder's NVLink ratio assumes
     # them), so the NIC's RTO runs on that clock: at time scale 1 its 67 ms is
     # 40 frame times at 5 Mbit/s, less than the queueing delay when the flat

@@ -83,8 +83,9 @@ JOB_KEYS = ("placement", "sharp", "overlap")
 ADAPTIVE_CLASSES = "3"
 
 PARAMS = {
-    # 2 Mbit/s NICs and 18 Mbit/s NVLink ports for 8 GPUs: what the 2-core machine
-    # emulates faithfully (scenarios/rail_optimized.py says why, measured).
+    # 2 Mbit/s NICs and 18 Mbit/s NVLink ports for 8 GPUs, where this scenario was
+    # measured faithful; rail-optimized's collectives hold up to 3 Mbit/s
+    # (scenarios/rail_optimized.py says why, measured).
     **_fab,
     "job": Param(
         "dense-dp-tp-pp",
