@@ -10,11 +10,18 @@ that CPU is what a fabric runs out of. This bench measures, with getrusage:
   at 10 Mbit/s, 1.2 ms; and 0.1 ms), CPU per sleep;
 - a cross-process wake-up: two processes ping-pong one datagram over a Unix
   socketpair, each blocked in select(); CPU per round trip of one side, and
-  the round trip's wall time;
+  the round trip's wall time: where the scheduler puts them, both pinned to
+  one CPU, and pinned to two. Waking a process on another CPU that is idle
+  costs an inter-processor interrupt and that CPU's way out of its idle
+  state; on a VM both are exits to the hypervisor;
 - for scale: one non-blocking SelectSelector.select(0) over 10 sockets, and
   one time.thread_time() call.
 
-    .venv/bin/python bench/wakeup.py [--rounds 20000]
+    .venv/bin/python bench/wakeup.py [--rounds 20000] [--idle-poll]
+
+`--idle-poll` holds the CPUs' PM QoS latency at 0 while it measures
+(/dev/cpu_dma_latency, as cyclictest does; root): an idle CPU then polls
+instead of halting, which shows what the idle state costs a wake-up.
 
 Results and how emu uses them: docs/performance.md ("Wake-ups").
 """
@@ -45,18 +52,23 @@ def timed_sleep(timeout_s: float, rounds: int) -> tuple[float, float]:
     return (cpu_s() - c0) / rounds, (time.monotonic() - t0) / rounds
 
 
-def ping_pong(rounds: int) -> tuple[float, float]:
-    """(CPU of one side, wall) per round trip between two processes."""
+def ping_pong(rounds: int, cpus: tuple[int, int] | None = None) -> tuple[float, float]:
+    """(CPU of one side, wall) per round trip between two processes (pinned to `cpus`)."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    mine = os.sched_getaffinity(0)
     pid = os.fork()
     if pid == 0:
         try:
+            if cpus is not None:
+                os.sched_setaffinity(0, {cpus[1]})
             for _ in range(rounds):
                 select.select([b], [], [], 5)
                 b.recv(64)
                 b.send(b"x")
         finally:
             os._exit(0)
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus[0]})
     c0, t0 = cpu_s(), time.monotonic()
     for _ in range(rounds):
         a.send(b"x")
@@ -64,6 +76,7 @@ def ping_pong(rounds: int) -> tuple[float, float]:
         a.recv(64)
     wall = time.monotonic() - t0
     cpu = cpu_s() - c0
+    os.sched_setaffinity(0, mine)
     os.waitpid(pid, 0)
     a.close()
     b.close()
@@ -91,16 +104,37 @@ def thread_time_call(rounds: int) -> float:
     return (cpu_s() - c0) / rounds
 
 
+PM_QOS_DEVICE = "/dev/cpu_dma_latency"
+
+
+def hold_idle_poll() -> int:
+    """Ask for a CPU wake-up latency of 0 (PM QoS) until the descriptor closes; the descriptor."""
+    fd = os.open(PM_QOS_DEVICE, os.O_WRONLY)
+    os.write(fd, (0).to_bytes(4, sys.byteorder))
+    return fd
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=20000, help="round trips and calls to time")
+    p.add_argument(
+        "--idle-poll",
+        action="store_true",
+        help=f"hold PM QoS at 0 ({PM_QOS_DEVICE}) while measuring: idle CPUs poll",
+    )
     args = p.parse_args(argv)
     if args.rounds < 100:
         p.error(f"--rounds {args.rounds}: at least 100")
+    if args.idle_poll:
+        try:
+            hold_idle_poll()  # released when the process exits
+        except OSError as exc:
+            p.error(f"--idle-poll: {PM_QOS_DEVICE}: {exc.strerror} (it needs root)")
     sleeps = max(100, args.rounds // 10)
+    idle = "idle CPUs poll (PM QoS 0)" if args.idle_poll else "idle CPUs as the kernel chooses"
     print(
         f"# {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
-        f"Python {platform.python_version()}"
+        f"Python {platform.python_version()}; {idle}"
     )
     print(f"{'what':42} {'CPU us':>8} {'wall us':>8}")
     for timeout in (0.0012, 0.0001):
@@ -108,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{f'select() sleep of {timeout * 1e3:g} ms':42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
     cpu, wall = ping_pong(args.rounds)
     print(f"{'cross-process wake-up (ping-pong, one side)':42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
+    allowed = sorted(os.sched_getaffinity(0))
+    pairs = [("  both on one CPU", (allowed[0], allowed[0]))]
+    if len(allowed) > 1:
+        pairs.append(("  on two CPUs", (allowed[0], allowed[1])))
+    for what, cpus in pairs:
+        cpu, wall = ping_pong(args.rounds, cpus)
+        print(f"{what:42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
     print(f"{'SelectSelector.select(0), 10 sockets':42} {select_zero(args.rounds) * 1e6:8.1f}")
     print(f"{'time.thread_time()':42} {thread_time_call(args.rounds) * 1e6:8.2f}")
     return 0
