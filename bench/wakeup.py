@@ -29,6 +29,7 @@ Results and how emu uses them: docs/performance.md ("Wake-ups").
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import platform
 import resource
@@ -53,33 +54,44 @@ def timed_sleep(timeout_s: float, rounds: int) -> tuple[float, float]:
 
 
 def ping_pong(rounds: int, cpus: tuple[int, int] | None = None) -> tuple[float, float]:
-    """(CPU of one side, wall) per round trip between two processes (pinned to `cpus`)."""
+    """(CPU of one side, wall) per round trip between two processes (pinned to `cpus`).
+
+    Raises:
+        RuntimeError: the other side stopped answering (it could not be pinned, say).
+    """
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     mine = os.sched_getaffinity(0)
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             if cpus is not None:
                 os.sched_setaffinity(0, {cpus[1]})
             for _ in range(rounds):
-                select.select([b], [], [], 5)
+                if not select.select([b], [], [], 5)[0]:
+                    break
                 b.recv(64)
                 b.send(b"x")
+            else:
+                code = 0
         finally:
-            os._exit(0)
-    if cpus is not None:
-        os.sched_setaffinity(0, {cpus[0]})
-    c0, t0 = cpu_s(), time.monotonic()
-    for _ in range(rounds):
-        a.send(b"x")
-        select.select([a], [], [], 5)
-        a.recv(64)
-    wall = time.monotonic() - t0
-    cpu = cpu_s() - c0
-    os.sched_setaffinity(0, mine)
-    os.waitpid(pid, 0)
-    a.close()
-    b.close()
+            os._exit(code)
+    try:
+        if cpus is not None:
+            os.sched_setaffinity(0, {cpus[0]})
+        c0, t0 = cpu_s(), time.monotonic()
+        for _ in range(rounds):
+            a.send(b"x")
+            if not select.select([a], [], [], 5)[0]:
+                raise RuntimeError(f"ping-pong on CPUs {cpus}: the other side stopped answering")
+            a.recv(64)
+        wall = time.monotonic() - t0
+        cpu = cpu_s() - c0
+    finally:
+        os.sched_setaffinity(0, mine)
+        a.close()  # a child still waiting sees its select() end and exits
+        b.close()
+        os.waitpid(pid, 0)
     return cpu / rounds, wall / rounds
 
 
@@ -110,7 +122,11 @@ PM_QOS_DEVICE = "/dev/cpu_dma_latency"
 def hold_idle_poll() -> int:
     """Ask for a CPU wake-up latency of 0 (PM QoS) until the descriptor closes; the descriptor."""
     fd = os.open(PM_QOS_DEVICE, os.O_WRONLY)
-    os.write(fd, (0).to_bytes(4, sys.byteorder))
+    try:
+        os.write(fd, (0).to_bytes(4, sys.byteorder))
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -125,13 +141,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 100:
         p.error(f"--rounds {args.rounds}: at least 100")
+    held = None
     if args.idle_poll:
         try:
-            hold_idle_poll()  # released when the process exits
+            held = hold_idle_poll()
         except OSError as exc:
-            p.error(f"--idle-poll: {PM_QOS_DEVICE}: {exc.strerror} (it needs root)")
-    sleeps = max(100, args.rounds // 10)
-    idle = "idle CPUs poll (PM QoS 0)" if args.idle_poll else "idle CPUs as the kernel chooses"
+            root = " (it needs root)" if exc.errno in (errno.EACCES, errno.EPERM) else ""
+            p.error(f"--idle-poll: {PM_QOS_DEVICE}: {exc.strerror}{root}")
+    try:
+        report(args.rounds, held is not None)
+    finally:
+        if held is not None:
+            os.close(held)  # the kernel drops the request with its descriptor
+    return 0
+
+
+def report(rounds: int, idle_poll: bool) -> None:
+    """Measure and print the table."""
+    sleeps = max(100, rounds // 10)
+    idle = "idle CPUs poll (PM QoS 0)" if idle_poll else "idle CPUs as the kernel chooses"
     print(
         f"# {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
         f"Python {platform.python_version()}; {idle}"
@@ -140,18 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     for timeout in (0.0012, 0.0001):
         cpu, wall = timed_sleep(timeout, sleeps)
         print(f"{f'select() sleep of {timeout * 1e3:g} ms':42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
-    cpu, wall = ping_pong(args.rounds)
+    cpu, wall = ping_pong(rounds)
     print(f"{'cross-process wake-up (ping-pong, one side)':42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
     allowed = sorted(os.sched_getaffinity(0))
     pairs = [("  both on one CPU", (allowed[0], allowed[0]))]
     if len(allowed) > 1:
         pairs.append(("  on two CPUs", (allowed[0], allowed[1])))
     for what, cpus in pairs:
-        cpu, wall = ping_pong(args.rounds, cpus)
+        cpu, wall = ping_pong(rounds, cpus)
         print(f"{what:42} {cpu * 1e6:8.1f} {wall * 1e6:8.0f}")
-    print(f"{'SelectSelector.select(0), 10 sockets':42} {select_zero(args.rounds) * 1e6:8.1f}")
-    print(f"{'time.thread_time()':42} {thread_time_call(args.rounds) * 1e6:8.2f}")
-    return 0
+    print(f"{'SelectSelector.select(0), 10 sockets':42} {select_zero(rounds) * 1e6:8.1f}")
+    print(f"{'time.thread_time()':42} {thread_time_call(rounds) * 1e6:8.2f}")
 
 
 if __name__ == "__main__":

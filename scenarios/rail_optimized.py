@@ -107,8 +107,8 @@ CROSSING = ("crossing ring", "flat ring", "all-to-all without PXN")
 PARAMS = {
     # 3 Mbit/s NICs, so 27 Mbit/s NVLink ports: what the 2-core machine emulates
     # faithfully with 8 GPUs (`bench/rate_sweep.py --scenario rail-optimized`, NIC
-    # in C, 2026-12-07: 3 Mbit/s 5 of 5 faithful, 4 Mbit/s 2 of 3, 5 and 6 none; the
-    # NVLink phases then need both CPUs whole, docs/performance.md). The links
+    # in C, 2026-12-07: 3 Mbit/s 5 of 5 faithful, 4 Mbit/s 2 of 3, 5 and 6 none; at
+    # 10 the NVLink phases hold both CPUs whole, docs/performance.md). The links
     # stand for 400 Gbit/s ConnectX-7 NICs (the builder's NVLink ratio assumes
     # them), so the NIC's RTO runs on that clock: at time scale 1 its 67 ms is
     # 40 frame times at 5 Mbit/s, less than the queueing delay when the flat

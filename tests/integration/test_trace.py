@@ -89,7 +89,8 @@ def test_the_traced_path_is_the_one_packets_take_and_follows_a_failure(fabric):
     other = ({"spine1", "spine2"} - {spine}).pop()
     # h3's address resolved first: datagrams held for ARP would reach the NIC's
     # queue all at once when the reply comes, past the sender's ENOBUFS.
-    assert fabric.ping("h1", "h3") == (1, 1)
+    sent, received = fabric.ping("h1", "h3", count=3)
+    assert received >= 1, f"h1 -> h3: {received} of {sent} pings answered"
     before = uplink_tx(fabric, "leaf1")
     res = fabric.host_run(
         "h1",

@@ -160,7 +160,8 @@ def test_nvlink_phases_are_the_busiest_gpus_ring_hop_at_the_nvlink_rate():
     # more bytes per GPU than with 2 (the ring's (p-1)/p grows towards 1).
     assert nvlink_phases_s(4096, 4, rate) == pytest.approx((6 * FULL + 6 * ACK) * 8 / rate)
     assert nvlink_phases_s(4096, 4, rate) > nvlink_phases_s(4096, 2, rate)
-    # The scenario's default (256 KiB, 18 Mbit/s NVLink, docs/scenarios.md): 124.9 ms.
+    # The scenario's default size (256 KiB) at 18 Mbit/s NVLink (its default rate until
+    # 33a408a; 27 now, 83.2 ms, docs/scenarios.md): 124.9 ms.
     # 2 steps of 128 KiB, two 64 KiB slices each: 256 packets, 64 ACKs (one per 4 PSNs,
     # each slice's last is such a PSN): 256 x 1082 + 64 x 62 = 280960 bytes.
     assert nvlink_phases_s(256 << 10, 2, 18e6) == pytest.approx(280960 * 8 / 18e6)

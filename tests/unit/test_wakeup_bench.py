@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -32,3 +33,26 @@ def test_idle_poll_without_the_device_is_a_one_line_error(monkeypatch, capsys, t
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--idle-poll:" in err and "no-such-device" in err and "Traceback" not in err
+
+
+def test_idle_poll_lets_go_of_its_request_when_the_bench_ends(monkeypatch, tmp_path) -> None:
+    held = []
+
+    def hold() -> int:
+        held.append(os.open(tmp_path / "qos", os.O_WRONLY | os.O_CREAT))
+        return held[-1]
+
+    monkeypatch.setattr(wakeup, "hold_idle_poll", hold)
+    assert wakeup.main(["--rounds", "200", "--idle-poll"]) == 0
+    with pytest.raises(OSError):
+        os.fstat(held[0])  # closed: the kernel drops a PM QoS request with its descriptor
+
+
+def test_idle_poll_refused_names_root(monkeypatch, capsys) -> None:
+    def refused() -> int:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(wakeup, "hold_idle_poll", refused)
+    with pytest.raises(SystemExit):
+        wakeup.main(["--rounds", "200", "--idle-poll"])
+    assert "Permission denied (it needs root)" in capsys.readouterr().err
